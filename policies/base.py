@@ -1,0 +1,140 @@
+"""The ranking vocabulary shared by the engine and every scheduling policy.
+
+A policy decides *order* and nothing else (DESIGN.md): given a request it returns a rank key,
+smaller meaning more urgent. The engine admits waiting requests in ascending key order and takes
+preemption victims from the running requests with the largest keys. A policy never allocates
+memory and never advances time.
+
+Every key must be a tuple that ends in ``(arrival_s, request_id)`` so that ordering is total and
+deterministic (heaps never compare incomparable things, runs repeat exactly).
+
+Keys are cached by the engine: a request's key is computed when it enters the waiting set and
+again whenever the policy's ranking may have changed, which the policy announces in one of two
+ways:
+
+* ``dynamic = True``: keys may change after any scheduling step (e.g. a fairness accountant's
+  counters move with every token); the engine re-keys before each plan.
+* ``next_change(now)``: the simulated time (seconds) at which keys change next without any event
+  (e.g. aging promotes a class, a quantum expires). The engine never fast-forwards past it.
+
+Hooks (all optional, defaults in :class:`BasePolicy`) let stateful policies keep their books:
+``on_arrival`` when a request enters the system, ``on_scheduled`` after each step (or each
+fast-forwarded run of identical decode steps, with the total tokens and service seconds),
+``on_preempt`` and ``on_finish``.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class RequestView(Protocol):
+    """What a real scheduler can see of a request at the current moment.
+
+    Attributes (read-only for policies):
+        request_id: int, unique per simulation, in arrival order.
+        arrival_s: arrival time in seconds.
+        tenant: tenant name.
+        cls: class name (``[[classes]] name``).
+        priority: the class's priority, 0 is most urgent.
+        prompt_tokens: prompt length in tokens.
+        max_tokens: the output limit the client declared.
+        generated: output tokens emitted so far.
+        attained_s: engine seconds of service this request has received (sum of the durations of
+            the steps it took part in).
+        admitted_s: time it was last admitted to the running batch (NaN if never).
+        last_scheduled_s: end time of the last step it took part in (NaN if never).
+        preemptions: times it has been preempted.
+        features: dict of extra per-request columns from the workload (e.g. trace fields).
+        predicted: dict a predictor may fill (e.g. ``{"rank": 0.3}``); policies may read it.
+        true_output_tokens: the real output length. Raises unless the policy is an oracle
+            (``oracle = True``), because no real scheduler knows it.
+    """
+
+    request_id: int
+    arrival_s: float
+    tenant: str
+    cls: str
+    priority: int
+    prompt_tokens: int
+    max_tokens: int
+    generated: int
+    attained_s: float
+    admitted_s: float
+    last_scheduled_s: float
+    preemptions: int
+    features: dict
+    predicted: dict
+
+    @property
+    def true_output_tokens(self) -> int: ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A scheduling policy: ranks requests; may declare when its ranking changes next."""
+
+    name: ClassVar[str]
+    oracle: ClassVar[bool]
+    dynamic: ClassVar[bool]
+
+    def key(self, req: RequestView, now: float) -> tuple: ...
+
+    def next_change(self, now: float) -> float | None: ...
+
+    def on_arrival(self, req: RequestView, now: float) -> None: ...
+
+    def on_scheduled(self, req: RequestView, tokens: int, service_s: float, now: float) -> None: ...
+
+    def on_preempt(self, req: RequestView, now: float) -> None: ...
+
+    def on_finish(self, req: RequestView, now: float) -> None: ...
+
+
+class BasePolicy:
+    """Optional base class with do-nothing hooks. Subclasses set ``name`` and implement ``key``.
+
+    ``describe`` and ``params`` are used by ``priosim policies``. Constructor keyword arguments
+    are the policy's parameters (from the scenario's ``[policy]`` table); validate them in
+    ``__init__`` and raise ``ValueError`` with a message naming the parameter, the value and what
+    was expected.
+    """
+
+    name: ClassVar[str] = "base"
+    description: ClassVar[str] = ""
+    oracle: ClassVar[bool] = False
+    dynamic: ClassVar[bool] = False
+
+    def __init__(self, **params: Any) -> None:
+        if params:
+            raise ValueError(
+                f"policy '{self.name}' takes no parameters (got {', '.join(sorted(params))})"
+            )
+
+    def bind(self, classes: dict[str, dict], seed: int) -> None:
+        """Called once by the engine before the run with the scenario's classes
+        (name -> {priority, ttft_slo_s, ...}) and a policy-owned seed."""
+        self.classes = classes
+        self.seed = seed
+
+    def key(self, req: RequestView, now: float) -> tuple:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def next_change(self, now: float) -> float | None:
+        return None
+
+    def on_arrival(self, req: RequestView, now: float) -> None:
+        pass
+
+    def on_scheduled(self, req: RequestView, tokens: int, service_s: float, now: float) -> None:
+        pass
+
+    def on_preempt(self, req: RequestView, now: float) -> None:
+        pass
+
+    def on_finish(self, req: RequestView, now: float) -> None:
+        pass
+
+    def report(self) -> dict:
+        """Per-run figures the policy wants in summary.json (e.g. predictor tau)."""
+        return {}

@@ -1,0 +1,155 @@
+"""The ``priosim`` command: parse, load, run, write. Heavy imports live inside commands.
+
+Bad input (scenario, profile, policy) exits with status 2 and one line naming the file, the key
+and what was expected, before any simulation starts.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+import click
+
+from sim.errors import ScenarioError
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="priosim")
+def main() -> None:
+    """priosim: simulate an LLM serving replica under priority scheduling."""
+
+
+def _load(scenario, sets, policy, seed):
+    from sim.config import load_scenario
+
+    overrides = list(sets)
+    if policy:
+        overrides.append(f"policy.name={_toml_str(policy)}")
+    if seed is not None:
+        overrides.append(f"seed={seed}")
+    try:
+        return load_scenario(scenario, overrides=overrides)
+    except ScenarioError as exc:
+        _fail(str(exc))
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@main.command()
+@click.argument("scenario", required=False)
+@click.option("--policy", help="policy name or pkg.mod:Class (overrides [policy] name)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. engine.max_num_seqs=64")
+@click.option("--seed", type=int, help="override the scenario seed")
+@click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
+@click.option("--trace-iterations", is_flag=True, help="also write iterations.parquet (one row per request per iteration)")
+@click.option("--no-plots", is_flag=True, help="do not draw figures")
+@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress):
+    """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
+    from sim.run import simulate
+
+    sc = _load(scenario, sets, policy, seed)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    try:
+        res = simulate(sc, trace_iterations=trace_iterations, progress=progress)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"{sc.name}-{stamp}"
+    path = res.save(out)
+    run_info = res.summary_dict["run"]
+    click.echo(f"{sc.name}: policy={sc.policy.name} seed={sc.seed} profile={res.manifest['profile']} "
+               f"kv_blocks={run_info['kv_blocks']}")
+    click.echo(res.table())
+    click.echo(f"events={run_info['engine_events']} iterations={run_info['iterations']} "
+               f"simulated={run_info['end_s']:.1f}s wall={run_info['wall_s']:.2f}s "
+               f"thrash_ratio={run_info['thrash_ratio']:.3f}")
+    if not no_plots:
+        try:
+            from sim.plots import plot_run
+        except ImportError:
+            plot_run = None
+        if plot_run is not None:
+            plot_run(path)
+    click.echo(f"results: {path}")
+
+
+@main.command()
+def policies():
+    """List registered policies with a one-line description and their parameters."""
+    import inspect
+
+    from policies import POLICIES
+
+    for e in POLICIES.entries():
+        try:
+            cls = POLICIES.resolve(e.name)
+            sig = inspect.signature(cls.__init__)
+            params = [f"{p.name}={p.default!r}" if p.default is not inspect.Parameter.empty else p.name
+                      for p in list(sig.parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
+        except Exception:  # pragma: no cover - a broken plugin must not hide the others
+            params = ["?"]
+        click.echo(f"{e.name:14s} {e.description}")
+        click.echo(f"{'':14s} parameters: {', '.join(params) if params else '(none)'}")
+
+
+@main.command()
+def profiles():
+    """List shipped and local cost profiles with their provenance."""
+    import json
+
+    from sim.costs import list_profiles
+
+    for name, path in list_profiles():
+        try:
+            meta = json.loads(path.read_text()).get("meta", {})
+        except Exception as exc:  # pragma: no cover
+            meta = {"kind": f"unreadable: {exc}"}
+        click.echo(f"{name:34s} {meta.get('kind', '?'):9s} {meta.get('device', '')}  [{path}]")
+
+
+@main.command()
+@click.argument("scenario", required=False)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.option("--seed", type=int)
+@click.option("--out", type=click.Path(dir_okay=False), help="write the request stream to this parquet file")
+def workload(scenario, sets, seed, out):
+    """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
+    import workloads
+    from sim.costs import load_profile
+    from sim.run import _seed_for
+
+    sc = _load(scenario, sets, None, seed)
+    try:
+        wl = workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
+                                      base_dir=Path(sc.base_dir))
+    except workloads.WorkloadError as exc:
+        _fail(f"{sc.source}: {exc}")
+    from workloads.stats import stream_stats
+
+    stats = stream_stats(wl.open)
+    costs = load_profile(sc.engine.profile, Path(sc.base_dir))
+    # offered load: decode+prefill seconds the stream asks for per second, priced alone at
+    # the batch the engine would run (a rough single-number capacity check)
+    if len(stats):
+        stats["offered_tokens_per_s"] = stats["rate"] * (stats["prompt_mean"] + stats["output_mean"])
+    click.echo(stats.to_string(float_format=lambda v: f"{v:.4g}"))
+    click.echo(f"profile {costs.name}: single-sequence decode step {costs.step_s(D=1, sum_ctx=1000) * 1e3:.2f} ms, "
+               f"full-batch ({sc.engine.max_num_seqs}) step {costs.step_s(D=sc.engine.max_num_seqs, sum_ctx=1000 * sc.engine.max_num_seqs) * 1e3:.2f} ms")
+    if out:
+        wl.open.drop(columns=[c for c in ("hash_ids",) if c in wl.open.columns]).to_parquet(out, index=False)
+        click.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,218 @@
+"""Scenario files (TOML): one file describes a whole experiment; validated before any work.
+
+The schema is a tree of frozen pydantic models, documented field by field with units. Unknown
+keys are errors everywhere except inside ``[policy]`` (the policy's own parameters, validated by
+the policy) and ``[[streams]]`` (validated by ``workloads``). Every error is reported as one line:
+``<file>: <key>: <what was expected> (got <value>)``.
+
+``--set KEY=VALUE`` overrides use dotted keys (``engine.max_num_seqs=64``, ``classes.0.priority=1``);
+the value is parsed as a TOML value (so ``64`` is an integer, ``"x"`` or bare ``x`` a string) and
+then type-checked by the same schema.
+"""
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.errors import ScenarioError
+
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class EngineConfig(BaseModel):
+    """The replica: batching limits, KV memory, preemption. Units in each field's description."""
+
+    model_config = STRICT
+    profile: str | dict = Field(
+        "h200-llama-3-8b",
+        description="shipped profile name, path to a profile JSON, or an inline "
+                    "{kind='linear', base_s, prefill_token_s, decode_token_s, context_token_s, swap_block_s}")
+    max_num_seqs: int = Field(256, ge=1, description="max requests in the running batch")
+    max_batched_tokens: int = Field(8192, ge=1, description="token budget per step")
+    max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")
+    block_size: int = Field(16, ge=1, description="tokens per KV block")
+    kv_blocks: int = Field(0, ge=0, description="device KV blocks; 0 derives them from the profile's memory")
+    swap_blocks: int = Field(0, ge=0, description="host swap space in blocks; 0 = none")
+    preemption: Literal["off", "recompute", "swap", "auto"] = Field(
+        "recompute", description="how a victim gives up its KV blocks; 'off' admits only what fits to max_tokens")
+    preempt_for_waiting: Literal["never", "priority", "strict", "threshold"] = Field(
+        "strict", description="may a waiting request preempt running ones: never (vLLM V1), priority "
+                              "(vLLM V0), strict (strictly more urgent class), threshold (SGLang)")
+    preempt_threshold: int = Field(0, ge=0, description="priority gap that must be exceeded in 'threshold' mode")
+    watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
+    chunked_prefill: bool = Field(True, description="split long prompts across steps")
+    fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
+    timeseries_interval_s: float = Field(1.0, gt=0, description="time-series sampling interval, s")
+    thrash_threshold: float = Field(0.2, ge=0, le=1, description="thrash ratio above which 'thrashing' is flagged")
+    max_events: int = Field(0, ge=0, description="safety stop after this many engine events (0: none)")
+
+
+class ClassConfig(BaseModel):
+    """A priority class. ``priority`` 0 is most urgent."""
+
+    model_config = STRICT
+    name: str
+    priority: int = Field(ge=0)
+    ttft_slo_s: float | None = Field(None, gt=0, description="time-to-first-token SLO, s")
+    tpot_slo_s: float | None = Field(None, gt=0, description="time-per-output-token SLO, s")
+    reserved_blocks: int = Field(0, ge=0, description="KV blocks only this or a more urgent class may use")
+
+
+class PolicyConfig(BaseModel):
+    """``name`` plus the policy's own parameters (validated by the policy)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = "fcfs"
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Scenario(BaseModel):
+    """A whole experiment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    name: str = "scenario"
+    seed: int = 0
+    horizon_s: float = Field(60.0, gt=0, description="arrivals stop here, s")
+    drain: bool = Field(True, description="run until every admitted request ends; false: stop at horizon")
+    engine: EngineConfig = EngineConfig()
+    policy: PolicyConfig = PolicyConfig()
+    classes: list[ClassConfig] = Field(min_length=1)
+    streams: list[dict] = Field(min_length=1)
+    tenants: list[dict] = Field(default_factory=list)
+    admission: dict = Field(default_factory=dict)
+    fairness: dict = Field(default_factory=dict)
+    cluster: dict = Field(default_factory=dict)
+    # where the scenario came from (for relative paths and messages); not part of the schema
+    source: str = Field("<inline>", exclude=True)
+    base_dir: str = Field(".", exclude=True)
+
+    @model_validator(mode="after")
+    def _classes_consistent(self) -> "Scenario":
+        names = [c.name for c in self.classes]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"classes: duplicate class name '{sorted(dup)[0]}'")
+        named = {s.get("class") for s in self.streams}
+        for c in names:
+            if c not in named:
+                raise ValueError(f"classes: class '{c}' is named by no stream "
+                                 f"(expected every class to appear as some [[streams]] class)")
+        return self
+
+    @property
+    def class_names(self) -> list[str]:
+        return [c.name for c in self.classes]
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def _fmt_error(source: str, err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        return f"{source}: {loc}: unknown key (check the spelling; see docs/scenario.md)"
+    if e["type"] == "missing":
+        return f"{source}: {loc}: missing required key"
+    if e["type"] == "value_error":
+        return f"{source}: {msg.removeprefix('Value error, ')}"
+    return f"{source}: {loc}: {msg} (got {e.get('input')!r})"
+
+
+def parse_value(text: str) -> Any:
+    """Parse an override value as TOML (``64`` -> int, ``true`` -> bool, ``x`` -> 'x')."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict, dotted: str, value: Any, source: str) -> None:
+    """Set ``data[a][b]...= value`` for ``dotted = 'a.b...'``; list items by index."""
+    parts = dotted.split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            try:
+                node = node[int(part)]
+                continue
+            except (ValueError, IndexError):
+                raise ScenarioError(f"{source}: --set {dotted}: '{part}' is not an index of "
+                                    f"{'.'.join(parts[:i]) or 'the scenario'} (has {len(node)} items)") from None
+        if not isinstance(node, dict):
+            raise ScenarioError(f"{source}: --set {dotted}: '{'.'.join(parts[:i])}' is not a table")
+        node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        try:
+            node[int(last)] = value
+        except (ValueError, IndexError):
+            raise ScenarioError(f"{source}: --set {dotted}: bad list index '{last}'") from None
+    else:
+        node[last] = value
+
+
+def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | str = ".",
+                       overrides: list[str] | None = None) -> Scenario:
+    data = copy.deepcopy(data)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ScenarioError(f"{source}: --set '{item}': expected KEY=VALUE")
+        key, _, text = item.partition("=")
+        apply_override(data, key.strip(), parse_value(text.strip()), source)
+    data["source"] = str(source)
+    data["base_dir"] = str(base_dir)
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(_fmt_error(source, err)) from None
+    _validate_parts(sc)
+    return sc
+
+
+def _validate_parts(sc: Scenario) -> None:
+    """Validate the pieces owned by other packages: streams, profile, policy."""
+    import workloads
+    from policies import make_policy
+
+    from sim.costs import ProfileError, load_profile
+
+    try:
+        workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir))
+    except workloads.WorkloadError as exc:
+        raise ScenarioError(f"{sc.source}: {exc}") from None
+    try:
+        load_profile(sc.engine.profile, Path(sc.base_dir))
+    except ProfileError as exc:
+        raise ScenarioError(f"{sc.source}: {exc}") from None
+    try:
+        make_policy(sc.policy.name, **sc.policy.params())
+    except (KeyError, ValueError, TypeError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        raise ScenarioError(f"{sc.source}: policy: {msg}") from None
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate a scenario file (None: the shipped default scenario)."""
+    if path is None:
+        path = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.toml"
+    p = Path(path)
+    if not p.is_file():
+        shipped = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / f"{p.stem}.toml"
+        if p.suffix in ("", ".toml") and not p.parent.parts and shipped.is_file():
+            p = shipped
+        else:
+            raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path or a "
+                                f"shipped scenario name such as 'chat_vs_batch')")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{p}: not valid TOML: {exc}") from None
+    return scenario_from_dict(data, source=str(p), base_dir=p.resolve().parent, overrides=overrides)

@@ -1,0 +1,313 @@
+"""Cost model: how long an engine step and a KV transfer take, read from a profile.
+
+A *profile* (JSON, schema ``priosim.profile/1``) describes one device x model shape x dtype.
+The simulator owns this format; ``calibrate`` writes measured and analytic profiles in it.
+
+Step-time model (all terms in seconds; the aggregates describe one engine iteration)::
+
+    t = base_s
+      + interp(T; token_knots, token_s)      # piecewise-linear in T = P + D tokens in the step
+      + prefill_token_s * P                  # P: prompt (and recompute) tokens in the step
+      + prefill_attn_s  * sum(l_i ** 2)      # l_i: tokens of prefill chunk i
+      + chunk_attn_s    * sum(l_i * c_i)     # c_i: tokens already cached before chunk i
+      + decode_seq_s    * D                  # D: sequences decoding one token
+      + decode_ctx_s    * sum(ctx_j)         # ctx_j: context length (tokens in KV) of decoder j
+
+``interp`` is linear between knots and extrapolates the last segment's slope beyond the last
+knot (0 below the first knot's value at T=0 when the first knot is 0). A profile without knots
+has no such term. The inline ``kind = "linear"`` profile of a scenario maps onto the same model:
+``base_s``, ``prefill_token_s``, ``decode_token_s`` (-> decode_seq_s) and ``context_token_s``
+(-> decode_ctx_s).
+
+KV transfers (swap): moving ``n`` blocks one way costs ``swap_latency_s + n * swap_block_s``
+where ``swap_block_s`` is either given or derived as ``block_bytes / swap_bytes_per_s``.
+
+Time is returned in integer nanoseconds: the engine keeps time as integers so that a
+fast-forwarded run of k decode steps and k single steps give identical sums (DESIGN principle 1).
+All step-time evaluation goes through :meth:`CostModel.step_ns`, which is vectorised, so the
+single-step and the fast-forward paths perform the same floating-point operations.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "priosim.profile/1"
+NS = 1_000_000_000
+
+#: Where shipped profiles live (by name): the simulator's own and calibrate's measured ones.
+PROFILE_DIRS = [
+    Path(__file__).resolve().parent / "profiles",
+    Path(__file__).resolve().parent.parent / "calibrate" / "profiles",
+]
+DEFAULT_PROFILE = "h200-llama-3-8b"
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
+               "fp8": 1, "int8": 1}
+
+
+class ProfileError(ValueError):
+    """A profile is missing, malformed or inconsistent; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder's shape; only what costs and memory need.
+
+    kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x dtype bytes.
+    """
+
+    name: str
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    hidden: int = 0
+    heads: int = 0
+    ffn: int = 0
+    vocab: int = 0
+    params: float = 0.0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class StepCoefficients:
+    """Coefficients of the step-time model, in seconds per unit (see module docstring)."""
+
+    base_s: float = 0.0
+    token_knots: tuple[float, ...] = ()
+    token_s: tuple[float, ...] = ()
+    prefill_token_s: float = 0.0
+    prefill_attn_s: float = 0.0
+    chunk_attn_s: float = 0.0
+    decode_seq_s: float = 0.0
+    decode_ctx_s: float = 0.0
+
+
+@dataclass
+class CostModel:
+    """Prices engine steps and KV transfers for one profile.
+
+    Attributes:
+        name: profile name or path.
+        meta: the profile's provenance (kind: analytic | measured | linear, device, ...).
+        shape: model shape (None for a bare linear profile: then swap costs need swap_block_s).
+        step: step-time coefficients.
+        kv_capacity_bytes: bytes of device memory available for KV cache (0 = unknown).
+        swap_latency_s, swap_block_s, swap_bytes_per_s: transfer model (see module docstring).
+        digest: sha256 of the profile's canonical JSON, for manifests.
+    """
+
+    name: str
+    meta: dict
+    shape: ModelShape | None
+    step: StepCoefficients
+    kv_capacity_bytes: float = 0.0
+    swap_latency_s: float = 0.0
+    swap_block_s: float | None = None
+    swap_bytes_per_s: float | None = None
+    digest: str = ""
+    raw: dict = field(default_factory=dict, repr=False)
+
+    # ---- memory -------------------------------------------------------------------------
+    def block_bytes(self, block_size: int) -> int:
+        if self.shape is None:
+            return 0
+        return self.shape.kv_bytes_per_token * block_size
+
+    def kv_blocks(self, block_size: int) -> int:
+        """KV blocks that fit in the profile's KV memory (0 when the profile does not say)."""
+        bb = self.block_bytes(block_size)
+        if bb <= 0 or self.kv_capacity_bytes <= 0:
+            return 0
+        return int(self.kv_capacity_bytes // bb)
+
+    # ---- time ---------------------------------------------------------------------------
+    def step_ns(self, P, D, sum_l2, sum_lc, sum_ctx) -> np.ndarray:
+        """Step durations in integer ns; arguments are scalars or equal-length arrays."""
+        c = self.step
+        P = np.asarray(P, dtype=np.float64)
+        D = np.asarray(D, dtype=np.float64)
+        t = np.full(np.broadcast(P, D, np.asarray(sum_ctx)).shape, c.base_s, dtype=np.float64)
+        if c.token_knots:
+            t = t + _interp_extrapolate(P + D, c.token_knots, c.token_s)
+        t = t + c.prefill_token_s * P
+        t = t + c.prefill_attn_s * np.asarray(sum_l2, dtype=np.float64)
+        t = t + c.chunk_attn_s * np.asarray(sum_lc, dtype=np.float64)
+        t = t + c.decode_seq_s * D
+        t = t + c.decode_ctx_s * np.asarray(sum_ctx, dtype=np.float64)
+        # A step always takes at least 1 ns so that simulated time advances.
+        return np.maximum(np.rint(t * NS), 1).astype(np.int64)
+
+    def step_s(self, P=0, D=0, sum_l2=0, sum_lc=0, sum_ctx=0) -> float:
+        """One step's duration in seconds (convenience for reports and admission estimates)."""
+        return float(self.step_ns(P, D, sum_l2, sum_lc, sum_ctx)) / NS
+
+    def prefill_s(self, tokens: int, cached: int = 0) -> float:
+        """Seconds to prefill ``tokens`` new tokens on top of ``cached`` as one chunk, alone."""
+        return self.step_s(P=tokens, sum_l2=tokens * tokens, sum_lc=tokens * cached)
+
+    def swap_ns(self, blocks: int, block_size: int) -> int:
+        """Integer ns to move ``blocks`` KV blocks one way between device and host."""
+        if blocks <= 0:
+            return 0
+        per_block = self.swap_block_s
+        if per_block is None:
+            if not self.swap_bytes_per_s or self.shape is None:
+                raise ProfileError(
+                    f"profile '{self.name}': swap needs 'swap.block_s' or 'swap.bytes_per_s' "
+                    "with a model shape"
+                )
+            per_block = self.block_bytes(block_size) / self.swap_bytes_per_s
+        return int(round((self.swap_latency_s + blocks * per_block) * NS))
+
+
+def _interp_extrapolate(x: np.ndarray, knots, values) -> np.ndarray:
+    xs = np.asarray(knots, dtype=np.float64)
+    ys = np.asarray(values, dtype=np.float64)
+    y = np.interp(x, xs, ys)
+    if len(xs) >= 2:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        y = np.where(x > xs[-1], ys[-1] + slope * (x - xs[-1]), y)
+    return y
+
+
+# ---- loading ------------------------------------------------------------------------------
+
+def _num(d: dict, key: str, where: str, default: float | None = None, minimum: float = 0.0):
+    if key not in d:
+        if default is None:
+            raise ProfileError(f"{where}: missing key '{key}' (expected a number >= {minimum})")
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum:
+        raise ProfileError(f"{where}.{key}: expected a finite number >= {minimum} (got {v!r})")
+    return float(v)
+
+
+def linear_profile(spec: dict, where: str = "engine.profile") -> CostModel:
+    """The inline ``{kind = "linear", ...}`` profile of a scenario."""
+    allowed = {"kind", "base_s", "prefill_token_s", "decode_token_s", "context_token_s",
+               "swap_block_s", "kv_bytes_per_token"}
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key '{unknown[0]}' (expected one of {sorted(allowed)})")
+    step = StepCoefficients(
+        base_s=_num(spec, "base_s", where, 0.0),
+        prefill_token_s=_num(spec, "prefill_token_s", where, 0.0),
+        decode_seq_s=_num(spec, "decode_token_s", where, 0.0),
+        decode_ctx_s=_num(spec, "context_token_s", where, 0.0),
+    )
+    canon = json.dumps(spec, sort_keys=True)
+    return CostModel(
+        name="inline-linear", meta={"kind": "linear", "source": "scenario inline table"},
+        shape=None, step=step, swap_block_s=_num(spec, "swap_block_s", where, 0.0),
+        digest=hashlib.sha256(canon.encode()).hexdigest(), raw=dict(spec),
+    )
+
+
+def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
+    """Build a CostModel from a parsed profile JSON document."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: expected a JSON object")
+    if data.get("kind") == "linear" and "schema" not in data:
+        return linear_profile(data, where)
+    if data.get("schema") != SCHEMA:
+        raise ProfileError(f"{where}: key 'schema' must be '{SCHEMA}' (got {data.get('schema')!r})")
+    for key in ("meta", "step"):
+        if not isinstance(data.get(key), dict):
+            raise ProfileError(f"{where}: missing object '{key}'")
+    shape = None
+    if isinstance(data.get("model"), dict):
+        m = data["model"]
+        try:
+            dtype_bytes = int(m.get("dtype_bytes") or DTYPE_BYTES[str(data["meta"].get("dtype", "bf16"))])
+            shape = ModelShape(
+                name=str(m.get("name", "")), layers=int(m["layers"]), kv_heads=int(m["kv_heads"]),
+                head_dim=int(m["head_dim"]), dtype_bytes=dtype_bytes, hidden=int(m.get("hidden", 0)),
+                heads=int(m.get("heads", 0)), ffn=int(m.get("ffn", 0)), vocab=int(m.get("vocab", 0)),
+                params=float(m.get("params", 0.0)),
+            )
+        except KeyError as exc:
+            raise ProfileError(f"{where}.model: missing key {exc} (expected layers, kv_heads, head_dim)") from None
+    s = data["step"]
+    sw = f"{where}.step"
+    knots = tuple(float(x) for x in s.get("token_knots", ()))
+    vals = tuple(float(x) for x in s.get("token_s", ()))
+    if len(knots) != len(vals):
+        raise ProfileError(f"{sw}: token_knots and token_s must have the same length "
+                           f"(got {len(knots)} and {len(vals)})")
+    if any(b <= a for a, b in zip(knots, knots[1:])):
+        raise ProfileError(f"{sw}.token_knots: must be strictly increasing (got {list(knots)})")
+    step = StepCoefficients(
+        base_s=_num(s, "base_s", sw, 0.0), token_knots=knots, token_s=vals,
+        prefill_token_s=_num(s, "prefill_token_s", sw, 0.0),
+        prefill_attn_s=_num(s, "prefill_attn_s", sw, 0.0),
+        chunk_attn_s=_num(s, "chunk_attn_s", sw, 0.0),
+        decode_seq_s=_num(s, "decode_seq_s", sw, 0.0),
+        decode_ctx_s=_num(s, "decode_ctx_s", sw, 0.0),
+    )
+    mem = data.get("memory", {}) or {}
+    swap = data.get("swap", {}) or {}
+    canon = json.dumps(data, sort_keys=True)
+    return CostModel(
+        name=name, meta=dict(data["meta"]), shape=shape, step=step,
+        kv_capacity_bytes=_num(mem, "kv_capacity_bytes", f"{where}.memory", 0.0),
+        swap_latency_s=_num(swap, "latency_s", f"{where}.swap", 0.0),
+        swap_block_s=_num(swap, "block_s", f"{where}.swap") if "block_s" in swap else None,
+        swap_bytes_per_s=_num(swap, "bytes_per_s", f"{where}.swap") if "bytes_per_s" in swap else None,
+        digest=hashlib.sha256(canon.encode()).hexdigest(), raw=data,
+    )
+
+
+def find_profile(name: str) -> Path | None:
+    """Path of a shipped profile by name, or None."""
+    for d in PROFILE_DIRS:
+        p = d / f"{name}.json"
+        if p.is_file():
+            return p
+    return None
+
+
+def list_profiles() -> list[tuple[str, Path]]:
+    out = []
+    for d in PROFILE_DIRS:
+        if d.is_dir():
+            out += [(p.stem, p) for p in sorted(d.glob("*.json"))]
+    return out
+
+
+def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
+                 where: str = "engine.profile") -> CostModel:
+    """Resolve a profile from a shipped name, a file path or an inline linear table."""
+    if spec is None:
+        spec = DEFAULT_PROFILE
+    if isinstance(spec, dict):
+        kind = spec.get("kind")
+        if kind != "linear":
+            raise ProfileError(f"{where}.kind: expected 'linear' for an inline profile (got {kind!r})")
+        return linear_profile(spec, where)
+    path = find_profile(str(spec)) if not str(spec).endswith(".json") else None
+    if path is None:
+        p = Path(spec)
+        if not p.is_absolute() and base_dir is not None and not p.exists():
+            p = base_dir / p
+        if not p.is_file():
+            names = ", ".join(n for n, _ in list_profiles())
+            raise ProfileError(f"{where}: no profile named or at '{spec}' "
+                               f"(expected a shipped name: {names}; or a path to a .json file)")
+        path = p
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    return profile_from_dict(data, name=str(spec), where=str(path))

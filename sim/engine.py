@@ -1,0 +1,552 @@
+"""The engine: one SimPy process that runs a vLLM-style continuous-batching replica.
+
+Each iteration the scheduler *plans* a step (which running requests get how many tokens, who is
+admitted, who is preempted), the cost model prices it, SimPy advances the clock by that duration,
+and the step is *applied* (tokens emitted, requests finished, blocks freed).
+
+Planning order, as in vLLM's V1 scheduler:
+  1. running requests in rank order (most urgent first) take their tokens — a decode takes one,
+     a prefill (or recompute) chunk takes ``min(remaining, budget, max_prefill_chunk)``; when a
+     request needs a block and none is available, the lowest-ranked running request is
+     preempted (possibly itself);
+  2. if no request was preempted in this step, waiting requests are admitted in rank order while
+     slots, budget, blocks (above the watermark) allow; the first that does not fit stops
+     admission (strict order, no bypass), unless ``preempt_for_waiting`` lets it evict
+     lower-ranked running requests.
+
+Events, not ticks: when a planned step is pure decode with nothing else able to change, the
+engine computes how many identical steps ``k`` can run before anything could differ (a request
+finishing, a block shortage, an arrival, the policy's next ranking change, a telemetry sample,
+the horizon) and advances all ``k`` at once with the exact per-step durations. Durations are
+integer nanoseconds from one vectorised cost function, so the result is identical to stepping
+one iteration at a time (``engine.fast_forward = false``), which the tests assert.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from sim.costs import NS, CostModel
+from sim.kvpool import KVPool
+from sim.request import Request, State
+from sim.telemetry import Telemetry
+
+INF = float("inf")
+NEVER = 2**62
+
+
+@dataclass
+class Scheduled:
+    """One request's share of a step."""
+
+    req: Request
+    tokens: int
+    prefix: int  # tokens already computed before this chunk
+    decode: bool
+
+
+@dataclass
+class StepPlan:
+    items: list[Scheduled] = field(default_factory=list)
+    admitted: int = 0
+    preempted: int = 0
+    swap_out_blocks: int = 0
+    swap_in_blocks: int = 0
+    swapped_out: list = field(default_factory=list)  # (request, blocks)
+    swapped_in: list = field(default_factory=list)
+
+
+class Engine:
+    """A replica's scheduler + executor. Construct, then ``run()`` (or ``simulate`` in sim.run).
+
+    Args:
+        env: the SimPy environment (time unit: nanoseconds).
+        cfg: the scenario's EngineConfig.
+        costs: the CostModel.
+        policy: the ranking policy.
+        classes: scenario classes, in declaration order.
+        pool: the KV pool.
+        telemetry: where records go.
+        gate: optional admission gate with ``check(req, now_s) -> reason or ''`` and
+            ``on_finish(req)``.
+    """
+
+    def __init__(self, env: simpy.Environment, cfg, costs: CostModel, policy, classes, pool: KVPool,
+                 telemetry: Telemetry, gate=None, trace=None) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.costs = costs
+        self.policy = policy
+        self.pool = pool
+        self.tel = telemetry
+        self.gate = gate
+        self.trace = trace  # list collecting iteration rows, or None
+        self.classes = classes
+        self.bs = cfg.block_size
+        self.waiting: list[tuple] = []  # heap of (key, seq, req)
+        self.running: list[Request] = []
+        self._seq = 0
+        self._admit_seq = 0
+        self._dynamic = bool(getattr(policy, "dynamic", False))
+        self._next_change_ns = NEVER
+        self.iterations = 0
+        self.events = 0
+        self.busy_ns = 0
+        self.thrash_ns = 0
+        self.watermark_blocks = int(math.ceil(cfg.watermark * pool.total))
+        self.chunk_cap = cfg.max_prefill_chunk or NEVER
+        self.off = cfg.preemption == "off"
+        if not cfg.chunked_prefill:
+            self.chunk_cap = NEVER
+        self.oracle = bool(getattr(policy, "oracle", False))
+
+    # ---- ranking ---------------------------------------------------------------------------
+    def _key(self, req: Request, now_s: float) -> tuple:
+        return tuple(self.policy.key(req, now_s))
+
+    def push_waiting(self, req: Request, now_ns: int) -> None:
+        req.key = self._key(req, now_ns / NS)
+        self._seq += 1
+        heapq.heappush(self.waiting, (req.key, self._seq, req))
+
+    def _rekey_all(self, now_ns: int) -> None:
+        now_s = now_ns / NS
+        items = []
+        for _, _, r in self.waiting:
+            r.key = self._key(r, now_s)
+            self._seq += 1
+            items.append((r.key, self._seq, r))
+        heapq.heapify(items)
+        self.waiting = items
+        for r in self.running:
+            r.key = self._key(r, now_s)
+
+    def _update_next_change(self, now_ns: int) -> None:
+        t = self.policy.next_change(now_ns / NS)
+        self._next_change_ns = NEVER if t is None else max(int(math.ceil(t * NS)), now_ns + 1)
+
+    # ---- arrivals --------------------------------------------------------------------------
+    def admit_arrival(self, req: Request, now_ns: int) -> bool:
+        """Gate a new request at its arrival instant; queue it or record its rejection."""
+        req._oracle_ok = self.oracle
+        need = req.prompt_tokens + req.max_tokens
+        if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:
+            return self._reject(req, "too_large", now_ns)
+        if self.gate is not None:
+            reason = self.gate.check(req, now_ns / NS, self)
+            if reason:
+                return self._reject(req, reason, now_ns)
+        self.policy.on_arrival(req, now_ns / NS)
+        self.push_waiting(req, now_ns)
+        self.tel.on_arrival(req)
+        return True
+
+    def _reject(self, req: Request, reason: str, now_ns: int) -> bool:
+        req.state = State.REJECTED
+        req.reject_reason = reason
+        req.finish_ns = now_ns
+        self.tel.on_arrival(req)
+        self.tel.on_end(req)
+        if self.on_request_end is not None:
+            self.on_request_end(req, now_ns)
+        return False
+
+    # ---- planning --------------------------------------------------------------------------
+    def _blocks_needed(self, req: Request, tokens_after: int) -> int:
+        if self.off:
+            return 0  # all blocks were taken at admission
+        return self.pool.blocks_for(tokens_after) - req.blocks
+
+    def _chunk(self, req: Request, budget: int) -> int:
+        need = req.tokens - req.computed
+        if need <= 1:
+            return 1 if budget >= 1 else 0
+        if self.cfg.chunked_prefill:
+            return min(need, budget, self.chunk_cap)
+        return need if need <= budget else 0
+
+    def _ranked_running(self) -> list[Request]:
+        return sorted(self.running, key=lambda r: (r.key, r.admit_seq))
+
+    def plan(self, now_ns: int) -> StepPlan:
+        plan = StepPlan()
+        budget = self.cfg.max_batched_tokens
+        order = self._ranked_running()
+        scheduled: dict[int, Scheduled] = {}
+        pool = self.pool
+        for req in order:
+            if req.state is not State.RUNNING:
+                continue  # preempted earlier in this loop
+            n = self._chunk(req, budget)
+            if n == 0:
+                continue
+            new_blocks = self._blocks_needed(req, req.computed + n)
+            while new_blocks > 0 and new_blocks > pool.available_for(req.priority):
+                victim = self._lowest_running()
+                self._preempt(victim, plan, scheduled, now_ns)
+                budget = self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+                if victim is req:
+                    break
+            if req.state is not State.RUNNING:
+                continue
+            n = min(n, self._chunk(req, budget)) if n > 1 else n
+            if n == 0:
+                continue
+            new_blocks = self._blocks_needed(req, req.computed + n)
+            if new_blocks > 0:
+                pool.allocate(req.cls_idx, new_blocks)
+                req.blocks += new_blocks
+            scheduled[req.request_id] = Scheduled(req, n, req.computed, req.tokens - req.computed == 1)
+            budget -= n
+        if plan.preempted == 0:
+            budget = self._admit_waiting(plan, scheduled, budget, now_ns)
+        plan.items = list(scheduled.values())
+        return plan
+
+    def _lowest_running(self) -> Request:
+        # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
+        return max(self.running, key=lambda r: (r.key, r.admit_seq))
+
+    def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
+        pool = self.pool
+        cfg = self.cfg
+        while self.waiting and budget > 0:
+            key, _, w = self.waiting[0]
+            fits, n, need_blocks = self._fits(w, budget)
+            if not fits:
+                if not self._preempt_for(w, plan, scheduled, budget, now_ns):
+                    break
+                budget = cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+                fits, n, need_blocks = self._fits(w, budget)
+                if not fits:
+                    break
+            heapq.heappop(self.waiting)
+            if w.state is State.SWAPPED:
+                pool.swap_in(w.cls_idx, w.host_blocks)
+                plan.swap_in_blocks += w.host_blocks
+                plan.swapped_in.append((w, w.host_blocks))
+                self.tel.on_swap(w, w.host_blocks)
+                w.blocks = w.host_blocks
+                w.host_blocks = 0
+            grow = need_blocks - w.blocks
+            if grow > 0:
+                pool.allocate(w.cls_idx, grow)
+                w.blocks += grow
+            w.state = State.RUNNING
+            self._admit_seq += 1
+            w.admit_seq = self._admit_seq
+            w.admitted_s = now_ns / NS
+            if w.first_admit_ns < 0:
+                w.first_admit_ns = now_ns
+            self.running.append(w)
+            scheduled[w.request_id] = Scheduled(w, n, w.computed, w.tokens - w.computed == 1)
+            plan.admitted += 1
+            budget -= n
+        return budget
+
+    def _admission_need(self, w: Request, n: int) -> int:
+        """Device blocks that admitting waiting request ``w`` with ``n`` tokens takes."""
+        if self.off:
+            return self.pool.blocks_for(w.prompt_tokens + w.max_tokens)
+        if w.state is State.SWAPPED:
+            return max(w.host_blocks, self.pool.blocks_for(w.computed + n))
+        return self.pool.blocks_for(w.computed + n)
+
+    def _fits(self, w: Request, budget: int) -> tuple[bool, int, int]:
+        """Can waiting request ``w`` be admitted now? Returns (fits, tokens, device blocks)."""
+        if len(self.running) >= self.cfg.max_num_seqs:
+            return False, 0, 0
+        n = self._chunk(w, budget)
+        if n == 0:
+            return False, 0, 0
+        need = self._admission_need(w, n)
+        return need <= self.pool.available_for(w.priority) - self.watermark_blocks, n, need
+
+    def _eligible_victims(self, w: Request) -> list[Request]:
+        mode = self.cfg.preempt_for_waiting
+        if mode == "never" or self.off:
+            return []
+        if mode == "priority":
+            ok = [r for r in self.running if (r.priority, r.arrival_s, r.request_id) > (w.priority, w.arrival_s, w.request_id)]
+        elif mode == "strict":
+            ok = [r for r in self.running if r.priority > w.priority]
+        else:  # threshold
+            ok = [r for r in self.running if r.priority - w.priority > self.cfg.preempt_threshold]
+        # never a request the policy ranks at or above the waiter
+        ok = [r for r in ok if r.key > w.key]
+        ok.sort(key=lambda r: (r.key, r.admit_seq), reverse=True)
+        return ok
+
+    def _preempt_for(self, w: Request, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> bool:
+        """Evict lowest-ranked eligible running requests so that ``w`` fits.
+
+        Evicts only if evicting every eligible victim would make room (all-or-nothing on the
+        outcome, as SGLang does; never a pointless eviction), then evicts the fewest needed,
+        lowest rank first.
+        """
+        victims = self._eligible_victims(w)
+        if not victims:
+            return False
+        freed_blocks = sum(v.blocks for v in victims)
+        freed_tokens = sum(scheduled[v.request_id].tokens for v in victims if v.request_id in scheduled)
+        slots_ok = len(self.running) - len(victims) < self.cfg.max_num_seqs
+        b = budget + freed_tokens
+        n = self._chunk(w, b)
+        need = self._admission_need(w, n)
+        avail = self.pool.available_for(w.priority) - self.watermark_blocks + freed_blocks
+        if not (slots_ok and n > 0 and need <= avail):
+            return False
+        for v in victims:
+            self._preempt(v, plan, scheduled, now_ns)
+            b = self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+            if self._fits(w, b)[0]:
+                break
+        return True
+
+    # ---- preemption ------------------------------------------------------------------------
+    def _choose_mode(self, v: Request) -> str:
+        mode = self.cfg.preemption
+        if mode == "recompute":
+            return "recompute"
+        fits_host = self.pool.blocks_for(v.computed) <= self.pool.host_free
+        if mode == "swap":
+            return "swap" if fits_host else "fallback"
+        # auto: the cheaper of swap-out + swap-in and the marginal cost of re-prefilling it now
+        if not fits_host:
+            return "fallback"
+        blocks = self.pool.blocks_for(v.computed)
+        return "swap" if self.swap_cost_ns(blocks) < self.recompute_cost_ns(v.computed, len(self.running)) else "recompute"
+
+    def swap_cost_ns(self, blocks: int) -> int:
+        """Swap-out plus swap-in of ``blocks`` blocks, ns."""
+        return 2 * self.costs.swap_ns(blocks, self.bs)
+
+    def recompute_cost_ns(self, tokens: int, decoders: int) -> int:
+        """Marginal cost of re-prefilling ``tokens`` in a step that decodes ``decoders`` seqs."""
+        c = self.costs
+        with_ = c.step_ns(tokens, decoders, tokens * tokens, 0, 0)
+        without = c.step_ns(0, decoders, 0, 0, 0)
+        return int(with_ - without)
+
+    def _preempt(self, v: Request, plan: StepPlan, scheduled: dict, now_ns: int) -> None:
+        """Preempt running request ``v``.
+
+        Preconditions: ``v`` is RUNNING. Effects: removed from the running set and from this
+        step's plan (its tokens return to the budget); by recompute its blocks are freed and its
+        computed tokens dropped (it will re-prefill prompt + generated); by swap its blocks move
+        to host space and its progress is kept (the swap-out is charged to this step); when swap
+        space is full a swap falls back to recompute and is counted. It rejoins the waiting set
+        with its progress and a preemption counted. The policy is told.
+        """
+        mode = self._choose_mode(v)
+        self.running.remove(v)
+        scheduled.pop(v.request_id, None)
+        v.preemptions += 1
+        plan.preempted += 1
+        if mode == "swap":
+            # only blocks holding computed tokens travel; those taken for this step's
+            # not-yet-computed tokens are simply released
+            keep = self.pool.blocks_for(v.computed)
+            if v.blocks > keep:
+                self.pool.release(v.cls_idx, v.blocks - keep)
+            self.pool.swap_out(v.cls_idx, keep)
+            v.host_blocks = keep
+            v.blocks = 0
+            v.swapped_blocks += keep
+            plan.swap_out_blocks += keep
+            plan.swapped_out.append((v, keep))
+            self.tel.on_swap(v, keep)
+            v.state = State.SWAPPED
+        else:
+            if mode == "fallback":
+                v.swap_fallbacks += 1
+            self.pool.release(v.cls_idx, v.blocks)
+            v.blocks = 0
+            v.recomputed_tokens += v.computed
+            v.computed = 0
+            v.state = State.WAITING
+        self.tel.on_preempt(v, mode, now_ns)
+        self.policy.on_preempt(v, now_ns / NS)
+        self.push_waiting(v, now_ns)
+
+    # ---- pricing and applying --------------------------------------------------------------
+    def aggregates(self, plan: StepPlan) -> tuple[int, int, int, int, int]:
+        P = D = l2 = lc = ctx = 0
+        for s in plan.items:
+            if s.decode:
+                D += 1
+                ctx += s.prefix + 1
+            else:
+                P += s.tokens
+                l2 += s.tokens * s.tokens
+                lc += s.tokens * s.prefix
+        return P, D, l2, lc, ctx
+
+    def transfer_ns(self, plan: StepPlan) -> int:
+        return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
+
+    def apply(self, plan: StepPlan, start_ns: int, durations: np.ndarray, compute_ns: int) -> None:
+        """Apply ``len(durations)`` identical steps of ``plan`` (k > 1 only for pure decode)."""
+        k = len(durations)
+        total = int(durations.sum())
+        end_ns = start_ns + total
+        service_s = total / NS
+        self.iterations += k
+        self.busy_ns += total
+        transfer = total - compute_ns if k == 1 else 0
+        recompute = 0
+        if k == 1:
+            toks = sum(s.tokens for s in plan.items)
+            rtoks = sum(s.tokens for s in plan.items if not s.decode and s.req.generated > 0)
+            recompute = compute_ns * rtoks // max(toks, 1)
+        self.thrash_ns += transfer + recompute
+        tel = self.tel
+        tel.on_step(plan, start_ns, durations, compute_ns)
+        finished = []
+        if k > 1:
+            d1 = durations[1:]
+            rest_sum = int(d1.sum())
+            rest_sq = int((d1.astype(np.float64) ** 2).sum())
+            rest_max = int(d1.max())
+        first_end = start_ns + int(durations[0])
+        for s in plan.items:
+            r = s.req
+            r.attained_s += service_s
+            r.last_scheduled_s = end_ns / NS
+            r.computed += s.tokens + (k - 1)
+            if r.computed < r.tokens + (k - 1):
+                continue  # prefill chunk that does not finish the prompt
+            # a token is emitted at the end of each of the k steps
+            r.generated += k
+            r.tokens += k
+            if r.first_token_ns < 0:
+                r.first_token_ns = first_end
+                tel.on_first_token(r)
+            else:
+                gap = first_end - r.last_token_ns
+                r.itl_n += 1
+                r.itl_sum += gap
+                r.itl_sq += gap * gap
+                if gap > r.max_itl_ns:
+                    r.max_itl_ns = gap
+                tel.itl_sample(r.cls_idx, gap)
+            if k > 1:
+                r.itl_n += k - 1
+                r.itl_sum += rest_sum
+                r.itl_sq += rest_sq
+                if rest_max > r.max_itl_ns:
+                    r.max_itl_ns = rest_max
+            r.last_token_ns = end_ns
+            if r.generated >= r._output:
+                finished.append(r)
+        if k > 1:
+            tel.itl_run(plan, durations)
+        for s in plan.items:
+            self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_ns / NS)
+        if self.trace is not None:
+            self._trace(plan, start_ns, durations)
+        for r in finished:
+            self._finish(r, end_ns)
+
+    def _finish(self, r: Request, now_ns: int) -> None:
+        self.running.remove(r)
+        if r.blocks:
+            self.pool.release(r.cls_idx, r.blocks)
+        r.blocks = 0
+        r.state = State.FINISHED
+        r.finish_ns = now_ns
+        self.policy.on_finish(r, now_ns / NS)
+        if self.gate is not None:
+            self.gate.on_finish(r, now_ns / NS)
+        self.tel.on_end(r)
+        if self.on_request_end is not None:
+            self.on_request_end(r, now_ns)
+
+    on_request_end = None  # set by the runner for closed-loop users
+
+    def _trace(self, plan: StepPlan, start_ns: int, durations: np.ndarray) -> None:
+        """Append one row per request per iteration (fast-forwarded runs expanded)."""
+        ends = start_ns + np.cumsum(durations)
+        starts = ends - durations
+        base = self.iterations - len(durations)
+        t0, t1 = int(starts[0]), int(ends[0])
+        for r, blocks in plan.swapped_out:
+            self.trace.append((base, t0, t1, r.request_id, "swap_out", blocks))
+        for r, blocks in plan.swapped_in:
+            self.trace.append((base, t0, t1, r.request_id, "swap_in", blocks))
+        for s in plan.items:
+            r = s.req
+            kind = "decode" if s.decode else ("recompute" if r.generated > 0 else "prefill")
+            for i in range(len(durations)):
+                self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id, kind,
+                                   s.tokens if i == 0 else 1))
+
+    # ---- fast-forward ----------------------------------------------------------------------
+    def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> np.ndarray:
+        """Durations of the steps to take for this plan: one, or k identical decode steps."""
+        single = np.array([dur0], dtype=np.int64)
+        if not self.cfg.fast_forward or plan.admitted or plan.preempted or plan.swap_in_blocks:
+            return single
+        items = plan.items
+        if not items or len(items) != len(self.running) or not all(s.decode for s in items):
+            return single
+        if self.waiting and self.cfg.preempt_for_waiting != "never" and not self.off:
+            # a waiter that outranks a running request could evict it once victims grow
+            lowest = max(r.key for r in self.running)
+            if self.waiting[0][0] < lowest:
+                return single
+        k = min(r._output - r.generated for r in self.running)
+        if k <= 1:
+            return single
+        D = len(items)
+        if not self.off:
+            k = self._block_limited(k)
+            if k <= 1:
+                return single
+        ctx0 = sum(s.prefix + 1 for s in items)
+        d = self.costs.step_ns(0, D, 0, 0, ctx0 + D * np.arange(k, dtype=np.int64))
+        if int(d[0]) != dur0:
+            return single  # defensive: the plan's own price must be the first step's
+        starts = now_ns + np.cumsum(d)[:-1]
+        limit = min(next_event_ns, self._next_change_ns)
+        k = 1 + int(np.searchsorted(starts, limit, side="left"))
+        return d[:k]
+
+    def _block_limited(self, k: int) -> int:
+        """Largest k' <= k such that steps 2..k' of the run can allocate their blocks."""
+        bs = self.bs
+        worst = max(r.priority for r in self.running)
+        avail = self.pool.available_for(worst)
+        D = len(self.running)
+        if D * ((k + bs - 1) // bs + 1) <= avail:
+            return k
+        c = np.array([r.computed for r in self.running], dtype=np.int64)  # before step 1
+        have = -(-(c + 1) // bs)  # blocks held after step 1's allocation
+
+        def need(kk: int) -> int:
+            return int((-(-(c + kk) // bs) - have).sum())
+
+        lo, hi = 1, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= avail:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def allocate_run(self, plan: StepPlan, k: int) -> None:
+        """Allocate the blocks steps 2..k of a fast-forwarded run need (step 1's are taken)."""
+        if k <= 1 or self.off:
+            return
+        for s in plan.items:
+            r = s.req
+            target = self.pool.blocks_for(s.prefix + k)
+            extra = target - r.blocks
+            if extra > 0:
+                self.pool.allocate(r.cls_idx, extra)
+                r.blocks = target

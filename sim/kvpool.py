@@ -1,0 +1,95 @@
+"""Paged KV-cache memory: device blocks with per-class reservations, and host swap space.
+
+Model. The device holds ``total`` blocks of ``block_size`` tokens. A request holding ``c``
+computed tokens holds ``ceil(c / block_size)`` blocks. Blocks are counted, not named: with no
+prefix sharing, the identity of a block never matters to timing, and counting keeps every
+operation O(1). (Prefix sharing adds named, reference-counted blocks on top of these counts.)
+
+Reservations. A class may reserve ``reserved`` blocks that only it or a more urgent class may
+use (the seeds' fix for priority inversion). A request of priority ``p`` may therefore use the
+free blocks minus the still-unused reservations of every class *more urgent* than ``p``::
+
+    available_for(p) = free - sum(max(0, reserved[c] - used[c]) for c with priority[c] < p)
+
+Invariants (checked by :meth:`check`, asserted by the property tests):
+    free + sum(used) == total, 0 <= free, every per-class used >= 0,
+    host_free + host_used == host_total.
+"Does not fit" is a return value (``False``); a double free or negative count raises.
+"""
+from __future__ import annotations
+
+
+class KVInvariantError(AssertionError):
+    pass
+
+
+class KVPool:
+    def __init__(self, total: int, block_size: int, class_priorities: list[int],
+                 reserved: list[int], host_total: int = 0) -> None:
+        if total <= 0:
+            raise ValueError(f"kv_blocks must be > 0 (got {total})")
+        self.total = total
+        self.block_size = block_size
+        self.free = total
+        self.prio = list(class_priorities)
+        self.reserved = list(reserved)
+        self.used = [0] * len(class_priorities)
+        self.host_total = host_total
+        self.host_used = 0
+        # classes strictly more urgent than priority p, precomputed per distinct priority
+        self._more_urgent = {p: [c for c, q in enumerate(self.prio) if q < p and self.reserved[c] > 0]
+                             for p in set(self.prio)}
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks needed to hold ``tokens`` tokens (ceil division)."""
+        return -(-tokens // self.block_size)
+
+    def available_for(self, priority: int) -> int:
+        held = 0
+        for c in self._more_urgent.get(priority, ()):
+            r = self.reserved[c] - self.used[c]
+            if r > 0:
+                held += r
+        return self.free - held
+
+    def capacity_for(self, priority: int) -> int:
+        """Blocks a request of this priority could ever hold (empty pool)."""
+        return self.total - sum(self.reserved[c] for c in self._more_urgent.get(priority, ()))
+
+    def allocate(self, cls_idx: int, n: int) -> None:
+        """Take ``n`` blocks for class ``cls_idx``; the caller checked ``available_for``."""
+        if n < 0 or n > self.free:
+            raise KVInvariantError(f"allocate {n} blocks with {self.free} free")
+        self.free -= n
+        self.used[cls_idx] += n
+
+    def release(self, cls_idx: int, n: int) -> None:
+        if n < 0 or n > self.used[cls_idx]:
+            raise KVInvariantError(f"release {n} blocks, class {cls_idx} holds {self.used[cls_idx]}")
+        self.free += n
+        self.used[cls_idx] -= n
+
+    # ---- host swap space ---------------------------------------------------------------
+    @property
+    def host_free(self) -> int:
+        return self.host_total - self.host_used
+
+    def swap_out(self, cls_idx: int, n: int) -> None:
+        """Move ``n`` blocks of class ``cls_idx`` from device to host."""
+        if n > self.host_free:
+            raise KVInvariantError(f"swap out {n} blocks with {self.host_free} host blocks free")
+        self.release(cls_idx, n)
+        self.host_used += n
+
+    def swap_in(self, cls_idx: int, n: int) -> None:
+        if n > self.host_used:
+            raise KVInvariantError(f"swap in {n} blocks, host holds {self.host_used}")
+        self.host_used -= n
+        self.allocate(cls_idx, n)
+
+    def check(self) -> None:
+        if self.free < 0 or self.free + sum(self.used) != self.total or min(self.used, default=0) < 0:
+            raise KVInvariantError(f"device blocks not conserved: free={self.free} used={self.used} "
+                                   f"total={self.total}")
+        if not 0 <= self.host_used <= self.host_total:
+            raise KVInvariantError(f"host blocks not conserved: {self.host_used}/{self.host_total}")

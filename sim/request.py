@@ -1,0 +1,121 @@
+"""A request's lifecycle inside the engine.
+
+States: WAITING (never run, or preempted by recompute) -> RUNNING -> FINISHED, or
+RUNNING -> SWAPPED (KV on host) -> RUNNING, or REJECTED at arrival, or UNFINISHED at the horizon.
+
+Token bookkeeping follows vLLM: ``tokens = prompt_tokens + generated`` is every token the request
+knows; ``computed`` of them have KV in the cache. A step schedules ``tokens - computed`` tokens
+(capped by the budget and chunk limit); when ``computed`` reaches ``tokens`` the model samples the
+next output token. Prefill therefore ends by emitting the first token, and a request resumed by
+recompute re-prefills its prompt plus everything generated so far, then samples its next token.
+
+Times are integer nanoseconds inside the engine (``*_ns``) and float seconds for policies.
+"""
+from __future__ import annotations
+
+import math
+from enum import IntEnum
+
+NAN = math.nan
+
+
+class State(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    SWAPPED = 2
+    FINISHED = 3
+    REJECTED = 4
+    UNFINISHED = 5
+
+
+class OracleAccessError(AttributeError):
+    pass
+
+
+class Request:
+    """One request: what the workload declared, what a scheduler may see, and its progress.
+
+    ``true_output_tokens`` is readable only when the engine's policy is an oracle; every other
+    field is what a real scheduler would know (DESIGN: policies never read the true output
+    length).
+    """
+
+    __slots__ = (
+        # identity and declaration
+        "request_id", "arrival_s", "arrival_ns", "tenant", "cls", "cls_idx", "priority",
+        "prompt_tokens", "max_tokens", "_output", "deadline_s", "stream", "user", "features",
+        "predicted", "hash_ids", "_oracle_ok",
+        # progress
+        "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
+        "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
+        "attained_s", "first_admit_ns",
+        # accounting
+        "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
+        "itl_n", "itl_sum", "itl_sq", "reject_reason", "wasted_tokens",
+    )
+
+    def __init__(self, request_id: int, arrival_ns: int, tenant: str, cls: str, cls_idx: int,
+                 priority: int, prompt_tokens: int, output_tokens: int, max_tokens: int,
+                 deadline_s: float = NAN, stream: int = -1, user: int = -1,
+                 features: dict | None = None, hash_ids=None) -> None:
+        self.request_id = request_id
+        self.arrival_ns = arrival_ns
+        self.arrival_s = arrival_ns / 1e9
+        self.tenant = tenant
+        self.cls = cls
+        self.cls_idx = cls_idx
+        self.priority = priority
+        self.prompt_tokens = prompt_tokens
+        self._output = output_tokens
+        self.max_tokens = max_tokens
+        self.deadline_s = deadline_s
+        self.stream = stream
+        self.user = user
+        self.features = features if features is not None else {}
+        self.predicted = {}
+        self.hash_ids = hash_ids
+        self._oracle_ok = False
+        self.state = State.WAITING
+        self.tokens = prompt_tokens
+        self.computed = 0
+        self.generated = 0
+        self.blocks = 0
+        self.host_blocks = 0
+        self.key = ()
+        self.admit_seq = -1
+        self.first_token_ns = -1
+        self.last_token_ns = -1
+        self.finish_ns = -1
+        self.first_admit_ns = -1
+        self.admitted_s = NAN
+        self.last_scheduled_s = NAN
+        self.attained_s = 0.0
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.swapped_blocks = 0
+        self.swap_fallbacks = 0
+        self.max_itl_ns = 0
+        self.itl_n = 0
+        self.itl_sum = 0
+        self.itl_sq = 0
+        self.reject_reason = ""
+        self.wasted_tokens = 0
+
+    @property
+    def true_output_tokens(self) -> int:
+        """The real output length; only oracle policies (``oracle = True``) may read it."""
+        if not self._oracle_ok:
+            raise OracleAccessError(
+                "true_output_tokens is hidden from non-oracle policies: a real scheduler "
+                "cannot know it (declare `oracle = True` on an oracle policy)"
+            )
+        return self._output
+
+    @property
+    def remaining_output(self) -> int:
+        """Engine-side: output tokens still to generate (uses the true length)."""
+        return self._output - self.generated
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"Request(id={self.request_id}, cls={self.cls}, state={self.state.name}, "
+                f"gen={self.generated}/{self._output}, computed={self.computed}/{self.tokens})")

@@ -1,0 +1,213 @@
+"""Results of one run: the requests table, per-class/per-tenant summary, time series, files.
+
+Files written by :meth:`Results.save` (the directory is filled under a temporary name and
+renamed when complete, so a folder that exists is a finished run):
+    requests.parquet    one row per request (see ``sim.telemetry.COLUMNS`` plus derived
+                        ``queue_wait_s, ttft_s, e2e_s, tpot_s``)
+    summary.json        per class, per tenant and overall metrics, plus run facts and provenance
+    timeseries.parquet  per interval and class: waiting, running, tokens/s, preemptions; KV use
+    iterations.parquet  only with ``trace_iterations``: one row per request per iteration
+    scenario.json       the resolved scenario; manifest.json: version, seed, profile hash
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.costs import NS
+
+PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def _q(s: pd.Series, q: float) -> float | None:
+    s = s.dropna()
+    return None if s.empty else float(s.quantile(q))
+
+
+def _version() -> str:
+    try:
+        return metadata.version("priosim")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
+def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_slo: float | None) -> dict:
+    """Metrics of one group of requests (a class, a tenant, or all). Times in seconds."""
+    fin = g[g["status"] == "finished"]
+    out: dict = {
+        "arrived": int(len(g)),
+        "finished": int(len(fin)),
+        "rejected": int((g["status"] == "rejected").sum()),
+        "unfinished": int((g["status"] == "unfinished").sum()),
+        "reject_reasons": {str(k): int(v) for k, v in g.loc[g["status"] == "rejected", "reject_reason"].value_counts().sort_index().items()},
+    }
+    started = g[g["first_token_s"].notna()]
+    for name, col, pcts in (("ttft", "ttft_s", ("p50", "p90", "p99")), ("e2e", "e2e_s", ("p50", "p90", "p99")),
+                            ("tpot", "tpot_s", ("p50", "p99")), ("queue_wait", "queue_wait_s", ("p50", "p99"))):
+        src = started if name in ("ttft", "queue_wait") else fin
+        for p in pcts:
+            out[f"{name}_{p}_s"] = _q(src[col], PCTS[p])
+        out[f"{name}_mean_s"] = None if src[col].dropna().empty else float(src[col].mean())
+    out["output_tokens_per_s"] = float(g["generated_tokens"].sum() / span_s) if span_s > 0 else 0.0
+    out["preemptions"] = int(g["preemptions"].sum())
+    out["max_itl_p99_s"] = _q(fin["max_itl_s"], 0.99)
+    ok = fin
+    if ttft_slo is not None:
+        ok = ok[ok["ttft_s"] <= ttft_slo]
+    if tpot_slo is not None:
+        ok = ok[(ok["tpot_s"] <= tpot_slo) | ok["tpot_s"].isna()]
+    if ttft_slo is not None or tpot_slo is not None:
+        out["slo_attainment"] = float(len(ok) / len(g)) if len(g) else None
+        out["goodput_rps"] = float(len(ok) / span_s) if span_s > 0 else 0.0
+    out["throughput_rps"] = float(len(fin) / span_s) if span_s > 0 else 0.0
+    return out
+
+
+@dataclass
+class Results:
+    """What ``simulate`` returns. ``requests``, ``summary`` and ``timeseries`` are DataFrames;
+    ``summary_dict`` is the full nested summary written to summary.json."""
+
+    requests: pd.DataFrame
+    summary: pd.DataFrame
+    timeseries: pd.DataFrame
+    summary_dict: dict
+    scenario: dict
+    iterations: pd.DataFrame | None = None
+    manifest: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, sc, costs, tel, run_info: dict, trace) -> "Results":
+        req = pd.DataFrame(tel.columns())
+        req = req.astype({"request_id": "int64", "priority": "int64", "stream": "int64", "user": "int64",
+                          "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
+                          "generated_tokens": "int64", "preemptions": "int64", "swapped_blocks": "int64",
+                          "recomputed_tokens": "int64", "swap_fallbacks": "int64"})
+        for c in ("arrival_s", "admitted_s", "first_token_s", "finish_s", "max_itl_s", "itl_mean_s",
+                  "itl_std_s", "deadline_s"):
+            req[c] = req[c].astype("float64")
+        req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
+        req["queue_wait_s"] = req["admitted_s"] - req["arrival_s"]
+        req["ttft_s"] = req["first_token_s"] - req["arrival_s"]
+        req["e2e_s"] = req["finish_s"] - req["arrival_s"]
+        dec = (req["generated_tokens"] - 1).where(req["generated_tokens"] > 1)
+        req["tpot_s"] = (req["finish_s"] - req["first_token_s"]) / dec
+        span = max(run_info["end_s"], 1e-9)
+        run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
+        run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)
+
+        classes = {}
+        rows = []
+        for i, c in enumerate(sc.classes):
+            g = req[req["class"] == c.name]
+            m = group_metrics(g, span, c.ttft_slo_s, c.tpot_slo_s)
+            m["priority"] = c.priority
+            vals, wts = tel.itl_arrays(i)
+            if wts.sum() > 0:
+                for p in ("p50", "p99"):
+                    m[f"itl_{p}_s"] = float(np.quantile(vals, PCTS[p], weights=wts, method="inverted_cdf")) / NS
+                mean = np.average(vals.astype(np.float64), weights=wts)
+                m["itl_std_s"] = float(np.sqrt(np.average((vals - mean) ** 2, weights=wts))) / NS
+            else:
+                m["itl_p50_s"] = m["itl_p99_s"] = m["itl_std_s"] = None
+            m["swap_s"] = tel.swap_ns_class[i] / NS
+            m["recompute_s"] = tel.recompute_ns_class[i] / NS
+            classes[c.name] = m
+            rows.append({"class": c.name, **{k: v for k, v in m.items() if not isinstance(v, dict)}})
+        overall = group_metrics(req, span, None, None)
+        good = sum(m.get("goodput_rps", 0.0) or 0.0 for m in classes.values())
+        overall["goodput_rps"] = good
+        rows.append({"class": "overall", **{k: v for k, v in overall.items() if not isinstance(v, dict)}})
+        tenants = {}
+        for t, g in req.groupby("tenant", sort=True):
+            m = group_metrics(g, span, None, None)
+            tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
+                                                 "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s")}
+        tot_tokens = max(int(req["generated_tokens"].sum()), 1)
+        for t in tenants:
+            tenants[t]["token_share"] = float(req.loc[req["tenant"] == t, "generated_tokens"].sum() / tot_tokens)
+
+        summary = {
+            "scenario": sc.name,
+            "seed": sc.seed,
+            "policy": sc.policy.name,
+            "profile": {"name": costs.name, "kind": costs.meta.get("kind"), "digest": costs.digest},
+            "classes": classes,
+            "overall": overall,
+            "tenants": tenants,
+            "run": run_info,
+        }
+        ts = _timeseries(sc, tel)
+        it = None
+        if trace is not None:
+            it = pd.DataFrame(trace, columns=["iteration", "start_ns", "end_ns", "request_id", "kind", "tokens"])
+            it["start_s"] = it.pop("start_ns") / NS
+            it["end_s"] = it.pop("end_ns") / NS
+            it = it[["iteration", "start_s", "end_s", "request_id", "kind", "tokens"]]
+        manifest = {"priosim_version": _version(), "seed": sc.seed, "scenario": sc.name,
+                    "profile": costs.name, "profile_sha256": costs.digest, "policy": sc.policy.name}
+        return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(), it, manifest)
+
+    # ---- output --------------------------------------------------------------------------
+    def save(self, out_dir: str | Path) -> Path:
+        """Write all files into ``out_dir`` atomically (temporary folder, then rename)."""
+        out = Path(out_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        self.requests.to_parquet(tmp / "requests.parquet", index=False)
+        self.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
+        if self.iterations is not None:
+            self.iterations.to_parquet(tmp / "iterations.parquet", index=False)
+        stable = {k: v for k, v in self.summary_dict.items()}
+        stable["run"] = {k: v for k, v in stable["run"].items() if k not in ("wall_s", "cpu_s")}
+        (tmp / "summary.json").write_text(json.dumps(stable, indent=1, sort_keys=True, default=_json_default))
+        (tmp / "perf.json").write_text(json.dumps({k: self.summary_dict["run"][k] for k in ("wall_s", "cpu_s")}))
+        (tmp / "scenario.json").write_text(json.dumps(self.scenario, indent=1, sort_keys=True))
+        (tmp / "manifest.json").write_text(json.dumps(self.manifest, indent=1, sort_keys=True))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        return out
+
+    def table(self) -> str:
+        """The compact per-class table the CLI prints."""
+        cols = ["class", "arrived", "finished", "rejected", "unfinished", "ttft_p50_s", "ttft_p99_s",
+                "tpot_p50_s", "e2e_p99_s", "output_tokens_per_s", "preemptions", "slo_attainment"]
+        df = self.summary.reindex(columns=cols)
+        return df.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def _timeseries(sc, tel) -> pd.DataFrame:
+    iv_s = tel.interval_ns / NS
+    rows = []
+    preempt = tel.preempt_bin
+    for t_ns, waiting, running, kv_used, swap_used in tel.samples:
+        b = t_ns // tel.interval_ns  # tokens emitted in [t, t + interval)
+        for i, c in enumerate(sc.classes):
+            rows.append((t_ns / NS, c.name, waiting[i], running[i],
+                         tel.tokens_bin.get((b, i), 0) / iv_s, kv_used, swap_used, preempt.get(b, 0)))
+    df = pd.DataFrame(rows, columns=["t_s", "class", "waiting", "running", "tokens_per_s",
+                                     "kv_blocks_used", "swap_blocks_used", "preemptions"])
+    tenants = sorted({t for _, t in tel.tenant_tokens_bin})
+    for t in tenants:
+        bins = (df["t_s"] / iv_s).round().astype("int64")
+        df[f"tenant_tokens_per_s[{t}]"] = [tel.tenant_tokens_bin.get((b, t), 0) / iv_s for b in bins]
+    return df
