@@ -39,7 +39,7 @@ INF = float("inf")
 NEVER = 2**62
 
 
-@dataclass
+@dataclass(slots=True)
 class Scheduled:
     """One request's share of a step."""
 
@@ -93,6 +93,7 @@ class Engine:
         self._admit_seq = 0
         self._dynamic = bool(getattr(policy, "dynamic", False))
         self._next_change_ns = NEVER
+        self._order: list[Request] | None = None  # cached rank order of self.running
         self.iterations = 0
         self.events = 0
         self.busy_ns = 0
@@ -103,6 +104,9 @@ class Engine:
         if not cfg.chunked_prefill:
             self.chunk_cap = NEVER
         self.oracle = bool(getattr(policy, "oracle", False))
+        # skip the per-request hook when the policy keeps no books (most policies)
+        from policies.base import BasePolicy
+        self._hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
 
     # ---- ranking ---------------------------------------------------------------------------
     def _key(self, req: Request, now_s: float) -> tuple:
@@ -124,6 +128,7 @@ class Engine:
         self.waiting = items
         for r in self.running:
             r.key = self._key(r, now_s)
+        self._order = None
 
     def _update_next_change(self, now_ns: int) -> None:
         t = self.policy.next_change(now_ns / NS)
@@ -170,37 +175,53 @@ class Engine:
         return need if need <= budget else 0
 
     def _ranked_running(self) -> list[Request]:
-        return sorted(self.running, key=lambda r: (r.key, r.admit_seq))
+        """Running requests, most urgent first (cached until the set or the keys change)."""
+        if self._order is None:
+            self._order = sorted(self.running, key=lambda r: (r.key, r.admit_seq))
+        return self._order
 
     def plan(self, now_ns: int) -> StepPlan:
+        """Decide the next step (see module docstring). Mutates blocks and the running set;
+        the step's time is then priced from :meth:`aggregates` and applied by :meth:`apply`."""
         plan = StepPlan()
         budget = self.cfg.max_batched_tokens
-        order = self._ranked_running()
         scheduled: dict[int, Scheduled] = {}
         pool = self.pool
-        for req in order:
+        bs = self.bs
+        off = self.off
+        for req in self._ranked_running():
             if req.state is not State.RUNNING:
                 continue  # preempted earlier in this loop
-            n = self._chunk(req, budget)
-            if n == 0:
-                continue
-            new_blocks = self._blocks_needed(req, req.computed + n)
-            while new_blocks > 0 and new_blocks > pool.available_for(req.priority):
-                victim = self._lowest_running()
-                self._preempt(victim, plan, scheduled, now_ns)
-                budget = self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
-                if victim is req:
-                    break
-            if req.state is not State.RUNNING:
-                continue
-            n = min(n, self._chunk(req, budget)) if n > 1 else n
-            if n == 0:
-                continue
-            new_blocks = self._blocks_needed(req, req.computed + n)
-            if new_blocks > 0:
-                pool.allocate(req.cls_idx, new_blocks)
-                req.blocks += new_blocks
-            scheduled[req.request_id] = Scheduled(req, n, req.computed, req.tokens - req.computed == 1)
+            decode = req.tokens - req.computed == 1
+            if decode:
+                if budget < 1:
+                    continue
+                n = 1
+            else:
+                n = self._chunk(req, budget)
+                if n == 0:
+                    continue
+            if not off:
+                new_blocks = -(-(req.computed + n) // bs) - req.blocks
+                if new_blocks > 0:
+                    if new_blocks > pool.available_for(req.priority):
+                        while new_blocks > pool.available_for(req.priority):
+                            victim = self._lowest_running()
+                            self._preempt(victim, plan, scheduled, now_ns)
+                            if victim is req:
+                                break
+                        if req.state is not State.RUNNING:
+                            continue
+                        # victims scheduled earlier in this step gave their tokens back
+                        budget = self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+                        if not decode:
+                            n = self._chunk(req, budget)
+                        if n == 0 or budget < 1:
+                            continue
+                        new_blocks = -(-(req.computed + n) // bs) - req.blocks
+                    pool.allocate(req.cls_idx, new_blocks)
+                    req.blocks += new_blocks
+            scheduled[req.request_id] = Scheduled(req, n, req.computed, decode)
             budget -= n
         if plan.preempted == 0:
             budget = self._admit_waiting(plan, scheduled, budget, now_ns)
@@ -243,6 +264,7 @@ class Engine:
             if w.first_admit_ns < 0:
                 w.first_admit_ns = now_ns
             self.running.append(w)
+            self._order = None
             scheduled[w.request_id] = Scheduled(w, n, w.computed, w.tokens - w.computed == 1)
             plan.admitted += 1
             budget -= n
@@ -344,6 +366,7 @@ class Engine:
         """
         mode = self._choose_mode(v)
         self.running.remove(v)
+        self._order = None
         scheduled.pop(v.request_id, None)
         v.preemptions += 1
         plan.preempted += 1
@@ -390,63 +413,81 @@ class Engine:
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
 
     def apply(self, plan: StepPlan, start_ns: int, durations: np.ndarray, compute_ns: int) -> None:
-        """Apply ``len(durations)`` identical steps of ``plan`` (k > 1 only for pure decode)."""
+        """Apply ``len(durations)`` identical steps of ``plan`` (k > 1 only for pure decode).
+
+        Every scheduled request's computed tokens advance; a request whose computed tokens reach
+        its known tokens emits one token per step (first token at the end of its prefill).
+        Requests that reach their output length finish at the end of the last step.
+
+        Inter-token gaps: a request that also emitted at the end of the previous step has gap
+        = this step's duration (counted per class, weighted); any other gap (after a stall, a
+        preemption, a step it sat out) is recorded individually.
+        """
         k = len(durations)
         total = int(durations.sum())
         end_ns = start_ns + total
+        end_s = end_ns / NS
         service_s = total / NS
         self.iterations += k
         self.busy_ns += total
-        transfer = total - compute_ns if k == 1 else 0
-        recompute = 0
-        if k == 1:
-            toks = sum(s.tokens for s in plan.items)
-            rtoks = sum(s.tokens for s in plan.items if not s.decode and s.req.generated > 0)
-            recompute = compute_ns * rtoks // max(toks, 1)
-        self.thrash_ns += transfer + recompute
         tel = self.tel
-        tel.on_step(plan, start_ns, durations, compute_ns)
         finished = []
-        if k > 1:
-            d1 = durations[1:]
-            rest_sum = int(d1.sum())
-            rest_sq = int((d1.astype(np.float64) ** 2).sum())
-            rest_max = int(d1.max())
-        first_end = start_ns + int(durations[0])
+        d0 = int(durations[0])
+        first_end = start_ns + d0
+        run_max = int(durations.max())
+        nc = len(self.classes)
+        emitted = [0] * nc  # requests emitting a token each step, per class
+        steady = [0] * nc  # ... of which emitted at the end of the previous step too
+        irregular = tel.itl_scalars
+        by_tenant: dict[str, int] = {}
+        step_tokens = recompute_tokens = 0
+        recompute_by_class: dict[int, int] = {}
         for s in plan.items:
             r = s.req
             r.attained_s += service_s
-            r.last_scheduled_s = end_ns / NS
+            r.last_scheduled_s = end_s
+            if k == 1:
+                step_tokens += s.tokens
+                if not s.decode and r.generated:  # re-prefill after a recompute preemption
+                    recompute_tokens += s.tokens
+                    recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
             r.computed += s.tokens + (k - 1)
             if r.computed < r.tokens + (k - 1):
-                continue  # prefill chunk that does not finish the prompt
-            # a token is emitted at the end of each of the k steps
+                continue  # a prefill chunk that does not finish the prompt
             r.generated += k
             r.tokens += k
-            if r.first_token_ns < 0:
-                r.first_token_ns = first_end
-                tel.on_first_token(r)
+            ci = r.cls_idx
+            emitted[ci] += 1
+            t = r.tenant
+            by_tenant[t] = by_tenant.get(t, 0) + 1
+            last = r.last_token_ns
+            if last == start_ns:
+                steady[ci] += 1
+                if run_max > r.max_itl_ns:
+                    r.max_itl_ns = run_max
+            elif last < 0:
+                r.first_token_ns = first_end  # no gap before a first token
             else:
-                gap = first_end - r.last_token_ns
-                r.itl_n += 1
-                r.itl_sum += gap
-                r.itl_sq += gap * gap
-                if gap > r.max_itl_ns:
-                    r.max_itl_ns = gap
-                tel.itl_sample(r.cls_idx, gap)
-            if k > 1:
-                r.itl_n += k - 1
-                r.itl_sum += rest_sum
-                r.itl_sq += rest_sq
-                if rest_max > r.max_itl_ns:
-                    r.max_itl_ns = rest_max
+                gap = first_end - last
+                irregular[ci].append(gap)
+                m = gap if k == 1 else max(gap, int(durations[1:].max()))
+                if m > r.max_itl_ns:
+                    r.max_itl_ns = m
             r.last_token_ns = end_ns
             if r.generated >= r._output:
                 finished.append(r)
-        if k > 1:
-            tel.itl_run(plan, durations)
-        for s in plan.items:
-            self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_ns / NS)
+        if k == 1:
+            # engine time lost to preemption: transfers, plus re-prefill's share of compute
+            self.thrash_ns += total - compute_ns
+            if recompute_tokens:
+                self.thrash_ns += compute_ns * recompute_tokens // step_tokens
+                for ci, toks in recompute_by_class.items():
+                    tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
+        tel.itl_steps(emitted, steady, durations)
+        tel.on_step(start_ns, durations, emitted, by_tenant)
+        if self._hooks_scheduled:
+            for s in plan.items:
+                self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
         if self.trace is not None:
             self._trace(plan, start_ns, durations)
         for r in finished:
@@ -454,6 +495,7 @@ class Engine:
 
     def _finish(self, r: Request, now_ns: int) -> None:
         self.running.remove(r)
+        self._order = None
         if r.blocks:
             self.pool.release(r.cls_idx, r.blocks)
         r.blocks = 0

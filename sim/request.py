@@ -51,7 +51,7 @@ class Request:
         "attained_s", "first_admit_ns",
         # accounting
         "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
-        "itl_n", "itl_sum", "itl_sq", "reject_reason", "wasted_tokens",
+        "reject_reason", "wasted_tokens",
     )
 
     def __init__(self, request_id: int, arrival_ns: int, tenant: str, cls: str, cls_idx: int,
@@ -95,9 +95,6 @@ class Request:
         self.swapped_blocks = 0
         self.swap_fallbacks = 0
         self.max_itl_ns = 0
-        self.itl_n = 0
-        self.itl_sum = 0
-        self.itl_sq = 0
         self.reject_reason = ""
         self.wasted_tokens = 0
 

@@ -90,8 +90,7 @@ class Results:
                           "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
                           "generated_tokens": "int64", "preemptions": "int64", "swapped_blocks": "int64",
                           "recomputed_tokens": "int64", "swap_fallbacks": "int64"})
-        for c in ("arrival_s", "admitted_s", "first_token_s", "finish_s", "max_itl_s", "itl_mean_s",
-                  "itl_std_s", "deadline_s"):
+        for c in ("arrival_s", "admitted_s", "first_token_s", "finish_s", "max_itl_s", "deadline_s"):
             req[c] = req[c].astype("float64")
         req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
         req["queue_wait_s"] = req["admitted_s"] - req["arrival_s"]

@@ -21,7 +21,7 @@ COLUMNS = (
     "request_id", "tenant", "class", "priority", "stream", "user", "arrival_s", "admitted_s",
     "first_token_s", "finish_s", "prompt_tokens", "output_tokens", "max_tokens",
     "generated_tokens", "status", "reject_reason", "preemptions", "swapped_blocks",
-    "recomputed_tokens", "swap_fallbacks", "max_itl_s", "itl_mean_s", "itl_std_s", "deadline_s",
+    "recomputed_tokens", "swap_fallbacks", "max_itl_s", "deadline_s",
 )
 
 
@@ -38,8 +38,9 @@ class Telemetry:
         self.preempt_class = [0] * nc
         self.swap_ns_class = [0] * nc
         self.recompute_ns_class = [0] * nc
-        self.itl_vals: list[list] = [[] for _ in range(nc)]  # per class: list of arrays or ints
-        self.itl_wts: list[list] = [[] for _ in range(nc)]
+        self.itl_scalars: list[list[int]] = [[] for _ in range(nc)]  # single gaps, weight 1
+        self.itl_vals: list[list] = [[] for _ in range(nc)]  # per class: arrays of run gaps
+        self.itl_wts: list[list] = [[] for _ in range(nc)]  # ... and their weights
         self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
         self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
         self.preempt_bin: dict[int, int] = defaultdict(int)
@@ -49,9 +50,6 @@ class Telemetry:
     # ---- request lifecycle ---------------------------------------------------------------
     def on_arrival(self, req: Request) -> None:
         self.arrivals[req.cls_idx] += 1
-
-    def on_first_token(self, req: Request) -> None:
-        pass
 
     def on_preempt(self, req: Request, mode: str, now_ns: int) -> None:
         self.preempt_by_mode[mode] += 1
@@ -84,69 +82,49 @@ class Telemetry:
         c["swapped_blocks"].append(req.swapped_blocks)
         c["recomputed_tokens"].append(req.recomputed_tokens)
         c["swap_fallbacks"].append(req.swap_fallbacks)
-        n = req.itl_n
-        c["max_itl_s"].append(req.max_itl_ns / NS if n else np.nan)
-        if n:
-            mean = req.itl_sum / n
-            var = max(req.itl_sq / n - mean * mean, 0.0)
-            c["itl_mean_s"].append(mean / NS)
-            c["itl_std_s"].append(var ** 0.5 / NS)
-        else:
-            c["itl_mean_s"].append(np.nan)
-            c["itl_std_s"].append(np.nan)
+        c["max_itl_s"].append(req.max_itl_ns / NS if req.generated > 1 else np.nan)
         c["deadline_s"].append(req.deadline_s)
 
     # ---- steps ---------------------------------------------------------------------------
-    def on_step(self, plan, start_ns: int, durations: np.ndarray, compute_ns: int) -> None:
-        """Count emitted tokens per class/tenant per interval; attribute recompute time."""
-        k = len(durations)
+    def on_step(self, start_ns: int, durations: np.ndarray, emitted: list[int], by_tenant: dict) -> None:
+        """Count tokens emitted per class and tenant per interval (by each step's end time)."""
         iv = self.interval_ns
-        if k == 1:
-            end = start_ns + int(durations[0])
-            b = end // iv
-            toks = sum(s.tokens for s in plan.items)
-            for s in plan.items:
-                r = s.req
-                if s.decode or s.prefix + s.tokens >= r.tokens:
-                    self.tokens_bin[(b, r.cls_idx)] += 1
-                    self.tenant_tokens_bin[(b, r.tenant)] += 1
-                if not s.decode and r.generated > 0 and toks:
-                    self.recompute_ns_class[r.cls_idx] += compute_ns * s.tokens // toks
+        if len(durations) == 1:
+            b = (start_ns + int(durations[0])) // iv
+            for ci, m in enumerate(emitted):
+                if m:
+                    self.tokens_bin[(b, ci)] += m
+            for t, m in by_tenant.items():
+                self.tenant_tokens_bin[(b, t)] += m
             return
         ends = start_ns + np.cumsum(durations)
         bins, counts = np.unique(ends // iv, return_counts=True)
-        per_class: dict[int, int] = defaultdict(int)
-        per_tenant: dict[str, int] = defaultdict(int)
-        for s in plan.items:
-            per_class[s.req.cls_idx] += 1
-            per_tenant[s.req.tenant] += 1
         for b, cnt in zip(bins.tolist(), counts.tolist()):
-            for ci, m in per_class.items():
-                self.tokens_bin[(b, ci)] += m * cnt
-            for t, m in per_tenant.items():
+            for ci, m in enumerate(emitted):
+                if m:
+                    self.tokens_bin[(b, ci)] += m * cnt
+            for t, m in by_tenant.items():
                 self.tenant_tokens_bin[(b, t)] += m * cnt
 
-    def itl_sample(self, cls_idx: int, gap_ns: int) -> None:
-        self.itl_vals[cls_idx].append(gap_ns)
-        self.itl_wts[cls_idx].append(1)
-
-    def itl_run(self, plan, durations: np.ndarray) -> None:
-        per_class: dict[int, int] = defaultdict(int)
-        for s in plan.items:
-            per_class[s.req.cls_idx] += 1
-        rest = durations[1:]
-        for ci, m in per_class.items():
-            self.itl_vals[ci].append(rest)
-            self.itl_wts[ci].append(m)
+    def itl_steps(self, emitted: list[int], steady: list[int], durations: np.ndarray) -> None:
+        """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
+        too have gap = the first step's duration; every request has the k-1 inner gaps."""
+        k = len(durations)
+        for ci in range(len(emitted)):
+            if steady[ci]:
+                self.itl_vals[ci].append(durations[:1])
+                self.itl_wts[ci].append(steady[ci])
+            if k > 1 and emitted[ci]:
+                self.itl_vals[ci].append(durations[1:])
+                self.itl_wts[ci].append(emitted[ci])
 
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
-        vals, wts = [], []
+        """All inter-token gaps of a class (ns) with their weights."""
+        vals = [np.asarray(self.itl_scalars[cls_idx], dtype=np.int64)]
+        wts = [np.ones(len(vals[0]), dtype=np.int64)]
         for v, w in zip(self.itl_vals[cls_idx], self.itl_wts[cls_idx]):
-            a = np.atleast_1d(np.asarray(v, dtype=np.int64))
-            vals.append(a)
-            wts.append(np.full(len(a), w, dtype=np.int64))
-        if not vals:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            vals.append(v)
+            wts.append(np.full(len(v), w, dtype=np.int64))
         return np.concatenate(vals), np.concatenate(wts)
 
     # ---- time series ---------------------------------------------------------------------

@@ -1,0 +1,437 @@
+"""Turn ``[[streams]]`` tables into a :class:`Workload`: open requests and closed-loop users.
+
+A stream is one of four kinds, decided by its keys:
+
+* ``synthetic``: an ``arrival`` process x ``prompt_tokens``/``output_tokens`` length models;
+* ``replay``: a per-request ``trace`` with times and no ``arrival`` (times shifted by ``t0``,
+  cut to ``trace.window``, compressed by ``load_scale``);
+* ``trace_lengths``: a ``trace`` *and* an ``arrival`` process: each request's lengths (and
+  hash_ids, features) are a row drawn at random from the trace;
+* ``servegen``: a ServeGen client sampled window by window.
+
+Any of them with ``arrival.process = "closed_loop"`` becomes a :class:`ClosedLoopStream` that
+the engine drives. Times are seconds from the start of the simulation; token counts are int64.
+Randomness: named child seeds ``SeedSequence(seed, spawn_key=(stream index, name))``, so adding
+a stream never changes another stream's requests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from workloads.arrivals import ClosedLoop, parse_arrival
+from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
+from workloads.lengths import LengthModel, parse_length, sample_pair
+from workloads.servegen import load_client, sample_client
+from workloads.traces import check_trace_spec, load_trace
+
+STREAM_KEYS = {"tenant", "class", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
+               "deadline_s", "start_s", "stop_s", "correlation", "trace", "assign", "name"}
+ASSIGN_KEYS = {"column", "equals", "above", "below", "fraction", "tenant", "class"}
+RNG_NAMES = {"arrivals": 0, "lengths": 1, "attributes": 2, "closed": 3}
+REQUIRED_COLUMNS = {"arrival_s": "float64", "tenant": "object", "cls": "object",
+                    "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
+                    "deadline_s": "float64", "stream": "int64"}
+
+
+def child_rng(seed: int, stream: int, name: str) -> np.random.Generator:
+    """The generator for one named purpose of one stream (independent of other streams)."""
+    return np.random.Generator(np.random.PCG64(
+        np.random.SeedSequence(seed, spawn_key=(stream, RNG_NAMES[name]))))
+
+
+@dataclass
+class _Stream:
+    """A checked stream table."""
+
+    index: int
+    tenant: str
+    cls: str
+    kind: str
+    arrival: Any = None
+    prompt: LengthModel | None = None
+    output: LengthModel | None = None
+    rho: float = 0.0
+    max_tokens: int | None = None
+    deadline_s: float = math.nan
+    start_s: float = 0.0
+    stop_s: float | None = None
+    trace: dict | None = None
+    assign: list[dict] = field(default_factory=list)
+
+
+def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) -> _Stream:
+    path = f"streams[{i}]"
+    require(path, s, isinstance(s, dict), "a table")
+    unknown_keys(path, s, STREAM_KEYS)
+    for k in ("tenant", "class"):
+        require(f"{path}.{k}", s.get(k), isinstance(s.get(k), str) and s.get(k) != "",
+                "a non-empty string")
+    if class_names is not None:
+        require(f"{path}.class", s["class"], s["class"] in class_names,
+                f"one of the [[classes]] names ({', '.join(sorted(class_names))})")
+    st = _Stream(i, s["tenant"], s["class"], "synthetic")
+    try:
+        if "start_s" in s:
+            st.start_s = number("start_s", s["start_s"], ge=0)
+        if "stop_s" in s:
+            st.stop_s = number("stop_s", s["stop_s"], gt=st.start_s)
+        if "deadline_s" in s:
+            st.deadline_s = number("deadline_s", s["deadline_s"], gt=0)
+        if "max_tokens" in s:
+            st.max_tokens = integer("max_tokens", s["max_tokens"], ge=1)
+        if "correlation" in s:
+            st.rho = number("correlation", s["correlation"], ge=-1, le=1)
+    except WorkloadError as exc:
+        raise prefixed(path, exc) from None
+    trace = s.get("trace")
+    if trace is not None:
+        try:
+            check_trace_spec(trace, base_dir)
+        except WorkloadError as exc:
+            raise prefixed(f"{path}.trace", exc) from None
+        st.trace = trace
+    if "arrival" in s:
+        try:
+            st.arrival = parse_arrival(s["arrival"])
+        except WorkloadError as exc:
+            raise prefixed(f"{path}.arrival", exc) from None
+    loader = _column_loader(base_dir)
+    for k in ("prompt_tokens", "output_tokens"):
+        if k in s:
+            require(f"{path}.{k}", s[k], trace is None,
+                    "absent when the stream has a trace (its lengths come from the trace)")
+            try:
+                setattr(st, k.split("_")[0], parse_length(s[k], column_loader=loader))
+            except WorkloadError as exc:
+                raise prefixed(f"{path}.{k}", exc) from None
+    if trace is None:
+        for k in ("prompt_tokens", "output_tokens"):
+            require(f"{path}.{k}", None, k in s, "a length model (or give the stream a trace)")
+        require(f"{path}.arrival", None, st.arrival is not None,
+                "an arrival process { process = ... } (or give the stream a trace)")
+    elif trace["format"] == "servegen":
+        st.kind = "servegen"
+        require(f"{path}.arrival", s.get("arrival"), st.arrival is None,
+                "absent for a servegen trace (it brings its own arrivals)")
+    elif st.arrival is not None:
+        st.kind = "trace_lengths"
+    else:
+        st.kind = "replay"
+        require(f"{path}.arrival", None, trace["format"] not in ("sharegpt",) and (
+            trace["format"] not in ("csv", "jsonl") or "arrival_s" in trace.get("columns", {})),
+            f"an arrival process: the {trace['format']} trace has no arrival times")
+    if "correlation" in s:
+        require(f"{path}.correlation", s["correlation"], trace is None,
+                "absent for trace streams (their lengths are already paired)")
+    rules = s.get("assign", [])
+    require(f"{path}.assign", rules, isinstance(rules, list), "a list of tables")
+    if rules:
+        require(f"{path}.assign", rules, not isinstance(st.arrival, ClosedLoop),
+                "absent for closed-loop streams (one tenant and class per stream)")
+    for j, r in enumerate(rules):
+        _check_rule(f"{path}.assign[{j}]", r, class_names)
+    st.assign = rules
+    return st
+
+
+def _check_rule(path: str, r: Any, class_names: set[str] | None) -> None:
+    require(path, r, isinstance(r, dict), "a table")
+    unknown_keys(path, r, ASSIGN_KEYS)
+    has_col, has_frac = "column" in r, "fraction" in r
+    require(path, r, has_col != has_frac, "a table with either 'column' (and equals/above/below) "
+            "or 'fraction'")
+    if has_col:
+        c = r["column"]
+        require(f"{path}.column", c, isinstance(c, str) and (
+            c in ("prompt_tokens", "output_tokens") or c.startswith("f_")),
+            "prompt_tokens, output_tokens or a feature column f_*")
+        conds = [k for k in ("equals", "above", "below") if k in r]
+        require(path, r, len(conds) >= 1, "a condition: equals, above or below")
+        for k in ("above", "below"):
+            if k in r:
+                number(f"{path}.{k}", r[k])
+    else:
+        number(f"{path}.fraction", r["fraction"], ge=0, le=1)
+    require(path, r, "tenant" in r or "class" in r, "a target: tenant and/or class")
+    if "tenant" in r:
+        require(f"{path}.tenant", r["tenant"], isinstance(r["tenant"], str) and r["tenant"],
+                "a non-empty string")
+    if "class" in r and class_names is not None:
+        require(f"{path}.class", r["class"], r["class"] in class_names,
+                f"one of the [[classes]] names ({', '.join(sorted(class_names))})")
+
+
+def _column_loader(base_dir: Path) -> Callable[[Any, str], np.ndarray]:
+    def load(trace: Any, column: str) -> np.ndarray:
+        try:
+            tr = load_trace(trace, base_dir)
+        except WorkloadError as exc:
+            raise prefixed("trace", exc) from None
+        require("column", column, column in tr.df.columns,
+                f"a column of the trace ({', '.join(tr.df.columns)})")
+        return tr.df[column].to_numpy(dtype=float)
+    return load
+
+
+def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path) -> None:
+    """Check every stream table before any work; raise :class:`WorkloadError` naming the key."""
+    require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
+    for i, s in enumerate(streams):
+        _check_stream(i, s, set(class_names), Path(base_dir))
+
+
+class ClosedLoopStream:
+    """``users`` closed-loop users of one stream; the engine calls ``start`` then ``next``.
+
+    Each user has its own generator (spawned from the stream's ``closed`` seed), so the requests
+    a user sends do not depend on the order in which the engine reports completions.
+    Times in seconds; the row dict has prompt_tokens, output_tokens, max_tokens (int) and
+    deadline_s (float, NaN if none).
+    """
+
+    def __init__(self, stream: int, tenant: str, cls: str, users: int, think: LengthModel,
+                 start_s: float, stop_s: float, draw_row: Callable[[np.random.Generator], dict],
+                 seed: int) -> None:
+        self.stream, self.tenant, self.cls, self.users = stream, tenant, cls, users
+        self.think, self.start_s, self.stop_s = think, start_s, stop_s
+        self._draw_row = draw_row
+        seq = np.random.SeedSequence(seed, spawn_key=(stream, RNG_NAMES["closed"]))
+        self._rngs = [np.random.Generator(np.random.PCG64(c)) for c in seq.spawn(users)]
+
+    def start(self) -> list[tuple[int, float, dict]]:
+        """Each user's first request, staggered uniformly within one mean think time."""
+        out = []
+        for u, rng in enumerate(self._rngs):
+            t = self.start_s + float(rng.random()) * self.think.mean
+            if t < self.stop_s:
+                out.append((u, t, self._draw_row(rng)))
+        return out
+
+    def next(self, user: int, done_s: float) -> tuple[float, dict] | None:
+        """User ``user``'s next request after its answer came back at ``done_s`` (None: none)."""
+        rng = self._rngs[user]
+        t = float(done_s) + float(self.think.sample(rng, 1)[0])
+        if t >= self.stop_s:
+            return None
+        return t, self._draw_row(rng)
+
+    def __repr__(self) -> str:
+        return (f"ClosedLoopStream(stream={self.stream}, tenant={self.tenant!r}, cls={self.cls!r}, "
+                f"users={self.users}, think_mean_s={self.think.mean:.3g})")
+
+
+@dataclass
+class Workload:
+    """Pre-generated open requests (sorted by arrival), closed-loop users, and provenance."""
+
+    open: pd.DataFrame
+    closed: list[ClosedLoopStream]
+    meta: dict
+
+
+def empty_frame() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in REQUIRED_COLUMNS.items()})
+
+
+def _apply_rules(st: _Stream, df: pd.DataFrame, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    n = len(df)
+    tenant = np.full(n, st.tenant, dtype=object)
+    cls = np.full(n, st.cls, dtype=object)
+    free = np.ones(n, dtype=bool)
+    for j, r in enumerate(st.assign):
+        if "fraction" in r:
+            hit = rng.random(n) < float(r["fraction"])
+        else:
+            c = r["column"]
+            if c not in df.columns:
+                raise WorkloadError(f"streams[{st.index}].assign[{j}].column: {c!r} is not a column "
+                                    f"of this stream ({', '.join(df.columns)})")
+            v = df[c]
+            hit = np.ones(n, dtype=bool)
+            if "equals" in r:
+                hit &= (v == r["equals"]).to_numpy()
+            if "above" in r:
+                hit &= (pd.to_numeric(v, errors="coerce") > r["above"]).to_numpy()
+            if "below" in r:
+                hit &= (pd.to_numeric(v, errors="coerce") < r["below"]).to_numpy()
+        hit &= free
+        if "tenant" in r:
+            tenant[hit] = r["tenant"]
+        if "class" in r:
+            cls[hit] = r["class"]
+        free &= ~hit
+    return tenant, cls
+
+
+def _cap(st: _Stream, out: np.ndarray, default_max: int, meta: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Declared ``max_tokens`` caps outputs (generation stops there); else max(default, output)."""
+    if st.max_tokens is not None:
+        meta["outputs_capped"] = int((out > st.max_tokens).sum())
+        out = np.minimum(out, st.max_tokens)
+        return out, np.full(out.size, st.max_tokens, dtype=np.int64)
+    meta["max_tokens_default"] = int(default_max)
+    return out, np.maximum(out, default_max).astype(np.int64)
+
+
+def _synthetic_lengths(st: _Stream, rng: np.random.Generator, n: int) -> pd.DataFrame:
+    p, o = sample_pair(rng, n, st.prompt, st.output, st.rho)
+    return pd.DataFrame({"prompt_tokens": p.astype(np.int64), "output_tokens": o.astype(np.int64)})
+
+
+def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
+                lenient: bool, meta: dict) -> pd.DataFrame:
+    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
+    dur = max(0.0, end - st.start_s)
+    r_arr, r_len, r_att = (child_rng(seed, st.index, k) for k in ("arrivals", "lengths", "attributes"))
+    trace_df = None
+    default_max = None
+    if st.kind in ("replay", "trace_lengths"):
+        tr = load_trace(st.trace, base_dir, lenient)
+        meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
+                    zero_lengths_raised=tr.zero_lengths)
+        if tr.skipped_examples:
+            meta["skipped_examples"] = tr.skipped_examples
+        trace_df = tr.df
+        default_max = int(trace_df["output_tokens"].max()) if len(trace_df) else 1
+    if st.kind == "synthetic" or st.kind == "trace_lengths":
+        proc = st.arrival.scaled(load_scale)
+        meta["mean_rate"] = float(proc.mean_rate)
+        t = proc.sample(r_arr, dur) + st.start_s
+        if st.kind == "synthetic":
+            df = _synthetic_lengths(st, r_len, t.size)
+            default_max = st.output.upper_bound()
+        else:
+            if len(trace_df) == 0:
+                raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {meta['source']}")
+            df = trace_df.iloc[r_len.integers(0, len(trace_df), t.size)].drop(
+                columns=["arrival_s"], errors="ignore").reset_index(drop=True)
+        df.insert(0, "arrival_s", t)
+    elif st.kind == "replay":
+        w0, w1 = st.trace.get("window", [0.0, math.inf])
+        t = trace_df["arrival_s"].to_numpy()
+        inside = (t >= w0) & (t < w1)
+        meta["rows_outside_window"] = int((~inside).sum())
+        df = trace_df.loc[inside].reset_index(drop=True)
+        df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
+    else:  # servegen
+        spec = st.trace
+        from workloads.traces import resolve_path
+        client = load_client(resolve_path(spec["path"], base_dir), spec.get("client"))
+        w0, w1 = spec.get("window", [0.0, math.inf])
+        w1 = min(w1, w0 + dur * load_scale)
+        df = sample_client(client, r_arr, r_len, w0, w1)
+        meta.update(source=client.name, trace_window_s=[float(w0), float(w1)])
+        df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
+        default_max = int(max(e.values.max() for e in client.outputs))
+    if st.kind in ("replay", "servegen") and st.trace is not None and "sample" in st.trace:
+        keep = r_att.random(len(df)) < float(st.trace["sample"])
+        meta["rows_sampled_out"] = int((~keep).sum())
+        df = df.loc[keep].reset_index(drop=True)
+    t = df["arrival_s"].to_numpy()
+    late = (t >= end) | (t < st.start_s)
+    if st.kind == "replay":
+        meta["rows_before_start"] = int((t < st.start_s).sum())
+        meta["rows_after_horizon"] = int((t >= end).sum())
+    df = df.loc[~late].reset_index(drop=True)
+    out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta)
+    df["output_tokens"] = out
+    tenant, cls = _apply_rules(st, df, r_att)
+    df["tenant"], df["cls"] = tenant, cls
+    df["max_tokens"] = mx
+    df["deadline_s"] = np.full(len(df), st.deadline_s, dtype=np.float64)
+    df["stream"] = np.full(len(df), st.index, dtype=np.int64)
+    df["arrival_s"] = df["arrival_s"].astype(np.float64)
+    order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
+    meta["requests"] = len(df)
+    return df.iloc[order].reset_index(drop=True)
+
+
+def _build_closed(st: _Stream, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
+                  lenient: bool, meta: dict) -> ClosedLoopStream:
+    proc = st.arrival.scaled(load_scale)
+    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
+    meta.update(users=proc.users, think_mean_s=proc.think.mean, mean_rate_bound=proc.mean_rate)
+    deadline = st.deadline_s
+    if st.trace is not None:
+        tr = load_trace(st.trace, base_dir, lenient)
+        meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped)
+        if len(tr.df) == 0:
+            raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {tr.source}")
+        P = tr.df["prompt_tokens"].to_numpy()
+        O = tr.df["output_tokens"].to_numpy()
+        default_max = int(O.max())
+
+        def lengths(rng: np.random.Generator) -> tuple[int, int]:
+            k = int(rng.integers(0, P.size))
+            return int(P[k]), int(O[k])
+    else:
+        default_max = st.output.upper_bound()
+
+        def lengths(rng: np.random.Generator) -> tuple[int, int]:
+            p, o = sample_pair(rng, 1, st.prompt, st.output, st.rho)
+            return int(p[0]), int(o[0])
+
+    cap = st.max_tokens
+
+    def draw_row(rng: np.random.Generator) -> dict:
+        p, o = lengths(rng)
+        if cap is not None:
+            o, mx = min(o, cap), cap
+        else:
+            mx = max(o, default_max)
+        return {"prompt_tokens": p, "output_tokens": o, "max_tokens": mx, "deadline_s": deadline}
+
+    return ClosedLoopStream(st.index, st.tenant, st.cls, proc.users, proc.think, st.start_s, end,
+                            draw_row, seed)
+
+
+def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir: Path,
+                   load_scale: float = 1.0, lenient: bool = False) -> Workload:
+    """Generate every stream's requests up to ``horizon_s`` seconds (see module docstring)."""
+    number("horizon_s", horizon_s, gt=0)
+    integer("seed", seed, ge=0)
+    number("load_scale", load_scale, gt=0)
+    require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
+    base_dir = Path(base_dir)
+    checked = [_check_stream(i, s, None, base_dir) for i, s in enumerate(streams)]
+    frames, closed, metas = [], [], []
+    for st in checked:
+        m: dict[str, Any] = {"stream": st.index, "kind": st.kind, "tenant": st.tenant,
+                             "class": st.cls}
+        if isinstance(st.arrival, ClosedLoop):
+            m["kind"] = "closed_loop" + ("" if st.kind == "synthetic" else f"+{st.kind}")
+            closed.append(_build_closed(st, seed, horizon_s, load_scale, base_dir, lenient, m))
+        else:
+            frames.append(_build_open(st, seed, horizon_s, load_scale, base_dir, lenient, m))
+        metas.append(m)
+    df = _assemble(frames)
+    return Workload(df, closed, {"seed": seed, "horizon_s": horizon_s, "load_scale": load_scale,
+                                 "lenient": lenient, "streams": metas})
+
+
+def _assemble(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_frame()
+    df = pd.concat(frames, ignore_index=True, sort=False)
+    df = df.iloc[np.argsort(df["arrival_s"].to_numpy(), kind="stable")].reset_index(drop=True)
+    cols = list(REQUIRED_COLUMNS)
+    if "hash_ids" in df.columns:
+        h = df["hash_ids"].to_numpy(dtype=object)
+        df["hash_ids"] = pd.Series([x if isinstance(x, tuple) else None for x in h], dtype=object)
+        cols.append("hash_ids")
+    cols += sorted(c for c in df.columns if c.startswith("f_"))
+    df = df[cols]
+    for c, t in REQUIRED_COLUMNS.items():
+        df[c] = df[c].astype(t)
+    return df
+
+
+__all__ = ["Workload", "ClosedLoopStream", "validate_streams", "build_workload", "child_rng",
+           "empty_frame", "REQUIRED_COLUMNS", "STREAM_KEYS"]
