@@ -141,6 +141,10 @@ class Engine:
         need = req.prompt_tokens + req.max_tokens
         if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:
             return self._reject(req, "too_large", now_ns)
+        if not self.cfg.chunked_prefill and need > self.cfg.max_batched_tokens:
+            # without chunking a (re-)prefill must fit one step's budget (as vLLM V0 requires
+            # max_num_batched_tokens >= max_model_len)
+            return self._reject(req, "too_large", now_ns)
         if self.gate is not None:
             reason = self.gate.check(req, now_ns / NS, self)
             if reason:
@@ -526,6 +530,23 @@ class Engine:
             for i in range(len(durations)):
                 self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id, kind,
                                    s.tokens if i == 0 else 1))
+
+    def check_invariants(self) -> None:
+        """KV conservation at this instant: pool counts match what requests hold."""
+        self.pool.check()
+        used = [0] * len(self.classes)
+        for r in self.running:
+            used[r.cls_idx] += r.blocks
+            if not self.off and r.blocks < self.pool.blocks_for(r.computed):
+                raise AssertionError(f"request {r.request_id} holds {r.blocks} blocks for {r.computed} tokens")
+        host = 0
+        for _, _, r in self.waiting:
+            if r.blocks:
+                raise AssertionError(f"waiting request {r.request_id} holds {r.blocks} device blocks")
+            host += r.host_blocks
+        if used != self.pool.used or host != self.pool.host_used:
+            raise AssertionError(f"KV not conserved: requests hold {used} (host {host}), pool says "
+                                 f"{self.pool.used} (host {self.pool.host_used})")
 
     # ---- fast-forward ----------------------------------------------------------------------
     def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> np.ndarray:

@@ -35,8 +35,12 @@ def _seed_for(seed: int, name: str) -> int:
 
 
 def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
-             load_scale: float = 1.0, gate=None) -> Results:
-    """Run ``scenario`` and return its Results (requests, summary, time series)."""
+             load_scale: float = 1.0, gate=None, check_invariants: bool = False) -> Results:
+    """Run ``scenario`` and return its Results (requests, summary, time series).
+
+    ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
+    ``check_invariants`` verifies KV conservation after every engine event (tests use it).
+    """
     wall0, cpu0 = time.perf_counter(), time.process_time()
     sc = scenario
     cfg = sc.engine
@@ -155,6 +159,8 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
                 yield env.timeout(min(next_arrival, stop_ns) - now)
                 continue
             plan = engine.plan(now)
+            if not plan.items and not plan.swap_out_blocks and plan.preempted:
+                continue  # every running request gave way; admission happens in the next plan
             if not plan.items and not plan.swap_out_blocks:
                 # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
                 if idle_since is None:
@@ -178,6 +184,8 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
                 raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
             yield env.timeout(int(durations.sum()))
             engine.apply(plan, now, durations, compute)
+            if check_invariants:
+                engine.check_invariants()
 
     env.process(loop())
     env.run()

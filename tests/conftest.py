@@ -1,0 +1,45 @@
+"""Shared fixtures: small scenario dicts and a runner."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from sim import scenario_from_dict, simulate
+
+LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_token_s": 1e-4,
+          "context_token_s": 1e-7, "swap_block_s": 1e-4}
+
+
+def small_scenario(**over) -> dict:
+    """Two classes, Poisson arrivals, a small KV pool so preemption happens."""
+    sc = {
+        "name": "small", "seed": 3, "horizon_s": 20.0, "drain": True,
+        "engine": {"profile": dict(LINEAR), "max_num_seqs": 8, "max_batched_tokens": 256,
+                   "block_size": 16, "kv_blocks": 64, "swap_blocks": 32, "preemption": "recompute",
+                   "preempt_for_waiting": "strict", "timeseries_interval_s": 1.0},
+        "policy": {"name": "priority"},
+        "classes": [{"name": "hi", "priority": 0, "ttft_slo_s": 1.0}, {"name": "lo", "priority": 1}],
+        "streams": [
+            {"tenant": "a", "class": "hi", "arrival": {"process": "poisson", "rate": 1.0},
+             "prompt_tokens": {"dist": "uniform", "low": 10, "high": 200},
+             "output_tokens": {"dist": "uniform", "low": 5, "high": 150}, "max_tokens": 150},
+            {"tenant": "b", "class": "lo", "arrival": {"process": "poisson", "rate": 2.0},
+             "prompt_tokens": {"dist": "uniform", "low": 50, "high": 400},
+             "output_tokens": {"dist": "uniform", "low": 20, "high": 300}, "max_tokens": 300},
+        ],
+    }
+    for k, v in over.items():
+        node = sc
+        parts = k.split("__")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = v
+    return sc
+
+
+@pytest.fixture
+def run():
+    def _run(sc: dict, **kw):
+        return simulate(scenario_from_dict(copy.deepcopy(sc)), **kw)
+    return _run

@@ -1,0 +1,146 @@
+"""The engine's core promises: events not ticks (fast-forward is exact), nothing lost,
+KV conserved, deterministic output."""
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import load_scenario, scenario_from_dict, simulate
+from tests.conftest import small_scenario
+
+MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("off", "never"),
+         ("recompute", "never"), ("swap", "threshold")]
+
+
+@pytest.mark.parametrize("preemption,pfw", MODES)
+def test_fast_forward_is_exact(run, preemption, pfw):
+    """A run with fast-forward gives the same request table, bit for bit, as one event per
+    iteration; and it takes fewer events."""
+    sc = small_scenario(engine__preemption=preemption, engine__preempt_for_waiting=pfw)
+    a = run(sc, trace_iterations=True)
+    sc2 = copy.deepcopy(sc)
+    sc2["engine"]["fast_forward"] = False
+    b = run(sc2, trace_iterations=True)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.iterations, b.iterations)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert a.summary_dict["run"]["iterations"] == b.summary_dict["run"]["iterations"]
+    assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"]
+
+
+def test_fast_forward_exact_on_default_scenario():
+    """The shipped default scenario (H200 profile, real batch flood), shortened."""
+    a = simulate(load_scenario(None, overrides=["horizon_s=8.0"]))
+    b = simulate(load_scenario(None, overrides=["horizon_s=8.0", "engine.fast_forward=false"]))
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"] / 1.5
+
+
+def _check_nothing_lost(res, n_arrivals=None):
+    r = res.requests
+    assert r["request_id"].is_unique
+    assert set(r["status"]) <= {"finished", "rejected", "unfinished"}
+    fin = r[r.status == "finished"]
+    assert (fin["generated_tokens"] == fin["output_tokens"]).all()
+    assert (fin["first_token_s"] >= fin["arrival_s"]).all()
+    assert (fin["finish_s"] >= fin["first_token_s"]).all()
+    rej = r[r.status == "rejected"]
+    assert (rej["reject_reason"] != "").all()
+    if n_arrivals is not None:
+        assert len(r) == n_arrivals
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    kv_blocks=st.integers(20, 120),
+    max_num_seqs=st.integers(1, 12),
+    budget=st.integers(32, 600),
+    preemption=st.sampled_from(["off", "recompute", "swap", "auto"]),
+    pfw=st.sampled_from(["never", "priority", "strict", "threshold"]),
+    swap_blocks=st.integers(0, 40),
+    chunked=st.booleans(),
+    drain=st.booleans(),
+    watermark=st.sampled_from([0.0, 0.05]),
+    reserved=st.integers(0, 10),
+)
+def test_invariants_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, preemption, pfw,
+                                        swap_blocks, chunked, drain, watermark, reserved):
+    """Every arrival ends in exactly one status, finished requests got exactly their output
+    tokens, KV blocks are conserved after every event (checked inside the run)."""
+    sc = small_scenario(seed=seed, horizon_s=8.0, drain=drain)
+    e = sc["engine"]
+    e.update(kv_blocks=kv_blocks, max_num_seqs=max_num_seqs, max_batched_tokens=budget,
+             preemption=preemption, preempt_for_waiting=pfw, swap_blocks=swap_blocks,
+             chunked_prefill=chunked, watermark=watermark)
+    sc["classes"][0]["reserved_blocks"] = reserved
+    res = simulate(scenario_from_dict(sc), check_invariants=True)
+    _check_nothing_lost(res)
+    if drain:
+        assert (res.requests.status != "unfinished").all()
+    ts = res.timeseries
+    assert (ts["kv_blocks_used"] <= kv_blocks).all()
+
+
+def _digest(path):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())
+            if p.name != "perf.json"}
+
+
+def test_same_seed_same_bytes(tmp_path):
+    sc = small_scenario()
+    a = simulate(scenario_from_dict(sc)).save(tmp_path / "a")
+    b = simulate(scenario_from_dict(sc)).save(tmp_path / "b")
+    assert _digest(a) == _digest(b)
+    assert {"requests.parquet", "summary.json", "timeseries.parquet"} <= set(_digest(a))
+    c = simulate(scenario_from_dict(small_scenario(seed=4))).save(tmp_path / "c")
+    assert _digest(a)["requests.parquet"] != _digest(c)["requests.parquet"]
+
+
+def test_too_large_is_rejected_at_arrival(run):
+    """A request whose prompt + max_tokens can never fit the pool is rejected, not deadlocked."""
+    sc = small_scenario(engine__kv_blocks=20)  # 320 tokens: many lo requests cannot fit
+    res = run(sc)
+    r = res.requests
+    big = (r.prompt_tokens + r.max_tokens) > 320
+    assert big.any()
+    assert (r.loc[big, "status"] == "rejected").all()
+    assert (r.loc[big, "reject_reason"] == "too_large").all()
+    assert (r.loc[big, "finish_s"].isna()).all()
+    assert (r.loc[~big, "status"] == "finished").all()
+
+
+def test_preemption_off_never_preempts(run):
+    res = run(small_scenario(engine__preemption="off", engine__preempt_for_waiting="never"))
+    assert res.requests["preemptions"].sum() == 0
+    assert (res.requests.status == "finished").all()
+
+
+def test_horizon_without_drain_marks_unfinished(run):
+    sc = small_scenario(drain=False, horizon_s=5.0)
+    sc["streams"][1]["arrival"] = {"process": "poisson", "rate": 20.0}
+    res = run(sc)
+    assert (res.requests.status == "unfinished").any()
+    assert res.summary_dict["run"]["end_s"] <= 5.0 + 1.0  # stops at the first step boundary after it
+
+
+def test_summary_has_the_promised_metrics(run):
+    res = run(small_scenario())
+    cls = res.summary_dict["classes"]["hi"]
+    for key in ("arrived", "finished", "rejected", "unfinished", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+                "e2e_p50_s", "e2e_p99_s", "tpot_p50_s", "tpot_p99_s", "queue_wait_p50_s", "queue_wait_p99_s",
+                "output_tokens_per_s", "preemptions", "slo_attainment", "itl_p50_s", "itl_p99_s",
+                "itl_std_s", "swap_s", "recompute_s"):
+        assert key in cls, key
+    assert "overall" in res.summary_dict and "tenants" in res.summary_dict
+    for key in ("thrash_ratio", "thrashing", "engine_events", "iterations"):
+        assert key in res.summary_dict["run"]
+    ts = res.timeseries
+    for col in ("t_s", "class", "waiting", "running", "kv_blocks_used", "tokens_per_s", "swap_blocks_used",
+                "preemptions"):
+        assert col in ts.columns
