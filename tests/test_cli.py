@@ -1,0 +1,134 @@
+"""The priosim command: the main job works, and bad input fails with one clear line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args, **kw):
+    return CliRunner().invoke(main, args, catch_exceptions=False, **kw)
+
+
+def test_run_default_prints_table_and_writes_files(tmp_path):
+    out = tmp_path / "run"
+    res = _run(["run", "--set", "horizon_s=5.0", "--out", str(out), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    assert "interactive" in res.output and "batch" in res.output and "ttft_p99_s" in res.output
+    for f in ("requests.parquet", "summary.json", "timeseries.parquet", "scenario.json", "manifest.json"):
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["classes"]) == {"interactive", "batch"}
+
+
+def _bad(tmp_path, text: str, *args) -> str:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    res = _run(["run", str(p), "--no-plots", "--out", str(tmp_path / "o"), *args])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    assert not (tmp_path / "o").exists()
+    return lines[0]
+
+
+GOOD = """
+name = "t"
+horizon_s = 5.0
+[engine]
+profile = "h200-llama-3-8b"
+[policy]
+name = "priority"
+[[classes]]
+name = "hi"
+priority = 0
+[[streams]]
+tenant = "a"
+class = "hi"
+arrival = { process = "poisson", rate = 1.0 }
+prompt_tokens = { dist = "constant", value = 100 }
+output_tokens = { dist = "constant", value = 10 }
+"""
+
+
+def test_good_file_runs(tmp_path):
+    p = tmp_path / "good.toml"
+    p.write_text(GOOD)
+    res = _run(["run", str(p), "--no-plots", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+
+
+def test_set_with_wrong_type(tmp_path):
+    p = tmp_path / "good.toml"
+    p.write_text(GOOD)
+    res = _run(["run", str(p), "--set", "engine.max_num_seqs=abc", "--no-plots"])
+    assert res.exit_code == 2
+    assert "engine.max_num_seqs" in res.output and "'abc'" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_default_scenario_set_with_wrong_type_via_console_script():
+    """The installed console script exits non-zero with one line."""
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", "--set", "engine.max_num_seqs=abc"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "engine.max_num_seqs" in proc.stderr
+
+
+def test_missing_file(tmp_path):
+    res = _run(["run", str(tmp_path / "missing.toml")])
+    assert res.exit_code == 2
+    assert "missing.toml" in res.output and "no such scenario file" in res.output
+
+
+def test_unknown_key(tmp_path):
+    line = _bad(tmp_path, GOOD.replace("[engine]\n", "[engine]\nmax_num_seq = 4\n"))
+    assert "bad.toml" in line and "engine.max_num_seq" in line and "unknown key" in line
+
+
+def test_wrong_type(tmp_path):
+    line = _bad(tmp_path, GOOD.replace("[engine]\n", "[engine]\nmax_num_seqs = \"many\"\n"))
+    assert "engine.max_num_seqs" in line and "integer" in line and "'many'" in line
+
+
+def test_negative_rate(tmp_path):
+    line = _bad(tmp_path, GOOD.replace("rate = 1.0", "rate = -2.0"))
+    assert "bad.toml" in line and "rate" in line and "-2" in line
+
+
+def test_class_named_by_no_stream(tmp_path):
+    line = _bad(tmp_path, GOOD + '\n[[classes]]\nname = "ghost"\npriority = 1\n')
+    assert "ghost" in line and "no stream" in line
+
+
+def test_unknown_policy(tmp_path):
+    line = _bad(tmp_path, GOOD.replace('name = "priority"', 'name = "priorty"'))
+    assert "priorty" in line and "did you mean 'priority'" in line
+
+
+def test_unknown_profile(tmp_path):
+    line = _bad(tmp_path, GOOD.replace('profile = "h200-llama-3-8b"', 'profile = "h900-nope"'))
+    assert "engine.profile" in line and "h900-nope" in line
+
+
+def test_user_policy_by_dotted_path(tmp_path):
+    p = tmp_path / "good.toml"
+    p.write_text(GOOD)
+    res = _run(["run", str(p), "--policy", "policies.fcfs:FCFS", "--no-plots", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+
+
+def test_policies_and_profiles_listings():
+    res = _run(["policies"])
+    assert res.exit_code == 0 and "fcfs" in res.output and "priority" in res.output
+    res = _run(["profiles"])
+    assert res.exit_code == 0 and "h200-llama-3-8b" in res.output and "analytic" in res.output
