@@ -178,7 +178,7 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
 
 
 def _validate_parts(sc: Scenario) -> None:
-    """Validate the pieces owned by other packages: streams, profile, policy."""
+    """Validate the pieces owned by other packages: streams, profile, policy, admission/fairness."""
     import workloads
     from policies import make_policy
 
@@ -197,12 +197,15 @@ def _validate_parts(sc: Scenario) -> None:
     except (KeyError, ValueError, TypeError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         raise ScenarioError(f"{sc.source}: policy: {msg}") from None
+    if sc.admission or sc.tenants or sc.fairness:
+        from sim.admission import validate as validate_admission
+        validate_admission(sc)
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
     """Read and validate a scenario file (None: the shipped default scenario)."""
     if path is None:
-        path = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "default.toml"
+        path = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "chat_vs_batch.toml"
     p = Path(path)
     if not p.is_file():
         shipped = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / f"{p.stem}.toml"
