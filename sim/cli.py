@@ -151,5 +151,138 @@ def workload(scenario, sets, seed, out):
         click.echo(f"wrote {out}")
 
 
+# ---- sweeps, plots, comparison (issue 9) ------------------------------------------------------
+def _csv(text: str | None, kind, what: str) -> list | None:
+    if text is None:
+        return None
+    try:
+        vals = [kind(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError:
+        _fail(f"--{what}: expected a comma-separated list of {kind.__name__} values (got {text!r})")
+    if not vals:
+        _fail(f"--{what}: empty list")
+    return vals
+
+
+@main.command()
+@click.argument("scenario", required=False)
+@click.option("--policies", help="comma-separated policy names or pkg.mod:Class (default: the scenario's policy)")
+@click.option("--loads", help="comma-separated arrival-rate multipliers, e.g. 0.5,0.7,0.9,1.1 (traces: time "
+                              "compression; default 1)")
+@click.option("--seeds", default="1", show_default=True,
+              help="N (the scenario seed and the N-1 following) or a comma-separated list of seeds")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key in every run")
+@click.option("--grid", "grid_file", type=click.Path(dir_okay=False),
+              help="TOML file of more axes: dotted scenario keys = [values]")
+@click.option("--out", type=click.Path(file_okay=False), help="sweep folder (default results/sweep-<name>-<timestamp>/)")
+@click.option("--workers", type=int, help="local worker processes (default: the CPU count)")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--address", help="Ray cluster address (default: start a local Ray)")
+@click.option("--trace-iterations", is_flag=True, help="each run also writes iterations.parquet")
+@click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
+@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backend, address, trace_iterations,
+          no_plots, progress):
+    """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
+
+    Each run lands in DIR/runs/<axes>/ atomically; a rerun with the same DIR skips finished runs.
+    A run that fails is recorded in DIR/failures/ and the others go on. Exit status: the number of
+    failed runs (at most 100; 130 when interrupted; 2 for bad input before any run)."""
+    from sim.config import scenario_from_dict
+    from sim.sweep import expand_grid, read_grid, run_sweep, summary_table
+
+    sc = _load(scenario, sets, None, None)
+    grid: dict = {}
+    if grid_file:
+        try:
+            grid = read_grid(grid_file)
+        except ValueError as exc:
+            _fail(str(exc))
+    pol = _csv(policies, str, "policies")
+    lds = _csv(loads, float, "loads")
+    if seeds.strip().isdigit() and "," not in seeds:
+        n = int(seeds)
+        if n < 1:
+            _fail(f"--seeds: must be at least 1 (got {n})")
+        sds = [sc.seed + i for i in range(n)]
+    else:
+        sds = _csv(seeds, int, "seeds")
+    axes: dict = {}
+    for name, flag, default in (("policy", pol, [sc.policy.name]), ("load", lds, [1.0]), ("seed", sds, None)):
+        if flag is not None and name in grid:
+            _fail(f"'{name}' is given both on the command line and in {grid_file}")
+        axes[name] = flag if flag is not None else grid.pop(name, default)
+    axes.update(grid)
+    base = sc.to_dict()
+    try:
+        specs = expand_grid(base, axes)
+        for s in specs:  # bad input fails here, before any run starts
+            scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+    except (ValueError, ScenarioError) as exc:
+        _fail(str(exc))
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"sweep-{sc.name}-{stamp}"
+    if progress is None:
+        progress = sys.stderr.isatty()
+    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}) "
+               f"-> {out}  [{backend}]")
+    try:
+        rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
+                        address=address, progress=progress, trace_iterations=trace_iterations,
+                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets)})
+    except (RuntimeError, ValueError) as exc:
+        _fail(str(exc))
+    import pandas as pd
+    df = pd.read_parquet(Path(out) / "sweep.parquet")
+    click.echo(summary_table(df, list(axes)))
+    click.echo(f"runs: {rep.done} done, {rep.skipped} skipped (already complete), {len(rep.failed)} failed "
+               f"of {rep.total}; wall {rep.wall_s:.1f}s ({rep.runs_per_minute:.0f} runs/min)")
+    for rid, err in rep.failed.items():
+        click.echo(f"FAILED {rid}: {err}  (traceback: {Path(out) / 'failures' / (rid + '.json')})", err=True)
+    if not no_plots and len(df):
+        from sim.plots import plot_sweep
+        plot_sweep(out)
+    click.echo(f"results: {Path(out) / 'sweep.parquet'}")
+    if rep.interrupted:
+        click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
+        sys.exit(130)
+    sys.exit(min(len(rep.failed), 100))
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), help="figures folder (default PATH/figures)")
+def plot(path, out):
+    """Draw figures (PNG and SVG) for a run folder or a sweep folder."""
+    from sim.plots import plot_any
+
+    try:
+        files = plot_any(path, out)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    for f in files:
+        if f.suffix == ".png":
+            click.echo(str(f))
+
+
+@main.command()
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False))
+@click.option("--metric", "metrics", multiple=True, help="only these metrics (e.g. ttft_p99_s); repeatable")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="also write the table as CSV")
+def compare(run_a, run_b, metrics, csv_out):
+    """Side-by-side per-class metrics of two runs, with ratios B/A."""
+    from sim.compare import compare_runs, format_comparison
+
+    try:
+        df = compare_runs(run_a, run_b, list(metrics) or None)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    click.echo(format_comparison(df, run_a, run_b), nl=False)
+    if csv_out:
+        df.to_csv(csv_out, index=False)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

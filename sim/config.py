@@ -99,6 +99,10 @@ class Scenario(BaseModel):
         if dup:
             raise ValueError(f"classes: duplicate class name '{sorted(dup)[0]}'")
         named = {s.get("class") for s in self.streams}
+        for s in self.streams:  # trace streams may assign classes per row
+            for rule in s.get("assign", []) or []:
+                if isinstance(rule, dict) and "class" in rule:
+                    named.add(rule["class"])
         for c in names:
             if c not in named:
                 raise ValueError(f"classes: class '{c}' is named by no stream "

@@ -446,6 +446,9 @@ class Engine:
         by_tenant: dict[str, int] = {}
         step_tokens = recompute_tokens = 0
         recompute_by_class: dict[int, int] = {}
+        if self.trace is not None:  # kinds must be read before the step changes the requests
+            kinds = ["decode" if s.decode else ("recompute" if s.req.generated else "prefill")
+                     for s in plan.items]
         for s in plan.items:
             r = s.req
             r.attained_s += service_s
@@ -493,7 +496,7 @@ class Engine:
             for s in plan.items:
                 self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
         if self.trace is not None:
-            self._trace(plan, start_ns, durations)
+            self._trace(plan, start_ns, durations, kinds)
         for r in finished:
             self._finish(r, end_ns)
 
@@ -514,7 +517,7 @@ class Engine:
 
     on_request_end = None  # set by the runner for closed-loop users
 
-    def _trace(self, plan: StepPlan, start_ns: int, durations: np.ndarray) -> None:
+    def _trace(self, plan: StepPlan, start_ns: int, durations: np.ndarray, kinds: list[str]) -> None:
         """Append one row per request per iteration (fast-forwarded runs expanded)."""
         ends = start_ns + np.cumsum(durations)
         starts = ends - durations
@@ -524,9 +527,8 @@ class Engine:
             self.trace.append((base, t0, t1, r.request_id, "swap_out", blocks))
         for r, blocks in plan.swapped_in:
             self.trace.append((base, t0, t1, r.request_id, "swap_in", blocks))
-        for s in plan.items:
+        for s, kind in zip(plan.items, kinds):
             r = s.req
-            kind = "decode" if s.decode else ("recompute" if r.generated > 0 else "prefill")
             for i in range(len(durations)):
                 self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id, kind,
                                    s.tokens if i == 0 else 1))

@@ -132,6 +132,14 @@ class Results:
         tot_tokens = max(int(req["generated_tokens"].sum()), 1)
         for t in tenants:
             tenants[t]["token_share"] = float(req.loc[req["tenant"] == t, "generated_tokens"].sum() / tot_tokens)
+        # GPU-seconds (each step split by tokens processed) and priced tokens (VTC prices) come
+        # from the fairness accountant's books, kept whenever [[tenants]] or [fairness] exist
+        books = (run_info.get("policy") or {}).get("fairness", {}).get("tenants", {})
+        for t in tenants:
+            b = books.get(t)
+            tenants[t]["gpu_s"] = b["gpu_s"] if b else None
+            tenants[t]["gpu_s_share"] = b["gpu_share"] if b else None
+            tenants[t]["priced_token_share"] = b["token_share"] if b else None
 
         summary = {
             "scenario": sc.name,

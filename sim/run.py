@@ -58,6 +58,9 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
         policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy"))
+    if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy (issue 6)
+        from sim.admission import make_fair_policy
+        policy = make_fair_policy(sc, policy)
     if gate is None and (sc.admission or sc.tenants or sc.fairness):
         gate = _make_gate(sc, costs)
     wl = workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
@@ -222,8 +225,5 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
 
 def _make_gate(sc: Scenario, costs):
     """The admission gate / fairness accountant (issue 6) when the scenario configures one."""
-    try:
-        from sim.admission import make_gate
-    except ImportError:  # pragma: no cover - until the admission module lands
-        return None
+    from sim.admission import make_gate
     return make_gate(sc, costs)

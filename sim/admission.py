@@ -1,0 +1,393 @@
+"""The admission gate: per-tenant rate limits and caps, memory budget, deadline-aware shedding.
+
+Every check runs at the request's arrival instant, before any queue; a request that fails one
+is rejected at once with a reason (the engine records ``status = rejected`` and
+``reject_reason``). Checks in order, first failure wins; nothing is debited unless all pass:
+
+``too_large``      prompt + max_tokens above ``admission.max_request_tokens`` (the engine itself
+                   rejects, with the same reason, what could never fit in the KV pool);
+``rate_limit``     the tenant's token buckets: ``rate_rps``/``burst_requests`` (1 per request)
+                   and ``rate_tps``/``burst_tokens`` (prompt + max_tokens per request). A bucket
+                   starts full and refills continuously at its rate up to its burst;
+``concurrency``    the tenant's ``max_concurrency`` or the class's
+                   ``admission.class_concurrency[class]`` requests admitted and not finished;
+``memory_budget``  KV blocks promised (blocks for prompt + max_tokens) to admitted, unfinished
+                   requests of the same or a more urgent class, plus this one, above
+                   ``admission.memory_budget`` x the pool's blocks. Less urgent classes see more
+                   promised work, so they are refused first;
+``deadline``       with ``admission.shed = "deadline"``: the estimated time to first token
+                   (:meth:`Gate.estimate_ttft`) exceeds ``shed_slack`` x the class's
+                   ``ttft_slo_s`` (or the request's own ``deadline_s``, whichever is smaller).
+                   Only the work ranked ahead of the request counts, so the least urgent
+                   classes are shed first. Requests without either target are never shed.
+
+Configuration is validated by :func:`validate` (called from ``sim.config``); see
+docs/admission.md.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from sim.errors import ScenarioError
+
+TENANT_KEYS = {"name", "share", "rate_rps", "burst_requests", "rate_tps", "burst_tokens", "max_concurrency"}
+ADMISSION_KEYS = {"shed", "shed_slack", "max_request_tokens", "memory_budget", "class_concurrency"}
+FAIRNESS_KEYS = {"enabled", "window_s", "measure", "prompt_price", "output_price"}
+
+
+# ---- validation -------------------------------------------------------------------------------
+
+def _num(src: str, key: str, v, *, positive=True, integer=False, minimum=None) -> float:
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    if integer:
+        ok = ok and isinstance(v, int)
+    what = "an integer" if integer else "a number"
+    if ok and minimum is not None and v < minimum:
+        ok = False
+    if ok and minimum is None and positive and v <= 0:
+        ok = False
+    if not ok:
+        bound = f">= {minimum}" if minimum is not None else ("> 0" if positive else "")
+        raise ScenarioError(f"{src}: {key}: expected {what} {bound} (got {v!r})".replace("  ", " "))
+    return v
+
+
+def _unknown(src: str, where: str, table: dict, allowed: set) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise ScenarioError(f"{src}: {where}.{extra[0]}: unknown key (expected one of "
+                            f"{', '.join(sorted(allowed))})")
+
+
+def validate(sc) -> None:
+    """Check ``[admission]``, ``[[tenants]]`` and ``[fairness]``; raise ScenarioError (one line)."""
+    src = sc.source
+    adm = sc.admission
+    _unknown(src, "admission", adm, ADMISSION_KEYS)
+    shed = adm.get("shed", "none")
+    if shed not in ("none", "deadline"):
+        raise ScenarioError(f"{src}: admission.shed: expected 'none' or 'deadline' (got {shed!r})")
+    if "shed_slack" in adm:
+        _num(src, "admission.shed_slack", adm["shed_slack"])
+    if "max_request_tokens" in adm:
+        _num(src, "admission.max_request_tokens", adm["max_request_tokens"], integer=True, minimum=0)
+    if "memory_budget" in adm:
+        _num(src, "admission.memory_budget", adm["memory_budget"], minimum=0)
+    cc = adm.get("class_concurrency", {})
+    if not isinstance(cc, dict):
+        raise ScenarioError(f"{src}: admission.class_concurrency: expected a table of class = cap (got {cc!r})")
+    names = set(sc.class_names)
+    for c, v in cc.items():
+        if c not in names:
+            raise ScenarioError(f"{src}: admission.class_concurrency.{c}: no such class "
+                                f"(expected one of {', '.join(sc.class_names)})")
+        _num(src, f"admission.class_concurrency.{c}", v, integer=True, minimum=1)
+    seen = set()
+    for i, t in enumerate(sc.tenants):
+        where = f"tenants.{i}"
+        if not isinstance(t, dict):
+            raise ScenarioError(f"{src}: {where}: expected a table (got {t!r})")
+        _unknown(src, where, t, TENANT_KEYS)
+        name = t.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{src}: {where}.name: expected a tenant name string (got {name!r})")
+        if name in seen:
+            raise ScenarioError(f"{src}: {where}.name: duplicate tenant '{name}'")
+        seen.add(name)
+        for k in ("share", "rate_rps", "rate_tps"):
+            if k in t:
+                _num(src, f"{where}.{k}", t[k])
+        for k in ("burst_requests", "burst_tokens"):
+            if k in t:
+                _num(src, f"{where}.{k}", t[k], minimum=1)
+        if "max_concurrency" in t:
+            _num(src, f"{where}.max_concurrency", t["max_concurrency"], integer=True, minimum=1)
+        if "burst_requests" in t and "rate_rps" not in t:
+            raise ScenarioError(f"{src}: {where}.burst_requests: needs rate_rps")
+        if "burst_tokens" in t and "rate_tps" not in t:
+            raise ScenarioError(f"{src}: {where}.burst_tokens: needs rate_tps")
+    fair = sc.fairness
+    _unknown(src, "fairness", fair, FAIRNESS_KEYS)
+    if "enabled" in fair and not isinstance(fair["enabled"], bool):
+        raise ScenarioError(f"{src}: fairness.enabled: expected true or false (got {fair['enabled']!r})")
+    m = fair.get("measure", "tokens")
+    if m not in ("tokens", "gpu_seconds"):
+        raise ScenarioError(f"{src}: fairness.measure: expected 'tokens' or 'gpu_seconds' (got {m!r})")
+    if "window_s" in fair:
+        _num(src, "fairness.window_s", fair["window_s"])
+    for k in ("prompt_price", "output_price"):
+        if k in fair:
+            _num(src, f"fairness.{k}", fair[k], minimum=0)
+
+
+# ---- the gate ---------------------------------------------------------------------------------
+
+class TokenBucket:
+    """Capacity ``burst``, refilled continuously at ``rate`` per second; starts full."""
+
+    __slots__ = ("rate", "burst", "level", "t")
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self.level = float(burst)
+        self.t = 0.0
+
+    def peek(self, now: float) -> float:
+        return min(self.burst, self.level + self.rate * (now - self.t))
+
+    def can(self, cost: float, now: float) -> bool:
+        return self.peek(now) + 1e-9 >= cost
+
+    def take(self, cost: float, now: float) -> None:
+        self.level = self.peek(now) - cost
+        self.t = now
+
+
+class Gate:
+    """Admission gate (see module docstring). ``check`` -> reason or ''; ``on_finish`` releases."""
+
+    def __init__(self, sc, costs) -> None:
+        adm = sc.admission
+        self.costs = costs
+        self.cfg = sc.engine
+        self.shed = adm.get("shed", "none")
+        self.slack = float(adm.get("shed_slack", 1.0))
+        self.max_request_tokens = int(adm.get("max_request_tokens", 0))
+        self.memory_budget = float(adm.get("memory_budget", 0.0))
+        self.class_cap = {c: int(v) for c, v in adm.get("class_concurrency", {}).items()}
+        self.slo = {c.name: c.ttft_slo_s for c in sc.classes}
+        self.tenants = {t["name"]: t for t in sc.tenants}
+        self.req_bucket: dict[str, TokenBucket] = {}
+        self.tok_bucket: dict[str, TokenBucket] = {}
+        for name, t in self.tenants.items():
+            if "rate_rps" in t:
+                self.req_bucket[name] = TokenBucket(t["rate_rps"], t.get("burst_requests", max(1.0, t["rate_rps"])))
+            if "rate_tps" in t:
+                self.tok_bucket[name] = TokenBucket(t["rate_tps"], t.get("burst_tokens", t["rate_tps"]))
+        self.tenant_cap = {n: int(t["max_concurrency"]) for n, t in self.tenants.items() if "max_concurrency" in t}
+        self.in_tenant: dict[str, int] = defaultdict(int)
+        self.in_class: dict[str, int] = defaultdict(int)
+        self.promised: dict[int, int] = defaultdict(int)  # blocks promised per priority
+        self._blocks: dict[int, int] = {}  # request_id -> promised blocks
+        self.engine = None
+        self.rejected: dict[str, int] = defaultdict(int)
+        self.rejections: list[tuple[int, float, str]] = []  # (request_id, time decided, reason)
+        self.admitted = 0
+        # mean output length per class, from finished requests (prior: half of max_tokens)
+        self.out_sum: dict[str, float] = defaultdict(float)
+        self.out_n: dict[str, int] = defaultdict(int)
+        self._est: dict[int, float] = {}
+        self.est_ratio: list[float] = []  # actual / estimated TTFT of admitted requests
+        self.shed_log: list[tuple[float, str, float, float]] = []  # (t, class, est, target)
+
+    def bind(self, engine) -> None:
+        self.engine = engine
+
+    # ---- checks ----------------------------------------------------------------------------
+    def check(self, req, now_s: float, engine=None) -> str:
+        engine = engine if engine is not None else self.engine
+        reason = self._check(req, now_s, engine)
+        if reason:
+            self.rejected[reason] += 1
+            self.rejections.append((req.request_id, now_s, reason))
+            return reason
+        self._commit(req, now_s, engine)
+        return ""
+
+    def _cost_tokens(self, req) -> int:
+        return req.prompt_tokens + req.max_tokens
+
+    def _check(self, req, now: float, engine) -> str:
+        need = self._cost_tokens(req)
+        if self.max_request_tokens and need > self.max_request_tokens:
+            return "too_large"
+        t = req.tenant
+        b = self.req_bucket.get(t)
+        if b is not None and not b.can(1.0, now):
+            return "rate_limit"
+        b = self.tok_bucket.get(t)
+        if b is not None and not b.can(need, now):
+            return "rate_limit"
+        cap = self.tenant_cap.get(t)
+        if cap is not None and self.in_tenant[t] >= cap:
+            return "concurrency"
+        cap = self.class_cap.get(req.cls)
+        if cap is not None and self.in_class[req.cls] >= cap:
+            return "concurrency"
+        if self.memory_budget > 0 and engine is not None:
+            blocks = engine.pool.blocks_for(need)
+            ahead = sum(v for p, v in self.promised.items() if p <= req.priority)
+            if ahead + blocks > self.memory_budget * engine.pool.total:
+                return "memory_budget"
+        if self.shed == "deadline" and engine is not None:
+            target = self.target(req)
+            if target is not None:
+                est = self.estimate_ttft(req, now, engine)
+                if est > self.slack * target:
+                    self.shed_log.append((now, req.cls, est, target))
+                    return "deadline"
+                self._est[req.request_id] = est
+        return ""
+
+    def _commit(self, req, now: float, engine) -> None:
+        t = req.tenant
+        if t in self.req_bucket:
+            self.req_bucket[t].take(1.0, now)
+        if t in self.tok_bucket:
+            self.tok_bucket[t].take(self._cost_tokens(req), now)
+        self.in_tenant[t] += 1
+        self.in_class[req.cls] += 1
+        if self.memory_budget > 0 and engine is not None:
+            b = engine.pool.blocks_for(self._cost_tokens(req))
+            self.promised[req.priority] += b
+            self._blocks[req.request_id] = b
+        self.admitted += 1
+
+    def on_finish(self, req, now_s: float) -> None:
+        self.in_tenant[req.tenant] -= 1
+        self.in_class[req.cls] -= 1
+        b = self._blocks.pop(req.request_id, 0)
+        if b:
+            self.promised[req.priority] -= b
+        self.out_sum[req.cls] += req.generated
+        self.out_n[req.cls] += 1
+        est = self._est.pop(req.request_id, None)
+        if est is not None and req.first_token_ns >= 0 and est > 0:
+            self.est_ratio.append((req.first_token_ns / 1e9 - req.arrival_s) / est)
+
+    # ---- deadline estimate -----------------------------------------------------------------
+    def target(self, req) -> float | None:
+        slo = self.slo.get(req.cls)
+        d = req.deadline_s
+        cands = [x for x in (slo, d) if x is not None and not (isinstance(x, float) and math.isnan(x))]
+        return min(cands) if cands else None
+
+    def mean_output(self, cls: str, max_tokens: int) -> float:
+        n = self.out_n.get(cls, 0)
+        if n == 0:
+            return max(1.0, max_tokens / 2.0)
+        return max(1.0, self.out_sum[cls] / n)
+
+    def estimate_ttft(self, req, now: float, engine) -> float:
+        """Estimated seconds from now to ``req``'s first token, from the work ranked ahead of it.
+
+        Ahead: waiting requests whose rank key is below ``req``'s, and running requests it may
+        not evict (same or more urgent class, or eviction disabled). With B the step token
+        budget, S the slot limit, D = min(S, running ahead + waiting ahead) decoders:
+
+        * prefill: Q = prompt tokens still to compute for the waiting ahead, the running ahead
+          and ``req``; it takes ceil(Q / (B - D)) steps, each priced by the profile as a step
+          of min(Q, B - D) prefill tokens and D decodes at the current mean context;
+        * slots and memory: if the waiting ahead plus ``req`` need k more slots (or KV blocks,
+          converted to requests at the running ones' mean blocks) than are free, k running
+          requests must finish first; with R running ahead of mean output length L (tokens,
+          from finished requests of their class), one finishes every L / R decode steps, so
+          the wait is k * L / R decode steps priced at D decodes.
+
+        The estimate is the sum of the two.
+        """
+        cfg = engine.cfg
+        costs = engine.costs
+        pool = engine.pool
+        bs = pool.block_size
+        try:
+            k_new = tuple(engine.policy.key(req, now))
+        except Exception:  # a policy that needs on_arrival first: rank by class, then FIFO
+            k_new = (req.priority, math.inf)
+        evict = cfg.preempt_for_waiting != "never" and cfg.preemption != "off"
+        W = [r for key, _, r in engine.waiting if _before(key, k_new, r, req)]
+        R = []
+        evictable_blocks = 0
+        for r in engine.running:
+            if evict and r.priority > req.priority:
+                evictable_blocks += r.blocks
+            else:
+                R.append(r)
+        Q = req.prompt_tokens
+        need_blocks = pool.blocks_for(req.prompt_tokens + 1)
+        ctx = 0
+        for r in W:
+            Q += max(0, r.tokens - r.computed)
+            need_blocks += pool.blocks_for(r.tokens + 1)
+            ctx += r.tokens
+        for r in R:
+            Q += max(0, r.tokens - r.computed - 1)
+            ctx += r.tokens
+        n_dec = min(cfg.max_num_seqs, len(R) + len(W))
+        mean_ctx = ctx / max(1, len(R) + len(W))
+        B = cfg.max_batched_tokens
+        per = max(1, B - n_dec)
+        chunk = min(Q, per)
+        steps_p = -(-Q // per)
+        mean_prompt = Q / (len(W) + 1)
+        l2 = chunk * min(mean_prompt, chunk)
+        t_prefill = steps_p * costs.step_s(P=chunk, D=n_dec, sum_l2=l2, sum_ctx=n_dec * mean_ctx)
+        # slots and memory
+        free_slots = cfg.max_num_seqs - len(R)
+        k_slots = max(0, len(W) + 1 - free_slots)
+        avail = pool.available_for(req.priority) - engine.watermark_blocks + evictable_blocks
+        deficit = need_blocks - avail
+        k_mem = 0
+        if deficit > 0:
+            if cfg.preemption == "off":
+                per_req = sum(pool.blocks_for(r.prompt_tokens + r.max_tokens) for r in R) / max(1, len(R))
+            else:
+                per_req = sum(r.blocks for r in R) / max(1, len(R))
+            k_mem = math.ceil(deficit / max(1.0, per_req))
+        k = max(k_slots, k_mem)
+        t_wait = 0.0
+        if k > 0 and R:
+            L = sum(self.mean_output(r.cls, r.max_tokens) for r in R) / len(R)
+            steps = k * L / len(R)
+            t_wait = steps * costs.step_s(D=len(R), sum_ctx=len(R) * (mean_ctx + bs))
+        return t_prefill + t_wait
+
+    def report(self) -> dict:
+        r = sorted(self.est_ratio)
+        return {
+            "shed": self.shed,
+            "admitted": self.admitted,
+            "rejected": dict(sorted(self.rejected.items())),
+            "shed_by_class": _count(c for _, c, _, _ in self.shed_log),
+            "ttft_actual_over_estimate_p50": r[len(r) // 2] if r else None,
+            "ttft_actual_over_estimate_p90": r[int(len(r) * 0.9)] if r else None,
+        }
+
+
+def _before(key: tuple, k_new: tuple, r, req) -> bool:
+    try:
+        return key < k_new
+    except TypeError:
+        return (r.priority, r.arrival_s) <= (req.priority, req.arrival_s)
+
+
+def _count(it) -> dict:
+    out: dict = defaultdict(int)
+    for x in it:
+        out[x] += 1
+    return dict(sorted(out.items()))
+
+
+def make_gate(sc, costs):
+    """The gate for a scenario (validated), or None when nothing gates arrivals."""
+    validate(sc)
+    adm = sc.admission
+    gating = (adm.get("shed", "none") != "none" or adm.get("max_request_tokens") or adm.get("memory_budget")
+              or adm.get("class_concurrency") or any(set(t) & {"rate_rps", "rate_tps", "max_concurrency"}
+                                                      for t in sc.tenants))
+    return Gate(sc, costs) if gating else None
+
+
+def make_fair_policy(sc, policy):
+    """Wrap ``policy`` with the fairness accountant. With ``fairness.enabled`` it orders tenants
+    within a class; otherwise it only keeps the per-tenant books (keys are the inner policy's)."""
+    fair = sc.fairness
+    from sim.fairness import FairShare
+    return FairShare(policy, enabled=bool(fair.get("enabled", False)), shares={t["name"]: float(t.get("share", 1.0)) for t in sc.tenants},
+                     measure=fair.get("measure", "tokens"), window_s=fair.get("window_s", 10.0),
+                     prompt_price=fair.get("prompt_price", 1.0), output_price=fair.get("output_price", 2.0),
+                     max_num_seqs=sc.engine.max_num_seqs,
+                     max_concurrency={t["name"]: int(t["max_concurrency"]) for t in sc.tenants
+                                      if "max_concurrency" in t})

@@ -1,0 +1,218 @@
+"""The fairness accountant: a Virtual Token Counter (Sheng et al., OSDI 2024) per tenant.
+
+It is a policy *wrapper*: the rank key of a request becomes
+
+    (class priority, tenant's normalised counter, *inner_policy.key(req, now))
+
+so a more urgent class always ranks first (priority governs order between classes), and inside
+a class the most under-served tenant ranks first (fairness governs totals within a class); the
+inner policy's order is kept among one tenant's own requests. Counters move after every step,
+so the wrapper is ``dynamic`` (the engine re-keys before each plan).
+
+Counters. ``measure = "tokens"``: a tenant is charged ``prompt_price`` per prompt token
+prefilled (recompute after a preemption is not charged again) plus ``output_price`` per output
+token (defaults 1 and 2, as in VTC), divided by its ``share`` weight. ``measure = "gpu_seconds"``:
+each step's duration is split between the requests in it in proportion to the tokens each
+processed in that step, divided by the share. Both are tracked and reported; ``measure`` picks
+the one that orders.
+
+Lift. A tenant that arrives with nothing waiting (back from idle) has its counter raised to the
+minimum counter of the backlogged tenants (tenants with waiting requests), so idle time banks no
+credit, and lowered to at most that minimum plus its in-flight allowance ``U`` (below), so old
+debt does not lock it out either. With no tenant backlogged it keeps its counter.
+
+Bound (see docs/admission.md). Let ``C = prompt_price * P_max + output_price * O_max`` be the
+largest charge of one request and ``N_t`` the most requests tenant t can have in flight
+(``min(max_num_seqs, max_concurrency_t)``); ``U_t = N_t * C / share_t``. For two tenants f, g
+backlogged in the same class, at every instant: ``|c_f - c_g| <= 2 * max(U_f, U_g)``, so over
+any interval in which both stay backlogged their normalised service ``W/share`` differs by at
+most ``4 * max(U_f, U_g)``. The report carries ``bound`` and the largest gap observed.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from policies.base import BasePolicy
+
+
+class FairShare(BasePolicy):
+    """VTC fairness accountant wrapping any policy (see module docstring)."""
+
+    dynamic = True
+
+    def __init__(self, inner, *, enabled: bool = True, shares: dict[str, float] | None = None, measure: str = "tokens",
+                 window_s: float = 10.0, prompt_price: float = 1.0, output_price: float = 2.0,
+                 max_num_seqs: int = 256, max_concurrency: dict[str, int] | None = None) -> None:
+        self.inner = inner
+        self.enabled = enabled
+        if not enabled:  # accounting only: the inner policy's keys, its dynamism
+            self.dynamic = bool(getattr(inner, "dynamic", False))
+        self.name = f"fair({getattr(inner, 'name', type(inner).__name__)})"
+        self.oracle = bool(getattr(inner, "oracle", False))
+        self.shares = dict(shares or {})
+        self.measure = measure
+        self.window_s = float(window_s)
+        self.wp = float(prompt_price)
+        self.wo = float(output_price)
+        self.max_num_seqs = int(max_num_seqs)
+        self.max_conc = dict(max_concurrency or {})
+        self.tok = defaultdict(float)  # normalised token counters
+        self.gpu = defaultdict(float)  # normalised GPU-second counters
+        self.raw_tok = defaultdict(float)  # un-normalised service, tokens (priced)
+        self.raw_gpu = defaultdict(float)
+        self.waiting_n = defaultdict(int)  # requests waiting per tenant
+        self.active_n = defaultdict(int)  # waiting or running per tenant
+        self._waiting: set[int] = set()
+        self._charged_in: dict[int, int] = {}
+        self._last_gen: dict[int, int] = {}
+        self._pending: list = []
+        self._pending_now = None
+        self.max_charge = 0.0  # C: largest single-request charge seen
+        self.max_gap = 0.0  # largest |c_f - c_g| among backlogged tenants observed
+        self.lifts = 0
+        self.windows: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    # ---- delegation --------------------------------------------------------------------------
+    def bind(self, classes, seed) -> None:
+        if hasattr(self.inner, "bind"):
+            self.inner.bind(classes, seed)
+
+    def next_change(self, now: float):
+        return self.inner.next_change(now)
+
+    def share(self, tenant: str) -> float:
+        return self.shares.get(tenant, 1.0)
+
+    def counter(self, tenant: str) -> float:
+        self._flush()
+        return (self.gpu if self.measure == "gpu_seconds" else self.tok)[tenant]
+
+    def key(self, req, now: float) -> tuple:
+        if not self.enabled:
+            return self.inner.key(req, now)
+        if self._pending:
+            self._flush()
+        c = (self.gpu if self.measure == "gpu_seconds" else self.tok)[req.tenant]
+        return (req.priority, c, *self.inner.key(req, now))
+
+    # ---- books -------------------------------------------------------------------------------
+    def allowance(self, tenant: str) -> float:
+        """U_t: the most charge tenant t can have in flight, normalised by its share."""
+        n = min(self.max_num_seqs, self.max_conc.get(tenant, self.max_num_seqs))
+        return n * self.max_charge / self.share(tenant)
+
+    def on_arrival(self, req, now: float) -> None:
+        self._flush()
+        t = req.tenant
+        self.max_charge = max(self.max_charge, self.wp * req.prompt_tokens + self.wo * req.max_tokens)
+        if self.waiting_n[t] == 0:
+            backlogged = [u for u, n in self.waiting_n.items() if n > 0 and u != t]
+            if backlogged:
+                for ctr, unit in ((self.tok, 1.0), (self.gpu, None)):
+                    m = min(ctr[u] for u in backlogged)
+                    hi = m + (self.allowance(t) if unit else math.inf)
+                    new = min(max(ctr[t], m), hi)
+                    if new != ctr[t] and ctr is self._ordering():
+                        self.lifts += 1
+                    ctr[t] = new
+        self.waiting_n[t] += 1
+        self.active_n[t] += 1
+        self._waiting.add(req.request_id)
+        self._charged_in[req.request_id] = 0
+        self._last_gen[req.request_id] = req.generated
+        self.inner.on_arrival(req, now)
+
+    def _ordering(self):
+        return self.gpu if self.measure == "gpu_seconds" else self.tok
+
+    def on_preempt(self, req, now: float) -> None:
+        self._flush()
+        if req.request_id not in self._waiting:
+            self._waiting.add(req.request_id)
+            self.waiting_n[req.tenant] += 1
+        self.inner.on_preempt(req, now)
+
+    def on_finish(self, req, now: float) -> None:
+        self._flush()
+        rid = req.request_id
+        if rid in self._waiting:  # pragma: no cover - finishes are always running
+            self._waiting.discard(rid)
+            self.waiting_n[req.tenant] -= 1
+        self.active_n[req.tenant] -= 1
+        self._charged_in.pop(rid, None)
+        self._last_gen.pop(rid, None)
+        self.inner.on_finish(req, now)
+
+    def on_scheduled(self, req, tokens: int, service_s: float, now: float) -> None:
+        if self._pending and now != self._pending_now:
+            self._flush()
+        self._pending_now = now
+        self._pending.append((req, tokens, service_s))
+        self.inner.on_scheduled(req, tokens, service_s, now)
+
+    def _flush(self) -> None:
+        """Charge the last step's requests (GPU time split by tokens processed)."""
+        items = self._pending
+        if not items:
+            return
+        self._pending = []
+        now = self._pending_now
+        total = sum(t for _, t, _ in items) or 1
+        win = self.windows[int(now // self.window_s)] if self.window_s > 0 else None
+        for req, tokens, service_s in items:
+            rid = req.request_id
+            t = req.tenant
+            sh = self.share(t)
+            if rid in self._waiting:  # first step since it was queued: admitted
+                self._waiting.discard(rid)
+                self.waiting_n[t] -= 1
+            out = req.generated - self._last_gen.get(rid, 0)
+            self._last_gen[rid] = req.generated
+            done_in = self._charged_in.get(rid, 0)
+            pre = max(0, min(tokens, req.prompt_tokens - done_in))  # recompute is not re-charged
+            self._charged_in[rid] = done_in + pre
+            charge = self.wp * pre + self.wo * out
+            gpu = service_s * tokens / total
+            self.raw_tok[t] += charge
+            self.raw_gpu[t] += gpu
+            self.tok[t] += charge / sh
+            self.gpu[t] += gpu / sh
+            if win is not None:
+                win[t] += charge
+        back = [u for u, n in self.waiting_n.items() if n > 0]
+        if len(back) >= 2:
+            ctr = self._ordering()
+            vals = [ctr[u] for u in back]
+            gap = max(vals) - min(vals)
+            if gap > self.max_gap:
+                self.max_gap = gap
+
+    def bound(self) -> float:
+        """2 * max_t U_t: the bound on |c_f - c_g| between backlogged tenants (token measure)."""
+        tenants = set(self.active_n) | set(self.shares)
+        return 2.0 * max((self.allowance(t) for t in tenants), default=0.0)
+
+    def report(self) -> dict:
+        self._flush()
+        inner = self.inner.report() if hasattr(self.inner, "report") else {}
+        tot_tok = sum(self.raw_tok.values()) or 1.0
+        tot_gpu = sum(self.raw_gpu.values()) or 1.0
+        out = dict(inner)
+        out["fairness"] = {
+            "enabled": self.enabled,
+            "measure": self.measure,
+            "prompt_price": self.wp,
+            "output_price": self.wo,
+            "window_s": self.window_s,
+            "lifts": self.lifts,
+            "max_counter_gap": self.max_gap,
+            "counter_gap_bound": self.bound() if self.measure == "tokens" else None,
+            "tenants": {t: {"share_weight": self.share(t), "tokens_charged": self.raw_tok[t],
+                            "token_share": self.raw_tok[t] / tot_tok, "gpu_s": self.raw_gpu[t],
+                            "gpu_share": self.raw_gpu[t] / tot_gpu, "counter": self._ordering()[t]}
+                        for t in sorted(set(self.raw_tok) | set(self.active_n))},
+            "windows": [{"start_s": w * self.window_s, **{t: v for t, v in sorted(d.items())}}
+                        for w, d in sorted(self.windows.items())],
+        }
+        return out

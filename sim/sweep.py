@@ -1,0 +1,478 @@
+"""Sweeps: many runs of one scenario over a grid of policies, loads, seeds and settings.
+
+A sweep is three steps, each usable alone:
+
+1. :func:`expand_grid` (pure) turns a base scenario dict and named axes into :class:`RunSpec` s,
+   one per cell of the Cartesian product, in a fixed order with a stable folder name each.
+2. :func:`run_sweep` executes the specs that are not already complete, on local processes
+   (``backend="local"``) or a Ray cluster (``backend="ray"``), writing each run's results folder
+   atomically under ``DIR/runs/<run_id>/``. A folder that exists is a finished run whose spec
+   matches (its ``sweep_run.json`` holds the spec's digest), so a rerun after a crash or Ctrl-C
+   does only what is missing. A run that raises is recorded in ``DIR/failures/<run_id>.json``
+   (error and traceback) and does not stop the others; a later successful rerun removes it.
+3. :func:`collect` gathers ``DIR/sweep.parquet``: one row per run and class (plus an
+   ``overall`` row per run) with the axes as columns and the class's summary metrics.
+
+Axes: ``policy`` (a registered name or ``pkg.mod:Class``; a new name drops the base policy's
+parameters), ``load`` (multiplies every stream's arrival rate; a replayed trace is compressed in
+time by the same factor), ``seed`` (the scenario seed), and any dotted scenario key such as
+``engine.max_num_seqs`` (the same keys as ``--set``).
+
+Ray is imported only inside the Ray executor.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.config import apply_override
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SPECIAL_AXES = ("policy", "load", "seed")
+RUN_FILE = "sweep_run.json"  # written into each run folder; its presence marks a sweep run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of a sweep.
+
+    Attributes:
+        run_id: folder name under ``DIR/runs/`` (stable: derived from the axes' values).
+        axes: axis name -> value for this cell, in the grid's axis order.
+        scenario: the scenario dict with this cell's values applied (not yet validated).
+        load_scale: arrival-rate multiplier passed to ``simulate``.
+    """
+
+    run_id: str
+    axes: dict
+    scenario: dict
+    load_scale: float = 1.0
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the scenario and load: a folder made from another spec is not reused."""
+        doc = json.dumps({"scenario": self.scenario, "load_scale": self.load_scale}, sort_keys=True,
+                         default=str)
+        return hashlib.sha256(doc.encode()).hexdigest()
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return f"{v:g}"
+    return str(v)
+
+
+def _run_id(axes: Mapping[str, Any]) -> str:
+    raw = "__".join(f"{k}={_fmt(v)}" for k, v in axes.items()) or "base"
+    safe = re.sub(r"[^A-Za-z0-9._=+-]", "_", raw)
+    if len(safe) > 120:
+        safe = safe[:100] + "-" + hashlib.sha1(raw.encode()).hexdigest()[:10]
+    return safe
+
+
+def _check_axis(name: str, values: Any) -> list:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+        raise ValueError(f"axis '{name}' must be a non-empty list of values (got {values!r})")
+    values = list(values)
+    for v in values:
+        if name == "load" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                   and math.isfinite(v) and v > 0):
+            raise ValueError(f"axis 'load' must hold positive numbers (got {v!r})")
+        if name == "seed" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ValueError(f"axis 'seed' must hold non-negative integers (got {v!r})")
+        if name == "policy" and not (isinstance(v, str) and v):
+            raise ValueError(f"axis 'policy' must hold policy names (got {v!r})")
+    if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
+        raise ValueError(f"axis '{name}' repeats a value (got {values!r})")
+    return values
+
+
+def expand_grid(base: Mapping[str, Any], axes: Mapping[str, Sequence[Any]]) -> list[RunSpec]:
+    """The Cartesian product of ``axes`` applied to ``base`` (a scenario dict), as run specs.
+
+    Pure: ``base`` is not modified, nothing is validated beyond the axes' own types (each
+    scenario is validated when its run starts), and the order is the product's order with the
+    last axis varying fastest. Raises ``ValueError`` for a malformed axis and
+    ``sim.errors.ScenarioError`` for a dotted key that does not fit the scenario's structure.
+    """
+    names = list(axes)
+    lists = [_check_axis(n, axes[n]) for n in names]
+    specs: list[RunSpec] = []
+    seen: set[str] = set()
+    for combo in itertools.product(*lists):
+        cell = dict(zip(names, combo))
+        sc = copy.deepcopy(dict(base))
+        load = 1.0
+        for k, v in cell.items():
+            if k == "policy":
+                if (sc.get("policy") or {}).get("name") != v:
+                    sc["policy"] = {"name": v}  # another policy's parameters would not fit
+            elif k == "seed":
+                sc["seed"] = v
+            elif k == "load":
+                load = float(v)
+            else:
+                apply_override(sc, k, copy.deepcopy(v), "grid")
+        rid = _run_id(cell)
+        if rid in seen:
+            rid = f"{rid}-{hashlib.sha1(json.dumps(cell, sort_keys=True, default=str).encode()).hexdigest()[:8]}"
+        seen.add(rid)
+        specs.append(RunSpec(rid, cell, sc, load))
+    return specs
+
+
+def read_grid(path: str | Path) -> dict[str, list]:
+    """Read a ``--grid`` TOML file: ``key = [values]`` pairs, nested tables flattened to dots.
+
+    ``[engine]\\nmax_num_seqs = [64, 256]`` and ``"engine.max_num_seqs" = [64, 256]`` are the
+    same axis. Keys ``policy``, ``load`` and ``seed`` are the special axes.
+    """
+    import tomllib
+
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{p}: no such grid file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{p}: not valid TOML: {exc}") from None
+    out: dict[str, list] = {}
+
+    def walk(node: Mapping, prefix: str) -> None:
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, Mapping):
+                walk(v, key + ".")
+            elif isinstance(v, list):
+                out[key] = v
+            else:
+                raise ValueError(f"{p}: {key}: an axis must be a list of values (got {v!r})")
+
+    walk(data, "")
+    if not out:
+        raise ValueError(f"{p}: the grid has no axes (expected lines like \"engine.max_num_seqs\" = [64, 256])")
+    return out
+
+
+# ---- one run ------------------------------------------------------------------------------
+def _portable(base_dir: str | Path) -> str:
+    """``base_dir`` relative to the project (``@project/...``) when inside it, so that Ray
+    workers, which receive the project under another path, resolve shipped scenarios."""
+    p = Path(base_dir).resolve()
+    try:
+        return "@project/" + p.relative_to(PROJECT_ROOT).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def _resolve(base_dir: str) -> Path:
+    if base_dir.startswith("@project/"):
+        return PROJECT_ROOT / base_dir.removeprefix("@project/")
+    return Path(base_dir)
+
+
+def execute(spec: RunSpec, base_dir: str, source: str, trace_iterations: bool = False):
+    """Validate and simulate one spec; returns ``("ok", Results)`` or ``("failed", error, tb)``.
+
+    Never raises for a bad run, so that a pool or a cluster keeps going; the traceback travels
+    back as text."""
+    try:
+        from sim.config import scenario_from_dict
+        from sim.run import simulate
+
+        sc = scenario_from_dict(spec.scenario, source=f"{source} [{spec.run_id}]", base_dir=_resolve(base_dir))
+        res = simulate(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
+        return ("ok", res)
+    except Exception as exc:  # noqa: BLE001 - recorded, not swallowed
+        return ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+
+def write_run(spec: RunSpec, res, runs_dir: Path) -> Path:
+    """Save ``res`` as ``runs_dir/<run_id>`` atomically, with the sweep's ``sweep_run.json``."""
+    final = runs_dir / spec.run_id
+    part = runs_dir / f".{spec.run_id}.part-{os.getpid()}"
+    if part.exists():
+        shutil.rmtree(part)
+    res.save(part)  # itself atomic (temporary name, then rename)
+    (part / RUN_FILE).write_text(json.dumps({"run_id": spec.run_id, "axes": spec.axes,
+                                             "load_scale": spec.load_scale, "digest": spec.digest},
+                                            indent=1, sort_keys=True, default=str))
+    if final.exists():
+        shutil.rmtree(final)
+    part.rename(final)
+    return final
+
+
+def _local_task(spec: RunSpec, runs_dir: str, base_dir: str, source: str, trace_iterations: bool) -> dict:
+    t0 = time.perf_counter()
+    out = execute(spec, base_dir, source, trace_iterations)
+    if out[0] == "ok":
+        try:
+            write_run(spec, out[1], Path(runs_dir))
+        except Exception as exc:  # noqa: BLE001
+            return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
+                    "wall_s": time.perf_counter() - t0}
+        return {"status": "ok", "wall_s": time.perf_counter() - t0}
+    return {"status": "failed", "error": out[1], "traceback": out[2], "wall_s": time.perf_counter() - t0}
+
+
+def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
+    """A run is complete when its folder exists and was made from this very spec."""
+    f = runs_dir / spec.run_id / RUN_FILE
+    try:
+        return json.loads(f.read_text()).get("digest") == spec.digest
+    except (OSError, ValueError):
+        return False
+
+
+# ---- the sweep -----------------------------------------------------------------------------
+@dataclass
+class SweepReport:
+    """What :func:`run_sweep` did. ``failed`` maps run_id to the error's one-line message."""
+
+    out_dir: Path
+    total: int
+    done: int = 0
+    skipped: int = 0
+    failed: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def runs_per_minute(self) -> float:
+        return 60.0 * self.done / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | Path = ".",
+              source: str = "<sweep>", backend: str = "local", workers: int | None = None,
+              address: str | None = None, progress: bool | None = None, trace_iterations: bool = False,
+              meta: Mapping[str, Any] | None = None,
+              on_result: Callable[[str, dict], None] | None = None) -> SweepReport:
+    """Run every spec not yet complete under ``out_dir/runs``; write ``out_dir/sweep.parquet``.
+
+    Args:
+        specs: from :func:`expand_grid`.
+        out_dir: the sweep folder (created).
+        base_dir: the scenario's folder (relative stream and profile paths resolve against it).
+        source: the scenario's name for messages.
+        backend: ``"local"`` (processes; ``workers`` of them, default the CPU count; 1 runs in
+            this process) or ``"ray"`` (``address`` of a cluster, or None to start a local one).
+        progress: tqdm bar on stderr (default: when stderr is a terminal).
+        meta: extra facts to record in ``out_dir/sweep.json`` (e.g. the axes and overrides).
+        on_result: called with ``(run_id, outcome)`` after each run (``outcome["status"]``).
+    Returns:
+        a :class:`SweepReport`; ``KeyboardInterrupt`` is caught, finished runs are kept and
+        ``report.interrupted`` is set.
+    """
+    if backend not in ("local", "ray"):
+        raise ValueError(f"'backend' must be 'local' or 'ray' (got {backend!r})")
+    out = Path(out_dir)
+    runs_dir = out / "runs"
+    fail_dir = out / "failures"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for leftover in runs_dir.glob(".*.part-*"):  # a crash between save and rename
+        shutil.rmtree(leftover, ignore_errors=True)
+    ids = [s.run_id for s in specs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("specs: run ids must be unique")
+    todo = [s for s in specs if not is_complete(s, runs_dir)]
+    report = SweepReport(out, len(specs), skipped=len(specs) - len(todo))
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(specs), initial=report.skipped, unit="run", desc="sweep", file=sys.stderr)
+    bd = _portable(base_dir)
+
+    def record(spec: RunSpec, outcome: dict) -> None:
+        ff = fail_dir / f"{spec.run_id}.json"
+        if outcome["status"] == "ok":
+            report.done += 1
+            ff.unlink(missing_ok=True)
+        else:
+            report.failed[spec.run_id] = outcome["error"]
+            fail_dir.mkdir(exist_ok=True)
+            ff.write_text(json.dumps({"run_id": spec.run_id, "axes": spec.axes, **outcome}, indent=1,
+                                     default=str))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(done=report.done, failed=len(report.failed), skipped=report.skipped)
+        if on_result is not None:
+            on_result(spec.run_id, outcome)
+
+    t0 = time.perf_counter()
+    try:
+        if todo and backend == "local":
+            _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record)
+        elif todo:
+            _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        report.wall_s = time.perf_counter() - t0
+        if bar is not None:
+            bar.close()
+    collect(specs, out)
+    info = {"source": source, "base_dir": str(base_dir), "backend": backend, "runs": report.total,
+            "done_now": report.done, "skipped": report.skipped, "failed": report.failed,
+            "interrupted": report.interrupted, "wall_s": round(report.wall_s, 3),
+            "runs_per_minute": round(report.runs_per_minute, 2), **(meta or {})}
+    (out / "sweep.json").write_text(json.dumps(info, indent=1, default=str))
+    return report
+
+
+def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) -> None:
+    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    if workers == 1:
+        for s in todo:
+            record(s, _local_task(s, str(runs_dir), bd, source, trace_iterations))
+        return
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        pending = {pool.submit(_local_task, s, str(runs_dir), bd, source, trace_iterations): s for s in todo}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                s = pending.pop(f)
+                try:
+                    outcome = f.result()
+                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. killed, out of memory)
+                    outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                               "traceback": traceback.format_exc()}
+                record(s, outcome)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def ray_runtime_env() -> dict:
+    """Ship the project's code (not results, notebooks or git history) to Ray workers."""
+    return {"working_dir": str(PROJECT_ROOT),
+            "excludes": ["/.git", "/results", "/notebooks", "/docs", "/benchmarks", "/tests",
+                         "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis", "/.venv", "*.egg-info"]}
+
+
+def _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("the ray backend needs Ray: pip install 'priosim[distributed]' "
+                           "(or pip install 'ray[default]')") from None
+    started = False
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address=address, runtime_env=ray_runtime_env(), include_dashboard=False,
+                 log_to_driver=False)
+        started = True
+    # A lost worker (node died, process killed) is retried by Ray; a run that raises is not
+    # retried: ``execute`` returns its error, the simulation being deterministic.
+    task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=False)(execute)
+    if not started:
+        task = task.options(runtime_env=ray_runtime_env())
+    try:
+        refs = {task.remote(s, bd, source, trace_iterations): s for s in todo}
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            for r in ready:
+                s = refs.pop(r)
+                t0 = time.perf_counter()
+                try:
+                    out = ray.get(r)
+                except Exception as exc:  # noqa: BLE001 - retries exhausted
+                    out = ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                if out[0] == "ok":
+                    try:
+                        write_run(s, out[1], runs_dir)
+                        outcome = {"status": "ok", "wall_s": out[1].summary_dict["run"].get("wall_s")}
+                    except Exception as exc:  # noqa: BLE001
+                        outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                   "traceback": traceback.format_exc()}
+                else:
+                    outcome = {"status": "failed", "error": out[1], "traceback": out[2]}
+                outcome.setdefault("driver_write_s", time.perf_counter() - t0)
+                record(s, outcome)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---- the table -----------------------------------------------------------------------------
+def run_rows(run_dir: str | Path, axes: Mapping[str, Any] | None = None) -> list[dict]:
+    """One row per class plus ``overall`` for one results folder: axes, class, scalar metrics,
+    the class's SLOs (for plots) and run-level facts."""
+    d = Path(run_dir)
+    summ = json.loads((d / "summary.json").read_text())
+    scen = json.loads((d / "scenario.json").read_text())
+    if axes is None:
+        rf = d / RUN_FILE
+        axes = json.loads(rf.read_text())["axes"] if rf.exists() else {}
+    slos = {c["name"]: (c.get("ttft_slo_s"), c.get("tpot_slo_s")) for c in scen.get("classes", [])}
+    run = summ.get("run", {})
+    lead = {"run_id": d.name, **dict(axes)}
+    lead.setdefault("policy", summ.get("policy"))
+    lead.setdefault("seed", summ.get("seed"))
+    lead.setdefault("load", (run.get("workload") or {}).get("load_scale", 1.0))
+    facts = {"thrash_ratio": run.get("thrash_ratio"), "end_s": run.get("end_s"),
+             "kv_blocks": run.get("kv_blocks"), "engine_events": run.get("engine_events")}
+    rows = []
+    order = [c["name"] for c in scen.get("classes", [])]
+    order += [c for c in summ["classes"] if c not in order]
+    for name, m in [*((c, summ["classes"][c]) for c in order if c in summ["classes"]),
+                    ("overall", summ["overall"])]:
+        ttft_slo, tpot_slo = slos.get(name, (None, None))
+        row = {**lead, "class": name}
+        row.update({k: v for k, v in m.items() if not isinstance(v, (dict, list))})
+        row.update(ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, **facts)
+        rows.append(row)
+    return rows
+
+
+def collect(specs: Sequence[RunSpec], out_dir: str | Path) -> pd.DataFrame:
+    """Write ``out_dir/sweep.parquet`` from the complete runs among ``specs`` (atomically) and
+    return it. Axis columns come first; grid keys keep their dotted names."""
+    out = Path(out_dir)
+    rows: list[dict] = []
+    for s in specs:
+        if is_complete(s, out / "runs"):
+            rows.extend(run_rows(out / "runs" / s.run_id, s.axes))
+    df = pd.DataFrame(rows)
+    if len(df):
+        for c in df.columns:  # metrics absent from some classes are None: make them float
+            if df[c].dtype == object and c not in ("run_id", "class", "policy") and \
+                    df[c].map(lambda v: v is None or isinstance(v, (int, float))).all():
+                df[c] = df[c].astype("float64")
+        for c in df.columns:  # mixed-type axes (e.g. ints and strings) would not write
+            if df[c].dtype == object and len({type(v) for v in df[c] if v is not None}) > 1:
+                df[c] = df[c].astype(str)
+    tmp = out / ".sweep.parquet.tmp"
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, out / "sweep.parquet")
+    return df
+
+
+def summary_table(df: pd.DataFrame, axes: Sequence[str]) -> str:
+    """A compact text table of a sweep (mean over seeds) for the terminal."""
+    if df.empty:
+        return "(no finished runs)"
+    keys = [a for a in axes if a != "seed" and a in df.columns] + ["class"]
+    cols = [c for c in ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "output_tokens_per_s", "goodput_rps",
+                        "slo_attainment", "preemptions") if c in df.columns]
+    t = df.groupby(keys, sort=False)[cols].mean().reset_index()
+    return t.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
