@@ -219,3 +219,16 @@ def test_chat_vs_batch_preemption_cuts_interactive_ttft():
         assert b["finished"] == b["arrived"] == 1000
         assert res.summary_dict["run"]["idle_with_work_s"] == 0.0
     assert on.summary_dict["classes"]["batch"]["preemptions"] > 0
+
+
+def test_thrash_scenario_flags_and_cures():
+    """Optimistic admission under memory pressure: the thrash ratio is flagged, and both cures
+    (a watermark, a lower max_num_seqs) remove the preemptions and restore capacity."""
+    base = simulate(load_scenario("thrash"))
+    run = base.summary_dict["run"]
+    assert run["thrashing"] and run["thrash_ratio"] > 0.05
+    tok = base.summary_dict["overall"]["output_tokens_per_s"]
+    for cure in (["engine.watermark=0.2"], ["engine.max_num_seqs=15"]):
+        res = simulate(load_scenario("thrash", overrides=cure))
+        assert res.summary_dict["run"]["thrash_ratio"] < 0.01
+        assert res.summary_dict["overall"]["output_tokens_per_s"] > tok
