@@ -49,6 +49,8 @@ class EngineConfig(BaseModel):
     timeseries_interval_s: float = Field(1.0, gt=0, description="time-series sampling interval, s")
     thrash_threshold: float = Field(0.2, ge=0, le=1, description="thrash ratio above which 'thrashing' is flagged")
     max_events: int = Field(0, ge=0, description="safety stop after this many engine events (0: none)")
+    prefix_caching: bool = Field(False, description="share cached prompt-prefix blocks between requests (hash_ids)")
+    prefix_block_tokens: int = Field(512, ge=1, description="tokens per prefix hash id (Mooncake: 512); a multiple of block_size")
 
 
 class ClassConfig(BaseModel):

@@ -206,7 +206,7 @@ class Engine:
                 if n == 0:
                     continue
             if not off:
-                new_blocks = -(-(req.computed + n) // bs) - req.blocks
+                new_blocks = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
                 if new_blocks > 0:
                     if new_blocks > pool.available_for(req.priority):
                         while new_blocks > pool.available_for(req.priority):
@@ -222,7 +222,7 @@ class Engine:
                             n = self._chunk(req, budget)
                         if n == 0 or budget < 1:
                             continue
-                        new_blocks = -(-(req.computed + n) // bs) - req.blocks
+                        new_blocks = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
                     pool.allocate(req.cls_idx, new_blocks)
                     req.blocks += new_blocks
             scheduled[req.request_id] = Scheduled(req, n, req.computed, decode)
@@ -241,15 +241,17 @@ class Engine:
         cfg = self.cfg
         while self.waiting and budget > 0:
             key, _, w = self.waiting[0]
-            fits, n, need_blocks = self._fits(w, budget)
+            fits, n, need_blocks, hit = self._fits(w, budget)
             if not fits:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
                     break
                 budget = cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
-                fits, n, need_blocks = self._fits(w, budget)
+                fits, n, need_blocks, hit = self._fits(w, budget)
                 if not fits:
                     break
             heapq.heappop(self.waiting)
+            if hit:
+                self._use_prefix(w, hit)
             if w.state is State.SWAPPED:
                 pool.swap_in(w.cls_idx, w.host_blocks)
                 plan.swap_in_blocks += w.host_blocks
@@ -274,23 +276,79 @@ class Engine:
             budget -= n
         return budget
 
-    def _admission_need(self, w: Request, n: int) -> int:
-        """Device blocks that admitting waiting request ``w`` with ``n`` tokens takes."""
-        if self.off:
-            return self.pool.blocks_for(w.prompt_tokens + w.max_tokens)
-        if w.state is State.SWAPPED:
-            return max(w.host_blocks, self.pool.blocks_for(w.computed + n))
-        return self.pool.blocks_for(w.computed + n)
-
-    def _fits(self, w: Request, budget: int) -> tuple[bool, int, int]:
-        """Can waiting request ``w`` be admitted now? Returns (fits, tokens, device blocks)."""
-        if len(self.running) >= self.cfg.max_num_seqs:
-            return False, 0, 0
+    def _admission(self, w: Request, budget: int) -> tuple[int, int, int]:
+        """What admitting waiting request ``w`` now takes: (tokens this step, new device blocks,
+        cached prefix groups it would reuse). Tokens 0 means the budget cannot take it."""
+        cache = self.pool.cache
+        hit = 0
+        if cache is not None and w.computed == 0 and w.hash_ids and w.state is not State.SWAPPED:
+            hit = cache.hit_groups(w.prompt_tokens, w.hash_ids)
+        if hit:
+            cached = hit * cache.group_tokens
+            w.computed = cached  # peek: restored below
+            n = self._chunk(w, budget)
+            w.computed = 0
+            need = self.pool.blocks_for(cached + n) - hit * cache.group_blocks
+            return n, need, hit
         n = self._chunk(w, budget)
+        if self.off:
+            need = self.pool.blocks_for(w.prompt_tokens + w.max_tokens)
+        elif w.state is State.SWAPPED:
+            need = max(w.host_blocks, self.pool.blocks_for(w.computed + n))
+        else:
+            need = self.pool.blocks_for(w.computed + n)
+        return n, need, 0
+
+    def _fits(self, w: Request, budget: int) -> tuple[bool, int, int, int]:
+        """Can waiting request ``w`` be admitted now? (fits, tokens, device blocks, hit groups)."""
+        if len(self.running) >= self.cfg.max_num_seqs:
+            return False, 0, 0, 0
+        n, need, hit = self._admission(w, budget)
         if n == 0:
-            return False, 0, 0
-        need = self._admission_need(w, n)
-        return need <= self.pool.available_for(w.priority) - self.watermark_blocks, n, need
+            return False, 0, 0, 0
+        avail = self.pool.available_for(w.priority) - self.watermark_blocks
+        if hit:  # groups it reuses stop being evictable once it holds them
+            cache = self.pool.cache
+            avail -= cache.group_blocks * sum(1 for h in w.hash_ids[:hit] if h in cache.lru)
+        return need <= avail, n, need, hit
+
+    def _use_prefix(self, w: Request, hit: int) -> None:
+        """Admit ``w`` on top of its ``hit`` cached prefix groups."""
+        cache = self.pool.cache
+        w.shared = cache.acquire(w.hash_ids, hit)
+        w.base_blocks = hit * cache.group_blocks
+        w.computed = hit * cache.group_tokens
+        if w.first_admit_ns < 0:
+            w.prefix_hit_tokens = w.computed
+        missed = cache.missed_after_eviction(w.prompt_tokens, w.hash_ids, hit)
+        w.evicted_miss_tokens += missed * cache.group_tokens
+
+    def _release_blocks(self, r: Request) -> None:
+        """Free a request's own blocks and drop its references on shared prefix groups."""
+        if r.blocks:
+            self.pool.release(r.cls_idx, r.blocks)
+        r.blocks = 0
+        if r.shared:
+            self.pool.cache.release(r.shared)
+            r.shared = ()
+            r.base_blocks = 0
+
+    def _publish_prefix(self, r: Request, before: int) -> None:
+        """Offer the prompt groups that this step's prefill completed to the prefix cache."""
+        cache = self.pool.cache
+        g = cache.group_tokens
+        n_full = cache.full_groups(r.prompt_tokens, r.hash_ids)
+        lo, hi = before // g, min(r.computed // g, n_full)
+        if lo >= hi or len(r.shared) != lo:
+            return  # only extend an unbroken shared chain
+        for j in range(lo, hi):
+            h = r.hash_ids[j]
+            if not cache.publish(h):
+                return
+            self.pool.publish(r.cls_idx, cache.group_blocks)
+            r.blocks -= cache.group_blocks
+            r.base_blocks += cache.group_blocks
+            r.shared = (*r.shared, h)
 
     def _eligible_victims(self, w: Request) -> list[Request]:
         mode = self.cfg.preempt_for_waiting
@@ -321,8 +379,7 @@ class Engine:
         freed_tokens = sum(scheduled[v.request_id].tokens for v in victims if v.request_id in scheduled)
         slots_ok = len(self.running) - len(victims) < self.cfg.max_num_seqs
         b = budget + freed_tokens
-        n = self._chunk(w, b)
-        need = self._admission_need(w, n)
+        n, need, _ = self._admission(w, b)
         avail = self.pool.available_for(w.priority) - self.watermark_blocks + freed_blocks
         if not (slots_ok and n > 0 and need <= avail):
             return False
@@ -375,12 +432,15 @@ class Engine:
         v.preemptions += 1
         plan.preempted += 1
         if mode == "swap":
-            # only blocks holding computed tokens travel; those taken for this step's
-            # not-yet-computed tokens are simply released
+            # only blocks holding computed tokens travel (shared prefix groups are copied too
+            # and released); those taken for this step's not-yet-computed tokens are released
             keep = self.pool.blocks_for(v.computed)
-            if v.blocks > keep:
-                self.pool.release(v.cls_idx, v.blocks - keep)
-            self.pool.swap_out(v.cls_idx, keep)
+            if v.shared:
+                self.pool.cache.release(v.shared)
+                v.shared = ()
+                v.base_blocks = 0
+            self.pool.release(v.cls_idx, v.blocks)
+            self.pool.to_host(keep)
             v.host_blocks = keep
             v.blocks = 0
             v.swapped_blocks += keep
@@ -391,8 +451,7 @@ class Engine:
         else:
             if mode == "fallback":
                 v.swap_fallbacks += 1
-            self.pool.release(v.cls_idx, v.blocks)
-            v.blocks = 0
+            self._release_blocks(v)
             v.recomputed_tokens += v.computed
             v.computed = 0
             v.state = State.WAITING
@@ -446,6 +505,7 @@ class Engine:
         by_tenant: dict[str, int] = {}
         step_tokens = recompute_tokens = 0
         recompute_by_class: dict[int, int] = {}
+        publish = self.pool.cache is not None
         if self.trace is not None:  # kinds must be read before the step changes the requests
             kinds = ["decode" if s.decode else ("recompute" if s.req.generated else "prefill")
                      for s in plan.items]
@@ -459,6 +519,8 @@ class Engine:
                     recompute_tokens += s.tokens
                     recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
             r.computed += s.tokens + (k - 1)
+            if publish and r.hash_ids and not s.decode:
+                self._publish_prefix(r, s.prefix)
             if r.computed < r.tokens + (k - 1):
                 continue  # a prefill chunk that does not finish the prompt
             r.generated += k
@@ -503,9 +565,7 @@ class Engine:
     def _finish(self, r: Request, now_ns: int) -> None:
         self.running.remove(r)
         self._order = None
-        if r.blocks:
-            self.pool.release(r.cls_idx, r.blocks)
-        r.blocks = 0
+        self._release_blocks(r)
         r.state = State.FINISHED
         r.finish_ns = now_ns
         self.policy.on_finish(r, now_ns / NS)
@@ -537,15 +597,25 @@ class Engine:
         """KV conservation at this instant: pool counts match what requests hold."""
         self.pool.check()
         used = [0] * len(self.classes)
+        refs: dict[int, int] = {}
         for r in self.running:
             used[r.cls_idx] += r.blocks
-            if not self.off and r.blocks < self.pool.blocks_for(r.computed):
+            for h in r.shared:
+                refs[h] = refs.get(h, 0) + 1
+            if not self.off and r.blocks + r.base_blocks < self.pool.blocks_for(r.computed):
                 raise AssertionError(f"request {r.request_id} holds {r.blocks} blocks for {r.computed} tokens")
         host = 0
         for _, _, r in self.waiting:
             if r.blocks:
                 raise AssertionError(f"waiting request {r.request_id} holds {r.blocks} device blocks")
             host += r.host_blocks
+        cache = self.pool.cache
+        if cache is not None:
+            live = {h: c for h, c in cache.refs.items() if c}
+            if live != refs or any(c < 0 for c in cache.refs.values()):
+                raise AssertionError(f"prefix reference counts {live} != holders {refs}")
+            if set(cache.lru) != {h for h, c in cache.refs.items() if c == 0}:
+                raise AssertionError("prefix LRU list out of step with reference counts")
         if used != self.pool.used or host != self.pool.host_used:
             raise AssertionError(f"KV not conserved: requests hold {used} (host {host}), pool says "
                                  f"{self.pool.used} (host {self.pool.host_used})")
@@ -610,7 +680,7 @@ class Engine:
             return
         for s in plan.items:
             r = s.req
-            target = self.pool.blocks_for(s.prefix + k)
+            target = self.pool.blocks_for(s.prefix + k) - r.base_blocks
             extra = target - r.blocks
             if extra > 0:
                 self.pool.allocate(r.cls_idx, extra)

@@ -12,7 +12,7 @@ free blocks minus the still-unused reservations of every class *more urgent* tha
     available_for(p) = free - sum(max(0, reserved[c] - used[c]) for c with priority[c] < p)
 
 Invariants (checked by :meth:`check`, asserted by the property tests):
-    free + sum(used) == total, 0 <= free, every per-class used >= 0,
+    free + sum(used) + cached == total, 0 <= free, every per-class used >= 0,
     host_free + host_used == host_total.
 "Does not fit" is a return value (``False``); a double free or negative count raises.
 """
@@ -25,7 +25,7 @@ class KVInvariantError(AssertionError):
 
 class KVPool:
     def __init__(self, total: int, block_size: int, class_priorities: list[int],
-                 reserved: list[int], host_total: int = 0) -> None:
+                 reserved: list[int], host_total: int = 0, cache=None) -> None:
         if total <= 0:
             raise ValueError(f"kv_blocks must be > 0 (got {total})")
         self.total = total
@@ -36,6 +36,7 @@ class KVPool:
         self.used = [0] * len(class_priorities)
         self.host_total = host_total
         self.host_used = 0
+        self.cache = cache  # a sim.prefix.PrefixCache when prefix caching is on
         # classes strictly more urgent than priority p, precomputed per distinct priority
         self._more_urgent = {p: [c for c, q in enumerate(self.prio) if q < p and self.reserved[c] > 0]
                              for p in set(self.prio)}
@@ -45,7 +46,7 @@ class KVPool:
         return -(-tokens // self.block_size)
 
     def available_for(self, priority: int) -> int:
-        held = 0
+        held = -self.cache.evictable_blocks if self.cache is not None else 0
         for c in self._more_urgent.get(priority, ()):
             r = self.reserved[c] - self.used[c]
             if r > 0:
@@ -57,7 +58,10 @@ class KVPool:
         return self.total - sum(self.reserved[c] for c in self._more_urgent.get(priority, ()))
 
     def allocate(self, cls_idx: int, n: int) -> None:
-        """Take ``n`` blocks for class ``cls_idx``; the caller checked ``available_for``."""
+        """Take ``n`` blocks for class ``cls_idx``; the caller checked ``available_for``.
+        Unreferenced cached prefix groups are evicted (LRU) when free blocks run short."""
+        while n > self.free and self.cache is not None and self.cache.lru:
+            self.free += self.cache.evict_one()
         if n < 0 or n > self.free:
             raise KVInvariantError(f"allocate {n} blocks with {self.free} free")
         self.free -= n
@@ -74,11 +78,10 @@ class KVPool:
     def host_free(self) -> int:
         return self.host_total - self.host_used
 
-    def swap_out(self, cls_idx: int, n: int) -> None:
-        """Move ``n`` blocks of class ``cls_idx`` from device to host."""
+    def to_host(self, n: int) -> None:
+        """Store ``n`` blocks' copy in host space (the caller released the device side)."""
         if n > self.host_free:
             raise KVInvariantError(f"swap out {n} blocks with {self.host_free} host blocks free")
-        self.release(cls_idx, n)
         self.host_used += n
 
     def swap_in(self, cls_idx: int, n: int) -> None:
@@ -87,9 +90,21 @@ class KVPool:
         self.host_used -= n
         self.allocate(cls_idx, n)
 
+    @property
+    def cached(self) -> int:
+        """Blocks held by cached prefix groups (shared; owned by no class)."""
+        return self.cache.cached_blocks if self.cache is not None else 0
+
+    def publish(self, cls_idx: int, n: int) -> None:
+        """``n`` blocks a request of class ``cls_idx`` owned became a shared cached group."""
+        if n > self.used[cls_idx]:
+            raise KVInvariantError(f"publish {n} blocks, class {cls_idx} holds {self.used[cls_idx]}")
+        self.used[cls_idx] -= n
+
     def check(self) -> None:
-        if self.free < 0 or self.free + sum(self.used) != self.total or min(self.used, default=0) < 0:
+        if (self.free < 0 or self.free + sum(self.used) + self.cached != self.total
+                or min(self.used, default=0) < 0):
             raise KVInvariantError(f"device blocks not conserved: free={self.free} used={self.used} "
-                                   f"total={self.total}")
+                                   f"cached={self.cached} total={self.total}")
         if not 0 <= self.host_used <= self.host_total:
             raise KVInvariantError(f"host blocks not conserved: {self.host_used}/{self.host_total}")

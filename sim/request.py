@@ -52,6 +52,9 @@ class Request:
         # accounting
         "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
         "reject_reason", "wasted_tokens",
+        # prefix caching: shared groups held, their blocks, tokens hit at first admission,
+        # tokens prefilled again because a group they needed had been evicted
+        "shared", "base_blocks", "prefix_hit_tokens", "evicted_miss_tokens",
     )
 
     def __init__(self, request_id: int, arrival_ns: int, tenant: str, cls: str, cls_idx: int,
@@ -97,6 +100,10 @@ class Request:
         self.max_itl_ns = 0
         self.reject_reason = ""
         self.wasted_tokens = 0
+        self.shared = ()
+        self.base_blocks = 0
+        self.prefix_hit_tokens = 0
+        self.evicted_miss_tokens = 0
 
     @property
     def true_output_tokens(self) -> int:

@@ -23,6 +23,7 @@ from sim.costs import NS, load_profile
 from sim.engine import NEVER, Engine
 from sim.errors import ScenarioError
 from sim.kvpool import KVPool
+from sim.prefix import PrefixCache
 from sim.request import Request, State
 from sim.results import Results
 from sim.telemetry import Telemetry
@@ -53,8 +54,14 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     class_names = sc.class_names
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     cls_prio = [c.priority for c in sc.classes]
+    cache = None
+    if cfg.prefix_caching:
+        try:
+            cache = PrefixCache(cfg.prefix_block_tokens, cfg.block_size)
+        except ValueError as exc:
+            raise ScenarioError(f"{sc.source}: {exc}") from None
     pool = KVPool(kv_blocks, cfg.block_size, cls_prio, [c.reserved_blocks for c in sc.classes],
-                  host_total=cfg.swap_blocks if cfg.preemption in ("swap", "auto") else 0)
+                  host_total=cfg.swap_blocks if cfg.preemption in ("swap", "auto") else 0, cache=cache)
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
         policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy"))
@@ -213,6 +220,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
         "kv_blocks": kv_blocks,
         "swap_blocks": pool.host_total,
         "preemptions_by_mode": dict(tel.preempt_by_mode),
+        "prefix_evictions": cache.evictions if cache is not None else 0,
         "wall_s": time.perf_counter() - wall0,
         "cpu_s": time.process_time() - cpu0,
         "policy": getattr(policy, "report", lambda: {})(),

@@ -21,7 +21,8 @@ COLUMNS = (
     "request_id", "tenant", "class", "priority", "stream", "user", "arrival_s", "admitted_s",
     "first_token_s", "finish_s", "prompt_tokens", "output_tokens", "max_tokens",
     "generated_tokens", "status", "reject_reason", "preemptions", "swapped_blocks",
-    "recomputed_tokens", "swap_fallbacks", "max_itl_s", "deadline_s",
+    "recomputed_tokens", "swap_fallbacks", "max_itl_s", "deadline_s", "prefix_hit_tokens",
+    "evicted_miss_tokens",
 )
 
 
@@ -84,6 +85,8 @@ class Telemetry:
         c["swap_fallbacks"].append(req.swap_fallbacks)
         c["max_itl_s"].append(req.max_itl_ns / NS if req.generated > 1 else np.nan)
         c["deadline_s"].append(req.deadline_s)
+        c["prefix_hit_tokens"].append(req.prefix_hit_tokens)
+        c["evicted_miss_tokens"].append(req.evicted_miss_tokens)
 
     # ---- steps ---------------------------------------------------------------------------
     def on_step(self, start_ns: int, durations: np.ndarray, emitted: list[int], by_tenant: dict) -> None:

@@ -1,0 +1,100 @@
+"""Prefix caching: named, reference-counted KV block groups shared by requests.
+
+Requests may carry prefix hashes (``hash_ids``): one id per ``group_tokens`` prompt tokens
+(512 in the Mooncake traces), equal ids meaning an identical prefix up to and including that
+group. A group is cached once a request has computed its tokens; a later request whose prompt
+starts with cached groups reuses them and prefills only the rest.
+
+Model:
+    * a group occupies ``group_blocks = group_tokens / block_size`` device blocks;
+    * ``refs[h]`` counts the running requests using group ``h``; while > 0 it cannot be evicted;
+    * a group whose count drops to 0 stays cached and joins the LRU list; when the pool needs
+      blocks, the least recently released groups are evicted first. A request releases its
+      groups tail first, so its tail is evicted before its head (vLLM's order) and a victim
+      that resumes soon re-hits most of its prefix;
+    * only full groups inside the prompt are shared, and at least one prompt token is always
+      prefilled (the model must produce the next token's logits).
+
+Invariant (checked with the pool's): cached blocks = groups x group_blocks, and every group
+with refs > 0 is held by exactly that many running requests.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class PrefixCache:
+    def __init__(self, group_tokens: int, block_size: int) -> None:
+        if group_tokens % block_size:
+            raise ValueError(f"engine.prefix_block_tokens ({group_tokens}) must be a multiple of "
+                             f"engine.block_size ({block_size})")
+        self.group_tokens = group_tokens
+        self.group_blocks = group_tokens // block_size
+        self.refs: dict[int, int] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()  # groups with refs == 0, oldest first
+        self.ever_evicted: set[int] = set()
+        self.evictions = 0
+
+    # ---- sizes ---------------------------------------------------------------------------
+    @property
+    def cached_blocks(self) -> int:
+        return len(self.refs) * self.group_blocks
+
+    @property
+    def evictable_blocks(self) -> int:
+        return len(self.lru) * self.group_blocks
+
+    def full_groups(self, prompt_tokens: int, hash_ids) -> int:
+        """Groups of this prompt that may be shared (full, and leaving >= 1 token to prefill)."""
+        return min(len(hash_ids), (prompt_tokens - 1) // self.group_tokens)
+
+    # ---- lookups -------------------------------------------------------------------------
+    def hit_groups(self, prompt_tokens: int, hash_ids) -> int:
+        """Length of the longest cached prefix of this prompt, in groups (no side effects)."""
+        n = self.full_groups(prompt_tokens, hash_ids)
+        refs = self.refs
+        i = 0
+        while i < n and hash_ids[i] in refs:
+            i += 1
+        return i
+
+    def acquire(self, hash_ids, groups: int) -> list[int]:
+        """Take a reference on the first ``groups`` groups; returns their ids."""
+        held = list(hash_ids[:groups])
+        for h in held:
+            c = self.refs[h]
+            if c == 0:
+                del self.lru[h]
+            self.refs[h] = c + 1
+        return held
+
+    def missed_after_eviction(self, prompt_tokens: int, hash_ids, hit: int) -> int:
+        """Groups beyond the hit that had been cached once and were evicted."""
+        n = self.full_groups(prompt_tokens, hash_ids)
+        return sum(1 for h in hash_ids[hit:n] if h in self.ever_evicted)
+
+    def publish(self, h: int) -> bool:
+        """A request computed group ``h`` and offers it; True if it became a cached group
+        (held by that request), False if the id is already cached (the request keeps its copy)."""
+        if h in self.refs:
+            return False
+        self.refs[h] = 1
+        return True
+
+    def release(self, held: list[int]) -> None:
+        """Drop one reference on each group, tail first (so tails are evicted first)."""
+        for h in reversed(held):
+            c = self.refs[h] - 1
+            if c < 0:
+                raise AssertionError(f"prefix group {h}: reference count below zero")
+            self.refs[h] = c
+            if c == 0:
+                self.lru[h] = None
+
+    def evict_one(self) -> int:
+        """Evict the least recently released unreferenced group; returns blocks freed."""
+        h, _ = self.lru.popitem(last=False)
+        del self.refs[h]
+        self.ever_evicted.add(h)
+        self.evictions += 1
+        return self.group_blocks
