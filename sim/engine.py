@@ -71,8 +71,8 @@ class Engine:
         classes: scenario classes, in declaration order.
         pool: the KV pool.
         telemetry: where records go.
-        gate: optional admission gate with ``check(req, now_s) -> reason or ''`` and
-            ``on_finish(req)``.
+        gate: optional admission gate with ``check(req, now_s, engine) -> reason or ''`` and
+            ``on_finish(req, now_s)``.
     """
 
     def __init__(self, env: simpy.Environment, cfg, costs: CostModel, policy, classes, pool: KVPool,
@@ -155,9 +155,11 @@ class Engine:
         return True
 
     def _reject(self, req: Request, reason: str, now_ns: int) -> bool:
+        # Admission answers at the arrival instant (the gate runs in front of the scheduler);
+        # the engine sees an arrival at the first step boundary after it.
         req.state = State.REJECTED
         req.reject_reason = reason
-        req.finish_ns = now_ns
+        req.finish_ns = req.arrival_ns
         self.tel.on_arrival(req)
         self.tel.on_end(req)
         if self.on_request_end is not None:
@@ -288,7 +290,8 @@ class Engine:
             w.computed = cached  # peek: restored below
             n = self._chunk(w, budget)
             w.computed = 0
-            need = self.pool.blocks_for(cached + n) - hit * cache.group_blocks
+            total = w.prompt_tokens + w.max_tokens if self.off else cached + n
+            need = self.pool.blocks_for(total) - hit * cache.group_blocks
             return n, need, hit
         n = self._chunk(w, budget)
         if self.off:

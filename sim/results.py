@@ -57,6 +57,10 @@ def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_s
         out[f"{name}_mean_s"] = None if src[col].dropna().empty else float(src[col].mean())
     out["output_tokens_per_s"] = float(g["generated_tokens"].sum() / span_s) if span_s > 0 else 0.0
     out["preemptions"] = int(g["preemptions"].sum())
+    admitted = g[g["admitted_s"].notna()]
+    prompt = int(admitted["prompt_tokens"].sum())
+    out["prefix_hit_rate"] = float(admitted["prefix_hit_tokens"].sum() / prompt) if prompt else 0.0
+    out["evicted_miss_tokens"] = int(g["evicted_miss_tokens"].sum())
     out["max_itl_p99_s"] = _q(fin["max_itl_s"], 0.99)
     ok = fin
     if ttft_slo is not None:
@@ -89,8 +93,9 @@ class Results:
         req = req.astype({"request_id": "int64", "priority": "int64", "stream": "int64", "user": "int64",
                           "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
                           "generated_tokens": "int64", "preemptions": "int64", "swapped_blocks": "int64",
-                          "recomputed_tokens": "int64", "swap_fallbacks": "int64"})
-        for c in ("arrival_s", "admitted_s", "first_token_s", "finish_s", "max_itl_s", "deadline_s"):
+                          "recomputed_tokens": "int64", "swap_fallbacks": "int64",
+                          "prefix_hit_tokens": "int64", "evicted_miss_tokens": "int64"})
+        for c in ("arrival_s", "admitted_s", "first_token_s", "finish_s", "max_itl_s", "deadline_s", "end_s"):
             req[c] = req[c].astype("float64")
         req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
         req["queue_wait_s"] = req["admitted_s"] - req["arrival_s"]
@@ -116,6 +121,10 @@ class Results:
                 m["itl_std_s"] = float(np.sqrt(np.average((vals - mean) ** 2, weights=wts))) / NS
             else:
                 m["itl_p50_s"] = m["itl_p99_s"] = m["itl_std_s"] = None
+            # prefill seconds that evicted prefix blocks pushed onto this class's requests,
+            # priced at the profile's per-token cost of a full-budget prefill step
+            budget = sc.engine.max_batched_tokens
+            m["evicted_miss_prefill_s"] = m["evicted_miss_tokens"] * costs.prefill_s(budget) / budget
             m["swap_s"] = tel.swap_ns_class[i] / NS
             m["recompute_s"] = tel.recompute_ns_class[i] / NS
             classes[c.name] = m
@@ -128,7 +137,8 @@ class Results:
         for t, g in req.groupby("tenant", sort=True):
             m = group_metrics(g, span, None, None)
             tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
-                                                 "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s")}
+                                                 "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s",
+                                                 "prefix_hit_rate", "evicted_miss_tokens")}
         tot_tokens = max(int(req["generated_tokens"].sum()), 1)
         for t in tenants:
             tenants[t]["token_share"] = float(req.loc[req["tenant"] == t, "generated_tokens"].sum() / tot_tokens)

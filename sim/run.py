@@ -201,11 +201,9 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     env.run()
     end_ns = int(env.now)
     # Whatever is still queued or running at the horizon ends unfinished.
-    for _, _, r in engine.waiting:
+    for r in [w for _, _, w in engine.waiting] + list(engine.running):
         r.state = State.UNFINISHED
-        tel.on_end(r)
-    for r in list(engine.running):
-        r.state = State.UNFINISHED
+        r.finish_ns = end_ns
         tel.on_end(r)
     pool.check()
     if bar is not None:

@@ -21,7 +21,7 @@ COLUMNS = (
     "request_id", "tenant", "class", "priority", "stream", "user", "arrival_s", "admitted_s",
     "first_token_s", "finish_s", "prompt_tokens", "output_tokens", "max_tokens",
     "generated_tokens", "status", "reject_reason", "preemptions", "swapped_blocks",
-    "recomputed_tokens", "swap_fallbacks", "max_itl_s", "deadline_s", "prefix_hit_tokens",
+    "recomputed_tokens", "swap_fallbacks", "max_itl_s", "deadline_s", "end_s", "prefix_hit_tokens",
     "evicted_miss_tokens",
 )
 
@@ -85,6 +85,8 @@ class Telemetry:
         c["swap_fallbacks"].append(req.swap_fallbacks)
         c["max_itl_s"].append(req.max_itl_ns / NS if req.generated > 1 else np.nan)
         c["deadline_s"].append(req.deadline_s)
+        # when the request left the system: finished, answered with a rejection, or horizon
+        c["end_s"].append(req.finish_ns / NS if req.finish_ns >= 0 else np.nan)
         c["prefix_hit_tokens"].append(req.prefix_hit_tokens)
         c["evicted_miss_tokens"].append(req.evicted_miss_tokens)
 

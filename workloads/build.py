@@ -27,13 +27,14 @@ import pandas as pd
 from workloads.arrivals import ClosedLoop, parse_arrival
 from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
 from workloads.lengths import LengthModel, parse_length, sample_pair
+from workloads.prefix import check_prefix, synthetic_hash_ids
 from workloads.servegen import load_client, sample_client
 from workloads.traces import check_trace_spec, load_trace
 
-STREAM_KEYS = {"tenant", "class", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
+STREAM_KEYS = {"prefix", "tenant", "class", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
                "deadline_s", "start_s", "stop_s", "correlation", "trace", "assign", "name"}
 ASSIGN_KEYS = {"column", "equals", "above", "below", "fraction", "tenant", "class"}
-RNG_NAMES = {"arrivals": 0, "lengths": 1, "attributes": 2, "closed": 3}
+RNG_NAMES = {"arrivals": 0, "lengths": 1, "attributes": 2, "closed": 3, "prefix": 90}
 REQUIRED_COLUMNS = {"arrival_s": "float64", "tenant": "object", "cls": "object",
                     "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
                     "deadline_s": "float64", "stream": "int64"}
@@ -63,6 +64,7 @@ class _Stream:
     stop_s: float | None = None
     trace: dict | None = None
     assign: list[dict] = field(default_factory=list)
+    prefix: dict | None = None  # synthetic shared-prefix model (workloads.prefix)
 
 
 def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) -> _Stream:
@@ -137,6 +139,8 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
     for j, r in enumerate(rules):
         _check_rule(f"{path}.assign[{j}]", r, class_names)
     st.assign = rules
+    if "prefix" in s:
+        st.prefix = check_prefix(f"{path}.prefix", s["prefix"])
     return st
 
 
@@ -347,6 +351,10 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
     df["deadline_s"] = np.full(len(df), st.deadline_s, dtype=np.float64)
     df["stream"] = np.full(len(df), st.index, dtype=np.int64)
     df["arrival_s"] = df["arrival_s"].astype(np.float64)
+    if st.prefix is not None:
+        df["hash_ids"] = pd.Series(synthetic_hash_ids(st.prefix, st.tenant, df["prompt_tokens"].to_numpy(),
+                                                      child_rng(seed, st.index, "prefix"), st.index << 40),
+                                   dtype=object)
     order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
     meta["requests"] = len(df)
     return df.iloc[order].reset_index(drop=True)

@@ -1,0 +1,181 @@
+"""The fairness accountant: charging, lifting, class order, its bound, and the tenant flood."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies import make_policy
+from sim import load_scenario, scenario_from_dict, simulate
+from sim.fairness import FairShare
+from sim.request import Request
+
+LINEAR = {"kind": "linear", "base_s": 0.005, "prefill_token_s": 1e-5, "decode_token_s": 1e-3,
+          "context_token_s": 0.0}
+
+
+def _req(i, tenant, prio=0, prompt=100, max_tokens=50, t_ns=0):
+    return Request(i, t_ns, tenant, "c", 0, prio, prompt, 10, max_tokens)
+
+
+def _fair(**kw):
+    return FairShare(make_policy("priority"), **kw)
+
+
+def test_charges_prompt_and_output_at_vtc_prices_and_gpu_by_token_share():
+    f = _fair(measure="tokens")
+    a, b = _req(0, "a"), _req(1, "b")
+    f.on_arrival(a, 0.0)
+    f.on_arrival(b, 0.0)
+    # one step: a prefills its whole prompt (100 tokens, first token out), b a 30-token chunk
+    a.generated = 1
+    f.on_scheduled(a, 100, 0.4, 0.4)
+    f.on_scheduled(b, 30, 0.4, 0.4)
+    assert f.counter("a") == 100 * 1 + 1 * 2
+    assert f.counter("b") == 30
+    assert f.gpu["a"] == pytest.approx(0.4 * 100 / 130) and f.gpu["b"] == pytest.approx(0.4 * 30 / 130)
+    # a fast-forwarded run of 5 decode steps: 5 output tokens at price 2
+    a.generated = 6
+    f.on_scheduled(a, 5, 0.05, 0.45)
+    assert f.counter("a") == 102 + 10
+    # recompute after a preemption re-prefills prompt + generated: not charged again
+    f.on_preempt(a, 0.5)
+    f.on_scheduled(a, 106, 0.1, 0.6)
+    assert f.counter("a") == 112
+
+
+def test_shares_weight_the_counters():
+    f = _fair(shares={"big": 2.0})
+    r = _req(0, "big")
+    f.on_arrival(r, 0.0)
+    f.on_scheduled(r, 100, 0.1, 0.1)
+    assert f.counter("big") == 50 and f.raw_tok["big"] == 100
+
+
+def test_returning_tenant_is_lifted_to_min_backlogged_counter():
+    f = _fair()
+    a1, a2, b1 = _req(0, "a"), _req(1, "a"), _req(2, "b")
+    f.on_arrival(a1, 0.0)
+    f.on_arrival(a2, 0.0)
+    f.on_scheduled(a1, 100, 0.1, 0.1)  # a1 admitted and charged 100; a2 still waiting
+    assert f.counter("a") == 100 and f.waiting_n["a"] == 1  # (books are settled lazily)
+    f.on_arrival(b1, 0.2)  # b was idle: lifted to a's counter, banks no credit
+    assert f.counter("b") == f.counter("a") == 100
+    assert f.lifts == 1
+
+
+def test_lift_forgives_debt_beyond_the_in_flight_allowance():
+    f = _fair(max_num_seqs=2)
+    a, b = _req(0, "a", prompt=10, max_tokens=10), _req(1, "b", prompt=10, max_tokens=10)
+    f.on_arrival(a, 0.0)
+    f.tok["b"] = 1e6  # b consumed a lot long ago
+    f.on_arrival(b, 1.0)
+    # C = 10 + 2 x 10 = 30 per request, N = 2 in flight: U = 60
+    assert f.counter("b") == pytest.approx(f.counter("a") + 60)
+
+
+def test_class_order_wins_over_counters():
+    f = _fair()
+    hi, lo = _req(0, "heavy", prio=0), _req(1, "light", prio=1)
+    f.on_arrival(hi, 0.0)
+    f.on_arrival(lo, 0.0)
+    f.tok["heavy"] = 1e9
+    assert f.key(hi, 1.0) < f.key(lo, 1.0)
+    # inside a class, the under-served tenant first; a tenant's own requests keep inner order
+    x, y, z = _req(2, "light"), _req(3, "heavy"), _req(4, "light", t_ns=5)
+    assert f.key(x, 1.0) < f.key(y, 1.0) and f.key(x, 1.0) < f.key(z, 1.0)
+
+
+def _two_tenants(fair: dict, **engine):
+    stream = {"class": "i", "arrival": {"process": "poisson", "rate": 40.0},
+              "prompt_tokens": 64, "output_tokens": {"dist": "uniform", "low": 5, "high": 40}, "max_tokens": 40}
+    d = {"name": "pair", "seed": 3, "horizon_s": 20.0, "drain": False,
+         "engine": {"profile": LINEAR, "kv_blocks": 2048, "max_num_seqs": 4, **engine},
+         "policy": {"name": "priority"}, "classes": [{"name": "i", "priority": 0}],
+         "streams": [{**stream, "tenant": "f"}, {**stream, "tenant": "g", "arrival": {"process": "poisson", "rate": 120.0}}],
+         "tenants": [{"name": "f", "share": 1.0}, {"name": "g", "share": 1.0}],
+         "fairness": fair}
+    return simulate(scenario_from_dict(d))
+
+
+def test_accountant_bound_holds_and_split_is_fair():
+    # both tenants ask far more than the replica serves, so both stay backlogged
+    res = _two_tenants({"enabled": True, "window_s": 2.0})
+    fr = res.summary_dict["run"]["policy"]["fairness"]
+    # C = 64 + 2 x 40 = 144 per request, N = 4 in flight: U = 576, bound 2U = 1152
+    assert fr["counter_gap_bound"] == pytest.approx(1152)
+    assert 0 < fr["max_counter_gap"] <= fr["counter_gap_bound"]
+    # per window (both backlogged throughout): service differs by at most 4U = 2304 tokens
+    for w in fr["windows"][1:]:
+        assert abs(w["f"] - w["g"]) <= 2 * fr["counter_gap_bound"], w
+    t = fr["tenants"]
+    assert abs(t["f"]["token_share"] - 0.5) < 0.05
+    # without the accountant the 3x heavier tenant takes ~3/4
+    off = _two_tenants({"enabled": False})
+    assert off.summary_dict["run"]["policy"]["fairness"]["tenants"]["g"]["token_share"] > 0.65
+
+
+def test_weighted_split_follows_shares():
+    stream = {"class": "i", "arrival": {"process": "poisson", "rate": 100.0},
+              "prompt_tokens": 64, "output_tokens": 20, "max_tokens": 20}
+    d = {"name": "w", "seed": 1, "horizon_s": 15.0, "drain": False,
+         "engine": {"profile": LINEAR, "kv_blocks": 2048, "max_num_seqs": 4},
+         "classes": [{"name": "i", "priority": 0}], "policy": {"name": "fcfs"},
+         "streams": [{**stream, "tenant": "f"}, {**stream, "tenant": "g"}],
+         "tenants": [{"name": "f", "share": 2.0}, {"name": "g", "share": 1.0}],
+         "fairness": {"enabled": True}}
+    fr = simulate(scenario_from_dict(d)).summary_dict["run"]["policy"]["fairness"]["tenants"]
+    assert fr["f"]["token_share"] == pytest.approx(2 / 3, abs=0.04)
+
+
+def test_disabled_accountant_only_keeps_books():
+    a = _two_tenants({"enabled": False})
+    # the same scenario without [fairness]/[[tenants]]: an identical requests table
+    stream = {"class": "i", "arrival": {"process": "poisson", "rate": 40.0},
+              "prompt_tokens": 64, "output_tokens": {"dist": "uniform", "low": 5, "high": 40}, "max_tokens": 40}
+    plain = {"name": "pair", "seed": 3, "horizon_s": 20.0, "drain": False,
+             "engine": {"profile": LINEAR, "kv_blocks": 2048, "max_num_seqs": 4},
+             "policy": {"name": "priority"}, "classes": [{"name": "i", "priority": 0}],
+             "streams": [{**stream, "tenant": "f"}, {**stream, "tenant": "g", "arrival": {"process": "poisson", "rate": 120.0}}]}
+    b = simulate(scenario_from_dict(plain))
+    cols = ["request_id", "status", "first_token_s", "finish_s", "generated_tokens"]
+    assert a.requests[cols].equals(b.requests[cols])
+    ten = a.summary_dict["tenants"]["f"]
+    for k in ("token_share", "gpu_s_share", "priced_token_share", "ttft_p50_s", "ttft_p99_s", "rejected"):
+        assert k in ten
+    assert b.summary_dict["tenants"]["f"]["gpu_s_share"] is None
+
+
+# ---- the tenant flood --------------------------------------------------------------------------
+
+def _flood(on: bool):
+    return simulate(load_scenario("tenant_flood", overrides=[f"fairness.enabled={str(on).lower()}", "horizon_s=15"]))
+
+
+def _share_while_both_backlogged(res) -> float:
+    rq = res.requests
+    ts = res.timeseries.drop_duplicates("t_s").set_index("t_s")
+    both = []
+    for t in ts.index:
+        ok = True
+        for ten in ("small", "flood"):
+            g = rq[rq["tenant"] == ten]
+            waiting = (g["arrival_s"] <= t) & ~(g["admitted_s"] <= t)  # queued at instant t
+            ok &= bool(waiting.any())
+        if ok:
+            both.append(t)
+    assert len(both) >= 0.6 * len(ts)
+    a = ts.loc[both, "tenant_tokens_per_s[small]"].sum()
+    b = ts.loc[both, "tenant_tokens_per_s[flood]"].sum()
+    return a / (a + b)
+
+
+def test_tenant_flood_fair_split_and_small_tenant_ttft():
+    off, on = _flood(False), _flood(True)
+    s_off, s_on = _share_while_both_backlogged(off), _share_while_both_backlogged(on)
+    assert s_off < 0.2  # the flood takes most of the tokens
+    assert abs(s_on - 0.5) <= 0.05, s_on
+    p99_off = off.summary_dict["tenants"]["small"]["ttft_p99_s"]
+    p99_on = on.summary_dict["tenants"]["small"]["ttft_p99_s"]
+    assert p99_off >= 3 * p99_on, (p99_off, p99_on)
+    fr = on.summary_dict["run"]["policy"]["fairness"]
+    assert fr["max_counter_gap"] <= fr["counter_gap_bound"]

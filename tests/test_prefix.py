@@ -1,0 +1,116 @@
+"""Prefix caching: shared, reference-counted blocks; eviction; conservation with caching on;
+the Mooncake trace's reuse rate."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import load_scenario, scenario_from_dict, simulate
+from sim.prefix import PrefixCache
+from tests.conftest import small_scenario
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def test_cache_refcounts_and_tail_first_eviction():
+    c = PrefixCache(64, 16)
+    for h in (1, 2, 3):
+        assert c.publish(h)
+    assert not c.publish(2)  # already cached: the offering request keeps its own copy
+    held = c.acquire((1, 2, 3, 9), 3)
+    assert held == [1, 2, 3] and c.refs == {1: 2, 2: 2, 3: 2}
+    c.release(held)
+    c.release([1, 2, 3])  # the publishers' references
+    assert list(c.lru) == [3, 2, 1]  # tail released first, so evicted first
+    assert c.evictable_blocks == 3 * 4
+    assert c.evict_one() == 4 and 3 not in c.refs
+    assert c.hit_groups(64 * 4 + 1, (1, 2, 3, 4)) == 2  # 3 was evicted: the chain stops
+    assert c.missed_after_eviction(64 * 4 + 1, (1, 2, 3, 4), 2) == 1
+    with pytest.raises(AssertionError):
+        c.release([2])  # its count is already 0
+
+
+def _prefix_scenario(**eng):
+    sc = small_scenario(horizon_s=10.0)
+    sc["engine"].update({"prefix_caching": True, "prefix_block_tokens": 32, "kv_blocks": 200, **eng})
+    for s in sc["streams"]:
+        s["prefix"] = {"system_tokens": 64, "conversations": 4, "block_tokens": 32}
+    return sc
+
+
+def test_shared_prefix_is_not_prefilled_again(run):
+    res = run(_prefix_scenario(), trace_iterations=True)
+    r = res.requests
+    assert r["prefix_hit_tokens"].sum() > 0
+    it = res.iterations
+    first = it[it.kind == "prefill"].groupby("request_id")["tokens"].sum()
+    joined = r.set_index("request_id").loc[first.index]
+    # every request prefilled exactly its prompt minus what it found cached
+    assert (first == joined["prompt_tokens"] - joined["prefix_hit_tokens"]).all()
+    assert res.summary_dict["classes"]["hi"]["prefix_hit_rate"] > 0
+
+
+def test_prefix_caching_off_changes_nothing_else(run):
+    sc = _prefix_scenario()
+    sc["engine"]["prefix_caching"] = False
+    res = run(sc)
+    assert res.requests["prefix_hit_tokens"].sum() == 0
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_fast_forward_exact_with_prefix_caching(run, preemption):
+    sc = _prefix_scenario(preemption=preemption, kv_blocks=60)
+    a = run(sc)
+    sc2 = copy.deepcopy(sc)
+    sc2["engine"]["fast_forward"] = False
+    b = run(sc2)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), kv_blocks=st.integers(30, 150),
+       preemption=st.sampled_from(["recompute", "swap", "auto", "off"]),
+       pfw=st.sampled_from(["never", "strict", "priority"]), convs=st.integers(0, 5),
+       max_num_seqs=st.integers(1, 10))
+def test_block_pool_invariants_with_shared_blocks(seed, kv_blocks, preemption, pfw, convs, max_num_seqs):
+    """Reference counts never negative, a shared block never freed while referenced (the
+    engine's check compares every group's count with its holders after every event), and
+    free + owned + cached == total."""
+    sc = _prefix_scenario(kv_blocks=kv_blocks, preemption=preemption, preempt_for_waiting=pfw,
+                          max_num_seqs=max_num_seqs)
+    sc["seed"] = seed
+    for s in sc["streams"]:
+        s["prefix"]["conversations"] = convs
+    res = simulate(scenario_from_dict(sc), check_invariants=True)
+    r = res.requests
+    fin = r[r.status == "finished"]
+    assert (fin.generated_tokens == fin.output_tokens).all()
+    assert (r.status != "unfinished").all()
+
+
+needs_data = pytest.mark.skipif(not (DATA / "conversation_trace.jsonl").is_file(),
+                                reason="../shared/data not present")
+
+
+@needs_data
+@pytest.mark.slow
+def test_mooncake_unbounded_hit_rate_matches_trace():
+    """With a pool that never evicts, the prefix hit rate is the trace's reuse: 37.4 % of
+    prompt tokens (shared/data/README.md), within 2 points."""
+    res = simulate(load_scenario("mooncake_prefix", overrides=["engine.kv_blocks=10000000", "horizon_s=3600.0"]))
+    rate = res.summary_dict["classes"]["chat"]["prefix_hit_rate"]
+    assert abs(rate - 0.374) < 0.02, rate
+    assert res.summary_dict["run"]["prefix_evictions"] == 0
+
+
+@needs_data
+def test_mooncake_under_pressure_reports_evicted_recompute():
+    res = simulate(load_scenario("mooncake_prefix", overrides=["horizon_s=300.0", "engine.kv_blocks=20000"]))
+    c = res.summary_dict["classes"]["chat"]
+    assert res.summary_dict["run"]["prefix_evictions"] > 0
+    assert c["evicted_miss_tokens"] > 0 and c["evicted_miss_prefill_s"] > 0
