@@ -14,11 +14,22 @@ POLICIES = Registry("policy")
 POLICIES.register("fcfs", "policies.fcfs:FCFS", "first come, first served (arrival, then id)")
 POLICIES.register("priority", "policies.priority:Priority",
                   "strict priority by class (0 most urgent), FCFS within a class")
+POLICIES.register("wfq", "policies.wfq:WFQ",
+                  "weighted fair queuing across classes: smallest virtual finish S + cost/w first")
+POLICIES.register("aging", "policies.aging:Aging",
+                  "priority aging: p_base - alpha x time in system (smaller first), FCFS among equals")
+POLICIES.register("mlfq", "policies.mlfq:MLFQ",
+                  "FastServe skip-join multi-level feedback queue with starvation promotion")
+POLICIES.register("srpt_oracle", "policies.srpt:SRPTOracle",
+                  "shortest remaining output first using the true length (simulation-only bound)")
+POLICIES.register("sjf_rank", "policies.sjf_rank:SJFRank",
+                  "shortest predicted output first (oracle / noisy / learned predictor), starvation guard")
 
 
 def make_policy(name: str, **params: Any) -> Policy:
     """Build policy ``name`` with its parameters; ``ValueError``/``KeyError`` on bad input."""
     factory = POLICIES.resolve(name)
+    _check_param_names(name, factory, params)
     policy = factory(**params)
     missing = [m for m in ("key",) if not callable(getattr(policy, m, None))]
     if missing:
@@ -26,9 +37,38 @@ def make_policy(name: str, **params: Any) -> Policy:
     return policy
 
 
+def _check_param_names(name: str, factory: Any, params: dict) -> None:
+    """Unknown parameter names fail with one line naming them and the accepted ones."""
+    import difflib
+    import inspect
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    ps = sig.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in ps):
+        return
+    known = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for k in params:
+        if k not in known:
+            close = difflib.get_close_matches(k, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"{name}: unknown parameter '{k}' (expected "
+                             f"{', '.join(known) if known else 'no parameters'}){hint}")
+
+
+def check_policy(policy: Any, **params: Any) -> dict:
+    """Run the policy conformance suite on a registered name, a class, or an instance
+    (see :mod:`policies.check`); raises ``PolicyCheckError`` naming the first failure."""
+    from policies.check import check_policy as _check
+    return _check(policy, **params)
+
+
 def list_policies() -> list[tuple[str, str]]:
     return [(e.name, e.description) for e in POLICIES.entries()]
 
 
+from policies.predictors import PREDICTORS, make_predictor  # noqa: E402
+
 __all__ = ["BasePolicy", "Policy", "RequestView", "POLICIES", "make_policy", "list_policies",
-           "Registry", "load_dotted"]
+           "check_policy", "PREDICTORS", "make_predictor", "Registry", "load_dotted"]

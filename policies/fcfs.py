@@ -5,10 +5,11 @@ FCFS rule (its V1 scheduler pops the last request of the running queue).
 """
 from __future__ import annotations
 
-from policies.base import BasePolicy, RequestView
+from policies.base import RequestView
+from policies.common import RankedPolicy
 
 
-class FCFS(BasePolicy):
+class FCFS(RankedPolicy):
     name = "fcfs"
     description = "first come, first served (arrival time, then id); no parameters"
 

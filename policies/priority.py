@@ -7,10 +7,11 @@ setting; with ``"never"`` priority acts only at admission (non-preemptive priori
 """
 from __future__ import annotations
 
-from policies.base import BasePolicy, RequestView
+from policies.base import RequestView
+from policies.common import RankedPolicy
 
 
-class Priority(BasePolicy):
+class Priority(RankedPolicy):
     name = "priority"
     description = "strict priority by class (0 most urgent), FCFS within a class; no parameters"
 

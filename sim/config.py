@@ -23,6 +23,29 @@ from sim.errors import ScenarioError
 STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class SpeculativeConfig(BaseModel):
+    """Speculative decoding: a draft model proposes ``k`` tokens per decoding sequence per step;
+    the target verifies all ``k + 1`` positions in one forward pass; each draft token is
+    accepted with probability ``acceptance`` until the first rejection, so a step emits
+    1 + (accepted drafts) tokens. Draft tokens take budget and their verification costs
+    target compute; rejected ones are discarded."""
+
+    model_config = STRICT
+    k: int = Field(4, ge=1, description="draft tokens proposed per sequence per step")
+    acceptance: float | dict[str, float] = Field(
+        0.7, description="per-token acceptance probability: a number, or a table by class or tenant name")
+    draft_cost_fraction: float = Field(
+        0.1, ge=0, description="one draft token costs this fraction of a target decode step at the same batch")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculativeConfig":
+        vals = self.acceptance.values() if isinstance(self.acceptance, dict) else [self.acceptance]
+        for v in vals:
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"engine.speculative.acceptance: must be in [0, 1] (got {v})")
+        return self
+
+
 class EngineConfig(BaseModel):
     """The replica: batching limits, KV memory, preemption. Units in each field's description."""
 
@@ -39,9 +62,10 @@ class EngineConfig(BaseModel):
     swap_blocks: int = Field(0, ge=0, description="host swap space in blocks; 0 = none")
     preemption: Literal["off", "recompute", "swap", "auto"] = Field(
         "recompute", description="how a victim gives up its KV blocks; 'off' admits only what fits to max_tokens")
-    preempt_for_waiting: Literal["never", "priority", "strict", "threshold"] = Field(
+    preempt_for_waiting: Literal["never", "priority", "strict", "threshold", "policy"] = Field(
         "strict", description="may a waiting request preempt running ones: never (vLLM V1), priority "
-                              "(vLLM V0), strict (strictly more urgent class), threshold (SGLang)")
+                              "(vLLM V0), strict (strictly more urgent class), threshold (SGLang), "
+                              "policy (any request the policy ranks strictly below it: FastServe-style)")
     preempt_threshold: int = Field(0, ge=0, description="priority gap that must be exceeded in 'threshold' mode")
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
     chunked_prefill: bool = Field(True, description="split long prompts across steps")
@@ -51,6 +75,7 @@ class EngineConfig(BaseModel):
     max_events: int = Field(0, ge=0, description="safety stop after this many engine events (0: none)")
     prefix_caching: bool = Field(False, description="share cached prompt-prefix blocks between requests (hash_ids)")
     prefix_block_tokens: int = Field(512, ge=1, description="tokens per prefix hash id (Mooncake: 512); a multiple of block_size")
+    speculative: SpeculativeConfig | None = Field(None, description="speculative decoding (off when absent)")
 
 
 class ClassConfig(BaseModel):

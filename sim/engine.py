@@ -76,7 +76,7 @@ class Engine:
     """
 
     def __init__(self, env: simpy.Environment, cfg, costs: CostModel, policy, classes, pool: KVPool,
-                 telemetry: Telemetry, gate=None, trace=None) -> None:
+                 telemetry: Telemetry, gate=None, trace=None, spec_seed: int = 0) -> None:
         self.env = env
         self.cfg = cfg
         self.costs = costs
@@ -104,6 +104,10 @@ class Engine:
         if not cfg.chunked_prefill:
             self.chunk_cap = NEVER
         self.oracle = bool(getattr(policy, "oracle", False))
+        spec = cfg.speculative
+        self.spec_k = spec.k if spec is not None else 0
+        self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
+        self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         # skip the per-request hook when the policy keeps no books (most policies)
         from policies.base import BasePolicy
         self._hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
@@ -130,7 +134,13 @@ class Engine:
             r.key = self._key(r, now_s)
         self._order = None
 
-    def _update_next_change(self, now_ns: int) -> None:
+    def refresh_ranking(self, now_ns: int) -> None:
+        """Before each plan: re-key when the policy is dynamic or the change time it declared
+        before the previous step has come; then record its next declared change, which bounds
+        fast-forward. (A change caused by the step itself, e.g. a quantum used up in a request's
+        first step, is declared then and acted on at the following boundary.)"""
+        if self._dynamic or now_ns >= self._next_change_ns:
+            self._rekey_all(now_ns)
         t = self.policy.next_change(now_ns / NS)
         self._next_change_ns = NEVER if t is None else max(int(math.ceil(t * NS)), now_ns + 1)
 
@@ -202,7 +212,8 @@ class Engine:
             if decode:
                 if budget < 1:
                     continue
-                n = 1
+                # with speculation a decoder verifies k drafts + 1 token (when the budget allows)
+                n = 1 + self.spec_k if budget > self.spec_k else 1
             else:
                 n = self._chunk(req, budget)
                 if n == 0:
@@ -248,6 +259,8 @@ class Engine:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
                     break
                 budget = cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+                if self.waiting[0][2] is not w:
+                    continue  # a victim re-keyed on preemption now heads the queue: re-decide
                 fits, n, need_blocks, hit = self._fits(w, budget)
                 if not fits:
                     break
@@ -361,6 +374,8 @@ class Engine:
             ok = [r for r in self.running if (r.priority, r.arrival_s, r.request_id) > (w.priority, w.arrival_s, w.request_id)]
         elif mode == "strict":
             ok = [r for r in self.running if r.priority > w.priority]
+        elif mode == "policy":
+            ok = list(self.running)  # whatever the policy ranks strictly below the waiter
         else:  # threshold
             ok = [r for r in self.running if r.priority - w.priority > self.cfg.preempt_threshold]
         # never a request the policy ranks at or above the waiter
@@ -464,16 +479,46 @@ class Engine:
 
     # ---- pricing and applying --------------------------------------------------------------
     def aggregates(self, plan: StepPlan) -> tuple[int, int, int, int, int]:
+        """Step-shape aggregates for the cost model: prefill tokens (plus speculative
+        verification tokens), decoders, sum l^2, sum l x c, sum of decode contexts."""
         P = D = l2 = lc = ctx = 0
         for s in plan.items:
             if s.decode:
                 D += 1
                 ctx += s.prefix + 1
+                P += s.tokens - 1  # draft positions verified alongside the decode token
             else:
                 P += s.tokens
                 l2 += s.tokens * s.tokens
                 lc += s.tokens * s.prefix
         return P, D, l2, lc, ctx
+
+    def compute_ns(self, plan: StepPlan) -> int:
+        """Engine compute time of a step, ns: the target's forward pass, plus the draft model's
+        k sequential steps when speculating (each ``draft_cost_fraction`` of a target decode
+        step over the same sequences)."""
+        if not plan.items:
+            return 0
+        P, D, l2, lc, ctx = self.aggregates(plan)
+        t = int(self.costs.step_ns(P, D, l2, lc, ctx))
+        if self.spec_k:
+            drafting = [s for s in plan.items if s.decode and s.tokens > 1]
+            if drafting:
+                dctx = sum(s.prefix + 1 for s in drafting)
+                one = int(self.costs.step_ns(0, len(drafting), 0, 0, dctx))
+                t += int(round(self.spec_k * self.cfg.speculative.draft_cost_fraction * one))
+        return t
+
+    def _accepted(self, r: Request, k: int) -> int:
+        """Draft tokens accepted: leading successes of k Bernoulli(acceptance) trials."""
+        acc = self.cfg.speculative.acceptance
+        if isinstance(acc, dict):
+            acc = acc.get(r.cls, acc.get(r.tenant, 0.0))
+        if acc >= 1.0:
+            return k
+        if acc <= 0.0:
+            return 0
+        return min(k, int(self._spec_rng.geometric(1.0 - acc)) - 1)
 
     def transfer_ns(self, plan: StepPlan) -> int:
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
@@ -512,10 +557,38 @@ class Engine:
         if self.trace is not None:  # kinds must be read before the step changes the requests
             kinds = ["decode" if s.decode else ("recompute" if s.req.generated else "prefill")
                      for s in plan.items]
+        spec = self.spec_stats
+        extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
         for s in plan.items:
             r = s.req
             r.attained_s += service_s
             r.last_scheduled_s = end_s
+            if s.decode and s.tokens > 1:  # a speculative step: emits 1 + accepted drafts
+                a = self._accepted(r, s.tokens - 1)
+                e = min(1 + a, r._output - r.generated)
+                spec["sequence_steps"] += 1
+                spec["drafted"] += s.tokens - 1
+                spec["accepted"] += a
+                spec["emitted"] += e
+                step_tokens += s.tokens
+                r.computed += e
+                r.generated += e
+                r.tokens += e
+                extra_tokens[r.cls_idx] += e - 1
+                ci = r.cls_idx
+                emitted[ci] += 1
+                by_tenant[r.tenant] = by_tenant.get(r.tenant, 0) + e
+                gap = first_end - r.last_token_ns
+                if r.last_token_ns == start_ns:
+                    steady[ci] += 1
+                else:
+                    irregular[ci].append(gap)
+                if gap > r.max_itl_ns:
+                    r.max_itl_ns = gap
+                r.last_token_ns = end_ns
+                if r.generated >= r._output:
+                    finished.append(r)
+                continue
             if k == 1:
                 step_tokens += s.tokens
                 if not s.decode and r.generated:  # re-prefill after a recompute preemption
@@ -556,7 +629,12 @@ class Engine:
                 for ci, toks in recompute_by_class.items():
                     tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
         tel.itl_steps(emitted, steady, durations)
-        tel.on_step(start_ns, durations, emitted, by_tenant)
+        if self.spec_k:
+            spec["steps"] += 1
+            emitted_tokens = [m + x for m, x in zip(emitted, extra_tokens)]
+        else:
+            emitted_tokens = emitted
+        tel.on_step(start_ns, durations, emitted_tokens, by_tenant)
         if self._hooks_scheduled:
             for s in plan.items:
                 self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
@@ -627,7 +705,8 @@ class Engine:
     def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> np.ndarray:
         """Durations of the steps to take for this plan: one, or k identical decode steps."""
         single = np.array([dur0], dtype=np.int64)
-        if not self.cfg.fast_forward or plan.admitted or plan.preempted or plan.swap_in_blocks:
+        if (not self.cfg.fast_forward or plan.admitted or plan.preempted or plan.swap_in_blocks
+                or self.spec_k):  # speculative steps emit a random number of tokens: one at a time
             return single
         items = plan.items
         if not items or len(items) != len(self.running) or not all(s.decode for s in items):

@@ -76,7 +76,8 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     tel = Telemetry(class_names, interval_ns, costs, cfg.block_size)
     env = simpy.Environment()
     trace: list | None = [] if trace_iterations else None
-    engine = Engine(env, cfg, costs, policy, sc.classes, pool, tel, gate=gate, trace=trace)
+    engine = Engine(env, cfg, costs, policy, sc.classes, pool, tel, gate=gate, trace=trace,
+                    spec_seed=_seed_for(sc.seed, "speculative"))
     if gate is not None and hasattr(gate, "bind"):
         gate.bind(engine)
 
@@ -158,9 +159,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
                 bar.update(min(now // NS, bar.total) - bar.n)
             if now >= stop_ns:
                 break
-            if engine._dynamic or now >= engine._next_change_ns:
-                engine._rekey_all(now)
-            engine._update_next_change(now)
+            engine.refresh_ranking(now)
             next_arrival = min(arr_ns[i] if i < n_open else NEVER,
                                closed_heap[0][0] if closed_heap else NEVER)
             if not engine.running and not engine.waiting:
@@ -183,8 +182,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
                 yield env.timeout(wake - now)
                 continue
             idle_since = None
-            P, D, l2, lc, ctx = engine.aggregates(plan)
-            compute = int(engine.costs.step_ns(P, D, l2, lc, ctx)) if plan.items else 0
+            compute = engine.compute_ns(plan)
             dur0 = compute + engine.transfer_ns(plan)
             next_event = min(next_arrival, next_sample, stop_ns)
             durations = engine.run_length(plan, now, next_event, dur0)
@@ -219,6 +217,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
         "swap_blocks": pool.host_total,
         "preemptions_by_mode": dict(tel.preempt_by_mode),
         "prefix_evictions": cache.evictions if cache is not None else 0,
+        "speculative": _spec_report(engine),
         "wall_s": time.perf_counter() - wall0,
         "cpu_s": time.process_time() - cpu0,
         "policy": getattr(policy, "report", lambda: {})(),
@@ -227,6 +226,17 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     if gate is not None and hasattr(gate, "report"):
         run_info["admission"] = gate.report()
     return Results.build(sc, costs, tel, run_info, trace)
+
+
+def _spec_report(engine: Engine) -> dict | None:
+    if not engine.spec_k:
+        return None
+    st = dict(engine.spec_stats)
+    n = max(st["sequence_steps"], 1)
+    st.update(k=engine.spec_k, mean_accepted_per_sequence_step=st["accepted"] / n,
+              mean_emitted_per_sequence_step=st["emitted"] / n,
+              wasted_draft_tokens=st["drafted"] - st["accepted"])
+    return st
 
 
 def _make_gate(sc: Scenario, costs):

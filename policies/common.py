@@ -1,0 +1,164 @@
+"""Shared pieces of the shipped policies: parameter checks, the SRPT-order score, a starvation clock.
+
+``RankedPolicy`` is :class:`~policies.base.BasePolicy` plus one per-run figure every shipped
+policy reports: how close its admission order came to SRPT's (``srpt_order_tau``, below).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+import numpy as np
+
+from policies.base import BasePolicy, RequestView
+
+
+# ---- parameter validation: "<policy>: <param> must be ... (got ...)" -----------------------
+def check_number(policy: str, name: str, value: Any, *, gt: float | None = None,
+                 ge: float | None = None, le: float | None = None, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is a finite number within bounds, else raise ``ValueError``."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    what = []
+    if gt is not None:
+        what.append(f"> {gt:g}")
+        ok = ok and value > gt
+    if ge is not None:
+        what.append(f">= {ge:g}")
+        ok = ok and value >= ge
+    if le is not None:
+        what.append(f"<= {le:g}")
+        ok = ok and value <= le
+    if not ok:
+        expect = "a finite number" + (" " + " and ".join(what) if what else "")
+        raise ValueError(f"{policy}: {name} must be {expect} (got {value!r})")
+    return value
+
+
+def check_int(policy: str, name: str, value: Any, *, ge: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < ge:
+        raise ValueError(f"{policy}: {name} must be an integer >= {ge} (got {value!r})")
+    return value
+
+
+def check_choice(policy: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{policy}: {name} must be one of {', '.join(map(repr, choices))} (got {value!r})")
+    return value
+
+
+# ---- how close an admission order came to SRPT's ----------------------------------------------
+def srpt_order_tau(arrival: np.ndarray, admitted: np.ndarray, size: np.ndarray,
+                   max_pairs: int = 2_000_000, seed: int = 0) -> tuple[float, int]:
+    """Kendall-type agreement between the order requests were admitted in and SRPT's order.
+
+    Only pairs that competed are compared: both were waiting at the same moment (each arrived
+    before the other was first admitted). SRPT admits the shorter of such a pair first, so a pair
+    is concordant when the one admitted earlier has the smaller size, discordant when it has the
+    larger. Pairs tied in admission time or size are not counted.
+    tau = (concordant - discordant) / (concordant + discordant): 1 = SRPT's order, about 0 for an
+    order blind to size (FCFS), -1 = longest first. Returns (tau, pairs); tau is NaN with no pairs.
+    When more than ``max_pairs`` pairs exist, a seeded sample of rows is used.
+    """
+    order = np.argsort(arrival, kind="stable")
+    a, t, s = arrival[order], admitted[order], size[order]
+    n = len(a)
+    hi = np.searchsorted(a, t, side="left")  # rows j >= i+1 with a_j < t_i competed with i
+    counts = np.maximum(hi - np.arange(n) - 1, 0)
+    rows = np.arange(n)
+    total = int(counts.sum())
+    if total > max_pairs:
+        keep = max(1, int(n * max_pairs / total))
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=keep, replace=False))
+    conc = disc = 0
+    for i in rows:
+        if counts[i] == 0:
+            continue
+        j = slice(i + 1, hi[i])
+        prod = np.sign(t[j] - t[i]) * np.sign(s[j] - s[i])
+        conc += int((prod > 0).sum())
+        disc += int((prod < 0).sum())
+    pairs = conc + disc
+    return ((conc - disc) / pairs if pairs else math.nan), pairs
+
+
+class RankedPolicy(BasePolicy):
+    """BasePolicy that records each finished request's first admission and true length (known
+    once it has finished) and reports ``srpt_order_tau`` (see :func:`srpt_order_tau`)."""
+
+    def _records(self) -> dict:
+        if "_rec" not in self.__dict__:
+            self._rec = {"arrival": [], "admitted": [], "size": []}
+            self._first_admit: dict[int, float] = {}
+        return self._rec
+
+    def on_preempt(self, req: RequestView, now: float) -> None:
+        self._records()
+        self._first_admit.setdefault(req.request_id, req.admitted_s)
+
+    def on_finish(self, req: RequestView, now: float) -> None:
+        rec = self._records()
+        rec["arrival"].append(req.arrival_s)
+        rec["admitted"].append(self._first_admit.pop(req.request_id, req.admitted_s))
+        rec["size"].append(req.generated)  # the true length, known now that it has finished
+
+    def report(self) -> dict:
+        rec = self._records()
+        tau, pairs = srpt_order_tau(np.asarray(rec["arrival"], float), np.asarray(rec["admitted"], float),
+                                    np.asarray(rec["size"], float))
+        return {"srpt_order_tau": None if math.isnan(tau) else round(tau, 4), "srpt_order_pairs": pairs}
+
+
+class StarvationClock:
+    """Tracks when each live request last made progress and when it will next count as starved.
+
+    A request is *starved* at ``now`` when ``now - last_seen >= limit_s``, where ``last_seen`` is the
+    latest of its arrival, the end of its last scheduled step, and its last ``reset``. Deadlines sit
+    in a heap and are re-validated lazily, so ``next_deadline`` costs O(log n) per change.
+    """
+
+    EPS = 1e-9
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit = limit_s
+        self.live: dict[int, RequestView] = {}
+        self.since: dict[int, float] = {}
+        self.heap: list[tuple[float, int]] = []
+
+    def add(self, req: RequestView, now: float) -> None:
+        self.live[req.request_id] = req
+        self.since[req.request_id] = now
+        heapq.heappush(self.heap, (now + self.limit, req.request_id))
+
+    def remove(self, req: RequestView) -> None:
+        self.live.pop(req.request_id, None)
+        self.since.pop(req.request_id, None)
+
+    def reset(self, req: RequestView, now: float) -> None:
+        if req.request_id in self.live:
+            self.since[req.request_id] = now
+
+    def last_seen(self, req: RequestView) -> float:
+        s = self.since.get(req.request_id, req.arrival_s)
+        ls = req.last_scheduled_s
+        return s if ls != ls else max(s, ls)  # NaN: never scheduled
+
+    def starved(self, req: RequestView, now: float) -> bool:
+        return req.request_id in self.live and now - self.last_seen(req) >= self.limit - self.EPS
+
+    def next_deadline(self) -> float | None:
+        heap = self.heap
+        while heap:
+            d, rid = heap[0]
+            req = self.live.get(rid)
+            if req is None:
+                heapq.heappop(heap)
+                continue
+            real = self.last_seen(req) + self.limit
+            if real > d + self.EPS:
+                heapq.heapreplace(heap, (real, rid))
+                continue
+            return d
+        return None

@@ -1,0 +1,63 @@
+"""Speculative decoding: draft tokens take budget and compute; each step emits 1 + accepted."""
+from __future__ import annotations
+
+import pytest
+
+from sim import load_scenario, simulate
+from tests.explicit import run_explicit
+
+LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.001}
+
+
+def test_full_acceptance_emits_k_plus_one_per_step(tmp_path):
+    """k = 4, acceptance 1: prefill emits token 1 at 0.01; each decode step verifies 1 + 4
+    positions and emits 5 tokens, so 11 tokens need 2 decode steps (5 + 5). A decode step
+    costs base 0.01 + 0.001 (one sequence) + 4 verification tokens priced as prefill tokens
+    (0 here) + the draft model: 4 x 0.1 x 0.011."""
+    eng = {"profile": dict(LIN), "block_size": 4, "kv_blocks": 100,
+           "speculative": {"k": 4, "acceptance": 1.0, "draft_cost_fraction": 0.1}}
+    res = run_explicit(tmp_path, [(0.0, "c", 8, 11)], [("c", 0)], eng)
+    r = res.requests.iloc[0]
+    step = 0.01 + 0.001 + 4 * 0.1 * 0.011
+    assert r.first_token_s == pytest.approx(0.01)
+    assert r.finish_s == pytest.approx(0.01 + 2 * step)
+    assert r.generated_tokens == 11
+    spec = res.summary_dict["run"]["speculative"]
+    assert spec["accepted"] == 8 and spec["emitted"] == 10 and spec["wasted_draft_tokens"] == 0
+
+
+def test_zero_acceptance_is_one_token_per_step(tmp_path):
+    eng = {"profile": dict(LIN), "block_size": 4, "kv_blocks": 100,
+           "speculative": {"k": 2, "acceptance": 0.0, "draft_cost_fraction": 0.0}}
+    res = run_explicit(tmp_path, [(0.0, "c", 8, 5)], [("c", 0)], eng)
+    spec = res.summary_dict["run"]["speculative"]
+    assert spec["sequence_steps"] == 4 and spec["emitted"] == 4 and spec["wasted_draft_tokens"] == 8
+
+
+def test_per_class_acceptance_and_validation(tmp_path):
+    eng = {"profile": dict(LIN), "block_size": 4, "kv_blocks": 100,
+           "speculative": {"k": 3, "acceptance": {"a": 1.0, "b": 0.0}}}
+    res = run_explicit(tmp_path, [(0.0, "a", 8, 13), (0.0, "b", 8, 13)], [("a", 0), ("b", 0)], eng)
+    r = res.requests.set_index("class")
+    assert r.loc["a", "finish_s"] < r.loc["b", "finish_s"]
+    from sim import ScenarioError
+    from tests.explicit import explicit_scenario
+    from sim import scenario_from_dict
+    sc = explicit_scenario(tmp_path, [(0.0, "a", 8, 13)], [("a", 0)],
+                           dict(eng, speculative={"k": 3, "acceptance": 1.5}))
+    with pytest.raises(ScenarioError, match="acceptance"):
+        scenario_from_dict(sc, base_dir=tmp_path)
+
+
+def test_speculation_helps_at_low_load_and_hurts_goodput_at_saturation():
+    """The seeds' warning, on the shipped speculation_load scenario (shortened)."""
+    spec = "engine.speculative={k=4,acceptance=0.7,draft_cost_fraction=0.1}"
+
+    def run(rate, on):
+        ov = [f"streams.0.arrival.rate={rate}", "horizon_s=40.0"] + ([spec] if on else [])
+        return simulate(load_scenario("speculation_load", overrides=ov)).summary_dict["classes"]["chat"]
+
+    low_off, low_on = run(2, False), run(2, True)
+    assert low_on["tpot_p50_s"] < 0.7 * low_off["tpot_p50_s"]
+    sat_off, sat_on = run(24, False), run(24, True)
+    assert sat_on["goodput_rps"] < sat_off["goodput_rps"]
