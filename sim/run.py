@@ -8,8 +8,6 @@ heap when their previous request ends.
 """
 from __future__ import annotations
 
-import heapq
-import math
 import time
 from pathlib import Path
 
@@ -23,8 +21,9 @@ from sim.costs import NS, load_profile
 from sim.engine import NEVER, Engine
 from sim.errors import ScenarioError
 from sim.kvpool import KVPool
+from sim.source import RequestSource
 from sim.prefix import PrefixCache
-from sim.request import Request, State
+from sim.request import State
 from sim.results import Results
 from sim.telemetry import Telemetry
 
@@ -35,24 +34,20 @@ def _seed_for(seed: int, name: str) -> int:
     return int(np.random.SeedSequence([seed, *words]).generate_state(1)[0])
 
 
-def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
-             load_scale: float = 1.0, gate=None, check_invariants: bool = False) -> Results:
-    """Run ``scenario`` and return its Results (requests, summary, time series).
+def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: list | None = None,
+                 gate=None, engine_cfg=None, seed_tag: str = "") -> Engine:
+    """One replica's engine (KV pool, policy, admission gate, telemetry) for scenario ``sc``.
 
-    ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
-    ``check_invariants`` verifies KV conservation after every engine event (tests use it).
+    ``engine_cfg`` overrides ``sc.engine`` (a cluster's replica groups may differ in hardware);
+    ``seed_tag`` separates the random streams of several replicas.
     """
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    sc = scenario
-    cfg = sc.engine
+    cfg = engine_cfg or sc.engine
     base_dir = Path(sc.base_dir)
-    costs = load_profile(cfg.profile, base_dir)
+    costs = costs or load_profile(cfg.profile, base_dir)
     kv_blocks = cfg.kv_blocks or costs.kv_blocks(cfg.block_size)
     if kv_blocks <= 0:
         raise ScenarioError(f"{sc.source}: engine.kv_blocks: the profile does not say how much KV "
                             "memory there is; set engine.kv_blocks > 0")
-    class_names = sc.class_names
-    cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     cls_prio = [c.priority for c in sc.classes]
     cache = None
     if cfg.prefix_caching:
@@ -64,138 +59,60 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
                   host_total=cfg.swap_blocks if cfg.preemption in ("swap", "auto") else 0, cache=cache)
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
-        policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy"))
+        policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy" + seed_tag))
     if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy (issue 6)
         from sim.admission import make_fair_policy
         policy = make_fair_policy(sc, policy)
     if gate is None and (sc.admission or sc.tenants or sc.fairness):
         gate = _make_gate(sc, costs)
-    wl = workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
-                                  base_dir=base_dir, load_scale=load_scale)
     interval_ns = int(round(cfg.timeseries_interval_s * NS))
-    tel = Telemetry(class_names, interval_ns, costs, cfg.block_size)
-    env = simpy.Environment()
-    trace: list | None = [] if trace_iterations else None
+    tel = Telemetry(sc.class_names, interval_ns, costs, cfg.block_size)
     engine = Engine(env, cfg, costs, policy, sc.classes, pool, tel, gate=gate, trace=trace,
-                    spec_seed=_seed_for(sc.seed, "speculative"))
+                    spec_seed=_seed_for(sc.seed, "speculative" + seed_tag))
     if gate is not None and hasattr(gate, "bind"):
         gate.bind(engine)
+    return engine
 
-    df = wl.open
-    n_open = len(df)
-    arr_ns = np.rint(df["arrival_s"].to_numpy(np.float64) * NS).astype(np.int64).tolist()
-    tenants = df["tenant"].tolist()
-    clss = df["cls"].tolist()
-    prompts = df["prompt_tokens"].to_numpy(np.int64).tolist()
-    outputs = df["output_tokens"].to_numpy(np.int64).tolist()
-    maxtoks = df["max_tokens"].to_numpy(np.int64).tolist()
-    deadlines = df["deadline_s"].to_numpy(np.float64).tolist()
-    streams = df["stream"].to_numpy(np.int64).tolist()
-    hashes = df["hash_ids"].tolist() if "hash_ids" in df.columns else None
-    feat_cols = [c for c in df.columns if c.startswith("f_")]
-    feats = {c: df[c].tolist() for c in feat_cols}
 
-    closed_heap: list[tuple] = []
-    next_id = [n_open]
-    seq = [0]
-    closed = {c.stream: c for c in wl.closed}
-    for cl in wl.closed:
-        for user, t_s, row in cl.start():
-            seq[0] += 1
-            heapq.heappush(closed_heap, (int(round(t_s * NS)), seq[0], cl.stream, user, row))
+def build_workload(sc: Scenario, load_scale: float = 1.0):
+    """The scenario's request stream (``workloads.Workload``)."""
+    return workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
+                                    base_dir=Path(sc.base_dir), load_scale=load_scale)
 
-    def on_end(req: Request, now_ns: int) -> None:
-        cl = closed.get(req.stream)
-        if cl is None or req.user < 0:
-            return
-        nxt = cl.next(req.user, now_ns / NS)
-        if nxt is not None:
-            t_s, row = nxt
-            seq[0] += 1
-            heapq.heappush(closed_heap, (max(int(round(t_s * NS)), now_ns), seq[0], req.stream, req.user, row))
 
-    engine.on_request_end = on_end
+def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
+             load_scale: float = 1.0, gate=None, check_invariants: bool = False) -> Results:
+    """Run ``scenario`` and return its Results (requests, summary, time series).
+
+    ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
+    ``check_invariants`` verifies KV conservation after every engine event (tests use it).
+    """
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    sc = scenario
+    env = simpy.Environment()
+    trace: list | None = [] if trace_iterations else None
+    engine = build_engine(sc, env, trace=trace, gate=gate)
+    costs, pool, tel, policy, gate = engine.costs, engine.pool, engine.tel, engine.policy, engine.gate
+    kv_blocks, cache = pool.total, pool.cache
+    interval_ns = tel.interval_ns
+    wl = build_workload(sc, load_scale)
+    cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
+    cls_prio = [c.priority for c in sc.classes]
+    source = RequestSource(wl, cls_idx, cls_prio)
+    engine.on_request_end = source.on_request_end
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
-
-    def make_open(i: int) -> Request:
-        c = clss[i]
-        r = Request(i, arr_ns[i], tenants[i], c, cls_idx[c], cls_prio[cls_idx[c]], prompts[i],
-                    outputs[i], maxtoks[i], deadlines[i], streams[i], -1,
-                    {k: v[i] for k, v in feats.items()} if feats else None,
-                    hashes[i] if hashes is not None else None)
-        return r
-
-    def make_closed(t_ns: int, stream: int, user: int, row: dict) -> Request:
-        cl = closed[stream]
-        rid = next_id[0]
-        next_id[0] += 1
-        i = cls_idx[cl.cls]
-        return Request(rid, t_ns, cl.tenant, cl.cls, i, cls_prio[i], int(row["prompt_tokens"]),
-                       int(row["output_tokens"]), int(row["max_tokens"]),
-                       float(row.get("deadline_s", math.nan)), stream, user)
 
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=round(sc.horizon_s), unit="sim-s", desc=sc.name, leave=False)
 
-    def loop():
-        i = 0
-        next_sample = 0
-        idle_since = None
-        while True:
-            now = env.now
-            while i < n_open and arr_ns[i] <= now:
-                engine.admit_arrival(make_open(i), now)
-                i += 1
-            while closed_heap and closed_heap[0][0] <= now:
-                t, _, stream, user, row = heapq.heappop(closed_heap)
-                engine.admit_arrival(make_closed(t, stream, user, row), now)
-            while next_sample <= now:
-                tel.sample(next_sample, engine)
-                next_sample += interval_ns
-            if bar is not None:
-                bar.update(min(now // NS, bar.total) - bar.n)
-            if now >= stop_ns:
-                break
-            engine.refresh_ranking(now)
-            next_arrival = min(arr_ns[i] if i < n_open else NEVER,
-                               closed_heap[0][0] if closed_heap else NEVER)
-            if not engine.running and not engine.waiting:
-                if next_arrival >= NEVER:
-                    break
-                yield env.timeout(min(next_arrival, stop_ns) - now)
-                continue
-            plan = engine.plan(now)
-            if not plan.items and not plan.swap_out_blocks and plan.preempted:
-                continue  # every running request gave way; admission happens in the next plan
-            if not plan.items and not plan.swap_out_blocks:
-                # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
-                if idle_since is None:
-                    idle_since = now
-                if next_arrival >= NEVER and engine._next_change_ns >= NEVER:
-                    raise RuntimeError(f"engine stalled at t={now / NS:.6f}s with "
-                                       f"{len(engine.waiting)} waiting and nothing runnable")
-                wake = min(next_arrival, engine._next_change_ns, stop_ns)
-                tel.idle_with_work_ns += wake - now
-                yield env.timeout(wake - now)
-                continue
-            idle_since = None
-            compute = engine.compute_ns(plan)
-            dur0 = compute + engine.transfer_ns(plan)
-            next_event = min(next_arrival, next_sample, stop_ns)
-            durations = engine.run_length(plan, now, next_event, dur0)
-            engine.allocate_run(plan, len(durations))
-            engine.events += 1
-            if cfg.max_events and engine.events > cfg.max_events:
-                raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
-            yield env.timeout(int(durations.sum()))
-            engine.apply(plan, now, durations, compute)
-            if check_invariants:
-                engine.check_invariants()
+    def on_boundary(now: int) -> None:
+        if bar is not None:
+            bar.update(min(now // NS, bar.total) - bar.n)
 
-    env.process(loop())
+    env.process(replica_loop(env, engine, source, stop_ns, interval_ns, check_invariants, on_boundary))
     env.run()
     end_ns = int(env.now)
     # Whatever is still queued or running at the horizon ends unfinished.
@@ -226,6 +143,69 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     if gate is not None and hasattr(gate, "report"):
         run_info["admission"] = gate.report()
     return Results.build(sc, costs, tel, run_info, trace)
+
+
+def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, interval_ns: int,
+                 check_invariants: bool = False, on_boundary=None):
+    """The SimPy process of one replica: at each step boundary take the arrivals that are due,
+    sample telemetry, re-rank, plan, price, fast-forward where exact, and apply.
+
+    ``source`` provides ``pop_due(now)`` (requests that have arrived) and ``next_arrival_ns()``
+    (when the next may arrive; a lower bound is enough, it only stops fast-forward early).
+    When the replica is idle it sleeps until the next arrival, or on ``source.wakeup`` (a SimPy
+    event) when the source has one (a router in front of several replicas).
+    """
+    tel = engine.tel
+    cfg = engine.cfg
+    next_sample = 0
+    while True:
+        now = env.now
+        for req in source.pop_due(now):
+            engine.admit_arrival(req, now)
+        while next_sample <= now:
+            tel.sample(next_sample, engine)
+            next_sample += interval_ns
+        if on_boundary is not None:
+            on_boundary(now)
+        if now >= stop_ns:
+            break
+        engine.refresh_ranking(now)
+        next_arrival = source.next_arrival_ns()
+        if not engine.running and not engine.waiting:
+            wakeup = getattr(source, "wakeup", None)
+            if wakeup is not None:
+                if source.finished() and next_arrival >= NEVER:
+                    break
+                yield wakeup(min(next_arrival, stop_ns))
+                continue
+            if next_arrival >= NEVER:
+                break
+            yield env.timeout(min(next_arrival, stop_ns) - now)
+            continue
+        plan = engine.plan(now)
+        if not plan.items and not plan.swap_out_blocks and plan.preempted:
+            continue  # every running request gave way; admission happens in the next plan
+        if not plan.items and not plan.swap_out_blocks:
+            # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
+            if next_arrival >= NEVER and engine._next_change_ns >= NEVER:
+                raise RuntimeError(f"engine stalled at t={now / NS:.6f}s with "
+                                   f"{len(engine.waiting)} waiting and nothing runnable")
+            wake = min(next_arrival, engine._next_change_ns, stop_ns)
+            tel.idle_with_work_ns += wake - now
+            yield env.timeout(wake - now)
+            continue
+        compute = engine.compute_ns(plan)
+        dur0 = compute + engine.transfer_ns(plan)
+        next_event = min(next_arrival, next_sample, stop_ns)
+        durations = engine.run_length(plan, now, next_event, dur0)
+        engine.allocate_run(plan, len(durations))
+        engine.events += 1
+        if cfg.max_events and engine.events > cfg.max_events:
+            raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
+        yield env.timeout(int(durations.sum()))
+        engine.apply(plan, now, durations, compute)
+        if check_invariants:
+            engine.check_invariants()
 
 
 def _spec_report(engine: Engine) -> dict | None:

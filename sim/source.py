@@ -1,0 +1,95 @@
+"""Where requests come from: the workload's pre-generated arrivals plus closed-loop users.
+
+A :class:`RequestSource` turns the columnar open stream into :class:`Request` objects when the
+clock passes their arrival (no process per request), and keeps closed-loop users' next sends on
+a heap, pushed when their previous request ends. Request ids: open requests 0..n-1 in arrival
+order, then closed-loop requests in the order they are created.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from sim.costs import NS
+from sim.request import Request
+
+NEVER = 2**62
+
+
+class RequestSource:
+    def __init__(self, workload, class_index: dict[str, int], class_priority: list[int]) -> None:
+        df = workload.open
+        self.n_open = len(df)
+        self.arr_ns = np.rint(df["arrival_s"].to_numpy(np.float64) * NS).astype(np.int64).tolist()
+        self.tenants = df["tenant"].tolist()
+        self.clss = df["cls"].tolist()
+        self.prompts = df["prompt_tokens"].to_numpy(np.int64).tolist()
+        self.outputs = df["output_tokens"].to_numpy(np.int64).tolist()
+        self.maxtoks = df["max_tokens"].to_numpy(np.int64).tolist()
+        self.deadlines = df["deadline_s"].to_numpy(np.float64).tolist()
+        self.streams = df["stream"].to_numpy(np.int64).tolist()
+        self.hashes = df["hash_ids"].tolist() if "hash_ids" in df.columns else None
+        self.feats = {c: df[c].tolist() for c in df.columns if c.startswith("f_")}
+        self.cls_idx = class_index
+        self.cls_prio = class_priority
+        self.i = 0
+        self.next_id = self.n_open
+        self._seq = 0
+        self.closed = {c.stream: c for c in workload.closed}
+        self.closed_heap: list[tuple] = []
+        for cl in workload.closed:
+            for user, t_s, row in cl.start():
+                self._push_closed(int(round(t_s * NS)), cl.stream, user, row)
+
+    def _push_closed(self, t_ns: int, stream: int, user: int, row: dict) -> None:
+        self._seq += 1
+        heapq.heappush(self.closed_heap, (t_ns, self._seq, stream, user, row))
+
+    def next_arrival_ns(self) -> int:
+        """Time of the next arrival known now (NEVER when none)."""
+        a = self.arr_ns[self.i] if self.i < self.n_open else NEVER
+        if self.closed_heap and self.closed_heap[0][0] < a:
+            return self.closed_heap[0][0]
+        return a
+
+    def pop_due(self, now_ns: int) -> list[Request]:
+        """Every request that has arrived by ``now_ns``, in arrival order (open ones first on
+        ties, then closed-loop sends)."""
+        out = []
+        arr = self.arr_ns
+        while self.i < self.n_open and arr[self.i] <= now_ns:
+            out.append(self._make_open(self.i))
+            self.i += 1
+        while self.closed_heap and self.closed_heap[0][0] <= now_ns:
+            t, _, stream, user, row = heapq.heappop(self.closed_heap)
+            out.append(self._make_closed(t, stream, user, row))
+        return out
+
+    def on_request_end(self, req: Request, now_ns: int) -> None:
+        """A closed-loop user whose request ended thinks, then sends its next request."""
+        cl = self.closed.get(req.stream)
+        if cl is None or req.user < 0:
+            return
+        nxt = cl.next(req.user, now_ns / NS)
+        if nxt is not None:
+            t_s, row = nxt
+            self._push_closed(max(int(round(t_s * NS)), now_ns), req.stream, req.user, row)
+
+    def _make_open(self, i: int) -> Request:
+        c = self.clss[i]
+        ci = self.cls_idx[c]
+        return Request(i, self.arr_ns[i], self.tenants[i], c, ci, self.cls_prio[ci], self.prompts[i],
+                       self.outputs[i], self.maxtoks[i], self.deadlines[i], self.streams[i], -1,
+                       {k: v[i] for k, v in self.feats.items()} if self.feats else None,
+                       self.hashes[i] if self.hashes is not None else None)
+
+    def _make_closed(self, t_ns: int, stream: int, user: int, row: dict) -> Request:
+        cl = self.closed[stream]
+        rid = self.next_id
+        self.next_id += 1
+        ci = self.cls_idx[cl.cls]
+        return Request(rid, t_ns, cl.tenant, cl.cls, ci, self.cls_prio[ci], int(row["prompt_tokens"]),
+                       int(row["output_tokens"]), int(row["max_tokens"]),
+                       float(row.get("deadline_s", math.nan)), stream, user)
