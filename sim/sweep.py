@@ -345,6 +345,7 @@ def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) ->
         return
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    import sim.run  # noqa: F401 - imported once here, inherited by forked workers
     pool = ProcessPoolExecutor(max_workers=workers)
     try:
         pending = {pool.submit(_local_task, s, str(runs_dir), bd, source, trace_iterations): s for s in todo}
@@ -383,9 +384,9 @@ def _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record) -> N
         started = True
     # A lost worker (node died, process killed) is retried by Ray; a run that raises is not
     # retried: ``execute`` returns its error, the simulation being deterministic.
+    # (When the caller initialised Ray, shipping the code is its job: Ray accepts a local
+    # working_dir only at ray.init, e.g. ray.init(runtime_env=sim.sweep.ray_runtime_env()).)
     task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=False)(execute)
-    if not started:
-        task = task.options(runtime_env=ray_runtime_env())
     try:
         refs = {task.remote(s, bd, source, trace_iterations): s for s in todo}
         while refs:

@@ -1,0 +1,68 @@
+"""Figures: a run's four figures (timeline only when iterations were traced), a sweep's three,
+each as PNG and SVG; `priosim plot` picks the kind of folder; `priosim run` draws by default."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import small_scenario
+from sim import scenario_from_dict, simulate
+from sim.cli import main
+from sim.plots import plot_run, run_figures
+from sim.sweep import expand_grid, run_sweep
+
+RUN_FIGS = ("latency_cdf", "token_share", "kv_queues")
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory):
+    sc = scenario_from_dict(small_scenario())
+    out = tmp_path_factory.mktemp("run") / "r"
+    return simulate(sc, trace_iterations=True).save(out)
+
+
+def _names(paths: list[Path]) -> set[str]:
+    return {p.name for p in paths}
+
+
+def test_plot_run_writes_png_and_svg_with_timeline(traced_run):
+    paths = plot_run(traced_run)
+    want = {f"{n}.{e}" for n in (*RUN_FIGS, "timeline") for e in ("png", "svg")}
+    assert _names(paths) == want
+    assert all(p.parent == traced_run / "figures" and p.stat().st_size > 2000 for p in paths)
+
+
+def test_run_figures_have_titles_axis_labels_and_legends(traced_run):
+    for name, fig in run_figures(traced_run).items():
+        assert fig._suptitle is not None and fig._suptitle.get_text(), name
+        for ax in fig.axes:
+            assert ax.get_xlabel() or ax.get_ylabel() or not ax.has_data(), (name, ax.get_title())
+        assert any(ax.get_legend() for ax in fig.axes), name
+
+
+def test_no_timeline_without_iterations(tmp_path):
+    out = simulate(scenario_from_dict(small_scenario(horizon_s=5.0))).save(tmp_path / "r")
+    assert _names(plot_run(out)) == {f"{n}.{e}" for n in RUN_FIGS for e in ("png", "svg")}
+
+
+def test_plot_sweep_and_plot_command(tmp_path):
+    specs = expand_grid(small_scenario(horizon_s=8.0), {"policy": ["fcfs", "priority"], "load": [0.5, 1.5],
+                                                         "seed": [1, 2]})
+    run_sweep(specs, tmp_path / "sw", workers=1, progress=False)
+    res = CliRunner().invoke(main, ["plot", str(tmp_path / "sw"), "--out", str(tmp_path / "f")])
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in (tmp_path / "f").iterdir()} == {
+        f"{n}.{e}" for n in ("latency_vs_load", "throughput_vs_load", "preemptions_vs_load") for e in ("png", "svg")}
+    res = CliRunner().invoke(main, ["plot", str(tmp_path)])
+    assert res.exit_code == 2 and "neither a sweep folder" in res.output
+
+
+def test_run_command_draws_figures_unless_told_not_to(tmp_path):
+    args = ["run", "chat_vs_batch", "--set", "horizon_s=5", "--set", "streams.0.arrival.n=50"]
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "a" / "figures" / "latency_cdf.png").exists()
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b"), "--no-plots"])
+    assert res.exit_code == 0 and not (tmp_path / "b" / "figures").exists()
