@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core_scenario import scenario  # noqa: E402
 
 from sim import scenario_from_dict, simulate  # noqa: E402

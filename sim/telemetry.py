@@ -8,6 +8,7 @@ class's requests decoded in it — so percentiles are exact without one entry pe
 """
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from sim.costs import NS
 from sim.request import Request, State
 
+STRING_COLUMNS = {"tenant", "class", "status", "reject_reason"}
 STATUS = {State.FINISHED: "finished", State.REJECTED: "rejected", State.UNFINISHED: "unfinished"}
 
 COLUMNS = (
@@ -32,16 +34,23 @@ class Telemetry:
         self.interval_ns = interval_ns
         self.costs = costs
         self.block_size = block_size
-        self.cols: dict[str, list] = {c: [] for c in COLUMNS}
+        # numbers in typed arrays (8 bytes a value), strings as references to shared objects
+        self.cols: dict[str, list | array] = {
+            c: ([] if c in STRING_COLUMNS else array("d" if c.endswith("_s") else "q")) for c in COLUMNS}
         nc = len(class_names)
         self.arrivals = [0] * nc
         self.preempt_by_mode: dict[str, int] = defaultdict(int)
         self.preempt_class = [0] * nc
         self.swap_ns_class = [0] * nc
         self.recompute_ns_class = [0] * nc
-        self.itl_scalars: list[list[int]] = [[] for _ in range(nc)]  # single gaps, weight 1
-        self.itl_vals: list[list] = [[] for _ in range(nc)]  # per class: arrays of run gaps
-        self.itl_wts: list[list] = [[] for _ in range(nc)]  # ... and their weights
+        # Inter-token gaps per class, as compact typed arrays (ns): single irregular gaps
+        # (weight 1); per-step gaps with a weight (how many requests had that gap); and the
+        # inner gaps of fast-forwarded runs (arrays, one weight each).
+        self.itl_scalars: list[array] = [array("q") for _ in range(nc)]
+        self.itl_step_vals: list[array] = [array("q") for _ in range(nc)]
+        self.itl_step_wts: list[array] = [array("q") for _ in range(nc)]
+        self.itl_vals: list[list] = [[] for _ in range(nc)]
+        self.itl_wts: list[list] = [[] for _ in range(nc)]
         self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
         self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
         self.preempt_bin: dict[int, int] = defaultdict(int)
@@ -117,16 +126,17 @@ class Telemetry:
         k = len(durations)
         for ci in range(len(emitted)):
             if steady[ci]:
-                self.itl_vals[ci].append(durations[:1])
-                self.itl_wts[ci].append(steady[ci])
+                self.itl_step_vals[ci].append(int(durations[0]))
+                self.itl_step_wts[ci].append(steady[ci])
             if k > 1 and emitted[ci]:
                 self.itl_vals[ci].append(durations[1:])
                 self.itl_wts[ci].append(emitted[ci])
 
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class (ns) with their weights."""
-        vals = [np.asarray(self.itl_scalars[cls_idx], dtype=np.int64)]
-        wts = [np.ones(len(vals[0]), dtype=np.int64)]
+        vals = [np.frombuffer(self.itl_scalars[cls_idx], dtype=np.int64),
+                np.frombuffer(self.itl_step_vals[cls_idx], dtype=np.int64)]
+        wts = [np.ones(len(vals[0]), dtype=np.int64), np.frombuffer(self.itl_step_wts[cls_idx], dtype=np.int64)]
         for v, w in zip(self.itl_vals[cls_idx], self.itl_wts[cls_idx]):
             vals.append(v)
             wts.append(np.full(len(v), w, dtype=np.int64))
@@ -144,5 +154,6 @@ class Telemetry:
         pool = engine.pool
         self.samples.append((t_ns, waiting, running, pool.total - pool.free, pool.host_used))
 
-    def columns(self) -> dict[str, list]:
-        return self.cols
+    def columns(self) -> dict[str, object]:
+        return {k: (np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
+                    if isinstance(v, array) else v) for k, v in self.cols.items()}

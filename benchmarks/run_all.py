@@ -1,0 +1,128 @@
+"""The benchmark suite (issue 10): run by hand, writes benchmarks/results.md.
+
+    python benchmarks/run_all.py [--quick]
+
+Cases: the core scenario (Poisson, two classes, lognormal lengths, load 0.75 of the measured
+saturation rate, strict priority with recompute preemption, default H200 profile) at 10k, 100k
+and 1M requests; the 10k case again with fast-forward forced off (the speed-up is the ratio);
+a real-trace replay (the bundled Azure code + conversation hour); and sweep throughput for a
+24-cell sweep of 10k-request runs with 1 and 2 local workers. Each case runs in a fresh
+process so peak memory (ru_maxrss) is its own.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+CASE = r'''
+import json, resource, sys, time
+sys.path.insert(0, {here!r}); sys.path.insert(0, {root!r})
+from core_scenario import scenario
+from sim import scenario_from_dict, load_scenario, simulate
+kind, n, ff = {kind!r}, {n}, {ff}
+if kind == "core":
+    sc = scenario_from_dict(scenario(n, load=0.75, fast_forward=ff))
+else:
+    sc = load_scenario("azure_two_tenants", overrides=["horizon_s=3600.0", "engine.fast_forward=" + ("true" if ff else "false")])
+t0, c0 = time.perf_counter(), time.process_time()
+res = simulate(sc)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+run = res.summary_dict["run"]
+print(json.dumps({{"case": kind, "requests": len(res.requests), "fast_forward": ff, "wall_s": wall, "cpu_s": cpu,
+    "engine_events": run["engine_events"], "iterations": run["iterations"],
+    "requests_per_wall_s": len(res.requests) / wall, "simulated_s": run["end_s"],
+    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+'''
+
+
+def run_case(kind: str, n: int, ff: bool) -> dict:
+    code = CASE.format(here=str(HERE), root=str(ROOT), kind=kind, n=n, ff=ff)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sweep_rate(workers: int, n: int) -> dict:
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        scen = Path(d) / "core.toml"
+        sys.path.insert(0, str(HERE))
+        from core_scenario import scenario
+        import tomllib  # noqa: F401  (the scenario is written as TOML below)
+        sc = scenario(n, load=0.75)
+        scen.write_text(_toml(sc))
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "sim.cli", "sweep", str(scen), "--policies", "fcfs,priority,wfq",
+                        "--loads", "0.5,0.6,0.7,0.75", "--seeds", "2", "--workers", str(workers),
+                        "--out", str(Path(d) / "out"), "--no-plots", "--no-progress"],
+                       check=True, capture_output=True, cwd=ROOT)
+        wall = time.perf_counter() - t0
+    return {"workers": workers, "runs": 24, "wall_s": wall, "runs_per_min": 24 / wall * 60}
+
+
+def _toml(d: dict, prefix: str = "") -> str:
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
+        return repr(v)
+    lines = [f"{k} = {val(v)}" for k, v in d.items() if not isinstance(v, (dict, list))]
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{k}]")
+            lines += [f"{kk} = {val(vv)}" for kk, vv in v.items()]
+        elif isinstance(v, list):
+            for item in v:
+                lines.append(f"\n[[{k}]]")
+                lines += [f"{kk} = {val(vv)}" for kk, vv in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
+    rows = [run_case("core", n, True) for n in sizes]
+    rows.append(run_case("core", 10_000, False))
+    rows.append(run_case("trace", 0, True))
+    sweeps = [] if quick else [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
+    cpu = platform.processor() or platform.machine()
+    try:
+        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        model = cpu
+    md = ["# Benchmark results", "",
+          f"Machine: {model}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"date {time.strftime('%Y-%m-%d')}. Produced by `python benchmarks/run_all.py`.", "",
+          "| case | requests | fast-forward | wall (s) | CPU (s) | engine events | iterations represented | requests / wall s | peak RSS (MB) |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name = "core (load 0.75)" if r["case"] == "core" else "Azure code+conv replay, 1 h"
+        md.append(f"| {name} | {r['requests']:,} | {'on' if r['fast_forward'] else 'off'} | {r['wall_s']:.1f} | "
+                  f"{r['cpu_s']:.1f} | {r['engine_events']:,} | {r['iterations']:,} | {r['requests_per_wall_s']:,.0f} | "
+                  f"{r['peak_rss_mb']:.0f} |")
+    on = next(r for r in rows if r["case"] == "core" and r["requests"] < 20_000 and r["fast_forward"])
+    off = next(r for r in rows if not r["fast_forward"])
+    md += ["", f"Fast-forward speed-up on the 10k case: {off['wall_s'] / on['wall_s']:.2f}x wall, "
+           f"{off['engine_events'] / on['engine_events']:.2f}x fewer engine events "
+           f"({on['iterations'] / on['engine_events']:.2f} iterations per event)."]
+    if sweeps:
+        eff = sweeps[1]["runs_per_min"] / (2 * sweeps[0]["runs_per_min"])
+        md += ["", "| sweep (24 cells of 10k-request runs) | wall (s) | runs / min |", "|---|---|---|"]
+        md += [f"| {s['workers']} worker(s) | {s['wall_s']:.1f} | {s['runs_per_min']:.1f} |" for s in sweeps]
+        md += ["", f"Parallel efficiency with 2 workers: {eff:.2f}."]
+    (HERE / "results.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""calibrate/: shapes, the decoder, fitting, measured and analytic profiles, the validation loop.
+
+All on CPU with the ``tiny`` shape; the whole file runs in well under 90 s.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibrate import fit as F  # noqa: E402
+from calibrate.roofline import ASSUMPTIONS, DEVICES, roofline_profile, write_roofline_profiles  # noqa: E402
+from calibrate.shapes import get_shape  # noqa: E402
+from sim.costs import load_profile, profile_from_dict  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "calibrate" / "profiles").glob("*.json"))
+
+
+# ---- shapes ---------------------------------------------------------------------------------
+
+def test_llama3_8b_bf16_kv_bytes_per_token_is_131072():
+    """2 (K,V) x 32 layers x 8 KV heads x 128 head dim x 2 bytes = 131,072."""
+    s = get_shape("llama-3-8b")
+    assert s.kv_bytes_per_token("bf16") == 131_072
+    assert abs(s.params - 8.03e9) / 8.03e9 < 1e-3
+
+
+def test_tensor_parallel_shard_divides_heads_ffn_and_kv():
+    s = get_shape("llama-3-70b-tp4")
+    assert (s.heads, s.kv_heads, s.ffn, s.layers, s.tp) == (16, 2, 7168, 80, 4)
+    assert s.kv_bytes_per_token("bf16") == 2 * 80 * 2 * 128 * 2
+
+
+def test_unknown_shape_suggests_a_name():
+    with pytest.raises(KeyError, match="did you mean 'llama-3-8b'"):
+        get_shape("llama-3-8")
+
+
+# ---- the decoder ----------------------------------------------------------------------------
+
+def test_cached_prefill_chunk_and_decode_match_a_full_forward():
+    """Prefill 20 tokens, a 10-token chunk on that prefix, then 5 decodes batched with another
+    sequence's prefill: each next token equals the argmax of an uncached forward."""
+    from calibrate.model import Decoder, Item
+    torch.set_num_threads(1)
+    m = Decoder(get_shape("tiny"), slots=2, max_len=64, seed=1)
+    toks = torch.randint(0, m.shape.vocab, (35,), generator=torch.Generator().manual_seed(0))
+    ref = m.reference_forward(toks).argmax(-1)
+    assert m.forward(m.plan([Item(0, 20, 0)], toks[:20])).item() == ref[19].item()
+    assert m.forward(m.plan([Item(0, 10, 20)], toks[20:30])).item() == ref[29].item()
+    for i in range(30, 35):
+        out = m.forward(m.plan([Item(0, 1, i), Item(1, 4, 0)], torch.cat([toks[i:i + 1], toks[:4]])))
+        assert out[0].item() == ref[i].item()
+
+
+def test_logits_match_transformers_llama_when_installed():
+    """Optional: the same random weights in transformers' LlamaForCausalLM give the same logits
+    (skipped when transformers is not installed)."""
+    transformers = pytest.importorskip("transformers")
+    from calibrate.model import Decoder
+    s = get_shape("tiny")
+    m = Decoder(s, slots=1, max_len=32, seed=2)
+    cfg = transformers.LlamaConfig(
+        vocab_size=s.vocab, hidden_size=s.hidden, intermediate_size=s.ffn,
+        num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
+        head_dim=s.head_dim, rope_theta=s.rope_theta, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, max_position_embeddings=64, attention_bias=False)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    H, KV, hd = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.copy_(m.embed)
+        for L, layer in zip(m.layers, hf.model.layers):
+            layer.self_attn.q_proj.weight.copy_(L["wqkv"][:, :H].T)
+            layer.self_attn.k_proj.weight.copy_(L["wqkv"][:, H:H + KV].T)
+            layer.self_attn.v_proj.weight.copy_(L["wqkv"][:, H + KV:].T)
+            layer.self_attn.o_proj.weight.copy_(L["wo"].T)
+            layer.mlp.gate_proj.weight.copy_(L["w_gate_up"][:, :s.ffn].T)
+            layer.mlp.up_proj.weight.copy_(L["w_gate_up"][:, s.ffn:].T)
+            layer.mlp.down_proj.weight.copy_(L["w_down"].T)
+            layer.input_layernorm.weight.copy_(L["attn_norm"])
+            layer.post_attention_layernorm.weight.copy_(L["mlp_norm"])
+        hf.model.norm.weight.copy_(m.final_norm)
+        hf.lm_head.weight.copy_(m.lm_head.T)
+        toks = torch.randint(0, s.vocab, (20,), generator=torch.Generator().manual_seed(0))
+        ours = m.reference_forward(toks)
+        theirs = hf(toks[None]).logits[0]
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+# ---- fitting --------------------------------------------------------------------------------
+
+def _synthetic_rows():
+    rows = []
+    for B in (1, 2, 4):
+        for L in (16, 64, 128):
+            rows.append(dict(kind="prefill", P=B * L, D=0, sum_l2=B * L * L, sum_lc=0, sum_ctx=0))
+    for c in (16, 64):
+        for p in (64, 192):
+            rows.append(dict(kind="chunk", P=c, D=0, sum_l2=c * c, sum_lc=c * p, sum_ctx=0))
+    for B in (1, 4, 16, 64):
+        for ctx in (32, 128, 256):
+            rows.append(dict(kind="decode", P=0, D=B, sum_l2=0, sum_lc=0, sum_ctx=B * ctx))
+    for T in (8, 32, 96, 192, 256, 512):
+        rows.append(dict(kind="dense", P=T, D=0, sum_l2=T * T, sum_lc=0, sum_ctx=0))
+    return rows
+
+
+@pytest.mark.parametrize("extra", ["prefill_token_s", "decode_seq_s"])
+def test_fit_recovers_known_coefficients_exactly(extra):
+    """Times generated by known coefficients (either P or D carrying the extra per-token term)
+    are fitted back to the same coefficients, and the leave-one-out error is ~0."""
+    truth = {"base_s": 2e-3, "token_knots": [0.0, 16.0, 64.0, 256.0],
+             "token_s": [0.0, 1e-3, 3e-3, 1.2e-2], "prefill_token_s": 0.0, "decode_seq_s": 0.0,
+             "prefill_attn_s": 5e-9, "chunk_attn_s": 6e-8, "decode_ctx_s": 1.7e-6}
+    truth[extra] = 1.5e-5
+    rows = _synthetic_rows()
+    for r, t in zip(rows, F.predict(truth, rows)):
+        r["time_s"] = float(t)
+    step, report = F.fit_step(rows, knots=truth["token_knots"])
+    for k, v in truth.items():
+        np.testing.assert_allclose(step[k], v, rtol=1e-7, atol=1e-12, err_msg=k)
+    assert report["extra_token_term"] == extra
+    assert report["loo_rel_err_max"] < 1e-7
+
+
+def test_fitted_step_prices_like_the_simulator():
+    rows = _synthetic_rows()
+    for r in rows:
+        r["time_s"] = 1e-3 + 1e-5 * (r["P"] + r["D"]) + 1e-9 * r["sum_l2"] + 1e-7 * r["sum_ctx"]
+    step, _ = F.fit_step(rows)
+    cm = profile_from_dict({"schema": "priosim.profile/1", "meta": {}, "step": step}, "t", "t")
+    sim = [cm.step_s(r["P"], r["D"], r["sum_l2"], r["sum_lc"], r["sum_ctx"]) for r in rows]
+    np.testing.assert_allclose(sim, F.predict(step, rows), rtol=1e-6)
+
+
+def test_swap_fit_is_latency_plus_per_block():
+    rows = [dict(kind="swap", method="gather", direction=d, blocks=n, time_s=1e-5 + n * 2e-6)
+            for d in ("d2h", "h2d") for n in (1, 8, 32)]
+    swap, _ = F.fit_swap(rows, block_bytes=4096)
+    assert swap["latency_s"] == pytest.approx(1e-5)
+    assert swap["bytes_per_s"] == pytest.approx(4096 / 2e-6)
+
+
+# ---- a measured profile ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    from calibrate.measure import calibrate_profile
+    path = tmp_path_factory.mktemp("cal") / "cpu-tiny.json"
+    doc = calibrate_profile("cpu", "tiny", None, "quick", path, progress=False)
+    return path, doc
+
+
+def test_written_profile_has_the_schema_and_prices_a_step(measured):
+    path, doc = measured
+    data = json.loads(path.read_text())
+    assert data["schema"] == "priosim.profile/1"
+    meta = data["meta"]
+    assert meta["kind"] == "measured" and meta["dtype"] == "fp32" and meta["threads"] == 1
+    for key in ("device", "torch", "cuda_graphs", "shape", "block_size", "grid", "date", "wall_s",
+                "fit_loo_rel_err_median"):
+        assert key in meta, key
+    assert "loo_rel_err_median" in data["fit"] and data["rows"]
+    cm = load_profile(str(path))
+    assert cm.shape.kv_bytes_per_token == get_shape("tiny").kv_bytes_per_token("fp32")
+    assert 0 < cm.step_s(P=64, sum_l2=64 * 64) < 1.0
+    assert 0 < cm.step_s(D=8, sum_ctx=8 * 128) < 1.0
+    assert cm.swap_ns(4, 16) > 0 and cm.kv_blocks(16) > 0
+
+
+def test_measured_times_are_positive_finite_and_monotone_ish(measured):
+    _, doc = measured
+    rows = doc["rows"]
+    assert all(math.isfinite(r["time_s"]) and r["time_s"] > 0 for r in rows)
+    assert all(r["p10_s"] <= r["time_s"] <= r["p90_s"] for r in rows)
+
+    def t(kind, **kw):
+        (r,) = [r for r in rows if r["kind"] == kind and all(r.get(k) == v for k, v in kw.items())]
+        return r["time_s"]
+    # generous factors: the machine is shared and noisy, the trends are not subtle
+    assert t("prefill", batch=4, length=128) > 1.5 * t("prefill", batch=1, length=16)
+    assert t("dense", tokens=512) > 2 * t("dense", tokens=8)
+    assert t("decode", batch=16, context=256) > t("decode", batch=1, context=32)
+    swap = dict(method="gather", direction="d2h")
+    assert t("swap", blocks=128, **swap) > t("swap", blocks=1, **swap)
+    assert doc["fit"]["rel_err_median"] < 0.25
+
+
+# ---- analytic profiles ----------------------------------------------------------------------
+
+def test_h200_llama3_8b_roofline_reproduces_the_simulators_default():
+    ours = roofline_profile("h200", "llama-3-8b")
+    theirs = json.loads((ROOT / "sim" / "profiles" / "h200-llama-3-8b.json").read_text())
+    for sec in ("step", "swap", "memory"):
+        for k, v in theirs[sec].items():
+            np.testing.assert_allclose(ours[sec][k], v, rtol=1e-4, err_msg=f"{sec}.{k}")
+    assert ours["meta"]["kind"] == "analytic"
+
+
+def test_every_roofline_constant_has_a_source():
+    doc = roofline_profile("a100-80gb", "llama-3-70b", tp=4)
+    for k, c in doc["meta"]["constants"].items():
+        assert c["source"] and isinstance(c["value"], float), k
+    assert set(ASSUMPTIONS) <= set(doc["meta"]["constants"])
+    assert DEVICES["h100-sxm"].v("bf16_flops") == 989e12 and DEVICES["a100-80gb"].v("bf16_flops") == 312e12
+
+
+def test_roofline_generator_writes_loadable_profiles(tmp_path):
+    paths = write_roofline_profiles(tmp_path)
+    assert (tmp_path / "h100-sxm-llama-3-70b-tp4.json") in paths
+    assert (tmp_path / "h200-llama-3-8b-roofline.json") in paths
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_each_shipped_profile_loads_and_prices_a_step(path):
+    cm = load_profile(str(path))
+    assert cm.meta["kind"] in ("analytic", "measured")
+    t = cm.step_s(P=512, D=16, sum_l2=512 * 512, sum_ctx=16 * 1024)
+    assert math.isfinite(t) and t > cm.step_s(D=1, sum_ctx=128) > 0
+    assert cm.swap_ns(8, 16) > 0 and cm.kv_blocks(16) > 0
+
+
+# ---- validation -----------------------------------------------------------------------------
+
+def _linear_profile(tmp_path) -> Path:
+    doc = {"schema": "priosim.profile/1", "meta": {"kind": "analytic", "device_type": "cpu",
+                                                   "shape": "tiny", "dtype": "fp32", "threads": 1},
+           "step": {"base_s": 0.01, "prefill_token_s": 0.001, "decode_seq_s": 0.0}}
+    p = tmp_path / "lin.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_priced_loop_follows_fcfs_chunked_prefill_semantics(tmp_path):
+    """Budget 8, step = 10 ms + 1 ms per prefill token. Request 0 (prompt 12, output 3) arrives
+    at 0: step 1 prefills 8 (18 ms), step 2 the last 4 (14 ms) -> first token at 32 ms; two decode
+    steps of 10 ms -> finish at 52 ms; TPOT = 20 ms / 2 = 10 ms."""
+    from calibrate.validate import run_priced
+    df = pd.DataFrame({"arrival_s": [0.0], "cls": ["a"], "prompt_tokens": [12], "output_tokens": [3]})
+    out = run_priced(_linear_profile(tmp_path), df, {"token_budget": 8, "max_num_seqs": 4})
+    r = out.iloc[0]
+    assert r.ttft_s == pytest.approx(0.032) and r.e2e_s == pytest.approx(0.052)
+    assert r.tpot_s == pytest.approx(0.010)
+    assert out.attrs["steps"] == 4
+
+
+def test_real_loop_runs_a_short_trace_and_compare_reports_every_metric(measured):
+    from calibrate.validate import builtin_trace, compare, run_priced, run_real
+    path, _ = measured
+    tr = builtin_trace(path, n=12, seed=3)
+    real = run_real(path, tr, {"token_budget": 128, "max_num_seqs": 8})
+    assert len(real) == 12 and real[["ttft_s", "e2e_s"]].notna().all().all()
+    assert (real.e2e_s >= real.ttft_s).all() and (real.ttft_s > 0).all()
+    wall = run_real(path, tr, {"max_batched_tokens": 128, "max_num_seqs": 8}, clock="wall")
+    assert (wall.e2e_s >= wall.ttft_s).all() and wall.attrs["executor"] == "real (wall clock)"
+    sim = run_priced(path, tr, {"token_budget": 128, "max_num_seqs": 8})
+    res = compare(real, sim)
+    names = {(m["class"], m["metric"]) for m in res["metrics"]}
+    for c in set(tr.cls):
+        for m in ("ttft", "tpot", "e2e"):
+            assert (c, f"{m}_p50") in names and (c, f"{m}_p90") in names
+    assert ("all", "throughput") in names
+    json.dumps(res)
