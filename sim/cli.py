@@ -60,7 +60,11 @@ def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress)
     if progress is None:
         progress = sys.stderr.isatty()
     try:
-        res = simulate(sc, trace_iterations=trace_iterations, progress=progress)
+        if sc.cluster:  # several replicas behind a router (issue 12)
+            from sim.cluster import simulate_cluster
+            res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
+        else:
+            res = simulate(sc, trace_iterations=trace_iterations, progress=progress)
     except ScenarioError as exc:
         _fail(str(exc))
     if out is None:
@@ -74,6 +78,8 @@ def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress)
     click.echo(f"events={run_info['engine_events']} iterations={run_info['iterations']} "
                f"simulated={run_info['end_s']:.1f}s wall={run_info['wall_s']:.2f}s "
                f"thrash_ratio={run_info['thrash_ratio']:.3f}")
+    if sc.cluster:
+        _echo_cluster(res)
     if not no_plots:
         try:
             from sim.plots import plot_run
@@ -282,6 +288,156 @@ def compare(run_a, run_b, metrics, csv_out):
     click.echo(format_comparison(df, run_a, run_b), nl=False)
     if csv_out:
         df.to_csv(csv_out, index=False)
+
+
+@main.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True)
+@click.option("--shape", required=True, help="model shape: tiny, llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
+@click.option("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA)")
+@click.option("--grid", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="profile JSON to write")
+@click.option("--cuda-graphs/--no-cuda-graphs", default=None, help="decode under CUDA graphs (CUDA only)")
+def calibrate(device, shape, dtype, grid, out, cuda_graphs):
+    """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile."""
+    try:
+        from calibrate.measure import calibrate_profile
+    except ImportError as exc:  # torch is the `calibrate` extra
+        _fail(f"calibrate needs torch: pip install -e '.[calibrate]' ({exc})")
+    try:
+        doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=sys.stderr.isatty(),
+                                cuda_graphs=cuda_graphs)
+    except (KeyError, ValueError) as exc:
+        _fail(str(exc.args[0] if exc.args else exc))
+    fit = doc.get("fit", {})
+    click.echo(f"wrote {out}: {doc['meta'].get('device')} {shape} {doc['meta'].get('dtype')}, "
+               f"{len(doc.get('rows', []))} rows, fit leave-one-out error median "
+               f"{fit.get('loo_rel_err_median', float('nan')):.1%}, p90 {fit.get('loo_rel_err_p90', float('nan')):.1%}")
+
+
+@main.command()
+@click.option("--profile", "profile", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="a measured profile (from priosim calibrate)")
+@click.option("--scenario", default=None, help="replay this scenario's request stream (default: a built-in trace)")
+@click.option("--requests", "n", default=300, show_default=True, help="requests in the built-in trace")
+@click.option("--repeats", default=3, show_default=True, help="real runs; per-request medians are compared")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False))
+def validate(profile, scenario, n, repeats, out):
+    """Run a trace for real on the device and in the simulator on PROFILE; compare per class."""
+    try:
+        from calibrate.against_sim import validate as run_validation
+    except ImportError as exc:
+        _fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
+    trace = None
+    engine = None
+    if scenario:
+        from sim.run import build_workload
+
+        sc = _load(scenario, (), None, None)
+        trace = build_workload(sc).open[["arrival_s", "cls", "prompt_tokens", "output_tokens"]].copy()
+        trace.insert(0, "request_id", range(len(trace)))
+        engine = {"token_budget": sc.engine.max_batched_tokens, "max_num_seqs": sc.engine.max_num_seqs,
+                  "chunked_prefill": sc.engine.chunked_prefill}
+    report = run_validation(profile, out, trace=trace, n=n, repeats=repeats, engine_params=engine)
+    click.echo(f"{'class':12s} {'metric':12s} {'real':>10s} {'sim':>10s} {'rel_error':>10s}")
+    for m in report["metrics"]:
+        click.echo(f"{m['class']:12s} {m['metric']:12s} {m['real']:10.4g} {m['sim']:10.4g} {m['rel_error']:+10.1%}")
+    click.echo(f"wrote {Path(out) / 'validation.json'}")
+
+
+
+# ---- clusters and capacity planning (issue 12) --------------------------------------------------
+def _echo_cluster(res) -> None:
+    """Per-group and per-replica tables of a cluster run."""
+    lay = res.summary_dict["cluster"]
+    click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs), router={lay['router']}")
+    fmt = lambda v: f"{v:.4g}"  # noqa: E731
+    click.echo(res.group_table().to_string(index=False, float_format=fmt, na_rep="-"))
+    click.echo(res.replica_table().to_string(index=False, float_format=fmt, na_rep="-"))
+
+
+@main.command()
+def routers():
+    """List registered routers (for [cluster] router = ...)."""
+    from sim.routers import ROUTERS
+
+    for e in ROUTERS.entries():
+        click.echo(f"{e.name:18s} {e.description}")
+
+
+@main.command()
+@click.argument("scenario")
+@click.option("--designs", default="shared,partitioned", show_default=True,
+              help="comma-separated designs: shared (one pool, priority scheduling) and/or partitioned "
+                   "(one dedicated group per class)")
+@click.option("--slo", "slos", multiple=True, metavar="CLASS:KEY=S[,KEY=S]",
+              help="override a class's SLO: ttft / tpot (p99, seconds) or done (every request of the class "
+                   "finished by this simulated time); repeatable. Default: the classes' ttft_slo_s / "
+                   "tpot_slo_s; classes with neither must finish by horizon_s * (1 + grace)")
+@click.option("--grace", type=float, default=0.1, show_default=True,
+              help="default deadline of classes without SLOs: horizon_s * (1 + grace)")
+@click.option("--router", help="router of the shared design (default least_outstanding)")
+@click.option("--max-replicas", type=int, default=64, show_default=True, help="search limit per dimension")
+@click.option("--load", "load_scale", type=float, default=1.0, show_default=True, help="arrival-rate multiplier")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key")
+@click.option("--seed", type=int, help="override the scenario seed")
+@click.option("--workers", type=int, help="parallel simulations (default: the CPU count)")
+@click.option("--out", type=click.Path(file_okay=False), help="folder (default results/capacity-<name>-<timestamp>/)")
+@click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here")
+@click.option("--no-plots", is_flag=True, help="do not draw the figure")
+def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
+             no_plots):
+    """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
+    from sim.capacity import DESIGNS, capacity_search, parse_slos, plot_capacity, save_report
+
+    sc = _load(scenario, sets, None, seed)
+    names = _csv(designs, str, "designs")
+    for d in names:
+        if d not in DESIGNS:
+            _fail(f"--designs: unknown design {d!r} (expected one of {', '.join(DESIGNS)})")
+    if max_replicas < 1:
+        _fail(f"--max-replicas: expected >= 1 (got {max_replicas})")
+    if grace < 0:
+        _fail(f"--grace: expected >= 0 (got {grace})")
+    try:
+        slo = parse_slos(sc, list(slos), grace)
+        if router is not None:
+            from sim.routers import make_router
+            try:
+                if make_router(router).class_aware:
+                    _fail(f"--router: the shared design needs a router that is not class-aware (got {router!r})")
+            except (KeyError, ValueError, TypeError) as exc:
+                _fail(f"--router: {exc.args[0] if exc.args else exc}")
+        # validate one point before the search starts
+        from sim.capacity import design_cluster, design_dims
+        from sim.cluster import parse_cluster
+        for d in names:
+            dims = design_dims(d, sc.class_names, max_replicas)
+            parse_cluster(sc.model_copy(update={"cluster": design_cluster(d, dims, [1] * len(dims), router)}))
+    except ScenarioError as exc:
+        _fail(str(exc))
+    for c, s in slo.items():
+        click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
+    try:
+        rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
+                              workers=workers, log=click.echo)
+    except (RuntimeError, ScenarioError) as exc:
+        _fail(str(exc))
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"capacity-{sc.name}-{stamp}"
+    save_report(rep, out)
+    import pandas as pd  # noqa: F401
+    click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    for d, a in rep.designs.items():
+        if a.get("note"):
+            click.echo(f"{d}: {a['note']}")
+    if not no_plots:
+        paths = [plot_capacity(rep, Path(out) / "capacity.png")]
+        if figure:
+            paths.append(plot_capacity(rep, figure))
+        for p in paths:
+            click.echo(f"figure: {p}")
+    click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -268,3 +268,49 @@ def test_real_loop_runs_a_short_trace_and_compare_reports_every_metric(measured)
             assert (c, f"{m}_p50") in names and (c, f"{m}_p90") in names
     assert ("all", "throughput") in names
     json.dumps(res)
+
+
+def test_cli_calibrate_then_run_then_validate(tmp_path):
+    """The calibrate-then-simulate loop through the command line: measure a tiny CPU profile,
+    simulate with it, and validate a short trace real vs simulated."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    prof = tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["calibrate", "--device", "cpu", "--shape", "tiny", "--grid", "quick",
+                                  "--out", str(prof)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "leave-one-out" in r.output
+    r = CliRunner().invoke(main, ["run", "--set", f'engine.profile="{prof}"', "--set", "horizon_s=2.0",
+                                  "--set", "engine.kv_blocks=20000", "--no-plots", "--out", str(tmp_path / "run")],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "val"
+    r = CliRunner().invoke(main, ["validate", "--profile", str(prof), "--requests", "40", "--repeats", "1",
+                                  "--out", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    rep = json.loads((out / "validation.json").read_text())
+    names = {(m["class"], m["metric"]) for m in rep["metrics"]}
+    for c in ("interactive", "batch"):
+        for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "e2e_p50", "e2e_p90"):
+            assert (c, m) in names
+    assert ("all", "throughput") in names
+    assert all(np.isfinite(m["real"]) and np.isfinite(m["sim"]) for m in rep["metrics"])
+    assert (out / "validation_cdf.png").is_file()
+
+
+def test_simulator_matches_the_priced_serving_loop_exactly(tmp_path):
+    """The simulator's engine and calibrate's independent mini serving loop (run in virtual time
+    on the same profile) agree on every request's times: same batching semantics."""
+    from calibrate.against_sim import simulate_trace
+    from calibrate.validate import DEFAULT_ENGINE, builtin_trace, run_priced
+
+    prof = Path(__file__).resolve().parents[1] / "calibrate" / "profiles" / "cpu-tiny.json"
+    trace = builtin_trace(prof, n=150, seed=3)
+    priced = run_priced(prof, trace, DEFAULT_ENGINE).set_index("request_id").sort_index()
+    sim = simulate_trace(prof, trace, DEFAULT_ENGINE, tmp_path).set_index("request_id").sort_index()
+    for col in ("first_token_s", "finish_s"):
+        np.testing.assert_allclose(sim[col].to_numpy(), priced[col].to_numpy(), rtol=1e-9, atol=1e-9)
