@@ -24,18 +24,18 @@ where ``swap_block_s`` is either given or derived as ``block_bytes / swap_bytes_
 
 Time is returned in integer nanoseconds: the engine keeps time as integers so that a
 fast-forwarded run of k decode steps and k single steps give identical sums (DESIGN principle 1).
-All step-time evaluation goes through :meth:`CostModel.step_ns`, which is vectorised, so the
-single-step and the fast-forward paths perform the same floating-point operations.
+All step-time evaluation goes through :meth:`CostModel.step_ns`, so the single-step and the
+fast-forward paths perform the same floating-point operations.
 """
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_right
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 SCHEMA = "priosim.profile/1"
 NS = 1_000_000_000
@@ -131,25 +131,40 @@ class CostModel:
         return int(self.kv_capacity_bytes // bb)
 
     # ---- time ---------------------------------------------------------------------------
-    def step_ns(self, P, D, sum_l2, sum_lc, sum_ctx) -> np.ndarray:
-        """Step durations in integer ns; arguments are scalars or equal-length arrays."""
+    def step_ns(self, P, D, sum_l2, sum_lc, sum_ctx) -> int:
+        """One step's duration in integer ns (at least 1, so that time always advances).
+
+        Plain Python arithmetic in a fixed order: every caller — a single step, each step of a
+        fast-forwarded run, an estimate — gets bit-identical results for the same shape."""
         c = self.step
-        P = np.asarray(P, dtype=np.float64)
-        D = np.asarray(D, dtype=np.float64)
-        t = np.full(np.broadcast(P, D, np.asarray(sum_ctx)).shape, c.base_s, dtype=np.float64)
+        t = c.base_s
         if c.token_knots:
-            t = t + _interp_extrapolate(P + D, c.token_knots, c.token_s)
-        t = t + c.prefill_token_s * P
-        t = t + c.prefill_attn_s * np.asarray(sum_l2, dtype=np.float64)
-        t = t + c.chunk_attn_s * np.asarray(sum_lc, dtype=np.float64)
-        t = t + c.decode_seq_s * D
-        t = t + c.decode_ctx_s * np.asarray(sum_ctx, dtype=np.float64)
-        # A step always takes at least 1 ns so that simulated time advances.
-        return np.maximum(np.rint(t * NS), 1).astype(np.int64)
+            t += self._tokens_s(P + D)
+        t += c.prefill_token_s * P
+        t += c.prefill_attn_s * sum_l2
+        t += c.chunk_attn_s * sum_lc
+        t += c.decode_seq_s * D
+        t += c.decode_ctx_s * sum_ctx
+        ns = round(t * NS)
+        return ns if ns > 1 else 1
+
+    def _tokens_s(self, T: float) -> float:
+        """The piecewise-linear term: linear between knots, the last slope beyond the last knot,
+        the first value below the first knot."""
+        xs, ys = self.step.token_knots, self.step.token_s
+        if T <= xs[0]:
+            return ys[0]
+        n = len(xs)
+        if T >= xs[-1]:
+            if n < 2:
+                return ys[-1]
+            return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (T - xs[-1])
+        i = bisect_right(xs, T) - 1
+        return ys[i] + (ys[i + 1] - ys[i]) * (T - xs[i]) / (xs[i + 1] - xs[i])
 
     def step_s(self, P=0, D=0, sum_l2=0, sum_lc=0, sum_ctx=0) -> float:
         """One step's duration in seconds (convenience for reports and admission estimates)."""
-        return float(self.step_ns(P, D, sum_l2, sum_lc, sum_ctx)) / NS
+        return self.step_ns(P, D, sum_l2, sum_lc, sum_ctx) / NS
 
     def prefill_s(self, tokens: int, cached: int = 0) -> float:
         """Seconds to prefill ``tokens`` new tokens on top of ``cached`` as one chunk, alone."""
@@ -168,16 +183,6 @@ class CostModel:
                 )
             per_block = self.block_bytes(block_size) / self.swap_bytes_per_s
         return int(round((self.swap_latency_s + blocks * per_block) * NS))
-
-
-def _interp_extrapolate(x: np.ndarray, knots, values) -> np.ndarray:
-    xs = np.asarray(knots, dtype=np.float64)
-    ys = np.asarray(values, dtype=np.float64)
-    y = np.interp(x, xs, ys)
-    if len(xs) >= 2:
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        y = np.where(x > xs[-1], ys[-1] + slope * (x - xs[-1]), y)
-    return y
 
 
 # ---- loading ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,11 @@ from sim.request import Request, State
 from sim.telemetry import Telemetry
 
 INF = float("inf")
+
+
+def _rank(r: Request) -> tuple:
+    """Rank order of running requests: policy key, then admission order."""
+    return (r.key, r.admit_seq)
 NEVER = 2**62
 
 
@@ -193,7 +199,7 @@ class Engine:
     def _ranked_running(self) -> list[Request]:
         """Running requests, most urgent first (cached until the set or the keys change)."""
         if self._order is None:
-            self._order = sorted(self.running, key=lambda r: (r.key, r.admit_seq))
+            self._order = sorted(self.running, key=_rank)
         return self._order
 
     def plan(self, now_ns: int) -> StepPlan:
@@ -205,7 +211,7 @@ class Engine:
         pool = self.pool
         bs = self.bs
         off = self.off
-        for req in self._ranked_running():
+        for req in list(self._ranked_running()):  # a copy: preemption edits the order
             if req.state is not State.RUNNING:
                 continue  # preempted earlier in this loop
             decode = req.tokens - req.computed == 1
@@ -247,7 +253,7 @@ class Engine:
 
     def _lowest_running(self) -> Request:
         # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
-        return max(self.running, key=lambda r: (r.key, r.admit_seq))
+        return max(self.running, key=_rank)
 
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
         pool = self.pool
@@ -285,7 +291,8 @@ class Engine:
             if w.first_admit_ns < 0:
                 w.first_admit_ns = now_ns
             self.running.append(w)
-            self._order = None
+            if self._order is not None:  # keep the rank order without re-sorting
+                insort(self._order, w, key=_rank)
             scheduled[w.request_id] = Scheduled(w, n, w.computed, w.tokens - w.computed == 1)
             plan.admitted += 1
             budget -= n
@@ -380,7 +387,7 @@ class Engine:
             ok = [r for r in self.running if r.priority - w.priority > self.cfg.preempt_threshold]
         # never a request the policy ranks at or above the waiter
         ok = [r for r in ok if r.key > w.key]
-        ok.sort(key=lambda r: (r.key, r.admit_seq), reverse=True)
+        ok.sort(key=_rank, reverse=True)
         return ok
 
     def _preempt_for(self, w: Request, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> bool:
@@ -445,7 +452,8 @@ class Engine:
         """
         mode = self._choose_mode(v)
         self.running.remove(v)
-        self._order = None
+        if self._order is not None:
+            self._order.remove(v)
         scheduled.pop(v.request_id, None)
         v.preemptions += 1
         plan.preempted += 1
@@ -645,7 +653,8 @@ class Engine:
 
     def _finish(self, r: Request, now_ns: int) -> None:
         self.running.remove(r)
-        self._order = None
+        if self._order is not None:
+            self._order.remove(r)
         self._release_blocks(r)
         r.state = State.FINISHED
         r.finish_ns = now_ns
@@ -725,13 +734,21 @@ class Engine:
             if k <= 1:
                 return single
         ctx0 = sum(s.prefix + 1 for s in items)
-        d = self.costs.step_ns(0, D, 0, 0, ctx0 + D * np.arange(k, dtype=np.int64))
-        if int(d[0]) != dur0:
+        step_ns = self.costs.step_ns
+        if step_ns(0, D, 0, 0, ctx0) != dur0:
             return single  # defensive: the plan's own price must be the first step's
-        starts = now_ns + np.cumsum(d)[:-1]
+        # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
+        # if it starts before the next event (an arrival at a step's start is seen by it).
         limit = min(next_event_ns, self._next_change_ns)
-        k = 1 + int(np.searchsorted(starts, limit, side="left"))
-        return d[:k]
+        durs = [dur0]
+        start = now_ns + dur0
+        for i in range(1, k):
+            if start >= limit:
+                break
+            d = step_ns(0, D, 0, 0, ctx0 + D * i)
+            durs.append(d)
+            start += d
+        return np.array(durs, dtype=np.int64)
 
     def _block_limited(self, k: int) -> int:
         """Largest k' <= k such that steps 2..k' of the run can allocate their blocks."""
