@@ -24,6 +24,8 @@ POLICIES.register("srpt_oracle", "policies.srpt:SRPTOracle",
                   "shortest remaining output first using the true length (simulation-only bound)")
 POLICIES.register("sjf_rank", "policies.sjf_rank:SJFRank",
                   "shortest predicted output first (oracle / noisy / learned predictor), starvation guard")
+POLICIES.register("lpm", "policies.lpm:LongestPrefixMatch",
+                  "longest cached prefix first (SGLang), FCFS when the queue is long")
 
 
 def make_policy(name: str, **params: Any) -> Policy:

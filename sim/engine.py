@@ -98,6 +98,7 @@ class Engine:
         self._seq = 0
         self._admit_seq = 0
         self._dynamic = bool(getattr(policy, "dynamic", False))
+        self._prefix_info = bool(getattr(policy, "needs_prefix_info", False))
         self._next_change_ns = NEVER
         self._order: list[Request] | None = None  # cached rank order of self.running
         self.iterations = 0
@@ -140,12 +141,24 @@ class Engine:
             r.key = self._key(r, now_s)
         self._order = None
 
+    def _tell_prefixes(self) -> None:
+        """For cache-aware policies: each waiting request's currently cached prefix, in tokens."""
+        cache = self.pool.cache
+        self.policy.queue_len = len(self.waiting)
+        for _, _, r in self.waiting:
+            hit = 0
+            if cache is not None and r.hash_ids and r.computed == 0:
+                hit = cache.hit_groups(r.prompt_tokens, r.hash_ids) * cache.group_tokens
+            r.predicted["cached_prefix_tokens"] = hit
+
     def refresh_ranking(self, now_ns: int) -> None:
         """Before each plan: re-key when the policy is dynamic or the change time it declared
         before the previous step has come; then record its next declared change, which bounds
         fast-forward. (A change caused by the step itself, e.g. a quantum used up in a request's
         first step, is declared then and acted on at the following boundary.)"""
         if self._dynamic or now_ns >= self._next_change_ns:
+            if self._prefix_info:
+                self._tell_prefixes()
             self._rekey_all(now_ns)
         t = self.policy.next_change(now_ns / NS)
         self._next_change_ns = NEVER if t is None else max(int(math.ceil(t * NS)), now_ns + 1)

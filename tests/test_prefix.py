@@ -114,3 +114,20 @@ def test_mooncake_under_pressure_reports_evicted_recompute():
     c = res.summary_dict["classes"]["chat"]
     assert res.summary_dict["run"]["prefix_evictions"] > 0
     assert c["evicted_miss_tokens"] > 0 and c["evicted_miss_prefill_s"] > 0
+
+
+def test_lpm_trades_order_for_hit_rate(run):
+    """Longest-prefix-match (SGLang) on a queue of conversations sharing prefixes reuses more of
+    the cache than strict priority does, while keeping class priority first."""
+    rates = {}
+    for pol in ("priority", "lpm"):
+        sc = small_scenario(horizon_s=60.0)
+        sc["engine"].update({"prefix_caching": True, "prefix_block_tokens": 32, "kv_blocks": 120, "max_num_seqs": 4})
+        sc["policy"] = {"name": pol}
+        for s in sc["streams"]:
+            s["prefix"] = {"system_tokens": 0, "conversations": 6, "block_tokens": 32}
+            s["arrival"]["rate"] *= 1.5
+        res = run(sc)
+        r = res.requests
+        rates[pol] = r["prefix_hit_tokens"].sum() / r.loc[r.admitted_s.notna(), "prompt_tokens"].sum()
+    assert rates["lpm"] > rates["priority"] + 0.1, rates
