@@ -92,6 +92,54 @@ class StepCoefficients:
     decode_ctx_s: float = 0.0
 
 
+class MeasuredTables:
+    """Measured step times of pure batches, interpolated bilinearly (issue 8: "pure batches
+    interpolate in the measured tables"; every other step shape uses the fitted model).
+
+    * decode: ``batch`` sequences each attending ``context`` cached tokens (rows of kind decode);
+      a step with no prefill, D decoders and sum_ctx matches batch = D, context = sum_ctx/D - 1;
+    * prefill: ``batch`` fresh prompts of ``length`` tokens each (rows of kind prefill); a step
+      with no decoders and no cached prefix matches length = sum_l2 / P, batch = P / length.
+    Only steps inside a table's measured ranges use it; the grid must be complete.
+    """
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.decode = self._grid(rows, "decode", "context")
+        self.prefill = self._grid(rows, "prefill", "length")
+
+    @staticmethod
+    def _grid(rows, kind, col):
+        pts = {(float(r["batch"]), float(r[col])): float(r["time_s"]) for r in rows
+               if r.get("kind") == kind and col in r and "batch" in r and "time_s" in r}
+        xs = sorted({b for b, _ in pts})
+        ys = sorted({c for _, c in pts})
+        if len(xs) < 2 or len(ys) < 2 or len(pts) != len(xs) * len(ys):
+            return None
+        return xs, ys, pts
+
+    @staticmethod
+    def _bilinear(grid, x: float, y: float) -> float | None:
+        xs, ys, pts = grid
+        if not (xs[0] <= x <= xs[-1] and ys[0] <= y <= ys[-1]):
+            return None
+        i = min(bisect_right(xs, x), len(xs) - 1)
+        j = min(bisect_right(ys, y), len(ys) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[j - 1], ys[j]
+        fx = (x - x0) / (x1 - x0)
+        fy = (y - y0) / (y1 - y0)
+        top = pts[(x0, y0)] + (pts[(x1, y0)] - pts[(x0, y0)]) * fx
+        bot = pts[(x0, y1)] + (pts[(x1, y1)] - pts[(x0, y1)]) * fx
+        return top + (bot - top) * fy
+
+    def lookup(self, P, D, sum_l2, sum_lc, sum_ctx) -> float | None:
+        if P == 0 and D > 0 and self.decode is not None:
+            return self._bilinear(self.decode, D, sum_ctx / D - 1)
+        if D == 0 and P > 0 and sum_lc == 0 and sum_l2 > 0 and self.prefill is not None:
+            length = sum_l2 / P
+            return self._bilinear(self.prefill, P / length, length)
+        return None
+
+
 @dataclass
 class CostModel:
     """Prices engine steps and KV transfers for one profile.
@@ -116,6 +164,7 @@ class CostModel:
     swap_bytes_per_s: float | None = None
     digest: str = ""
     raw: dict = field(default_factory=dict, repr=False)
+    tables: MeasuredTables | None = None
 
     # ---- memory -------------------------------------------------------------------------
     def block_bytes(self, block_size: int) -> int:
@@ -136,6 +185,11 @@ class CostModel:
 
         Plain Python arithmetic in a fixed order: every caller — a single step, each step of a
         fast-forwarded run, an estimate — gets bit-identical results for the same shape."""
+        if self.tables is not None:
+            m = self.tables.lookup(P, D, sum_l2, sum_lc, sum_ctx)
+            if m is not None:
+                ns = round(m * NS)
+                return ns if ns > 1 else 1
         c = self.step
         t = c.base_s
         if c.token_knots:
@@ -270,6 +324,7 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
         swap_block_s=_num(swap, "block_s", f"{where}.swap") if "block_s" in swap else None,
         swap_bytes_per_s=_num(swap, "bytes_per_s", f"{where}.swap") if "bytes_per_s" in swap else None,
         digest=hashlib.sha256(canon.encode()).hexdigest(), raw=data,
+        tables=MeasuredTables(data["rows"]) if data["meta"].get("kind") == "measured" and data.get("rows") else None,
     )
 
 

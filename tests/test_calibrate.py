@@ -314,3 +314,23 @@ def test_simulator_matches_the_priced_serving_loop_exactly(tmp_path):
     sim = simulate_trace(prof, trace, DEFAULT_ENGINE, tmp_path).set_index("request_id").sort_index()
     for col in ("first_token_s", "finish_s"):
         np.testing.assert_allclose(sim[col].to_numpy(), priced[col].to_numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_measured_profile_prices_pure_batches_from_its_tables():
+    """Pure decode and pure prefill batches inside the measured grid cost what was measured
+    (bilinear between grid points); other shapes use the fitted model."""
+    from sim.costs import load_profile
+
+    prof = Path(__file__).resolve().parents[1] / "calibrate" / "profiles" / "cpu-tiny.json"
+    cm = load_profile(prof)
+    rows = json.loads(prof.read_text())["rows"]
+    for r in rows:
+        if r["kind"] in ("decode", "prefill"):
+            assert cm.step_s(r["P"], r["D"], r["sum_l2"], r["sum_lc"], r["sum_ctx"]) == pytest.approx(r["time_s"], rel=1e-6)
+    dec = {(r["batch"], r["context"]): r["time_s"] for r in rows if r["kind"] == "decode"}
+    mid = cm.step_s(D=1, sum_ctx=1 * (80 + 1))  # context 80: between the 32 and 128 columns
+    lo, hi = sorted((dec[(1, 32)], dec[(1, 128)]))
+    assert lo <= mid <= hi
+    mixed = [r for r in rows if r["kind"] == "mixed"][0]
+    fitted = cm.step_s(mixed["P"], mixed["D"], mixed["sum_l2"], mixed["sum_lc"], mixed["sum_ctx"])
+    assert fitted > 0 and fitted != mixed["time_s"]
