@@ -99,6 +99,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     cls_prio = [c.priority for c in sc.classes]
     source = RequestSource(wl, cls_idx, cls_prio)
+    wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
     engine.on_request_end = source.on_request_end
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
