@@ -49,6 +49,7 @@ def simulate_trace(profile_path: str | Path, trace: pd.DataFrame, engine_params:
 
 def _cdf_figure(real: pd.DataFrame, sim: pd.DataFrame, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -61,6 +62,7 @@ def _cdf_figure(real: pd.DataFrame, sim: pd.DataFrame, path: Path) -> None:
                 v = np.sort(df.loc[df["cls"] == c, col].dropna().to_numpy())
                 ax.plot(v, np.arange(1, len(v) + 1) / max(len(v), 1), style, label=f"{c}, {who}")
         ax.set(xlabel=label, ylabel="fraction of requests", xscale="log", title=f"CDF of {label.split(' (')[0]}")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # no crowded minor labels
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Real execution vs simulation on the measured profile")
