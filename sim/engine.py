@@ -18,8 +18,9 @@ Events, not ticks: when a planned step is pure decode with nothing else able to 
 engine computes how many identical steps ``k`` can run before anything could differ (a request
 finishing, a block shortage, an arrival, the policy's next ranking change, a telemetry sample,
 the horizon) and advances all ``k`` at once with the exact per-step durations. Durations are
-integer nanoseconds from one vectorised cost function, so the result is identical to stepping
-one iteration at a time (``engine.fast_forward = false``), which the tests assert.
+integer nanoseconds from one cost function, evaluated step by step, so the result is identical
+to stepping one iteration at a time (``engine.fast_forward = false``), which the tests assert.
+Speculative decoding emits a random number of tokens per step and is always stepped singly.
 """
 from __future__ import annotations
 
@@ -31,18 +32,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from policies.base import BasePolicy
 from sim.costs import NS, CostModel
 from sim.kvpool import KVPool
 from sim.request import Request, State
 from sim.telemetry import Telemetry
 
-INF = float("inf")
+NEVER = 2**62  # "no such time", in ns
 
 
 def _rank(r: Request) -> tuple:
     """Rank order of running requests: policy key, then admission order."""
     return (r.key, r.admit_seq)
-NEVER = 2**62
 
 
 @dataclass(slots=True)
@@ -67,7 +68,7 @@ class StepPlan:
 
 
 class Engine:
-    """A replica's scheduler + executor. Construct, then ``run()`` (or ``simulate`` in sim.run).
+    """A replica's scheduler and executor; ``sim.run.replica_loop`` drives it on the SimPy clock.
 
     Args:
         env: the SimPy environment (time unit: nanoseconds).
@@ -116,7 +117,6 @@ class Engine:
         self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         # skip the per-request hook when the policy keeps no books (most policies)
-        from policies.base import BasePolicy
         self._hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
 
     # ---- ranking ---------------------------------------------------------------------------
@@ -192,15 +192,10 @@ class Engine:
         self.tel.on_arrival(req)
         self.tel.on_end(req)
         if self.on_request_end is not None:
-            self.on_request_end(req, now_ns)
+            self.on_request_end(req, req.arrival_ns)  # a closed-loop user has its answer
         return False
 
     # ---- planning --------------------------------------------------------------------------
-    def _blocks_needed(self, req: Request, tokens_after: int) -> int:
-        if self.off:
-            return 0  # all blocks were taken at admission
-        return self.pool.blocks_for(tokens_after) - req.blocks
-
     def _chunk(self, req: Request, budget: int) -> int:
         need = req.tokens - req.computed
         if need <= 1:
