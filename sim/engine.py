@@ -627,7 +627,11 @@ class Engine:
                 if run_max > r.max_itl_ns:
                     r.max_itl_ns = run_max
             elif last < 0:
-                r.first_token_ns = first_end  # no gap before a first token
+                # first token (a 1-token last prefill chunk prices and runs like a decode, so it
+                # can open a fast-forwarded run); no gap before it, the run's inner gaps after it
+                r.first_token_ns = first_end
+                if k > 1:
+                    r.max_itl_ns = max(r.max_itl_ns, int(durations[1:].max()))
             else:
                 gap = first_end - last
                 irregular[ci].append(gap)
