@@ -32,17 +32,30 @@ class SpeculativeConfig(BaseModel):
 
     model_config = STRICT
     k: int = Field(4, ge=1, description="draft tokens proposed per sequence per step")
-    acceptance: float | dict[str, float] = Field(
-        0.7, description="per-token acceptance probability: a number, or a table by class or tenant name")
+    acceptance: float | dict = Field(
+        0.7, description="per-token acceptance probability: a number; a table by class or tenant name; "
+                         "or {dist = 'beta', a, b}: each request draws its own rate once")
     draft_cost_fraction: float = Field(
         0.1, ge=0, description="one draft token costs this fraction of a target decode step at the same batch")
+    draft_profile: str | None = Field(
+        None, description="price draft steps with this profile's decode step instead (name or path)")
 
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":
-        vals = self.acceptance.values() if isinstance(self.acceptance, dict) else [self.acceptance]
+        acc = self.acceptance
+        if isinstance(acc, dict) and "dist" in acc:
+            if acc.get("dist") != "beta" or set(acc) != {"dist", "a", "b"}:
+                raise ValueError("engine.speculative.acceptance: a distribution is {dist = 'beta', a, b} "
+                                 f"(got {acc!r})")
+            for key in ("a", "b"):
+                v = acc[key]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                    raise ValueError(f"engine.speculative.acceptance.{key}: must be a number > 0 (got {v!r})")
+            return self
+        vals = acc.values() if isinstance(acc, dict) else [acc]
         for v in vals:
-            if not 0.0 <= v <= 1.0:
-                raise ValueError(f"engine.speculative.acceptance: must be in [0, 1] (got {v})")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ValueError(f"engine.speculative.acceptance: must be in [0, 1] (got {v!r})")
         return self
 
 

@@ -116,6 +116,10 @@ class Engine:
         self.spec_k = spec.k if spec is not None else 0
         self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
+        self.draft_costs = None
+        if spec is not None and spec.draft_profile:
+            from sim.costs import load_profile
+            self.draft_costs = load_profile(spec.draft_profile, where="engine.speculative.draft_profile")
         # skip the per-request hook when the policy keeps no books (most policies)
         self._hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
 
@@ -521,15 +525,28 @@ class Engine:
             drafting = [s for s in plan.items if s.decode and s.tokens > 1]
             if drafting:
                 dctx = sum(s.prefix + 1 for s in drafting)
-                one = int(self.costs.step_ns(0, len(drafting), 0, 0, dctx))
-                t += int(round(self.spec_k * self.cfg.speculative.draft_cost_fraction * one))
+                if self.draft_costs is not None:  # the draft model's own profile, k decode steps
+                    t += self.spec_k * self.draft_costs.step_ns(0, len(drafting), 0, 0, dctx)
+                else:
+                    one = self.costs.step_ns(0, len(drafting), 0, 0, dctx)
+                    t += int(round(self.spec_k * self.cfg.speculative.draft_cost_fraction * one))
         return t
+
+    def _acceptance(self, r: Request) -> float:
+        """This request's per-token draft acceptance probability."""
+        acc = self.cfg.speculative.acceptance
+        if isinstance(acc, dict):
+            if "dist" in acc:  # each request draws its own rate once (Beta(a, b))
+                a = r.predicted.get("_spec_acceptance")
+                if a is None:
+                    a = r.predicted["_spec_acceptance"] = float(self._spec_rng.beta(acc["a"], acc["b"]))
+                return a
+            return acc.get(r.cls, acc.get(r.tenant, 0.0))
+        return acc
 
     def _accepted(self, r: Request, k: int) -> int:
         """Draft tokens accepted: leading successes of k Bernoulli(acceptance) trials."""
-        acc = self.cfg.speculative.acceptance
-        if isinstance(acc, dict):
-            acc = acc.get(r.cls, acc.get(r.tenant, 0.0))
+        acc = self._acceptance(r)
         if acc >= 1.0:
             return k
         if acc <= 0.0:

@@ -61,3 +61,22 @@ def test_speculation_helps_at_low_load_and_hurts_goodput_at_saturation():
     assert low_on["tpot_p50_s"] < 0.7 * low_off["tpot_p50_s"]
     sat_off, sat_on = run(24, False), run(24, True)
     assert sat_on["goodput_rps"] < sat_off["goodput_rps"]
+
+
+def test_acceptance_distribution_and_draft_profile(tmp_path):
+    """acceptance = {dist = "beta", a, b}: each request draws its own rate; a draft profile
+    prices the k draft steps with its own decode step (here an inline linear one)."""
+    import json
+
+    draft = tmp_path / "draft.json"
+    draft.write_text(json.dumps({"kind": "linear", "base_s": 0.002}))
+    eng = {"profile": dict(LIN), "block_size": 4, "kv_blocks": 100,
+           "speculative": {"k": 4, "acceptance": 1.0, "draft_profile": str(draft)}}
+    res = run_explicit(tmp_path, [(0.0, "c", 8, 11)], [("c", 0)], eng)
+    step = 0.01 + 0.001 + 4 * 0.002  # target verify + 4 draft steps at 2 ms
+    assert res.requests.iloc[0].finish_s == pytest.approx(0.01 + 2 * step)
+    eng["speculative"] = {"k": 4, "acceptance": {"dist": "beta", "a": 2.0, "b": 2.0}}
+    res = run_explicit(tmp_path, [(0.0, "c", 8, 200), (0.0, "c", 8, 200)], [("c", 0)], eng)
+    spec = res.summary_dict["run"]["speculative"]
+    assert 0 < spec["accepted"] < spec["drafted"]
+    assert (res.requests.generated_tokens == 200).all()
