@@ -18,7 +18,11 @@ def test_shipped_scenario_runs(path):
     if "shared/data" in text and not DATA.is_dir():
         pytest.skip("../shared/data not present")
     sc = load_scenario(path, overrides=["horizon_s=20.0", "drain=false"])
-    res = simulate(sc, check_invariants=True)
+    if sc.cluster:
+        from sim.cluster import simulate_cluster
+        res = simulate_cluster(sc, check_invariants=True)
+    else:
+        res = simulate(sc, check_invariants=True)
     r = res.requests
     assert set(r.status) <= {"finished", "rejected", "unfinished"}
     assert len(res.summary) == len(sc.classes) + 1

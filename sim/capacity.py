@@ -1,0 +1,362 @@
+"""Capacity planning (issue 12): the fewest replicas each cluster design needs to meet the SLOs.
+
+A *design* turns a replica-count vector into a ``[cluster]`` table:
+
+* ``shared``: one pool of ``k`` replicas serving every class (priority scheduling inside each
+  replica; the router spreads load, ``least_outstanding`` unless ``router`` says otherwise);
+* ``partitioned``: static partitioning, one group per class (``k_c`` replicas serving only class
+  ``c``, the ``class_aware`` router). The partitions do not interact, so each class's count is
+  searched independently, in lockstep (every probe simulates all partitions at once).
+
+A point *meets the SLOs* when, for every class: every request finished (none rejected or left
+unfinished), ``ttft_p99_s <= ttft`` and ``tpot_p99_s <= tpot`` where the class has those SLOs, and
+the class's last request finished by ``done`` (simulated seconds) where given. Classes with no
+latency SLO (batch) get ``done = horizon_s * (1 + grace)`` by default: the day's batch work must be
+done by the end of the day (plus a grace). ``--slo CLASS:ttft=S,tpot=S,done=S`` overrides.
+
+The search, per dimension: double from 1 until a point meets the SLOs (or ``max_replicas``), then
+bisect between the largest failing and the smallest passing count. It assumes more replicas never
+hurt (monotone). Every probe is a full simulation; a round's probes (all designs, and several
+probes per design when there are more workers than designs: a k-ary search) run in parallel on
+local processes. The answer of each design is simulated once more as a whole and reported: GPUs
+needed, the batch throughput achieved, utilisation and the classes' p99 latencies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from sim.errors import ScenarioError
+
+DESIGNS = ("shared", "partitioned")
+SLO_KEYS = ("ttft", "tpot", "done")
+
+
+# ---- SLOs ----------------------------------------------------------------------------------------
+def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1) -> dict[str, dict]:
+    """Per class: {'ttft': s|None, 'tpot': s|None, 'done': s|None} (see module docstring)."""
+    slos = {c.name: {"ttft": c.ttft_slo_s, "tpot": c.tpot_slo_s, "done": None} for c in sc.classes}
+    for item in items or []:
+        cname, sep, rest = item.partition(":")
+        if not sep or cname not in slos:
+            raise ScenarioError(f"--slo {item!r}: expected CLASS:key=SECONDS[,key=SECONDS] with CLASS one of "
+                                f"{', '.join(slos)}")
+        for part in rest.split(","):
+            k, sep, v = part.partition("=")
+            k = k.strip()
+            if not sep or k not in SLO_KEYS:
+                raise ScenarioError(f"--slo {item!r}: '{part}': expected key=SECONDS with key one of "
+                                    f"{', '.join(SLO_KEYS)}")
+            v = v.strip()
+            if v.lower() in ("none", "off", "-"):
+                slos[cname][k] = None
+                continue
+            try:
+                val = float(v)
+            except ValueError:
+                raise ScenarioError(f"--slo {item!r}: {k}: expected a number of seconds (got {v!r})") from None
+            if not val > 0:
+                raise ScenarioError(f"--slo {item!r}: {k}: expected > 0 (got {v})")
+            slos[cname][k] = val
+    for s in slos.values():
+        if s["ttft"] is None and s["tpot"] is None and s["done"] is None:
+            s["done"] = sc.horizon_s * (1 + grace)
+    return slos
+
+
+def check_point(summary: dict, requests: pd.DataFrame, slos: dict[str, dict]) -> dict[str, dict]:
+    """Per class: ok plus the measured values the SLOs are judged on."""
+    out = {}
+    for cname, s in slos.items():
+        m = summary["classes"][cname]
+        g = requests[requests["class"] == cname]
+        last = float(g["finish_s"].max()) if len(g) and g["finish_s"].notna().any() else 0.0
+        ok = m["finished"] == m["arrived"]
+        ratio = 0.0
+        for key, col in (("ttft", "ttft_p99_s"), ("tpot", "tpot_p99_s")):
+            if s[key] is not None and m[col] is not None:
+                ratio = max(ratio, m[col] / s[key])
+                ok = ok and m[col] <= s[key]
+        if s["done"] is not None:
+            ratio = max(ratio, last / s["done"])
+            ok = ok and last <= s["done"]
+        out[cname] = {"ok": bool(ok), "arrived": m["arrived"], "finished": m["finished"],
+                      "ttft_p99_s": m["ttft_p99_s"], "tpot_p99_s": m["tpot_p99_s"], "last_finish_s": last,
+                      "output_tokens_per_s": m["output_tokens_per_s"], "slo_ratio": ratio}
+    return out
+
+
+# ---- designs -------------------------------------------------------------------------------------
+@dataclass
+class Dim:
+    """One searched count: the classes it serves, and what is known so far."""
+
+    name: str
+    classes: list[str]
+    lo: int = 0  # largest count known to fail
+    hi: int | None = None  # smallest count known to pass
+    limit: int = 64
+    exhausted: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted or (self.hi is not None and self.hi - self.lo <= 1)
+
+    def probes(self, m: int) -> list[int]:
+        if self.done:
+            return []
+        if self.hi is None:  # doubling (the limit itself once doubling would pass it)
+            out, k = [], 2 * self.lo if self.lo else 1
+            while len(out) < m and k < self.limit:
+                out.append(k)
+                k *= 2
+            if len(out) < m:
+                out.append(self.limit)
+            return sorted({x for x in out if x > self.lo})
+        span = self.hi - self.lo
+        m = min(m, span - 1)
+        return sorted({self.lo + max(1, round(span * (j + 1) / (m + 1))) for j in range(m)} - {self.hi})
+
+    def update(self, k: int, ok: bool) -> None:
+        if ok:
+            if self.hi is None or k < self.hi:
+                self.hi = k
+        elif k > self.lo:
+            self.lo = k
+            if self.hi is None and k >= self.limit:
+                self.exhausted = True
+
+
+def design_dims(design: str, class_names: list[str], limit: int) -> list[Dim]:
+    if design == "shared":
+        return [Dim("shared", list(class_names), limit=limit)]
+    if design == "partitioned":
+        return [Dim(c, [c], limit=limit) for c in class_names]
+    raise ScenarioError(f"--designs: unknown design {design!r} (expected one of {', '.join(DESIGNS)})")
+
+
+def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str | None) -> dict:
+    if design == "shared":
+        return {"replicas": counts[0], "router": router or "least_outstanding"}
+    return {"groups": [{"name": d.name, "replicas": k, "classes": list(d.classes)} for d, k in zip(dims, counts)],
+            "router": "class_aware"}
+
+
+# ---- one point -----------------------------------------------------------------------------------
+def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: float, slos: dict) -> dict:
+    """Simulate the scenario dict ``base`` with ``cluster``; the SLO verdict and headline numbers."""
+    from sim.cluster import simulate_cluster
+    from sim.config import scenario_from_dict
+
+    t0 = time.perf_counter()
+    d = dict(base)
+    d["cluster"] = cluster
+    sc = scenario_from_dict(d, source=source, base_dir=base_dir)
+    res = simulate_cluster(sc, load_scale=load_scale, per_replica=False)
+    s = res.summary_dict
+    classes = check_point(s, res.requests, slos)
+    lay = s["cluster"]
+    span = s["run"]["end_s"]
+    busy = sum(r["busy_s"] for r in lay["replicas"])
+    return {"ok": all(c["ok"] for c in classes.values()), "classes": classes,
+            "replicas": lay["replicas_total"], "gpus": lay["gpus_total"], "end_s": span,
+            "utilisation": busy / (lay["replicas_total"] * span) if span > 0 else 0.0,
+            "wall_s": time.perf_counter() - t0, "engine_events": s["run"]["engine_events"]}
+
+
+def _eval_task(args):
+    try:
+        return ("ok", evaluate(*args))
+    except Exception as exc:  # noqa: BLE001 - reported by the driver
+        import traceback
+        return ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+
+# ---- the search ----------------------------------------------------------------------------------
+@dataclass
+class CapacityReport:
+    scenario: str
+    slos: dict
+    designs: dict = field(default_factory=dict)  # design -> answer
+    points: list = field(default_factory=list)  # every probe
+    wall_s: float = 0.0
+
+    def table(self) -> pd.DataFrame:
+        rows = []
+        for name, d in self.designs.items():
+            row = {"design": name, "replicas": d.get("replicas"), "gpus": d.get("gpus"),
+                   "split": d.get("split"), "meets_slo": d.get("ok")}
+            for cname, m in (d.get("classes") or {}).items():
+                row[f"{cname}_ttft_p99_s"] = m["ttft_p99_s"]
+                row[f"{cname}_tokens_per_s"] = m["output_tokens_per_s"]
+            row["utilisation"] = d.get("utilisation")
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict:
+        return {"scenario": self.scenario, "slos": self.slos, "designs": self.designs, "points": self.points,
+                "wall_s": self.wall_s}
+
+
+def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
+                    load_scale: float = 1.0, workers: int | None = None, log=None) -> CapacityReport:
+    """Search each design's fewest replicas meeting ``slos`` (see module docstring)."""
+    base = sc.to_dict()
+    base.pop("cluster", None)
+    source, base_dir = sc.source, sc.base_dir
+    workers = max(1, workers or os.cpu_count() or 1)
+    for d in designs:
+        design_dims(d, sc.class_names, max_replicas)  # validates the names
+    state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}
+    cache: dict[tuple, dict] = {}
+    rep = CapacityReport(sc.name, slos)
+    t0 = time.perf_counter()
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+
+    def run_all(jobs: list[tuple[str, tuple]]) -> None:
+        todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in cache]
+        args = [(base, source, base_dir, design_cluster(d, state[d], list(c), router), load_scale, slos)
+                for d, c in todo]
+        outs = pool.map(_eval_task, args) if pool is not None else map(_eval_task, args)
+        for (d, c), out in zip(todo, outs):
+            if out[0] != "ok":
+                raise RuntimeError(f"capacity point {d} {list(c)} failed: {out[1]}\n{out[2]}")
+            r = out[1]
+            cache[(d, c)] = r
+            rep.points.append({"design": d, "counts": list(c), **{k: v for k, v in r.items() if k != "classes"},
+                               "classes": r["classes"]})
+            if log is not None:
+                worst = max((m["slo_ratio"] for m in r["classes"].values()), default=0.0)
+                log(f"  {d:12s} {list(c)!s:14s} {'meets' if r['ok'] else 'misses'} SLOs "
+                    f"(worst p99/SLO {worst:.2f}, wall {r['wall_s']:.1f}s)")
+
+    try:
+        while True:
+            active = [d for d in designs if not all(x.done for x in state[d])]
+            if not active:
+                break
+            m = max(1, workers // len(active))
+            jobs = []
+            plan = []
+            for d in active:
+                dims = state[d]
+                per_dim = [x.probes(m) for x in dims]
+                n = max(len(p) for p in per_dim)
+                for j in range(n):
+                    counts = tuple(p[min(j, len(p) - 1)] if p else (x.hi or x.limit)
+                                   for p, x in zip(per_dim, dims))
+                    jobs.append((d, counts))
+                    plan.append((d, counts, [bool(p) for p in per_dim]))
+            run_all(jobs)
+            for d, counts, probed in plan:
+                r = cache[(d, counts)]
+                for x, k, pr in zip(state[d], counts, probed):
+                    if pr:
+                        x.update(k, all(r["classes"][c]["ok"] for c in x.classes))
+        # the answers, simulated as a whole
+        finals = {}
+        for d in designs:
+            dims = state[d]
+            if any(x.exhausted for x in dims):
+                finals[d] = None
+                continue
+            finals[d] = tuple(x.hi for x in dims)
+        run_all([(d, c) for d, c in finals.items() if c is not None])
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    for d in designs:
+        c = finals[d]
+        if c is None:
+            bad = [x.name for x in state[d] if x.exhausted]
+            rep.designs[d] = {"ok": False, "replicas": None, "gpus": None,
+                              "note": f"no count up to --max-replicas={max_replicas} meets the SLOs ({', '.join(bad)})"}
+            continue
+        r = cache[(d, c)]
+        rep.designs[d] = {"ok": r["ok"], "replicas": r["replicas"], "gpus": r["gpus"],
+                          "split": {x.name: k for x, k in zip(state[d], c)}, "classes": r["classes"],
+                          "utilisation": r["utilisation"], "end_s": r["end_s"],
+                          "cluster": design_cluster(d, state[d], list(c), router)}
+    rep.wall_s = time.perf_counter() - t0
+    return rep
+
+
+# ---- output --------------------------------------------------------------------------------------
+def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "capacity.json").write_text(json.dumps(rep.to_dict(), indent=1, default=str))
+    rows = []
+    for p in rep.points:
+        row = {k: v for k, v in p.items() if k not in ("classes", "counts")}
+        row["counts"] = ",".join(map(str, p["counts"]))
+        for cname, m in p["classes"].items():
+            for k in ("ok", "ttft_p99_s", "tpot_p99_s", "last_finish_s", "output_tokens_per_s", "slo_ratio"):
+                row[f"{cname}.{k}"] = m[k]
+        rows.append(row)
+    pd.DataFrame(rows).to_csv(out / "points.csv", index=False)
+    return out
+
+
+def plot_capacity(rep: CapacityReport, path: str | Path) -> Path:
+    """Left: GPUs each design needs (partitioned stacked by partition), annotated with the batch
+    throughput achieved. Right: every probe, worst p99/SLO ratio against replicas."""
+    from matplotlib.figure import Figure
+
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax, ax2 = fig.subplots(1, 2, width_ratios=[1, 1.4])
+    names = list(rep.designs)
+    classes = list(rep.slos)
+    cc = {c: colors[i % len(colors)] for i, c in enumerate(classes)}
+    for i, d in enumerate(names):
+        a = rep.designs[d]
+        if not a.get("replicas"):
+            ax.text(i, 0.5, "not found", ha="center")
+            continue
+        split = a["split"]
+        if d == "partitioned":
+            bottom = 0
+            for part, k in split.items():
+                ax.bar(i, k, bottom=bottom, color=cc.get(part, "grey"), edgecolor="white",
+                       label=f"{part} partition" if i == names.index(d) else None)
+                ax.text(i, bottom + k / 2, f"{part}\n{k}", ha="center", va="center", fontsize=8, color="white")
+                bottom += k
+        else:
+            ax.bar(i, a["replicas"], color="#555555", edgecolor="white")
+        tp = [f"{c}: {m['output_tokens_per_s']:.0f} tok/s" for c, m in a["classes"].items()
+              if rep.slos[c]["ttft"] is None and rep.slos[c]["tpot"] is None]
+        per_gpu = sum(m["output_tokens_per_s"] for m in a["classes"].values()) / a["gpus"]
+        ax.text(i, a["gpus"] * 1.02, f"{a['gpus']} GPUs\n" + "\n".join(tp) + f"\n{per_gpu:.0f} tok/s per GPU",
+                ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("GPUs (replicas) to meet the SLOs")
+    top = max([a.get("gpus") or 1 for a in rep.designs.values()])
+    ax.set_ylim(0, top * 1.45)
+    ax.set_title(f"{rep.scenario}: capacity per design")
+    for j, d in enumerate(names):
+        pts = [p for p in rep.points if p["design"] == d]
+        x = [p["replicas"] for p in pts]
+        y = [max(m["slo_ratio"] for m in p["classes"].values()) for p in pts]
+        ok = [p["ok"] for p in pts]
+        col = colors[j % len(colors)]
+        ax2.scatter([a for a, o in zip(x, ok) if o], [b for b, o in zip(y, ok) if o], color=col, marker="o",
+                    label=f"{d}: meets")
+        ax2.scatter([a for a, o in zip(x, ok) if not o], [b for b, o in zip(y, ok) if not o], facecolors="none",
+                    edgecolors=col, marker="o", label=f"{d}: misses")
+    ax2.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("replicas in the probe (total)")
+    ax2.set_ylabel("worst class: p99 / SLO (or last finish / deadline)")
+    ax2.set_title("binary-search probes (each a full simulation)")
+    ax2.legend(fontsize=8)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=120)
+    return p

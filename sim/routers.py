@@ -1,0 +1,146 @@
+"""Routers: the load balancer in front of a cluster's replicas (issue 12).
+
+A router sees each request at its arrival instant together with the replicas that may serve it
+(``candidates``: every replica, or, under ``class_aware``, the replicas of the groups dedicated to
+the request's class) and returns one of them. It reads only what a real load balancer could know
+at that instant: each replica's outstanding requests (running + queued + routed but not yet
+taken in) and its KV-cache use. Routers are registered like policies (``ROUTERS``, a
+``policies.registry.Registry``) and found by name or by ``pkg.mod:Class``.
+
+The contract (checked for every registered router by ``tests/test_cluster.py``):
+  * ``route(req, candidates, now_ns)`` returns an element of ``candidates``;
+  * deterministic: the same seed and the same sequence of calls give the same answers;
+  * stateless with respect to the request (it never mutates ``req`` or a replica).
+
+``ReplicaView`` (what ``candidates`` hold) has ``index`` (global replica number), ``group``,
+``outstanding`` (int), ``kv_used`` (fraction of device KV blocks in use, 0..1) and
+``waiting``/``running`` counts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from policies.registry import Registry
+
+ROUTERS = Registry("router")
+
+
+class Router:
+    """Base class. ``bind(n_replicas, seed)`` is called once before the first ``route``."""
+
+    name = "router"
+    class_aware = False  # True: candidates are restricted to the groups serving the class
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        self.n = n_replicas
+        self.seed = seed
+
+    def route(self, req, candidates: list, now_ns: int):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def report(self) -> dict:
+        return {}
+
+
+def _least(candidates: list, key):
+    """The candidate with the smallest ``key``; ties go to the lowest replica index."""
+    best = candidates[0]
+    bk = key(best)
+    for c in candidates[1:]:
+        k = key(c)
+        if k < bk:
+            best, bk = c, k
+    return best
+
+
+class RoundRobin(Router):
+    """Each request to the next replica in turn (among its candidates)."""
+
+    name = "round_robin"
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        super().bind(n_replicas, seed)
+        self.next = 0
+
+    def route(self, req, candidates, now_ns):
+        # the first candidate at or after the cursor (cyclically), so that a class-restricted
+        # candidate set is still visited in turn
+        n = self.n
+        best = min(candidates, key=lambda c: (c.index - self.next) % n)
+        self.next = (best.index + 1) % n
+        return best
+
+
+class LeastOutstanding(Router):
+    """Join the replica with the fewest outstanding requests (JSQ); ties to the lowest index."""
+
+    name = "least_outstanding"
+
+    def route(self, req, candidates, now_ns):
+        return _least(candidates, lambda c: c.outstanding)
+
+
+class LeastKV(Router):
+    """The replica with the smallest fraction of KV blocks in use (ties: fewer outstanding)."""
+
+    name = "least_kv"
+
+    def route(self, req, candidates, now_ns):
+        return _least(candidates, lambda c: (c.kv_used, c.outstanding))
+
+
+class PowerOfTwo(Router):
+    """Power of two choices: sample ``d`` candidates (seeded), take the least outstanding."""
+
+    name = "power_of_two"
+
+    def __init__(self, d: int = 2) -> None:
+        if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+            raise ValueError(f"power_of_two: d must be an integer >= 1 (got {d!r})")
+        self.d = d
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        super().bind(n_replicas, seed)
+        self.rng = np.random.default_rng(seed)
+
+    def route(self, req, candidates, now_ns):
+        if len(candidates) <= self.d:
+            picks = candidates
+        else:
+            idx = sorted(self.rng.choice(len(candidates), size=self.d, replace=False).tolist())
+            picks = [candidates[i] for i in idx]
+        return _least(picks, lambda c: c.outstanding)
+
+
+class ClassAware(Router):
+    """Static partitioning: a request goes only to the groups that list its class (groups
+    without ``classes`` take the classes no group lists), then by ``inner`` among them
+    (default ``least_outstanding``)."""
+
+    name = "class_aware"
+    class_aware = True
+
+    def __init__(self, inner: str = "least_outstanding", **inner_params) -> None:
+        if inner == "class_aware":
+            raise ValueError("class_aware: inner must be another router")
+        self.inner_name = inner
+        self.inner = ROUTERS.create(inner, **inner_params)
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        super().bind(n_replicas, seed)
+        self.inner.bind(n_replicas, seed)
+
+    def route(self, req, candidates, now_ns):
+        return self.inner.route(req, candidates, now_ns)
+
+
+ROUTERS.register("round_robin", RoundRobin, RoundRobin.__doc__.splitlines()[0])
+ROUTERS.register("least_outstanding", LeastOutstanding, LeastOutstanding.__doc__.splitlines()[0])
+ROUTERS.register("least_kv", LeastKV, LeastKV.__doc__.splitlines()[0])
+ROUTERS.register("power_of_two", PowerOfTwo, PowerOfTwo.__doc__.splitlines()[0])
+ROUTERS.register("class_aware", ClassAware, ClassAware.__doc__.splitlines()[0])
+
+
+def make_router(name: str, **params) -> Router:
+    """A router by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad input)."""
+    return ROUTERS.create(name, **params)

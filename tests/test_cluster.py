@@ -1,0 +1,286 @@
+"""Clusters (issue 12): replicas sharing one clock, routers, per-replica telemetry, validation,
+and the capacity search pinned on a case computed by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import LINEAR, small_scenario
+from sim import ScenarioError, scenario_from_dict, simulate
+from sim.capacity import capacity_search, parse_slos
+from sim.cluster import ClusterResults, parse_cluster, simulate_cluster
+from sim.routers import ROUTERS, make_router
+
+ROUTER_NAMES = ROUTERS.names()
+
+
+def cluster_scenario(cluster: dict, **over) -> dict:
+    d = small_scenario(**over)
+    d["horizon_s"] = 12.0
+    d["streams"][0]["arrival"]["rate"] = 3.0
+    d["streams"][1]["arrival"]["rate"] = 5.0
+    d["cluster"] = cluster
+    return d
+
+
+def layout_for(router: str) -> dict:
+    if router == "class_aware":  # static partitioning: 1 replica for hi, 2 for lo
+        return {"groups": [{"name": "fast", "replicas": 1, "classes": ["hi"]},
+                           {"name": "bulk", "replicas": 2, "classes": ["lo"], "engine": {"kv_blocks": 96}}],
+                "router": router}
+    return {"replicas": 3, "router": router}
+
+
+def closed_stream() -> dict:
+    return {"tenant": "u", "class": "hi", "arrival": {"process": "closed_loop", "users": 4,
+                                                      "think": {"dist": "exponential", "mean": 0.3}},
+            "prompt_tokens": {"dist": "uniform", "low": 10, "high": 100},
+            "output_tokens": {"dist": "uniform", "low": 5, "high": 60}, "max_tokens": 60}
+
+
+def strip(df):
+    return df.drop(columns=[c for c in ("replica", "group") if c in df.columns]).fillna(-1)
+
+
+# ---- one replica is the single-replica simulator -------------------------------------------------
+@pytest.mark.parametrize("closed", [False, True])
+def test_one_replica_cluster_equals_simulate(closed):
+    d = cluster_scenario({"replicas": 1})
+    if closed:
+        d["streams"][0] = closed_stream()
+    sc = scenario_from_dict(d)
+    a, b = simulate(sc), simulate_cluster(sc)
+    assert a.requests.fillna(-1).equals(strip(b.requests))
+    assert a.summary.equals(b.summary)
+    assert isinstance(b, ClusterResults) and len(b.replicas) == 1
+
+
+# ---- router conformance ------------------------------------------------------------------------------
+class View:
+    def __init__(self, index, outstanding, kv_used):
+        self.index, self.group, self.outstanding, self.kv_used = index, "g", outstanding, kv_used
+        self.running = self.waiting = 0
+
+
+class Req:
+    def __init__(self, i):
+        self.request_id, self.cls, self.cls_idx = i, "hi", 0
+
+
+@pytest.mark.parametrize("name", ROUTER_NAMES)
+def test_router_contract_unit(name):
+    """Returns one of the candidates; the same seed gives the same answers."""
+    rng = np.random.default_rng(0)
+    states = [[View(i, int(rng.integers(0, 9)), float(rng.random())) for i in range(6)] for _ in range(200)]
+    subsets = [s[: 1 + j % 6] if j % 3 else s[j % 6:] or s for j, s in enumerate(states)]
+
+    def answers():
+        r = make_router(name)
+        r.bind(6, seed=11)
+        return [r.route(Req(j), c, j).index for j, c in enumerate(subsets)]
+
+    a = answers()
+    assert a == answers()
+    for idx, c in zip(a, subsets):
+        assert idx in {v.index for v in c}
+
+
+def test_router_rules():
+    vs = [View(0, 3, 0.5), View(1, 1, 0.9), View(2, 1, 0.1)]
+    assert make_router("least_outstanding").route(Req(0), vs, 0).index == 1  # tie -> lowest index
+    assert make_router("least_kv").route(Req(0), vs, 0).index == 2
+    rr = make_router("round_robin")
+    rr.bind(3, 0)
+    assert [rr.route(Req(i), vs, 0).index for i in range(5)] == [0, 1, 2, 0, 1]
+    assert [rr.route(Req(i), vs[1:], 0).index for i in range(3)] == [2, 1, 2]
+    with pytest.raises(ValueError):
+        make_router("power_of_two", d=0)
+
+
+@pytest.mark.parametrize("name", ROUTER_NAMES)
+def test_router_in_cluster_deterministic_nothing_lost(name):
+    sc = scenario_from_dict(cluster_scenario(layout_for(name)))
+    a = simulate_cluster(sc, check_invariants=True)
+    b = simulate_cluster(sc)
+    assert a.requests.fillna(-1).equals(b.requests.fillna(-1))
+    req = a.requests
+    n = len(simulate(sc.model_copy(update={"cluster": {}})).requests)
+    assert sorted(req["request_id"]) == list(range(n))  # every request exactly once, ids global
+    assert (req["status"] == "finished").all()
+    assert sum(len(r.requests) for r in a.replicas) == n
+    assert set(req["replica"]) == {0, 1, 2}
+    if name == "class_aware":
+        assert (req.loc[req["class"] == "hi", "group"] == "fast").all()
+        assert (req.loc[req["class"] == "lo", "group"] == "bulk").all()
+        assert a.summary_dict["cluster"]["replicas"][1]["kv_blocks"] == 96
+    for i, r in enumerate(a.replicas):
+        assert (r.requests["replica"] == i).all()
+        assert r.requests["request_id"].isin(req.loc[req["replica"] == i, "request_id"]).all()
+    g = a.groups
+    assert sum(x.summary_dict["overall"]["arrived"] for x in g.values()) == n
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_fast_forward_exact_in_cluster(closed):
+    """Fast-forward across replicas (the router's lower bound on arrivals, closed-loop users
+    sending from other replicas) changes nothing."""
+    d = cluster_scenario({"replicas": 3, "router": "power_of_two"})
+    if closed:
+        d["streams"].append(closed_stream())
+    on = simulate_cluster(scenario_from_dict(d))
+    d["engine"]["fast_forward"] = False
+    off = simulate_cluster(scenario_from_dict(d))
+    assert on.requests.fillna(-1).equals(off.requests.fillna(-1))
+    assert on.summary_dict["run"]["engine_events"] <= off.summary_dict["run"]["engine_events"]
+
+
+def test_no_drain_nothing_lost():
+    d = cluster_scenario({"replicas": 2, "router": "round_robin"})
+    d["drain"] = False
+    d["streams"].append(closed_stream())
+    sc = scenario_from_dict(d)
+    res = simulate_cluster(sc, check_invariants=True)
+    req = res.requests
+    assert req["request_id"].is_unique
+    assert set(req["status"]) <= {"finished", "unfinished", "rejected"}
+    assert (req["status"] == "unfinished").any()
+    assert sorted(req["request_id"]) == list(range(len(req)))
+
+
+# ---- property: per-replica KV conservation -----------------------------------------------------------
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(replicas=st.integers(1, 3), router=st.sampled_from(["round_robin", "least_outstanding", "least_kv",
+                                                           "power_of_two"]),
+       kv=st.integers(40, 120), mode=st.sampled_from(["recompute", "swap", "auto"]),
+       rate=st.floats(1.0, 8.0), seed=st.integers(0, 50), closed=st.booleans())
+def test_property_kv_conservation_per_replica(replicas, router, kv, mode, rate, seed, closed):
+    d = cluster_scenario({"replicas": replicas, "router": router}, seed=seed)
+    d["horizon_s"] = 5.0
+    d["engine"].update(kv_blocks=kv, preemption=mode, swap_blocks=64)
+    d["streams"][1]["arrival"]["rate"] = rate
+    if closed:
+        d["streams"].append(closed_stream())
+    res = simulate_cluster(scenario_from_dict(d), check_invariants=True)  # raises on any imbalance
+    req = res.requests
+    assert req["request_id"].is_unique and sorted(req["request_id"]) == list(range(len(req)))
+    assert set(req["status"]) <= {"finished", "rejected"}
+
+
+# ---- validation ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cluster, expect", [
+    ({"replicas": 0}, "cluster.replicas: expected an integer >= 1 (got 0)"),
+    ({"replicas": 2, "groups": []}, "exactly one of"),
+    ({"replicas": 2, "routr": "x"}, "cluster.routr: unknown key"),
+    ({"replicas": 2, "router": "round_robbin"}, "did you mean 'round_robin'"),
+    ({"groups": [{"name": "a", "replicas": 1, "classes": ["hi"]}, {"name": "b", "classes": ["lo"]}],
+      "router": "round_robin"}, "only the class_aware"),
+    ({"groups": [{"name": "a", "classes": ["nope"]}]}, "cluster.groups.0.classes: unknown class 'nope'"),
+    ({"groups": [{"name": "a", "classes": ["hi"]}]}, "no group serves class 'lo'"),
+    ({"groups": [{"name": "a", "engine": {"kv_blockz": 3}}]}, "cluster.groups.0.engine.kv_blockz: unknown key"),
+    ({"groups": [{"name": "a", "engine": {"max_num_seqs": 0}}]}, "cluster.groups.0.engine.max_num_seqs"),
+    ({"groups": [{"name": "a"}, {"name": "a"}]}, "duplicate group name"),
+    ({"groups": [{"name": "a", "policy": {"name": "nope"}}]}, "cluster.groups.0.policy"),
+])
+def test_validation_one_line(cluster, expect):
+    sc = scenario_from_dict(cluster_scenario(cluster), source="x.toml")
+    with pytest.raises(ScenarioError) as ei:
+        parse_cluster(sc)
+    msg = str(ei.value)
+    assert expect in msg and msg.startswith("x.toml: ") and "\n" not in msg
+
+
+# ---- the capacity search, pinned by hand ------------------------------------------------------------
+# Every step costs exactly 1 s (linear profile: base 1 s, nothing else), max_num_seqs = 1, and each
+# request is a one-token answer, so a replica serves one request per second, in priority order.
+# 12 "hi" requests arrive at t = 0 with TTFT SLO 3.5 s; 6 "lo" requests too, due by t = 2.5 s.
+#  * hi alone on k replicas: TTFTs are 1, 2, ..., ceil(12/k) s and p99 of 12 values lies between
+#    the two largest, so p99 <= 3.5 needs ceil(12/k) <= 3: k = 4 (k = 3 gives three 4 s TTFTs).
+#  * partitioned: hi needs 4 as above; lo must finish by 2.5 s, so at most 2 per replica: 3.
+#    Total 7.
+#  * shared: everything must be done by 2.5 s (lo runs after hi on each replica and must finish by
+#    2.5 s; hi needs <= 3 per replica anyway): at most 2 requests per replica, 18 / 2 = 9.
+PROF = {"kind": "linear", "base_s": 1.0, "prefill_token_s": 0.0, "decode_token_s": 0.0,
+        "context_token_s": 0.0, "swap_block_s": 0.0}
+
+
+def toy(n_lo: int) -> dict:
+    one = {"prompt_tokens": {"dist": "constant", "value": 16}, "output_tokens": {"dist": "constant", "value": 1},
+           "max_tokens": 1}
+    streams = [{"tenant": "u", "class": "hi", "arrival": {"process": "batch", "n": 12, "at_s": 0.0}, **one}]
+    classes = [{"name": "hi", "priority": 0, "ttft_slo_s": 3.5}]
+    if n_lo:
+        streams.append({"tenant": "b", "class": "lo", "arrival": {"process": "batch", "n": n_lo, "at_s": 0.0}, **one})
+        classes.append({"name": "lo", "priority": 1})
+    return {"name": "toy", "horizon_s": 1.0, "engine": {"profile": PROF, "kv_blocks": 64, "max_num_seqs": 1},
+            "policy": {"name": "priority"}, "classes": classes, "streams": streams}
+
+
+def test_capacity_search_by_hand():
+    sc = scenario_from_dict(toy(0))
+    rep = capacity_search(sc, ["shared"], parse_slos(sc), workers=1)
+    assert rep.designs["shared"]["replicas"] == 4
+    sc = scenario_from_dict(toy(6))
+    rep = capacity_search(sc, ["shared", "partitioned"], parse_slos(sc, ["lo:done=2.5"]), workers=2)
+    assert rep.designs["shared"]["replicas"] == 9
+    assert rep.designs["partitioned"]["split"] == {"hi": 4, "lo": 3}
+    assert rep.designs["partitioned"]["gpus"] == 7
+    tried = {(p["design"], tuple(p["counts"])): p["ok"] for p in rep.points}
+    assert tried[("shared", (8,))] is False and tried[("shared", (9,))] is True
+
+
+def test_capacity_limit_and_slo_parsing():
+    sc = scenario_from_dict(toy(0))
+    rep = capacity_search(sc, ["shared"], parse_slos(sc), workers=1, max_replicas=3)
+    assert rep.designs["shared"]["replicas"] is None and "max-replicas=3" in rep.designs["shared"]["note"]
+    assert parse_slos(sc, ["hi:ttft=2,tpot=0.1"])["hi"] == {"ttft": 2.0, "tpot": 0.1, "done": None}
+    for bad in ["nope:ttft=1", "hi:ttfx=1", "hi:ttft=abc", "hi:ttft=-1"]:
+        with pytest.raises(ScenarioError):
+            parse_slos(sc, [bad])
+
+
+# ---- CLI ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def toy_file(tmp_path):
+    import json
+    d = toy(6)
+    lines = ['name = "toy"', "horizon_s = 1.0", "[engine]", f"profile = {_inline(PROF)}", "kv_blocks = 64",
+             "max_num_seqs = 1", "[policy]", 'name = "priority"']
+    for c in d["classes"]:
+        lines += ["[[classes]]"] + [f"{k} = {json.dumps(v)}" for k, v in c.items()]
+    for s in d["streams"]:
+        lines += ["[[streams]]"] + [f"{k} = {_inline(v) if isinstance(v, dict) else json.dumps(v)}"
+                                    for k, v in s.items()]
+    p = tmp_path / "toy.toml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _inline(d: dict) -> str:
+    import json
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.items()) + " }"
+
+
+def test_cli_capacity(toy_file, tmp_path):
+    from sim.cli import main
+    out = tmp_path / "cap"
+    r = CliRunner().invoke(main, ["capacity", str(toy_file), "--slo", "lo:done=2.5", "--workers", "1",
+                                  "--out", str(out), "--figure", str(tmp_path / "fig.png")])
+    assert r.exit_code == 0, r.output
+    assert "shared" in r.output and (out / "capacity.json").exists() and (tmp_path / "fig.png").exists()
+    r = CliRunner().invoke(main, ["capacity", str(toy_file), "--designs", "shared,nope"])
+    assert r.exit_code == 2 and "unknown design 'nope'" in r.output
+
+
+def test_cli_run_cluster(toy_file, tmp_path):
+    from sim.cli import main
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["run", str(toy_file), "--set", "cluster={replicas=3}", "--out", str(out),
+                                  "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert "cluster: 3 replicas" in r.output
+    assert (out / "replicas" / "2" / "requests.parquet").exists() and (out / "groups" / "default").is_dir()
+    r = CliRunner().invoke(main, ["run", str(toy_file), "--set", "cluster={replicas=0}", "--no-plots"])
+    assert r.exit_code == 2 and "cluster.replicas" in r.output
