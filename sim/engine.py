@@ -108,6 +108,8 @@ class Engine:
         self.thrash_ns = 0
         self.watermark_blocks = int(math.ceil(cfg.watermark * pool.total))
         self.chunk_cap = cfg.max_prefill_chunk or NEVER
+        self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
+        self._class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
         self.off = cfg.preemption == "off"
         if not cfg.chunked_prefill:
             self.chunk_cap = NEVER
@@ -201,11 +203,19 @@ class Engine:
 
     # ---- planning --------------------------------------------------------------------------
     def _chunk(self, req: Request, budget: int) -> int:
+        """Tokens ``req`` may take this step: 1 for a decode; for a prefill, what is left of the
+        budget, the per-request chunk cap and its class's per-step prefill cap allow."""
         need = req.tokens - req.computed
         if need <= 1:
             return 1 if budget >= 1 else 0
+        cap = self.class_prefill_cap[req.cls_idx]
+        if cap:
+            used = self._class_prefill[req.cls_idx]
+            if self.cfg.chunked_prefill or used:
+                budget = min(budget, cap - used)
+            # unchunked prompts longer than the cap go one per step (else they never could)
         if self.cfg.chunked_prefill:
-            return min(need, budget, self.chunk_cap)
+            return max(0, min(need, budget, self.chunk_cap))
         return need if need <= budget else 0
 
     def _ranked_running(self) -> list[Request]:
@@ -220,6 +230,9 @@ class Engine:
         plan = StepPlan()
         budget = self.cfg.max_batched_tokens
         scheduled: dict[int, Scheduled] = {}
+        counting = any(self.class_prefill_cap)
+        if counting:
+            self._class_prefill = [0] * len(self.classes)
         pool = self.pool
         bs = self.bs
         off = self.off
@@ -258,6 +271,8 @@ class Engine:
                     req.blocks += new_blocks
             scheduled[req.request_id] = Scheduled(req, n, req.computed, decode)
             budget -= n
+            if counting and not decode:
+                self._class_prefill[req.cls_idx] += n
         if plan.preempted == 0:
             budget = self._admit_waiting(plan, scheduled, budget, now_ns)
         plan.items = list(scheduled.values())
@@ -270,9 +285,13 @@ class Engine:
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
         pool = self.pool
         cfg = self.cfg
+        throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
         while self.waiting and budget > 0:
             key, _, w = self.waiting[0]
             fits, n, need_blocks, hit = self._fits(w, budget)
+            if not fits and self._class_capped(w):
+                throttled.append(heapq.heappop(self.waiting))
+                continue
             if not fits:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
                     break
@@ -305,10 +324,23 @@ class Engine:
             self.running.append(w)
             if self._order is not None:  # keep the rank order without re-sorting
                 insort(self._order, w, key=_rank)
-            scheduled[w.request_id] = Scheduled(w, n, w.computed, w.tokens - w.computed == 1)
+            decode = w.tokens - w.computed == 1
+            scheduled[w.request_id] = Scheduled(w, n, w.computed, decode)
             plan.admitted += 1
             budget -= n
+            if not decode:
+                self._class_prefill[w.cls_idx] += n
+        for entry in throttled:
+            heapq.heappush(self.waiting, entry)
         return budget
+
+    def _class_capped(self, w: Request) -> bool:
+        """Is ``w`` (a prefill) held back only by its class's per-step prefill cap?"""
+        cap = self.class_prefill_cap[w.cls_idx]
+        used = self._class_prefill[w.cls_idx]
+        if not cap or w.tokens - w.computed <= 1 or not used:
+            return False
+        return used >= cap or (not self.cfg.chunked_prefill and used + w.tokens - w.computed > cap)
 
     def _admission(self, w: Request, budget: int) -> tuple[int, int, int]:
         """What admitting waiting request ``w`` now takes: (tokens this step, new device blocks,

@@ -15,7 +15,7 @@ STEP = {"kind": "linear", "base_s": 1.0}
 
 def explicit_scenario(tmp_path: Path, requests: list[tuple], classes: list[tuple],
                       engine: dict, policy: str = "priority", max_tokens: int | None = None,
-                      **top) -> dict:
+                      classes_extra: dict | None = None, **top) -> dict:
     """``requests``: (arrival_s, class, prompt_tokens, output_tokens) in request-id order
     (ids follow arrival order, ties by class declaration order). ``classes``: (name, priority)
     or (name, priority, reserved_blocks)."""
@@ -39,6 +39,8 @@ def explicit_scenario(tmp_path: Path, requests: list[tuple], classes: list[tuple
           "policy": {"name": policy}, "classes": [{"name": c[0], "priority": c[1], "reserved_blocks": c[2] if len(c) > 2 else 0}
                       for c in classes],
           "streams": streams}
+    for c in sc["classes"]:
+        c.update((classes_extra or {}).get(c["name"], {}))
     sc.update(top)
     return sc
 

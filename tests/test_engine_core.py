@@ -68,9 +68,10 @@ def _check_nothing_lost(res, n_arrivals=None):
     drain=st.booleans(),
     watermark=st.sampled_from([0.0, 0.05]),
     reserved=st.integers(0, 10),
+    cap=st.sampled_from([0, 30, 100]),
 )
 def test_invariants_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, preemption, pfw,
-                                        swap_blocks, chunked, drain, watermark, reserved):
+                                        swap_blocks, chunked, drain, watermark, reserved, cap):
     """Every arrival ends in exactly one status, finished requests got exactly their output
     tokens, KV blocks are conserved after every event (checked inside the run)."""
     sc = small_scenario(seed=seed, horizon_s=8.0, drain=drain)
@@ -79,6 +80,7 @@ def test_invariants_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, p
              preemption=preemption, preempt_for_waiting=pfw, swap_blocks=swap_blocks,
              chunked_prefill=chunked, watermark=watermark)
     sc["classes"][0]["reserved_blocks"] = reserved
+    sc["classes"][1]["max_prefill_tokens_per_step"] = cap
     res = simulate(scenario_from_dict(sc), check_invariants=True)
     _check_nothing_lost(res)
     if drain:

@@ -1,0 +1,33 @@
+"""Per-class prefill cap: ``[[classes]] max_prefill_tokens_per_step`` bounds one class's prompt
+tokens in a step, so its prefill cannot stretch the steps other classes decode in."""
+from __future__ import annotations
+
+from sim import load_scenario, simulate
+from tests.explicit import run_explicit
+
+LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5}
+
+
+def test_cap_bounds_class_prefill_per_step_and_others_pass(tmp_path):
+    """Two 300-token batch prompts and one 40-token chat prompt at t=0; budget 1000, batch capped
+    at 100 prompt tokens per step: each step carries at most 100 batch prefill tokens, and the chat
+    request (behind the batch ones in FCFS order) is not held back by the batch cap."""
+    reqs = [(0.0, "batch", 300, 4), (0.0, "batch", 300, 4), (0.0, "chat", 40, 4)]
+    res = run_explicit(tmp_path, reqs, [("chat", 0), ("batch", 1)],
+                       {"profile": dict(LIN), "max_batched_tokens": 1000, "block_size": 16},
+                       policy="fcfs", classes_extra={"batch": {"max_prefill_tokens_per_step": 100}})
+    it = res.iterations
+    cls = res.requests.set_index("request_id")["class"]
+    pre = it[it.kind == "prefill"].assign(cls=lambda d: d.request_id.map(cls))
+    per_step = pre[pre.cls == "batch"].groupby("iteration")["tokens"].sum()
+    assert per_step.max() <= 100 and per_step.sum() == 600
+    chat_id = cls[cls == "chat"].index[0]
+    assert it[(it.request_id == chat_id) & (it.kind == "prefill")].iteration.min() == 0
+
+
+def test_capping_batch_prefill_protects_interactive_tpot():
+    base = simulate(load_scenario("chat_vs_batch"))
+    capped = simulate(load_scenario("chat_vs_batch", overrides=["classes.1.max_prefill_tokens_per_step=512"]))
+    b, c = base.summary_dict["classes"], capped.summary_dict["classes"]
+    assert c["interactive"]["tpot_p99_s"] < 0.5 * b["interactive"]["tpot_p99_s"]
+    assert c["batch"]["finished"] == b["batch"]["finished"] == 1000
