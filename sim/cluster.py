@@ -458,20 +458,9 @@ def _merge_tel(tels: list[Telemetry], class_names: list[str], interval_ns: int, 
 
 
 def _replica_info(engine, end_ns: int) -> dict:
-    from sim.run import _spec_report
-    pool, tel = engine.pool, engine.tel
+    from sim.run import engine_run_info
     return {
-        "engine_events": engine.events,
-        "iterations": engine.iterations,
-        "busy_s": engine.busy_ns / NS,
-        "thrash_s": engine.thrash_ns / NS,
-        "end_s": end_ns / NS,
-        "idle_with_work_s": tel.idle_with_work_ns / NS,
-        "kv_blocks": pool.total,
-        "swap_blocks": pool.host_total,
-        "preemptions_by_mode": dict(tel.preempt_by_mode),
-        "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0,
-        "speculative": _spec_report(engine),
+        **engine_run_info(engine, end_ns),
         "policy": getattr(engine.policy, "report", lambda: {})(),
         **({"admission": engine.gate.report()} if engine.gate is not None and hasattr(engine.gate, "report") else {}),
     }

@@ -93,7 +93,6 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     trace: list | None = [] if trace_iterations else None
     engine = build_engine(sc, env, trace=trace, gate=gate)
     costs, pool, tel, policy, gate = engine.costs, engine.pool, engine.tel, engine.policy, engine.gate
-    kv_blocks, cache = pool.total, pool.cache
     interval_ns = tel.interval_ns
     wl = build_workload(sc, load_scale)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
@@ -125,17 +124,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     if bar is not None:
         bar.close()
     run_info = {
-        "engine_events": engine.events,
-        "iterations": engine.iterations,
-        "busy_s": engine.busy_ns / NS,
-        "thrash_s": engine.thrash_ns / NS,
-        "end_s": end_ns / NS,
-        "idle_with_work_s": tel.idle_with_work_ns / NS,
-        "kv_blocks": kv_blocks,
-        "swap_blocks": pool.host_total,
-        "preemptions_by_mode": dict(tel.preempt_by_mode),
-        "prefix_evictions": cache.evictions if cache is not None else 0,
-        "speculative": _spec_report(engine),
+        **engine_run_info(engine, end_ns),
         "wall_s": time.perf_counter() - wall0,
         "cpu_s": time.process_time() - cpu0,
         "policy": getattr(policy, "report", lambda: {})(),
@@ -207,6 +196,24 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
         engine.apply(plan, now, durations, compute)
         if check_invariants:
             engine.check_invariants()
+
+
+def engine_run_info(engine: Engine, end_ns: int) -> dict:
+    """One replica's run facts for summary.json (events, busy and thrash time, KV, preemptions)."""
+    pool, tel = engine.pool, engine.tel
+    return {
+        "engine_events": engine.events,
+        "iterations": engine.iterations,
+        "busy_s": engine.busy_ns / NS,
+        "thrash_s": engine.thrash_ns / NS,
+        "end_s": end_ns / NS,
+        "idle_with_work_s": tel.idle_with_work_ns / NS,
+        "kv_blocks": pool.total,
+        "swap_blocks": pool.host_total,
+        "preemptions_by_mode": dict(tel.preempt_by_mode),
+        "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0,
+        "speculative": _spec_report(engine),
+    }
 
 
 def _spec_report(engine: Engine) -> dict | None:
