@@ -52,7 +52,8 @@ def _toml_str(s: str) -> str:
 @click.option("--trace-iterations", is_flag=True, help="also write iterations.parquet (one row per request per iteration)")
 @click.option("--no-plots", is_flag=True, help="do not draw figures")
 @click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
-def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress):
+@click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
+def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress, lenient):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
@@ -64,9 +65,13 @@ def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress)
             from sim.cluster import simulate_cluster
             res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
         else:
-            res = simulate(sc, trace_iterations=trace_iterations, progress=progress)
+            res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
     except ScenarioError as exc:
         _fail(str(exc))
+    if lenient:
+        from sim.run import skipped_rows
+        click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
+                   err=True)
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"{sc.name}-{stamp}"
@@ -129,29 +134,36 @@ def profiles():
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--seed", type=int)
 @click.option("--out", type=click.Path(dir_okay=False), help="write the request stream to this parquet file")
-def workload(scenario, sets, seed, out):
+@click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
+def workload(scenario, sets, seed, out, lenient):
     """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
-    import workloads
     from sim.costs import load_profile
-    from sim.run import _seed_for
+    from sim.run import build_workload, skipped_rows
+    from workloads.stats import stream_stats
 
     sc = _load(scenario, sets, None, seed)
     try:
-        wl = workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
-                                      base_dir=Path(sc.base_dir))
-    except workloads.WorkloadError as exc:
-        _fail(f"{sc.source}: {exc}")
-    from workloads.stats import stream_stats
-
-    stats = stream_stats(wl.open)
+        wl = build_workload(sc, lenient=lenient)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
     costs = load_profile(sc.engine.profile, Path(sc.base_dir))
-    # offered load: decode+prefill seconds the stream asks for per second, priced alone at
-    # the batch the engine would run (a rough single-number capacity check)
+    # Offered load: engine seconds per second the stream asks for, pricing each request as a
+    # lone prefill of its mean prompt plus its mean output decoded in a full batch
+    # (max_num_seqs sequences at its mean context). 1.0 is the replica's capacity, roughly.
+    B = sc.engine.max_num_seqs
     if len(stats):
-        stats["offered_tokens_per_s"] = stats["rate"] * (stats["prompt_mean"] + stats["output_mean"])
+        def work_s(row):
+            ctx = row["prompt_mean"] + row["output_mean"] / 2
+            return (costs.prefill_s(int(row["prompt_mean"]))
+                    + row["output_mean"] * costs.step_s(D=B, sum_ctx=B * ctx) / B)
+        stats["offered_load"] = stats["rate"] * stats.apply(work_s, axis=1)
     click.echo(stats.to_string(float_format=lambda v: f"{v:.4g}"))
-    click.echo(f"profile {costs.name}: single-sequence decode step {costs.step_s(D=1, sum_ctx=1000) * 1e3:.2f} ms, "
-               f"full-batch ({sc.engine.max_num_seqs}) step {costs.step_s(D=sc.engine.max_num_seqs, sum_ctx=1000 * sc.engine.max_num_seqs) * 1e3:.2f} ms")
+    if len(stats):
+        click.echo(f"offered load, all streams: {stats['offered_load'].sum():.3g} of one replica "
+                   f"({costs.name}, {B} sequences a step)")
+    if lenient:
+        click.echo(f"lenient: skipped {skipped_rows(wl.meta)} bad trace rows", err=True)
     if out:
         wl.open.drop(columns=[c for c in ("hash_ids",) if c in wl.open.columns]).to_parquet(out, index=False)
         click.echo(f"wrote {out}")

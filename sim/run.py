@@ -74,14 +74,24 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: lis
     return engine
 
 
-def build_workload(sc: Scenario, load_scale: float = 1.0):
-    """The scenario's request stream (``workloads.Workload``)."""
-    return workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
-                                    base_dir=Path(sc.base_dir), load_scale=load_scale)
+def build_workload(sc: Scenario, load_scale: float = 1.0, lenient: bool = False):
+    """The scenario's request stream (``workloads.Workload``). ``lenient``: skip bad trace rows
+    (counted in ``meta``) instead of failing on the first."""
+    try:
+        return workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=_seed_for(sc.seed, "workload"),
+                                        base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient)
+    except workloads.WorkloadError as exc:
+        raise ScenarioError(f"{sc.source}: {exc}") from None
+
+
+def skipped_rows(meta: dict) -> int:
+    """Bad trace rows skipped under ``lenient`` (0 otherwise)."""
+    return sum(int(m.get("rows_skipped", 0) or 0) for m in meta.get("streams", []) if isinstance(m, dict))
 
 
 def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
-             load_scale: float = 1.0, gate=None, check_invariants: bool = False) -> Results:
+             load_scale: float = 1.0, gate=None, check_invariants: bool = False,
+             lenient: bool = False) -> Results:
     """Run ``scenario`` and return its Results (requests, summary, time series).
 
     ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
@@ -94,7 +104,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     engine = build_engine(sc, env, trace=trace, gate=gate)
     costs, pool, tel, policy, gate = engine.costs, engine.pool, engine.tel, engine.policy, engine.gate
     interval_ns = tel.interval_ns
-    wl = build_workload(sc, load_scale)
+    wl = build_workload(sc, load_scale, lenient)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     cls_prio = [c.priority for c in sc.classes]
     source = RequestSource(wl, cls_idx, cls_prio)

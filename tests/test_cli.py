@@ -132,3 +132,21 @@ def test_policies_and_profiles_listings():
     assert res.exit_code == 0 and "fcfs" in res.output and "priority" in res.output
     res = _run(["profiles"])
     assert res.exit_code == 0 and "h200-llama-3-8b" in res.output and "analytic" in res.output
+
+
+def test_bad_trace_row_names_the_line_and_lenient_skips_it(tmp_path):
+    (tmp_path / "t.csv").write_text("t,p,o\n0.0,100,10\n0.5,abc,10\n1.0,50,5\n")
+    (tmp_path / "s.toml").write_text(GOOD.split("[[streams]]")[0] + """
+[[streams]]
+tenant = "a"
+class = "hi"
+trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_tokens = "p", output_tokens = "o" } }
+""")
+    res = _run(["run", str(tmp_path / "s.toml"), "--no-plots", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "t.csv" in res.output and "line 3" in res.output and "abc" in res.output
+    res = _run(["run", str(tmp_path / "s.toml"), "--lenient", "--no-plots", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "skipped 1 bad trace rows" in res.output
+    res = _run(["workload", str(tmp_path / "s.toml"), "--lenient"])
+    assert res.exit_code == 0 and "offered load" in res.output
