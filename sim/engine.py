@@ -127,7 +127,8 @@ class Engine:
 
     # ---- ranking ---------------------------------------------------------------------------
     def _key(self, req: Request, now_s: float) -> tuple:
-        return tuple(self.policy.key(req, now_s))
+        k = self.policy.key(req, now_s)
+        return k if type(k) is tuple else tuple(k)
 
     def push_waiting(self, req: Request, now_ns: int) -> None:
         req.key = self._key(req, now_ns / NS)
@@ -135,12 +136,16 @@ class Engine:
         heapq.heappush(self.waiting, (req.key, self._seq, req))
 
     def _rekey_all(self, now_ns: int) -> None:
+        """Recompute every key (waiting and running) and rebuild the waiting heap."""
         now_s = now_ns / NS
+        key = self._key
+        seq = self._seq
         items = []
         for _, _, r in self.waiting:
-            r.key = self._key(r, now_s)
-            self._seq += 1
-            items.append((r.key, self._seq, r))
+            r.key = k = key(r, now_s)
+            seq += 1
+            items.append((k, seq, r))
+        self._seq = seq
         heapq.heapify(items)
         self.waiting = items
         for r in self.running:
