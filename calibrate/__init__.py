@@ -11,3 +11,20 @@ Entry points (see docs/calibration.md):
     calibrate.validate.run_real(profile_path, requests_df, engine_params) -> DataFrame
     calibrate.validate.compare(real_df, sim_df) -> dict
 """
+
+_LAZY = {
+    "calibrate_profile": "calibrate.measure",
+    "roofline_profile": "calibrate.roofline",
+    "write_roofline_profiles": "calibrate.roofline",
+    "run_real": "calibrate.validate",
+    "compare": "calibrate.validate",
+    "validate": "calibrate.against_sim",
+}
+
+
+def __getattr__(name: str):
+    """``calibrate.calibrate_profile`` etc., imported on first use (torch only when needed)."""
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'calibrate' has no attribute {name!r}")
