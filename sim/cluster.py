@@ -419,44 +419,6 @@ class ClusterResults(Results):
         return out
 
 
-def _merge_tel(tels: list[Telemetry], class_names: list[str], interval_ns: int, costs, block_size: int) -> Telemetry:
-    m = Telemetry(class_names, interval_ns, costs, block_size)
-    nc = len(class_names)
-    samples: dict[int, list] = {}
-    for t in tels:
-        for k, v in t.cols.items():
-            m.cols[k].extend(v)
-        for ci in range(nc):
-            m.arrivals[ci] += t.arrivals[ci]
-            m.preempt_class[ci] += t.preempt_class[ci]
-            m.swap_ns_class[ci] += t.swap_ns_class[ci]
-            m.recompute_ns_class[ci] += t.recompute_ns_class[ci]
-            m.itl_scalars[ci].extend(t.itl_scalars[ci])
-            m.itl_vals[ci].extend(t.itl_vals[ci])
-            m.itl_wts[ci].extend(t.itl_wts[ci])
-        for k, v in t.preempt_by_mode.items():
-            m.preempt_by_mode[k] += v
-        for k, v in t.tokens_bin.items():
-            m.tokens_bin[k] += v
-        for k, v in t.tenant_tokens_bin.items():
-            m.tenant_tokens_bin[k] += v
-        for k, v in t.preempt_bin.items():
-            m.preempt_bin[k] += v
-        m.idle_with_work_ns += t.idle_with_work_ns
-        for ts, w, r, kv, sw in t.samples:
-            s = samples.get(ts)
-            if s is None:
-                samples[ts] = [ts, list(w), list(r), kv, sw]
-            else:
-                for ci in range(nc):
-                    s[1][ci] += w[ci]
-                    s[2][ci] += r[ci]
-                s[3] += kv
-                s[4] += sw
-    m.samples = [tuple(samples[k]) for k in sorted(samples)]
-    return m
-
-
 def _replica_info(engine, end_ns: int) -> dict:
     from sim.run import engine_run_info
     return {
@@ -554,7 +516,6 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             r.finish_ns = end_ns
             tel.on_end(r)
         for r in rep.inbox:  # routed but never taken in (a replica that stopped at the horizon)
-            tel.on_arrival(r)
             r.state = State.UNFINISHED
             r.finish_ns = end_ns
             tel.on_end(r)
@@ -567,7 +528,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
 
     def build(scx, reps, info, trace=None) -> Results:
         costs = reps[0].engine.costs
-        tel = reps[0].engine.tel if len(reps) == 1 else _merge_tel(
+        tel = reps[0].engine.tel if len(reps) == 1 else Telemetry.merged(
             [r.engine.tel for r in reps], sc.class_names, interval_ns, costs, scx.engine.block_size)
         info = {**info, "wall_s": wall, "cpu_s": cpu, "workload": wl.meta}
         return Results.build(scx, costs, tel, info, trace)

@@ -38,9 +38,7 @@ class Telemetry:
         self.cols: dict[str, list | array] = {
             c: ([] if c in STRING_COLUMNS else array("d" if c.endswith("_s") else "q")) for c in COLUMNS}
         nc = len(class_names)
-        self.arrivals = [0] * nc
         self.preempt_by_mode: dict[str, int] = defaultdict(int)
-        self.preempt_class = [0] * nc
         self.swap_ns_class = [0] * nc
         self.recompute_ns_class = [0] * nc
         # Inter-token gaps per class, as compact typed arrays (ns): single irregular gaps
@@ -57,13 +55,46 @@ class Telemetry:
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
 
-    # ---- request lifecycle ---------------------------------------------------------------
-    def on_arrival(self, req: Request) -> None:
-        self.arrivals[req.cls_idx] += 1
+    @classmethod
+    def merged(cls, tels: list["Telemetry"], class_names: list[str], interval_ns: int, costs=None,
+               block_size: int = 16) -> "Telemetry":
+        """One Telemetry holding several replicas' records and counters (a cluster's total);
+        time-series samples at the same instant are summed."""
+        m = cls(class_names, interval_ns, costs, block_size)
+        nc = len(class_names)
+        samples: dict[int, list] = {}
+        for t in tels:
+            for k, v in t.cols.items():
+                m.cols[k].extend(v)
+            for ci in range(nc):
+                m.swap_ns_class[ci] += t.swap_ns_class[ci]
+                m.recompute_ns_class[ci] += t.recompute_ns_class[ci]
+                m.itl_scalars[ci].extend(t.itl_scalars[ci])
+                m.itl_step_vals[ci].extend(t.itl_step_vals[ci])
+                m.itl_step_wts[ci].extend(t.itl_step_wts[ci])
+                m.itl_vals[ci].extend(t.itl_vals[ci])
+                m.itl_wts[ci].extend(t.itl_wts[ci])
+            for mine, theirs in ((m.preempt_by_mode, t.preempt_by_mode), (m.tokens_bin, t.tokens_bin),
+                                 (m.tenant_tokens_bin, t.tenant_tokens_bin), (m.preempt_bin, t.preempt_bin)):
+                for k, v in theirs.items():
+                    mine[k] += v
+            m.idle_with_work_ns += t.idle_with_work_ns
+            for ts, w, r, kv, sw in t.samples:
+                s = samples.get(ts)
+                if s is None:
+                    samples[ts] = [ts, list(w), list(r), kv, sw]
+                else:
+                    for ci in range(nc):
+                        s[1][ci] += w[ci]
+                        s[2][ci] += r[ci]
+                    s[3] += kv
+                    s[4] += sw
+        m.samples = [tuple(samples[k]) for k in sorted(samples)]
+        return m
 
+    # ---- request lifecycle ---------------------------------------------------------------
     def on_preempt(self, req: Request, mode: str, now_ns: int) -> None:
         self.preempt_by_mode[mode] += 1
-        self.preempt_class[req.cls_idx] += 1
         self.preempt_bin[now_ns // self.interval_ns] += 1
 
     def on_swap(self, req: Request, blocks: int) -> None:
