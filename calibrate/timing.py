@@ -102,13 +102,7 @@ def time_call(fn: Callable[[], object], device: torch.device | str, warmup: int 
         torch.cuda.synchronize(device)
         total = 0.0
         while len(samples) < repeats or (total < min_time_s and len(samples) < max_repeats):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            dt = start.elapsed_time(end) / 1e3
+            dt = time_once(fn, device)
             samples.append(dt)
             total += dt
         return summarize(samples)

@@ -438,7 +438,6 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"capacity-{sc.name}-{stamp}"
     save_report(rep, out)
-    import pandas as pd  # noqa: F401
     click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     for d, a in rep.designs.items():
         if a.get("note"):

@@ -191,7 +191,6 @@ class Engine:
                 return self._reject(req, reason, now_ns)
         self.policy.on_arrival(req, now_ns / NS)
         self.push_waiting(req, now_ns)
-        self.tel.on_arrival(req)
         return True
 
     def _reject(self, req: Request, reason: str, now_ns: int) -> bool:
@@ -200,7 +199,6 @@ class Engine:
         req.state = State.REJECTED
         req.reject_reason = reason
         req.finish_ns = req.arrival_ns
-        self.tel.on_arrival(req)
         self.tel.on_end(req)
         if self.on_request_end is not None:
             self.on_request_end(req, req.arrival_ns)  # a closed-loop user has its answer
@@ -266,7 +264,7 @@ class Engine:
                         if req.state is not State.RUNNING:
                             continue
                         # victims scheduled earlier in this step gave their tokens back
-                        budget = self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+                        budget = self._budget_left(scheduled)
                         if not decode:
                             n = self._chunk(req, budget)
                         if n == 0 or budget < 1:
@@ -283,13 +281,16 @@ class Engine:
         plan.items = list(scheduled.values())
         return plan
 
+    def _budget_left(self, scheduled: dict) -> int:
+        """Token budget left in the step being planned (after a preemption gave tokens back)."""
+        return self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+
     def _lowest_running(self) -> Request:
         # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
         return max(self.running, key=_rank)
 
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
         pool = self.pool
-        cfg = self.cfg
         throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
         while self.waiting and budget > 0:
             key, _, w = self.waiting[0]
@@ -300,7 +301,7 @@ class Engine:
             if not fits:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
                     break
-                budget = cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+                budget = self._budget_left(scheduled)
                 if self.waiting[0][2] is not w:
                     continue  # a victim re-keyed on preemption now heads the queue: re-decide
                 fits, n, need_blocks, hit = self._fits(w, budget)
@@ -459,8 +460,7 @@ class Engine:
             return False
         for v in victims:
             self._preempt(v, plan, scheduled, now_ns)
-            b = self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
-            if self._fits(w, b)[0]:
+            if self._fits(w, self._budget_left(scheduled))[0]:
                 break
         return True
 
@@ -469,13 +469,12 @@ class Engine:
         mode = self.cfg.preemption
         if mode == "recompute":
             return "recompute"
-        fits_host = self.pool.blocks_for(v.computed) <= self.pool.host_free
-        if mode == "swap":
-            return "swap" if fits_host else "fallback"
-        # auto: the cheaper of swap-out + swap-in and the marginal cost of re-prefilling it now
-        if not fits_host:
-            return "fallback"
         blocks = self.pool.blocks_for(v.computed)
+        if blocks > self.pool.host_free:
+            return "fallback"
+        if mode == "swap":
+            return "swap"
+        # auto: the cheaper of swap-out + swap-in and the marginal cost of re-prefilling it now
         return "swap" if self.swap_cost_ns(blocks) < self.recompute_cost_ns(v.computed, len(self.running)) else "recompute"
 
     def swap_cost_ns(self, blocks: int) -> int:
@@ -485,9 +484,7 @@ class Engine:
     def recompute_cost_ns(self, tokens: int, decoders: int) -> int:
         """Marginal cost of re-prefilling ``tokens`` in a step that decodes ``decoders`` seqs."""
         c = self.costs
-        with_ = c.step_ns(tokens, decoders, tokens * tokens, 0, 0)
-        without = c.step_ns(0, decoders, 0, 0, 0)
-        return int(with_ - without)
+        return c.step_ns(tokens, decoders, tokens * tokens, 0, 0) - c.step_ns(0, decoders, 0, 0, 0)
 
     def _preempt(self, v: Request, plan: StepPlan, scheduled: dict, now_ns: int) -> None:
         """Preempt running request ``v``.
@@ -510,14 +507,9 @@ class Engine:
             # only blocks holding computed tokens travel (shared prefix groups are copied too
             # and released); those taken for this step's not-yet-computed tokens are released
             keep = self.pool.blocks_for(v.computed)
-            if v.shared:
-                self.pool.cache.release(v.shared)
-                v.shared = ()
-                v.base_blocks = 0
-            self.pool.release(v.cls_idx, v.blocks)
+            self._release_blocks(v)
             self.pool.to_host(keep)
             v.host_blocks = keep
-            v.blocks = 0
             v.swapped_blocks += keep
             plan.swap_out_blocks += keep
             plan.swapped_out.append((v, keep))
@@ -557,7 +549,7 @@ class Engine:
         if not plan.items:
             return 0
         P, D, l2, lc, ctx = self.aggregates(plan)
-        t = int(self.costs.step_ns(P, D, l2, lc, ctx))
+        t = self.costs.step_ns(P, D, l2, lc, ctx)
         if self.spec_k:
             drafting = [s for s in plan.items if s.decode and s.tokens > 1]
             if drafting:
@@ -613,9 +605,9 @@ class Engine:
         self.busy_ns += total
         tel = self.tel
         finished = []
-        d0 = int(durations[0])
-        first_end = start_ns + d0
-        run_max = int(durations.max())
+        first_end = start_ns + int(durations[0])
+        inner_max = int(durations[1:].max()) if k > 1 else 0  # largest gap inside a run
+        run_max = max(int(durations[0]), inner_max)
         nc = len(self.classes)
         emitted = [0] * nc  # requests emitting a token each step, per class
         steady = [0] * nc  # ... of which emitted at the end of the previous step too
@@ -633,48 +625,36 @@ class Engine:
             r = s.req
             r.attained_s += service_s
             r.last_scheduled_s = end_s
-            if s.decode and s.tokens > 1:  # a speculative step: emits 1 + accepted drafts
-                a = self._accepted(r, s.tokens - 1)
-                e = min(1 + a, r._output - r.generated)
-                spec["sequence_steps"] += 1
-                spec["drafted"] += s.tokens - 1
-                spec["accepted"] += a
-                spec["emitted"] += e
-                step_tokens += s.tokens
-                r.computed += e
-                r.generated += e
-                r.tokens += e
-                extra_tokens[r.cls_idx] += e - 1
-                ci = r.cls_idx
-                emitted[ci] += 1
-                by_tenant[r.tenant] = by_tenant.get(r.tenant, 0) + e
-                gap = first_end - r.last_token_ns
-                if r.last_token_ns == start_ns:
-                    steady[ci] += 1
-                else:
-                    irregular[ci].append(gap)
-                if gap > r.max_itl_ns:
-                    r.max_itl_ns = gap
-                r.last_token_ns = end_ns
-                if r.generated >= r._output:
-                    finished.append(r)
-                continue
             if k == 1:
                 step_tokens += s.tokens
                 if not s.decode and r.generated:  # re-prefill after a recompute preemption
                     recompute_tokens += s.tokens
                     recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
-            r.computed += s.tokens + (k - 1)
-            if publish and r.hash_ids and not s.decode:
-                self._publish_prefix(r, s.prefix)
-            if r.computed < r.tokens + (k - 1):
-                continue  # a prefill chunk that does not finish the prompt
-            r.generated += k
-            r.tokens += k
+            if s.decode and s.tokens > 1:
+                # a speculative step (always k == 1): emits 1 + accepted drafts at its end
+                a = self._accepted(r, s.tokens - 1)
+                per_step = min(1 + a, r._output - r.generated)
+                spec["sequence_steps"] += 1
+                spec["drafted"] += s.tokens - 1
+                spec["accepted"] += a
+                spec["emitted"] += per_step
+                r.computed += per_step
+                emits = per_step
+            else:
+                r.computed += s.tokens + (k - 1)
+                if publish and r.hash_ids and not s.decode:
+                    self._publish_prefix(r, s.prefix)
+                if r.computed < r.tokens + (k - 1):
+                    continue  # a prefill chunk that does not finish the prompt
+                per_step = 1  # one token at the end of each of the k steps
+                emits = k
+            r.generated += emits
+            r.tokens += emits
             ci = r.cls_idx
             emitted[ci] += 1
+            extra_tokens[ci] += per_step - 1
             t = r.tenant
-            by_tenant[t] = by_tenant.get(t, 0) + 1
+            by_tenant[t] = by_tenant.get(t, 0) + per_step
             last = r.last_token_ns
             if last == start_ns:
                 steady[ci] += 1
@@ -684,12 +664,12 @@ class Engine:
                 # first token (a 1-token last prefill chunk prices and runs like a decode, so it
                 # can open a fast-forwarded run); no gap before it, the run's inner gaps after it
                 r.first_token_ns = first_end
-                if k > 1:
-                    r.max_itl_ns = max(r.max_itl_ns, int(durations[1:].max()))
+                if inner_max > r.max_itl_ns:
+                    r.max_itl_ns = inner_max
             else:
                 gap = first_end - last
                 irregular[ci].append(gap)
-                m = gap if k == 1 else max(gap, int(durations[1:].max()))
+                m = max(gap, inner_max)
                 if m > r.max_itl_ns:
                     r.max_itl_ns = m
             r.last_token_ns = end_ns
@@ -799,10 +779,10 @@ class Engine:
             k = self._block_limited(k)
             if k <= 1:
                 return single
+        # dur0 is this plan's price, step_ns(0, D, 0, 0, ctx0): a pure decode step with no
+        # transfers (admissions and preemptions, the only sources of transfers, were excluded)
         ctx0 = sum(s.prefix + 1 for s in items)
         step_ns = self.costs.step_ns
-        if step_ns(0, D, 0, 0, ctx0) != dur0:
-            return single  # defensive: the plan's own price must be the first step's
         # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
         # if it starts before the next event (an arrival at a step's start is seen by it).
         limit = min(next_event_ns, self._next_change_ns)

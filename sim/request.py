@@ -51,7 +51,7 @@ class Request:
         "attained_s", "first_admit_ns",
         # accounting
         "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
-        "reject_reason", "wasted_tokens",
+        "reject_reason",
         # prefix caching: shared groups held, their blocks, tokens hit at first admission,
         # tokens prefilled again because a group they needed had been evicted
         "shared", "base_blocks", "prefix_hit_tokens", "evicted_miss_tokens",
@@ -99,7 +99,6 @@ class Request:
         self.swap_fallbacks = 0
         self.max_itl_ns = 0
         self.reject_reason = ""
-        self.wasted_tokens = 0
         self.shared = ()
         self.base_blocks = 0
         self.prefix_hit_tokens = 0

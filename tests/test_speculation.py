@@ -80,3 +80,16 @@ def test_acceptance_distribution_and_draft_profile(tmp_path):
     spec = res.summary_dict["run"]["speculative"]
     assert 0 < spec["accepted"] < spec["drafted"]
     assert (res.requests.generated_tokens == 200).all()
+
+
+def test_first_token_from_a_speculative_step_is_recorded(tmp_path):
+    """A prompt whose last chunk is one token runs that token as a (speculative) decode step:
+    its first token must still be stamped, with no gap counted before it."""
+    eng = {"profile": dict(LIN), "block_size": 4, "kv_blocks": 100, "max_batched_tokens": 8,
+           "speculative": {"k": 4, "acceptance": 1.0}}
+    res = run_explicit(tmp_path, [(0.0, "c", 9, 6)], [("c", 0)], eng)
+    r = res.requests.iloc[0]
+    it = res.iterations
+    assert list(it.tokens[:2]) == [8, 5]  # an 8-token chunk, then 1 prompt token + 4 drafts
+    assert r.first_token_s == pytest.approx(it.end_s.iloc[1])
+    assert r.generated_tokens == 6 and r.max_itl_s < 0.1
