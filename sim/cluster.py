@@ -44,8 +44,8 @@ from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.costs import NS, load_profile
 from sim.engine import NEVER
 from sim.errors import ScenarioError
-from sim.request import State
 from sim.results import Results
+from sim.run import _seed_for, build_engine, build_workload, engine_run_info, replica_loop
 from sim.telemetry import Telemetry
 
 CLUSTER_KEYS = ("replicas", "groups", "router")
@@ -354,7 +354,6 @@ class _Cluster:
         return not any(r.engine.running or r.engine.waiting for r in self.replicas)
 
     def replica_proc(self, rep: Replica, interval_ns: int, check_invariants: bool, on_boundary):
-        from sim.run import replica_loop
         yield from replica_loop(self.env, rep.engine, rep, self.stop_ns, interval_ns, check_invariants, on_boundary)
         rep.exited = True
         rep.next_boundary = NEVER
@@ -419,15 +418,6 @@ class ClusterResults(Results):
         return out
 
 
-def _replica_info(engine, end_ns: int) -> dict:
-    from sim.run import engine_run_info
-    return {
-        **engine_run_info(engine, end_ns),
-        "policy": getattr(engine.policy, "report", lambda: {})(),
-        **({"admission": engine.gate.report()} if engine.gate is not None and hasattr(engine.gate, "report") else {}),
-    }
-
-
 def _sum_info(infos: list[dict], end_ns: int) -> dict:
     out = {k: sum(i[k] for i in infos) for k in ("engine_events", "iterations", "busy_s", "thrash_s",
                                                  "idle_with_work_s", "kv_blocks", "swap_blocks",
@@ -451,7 +441,6 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     engine event.
     """
     from sim.routers import make_router
-    from sim.run import build_engine, build_workload, _seed_for
     from sim.source import RequestSource
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -510,21 +499,13 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     env.run()
     end_ns = int(env.now)
     for rep in cl.replicas:
-        eng, tel = rep.engine, rep.engine.tel
-        for r in [w for _, _, w in eng.waiting] + list(eng.running):
-            r.state = State.UNFINISHED
-            r.finish_ns = end_ns
-            tel.on_end(r)
-        for r in rep.inbox:  # routed but never taken in (a replica that stopped at the horizon)
-            r.state = State.UNFINISHED
-            r.finish_ns = end_ns
-            tel.on_end(r)
+        # requests routed but never taken in (a replica that stopped at the horizon) too
+        rep.engine.close(end_ns, also=rep.inbox)
         rep.inbox.clear()
-        eng.pool.check()
     if bar is not None:
         bar.close()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    infos = [_replica_info(rep.engine, end_ns) for rep in cl.replicas]
+    infos = [engine_run_info(rep.engine, end_ns) for rep in cl.replicas]
 
     def build(scx, reps, info, trace=None) -> Results:
         costs = reps[0].engine.costs

@@ -713,6 +713,15 @@ class Engine:
 
     on_request_end = None  # set by the runner for closed-loop users
 
+    def close(self, end_ns: int, also=()) -> None:
+        """The run is over: whatever is still queued or running (and ``also``: requests routed
+        here but never taken in) ends unfinished at ``end_ns``; the pool must balance."""
+        for r in [w for _, _, w in self.waiting] + list(self.running) + list(also):
+            r.state = State.UNFINISHED
+            r.finish_ns = end_ns
+            self.tel.on_end(r)
+        self.pool.check()
+
     def _trace(self, plan: StepPlan, start_ns: int, durations: np.ndarray, kinds: list[str]) -> None:
         """Append one row per request per iteration (fast-forwarded runs expanded)."""
         ends = start_ns + np.cumsum(durations)

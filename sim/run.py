@@ -23,7 +23,6 @@ from sim.errors import ScenarioError
 from sim.kvpool import KVPool
 from sim.source import RequestSource
 from sim.prefix import PrefixCache
-from sim.request import State
 from sim.results import Results
 from sim.telemetry import Telemetry
 
@@ -102,7 +101,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     env = simpy.Environment()
     trace: list | None = [] if trace_iterations else None
     engine = build_engine(sc, env, trace=trace, gate=gate)
-    costs, pool, tel, policy, gate = engine.costs, engine.pool, engine.tel, engine.policy, engine.gate
+    costs, tel = engine.costs, engine.tel
     interval_ns = tel.interval_ns
     wl = build_workload(sc, load_scale, lenient)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
@@ -125,23 +124,15 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     env.process(replica_loop(env, engine, source, stop_ns, interval_ns, check_invariants, on_boundary))
     env.run()
     end_ns = int(env.now)
-    # Whatever is still queued or running at the horizon ends unfinished.
-    for r in [w for _, _, w in engine.waiting] + list(engine.running):
-        r.state = State.UNFINISHED
-        r.finish_ns = end_ns
-        tel.on_end(r)
-    pool.check()
+    engine.close(end_ns)
     if bar is not None:
         bar.close()
     run_info = {
         **engine_run_info(engine, end_ns),
         "wall_s": time.perf_counter() - wall0,
         "cpu_s": time.process_time() - cpu0,
-        "policy": getattr(policy, "report", lambda: {})(),
         "workload": wl.meta,
     }
-    if gate is not None and hasattr(gate, "report"):
-        run_info["admission"] = gate.report()
     return Results.build(sc, costs, tel, run_info, trace)
 
 
@@ -209,7 +200,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
 
 
 def engine_run_info(engine: Engine, end_ns: int) -> dict:
-    """One replica's run facts for summary.json (events, busy and thrash time, KV, preemptions)."""
+    """One replica's run facts for summary.json (events, busy and thrash time, KV, preemptions,
+    the policy's and the admission gate's reports)."""
     pool, tel = engine.pool, engine.tel
     return {
         "engine_events": engine.events,
@@ -223,6 +215,8 @@ def engine_run_info(engine: Engine, end_ns: int) -> dict:
         "preemptions_by_mode": dict(tel.preempt_by_mode),
         "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0,
         "speculative": _spec_report(engine),
+        "policy": getattr(engine.policy, "report", lambda: {})(),
+        **({"admission": engine.gate.report()} if getattr(engine.gate, "report", None) else {}),
     }
 
 
