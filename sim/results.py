@@ -141,14 +141,13 @@ class Results:
         overall["goodput_rps"] = good
         rows.append({"class": "overall", **{k: v for k, v in overall.items() if not isinstance(v, dict)}})
         tenants = {}
+        tot_tokens = max(int(req["generated_tokens"].sum()), 1)
         for t, g in narrow.groupby("tenant", sort=True):
             m = group_metrics(g, span, None, None)
             tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
                                                  "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s",
                                                  "prefix_hit_rate", "evicted_miss_tokens")}
-        tot_tokens = max(int(req["generated_tokens"].sum()), 1)
-        for t in tenants:
-            tenants[t]["token_share"] = float(req.loc[req["tenant"] == t, "generated_tokens"].sum() / tot_tokens)
+            tenants[str(t)]["token_share"] = float(g["generated_tokens"].sum() / tot_tokens)
         # GPU-seconds (each step split by tokens processed) and priced tokens (VTC prices) come
         # from the fairness accountant's books, kept whenever [[tenants]] or [fairness] exist
         books = (run_info.get("policy") or {}).get("fairness", {}).get("tenants", {})
