@@ -369,7 +369,7 @@ def _track_runs(rep: Replica) -> None:
 
     def run_length(plan, now_ns, next_event_ns, dur0):
         d = orig(plan, now_ns, next_event_ns, dur0)
-        rep.next_boundary = now_ns + int(d.sum())
+        rep.next_boundary = now_ns + sum(d)
         rep.in_flight = True
         return d
 

@@ -83,6 +83,8 @@ class EngineConfig(BaseModel):
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
     chunked_prefill: bool = Field(True, description="split long prompts across steps")
     fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
+    lazy_batch: bool = Field(True, description="advance steady decoders as one lazily-updated cohort (exact; "
+                                               "false updates every request every step)")
     timeseries_interval_s: float = Field(1.0, gt=0, description="time-series sampling interval, s")
     thrash_threshold: float = Field(0.2, ge=0, le=1, description="thrash ratio above which 'thrashing' is flagged")
     max_events: int = Field(0, ge=0, description="safety stop after this many engine events (0: none)")

@@ -33,6 +33,7 @@ import numpy as np
 import simpy
 
 from policies.base import BasePolicy
+from sim.cohort import NOT_MEMBER, DecodeCohort
 from sim.costs import NS, CostModel
 from sim.kvpool import KVPool
 from sim.request import Request, State
@@ -54,6 +55,7 @@ class Scheduled:
     tokens: int
     prefix: int  # tokens already computed before this chunk
     decode: bool
+    admitted: bool = False  # taken from the waiting set in this step
 
 
 @dataclass
@@ -65,6 +67,11 @@ class StepPlan:
     swap_in_blocks: int = 0
     swapped_out: list = field(default_factory=list)  # (request, blocks)
     swapped_in: list = field(default_factory=list)
+    cohort: int = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
+
+    @property
+    def empty(self) -> bool:
+        return not self.items and not self.cohort and not self.swap_out_blocks
 
 
 class Engine:
@@ -124,6 +131,12 @@ class Engine:
             self.draft_costs = load_profile(spec.draft_profile, where="engine.speculative.draft_profile")
         # skip the per-request hook when the policy keeps no books (most policies)
         self._hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
+        # Steady decoders advance as one cohort unless something must see every request every
+        # step: a policy re-keying or keeping books per step, speculation (random tokens per
+        # step), or the iteration trace (a row per request per step).
+        lazy = (cfg.lazy_batch and not self._dynamic and not self._hooks_scheduled and not self.spec_k
+                and trace is None)
+        self.cohort = DecodeCohort(len(classes), self.bs, not self.off) if lazy else None
 
     # ---- ranking ---------------------------------------------------------------------------
     def _key(self, req: Request, now_s: float) -> tuple:
@@ -137,6 +150,8 @@ class Engine:
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
+        if self.cohort is not None:
+            self.cohort.sync_all()  # a key may read progress fields
         now_s = now_ns / NS
         key = self._key
         seq = self._seq
@@ -186,6 +201,8 @@ class Engine:
             # max_num_batched_tokens >= max_model_len)
             return self._reject(req, "too_large", now_ns)
         if self.gate is not None:
+            if self.cohort is not None:
+                self.cohort.sync_all()  # a gate may estimate from running requests' progress
             reason = self.gate.check(req, now_ns / NS, self)
             if reason:
                 return self._reject(req, reason, now_ns)
@@ -205,15 +222,16 @@ class Engine:
         return False
 
     # ---- planning --------------------------------------------------------------------------
-    def _chunk(self, req: Request, budget: int) -> int:
+    def _chunk(self, req: Request, budget: int, class_prefill: list[int] | None = None) -> int:
         """Tokens ``req`` may take this step: 1 for a decode; for a prefill, what is left of the
-        budget, the per-request chunk cap and its class's per-step prefill cap allow."""
+        budget, the per-request chunk cap and its class's per-step prefill cap allow (prefill
+        tokens already taken per class: ``class_prefill``, default this step's)."""
         need = req.tokens - req.computed
         if need <= 1:
             return 1 if budget >= 1 else 0
         cap = self.class_prefill_cap[req.cls_idx]
         if cap:
-            used = self._class_prefill[req.cls_idx]
+            used = (self._class_prefill if class_prefill is None else class_prefill)[req.cls_idx]
             if self.cfg.chunked_prefill or used:
                 budget = min(budget, cap - used)
             # unchunked prompts longer than the cap go one per step (else they never could)
@@ -222,10 +240,57 @@ class Engine:
         return need if need <= budget else 0
 
     def _ranked_running(self) -> list[Request]:
-        """Running requests, most urgent first (cached until the set or the keys change)."""
+        """Running requests outside the cohort, most urgent first (cached until the set or the
+        keys change)."""
         if self._order is None:
-            self._order = sorted(self.running, key=_rank)
+            self._order = sorted((r for r in self.running if r.cohort_g0 == NOT_MEMBER), key=_rank)
         return self._order
+
+    # ---- the cohort's share of a step --------------------------------------------------------
+    def _cohort_step_fits(self) -> bool:
+        """Can the cohort's decoders all take their token in the next step without changing what
+        any other running request gets, and with no preemption?
+
+        True when, with the cohort's D tokens taken first, no running request's chunk is cut by
+        the budget and every block the step needs (cohort and others) is available to the least
+        favoured class present. Then the rank-order walk gives every running request exactly
+        what this walk gives it, wherever the cohort's members sit in the order.
+        """
+        coh = self.cohort
+        budget = self.cfg.max_batched_tokens - len(coh)
+        if budget < 0:
+            return False
+        blocks = sum(coh.blocks_needed(0, 1))
+        used = [0] * len(self.classes)
+        prios = {self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n}
+        bs = self.bs
+        for req in self._ranked_running():
+            if req.tokens - req.computed == 1:
+                if budget < 1:
+                    return False
+                n = 1
+            else:
+                n = self._chunk(req, budget, used)
+                if n < self._chunk(req, NEVER, used):
+                    return False  # the budget would cut this chunk
+                used[req.cls_idx] += n
+            if not self.off:
+                new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
+                if new > 0:
+                    blocks += new
+            budget -= n
+            prios.add(req.priority)
+        return blocks <= 0 or all(blocks <= self.pool.available_for(p) for p in prios)
+
+    def _dissolve_cohort(self, plan: StepPlan | None = None, scheduled: dict | None = None) -> None:
+        """Make every cohort member an ordinary running request again (synced). Inside a plan
+        whose step the cohort already joined, each gets its decode item for that step."""
+        members = self.cohort.dissolve()
+        self._order = None
+        if plan is not None and plan.cohort:
+            plan.cohort = 0
+            for r in sorted(members, key=_rank):
+                scheduled[r.request_id] = Scheduled(r, 1, r.computed, True)
 
     def plan(self, now_ns: int) -> StepPlan:
         """Decide the next step (see module docstring). Mutates blocks and the running set;
@@ -239,6 +304,17 @@ class Engine:
         pool = self.pool
         bs = self.bs
         off = self.off
+        coh = self.cohort
+        if coh is not None and coh.members:
+            if self._cohort_step_fits():
+                plan.cohort = len(coh)
+                budget -= plan.cohort
+                for ci, n in enumerate(coh.blocks_needed(0, 1)):
+                    if n:
+                        pool.allocate(ci, n)
+                coh.alloc_g = coh.g + 1
+            else:
+                self._dissolve_cohort()
         for req in list(self._ranked_running()):  # a copy: preemption edits the order
             if req.state is not State.RUNNING:
                 continue  # preempted earlier in this loop
@@ -331,7 +407,7 @@ class Engine:
             if self._order is not None:  # keep the rank order without re-sorting
                 insort(self._order, w, key=_rank)
             decode = w.tokens - w.computed == 1
-            scheduled[w.request_id] = Scheduled(w, n, w.computed, decode)
+            scheduled[w.request_id] = Scheduled(w, n, w.computed, decode, True)
             plan.admitted += 1
             budget -= n
             if not decode:
@@ -450,6 +526,8 @@ class Engine:
         victims = self._eligible_victims(w)
         if not victims:
             return False
+        if self.cohort is not None and self.cohort.members:
+            self._dissolve_cohort(plan, scheduled)  # victims' blocks and tokens must be real
         freed_blocks = sum(v.blocks for v in victims)
         freed_tokens = sum(scheduled[v.request_id].tokens for v in victims if v.request_id in scheduled)
         slots_ok = len(self.running) - len(victims) < self.cfg.max_num_seqs
@@ -540,13 +618,16 @@ class Engine:
                 P += s.tokens
                 l2 += s.tokens * s.tokens
                 lc += s.tokens * s.prefix
+        if plan.cohort:
+            D += plan.cohort
+            ctx += self.cohort.context_sum()
         return P, D, l2, lc, ctx
 
     def compute_ns(self, plan: StepPlan) -> int:
         """Engine compute time of a step, ns: the target's forward pass, plus the draft model's
         k sequential steps when speculating (each ``draft_cost_fraction`` of a target decode
         step over the same sequences)."""
-        if not plan.items:
+        if not plan.items and not plan.cohort:
             return 0
         P, D, l2, lc, ctx = self.aggregates(plan)
         t = self.costs.step_ns(P, D, l2, lc, ctx)
@@ -585,7 +666,7 @@ class Engine:
     def transfer_ns(self, plan: StepPlan) -> int:
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
 
-    def apply(self, plan: StepPlan, start_ns: int, durations: np.ndarray, compute_ns: int) -> None:
+    def apply(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
         """Apply ``len(durations)`` identical steps of ``plan`` (k > 1 only for pure decode).
 
         Every scheduled request's computed tokens advance; a request whose computed tokens reach
@@ -597,7 +678,7 @@ class Engine:
         preemption, a step it sat out) is recorded individually.
         """
         k = len(durations)
-        total = int(durations.sum())
+        total = sum(durations)
         end_ns = start_ns + total
         end_s = end_ns / NS
         service_s = total / NS
@@ -605,9 +686,9 @@ class Engine:
         self.busy_ns += total
         tel = self.tel
         finished = []
-        first_end = start_ns + int(durations[0])
-        inner_max = int(durations[1:].max()) if k > 1 else 0  # largest gap inside a run
-        run_max = max(int(durations[0]), inner_max)
+        first_end = start_ns + durations[0]
+        inner_max = max(durations[1:]) if k > 1 else 0  # largest gap inside a run
+        run_max = max(durations[0], inner_max)
         nc = len(self.classes)
         emitted = [0] * nc  # requests emitting a token each step, per class
         steady = [0] * nc  # ... of which emitted at the end of the previous step too
@@ -623,7 +704,7 @@ class Engine:
         extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
         for s in plan.items:
             r = s.req
-            r.attained_s += service_s
+            r.attained_ns += total
             r.last_scheduled_s = end_s
             if k == 1:
                 step_tokens += s.tokens
@@ -675,6 +756,16 @@ class Engine:
             r.last_token_ns = end_ns
             if r.generated >= r._output:
                 finished.append(r)
+        coh = self.cohort
+        if plan.cohort:  # every member emitted one token at the end of each step, steadily
+            step_tokens += plan.cohort
+            for ci, n in enumerate(coh.n_cls):
+                emitted[ci] += n
+                steady[ci] += n
+            for t, n in coh.by_tenant.items():
+                by_tenant[t] = by_tenant.get(t, 0) + n
+            coh.advance(durations, end_ns)
+            finished += coh.pop_finished()
         if k == 1:
             # engine time lost to preemption: transfers, plus re-prefill's share of compute
             self.thrash_ns += total - compute_ns
@@ -694,12 +785,24 @@ class Engine:
                 self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
         if self.trace is not None:
             self._trace(plan, start_ns, durations, kinds)
+        if len(finished) > 1:  # the order a step-by-step walk meets them: running, then admitted
+            admitted = {s.req.request_id for s in plan.items if s.admitted}
+            finished.sort(key=lambda r: (1, r.admit_seq) if r.request_id in admitted else (0, r.key, r.admit_seq))
         for r in finished:
             self._finish(r, end_ns)
+        if coh is not None:  # steady decoders join the cohort
+            bs = self.bs
+            for s in plan.items:
+                r = s.req
+                if (r.last_token_ns == end_ns and r.state is State.RUNNING and r.cohort_g0 == NOT_MEMBER
+                        and (self.off or r.blocks + r.base_blocks == -(-r.computed // bs))):
+                    coh.join(r)
+                    if self._order is not None:
+                        self._order.remove(r)
 
     def _finish(self, r: Request, now_ns: int) -> None:
         self.running.remove(r)
-        if self._order is not None:
+        if self._order is not None and r in self._order:  # (cohort members are not in it)
             self._order.remove(r)
         self._release_blocks(r)
         r.state = State.FINISHED
@@ -716,15 +819,17 @@ class Engine:
     def close(self, end_ns: int, also=()) -> None:
         """The run is over: whatever is still queued or running (and ``also``: requests routed
         here but never taken in) ends unfinished at ``end_ns``; the pool must balance."""
+        if self.cohort is not None:
+            self.cohort.sync_all()
         for r in [w for _, _, w in self.waiting] + list(self.running) + list(also):
             r.state = State.UNFINISHED
             r.finish_ns = end_ns
             self.tel.on_end(r)
         self.pool.check()
 
-    def _trace(self, plan: StepPlan, start_ns: int, durations: np.ndarray, kinds: list[str]) -> None:
+    def _trace(self, plan: StepPlan, start_ns: int, durations: list[int], kinds: list[str]) -> None:
         """Append one row per request per iteration (fast-forwarded runs expanded)."""
-        ends = start_ns + np.cumsum(durations)
+        ends = start_ns + np.cumsum(np.array(durations, dtype=np.int64))
         starts = ends - durations
         base = self.iterations - len(durations)
         t0, t1 = int(starts[0]), int(ends[0])
@@ -740,6 +845,8 @@ class Engine:
 
     def check_invariants(self) -> None:
         """KV conservation at this instant: pool counts match what requests hold."""
+        if self.cohort is not None:
+            self.cohort.sync_all()
         self.pool.check()
         used = [0] * len(self.classes)
         refs: dict[int, int] = {}
@@ -766,31 +873,35 @@ class Engine:
                                  f"{self.pool.used} (host {self.pool.host_used})")
 
     # ---- fast-forward ----------------------------------------------------------------------
-    def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> np.ndarray:
-        """Durations of the steps to take for this plan: one, or k identical decode steps."""
-        single = np.array([dur0], dtype=np.int64)
+    def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> list[int]:
+        """Durations (ns) of the steps to take for this plan: one, or k identical decode steps."""
+        single = [dur0]
         if (not self.cfg.fast_forward or plan.admitted or plan.preempted or plan.swap_in_blocks
                 or self.spec_k):  # speculative steps emit a random number of tokens: one at a time
             return single
         items = plan.items
-        if not items or len(items) != len(self.running) or not all(s.decode for s in items):
+        D = len(items) + plan.cohort
+        if not D or D != len(self.running) or not all(s.decode for s in items):
             return single
         if self.waiting and self.cfg.preempt_for_waiting != "never" and not self.off:
             # a waiter that outranks a running request could evict it once victims grow
             lowest = max(r.key for r in self.running)
             if self.waiting[0][0] < lowest:
                 return single
-        k = min(r._output - r.generated for r in self.running)
+        k = min((s.req._output - s.req.generated for s in items), default=NEVER)
+        if plan.cohort:
+            k = min(k, self.cohort.steps_to_last_token())
         if k <= 1:
             return single
-        D = len(items)
         if not self.off:
-            k = self._block_limited(k)
+            k = self._block_limited(plan, k)
             if k <= 1:
                 return single
         # dur0 is this plan's price, step_ns(0, D, 0, 0, ctx0): a pure decode step with no
         # transfers (admissions and preemptions, the only sources of transfers, were excluded)
         ctx0 = sum(s.prefix + 1 for s in items)
+        if plan.cohort:
+            ctx0 += self.cohort.context_sum()
         step_ns = self.costs.step_ns
         # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
         # if it starts before the next event (an arrival at a step's start is seen by it).
@@ -803,21 +914,27 @@ class Engine:
             d = step_ns(0, D, 0, 0, ctx0 + D * i)
             durs.append(d)
             start += d
-        return np.array(durs, dtype=np.int64)
+        return durs
 
-    def _block_limited(self, k: int) -> int:
+    def _block_limited(self, plan: StepPlan, k: int) -> int:
         """Largest k' <= k such that steps 2..k' of the run can allocate their blocks."""
         bs = self.bs
-        worst = max(r.priority for r in self.running)
-        avail = self.pool.available_for(worst)
+        coh = self.cohort if plan.cohort else None
+        prios = [s.req.priority for s in plan.items]
+        if coh is not None:
+            prios += [self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n]
+        avail = self.pool.available_for(max(prios))
         D = len(self.running)
         if D * ((k + bs - 1) // bs + 1) <= avail:
             return k
-        c = np.array([r.computed for r in self.running], dtype=np.int64)  # before step 1
-        have = -(-(c + 1) // bs)  # blocks held after step 1's allocation
+        c = [s.prefix for s in plan.items]  # computed before step 1
 
         def need(kk: int) -> int:
-            return int((-(-(c + kk) // bs) - have).sum())
+            # blocks that steps 2..kk take beyond those held after step 1's allocation
+            n = sum(-(-(ci + kk) // bs) - -(-(ci + 1) // bs) for ci in c)
+            if coh is not None:
+                n += sum(coh.blocks_needed(1, kk))
+            return n
 
         lo, hi = 1, k
         while lo < hi:
@@ -839,3 +956,9 @@ class Engine:
             if extra > 0:
                 self.pool.allocate(r.cls_idx, extra)
                 r.blocks = target
+        if plan.cohort:
+            coh = self.cohort
+            for ci, n in enumerate(coh.blocks_needed(1, k)):
+                if n:
+                    self.pool.allocate(ci, n)
+            coh.alloc_g = coh.g + k

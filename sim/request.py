@@ -48,7 +48,9 @@ class Request:
         # progress
         "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
         "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
-        "attained_s", "first_admit_ns",
+        "attained_ns", "first_admit_ns",
+        # lazily-advanced decode batch (sim.cohort): cohort step and service at join, or -1
+        "cohort_g0", "cohort_svc0",
         # accounting
         "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
         "reject_reason",
@@ -92,7 +94,9 @@ class Request:
         self.first_admit_ns = -1
         self.admitted_s = NAN
         self.last_scheduled_s = NAN
-        self.attained_s = 0.0
+        self.attained_ns = 0
+        self.cohort_g0 = -1
+        self.cohort_svc0 = 0
         self.preemptions = 0
         self.recomputed_tokens = 0
         self.swapped_blocks = 0
@@ -113,6 +117,11 @@ class Request:
                 "cannot know it (declare `oracle = True` on an oracle policy)"
             )
         return self._output
+
+    @property
+    def attained_s(self) -> float:
+        """Engine seconds of service received (kept in integer ns so that sums are exact)."""
+        return self.attained_ns / 1e9
 
     @property
     def remaining_output(self) -> int:

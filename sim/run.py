@@ -174,9 +174,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
             yield env.timeout(min(next_arrival, stop_ns) - now)
             continue
         plan = engine.plan(now)
-        if not plan.items and not plan.swap_out_blocks and plan.preempted:
+        if plan.empty and plan.preempted:
             continue  # every running request gave way; admission happens in the next plan
-        if not plan.items and not plan.swap_out_blocks:
+        if plan.empty:
             # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
             if next_arrival >= NEVER and engine._next_change_ns >= NEVER:
                 raise RuntimeError(f"engine stalled at t={now / NS:.6f}s with "
@@ -193,7 +193,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
         engine.events += 1
         if cfg.max_events and engine.events > cfg.max_events:
             raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
-        yield env.timeout(int(durations.sum()))
+        yield env.timeout(sum(durations))
         engine.apply(plan, now, durations, compute)
         if check_invariants:
             engine.check_invariants()
@@ -205,6 +205,7 @@ def engine_run_info(engine: Engine, end_ns: int) -> dict:
     pool, tel = engine.pool, engine.tel
     return {
         "engine_events": engine.events,
+        "lazy_batch": engine.cohort is not None,  # steady decoders advanced as one cohort
         "iterations": engine.iterations,
         "busy_s": engine.busy_ns / NS,
         "thrash_s": engine.thrash_ns / NS,

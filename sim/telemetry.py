@@ -42,13 +42,11 @@ class Telemetry:
         self.swap_ns_class = [0] * nc
         self.recompute_ns_class = [0] * nc
         # Inter-token gaps per class, as compact typed arrays (ns): single irregular gaps
-        # (weight 1); per-step gaps with a weight (how many requests had that gap); and the
-        # inner gaps of fast-forwarded runs (arrays, one weight each).
+        # (weight 1), and per-step gaps with a weight (how many requests had that gap: one entry
+        # per step, not per token).
         self.itl_scalars: list[array] = [array("q") for _ in range(nc)]
         self.itl_step_vals: list[array] = [array("q") for _ in range(nc)]
         self.itl_step_wts: list[array] = [array("q") for _ in range(nc)]
-        self.itl_vals: list[list] = [[] for _ in range(nc)]
-        self.itl_wts: list[list] = [[] for _ in range(nc)]
         self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
         self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
         self.preempt_bin: dict[int, int] = defaultdict(int)
@@ -72,8 +70,6 @@ class Telemetry:
                 m.itl_scalars[ci].extend(t.itl_scalars[ci])
                 m.itl_step_vals[ci].extend(t.itl_step_vals[ci])
                 m.itl_step_wts[ci].extend(t.itl_step_wts[ci])
-                m.itl_vals[ci].extend(t.itl_vals[ci])
-                m.itl_wts[ci].extend(t.itl_wts[ci])
             for mine, theirs in ((m.preempt_by_mode, t.preempt_by_mode), (m.tokens_bin, t.tokens_bin),
                                  (m.tenant_tokens_bin, t.tenant_tokens_bin), (m.preempt_bin, t.preempt_bin)):
                 for k, v in theirs.items():
@@ -131,47 +127,48 @@ class Telemetry:
         c["evicted_miss_tokens"].append(req.evicted_miss_tokens)
 
     # ---- steps ---------------------------------------------------------------------------
-    def on_step(self, start_ns: int, durations: np.ndarray, emitted: list[int], by_tenant: dict) -> None:
-        """Count tokens emitted per class and tenant per interval (by each step's end time)."""
+    def on_step(self, start_ns: int, durations: list[int], emitted: list[int], by_tenant: dict) -> None:
+        """Count tokens emitted per class and tenant per interval (by each step's end time);
+        ``emitted`` and ``by_tenant`` are tokens per step, the same in each of the steps."""
         iv = self.interval_ns
-        if len(durations) == 1:
-            b = (start_ns + int(durations[0])) // iv
+        b_first = (start_ns + durations[0]) // iv
+        b_last = (start_ns + sum(durations)) // iv
+        if b_first == b_last:  # every step ends in the same interval (nearly always)
+            per_bin = {b_first: len(durations)}
+        else:
+            per_bin = {}
+            t = start_ns
+            for d in durations:
+                t += d
+                per_bin[t // iv] = per_bin.get(t // iv, 0) + 1
+        tokens_bin, tenant_bin = self.tokens_bin, self.tenant_tokens_bin
+        for b, cnt in per_bin.items():
             for ci, m in enumerate(emitted):
                 if m:
-                    self.tokens_bin[(b, ci)] += m
+                    tokens_bin[(b, ci)] += m * cnt
             for t, m in by_tenant.items():
-                self.tenant_tokens_bin[(b, t)] += m
-            return
-        ends = start_ns + np.cumsum(durations)
-        bins, counts = np.unique(ends // iv, return_counts=True)
-        for b, cnt in zip(bins.tolist(), counts.tolist()):
-            for ci, m in enumerate(emitted):
-                if m:
-                    self.tokens_bin[(b, ci)] += m * cnt
-            for t, m in by_tenant.items():
-                self.tenant_tokens_bin[(b, t)] += m * cnt
+                tenant_bin[(b, t)] += m * cnt
 
-    def itl_steps(self, emitted: list[int], steady: list[int], durations: np.ndarray) -> None:
+    def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
         """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
         too have gap = the first step's duration; every request has the k-1 inner gaps."""
         k = len(durations)
-        for ci in range(len(emitted)):
+        for ci, em in enumerate(emitted):
+            vals, wts = self.itl_step_vals[ci], self.itl_step_wts[ci]
             if steady[ci]:
-                self.itl_step_vals[ci].append(int(durations[0]))
-                self.itl_step_wts[ci].append(steady[ci])
-            if k > 1 and emitted[ci]:
-                self.itl_vals[ci].append(durations[1:])
-                self.itl_wts[ci].append(emitted[ci])
+                vals.append(durations[0])
+                wts.append(steady[ci])
+            if k > 1 and em:
+                vals.extend(durations[1:])
+                wts.extend([em] * (k - 1))
 
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class (ns) with their weights."""
-        vals = [np.frombuffer(self.itl_scalars[cls_idx], dtype=np.int64),
-                np.frombuffer(self.itl_step_vals[cls_idx], dtype=np.int64)]
-        wts = [np.ones(len(vals[0]), dtype=np.int64), np.frombuffer(self.itl_step_wts[cls_idx], dtype=np.int64)]
-        for v, w in zip(self.itl_vals[cls_idx], self.itl_wts[cls_idx]):
-            vals.append(v)
-            wts.append(np.full(len(v), w, dtype=np.int64))
-        return np.concatenate(vals), np.concatenate(wts)
+        scalars = np.frombuffer(self.itl_scalars[cls_idx], dtype=np.int64)
+        vals = np.concatenate([scalars, np.frombuffer(self.itl_step_vals[cls_idx], dtype=np.int64)])
+        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64),
+                              np.frombuffer(self.itl_step_wts[cls_idx], dtype=np.int64)])
+        return vals, wts
 
     # ---- time series ---------------------------------------------------------------------
     def sample(self, t_ns: int, engine) -> None:

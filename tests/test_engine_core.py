@@ -154,21 +154,50 @@ def test_summary_has_the_promised_metrics(run):
     budget=st.integers(40, 500), preemption=st.sampled_from(["off", "recompute", "swap", "auto"]),
     pfw=st.sampled_from(["never", "priority", "strict", "threshold", "policy"]),
     policy=st.sampled_from(["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle", "sjf_rank", "lpm"]),
-    prefix=st.booleans(), drain=st.booleans(),
+    prefix=st.booleans(), drain=st.booleans(), reserved=st.sampled_from([0, 12]),
+    cap=st.sampled_from([0, 40]), chunked=st.booleans(),
 )
 def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, preemption, pfw,
-                                                 policy, prefix, drain):
-    """Fast-forward on and off give identical request tables for any policy, preemption mode and
-    memory pressure (found a max_itl bug once: a 1-token last prefill chunk opening a run)."""
+                                                 policy, prefix, drain, reserved, cap, chunked):
+    """Fast-forward and the lazily-advanced decode cohort on give request tables and time series
+    identical to stepping every request one iteration at a time, for any policy, preemption
+    mode and memory pressure (found a max_itl bug once: a 1-token last prefill chunk opening a
+    run)."""
     sc = small_scenario(seed=seed, horizon_s=6.0, drain=drain)
     sc["engine"].update(kv_blocks=kv_blocks, max_num_seqs=max_num_seqs, max_batched_tokens=budget,
-                        preemption=preemption, preempt_for_waiting=pfw, swap_blocks=20)
+                        preemption=preemption, preempt_for_waiting=pfw, swap_blocks=20,
+                        chunked_prefill=chunked)
     if prefix:
         sc["engine"].update(prefix_caching=True, prefix_block_tokens=32)
         for s in sc["streams"]:
             s["prefix"] = {"system_tokens": 64, "conversations": 3, "block_tokens": 32}
+    sc["classes"][0]["reserved_blocks"] = reserved
+    sc["classes"][1]["max_prefill_tokens_per_step"] = cap
     sc["policy"] = {"name": policy}
-    a = simulate(scenario_from_dict(copy.deepcopy(sc))).requests
-    sc["engine"]["fast_forward"] = False
-    b = simulate(scenario_from_dict(sc)).requests
-    pd.testing.assert_frame_equal(a, b)
+    a = simulate(scenario_from_dict(copy.deepcopy(sc)), check_invariants=True)
+    sc["engine"].update(fast_forward=False, lazy_batch=False)
+    b = simulate(scenario_from_dict(sc))
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert a.summary_dict["classes"] == b.summary_dict["classes"]
+
+
+@pytest.mark.parametrize("preemption,pfw", MODES)
+def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
+    """The benchmark's workload (H200 profile, ~100 decoders at once; a small KV pool so that
+    preemption happens), with and without the lazily-advanced decode cohort: identical outputs
+    and the same number of events."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from core_scenario import scenario
+    sc = scenario(1500, load=0.9)
+    sc["engine"].update(preemption=preemption, preempt_for_waiting=pfw, swap_blocks=4000, kv_blocks=6000)
+    a = simulate(scenario_from_dict(copy.deepcopy(sc)), check_invariants=True)
+    assert a.summary_dict["run"]["lazy_batch"]
+    sc["engine"]["lazy_batch"] = False
+    b = simulate(scenario_from_dict(sc))
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert a.summary_dict["classes"] == b.summary_dict["classes"]
+    assert a.summary_dict["run"]["engine_events"] == b.summary_dict["run"]["engine_events"]

@@ -1,0 +1,197 @@
+"""The lazily-advanced decode batch: steady decoders the engine does not touch step by step.
+
+A running request that emitted a token at the end of the last step and decodes one token in
+every following step changes in a fully predictable way: each step adds one to its computed,
+generated and known tokens, the step's duration to its attained service (and as an inter-token
+gap), and every ``block_size`` tokens one KV block. Updating each such request every step is
+O(batch) Python work per engine event, the floor the profile showed. Instead the engine keeps
+them in a :class:`DecodeCohort` that advances with one counter, ``g`` (cohort steps taken).
+A member records ``g`` and its own fields when it joins (or is last synced); its true fields are
+those plus ``g - g0`` steps, brought up to date (:meth:`DecodeCohort.sync`) only when someone
+needs to look: when it finishes, and for every member when a preemption, a policy re-key, an
+admission gate's estimate or the end of the run needs them.
+
+What the engine needs per step stays O(classes x block_size), whatever the batch size:
+
+* decoders per class and per tenant (token counts, ITL histograms);
+* the sum of decode contexts of the next step: ``sum(c0 - g0) + D * (g + 1)``;
+* the KV blocks a step needs: a member needs one in the step that starts with
+  ``computed % block_size == 0``, i.e. in cohort step ``g`` with
+  ``g % block_size == (g0 - c0) % block_size``, so counts per (class, residue) answer
+  "how many blocks do steps g .. g+k-1 need" for any k;
+* the next last token: a heap of the cohort step in which each member emits it;
+* a member's largest inter-token gap: a monotone stack of step durations answers "largest
+  duration of cohort steps j..g" by bisection.
+
+Exactness: members' fields after a sync equal what stepping them one by one gives (the same
+integer additions); ``engine.lazy_batch = false`` keeps no cohort, and the tests assert
+identical request tables both ways for every policy and preemption mode.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+
+from sim.costs import NS
+from sim.request import Request
+
+NOT_MEMBER = -1  # Request.cohort_g0 of a request outside the cohort
+
+
+class DecodeCohort:
+    """Steady decoders advanced together (see the module docstring).
+
+    Args:
+        n_classes: number of scenario classes.
+        block_size: tokens per KV block.
+        grows_blocks: False when preemption is off (blocks are taken whole at admission).
+    """
+
+    def __init__(self, n_classes: int, block_size: int, grows_blocks: bool) -> None:
+        self.bs = block_size
+        self.grows = grows_blocks
+        self.g = 0  # cohort steps taken
+        self.alloc_g = 0  # steps whose KV blocks have been allocated (g, or more inside a step)
+        self.end_ns = -1  # end of the last cohort step
+        self.svc_ns = 0  # total duration of cohort steps, ns
+        self.members: dict[int, Request] = {}
+        self.n_cls = [0] * n_classes
+        self.by_tenant: dict[str, int] = {}
+        self.residues = [[0] * block_size for _ in range(n_classes)]
+        self.ctx_off = 0  # sum over members of (computed0 - g0)
+        self.finish: list[tuple[int, int, Request]] = []  # (cohort step of last token, admit_seq, req)
+        self._mx_g: list[int] = []  # monotone stack: step index (increasing) ...
+        self._mx_d: list[int] = []  # ... and duration (decreasing): max of steps >= index
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    # ---- membership ----------------------------------------------------------------------
+    def join(self, r: Request) -> None:
+        """``r`` emitted a token at the end of the last step and now decodes one per step; its
+        blocks cover exactly its computed tokens (the engine checks both)."""
+        g = self.g
+        r.cohort_g0 = g
+        r.cohort_svc0 = self.svc_ns
+        self.members[r.request_id] = r
+        ci = r.cls_idx
+        self.n_cls[ci] += 1
+        self.by_tenant[r.tenant] = self.by_tenant.get(r.tenant, 0) + 1
+        if self.grows:
+            self.residues[ci][(g - r.computed) % self.bs] += 1
+        self.ctx_off += r.computed - g
+        heapq.heappush(self.finish, (g + r._output - r.generated, r.admit_seq, r))
+
+    def _leave(self, r: Request) -> None:
+        """Remove synced member ``r`` from the counts (its finish-heap entry is the caller's)."""
+        del self.members[r.request_id]
+        ci = r.cls_idx
+        self.n_cls[ci] -= 1
+        n = self.by_tenant[r.tenant] - 1
+        if n:
+            self.by_tenant[r.tenant] = n
+        else:
+            del self.by_tenant[r.tenant]
+        if self.grows:
+            self.residues[ci][(r.cohort_g0 - r.computed) % self.bs] -= 1
+        self.ctx_off -= r.computed - r.cohort_g0
+        r.cohort_g0 = NOT_MEMBER
+        if not self.members:
+            self._mx_g.clear()
+            self._mx_d.clear()
+
+    def sync(self, r: Request) -> None:
+        """Bring member ``r``'s fields up to date (blocks: through the allocated steps) and
+        rebase it at the current step."""
+        d = self.g - r.cohort_g0
+        if d:
+            r.computed += d
+            r.generated += d
+            r.tokens += d
+            r.attained_ns += self.svc_ns - r.cohort_svc0
+            r.last_token_ns = self.end_ns
+            r.last_scheduled_s = self.end_ns / NS
+            m = self.max_duration_since(r.cohort_g0 + 1)
+            if m > r.max_itl_ns:
+                r.max_itl_ns = m
+            r.cohort_g0 = self.g
+            r.cohort_svc0 = self.svc_ns
+        if self.grows:
+            r.blocks = -(-(r.computed + self.alloc_g - self.g) // self.bs) - r.base_blocks
+
+    def sync_all(self) -> None:
+        for r in self.members.values():
+            self.sync(r)
+
+    def dissolve(self) -> list[Request]:
+        """Sync every member and empty the cohort; returns the former members."""
+        out = list(self.members.values())
+        for r in out:
+            self.sync(r)
+            r.cohort_g0 = NOT_MEMBER
+        self.members.clear()
+        self.alloc_g = self.g  # blocks taken for a step in progress now belong to the requests
+        self.n_cls = [0] * len(self.n_cls)
+        self.by_tenant.clear()
+        self.residues = [[0] * self.bs for _ in self.residues]
+        self.ctx_off = 0
+        self.finish.clear()
+        self._mx_g.clear()
+        self._mx_d.clear()
+        return out
+
+    # ---- what the next steps need ----------------------------------------------------------
+    def context_sum(self) -> int:
+        """Sum over members of (computed + 1): the decode contexts of the next step."""
+        return self.ctx_off + len(self.members) * (self.g + 1)
+
+    def steps_to_last_token(self) -> int:
+        """Cohort steps until the first member emits its last token (>= 1)."""
+        return self.finish[0][0] - self.g
+
+    def blocks_needed(self, j0: int, j1: int) -> list[int]:
+        """KV blocks, per class, that cohort steps g+j0 .. g+j1-1 need."""
+        if not self.grows:
+            return [0] * len(self.n_cls)
+        bs = self.bs
+        full, part = divmod(j1 - j0, bs)
+        start = (self.g + j0) % bs
+        idx = [(start + t) % bs for t in range(part)]
+        return [full * n + sum(res[i] for i in idx) if n else 0
+                for n, res in zip(self.n_cls, self.residues)]
+
+    # ---- advancing -------------------------------------------------------------------------
+    def advance(self, durations: list[int], end_ns: int) -> None:
+        """Every member took part in these steps (and emitted a token at the end of each)."""
+        mg, md = self._mx_g, self._mx_d
+        j = self.g
+        for d in durations:
+            j += 1
+            while md and md[-1] <= d:
+                md.pop()
+                mg.pop()
+            mg.append(j)
+            md.append(d)
+        if len(mg) > 4096:  # keep only what a current member can ask for
+            oldest = min(r.cohort_g0 for r in self.members.values()) + 1
+            cut = bisect_left(mg, oldest)
+            del mg[:cut], md[:cut]
+        self.svc_ns += sum(durations)
+        self.g = j
+        self.end_ns = end_ns
+
+    def max_duration_since(self, j: int) -> int:
+        """Largest duration of cohort steps j .. g (0 when there are none)."""
+        i = bisect_left(self._mx_g, j)
+        return self._mx_d[i] if i < len(self._mx_d) else 0
+
+    def pop_finished(self) -> list[Request]:
+        """Members whose last token came with the last step: synced and removed."""
+        out = []
+        heap = self.finish
+        while heap and heap[0][0] <= self.g:
+            r = heapq.heappop(heap)[2]
+            self.sync(r)
+            self._leave(r)
+            out.append(r)
+        return out
