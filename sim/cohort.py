@@ -19,7 +19,8 @@ What the engine needs per step stays O(classes x block_size), whatever the batch
   ``computed % block_size == 0``, i.e. in cohort step ``g`` with
   ``g % block_size == (g0 - c0) % block_size``, so counts per (class, residue) answer
   "how many blocks do steps g .. g+k-1 need" for any k;
-* the next last token: a heap of the cohort step in which each member emits it;
+* who emits a last token when: members sorted by the cohort step that ends with their last
+  token, so a fast-forwarded run can go on past them (the batch shrinks at known steps);
 * a member's largest inter-token gap: a monotone stack of step durations answers "largest
   duration of cohort steps j..g" by bisection.
 
@@ -29,8 +30,7 @@ identical request tables both ways for every policy and preemption mode.
 """
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left
+from bisect import bisect_left, insort
 
 from sim.costs import NS
 from sim.request import Request
@@ -51,7 +51,7 @@ class DecodeCohort:
         self.bs = block_size
         self.grows = grows_blocks
         self.g = 0  # cohort steps taken
-        self.alloc_g = 0  # steps whose KV blocks have been allocated (g, or more inside a step)
+        self.alloc_g = 0  # steps whose KV blocks have been allocated (g, or more inside a run)
         self.end_ns = -1  # end of the last cohort step
         self.svc_ns = 0  # total duration of cohort steps, ns
         self.members: dict[int, Request] = {}
@@ -59,7 +59,8 @@ class DecodeCohort:
         self.by_tenant: dict[str, int] = {}
         self.residues = [[0] * block_size for _ in range(n_classes)]
         self.ctx_off = 0  # sum over members of (computed0 - g0)
-        self.finish: list[tuple[int, int, Request]] = []  # (cohort step of last token, admit_seq, req)
+        # (cohort step that ends with the member's last token, admit_seq, member), ascending
+        self.finish: list[tuple[int, int, Request]] = []
         self._mx_g: list[int] = []  # monotone stack: step index (increasing) ...
         self._mx_d: list[int] = []  # ... and duration (decreasing): max of steps >= index
 
@@ -80,10 +81,10 @@ class DecodeCohort:
         if self.grows:
             self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
-        heapq.heappush(self.finish, (g + r._output - r.generated, r.admit_seq, r))
+        insort(self.finish, (g + r._output - r.generated, r.admit_seq, r))
 
     def _leave(self, r: Request) -> None:
-        """Remove synced member ``r`` from the counts (its finish-heap entry is the caller's)."""
+        """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
         del self.members[r.request_id]
         ci = r.cls_idx
         self.n_cls[ci] -= 1
@@ -96,13 +97,10 @@ class DecodeCohort:
             self.residues[ci][(r.cohort_g0 - r.computed) % self.bs] -= 1
         self.ctx_off -= r.computed - r.cohort_g0
         r.cohort_g0 = NOT_MEMBER
-        if not self.members:
-            self._mx_g.clear()
-            self._mx_d.clear()
 
-    def sync(self, r: Request) -> None:
-        """Bring member ``r``'s fields up to date (blocks: through the allocated steps) and
-        rebase it at the current step."""
+    def sync(self, r: Request, blocks_ahead: bool = True) -> None:
+        """Bring member ``r``'s fields up to date and rebase it at the current step; its blocks
+        cover the steps allocated so far (``blocks_ahead``) or just its computed tokens."""
         d = self.g - r.cohort_g0
         if d:
             r.computed += d
@@ -117,7 +115,8 @@ class DecodeCohort:
             r.cohort_g0 = self.g
             r.cohort_svc0 = self.svc_ns
         if self.grows:
-            r.blocks = -(-(r.computed + self.alloc_g - self.g) // self.bs) - r.base_blocks
+            ahead = self.alloc_g - self.g if blocks_ahead else 0
+            r.blocks = -(-(r.computed + ahead) // self.bs) - r.base_blocks
 
     def sync_all(self) -> None:
         for r in self.members.values():
@@ -149,8 +148,20 @@ class DecodeCohort:
         """Cohort steps until the first member emits its last token (>= 1)."""
         return self.finish[0][0] - self.g
 
+    def steps_to_empty(self) -> int:
+        """Cohort steps until every member has emitted its last token."""
+        return self.finish[-1][0] - self.g
+
+    def next_step_blocks(self) -> list[int]:
+        """KV blocks, per class, that the next cohort step needs."""
+        if not self.grows:
+            return [0] * len(self.n_cls)
+        i = self.g % self.bs
+        return [res[i] for res in self.residues]
+
     def blocks_needed(self, j0: int, j1: int) -> list[int]:
-        """KV blocks, per class, that cohort steps g+j0 .. g+j1-1 need."""
+        """KV blocks, per class, that steps j0 .. j1-1 of a run starting now need if every
+        member took part in all of them (an upper bound when some finish inside the run)."""
         if not self.grows:
             return [0] * len(self.n_cls)
         bs = self.bs
@@ -160,38 +171,64 @@ class DecodeCohort:
         return [full * n + sum(res[i] for i in idx) if n else 0
                 for n, res in zip(self.n_cls, self.residues)]
 
+    def run_blocks(self, k: int) -> list[int]:
+        """KV blocks, per class, that steps 1 .. k-1 of a run starting now take: members whose
+        last token comes earlier take none after it."""
+        need = self.blocks_needed(1, k)
+        if not self.grows:
+            return need
+        bs, g = self.bs, self.g
+        for g_f, _, r in self.finish:
+            if g_f >= g + k:
+                break
+            # cohort steps starting at counts h in [max(g_f, g+1), g+k) that it sits out
+            res = (r.cohort_g0 - r.computed) % bs
+            a, b = max(g_f, g + 1), g + k
+            need[r.cls_idx] -= (b - 1 - res) // bs - (a - 1 - res) // bs
+        return need
+
     # ---- advancing -------------------------------------------------------------------------
-    def advance(self, durations: list[int], end_ns: int) -> None:
-        """Every member took part in these steps (and emitted a token at the end of each)."""
+    def advance(self, durations: list[int], start_ns: int) -> list[tuple]:
+        """Members took part in these steps (from ``start_ns``), each emitting a token at the end
+        of every step up to its last. Returns the run's segments of unchanged membership, as
+        ``(first step, end step, start ns, end ns, decoders per class, per tenant, leavers)``,
+        the leavers (members whose last token ended the segment) synced and removed."""
         mg, md = self._mx_g, self._mx_d
-        j = self.g
-        for d in durations:
-            j += 1
+        fin = self.finish
+        segments = []
+        i0, seg_start = 0, start_ns
+        t = start_ns
+        for i, d in enumerate(durations):
+            self.g += 1
             while md and md[-1] <= d:
                 md.pop()
                 mg.pop()
-            mg.append(j)
+            mg.append(self.g)
             md.append(d)
-        if len(mg) > 4096:  # keep only what a current member can ask for
-            oldest = min(r.cohort_g0 for r in self.members.values()) + 1
-            cut = bisect_left(mg, oldest)
-            del mg[:cut], md[:cut]
-        self.svc_ns += sum(durations)
-        self.g = j
-        self.end_ns = end_ns
+            self.svc_ns += d
+            t += d
+            self.end_ns = t
+            if fin and fin[0][0] == self.g:
+                n_cls, by_tenant = list(self.n_cls), dict(self.by_tenant)
+                leavers = []
+                while fin and fin[0][0] == self.g:
+                    r = fin.pop(0)[2]
+                    self.sync(r, blocks_ahead=False)
+                    self._leave(r)
+                    leavers.append(r)
+                segments.append((i0, i + 1, seg_start, t, n_cls, by_tenant, leavers))
+                i0, seg_start = i + 1, t
+        if i0 < len(durations):
+            segments.append((i0, len(durations), seg_start, t, list(self.n_cls), dict(self.by_tenant), []))
+        if not self.members:
+            mg.clear()
+            md.clear()
+        elif len(mg) > 4096:  # keep only what a current member can ask for
+            del mg[:bisect_left(mg, min(r.cohort_g0 for r in self.members.values()) + 1)]
+            del md[:len(md) - len(mg)]
+        return segments
 
     def max_duration_since(self, j: int) -> int:
         """Largest duration of cohort steps j .. g (0 when there are none)."""
         i = bisect_left(self._mx_g, j)
         return self._mx_d[i] if i < len(self._mx_d) else 0
-
-    def pop_finished(self) -> list[Request]:
-        """Members whose last token came with the last step: synced and removed."""
-        out = []
-        heap = self.finish
-        while heap and heap[0][0] <= self.g:
-            r = heapq.heappop(heap)[2]
-            self.sync(r)
-            self._leave(r)
-            out.append(r)
-        return out

@@ -137,6 +137,10 @@ class Engine:
         lazy = (cfg.lazy_batch and not self._dynamic and not self._hooks_scheduled and not self.spec_k
                 and trace is None)
         self.cohort = DecodeCohort(len(classes), self.bs, not self.off) if lazy else None
+        # set by the runner when a finish can create no new arrival (no closed-loop users)
+        self.through_finishes = False
+        # the policy never re-ranks on its own (keys change only when a request's do)
+        self._static_ranking = not self._dynamic and type(policy).next_change is BasePolicy.next_change
 
     # ---- ranking ---------------------------------------------------------------------------
     def _key(self, req: Request, now_s: float) -> tuple:
@@ -260,7 +264,7 @@ class Engine:
         budget = self.cfg.max_batched_tokens - len(coh)
         if budget < 0:
             return False
-        blocks = sum(coh.blocks_needed(0, 1))
+        blocks = sum(coh.next_step_blocks())
         used = [0] * len(self.classes)
         prios = {self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n}
         bs = self.bs
@@ -309,7 +313,7 @@ class Engine:
             if self._cohort_step_fits():
                 plan.cohort = len(coh)
                 budget -= plan.cohort
-                for ci, n in enumerate(coh.blocks_needed(0, 1)):
+                for ci, n in enumerate(coh.next_step_blocks()):
                     if n:
                         pool.allocate(ci, n)
                 coh.alloc_g = coh.g + 1
@@ -706,11 +710,10 @@ class Engine:
             r = s.req
             r.attained_ns += total
             r.last_scheduled_s = end_s
-            if k == 1:
-                step_tokens += s.tokens
-                if not s.decode and r.generated:  # re-prefill after a recompute preemption
-                    recompute_tokens += s.tokens
-                    recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
+            step_tokens += s.tokens  # (of the run's first step)
+            if not s.decode and r.generated:  # re-prefill after a recompute preemption
+                recompute_tokens += s.tokens
+                recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
             if s.decode and s.tokens > 1:
                 # a speculative step (always k == 1): emits 1 + accepted drafts at its end
                 a = self._accepted(r, s.tokens - 1)
@@ -755,41 +758,45 @@ class Engine:
                     r.max_itl_ns = m
             r.last_token_ns = end_ns
             if r.generated >= r._output:
-                finished.append(r)
+                finished.append((end_ns, r))
         coh = self.cohort
-        if plan.cohort:  # every member emitted one token at the end of each step, steadily
+        if plan.cohort:
+            # every member emitted a token at the end of each step up to its last, steadily;
+            # the run's segments of unchanged membership are recorded like explicit steps
             step_tokens += plan.cohort
-            for ci, n in enumerate(coh.n_cls):
-                emitted[ci] += n
-                steady[ci] += n
-            for t, n in coh.by_tenant.items():
-                by_tenant[t] = by_tenant.get(t, 0) + n
-            coh.advance(durations, end_ns)
-            finished += coh.pop_finished()
-        if k == 1:
-            # engine time lost to preemption: transfers, plus re-prefill's share of compute
-            self.thrash_ns += total - compute_ns
-            if recompute_tokens:
-                self.thrash_ns += compute_ns * recompute_tokens // step_tokens
-                for ci, toks in recompute_by_class.items():
-                    tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
-        tel.itl_steps(emitted, steady, durations)
-        if self.spec_k:
-            spec["steps"] += 1
-            emitted_tokens = [m + x for m, x in zip(emitted, extra_tokens)]
-        else:
-            emitted_tokens = emitted
-        tel.on_step(start_ns, durations, emitted_tokens, by_tenant)
+            for i0, i1, t0, t1, n_cls, by_t, leavers in coh.advance(durations, start_ns):
+                seg = durations[i0:i1]
+                tel.itl_steps(n_cls, n_cls, seg)
+                tel.on_step(t0, seg, n_cls, by_t)
+                finished += [(t1, r) for r in leavers]
+        # engine time lost to preemption (all in the run's first step): transfers, plus
+        # re-prefill's share of compute
+        self.thrash_ns += durations[0] - compute_ns
+        if recompute_tokens:
+            self.thrash_ns += compute_ns * recompute_tokens // step_tokens
+            for ci, toks in recompute_by_class.items():
+                tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
+        if plan.items:
+            tel.itl_steps(emitted, steady, durations)
+            if self.spec_k:
+                spec["steps"] += 1
+                emitted_tokens = [m + x for m, x in zip(emitted, extra_tokens)]
+            else:
+                emitted_tokens = emitted
+            tel.on_step(start_ns, durations, emitted_tokens, by_tenant)
         if self._hooks_scheduled:
             for s in plan.items:
                 self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
         if self.trace is not None:
             self._trace(plan, start_ns, durations, kinds)
-        if len(finished) > 1:  # the order a step-by-step walk meets them: running, then admitted
+        if len(finished) > 1:
+            # the order a step-by-step walk meets them: by time, then running in rank order,
+            # then admitted in this step in admission order
             admitted = {s.req.request_id for s in plan.items if s.admitted}
-            finished.sort(key=lambda r: (1, r.admit_seq) if r.request_id in admitted else (0, r.key, r.admit_seq))
-        for r in finished:
-            self._finish(r, end_ns)
+            finished.sort(key=lambda tr: (tr[0], 1, tr[1].admit_seq) if tr[1].request_id in admitted
+                          else (tr[0], 0, tr[1].key, tr[1].admit_seq))
+        for t, r in finished:
+            self._finish(r, t)
         if coh is not None:  # steady decoders join the cohort
             bs = self.bs
             for s in plan.items:
@@ -840,8 +847,8 @@ class Engine:
         for s, kind in zip(plan.items, kinds):
             r = s.req
             for i in range(len(durations)):
-                self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id, kind,
-                                   s.tokens if i == 0 else 1))
+                self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id,
+                                   kind if i == 0 else "decode", s.tokens if i == 0 else 1))
 
     def check_invariants(self) -> None:
         """KV conservation at this instant: pool counts match what requests hold."""
@@ -874,34 +881,59 @@ class Engine:
 
     # ---- fast-forward ----------------------------------------------------------------------
     def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> list[int]:
-        """Durations (ns) of the steps to take for this plan: one, or k identical decode steps."""
+        """Durations (ns) of the steps to take for this plan: one, or the planned step followed
+        by k-1 pure decode steps of every running request.
+
+        A run may start with prefills (last chunks, so that every running request decodes from
+        step 2 on) and admissions when no request waits (a waiter could be admitted once the
+        prefill's budget is free again)."""
         single = [dur0]
-        if (not self.cfg.fast_forward or plan.admitted or plan.preempted or plan.swap_in_blocks
+        if (not self.cfg.fast_forward or plan.preempted or plan.swap_in_blocks or plan.swap_out_blocks
                 or self.spec_k):  # speculative steps emit a random number of tokens: one at a time
             return single
         items = plan.items
         D = len(items) + plan.cohort
-        if not D or D != len(self.running) or not all(s.decode for s in items):
+        if not D or D != len(self.running) or D > self.cfg.max_batched_tokens:
             return single
+        if plan.admitted or not all(s.decode for s in items):
+            # the policy would see the new decoders only at the next boundary
+            if self.waiting or not self._static_ranking:
+                return single
+            if not all(s.prefix + s.tokens == s.req.tokens for s in items):
+                return single
         if self.waiting and self.cfg.preempt_for_waiting != "never" and not self.off:
             # a waiter that outranks a running request could evict it once victims grow
             lowest = max(r.key for r in self.running)
             if self.waiting[0][0] < lowest:
                 return single
         k = min((s.req._output - s.req.generated for s in items), default=NEVER)
-        if plan.cohort:
-            k = min(k, self.cohort.steps_to_last_token())
+        coh = self.cohort if plan.cohort else None
+        through = coh is not None and self._through_finishes()
+        if coh is not None:
+            # past members' last tokens only when nothing else could change at those instants
+            k = min(k, coh.steps_to_empty() if through and not items else
+                    NEVER if through else coh.steps_to_last_token())
         if k <= 1:
             return single
         if not self.off:
             k = self._block_limited(plan, k)
             if k <= 1:
                 return single
+        if through and self.pool.cache is not None and self._run_need(plan, k) > self.pool.free:
+            # finishing members free blocks inside the run; taking the run's blocks up front is
+            # only the same as step by step when no cached prefix needs evicting for them
+            k = min(k, coh.steps_to_last_token())
+            if k <= 1:
+                return single
         # dur0 is this plan's price, step_ns(0, D, 0, 0, ctx0): a pure decode step with no
         # transfers (admissions and preemptions, the only sources of transfers, were excluded)
-        ctx0 = sum(s.prefix + 1 for s in items)
-        if plan.cohort:
-            ctx0 += self.cohort.context_sum()
+        n_exp = len(items)
+        ctx_exp = sum(s.prefix + s.tokens for s in items)  # decode contexts of step 1, less n_exp
+        ctx_off = coh.ctx_off if coh is not None else 0
+        g = coh.g if coh is not None else 0
+        fin = coh.finish if coh is not None else []
+        fi = 0
+        D_coh = plan.cohort
         step_ns = self.costs.step_ns
         # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
         # if it starts before the next event (an arrival at a step's start is seen by it).
@@ -911,10 +943,28 @@ class Engine:
         for i in range(1, k):
             if start >= limit:
                 break
-            d = step_ns(0, D, 0, 0, ctx0 + D * i)
+            # members whose last token ended step i-1 (cohort count g + i) are gone
+            while fi < len(fin) and fin[fi][0] == g + i:
+                m = fin[fi][2]
+                ctx_off -= m.computed - m.cohort_g0
+                D_coh -= 1
+                fi += 1
+            d = step_ns(0, n_exp + D_coh, 0, 0, ctx_exp + n_exp * i + ctx_off + D_coh * (g + i + 1))
             durs.append(d)
             start += d
         return durs
+
+    def _through_finishes(self) -> bool:
+        """May a fast-forwarded run go on past cohort members' last tokens? Only when a finish
+        changes nothing but the batch: nobody waits to take the freed slot or blocks, the policy
+        never re-ranks, and no closed-loop user sends a new request when its answer arrives."""
+        return self.through_finishes and not self.waiting and self._static_ranking
+
+    def _run_need(self, plan: StepPlan, k: int) -> int:
+        """Blocks steps 2..k of a run take, at most."""
+        bs = self.bs
+        n = sum(-(-(s.prefix + s.tokens + k - 1) // bs) - -(-(s.prefix + s.tokens) // bs) for s in plan.items)
+        return n + (sum(self.cohort.blocks_needed(1, k)) if plan.cohort else 0)
 
     def _block_limited(self, plan: StepPlan, k: int) -> int:
         """Largest k' <= k such that steps 2..k' of the run can allocate their blocks."""
@@ -927,19 +977,10 @@ class Engine:
         D = len(self.running)
         if D * ((k + bs - 1) // bs + 1) <= avail:
             return k
-        c = [s.prefix for s in plan.items]  # computed before step 1
-
-        def need(kk: int) -> int:
-            # blocks that steps 2..kk take beyond those held after step 1's allocation
-            n = sum(-(-(ci + kk) // bs) - -(-(ci + 1) // bs) for ci in c)
-            if coh is not None:
-                n += sum(coh.blocks_needed(1, kk))
-            return n
-
         lo, hi = 1, k
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if need(mid) <= avail:
+            if self._run_need(plan, mid) <= avail:
                 lo = mid
             else:
                 hi = mid - 1
@@ -951,14 +992,14 @@ class Engine:
             return
         for s in plan.items:
             r = s.req
-            target = self.pool.blocks_for(s.prefix + k) - r.base_blocks
+            target = self.pool.blocks_for(s.prefix + s.tokens + k - 1) - r.base_blocks
             extra = target - r.blocks
             if extra > 0:
                 self.pool.allocate(r.cls_idx, extra)
                 r.blocks = target
         if plan.cohort:
             coh = self.cohort
-            for ci, n in enumerate(coh.blocks_needed(1, k)):
+            for ci, n in enumerate(coh.run_blocks(k)):
                 if n:
                     self.pool.allocate(ci, n)
             coh.alloc_g = coh.g + k

@@ -163,12 +163,16 @@ class Telemetry:
                 wts.extend([em] * (k - 1))
 
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
-        """All inter-token gaps of a class (ns) with their weights."""
+        """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
+        of each. Canonical, so statistics do not depend on how the engine batched its records."""
         scalars = np.frombuffer(self.itl_scalars[cls_idx], dtype=np.int64)
         vals = np.concatenate([scalars, np.frombuffer(self.itl_step_vals[cls_idx], dtype=np.int64)])
         wts = np.concatenate([np.ones(len(scalars), dtype=np.int64),
                               np.frombuffer(self.itl_step_wts[cls_idx], dtype=np.int64)])
-        return vals, wts
+        keep = wts > 0
+        uniq, inverse = np.unique(vals[keep], return_inverse=True)
+        counts = np.bincount(inverse, weights=wts[keep], minlength=len(uniq)).astype(np.int64)
+        return uniq, counts
 
     # ---- time series ---------------------------------------------------------------------
     def sample(self, t_ns: int, engine) -> None:

@@ -186,7 +186,7 @@ def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, b
 def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
     """The benchmark's workload (H200 profile, ~100 decoders at once; a small KV pool so that
     preemption happens), with and without the lazily-advanced decode cohort: identical outputs
-    and the same number of events."""
+    and no more events (fewer: a run goes on past members' last tokens when nothing waits)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -200,4 +200,4 @@ def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
     pd.testing.assert_frame_equal(a.requests, b.requests)
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
     assert a.summary_dict["classes"] == b.summary_dict["classes"]
-    assert a.summary_dict["run"]["engine_events"] == b.summary_dict["run"]["engine_events"]
+    assert a.summary_dict["run"]["engine_events"] <= b.summary_dict["run"]["engine_events"]
