@@ -162,14 +162,21 @@ class DecodeCohort:
     def blocks_needed(self, j0: int, j1: int) -> list[int]:
         """KV blocks, per class, that steps j0 .. j1-1 of a run starting now need if every
         member took part in all of them (an upper bound when some finish inside the run)."""
-        if not self.grows:
+        if not self.grows or j1 <= j0:
             return [0] * len(self.n_cls)
         bs = self.bs
         full, part = divmod(j1 - j0, bs)
-        start = (self.g + j0) % bs
-        idx = [(start + t) % bs for t in range(part)]
-        return [full * n + sum(res[i] for i in idx) if n else 0
-                for n, res in zip(self.n_cls, self.residues)]
+        a = (self.g + j0) % bs
+        b = a + part
+        out = []
+        for n, res in zip(self.n_cls, self.residues):
+            if not n:
+                out.append(0)
+            elif b <= bs:
+                out.append(full * n + sum(res[a:b]))
+            else:
+                out.append(full * n + sum(res[a:]) + sum(res[:b - bs]))
+        return out
 
     def run_blocks(self, k: int) -> list[int]:
         """KV blocks, per class, that steps 1 .. k-1 of a run starting now take: members whose
@@ -195,31 +202,35 @@ class DecodeCohort:
         the leavers (members whose last token ended the segment) synced and removed."""
         mg, md = self._mx_g, self._mx_d
         fin = self.finish
+        g_next = fin[0][0] if fin else -1  # cohort count at which the next member is done
         segments = []
         i0, seg_start = 0, start_ns
-        t = start_ns
+        g, t = self.g, start_ns
         for i, d in enumerate(durations):
-            self.g += 1
+            g += 1
             while md and md[-1] <= d:
                 md.pop()
                 mg.pop()
-            mg.append(self.g)
+            mg.append(g)
             md.append(d)
-            self.svc_ns += d
             t += d
-            self.end_ns = t
-            if fin and fin[0][0] == self.g:
+            if g == g_next:
+                self.g, self.end_ns = g, t
+                self.svc_ns += t - seg_start
                 n_cls, by_tenant = list(self.n_cls), dict(self.by_tenant)
                 leavers = []
-                while fin and fin[0][0] == self.g:
+                while fin and fin[0][0] == g:
                     r = fin.pop(0)[2]
                     self.sync(r, blocks_ahead=False)
                     self._leave(r)
                     leavers.append(r)
                 segments.append((i0, i + 1, seg_start, t, n_cls, by_tenant, leavers))
                 i0, seg_start = i + 1, t
+                g_next = fin[0][0] if fin else -1
         if i0 < len(durations):
             segments.append((i0, len(durations), seg_start, t, list(self.n_cls), dict(self.by_tenant), []))
+            self.svc_ns += t - seg_start
+        self.g, self.end_ns = g, t
         if not self.members:
             mg.clear()
             md.clear()

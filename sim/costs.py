@@ -202,6 +202,23 @@ class CostModel:
         ns = round(t * NS)
         return ns if ns > 1 else 1
 
+    def decode_line(self, D: int) -> tuple[float, float] | None:
+        """For pure decode steps of D sequences: ``(a, b)`` with ``step_ns(0, D, 0, 0, ctx)`` ==
+        ``max(1, round((a + b * ctx) * NS))`` bit for bit (the zero prefill terms add exactly
+        nothing), so fast-forwarded runs price a step with one multiply-add. None when measured
+        tables price decode steps."""
+        if self.tables is not None and self.tables.decode is not None:
+            return None
+        cache = self.__dict__.setdefault("_decode_lines", {})
+        line = cache.get(D)
+        if line is None:
+            c = self.step
+            t = c.base_s
+            if c.token_knots:
+                t += self._tokens_s(D)
+            line = cache[D] = (t + c.decode_seq_s * D, c.decode_ctx_s)
+        return line
+
     def _tokens_s(self, T: float) -> float:
         """The piecewise-linear term: linear between knots, the last slope beyond the last knot,
         the first value below the first knot."""

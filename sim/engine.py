@@ -68,6 +68,7 @@ class StepPlan:
     swapped_out: list = field(default_factory=list)  # (request, blocks)
     swapped_in: list = field(default_factory=list)
     cohort: int = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
+    kinds: list = field(default_factory=list)  # items' kinds, for the iteration trace
 
     @property
     def empty(self) -> bool:
@@ -117,6 +118,7 @@ class Engine:
         self.chunk_cap = cfg.max_prefill_chunk or NEVER
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self._class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
+        self._counting_prefill = any(self.class_prefill_cap)
         self.off = cfg.preemption == "off"
         if not cfg.chunked_prefill:
             self.chunk_cap = NEVER
@@ -140,7 +142,8 @@ class Engine:
         # set by the runner when a finish can create no new arrival (no closed-loop users)
         self.through_finishes = False
         # the policy never re-ranks on its own (keys change only when a request's do)
-        self._static_ranking = not self._dynamic and type(policy).next_change is BasePolicy.next_change
+        self._static_ranking = (not self._dynamic
+                                and getattr(type(policy), "next_change", None) is BasePolicy.next_change)
 
     # ---- ranking ---------------------------------------------------------------------------
     def _key(self, req: Request, now_s: float) -> tuple:
@@ -186,6 +189,8 @@ class Engine:
         before the previous step has come; then record its next declared change, which bounds
         fast-forward. (A change caused by the step itself, e.g. a quantum used up in a request's
         first step, is declared then and acted on at the following boundary.)"""
+        if self._static_ranking:
+            return  # keys never change on their own (and next_change is always None)
         if self._dynamic or now_ns >= self._next_change_ns:
             if self._prefix_info:
                 self._tell_prefixes()
@@ -251,11 +256,12 @@ class Engine:
         return self._order
 
     # ---- the cohort's share of a step --------------------------------------------------------
-    def _cohort_step_fits(self) -> bool:
+    def _cohort_step_blocks(self) -> list[int] | None:
         """Can the cohort's decoders all take their token in the next step without changing what
-        any other running request gets, and with no preemption?
+        any other running request gets, and with no preemption? Returns the KV blocks per class
+        the cohort needs for it, or None when it cannot.
 
-        True when, with the cohort's D tokens taken first, no running request's chunk is cut by
+        Yes when, with the cohort's D tokens taken first, no running request's chunk is cut by
         the budget and every block the step needs (cohort and others) is available to the least
         favoured class present. Then the rank-order walk gives every running request exactly
         what this walk gives it, wherever the cohort's members sit in the order.
@@ -263,20 +269,24 @@ class Engine:
         coh = self.cohort
         budget = self.cfg.max_batched_tokens - len(coh)
         if budget < 0:
-            return False
-        blocks = sum(coh.next_step_blocks())
+            return None
+        need = coh.next_step_blocks()
+        blocks = sum(need)
+        explicit = self._ranked_running()
+        if not explicit and not blocks:
+            return need
         used = [0] * len(self.classes)
         prios = {self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n}
         bs = self.bs
-        for req in self._ranked_running():
+        for req in explicit:
             if req.tokens - req.computed == 1:
                 if budget < 1:
-                    return False
+                    return None
                 n = 1
             else:
                 n = self._chunk(req, budget, used)
                 if n < self._chunk(req, NEVER, used):
-                    return False  # the budget would cut this chunk
+                    return None  # the budget would cut this chunk
                 used[req.cls_idx] += n
             if not self.off:
                 new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
@@ -284,7 +294,9 @@ class Engine:
                     blocks += new
             budget -= n
             prios.add(req.priority)
-        return blocks <= 0 or all(blocks <= self.pool.available_for(p) for p in prios)
+        if blocks <= 0 or all(blocks <= self.pool.available_for(p) for p in prios):
+            return need
+        return None
 
     def _dissolve_cohort(self, plan: StepPlan | None = None, scheduled: dict | None = None) -> None:
         """Make every cohort member an ordinary running request again (synced). Inside a plan
@@ -302,7 +314,7 @@ class Engine:
         plan = StepPlan()
         budget = self.cfg.max_batched_tokens
         scheduled: dict[int, Scheduled] = {}
-        counting = any(self.class_prefill_cap)
+        counting = self._counting_prefill
         if counting:
             self._class_prefill = [0] * len(self.classes)
         pool = self.pool
@@ -310,10 +322,11 @@ class Engine:
         off = self.off
         coh = self.cohort
         if coh is not None and coh.members:
-            if self._cohort_step_fits():
+            need = self._cohort_step_blocks()
+            if need is not None:
                 plan.cohort = len(coh)
                 budget -= plan.cohort
-                for ci, n in enumerate(coh.next_step_blocks()):
+                for ci, n in enumerate(need):
                     if n:
                         pool.allocate(ci, n)
                 coh.alloc_g = coh.g + 1
@@ -671,11 +684,51 @@ class Engine:
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
 
     def apply(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
-        """Apply ``len(durations)`` identical steps of ``plan`` (k > 1 only for pure decode).
+        """Apply a run of ``len(durations)`` steps of ``plan``: the planned step, then (k > 1)
+        pure decode steps of every running request.
 
         Every scheduled request's computed tokens advance; a request whose computed tokens reach
         its known tokens emits one token per step (first token at the end of its prefill).
-        Requests that reach their output length finish at the end of the last step.
+        Requests that reach their output length finish at the end of that step; steady decoders
+        then join the cohort.
+        """
+        total = sum(durations)
+        end_ns = start_ns + total
+        self.iterations += len(durations)
+        self.busy_ns += total
+        self.thrash_ns += durations[0] - compute_ns  # transfers: time lost to preemption
+        finished = self._apply_items(plan, start_ns, durations, compute_ns) if plan.items else []
+        if plan.cohort:
+            # every member emitted a token at the end of each step up to its last, steadily
+            segments = self.cohort.advance(durations, start_ns)
+            self.tel.on_cohort_run(start_ns, durations, segments)
+            for seg in segments:
+                if seg[6]:
+                    finished += [(seg[3], r, False) for r in seg[6]]  # (not in the rank order)
+        if self.trace is not None:
+            self._trace(plan, start_ns, durations)
+        if len(finished) > 1:
+            # the order a step-by-step walk meets them: by time, then running in rank order,
+            # then admitted in this step in admission order
+            admitted = {s.req.request_id for s in plan.items if s.admitted}
+            finished.sort(key=lambda f: (f[0], 1, f[1].admit_seq) if f[1].request_id in admitted
+                          else (f[0], 0, f[1].key, f[1].admit_seq))
+        for t, r, in_order in finished:
+            self._finish(r, t, in_order)
+        coh = self.cohort
+        if coh is not None and plan.items:  # steady decoders join the cohort
+            bs = self.bs
+            for s in plan.items:
+                r = s.req
+                if (r.last_token_ns == end_ns and r.state is State.RUNNING and r.cohort_g0 == NOT_MEMBER
+                        and (self.off or r.blocks + r.base_blocks == -(-r.computed // bs))):
+                    coh.join(r)
+                    if self._order is not None:
+                        self._order.remove(r)
+
+    def _apply_items(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> list:
+        """The explicitly scheduled requests' share of :meth:`apply`; returns those that
+        finished, as ``(time, request, in the rank order)``.
 
         Inter-token gaps: a request that also emitted at the end of the previous step has gap
         = this step's duration (counted per class, weighted); any other gap (after a stall, a
@@ -685,9 +738,6 @@ class Engine:
         total = sum(durations)
         end_ns = start_ns + total
         end_s = end_ns / NS
-        service_s = total / NS
-        self.iterations += k
-        self.busy_ns += total
         tel = self.tel
         finished = []
         first_end = start_ns + durations[0]
@@ -698,19 +748,20 @@ class Engine:
         steady = [0] * nc  # ... of which emitted at the end of the previous step too
         irregular = tel.itl_scalars
         by_tenant: dict[str, int] = {}
-        step_tokens = recompute_tokens = 0
+        step_tokens = plan.cohort  # tokens of the run's first step
+        recompute_tokens = 0
         recompute_by_class: dict[int, int] = {}
         publish = self.pool.cache is not None
         if self.trace is not None:  # kinds must be read before the step changes the requests
-            kinds = ["decode" if s.decode else ("recompute" if s.req.generated else "prefill")
-                     for s in plan.items]
+            plan.kinds = ["decode" if s.decode else ("recompute" if s.req.generated else "prefill")
+                          for s in plan.items]
         spec = self.spec_stats
         extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
         for s in plan.items:
             r = s.req
             r.attained_ns += total
             r.last_scheduled_s = end_s
-            step_tokens += s.tokens  # (of the run's first step)
+            step_tokens += s.tokens
             if not s.decode and r.generated:  # re-prefill after a recompute preemption
                 recompute_tokens += s.tokens
                 recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
@@ -758,58 +809,26 @@ class Engine:
                     r.max_itl_ns = m
             r.last_token_ns = end_ns
             if r.generated >= r._output:
-                finished.append((end_ns, r))
-        coh = self.cohort
-        if plan.cohort:
-            # every member emitted a token at the end of each step up to its last, steadily;
-            # the run's segments of unchanged membership are recorded like explicit steps
-            step_tokens += plan.cohort
-            for i0, i1, t0, t1, n_cls, by_t, leavers in coh.advance(durations, start_ns):
-                seg = durations[i0:i1]
-                tel.itl_steps(n_cls, n_cls, seg)
-                tel.on_step(t0, seg, n_cls, by_t)
-                finished += [(t1, r) for r in leavers]
-        # engine time lost to preemption (all in the run's first step): transfers, plus
-        # re-prefill's share of compute
-        self.thrash_ns += durations[0] - compute_ns
+                finished.append((end_ns, r, True))
+        # re-prefill's share of the first step's compute is engine time lost to preemption
         if recompute_tokens:
             self.thrash_ns += compute_ns * recompute_tokens // step_tokens
             for ci, toks in recompute_by_class.items():
                 tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
-        if plan.items:
-            tel.itl_steps(emitted, steady, durations)
-            if self.spec_k:
-                spec["steps"] += 1
-                emitted_tokens = [m + x for m, x in zip(emitted, extra_tokens)]
-            else:
-                emitted_tokens = emitted
-            tel.on_step(start_ns, durations, emitted_tokens, by_tenant)
+        tel.itl_steps(emitted, steady, durations)
+        if self.spec_k:
+            spec["steps"] += 1
+            emitted = [m + x for m, x in zip(emitted, extra_tokens)]
+        tel.on_step(start_ns, durations, emitted, by_tenant)
         if self._hooks_scheduled:
+            service_s = total / NS
             for s in plan.items:
                 self.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
-        if self.trace is not None:
-            self._trace(plan, start_ns, durations, kinds)
-        if len(finished) > 1:
-            # the order a step-by-step walk meets them: by time, then running in rank order,
-            # then admitted in this step in admission order
-            admitted = {s.req.request_id for s in plan.items if s.admitted}
-            finished.sort(key=lambda tr: (tr[0], 1, tr[1].admit_seq) if tr[1].request_id in admitted
-                          else (tr[0], 0, tr[1].key, tr[1].admit_seq))
-        for t, r in finished:
-            self._finish(r, t)
-        if coh is not None:  # steady decoders join the cohort
-            bs = self.bs
-            for s in plan.items:
-                r = s.req
-                if (r.last_token_ns == end_ns and r.state is State.RUNNING and r.cohort_g0 == NOT_MEMBER
-                        and (self.off or r.blocks + r.base_blocks == -(-r.computed // bs))):
-                    coh.join(r)
-                    if self._order is not None:
-                        self._order.remove(r)
+        return finished
 
-    def _finish(self, r: Request, now_ns: int) -> None:
+    def _finish(self, r: Request, now_ns: int, in_order: bool = True) -> None:
         self.running.remove(r)
-        if self._order is not None and r in self._order:  # (cohort members are not in it)
+        if in_order and self._order is not None:  # (cohort members are not in it)
             self._order.remove(r)
         self._release_blocks(r)
         r.state = State.FINISHED
@@ -834,7 +853,7 @@ class Engine:
             self.tel.on_end(r)
         self.pool.check()
 
-    def _trace(self, plan: StepPlan, start_ns: int, durations: list[int], kinds: list[str]) -> None:
+    def _trace(self, plan: StepPlan, start_ns: int, durations: list[int]) -> None:
         """Append one row per request per iteration (fast-forwarded runs expanded)."""
         ends = start_ns + np.cumsum(np.array(durations, dtype=np.int64))
         starts = ends - durations
@@ -844,11 +863,13 @@ class Engine:
             self.trace.append((base, t0, t1, r.request_id, "swap_out", blocks))
         for r, blocks in plan.swapped_in:
             self.trace.append((base, t0, t1, r.request_id, "swap_in", blocks))
-        for s, kind in zip(plan.items, kinds):
-            r = s.req
-            for i in range(len(durations)):
-                self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id,
-                                   kind if i == 0 else "decode", s.tokens if i == 0 else 1))
+        for s, kind in zip(plan.items, plan.kinds):
+            self.trace.append((base, t0, t1, s.req.request_id, kind, s.tokens))
+        # the run's later steps decode every running request, taken in rank order
+        later = sorted((s.req for s in plan.items), key=_rank)
+        for i in range(1, len(durations)):
+            for r in later:
+                self.trace.append((base + i, int(starts[i]), int(ends[i]), r.request_id, "decode", 1))
 
     def check_invariants(self) -> None:
         """KV conservation at this instant: pool counts match what requests hold."""
@@ -915,18 +936,8 @@ class Engine:
                     NEVER if through else coh.steps_to_last_token())
         if k <= 1:
             return single
-        if not self.off:
-            k = self._block_limited(plan, k)
-            if k <= 1:
-                return single
-        if through and self.pool.cache is not None and self._run_need(plan, k) > self.pool.free:
-            # finishing members free blocks inside the run; taking the run's blocks up front is
-            # only the same as step by step when no cached prefix needs evicting for them
-            k = min(k, coh.steps_to_last_token())
-            if k <= 1:
-                return single
-        # dur0 is this plan's price, step_ns(0, D, 0, 0, ctx0): a pure decode step with no
-        # transfers (admissions and preemptions, the only sources of transfers, were excluded)
+        # dur0 is this plan's price; steps 1.. are pure decode steps of every running request
+        # with no transfers (preemptions and swaps, the only sources of transfers, excluded)
         n_exp = len(items)
         ctx_exp = sum(s.prefix + s.tokens for s in items)  # decode contexts of step 1, less n_exp
         ctx_off = coh.ctx_off if coh is not None else 0
@@ -934,25 +945,45 @@ class Engine:
         fin = coh.finish if coh is not None else []
         fi = 0
         D_coh = plan.cohort
-        step_ns = self.costs.step_ns
         # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
         # if it starts before the next event (an arrival at a step's start is seen by it).
         limit = min(next_event_ns, self._next_change_ns)
         durs = [dur0]
         start = now_ns + dur0
+        D = n_exp + D_coh
+        ctx = ctx_exp + n_exp + ctx_off + D_coh * (g + 2)  # decode contexts of step 1
+        line = self.costs.decode_line(D)
+        next_gone = fin[0][0] if fin else -1
         for i in range(1, k):
             if start >= limit:
                 break
-            # members whose last token ended step i-1 (cohort count g + i) are gone
-            while fi < len(fin) and fin[fi][0] == g + i:
-                m = fin[fi][2]
-                ctx_off -= m.computed - m.cohort_g0
-                D_coh -= 1
-                fi += 1
-            d = step_ns(0, n_exp + D_coh, 0, 0, ctx_exp + n_exp * i + ctx_off + D_coh * (g + i + 1))
+            if g + i == next_gone:  # members whose last token ended step i-1 are gone
+                while fi < len(fin) and fin[fi][0] == next_gone:
+                    m = fin[fi][2]
+                    ctx_off -= m.computed - m.cohort_g0
+                    D_coh -= 1
+                    fi += 1
+                next_gone = fin[fi][0] if fi < len(fin) else -1
+                D = n_exp + D_coh
+                ctx = ctx_exp + n_exp * i + ctx_off + D_coh * (g + i + 1)
+                line = self.costs.decode_line(D)
+            if line is None:
+                d = self.costs.step_ns(0, D, 0, 0, ctx)
+            else:
+                d = round((line[0] + line[1] * ctx) * NS)
+                if d < 1:
+                    d = 1
             durs.append(d)
             start += d
-        return durs
+            ctx += D
+        k = len(durs)
+        if k > 1 and not self.off:
+            k = self._block_limited(plan, k)
+            if through and k > 1 and self.pool.cache is not None and self._run_need(plan, k) > self.pool.free:
+                # finishing members free blocks inside the run; taking the run's blocks up
+                # front is only the same as step by step when no cached prefix needs evicting
+                k = min(k, coh.steps_to_last_token())
+        return durs[:k]
 
     def _through_finishes(self) -> bool:
         """May a fast-forwarded run go on past cohort members' last tokens? Only when a finish

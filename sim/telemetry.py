@@ -16,6 +16,7 @@ import numpy as np
 from sim.costs import NS
 from sim.request import Request, State
 
+NAN = float("nan")
 STRING_COLUMNS = {"tenant", "class", "status", "reject_reason"}
 STATUS = {State.FINISHED: "finished", State.REJECTED: "rejected", State.UNFINISHED: "unfinished"}
 
@@ -47,11 +48,17 @@ class Telemetry:
         self.itl_scalars: list[array] = [array("q") for _ in range(nc)]
         self.itl_step_vals: list[array] = [array("q") for _ in range(nc)]
         self.itl_step_wts: list[array] = [array("q") for _ in range(nc)]
+        # the decode cohort's steps: every duration once, with run-length-encoded weights
+        # (segments of unchanged membership: length, and members of each class)
+        self.coh_durs = array("q")
+        self.coh_seg_len = array("q")
+        self.coh_seg_n: list[array] = [array("q") for _ in range(nc)]
         self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
         self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
+        self._append = None
 
     @classmethod
     def merged(cls, tels: list["Telemetry"], class_names: list[str], interval_ns: int, costs=None,
@@ -70,6 +77,9 @@ class Telemetry:
                 m.itl_scalars[ci].extend(t.itl_scalars[ci])
                 m.itl_step_vals[ci].extend(t.itl_step_vals[ci])
                 m.itl_step_wts[ci].extend(t.itl_step_wts[ci])
+                m.coh_seg_n[ci].extend(t.coh_seg_n[ci])
+            m.coh_durs.extend(t.coh_durs)
+            m.coh_seg_len.extend(t.coh_seg_len)
             for mine, theirs in ((m.preempt_by_mode, t.preempt_by_mode), (m.tokens_bin, t.tokens_bin),
                                  (m.tenant_tokens_bin, t.tenant_tokens_bin), (m.preempt_bin, t.preempt_bin)):
                 for k, v in theirs.items():
@@ -98,33 +108,38 @@ class Telemetry:
             self.swap_ns_class[req.cls_idx] += self.costs.swap_ns(blocks, self.block_size)
 
     def on_end(self, req: Request) -> None:
-        c = self.cols
-        c["request_id"].append(req.request_id)
-        c["tenant"].append(req.tenant)
-        c["class"].append(req.cls)
-        c["priority"].append(req.priority)
-        c["stream"].append(req.stream)
-        c["user"].append(req.user)
-        c["arrival_s"].append(req.arrival_ns / NS)
-        c["admitted_s"].append(req.first_admit_ns / NS if req.first_admit_ns >= 0 else np.nan)
-        c["first_token_s"].append(req.first_token_ns / NS if req.first_token_ns >= 0 else np.nan)
-        c["finish_s"].append(req.finish_ns / NS if req.state is State.FINISHED else np.nan)
-        c["prompt_tokens"].append(req.prompt_tokens)
-        c["output_tokens"].append(req._output)
-        c["max_tokens"].append(req.max_tokens)
-        c["generated_tokens"].append(req.generated)
-        c["status"].append(STATUS[req.state])
-        c["reject_reason"].append(req.reject_reason)
-        c["preemptions"].append(req.preemptions)
-        c["swapped_blocks"].append(req.swapped_blocks)
-        c["recomputed_tokens"].append(req.recomputed_tokens)
-        c["swap_fallbacks"].append(req.swap_fallbacks)
-        c["max_itl_s"].append(req.max_itl_ns / NS if req.generated > 1 else np.nan)
-        c["deadline_s"].append(req.deadline_s)
+        """Write the request's row (it finished, was rejected, or the run ended)."""
+        if self._append is None:  # bound once: one call per value, no lookups
+            self._append = tuple(self.cols[c].append for c in COLUMNS)
+        (a_id, a_tenant, a_cls, a_prio, a_stream, a_user, a_arr, a_adm, a_first, a_fin, a_prompt,
+         a_out, a_max, a_gen, a_status, a_reason, a_pre, a_swap, a_recomp, a_fb, a_itl, a_dl, a_end,
+         a_hit, a_miss) = self._append
+        a_id(req.request_id)
+        a_tenant(req.tenant)
+        a_cls(req.cls)
+        a_prio(req.priority)
+        a_stream(req.stream)
+        a_user(req.user)
+        a_arr(req.arrival_ns / NS)
+        a_adm(req.first_admit_ns / NS if req.first_admit_ns >= 0 else NAN)
+        a_first(req.first_token_ns / NS if req.first_token_ns >= 0 else NAN)
+        a_fin(req.finish_ns / NS if req.state is State.FINISHED else NAN)
+        a_prompt(req.prompt_tokens)
+        a_out(req._output)
+        a_max(req.max_tokens)
+        a_gen(req.generated)
+        a_status(STATUS[req.state])
+        a_reason(req.reject_reason)
+        a_pre(req.preemptions)
+        a_swap(req.swapped_blocks)
+        a_recomp(req.recomputed_tokens)
+        a_fb(req.swap_fallbacks)
+        a_itl(req.max_itl_ns / NS if req.generated > 1 else NAN)
+        a_dl(req.deadline_s)
         # when the request left the system: finished, answered with a rejection, or horizon
-        c["end_s"].append(req.finish_ns / NS if req.finish_ns >= 0 else np.nan)
-        c["prefix_hit_tokens"].append(req.prefix_hit_tokens)
-        c["evicted_miss_tokens"].append(req.evicted_miss_tokens)
+        a_end(req.finish_ns / NS if req.finish_ns >= 0 else NAN)
+        a_hit(req.prefix_hit_tokens)
+        a_miss(req.evicted_miss_tokens)
 
     # ---- steps ---------------------------------------------------------------------------
     def on_step(self, start_ns: int, durations: list[int], emitted: list[int], by_tenant: dict) -> None:
@@ -149,6 +164,37 @@ class Telemetry:
             for t, m in by_tenant.items():
                 tenant_bin[(b, t)] += m * cnt
 
+    def on_cohort_run(self, start_ns: int, durations: list[int], segments: list[tuple]) -> None:
+        """Tokens and inter-token gaps of the lazily-advanced decode cohort over a run, given as
+        segments of unchanged membership (``DecodeCohort.advance``): every member emitted one
+        token per step, each a steady gap of that step's duration."""
+        iv = self.interval_ns
+        one_bin = (start_ns + durations[0]) // iv == (start_ns + sum(durations)) // iv
+        tok_cls = [0] * len(self.class_names)
+        tok_ten: dict[str, int] = {}
+        seg_n = self.coh_seg_n
+        for i0, i1, t0, _, n_cls, by_tenant, _ in segments:
+            seg = durations[i0:i1]
+            steps = i1 - i0
+            self.coh_durs.extend(seg)
+            self.coh_seg_len.append(steps)
+            for ci, n in enumerate(n_cls):
+                seg_n[ci].append(n)
+            if one_bin:
+                for ci, n in enumerate(n_cls):
+                    tok_cls[ci] += n * steps
+                for t, n in by_tenant.items():
+                    tok_ten[t] = tok_ten.get(t, 0) + n * steps
+            else:
+                self.on_step(t0, seg, n_cls, by_tenant)
+        if one_bin:
+            b = (start_ns + durations[0]) // iv
+            for ci, m in enumerate(tok_cls):
+                if m:
+                    self.tokens_bin[(b, ci)] += m
+            for t, m in tok_ten.items():
+                self.tenant_tokens_bin[(b, t)] += m
+
     def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
         """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
         too have gap = the first step's duration; every request has the k-1 inner gaps."""
@@ -165,10 +211,13 @@ class Telemetry:
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
         of each. Canonical, so statistics do not depend on how the engine batched its records."""
-        scalars = np.frombuffer(self.itl_scalars[cls_idx], dtype=np.int64)
-        vals = np.concatenate([scalars, np.frombuffer(self.itl_step_vals[cls_idx], dtype=np.int64)])
-        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64),
-                              np.frombuffer(self.itl_step_wts[cls_idx], dtype=np.int64)])
+        def arr(a):
+            return np.frombuffer(a, dtype=np.int64)
+
+        scalars = arr(self.itl_scalars[cls_idx])
+        coh_wts = np.repeat(arr(self.coh_seg_n[cls_idx]), arr(self.coh_seg_len))
+        vals = np.concatenate([scalars, arr(self.itl_step_vals[cls_idx]), arr(self.coh_durs)])
+        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64), arr(self.itl_step_wts[cls_idx]), coh_wts])
         keep = wts > 0
         uniq, inverse = np.unique(vals[keep], return_inverse=True)
         counts = np.bincount(inverse, weights=wts[keep], minlength=len(uniq)).astype(np.int64)
