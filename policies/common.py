@@ -73,9 +73,7 @@ def srpt_order_tau(arrival: np.ndarray, admitted: np.ndarray, size: np.ndarray,
         keep = max(1, int(n * max_pairs / total))
         rows = np.sort(np.random.default_rng(seed).choice(n, size=keep, replace=False))
     conc = disc = 0
-    for i in rows:
-        if counts[i] == 0:
-            continue
+    for i in rows[counts[rows] > 0].tolist():  # only rows that competed with another
         j = slice(i + 1, hi[i])
         prod = np.sign(t[j] - t[i]) * np.sign(s[j] - s[i])
         conc += int((prod > 0).sum())

@@ -276,7 +276,9 @@ class Engine:
         if not explicit and not blocks:
             return need
         used = [0] * len(self.classes)
-        prios = {self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n}
+        # the least favoured class present has the fewest blocks available (reservations of
+        # every more urgent class are held back from it)
+        worst = max(self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n)
         bs = self.bs
         for req in explicit:
             if req.tokens - req.computed == 1:
@@ -293,10 +295,9 @@ class Engine:
                 if new > 0:
                     blocks += new
             budget -= n
-            prios.add(req.priority)
-        if blocks <= 0 or all(blocks <= self.pool.available_for(p) for p in prios):
-            return need
-        return None
+            if req.priority > worst:
+                worst = req.priority
+        return need if blocks <= 0 or blocks <= self.pool.available_for(worst) else None
 
     def _dissolve_cohort(self, plan: StepPlan | None = None, scheduled: dict | None = None) -> None:
         """Make every cohort member an ordinary running request again (synced). Inside a plan

@@ -40,6 +40,7 @@ class KVPool:
         # classes strictly more urgent than priority p, precomputed per distinct priority
         self._more_urgent = {p: [c for c, q in enumerate(self.prio) if q < p and self.reserved[c] > 0]
                              for p in set(self.prio)}
+        self._capacity: dict[int, int] = {}
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` tokens (ceil division)."""
@@ -55,7 +56,11 @@ class KVPool:
 
     def capacity_for(self, priority: int) -> int:
         """Blocks a request of this priority could ever hold (empty pool)."""
-        return self.total - sum(self.reserved[c] for c in self._more_urgent.get(priority, ()))
+        cap = self._capacity.get(priority)
+        if cap is None:
+            cap = self._capacity[priority] = self.total - sum(
+                self.reserved[c] for c in self._more_urgent.get(priority, ()))
+        return cap
 
     def allocate(self, cls_idx: int, n: int) -> None:
         """Take ``n`` blocks for class ``cls_idx``; the caller checked ``available_for``.
