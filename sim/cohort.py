@@ -195,17 +195,16 @@ class DecodeCohort:
         return need
 
     # ---- advancing -------------------------------------------------------------------------
-    def advance(self, durations: list[int], start_ns: int) -> list[tuple]:
+    def advance(self, durations: list[int], start_ns: int) -> list[tuple[int, int, list[Request]]]:
         """Members took part in these steps (from ``start_ns``), each emitting a token at the end
-        of every step up to its last. Returns the run's segments of unchanged membership, as
-        ``(first step, end step, start ns, end ns, decoders per class, per tenant, leavers)``,
-        the leavers (members whose last token ended the segment) synced and removed."""
+        of every step up to its last. Returns where membership changed, as ``(steps done, end
+        ns, leavers)``: the leavers' last token ended that step; they are synced and removed."""
         mg, md = self._mx_g, self._mx_d
         fin = self.finish
         g_next = fin[0][0] if fin else -1  # cohort count at which the next member is done
-        segments = []
-        i0, seg_start = 0, start_ns
+        changes = []
         g, t = self.g, start_ns
+        svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
         for i, d in enumerate(durations):
             g += 1
             while md and md[-1] <= d:
@@ -215,29 +214,23 @@ class DecodeCohort:
             md.append(d)
             t += d
             if g == g_next:
-                self.g, self.end_ns = g, t
-                self.svc_ns += t - seg_start
-                n_cls, by_tenant = list(self.n_cls), dict(self.by_tenant)
+                self.g, self.end_ns, self.svc_ns = g, t, svc0 + t
                 leavers = []
                 while fin and fin[0][0] == g:
                     r = fin.pop(0)[2]
                     self.sync(r, blocks_ahead=False)
                     self._leave(r)
                     leavers.append(r)
-                segments.append((i0, i + 1, seg_start, t, n_cls, by_tenant, leavers))
-                i0, seg_start = i + 1, t
+                changes.append((i + 1, t, leavers))
                 g_next = fin[0][0] if fin else -1
-        if i0 < len(durations):
-            segments.append((i0, len(durations), seg_start, t, list(self.n_cls), dict(self.by_tenant), []))
-            self.svc_ns += t - seg_start
-        self.g, self.end_ns = g, t
+        self.g, self.end_ns, self.svc_ns = g, t, svc0 + t
         if not self.members:
             mg.clear()
             md.clear()
         elif len(mg) > 4096:  # keep only what a current member can ask for
             del mg[:bisect_left(mg, min(r.cohort_g0 for r in self.members.values()) + 1)]
             del md[:len(md) - len(mg)]
-        return segments
+        return changes
 
     def max_duration_since(self, j: int) -> int:
         """Largest duration of cohort steps j .. g (0 when there are none)."""

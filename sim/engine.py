@@ -701,11 +701,12 @@ class Engine:
         finished = self._apply_items(plan, start_ns, durations, compute_ns) if plan.items else []
         if plan.cohort:
             # every member emitted a token at the end of each step up to its last, steadily
-            segments = self.cohort.advance(durations, start_ns)
-            self.tel.on_cohort_run(start_ns, durations, segments)
-            for seg in segments:
-                if seg[6]:
-                    finished += [(seg[3], r, False) for r in seg[6]]  # (not in the rank order)
+            coh = self.cohort
+            n_cls, by_tenant = list(coh.n_cls), dict(coh.by_tenant)
+            changes = coh.advance(durations, start_ns)
+            self.tel.on_cohort_run(start_ns, durations, n_cls, by_tenant, changes)
+            for _, t, leavers in changes:
+                finished += [(t, r, False) for r in leavers]  # (not in the rank order)
         if self.trace is not None:
             self._trace(plan, start_ns, durations)
         if len(finished) > 1:

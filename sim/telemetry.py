@@ -164,36 +164,59 @@ class Telemetry:
             for t, m in by_tenant.items():
                 tenant_bin[(b, t)] += m * cnt
 
-    def on_cohort_run(self, start_ns: int, durations: list[int], segments: list[tuple]) -> None:
-        """Tokens and inter-token gaps of the lazily-advanced decode cohort over a run, given as
-        segments of unchanged membership (``DecodeCohort.advance``): every member emitted one
-        token per step, each a steady gap of that step's duration."""
+    def on_cohort_run(self, start_ns: int, durations: list[int], n_cls: list[int], by_tenant: dict,
+                      changes: list[tuple]) -> None:
+        """Tokens and inter-token gaps of the lazily-advanced decode cohort over a run: members
+        per class and tenant at its start, and where members left (``DecodeCohort.advance``).
+        Every member emitted one token per step it took part in, each a steady gap of that
+        step's duration."""
         iv = self.interval_ns
+        k = len(durations)
+        self.coh_durs.extend(durations)
+        seg_len, seg_n = self.coh_seg_len, self.coh_seg_n
+        n_cls = list(n_cls)
+        tok_cls = [n * k for n in n_cls]
+        tok_ten = {t: n * k for t, n in by_tenant.items()}
         one_bin = (start_ns + durations[0]) // iv == (start_ns + sum(durations)) // iv
-        tok_cls = [0] * len(self.class_names)
-        tok_ten: dict[str, int] = {}
-        seg_n = self.coh_seg_n
-        for i0, i1, t0, _, n_cls, by_tenant, _ in segments:
-            seg = durations[i0:i1]
-            steps = i1 - i0
-            self.coh_durs.extend(seg)
-            self.coh_seg_len.append(steps)
+        i0 = 0
+        for i1, _, leavers in changes:
+            if not one_bin:
+                self.on_step(start_ns + sum(durations[:i0]), durations[i0:i1], n_cls,
+                             self._tenants_left(by_tenant, changes, i0))
+            seg_len.append(i1 - i0)
             for ci, n in enumerate(n_cls):
                 seg_n[ci].append(n)
-            if one_bin:
-                for ci, n in enumerate(n_cls):
-                    tok_cls[ci] += n * steps
-                for t, n in by_tenant.items():
-                    tok_ten[t] = tok_ten.get(t, 0) + n * steps
-            else:
-                self.on_step(t0, seg, n_cls, by_tenant)
+            for r in leavers:  # it sits out the rest of the run
+                n_cls[r.cls_idx] -= 1
+                tok_cls[r.cls_idx] -= k - i1
+                tok_ten[r.tenant] -= k - i1
+            i0 = i1
+        if i0 < k:
+            if not one_bin:
+                self.on_step(start_ns + sum(durations[:i0]), durations[i0:], n_cls,
+                             self._tenants_left(by_tenant, changes, i0))
+            seg_len.append(k - i0)
+            for ci, n in enumerate(n_cls):
+                seg_n[ci].append(n)
         if one_bin:
             b = (start_ns + durations[0]) // iv
             for ci, m in enumerate(tok_cls):
                 if m:
                     self.tokens_bin[(b, ci)] += m
             for t, m in tok_ten.items():
-                self.tenant_tokens_bin[(b, t)] += m
+                if m:
+                    self.tenant_tokens_bin[(b, t)] += m
+
+    @staticmethod
+    def _tenants_left(by_tenant: dict, changes: list[tuple], i0: int) -> dict:
+        """Cohort members per tenant in the run's steps from ``i0`` on."""
+        out = dict(by_tenant)
+        for i1, _, leavers in changes:
+            if i1 > i0:
+                break
+            for r in leavers:
+                out[r.tenant] -= 1
+        return {t: n for t, n in out.items() if n}
 
     def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
         """Gaps of a step (or run of k steps): requests that emitted at the previous step's end

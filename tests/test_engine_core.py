@@ -201,3 +201,24 @@ def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
     assert a.summary_dict["classes"] == b.summary_dict["classes"]
     assert a.summary_dict["run"]["engine_events"] <= b.summary_dict["run"]["engine_events"]
+
+
+def test_decode_line_prices_exactly_like_step_ns():
+    """Fast-forwarded runs price decode steps with a cached line per batch size; it must agree
+    with the full cost function to the nanosecond on every shipped profile (analytic, with
+    token knots, and measured, whose tables take the slow path)."""
+    import random
+    from pathlib import Path
+    from sim.costs import NS, load_profile
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted((root / "calibrate" / "profiles").glob("*.json")) + [root / "sim" / "profiles" / "h200-llama-3-8b.json"]
+    rng = random.Random(0)
+    for path in paths:
+        cm = load_profile(str(path), root)
+        for _ in range(400):
+            D = rng.randint(1, 512)
+            ctx = D * rng.randint(1, 32_000)
+            line = cm.decode_line(D)
+            want = cm.step_ns(0, D, 0, 0, ctx)
+            got = cm.step_ns(0, D, 0, 0, ctx) if line is None else max(1, round((line[0] + line[1] * ctx) * NS))
+            assert got == want, (path.name, D, ctx)
