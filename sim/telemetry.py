@@ -58,7 +58,7 @@ class Telemetry:
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
-        self._append = None
+        self._rows: list[tuple] = []  # rows not yet moved into ``cols`` (in COLUMNS order)
 
     @classmethod
     def merged(cls, tels: list["Telemetry"], class_names: list[str], interval_ns: int, costs=None,
@@ -69,6 +69,7 @@ class Telemetry:
         nc = len(class_names)
         samples: dict[int, list] = {}
         for t in tels:
+            t._flush_rows()
             for k, v in t.cols.items():
                 m.cols[k].extend(v)
             for ci in range(nc):
@@ -108,38 +109,28 @@ class Telemetry:
             self.swap_ns_class[req.cls_idx] += self.costs.swap_ns(blocks, self.block_size)
 
     def on_end(self, req: Request) -> None:
-        """Write the request's row (it finished, was rejected, or the run ended)."""
-        if self._append is None:  # bound once: one call per value, no lookups
-            self._append = tuple(self.cols[c].append for c in COLUMNS)
-        (a_id, a_tenant, a_cls, a_prio, a_stream, a_user, a_arr, a_adm, a_first, a_fin, a_prompt,
-         a_out, a_max, a_gen, a_status, a_reason, a_pre, a_swap, a_recomp, a_fb, a_itl, a_dl, a_end,
-         a_hit, a_miss) = self._append
-        a_id(req.request_id)
-        a_tenant(req.tenant)
-        a_cls(req.cls)
-        a_prio(req.priority)
-        a_stream(req.stream)
-        a_user(req.user)
-        a_arr(req.arrival_ns / NS)
-        a_adm(req.first_admit_ns / NS if req.first_admit_ns >= 0 else NAN)
-        a_first(req.first_token_ns / NS if req.first_token_ns >= 0 else NAN)
-        a_fin(req.finish_ns / NS if req.state is State.FINISHED else NAN)
-        a_prompt(req.prompt_tokens)
-        a_out(req._output)
-        a_max(req.max_tokens)
-        a_gen(req.generated)
-        a_status(STATUS[req.state])
-        a_reason(req.reject_reason)
-        a_pre(req.preemptions)
-        a_swap(req.swapped_blocks)
-        a_recomp(req.recomputed_tokens)
-        a_fb(req.swap_fallbacks)
-        a_itl(req.max_itl_ns / NS if req.generated > 1 else NAN)
-        a_dl(req.deadline_s)
-        # when the request left the system: finished, answered with a rejection, or horizon
-        a_end(req.finish_ns / NS if req.finish_ns >= 0 else NAN)
-        a_hit(req.prefix_hit_tokens)
-        a_miss(req.evicted_miss_tokens)
+        """Record the request's row (it finished, was rejected, or the run ended). Rows are
+        buffered as tuples and moved into the typed columns a few thousand at a time."""
+        self._rows.append((
+            req.request_id, req.tenant, req.cls, req.priority, req.stream, req.user, req.arrival_ns / NS,
+            req.first_admit_ns / NS if req.first_admit_ns >= 0 else NAN,
+            req.first_token_ns / NS if req.first_token_ns >= 0 else NAN,
+            req.finish_ns / NS if req.state is State.FINISHED else NAN,
+            req.prompt_tokens, req._output, req.max_tokens, req.generated, STATUS[req.state],
+            req.reject_reason, req.preemptions, req.swapped_blocks, req.recomputed_tokens,
+            req.swap_fallbacks, req.max_itl_ns / NS if req.generated > 1 else NAN, req.deadline_s,
+            # when the request left the system: finished, answered with a rejection, or horizon
+            req.finish_ns / NS if req.finish_ns >= 0 else NAN,
+            req.prefix_hit_tokens, req.evicted_miss_tokens,
+        ))
+        if len(self._rows) >= 4096:
+            self._flush_rows()
+
+    def _flush_rows(self) -> None:
+        if self._rows:
+            for name, values in zip(COLUMNS, zip(*self._rows)):
+                self.cols[name].extend(values)
+            self._rows.clear()
 
     # ---- steps ---------------------------------------------------------------------------
     def on_step(self, start_ns: int, durations: list[int], emitted: list[int], by_tenant: dict) -> None:
@@ -259,5 +250,6 @@ class Telemetry:
         self.samples.append((t_ns, waiting, running, pool.total - pool.free, pool.host_used))
 
     def columns(self) -> dict[str, object]:
+        self._flush_rows()
         return {k: (np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
                     if isinstance(v, array) else v) for k, v in self.cols.items()}
