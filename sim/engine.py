@@ -682,6 +682,8 @@ class Engine:
         return min(k, int(self._spec_rng.geometric(1.0 - acc)) - 1)
 
     def transfer_ns(self, plan: StepPlan) -> int:
+        if not plan.swap_out_blocks and not plan.swap_in_blocks:
+            return 0
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
 
     def apply(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
@@ -911,6 +913,11 @@ class Engine:
         step 2 on) and admissions when no request waits (a waiter could be admitted once the
         prefill's budget is free again)."""
         single = [dur0]
+        # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
+        # if it starts before the next event (an arrival at a step's start is seen by it).
+        limit = min(next_event_ns, self._next_change_ns)
+        if now_ns + dur0 >= limit:
+            return single  # (often: an arrival comes during an admission's prefill step)
         if (not self.cfg.fast_forward or plan.preempted or plan.swap_in_blocks or plan.swap_out_blocks
                 or self.spec_k):  # speculative steps emit a random number of tokens: one at a time
             return single
@@ -947,9 +954,6 @@ class Engine:
         fin = coh.finish if coh is not None else []
         fi = 0
         D_coh = plan.cohort
-        # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
-        # if it starts before the next event (an arrival at a step's start is seen by it).
-        limit = min(next_event_ns, self._next_change_ns)
         durs = [dur0]
         start = now_ns + dur0
         D = n_exp + D_coh

@@ -108,7 +108,8 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     cls_prio = [c.priority for c in sc.classes]
     source = RequestSource(wl, cls_idx, cls_prio)
     wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
-    engine.on_request_end = source.on_request_end
+    if source.closed:  # closed-loop users send their next request when one ends
+        engine.on_request_end = source.on_request_end
     engine.through_finishes = not source.closed  # a finish sends no new request
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
