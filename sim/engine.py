@@ -14,13 +14,18 @@ Planning order, as in vLLM's V1 scheduler:
      admission (strict order, no bypass), unless ``preempt_for_waiting`` lets it evict
      lower-ranked running requests.
 
-Events, not ticks: when a planned step is pure decode with nothing else able to change, the
-engine computes how many identical steps ``k`` can run before anything could differ (a request
-finishing, a block shortage, an arrival, the policy's next ranking change, a telemetry sample,
-the horizon) and advances all ``k`` at once with the exact per-step durations. Durations are
+Events, not ticks: when every running request decodes after the planned step and nothing else
+can change (an arrival, a block shortage, the policy's next ranking change, a telemetry sample,
+the horizon), the engine computes how many steps ``k`` can run and advances them at once with
+the exact per-step durations. The run may start with an admission and last prefill chunks, and
+go on past requests' last tokens, when nobody waits and the policy never re-ranks. Durations are
 integer nanoseconds from one cost function, evaluated step by step, so the result is identical
 to stepping one iteration at a time (``engine.fast_forward = false``), which the tests assert.
 Speculative decoding emits a random number of tokens per step and is always stepped singly.
+
+Steady decoders live in a lazily-advanced cohort (:mod:`sim.cohort`): a step costs the engine
+O(classes x block_size) work for them, not O(batch); ``engine.lazy_batch = false`` updates
+every request every step instead (same results, asserted by the tests).
 """
 from __future__ import annotations
 
