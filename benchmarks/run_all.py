@@ -127,7 +127,11 @@ def main() -> None:
         md += ["", "| sweep (24 cells of 10k-request runs) | wall (s) | runs / min |", "|---|---|---|"]
         md += [f"| {s['workers']} worker(s) | {s['wall_s']:.1f} | {s['runs_per_min']:.1f} |" for s in sweeps]
         md += ["", f"Parallel efficiency with 2 workers: {eff:.2f}."]
-    (HERE / "results.md").write_text("\n".join(md) + "\n")
+    out = HERE / "results.md"
+    notes = ""  # a hand-written "## Notes" section at the end survives re-measuring
+    if out.exists() and "\n## Notes" in out.read_text():
+        notes = "\n## Notes" + out.read_text().split("\n## Notes", 1)[1]
+    out.write_text("\n".join(md) + "\n" + notes)
     print("\n".join(md))
 
 
