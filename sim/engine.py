@@ -712,11 +712,15 @@ class Engine:
             n_cls, by_tenant = list(coh.n_cls), dict(coh.by_tenant)
             changes = coh.advance(durations, start_ns)
             self.tel.on_cohort_run(start_ns, durations, n_cls, by_tenant, changes)
+            ordered = not finished  # leavers come in time order; ties need sorting
             for _, t, leavers in changes:
                 finished += [(t, r, False) for r in leavers]  # (not in the rank order)
+                ordered = ordered and len(leavers) == 1
+        else:
+            ordered = len(finished) <= 1
         if self.trace is not None:
             self._trace(plan, start_ns, durations)
-        if len(finished) > 1:
+        if not ordered:
             # the order a step-by-step walk meets them: by time, then running in rank order,
             # then admitted in this step in admission order
             admitted = {s.req.request_id for s in plan.items if s.admitted}
@@ -935,6 +939,10 @@ class Engine:
             if self.waiting or not self._static_ranking:
                 return single
             if not all(s.prefix + s.tokens == s.req.tokens for s in items):
+                return single
+            if self.pool.cache is not None and any(not s.decode and s.req.hash_ids for s in items):
+                # a prefill publishes its prompt to the prefix cache at the step's end, which
+                # moves blocks out of its class's count and can shrink what others may take
                 return single
         if self.waiting and self.cfg.preempt_for_waiting != "never" and not self.off:
             # a waiter that outranks a running request could evict it once victims grow

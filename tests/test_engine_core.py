@@ -174,7 +174,8 @@ def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, b
     sc["classes"][0]["reserved_blocks"] = reserved
     sc["classes"][1]["max_prefill_tokens_per_step"] = cap
     sc["policy"] = {"name": policy}
-    a = simulate(scenario_from_dict(copy.deepcopy(sc)), check_invariants=True)
+    # checking invariants syncs the cohort after every event; half the runs leave it lazy
+    a = simulate(scenario_from_dict(copy.deepcopy(sc)), check_invariants=seed % 2 == 0)
     sc["engine"].update(fast_forward=False, lazy_batch=False)
     b = simulate(scenario_from_dict(sc))
     pd.testing.assert_frame_equal(a.requests, b.requests)
