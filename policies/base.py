@@ -19,7 +19,8 @@ ways:
 
 Hooks (all optional, defaults in :class:`BasePolicy`) let stateful policies keep their books:
 ``on_arrival`` when a request enters the system, ``on_scheduled`` after each step (or each
-fast-forwarded run of identical decode steps, with the total tokens and service seconds),
+fast-forwarded run of steps, with the total tokens and service seconds; such a policy's
+requests are stepped one by one, never in the engine's lazily-advanced decode cohort),
 ``on_preempt`` and ``on_finish``.
 """
 from __future__ import annotations

@@ -997,11 +997,7 @@ class Engine:
             ctx += D
         k = len(durs)
         if k > 1 and not self.off:
-            k = self._block_limited(plan, k)
-            if through and k > 1 and self.pool.cache is not None and self._run_need(plan, k) > self.pool.free:
-                # finishing members free blocks inside the run; taking the run's blocks up
-                # front is only the same as step by step when no cached prefix needs evicting
-                k = min(k, coh.steps_to_last_token())
+            k = self._block_limited(plan, k, through)
         return durs[:k]
 
     def _through_finishes(self) -> bool:
@@ -1016,14 +1012,22 @@ class Engine:
         n = sum(-(-(s.prefix + s.tokens + k - 1) // bs) - -(-(s.prefix + s.tokens) // bs) for s in plan.items)
         return n + (sum(self.cohort.blocks_needed(1, k)) if plan.cohort else 0)
 
-    def _block_limited(self, plan: StepPlan, k: int) -> int:
-        """Largest k' <= k such that steps 2..k' of the run can allocate their blocks."""
+    def _block_limited(self, plan: StepPlan, k: int, through: bool) -> int:
+        """Largest k' <= k such that steps 2..k' of the run can allocate their blocks.
+
+        The run takes those blocks up front. With a prefix cache that is the same as taking them
+        step by step only if no cached group is evicted for them while a request waits (an
+        eviction can change what the waiter would reuse, and so whether it fits) or while
+        finishing members release groups (which reorders the LRU): then the run stays within
+        the free blocks."""
         bs = self.bs
         coh = self.cohort if plan.cohort else None
         prios = [s.req.priority for s in plan.items]
         if coh is not None:
             prios += [self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n]
         avail = self.pool.available_for(max(prios))
+        if self.pool.cache is not None and (through or self.waiting):
+            avail = min(avail, self.pool.free)
         D = len(self.running)
         if D * ((k + bs - 1) // bs + 1) <= avail:
             return k

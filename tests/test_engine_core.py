@@ -7,7 +7,7 @@ import hashlib
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sim import load_scenario, scenario_from_dict, simulate
@@ -157,6 +157,13 @@ def test_summary_has_the_promised_metrics(run):
     prefix=st.booleans(), drain=st.booleans(), reserved=st.sampled_from([0, 12]),
     cap=st.sampled_from([0, 40]), chunked=st.booleans(),
 )
+# found by this test: a run opened by a prefill that published to the prefix cache (publishing
+# can shrink a reserved pool's share for others), and a decode run whose blocks evicted a cached
+# group a waiting request would have reused (which let it fit one step later)
+@example(seed=162304, kv_blocks=44, max_num_seqs=4, budget=40, preemption="recompute", pfw="never",
+         policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True)
+@example(seed=291, kv_blocks=56, max_num_seqs=3, budget=40, preemption="recompute", pfw="never",
+         policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True)
 def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, preemption, pfw,
                                                  policy, prefix, drain, reserved, cap, chunked):
     """Fast-forward and the lazily-advanced decode cohort on give request tables and time series
