@@ -24,12 +24,18 @@ What the engine needs per step stays O(classes x block_size), whatever the batch
 * a member's largest inter-token gap: a monotone stack of step durations answers "largest
   duration of cohort steps j..g" by bisection.
 
+Telemetry is kept as a log, not per step: every cohort step's duration (and each run's start
+time), and each member's span of steps (joined at, left at, class, tenant). At the end of the
+run :meth:`sim.telemetry.Telemetry.add_cohort` turns the log into tokens per interval and
+inter-token gaps with numpy.
+
 Exactness: members' fields after a sync equal what stepping them one by one gives (the same
 integer additions); ``engine.lazy_batch = false`` keeps no cohort, and the tests assert
 identical request tables both ways for every policy and preemption mode.
 """
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, insort
 
 from sim.costs import NS
@@ -63,6 +69,12 @@ class DecodeCohort:
         self.finish: list[tuple[int, int, Request]] = []
         self._mx_g: list[int] = []  # monotone stack: step index (increasing) ...
         self._mx_d: list[int] = []  # ... and duration (decreasing): max of steps >= index
+        # the log (see the module docstring): step h of the cohort is log_durs[h]
+        self.log_durs = array("q")
+        self.log_run_at = array("q")  # first step of each run ...
+        self.log_run_ns = array("q")  # ... and when it started
+        self.log_j0, self.log_j1, self.log_cls, self.log_tenant = (array("q") for _ in range(4))
+        self.tenant_ids: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.members)
@@ -72,7 +84,7 @@ class DecodeCohort:
         """``r`` emitted a token at the end of the last step and now decodes one per step; its
         blocks cover exactly its computed tokens (the engine checks both)."""
         g = self.g
-        r.cohort_g0 = g
+        r.cohort_g0 = r.cohort_j0 = g
         r.cohort_svc0 = self.svc_ns
         self.members[r.request_id] = r
         ci = r.cls_idx
@@ -96,7 +108,18 @@ class DecodeCohort:
         if self.grows:
             self.residues[ci][(r.cohort_g0 - r.computed) % self.bs] -= 1
         self.ctx_off -= r.computed - r.cohort_g0
+        self._log_span(r)
         r.cohort_g0 = NOT_MEMBER
+
+    def _log_span(self, r: Request) -> None:
+        """``r`` emitted a token at the end of cohort steps cohort_j0 .. g-1."""
+        self.log_j0.append(r.cohort_j0)
+        self.log_j1.append(self.g)
+        self.log_cls.append(r.cls_idx)
+        tid = self.tenant_ids.get(r.tenant)
+        if tid is None:
+            tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
+        self.log_tenant.append(tid)
 
     def sync(self, r: Request, blocks_ahead: bool = True) -> None:
         """Bring member ``r``'s fields up to date and rebase it at the current step; its blocks
@@ -127,6 +150,7 @@ class DecodeCohort:
         out = list(self.members.values())
         for r in out:
             self.sync(r)
+            self._log_span(r)
             r.cohort_g0 = NOT_MEMBER
         self.members.clear()
         self.alloc_g = self.g  # blocks taken for a step in progress now belong to the requests
@@ -203,6 +227,9 @@ class DecodeCohort:
         fin = self.finish
         g_next = fin[0][0] if fin else -1  # cohort count at which the next member is done
         changes = []
+        self.log_run_at.append(len(self.log_durs))
+        self.log_run_ns.append(start_ns)
+        self.log_durs.extend(durations)
         g, t = self.g, start_ns
         svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
         for i, d in enumerate(durations):

@@ -708,10 +708,7 @@ class Engine:
         finished = self._apply_items(plan, start_ns, durations, compute_ns) if plan.items else []
         if plan.cohort:
             # every member emitted a token at the end of each step up to its last, steadily
-            coh = self.cohort
-            n_cls, by_tenant = list(coh.n_cls), dict(coh.by_tenant)
-            changes = coh.advance(durations, start_ns)
-            self.tel.on_cohort_run(start_ns, durations, n_cls, by_tenant, changes)
+            changes = self.cohort.advance(durations, start_ns)  # (its log feeds telemetry)
             ordered = not finished  # leavers come in time order; ties need sorting
             for _, t, leavers in changes:
                 finished += [(t, r, False) for r in leavers]  # (not in the rank order)
@@ -859,7 +856,8 @@ class Engine:
         """The run is over: whatever is still queued or running (and ``also``: requests routed
         here but never taken in) ends unfinished at ``end_ns``; the pool must balance."""
         if self.cohort is not None:
-            self.cohort.sync_all()
+            self.cohort.dissolve()  # members' fields are brought up to date, their spans end
+            self.tel.add_cohort(self.cohort)
         for r in [w for _, _, w in self.waiting] + list(self.running) + list(also):
             r.state = State.UNFINISHED
             r.finish_ns = end_ns
@@ -944,6 +942,10 @@ class Engine:
                 # a prefill publishes its prompt to the prefix cache at the step's end, which
                 # moves blocks out of its class's count and can shrink what others may take
                 return single
+        if self.waiting and self._dynamic:
+            # the policy re-ranks before every step (e.g. by what the prefix cache holds now):
+            # another waiter could head the queue, and fit, at the next boundary
+            return single
         if self.waiting and self.cfg.preempt_for_waiting != "never" and not self.off:
             # a waiter that outranks a running request could evict it once victims grow
             lowest = max(r.key for r in self.running)

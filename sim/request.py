@@ -49,8 +49,9 @@ class Request:
         "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
         "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
         "attained_ns", "first_admit_ns",
-        # lazily-advanced decode batch (sim.cohort): cohort step and service at join, or -1
-        "cohort_g0", "cohort_svc0",
+        # lazily-advanced decode batch (sim.cohort): cohort step and service at the last sync
+        # (-1: not a member), and the cohort step it joined at
+        "cohort_g0", "cohort_svc0", "cohort_j0",
         # accounting
         "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
         "reject_reason",
@@ -97,6 +98,7 @@ class Request:
         self.attained_ns = 0
         self.cohort_g0 = -1
         self.cohort_svc0 = 0
+        self.cohort_j0 = -1
         self.preemptions = 0
         self.recomputed_tokens = 0
         self.swapped_blocks = 0

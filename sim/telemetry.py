@@ -48,11 +48,10 @@ class Telemetry:
         self.itl_scalars: list[array] = [array("q") for _ in range(nc)]
         self.itl_step_vals: list[array] = [array("q") for _ in range(nc)]
         self.itl_step_wts: list[array] = [array("q") for _ in range(nc)]
-        # the decode cohort's steps: every duration once, with run-length-encoded weights
-        # (segments of unchanged membership: length, and members of each class)
-        self.coh_durs = array("q")
-        self.coh_seg_len = array("q")
-        self.coh_seg_n: list[array] = [array("q") for _ in range(nc)]
+        # the decode cohort's steps (see add_cohort): every duration once, and per class how
+        # many members had that gap
+        self.coh_itl_vals = array("q")
+        self.coh_itl_wts: list[array] = [array("q") for _ in range(nc)]
         self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
         self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
         self.preempt_bin: dict[int, int] = defaultdict(int)
@@ -78,9 +77,8 @@ class Telemetry:
                 m.itl_scalars[ci].extend(t.itl_scalars[ci])
                 m.itl_step_vals[ci].extend(t.itl_step_vals[ci])
                 m.itl_step_wts[ci].extend(t.itl_step_wts[ci])
-                m.coh_seg_n[ci].extend(t.coh_seg_n[ci])
-            m.coh_durs.extend(t.coh_durs)
-            m.coh_seg_len.extend(t.coh_seg_len)
+                m.coh_itl_wts[ci].extend(t.coh_itl_wts[ci])
+            m.coh_itl_vals.extend(t.coh_itl_vals)
             for mine, theirs in ((m.preempt_by_mode, t.preempt_by_mode), (m.tokens_bin, t.tokens_bin),
                                  (m.tenant_tokens_bin, t.tenant_tokens_bin), (m.preempt_bin, t.preempt_bin)):
                 for k, v in theirs.items():
@@ -155,59 +153,50 @@ class Telemetry:
             for t, m in by_tenant.items():
                 tenant_bin[(b, t)] += m * cnt
 
-    def on_cohort_run(self, start_ns: int, durations: list[int], n_cls: list[int], by_tenant: dict,
-                      changes: list[tuple]) -> None:
-        """Tokens and inter-token gaps of the lazily-advanced decode cohort over a run: members
-        per class and tenant at its start, and where members left (``DecodeCohort.advance``).
-        Every member emitted one token per step it took part in, each a steady gap of that
-        step's duration."""
-        iv = self.interval_ns
-        k = len(durations)
-        self.coh_durs.extend(durations)
-        seg_len, seg_n = self.coh_seg_len, self.coh_seg_n
-        n_cls = list(n_cls)
-        tok_cls = [n * k for n in n_cls]
-        tok_ten = {t: n * k for t, n in by_tenant.items()}
-        one_bin = (start_ns + durations[0]) // iv == (start_ns + sum(durations)) // iv
-        i0 = 0
-        for i1, _, leavers in changes:
-            if not one_bin:
-                self.on_step(start_ns + sum(durations[:i0]), durations[i0:i1], n_cls,
-                             self._tenants_left(by_tenant, changes, i0))
-            seg_len.append(i1 - i0)
-            for ci, n in enumerate(n_cls):
-                seg_n[ci].append(n)
-            for r in leavers:  # it sits out the rest of the run
-                n_cls[r.cls_idx] -= 1
-                tok_cls[r.cls_idx] -= k - i1
-                tok_ten[r.tenant] -= k - i1
-            i0 = i1
-        if i0 < k:
-            if not one_bin:
-                self.on_step(start_ns + sum(durations[:i0]), durations[i0:], n_cls,
-                             self._tenants_left(by_tenant, changes, i0))
-            seg_len.append(k - i0)
-            for ci, n in enumerate(n_cls):
-                seg_n[ci].append(n)
-        if one_bin:
-            b = (start_ns + durations[0]) // iv
-            for ci, m in enumerate(tok_cls):
-                if m:
-                    self.tokens_bin[(b, ci)] += m
-            for t, m in tok_ten.items():
-                if m:
-                    self.tenant_tokens_bin[(b, t)] += m
+    def add_cohort(self, coh) -> None:
+        """Fold the decode cohort's log (:mod:`sim.cohort`) into tokens per interval and
+        inter-token gaps, once, at the end of the run: a member emitted one token at the end of
+        every cohort step of its span, each a steady gap of that step's duration."""
+        def arr(a):
+            return np.frombuffer(a, dtype=np.int64)
 
-    @staticmethod
-    def _tenants_left(by_tenant: dict, changes: list[tuple], i0: int) -> dict:
-        """Cohort members per tenant in the run's steps from ``i0`` on."""
-        out = dict(by_tenant)
-        for i1, _, leavers in changes:
-            if i1 > i0:
-                break
-            for r in leavers:
-                out[r.tenant] -= 1
-        return {t: n for t, n in out.items() if n}
+        durs = arr(coh.log_durs)
+        n = len(durs)
+        if n == 0:
+            return
+        at, t0 = arr(coh.log_run_at), arr(coh.log_run_ns)
+        cs = np.cumsum(durs)
+        run = np.searchsorted(at, np.arange(n), side="right") - 1
+        ends = t0[run] + cs - (cs[at] - durs[at])[run]  # each step's end, ns
+        bins = ends // self.interval_ns
+        j0, j1, cls, ten = arr(coh.log_j0), arr(coh.log_j1), arr(coh.log_cls), arr(coh.log_tenant)
+        nc = len(self.class_names)
+        # members of each class in each step: +1 at a span's first step, -1 after its last
+        diff = np.zeros((nc, n + 1), dtype=np.int64)
+        np.add.at(diff, (cls, j0), 1)
+        np.add.at(diff, (cls, j1), -1)
+        members = np.cumsum(diff[:, :n], axis=1)
+        self.coh_itl_vals.frombytes(durs.tobytes())
+        uniq_bins, step_bin = np.unique(bins, return_inverse=True)
+        for ci in range(nc):
+            self.coh_itl_wts[ci].frombytes(np.ascontiguousarray(members[ci]).tobytes())
+            tokens = np.bincount(step_bin, weights=members[ci], minlength=len(uniq_bins))
+            for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
+                if m:
+                    self.tokens_bin[(b, ci)] += int(m)
+        # per tenant: a span's steps lie in one interval, or (rarely) in a few consecutive ones
+        names = list(coh.tenant_ids)
+        spans = j1 > j0
+        j0, j1, ten = j0[spans], j1[spans], ten[spans]
+        b0, b1 = bins[j0], bins[j1 - 1]
+        one = b0 == b1
+        pairs, inverse = np.unique(np.stack([b0[one], ten[one]], axis=1), axis=0, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=(j1 - j0)[one], minlength=len(pairs))
+        for (b, t), m in zip(pairs.tolist(), sums.tolist()):
+            self.tenant_tokens_bin[(b, names[t])] += int(m)
+        for a, z, t in zip(j0[~one].tolist(), j1[~one].tolist(), ten[~one].tolist()):
+            for b, m in zip(*np.unique(bins[a:z], return_counts=True)):
+                self.tenant_tokens_bin[(int(b), names[t])] += int(m)
 
     def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
         """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
@@ -229,9 +218,9 @@ class Telemetry:
             return np.frombuffer(a, dtype=np.int64)
 
         scalars = arr(self.itl_scalars[cls_idx])
-        coh_wts = np.repeat(arr(self.coh_seg_n[cls_idx]), arr(self.coh_seg_len))
-        vals = np.concatenate([scalars, arr(self.itl_step_vals[cls_idx]), arr(self.coh_durs)])
-        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64), arr(self.itl_step_wts[cls_idx]), coh_wts])
+        vals = np.concatenate([scalars, arr(self.itl_step_vals[cls_idx]), arr(self.coh_itl_vals)])
+        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64), arr(self.itl_step_wts[cls_idx]),
+                              arr(self.coh_itl_wts[cls_idx])])
         keep = wts > 0
         uniq, inverse = np.unique(vals[keep], return_inverse=True)
         counts = np.bincount(inverse, weights=wts[keep], minlength=len(uniq)).astype(np.int64)

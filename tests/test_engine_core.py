@@ -158,12 +158,15 @@ def test_summary_has_the_promised_metrics(run):
     cap=st.sampled_from([0, 40]), chunked=st.booleans(),
 )
 # found by this test: a run opened by a prefill that published to the prefix cache (publishing
-# can shrink a reserved pool's share for others), and a decode run whose blocks evicted a cached
+# can shrink a reserved pool's share for others); a decode run whose blocks evicted a cached
 # group a waiting request would have reused (which let it fit one step later)
 @example(seed=162304, kv_blocks=44, max_num_seqs=4, budget=40, preemption="recompute", pfw="never",
          policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True)
 @example(seed=291, kv_blocks=56, max_num_seqs=3, budget=40, preemption="recompute", pfw="never",
          policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True)
+# ... and a run under a dynamic policy (lpm) while requests waited: it re-ranks every step
+@example(seed=1, kv_blocks=41, max_num_seqs=5, budget=40, preemption="recompute", pfw="priority",
+         policy="lpm", prefix=True, drain=False, reserved=0, cap=0, chunked=True)
 def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, preemption, pfw,
                                                  policy, prefix, drain, reserved, cap, chunked):
     """Fast-forward and the lazily-advanced decode cohort on give request tables and time series
