@@ -170,17 +170,16 @@ class Telemetry:
         ends = t0[run] + cs - (cs[at] - durs[at])[run]  # each step's end, ns
         bins = ends // self.interval_ns
         j0, j1, cls, ten = arr(coh.log_j0), arr(coh.log_j1), arr(coh.log_cls), arr(coh.log_tenant)
-        nc = len(self.class_names)
-        # members of each class in each step: +1 at a span's first step, -1 after its last
-        diff = np.zeros((nc, n + 1), dtype=np.int64)
-        np.add.at(diff, (cls, j0), 1)
-        np.add.at(diff, (cls, j1), -1)
-        members = np.cumsum(diff[:, :n], axis=1)
+        del cs, run, ends
         self.coh_itl_vals.frombytes(durs.tobytes())
         uniq_bins, step_bin = np.unique(bins, return_inverse=True)
-        for ci in range(nc):
-            self.coh_itl_wts[ci].frombytes(np.ascontiguousarray(members[ci]).tobytes())
-            tokens = np.bincount(step_bin, weights=members[ci], minlength=len(uniq_bins))
+        for ci in range(len(self.class_names)):
+            # members of the class in each step: +1 at a span's first step, -1 after its last
+            mine = cls == ci
+            members = np.cumsum(np.bincount(j0[mine], minlength=n + 1)
+                                - np.bincount(j1[mine], minlength=n + 1))[:n]
+            self.coh_itl_wts[ci].frombytes(members.tobytes())
+            tokens = np.bincount(step_bin, weights=members, minlength=len(uniq_bins))
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
                 if m:
                     self.tokens_bin[(b, ci)] += int(m)
