@@ -13,7 +13,7 @@ admission gate's estimate or the end of the run needs them.
 
 What the engine needs per step stays O(classes x block_size), whatever the batch size:
 
-* decoders per class and per tenant (token counts, ITL histograms);
+* decoders per class (the step's shape, and which classes' KV reservations apply);
 * the sum of decode contexts of the next step: ``sum(c0 - g0) + D * (g + 1)``;
 * the KV blocks a step needs: a member needs one in the step that starts with
   ``computed % block_size == 0``, i.e. in cohort step ``g`` with
@@ -62,7 +62,6 @@ class DecodeCohort:
         self.svc_ns = 0  # total duration of cohort steps, ns
         self.members: dict[int, Request] = {}
         self.n_cls = [0] * n_classes
-        self.by_tenant: dict[str, int] = {}
         self.residues = [[0] * block_size for _ in range(n_classes)]
         self.ctx_off = 0  # sum over members of (computed0 - g0)
         # (cohort step that ends with the member's last token, admit_seq, member), ascending
@@ -89,7 +88,6 @@ class DecodeCohort:
         self.members[r.request_id] = r
         ci = r.cls_idx
         self.n_cls[ci] += 1
-        self.by_tenant[r.tenant] = self.by_tenant.get(r.tenant, 0) + 1
         if self.grows:
             self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
@@ -100,11 +98,6 @@ class DecodeCohort:
         del self.members[r.request_id]
         ci = r.cls_idx
         self.n_cls[ci] -= 1
-        n = self.by_tenant[r.tenant] - 1
-        if n:
-            self.by_tenant[r.tenant] = n
-        else:
-            del self.by_tenant[r.tenant]
         if self.grows:
             self.residues[ci][(r.cohort_g0 - r.computed) % self.bs] -= 1
         self.ctx_off -= r.computed - r.cohort_g0
@@ -155,7 +148,6 @@ class DecodeCohort:
         self.members.clear()
         self.alloc_g = self.g  # blocks taken for a step in progress now belong to the requests
         self.n_cls = [0] * len(self.n_cls)
-        self.by_tenant.clear()
         self.residues = [[0] * self.bs for _ in self.residues]
         self.ctx_off = 0
         self.finish.clear()
