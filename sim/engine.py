@@ -124,6 +124,7 @@ class Engine:
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self._class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
         self._counting_prefill = any(self.class_prefill_cap)
+        self._cls_prio = [c.priority for c in classes]
         self.off = cfg.preemption == "off"
         if not cfg.chunked_prefill:
             self.chunk_cap = NEVER
@@ -283,7 +284,7 @@ class Engine:
         used = [0] * len(self.classes)
         # the least favoured class present has the fewest blocks available (reservations of
         # every more urgent class are held back from it)
-        worst = max(self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n)
+        worst = max(p for p, n in zip(self._cls_prio, coh.n_cls) if n)
         bs = self.bs
         for req in explicit:
             if req.tokens - req.computed == 1:
@@ -1026,7 +1027,7 @@ class Engine:
         coh = self.cohort if plan.cohort else None
         prios = [s.req.priority for s in plan.items]
         if coh is not None:
-            prios += [self.classes[ci].priority for ci, n in enumerate(coh.n_cls) if n]
+            prios += [p for p, n in zip(self._cls_prio, coh.n_cls) if n]
         avail = self.pool.available_for(max(prios))
         if self.pool.cache is not None and (through or self.waiting):
             avail = min(avail, self.pool.free)

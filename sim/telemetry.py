@@ -129,7 +129,11 @@ class Telemetry:
     def _flush_rows(self) -> None:
         if self._rows:
             for name, values in zip(COLUMNS, zip(*self._rows)):
-                self.cols[name].extend(values)
+                col = self.cols[name]
+                if isinstance(col, array):
+                    col.fromlist(list(values))  # (about twice as fast as extend from a tuple)
+                else:
+                    col.extend(values)
             self._rows.clear()
 
     # ---- steps ---------------------------------------------------------------------------
