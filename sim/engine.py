@@ -124,7 +124,7 @@ class Engine:
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self._class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
         self._counting_prefill = any(self.class_prefill_cap)
-        self._cls_prio = [c.priority for c in classes]
+        self._cls_prio = [getattr(c, "priority", 0) for c in classes]
         self.off = cfg.preemption == "off"
         if not cfg.chunked_prefill:
             self.chunk_cap = NEVER
