@@ -29,8 +29,6 @@ folder (so ``priosim plot``/``compare`` work) with ``replicas/<i>/`` and ``group
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -44,7 +42,7 @@ from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.costs import NS, load_profile
 from sim.engine import NEVER
 from sim.errors import ScenarioError
-from sim.results import Results
+from sim.results import Results, atomic_dir
 from sim.run import _seed_for, build_engine, build_workload, engine_run_info, replica_loop
 from sim.telemetry import Telemetry
 
@@ -402,20 +400,14 @@ class ClusterResults(Results):
         return pd.DataFrame(rows)
 
     def save(self, out_dir: str | Path) -> Path:
-        out = Path(out_dir)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.cluster-{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        Results.save(self, tmp)
-        for i, r in enumerate(self.replicas):
-            r.save(tmp / "replicas" / str(i))
-        for name, r in self.groups.items():
-            r.save(tmp / "groups" / name)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-        return out
+        """The cluster's files, and each replica's and group's below them, atomically."""
+        with atomic_dir(out_dir) as tmp:
+            self.write_files(tmp)
+            for i, r in enumerate(self.replicas):
+                r.save(tmp / "replicas" / str(i))
+            for name, r in self.groups.items():
+                r.save(tmp / "groups" / name)
+        return Path(out_dir)
 
 
 def _sum_info(infos: list[dict], end_ns: int) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -78,6 +79,22 @@ def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_s
         out["goodput_rps"] = float(len(ok) / span_s) if span_s > 0 else 0.0
     out["throughput_rps"] = float(len(fin) / span_s) if span_s > 0 else 0.0
     return out
+
+
+@contextmanager
+def atomic_dir(out_dir: str | Path):
+    """A fresh temporary folder beside ``out_dir`` to write into; when the block ends it
+    replaces ``out_dir`` in one rename, so a reader never sees half a result."""
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    yield tmp
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
 
 
 @dataclass
@@ -184,12 +201,12 @@ class Results:
     # ---- output --------------------------------------------------------------------------
     def save(self, out_dir: str | Path) -> Path:
         """Write all files into ``out_dir`` atomically (temporary folder, then rename)."""
-        out = Path(out_dir)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        with atomic_dir(out_dir) as tmp:
+            self.write_files(tmp)
+        return Path(out_dir)
+
+    def write_files(self, tmp: Path) -> None:
+        """The run's files, into the existing folder ``tmp``."""
         self.requests.to_parquet(tmp / "requests.parquet", index=False)
         self.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
         if self.iterations is not None:
@@ -200,10 +217,6 @@ class Results:
         (tmp / "perf.json").write_text(json.dumps({k: self.summary_dict["run"][k] for k in ("wall_s", "cpu_s")}))
         (tmp / "scenario.json").write_text(json.dumps(self.scenario, indent=1, sort_keys=True))
         (tmp / "manifest.json").write_text(json.dumps(self.manifest, indent=1, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-        return out
 
     def table(self) -> str:
         """The compact per-class table the CLI prints."""
