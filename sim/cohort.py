@@ -60,20 +60,25 @@ class DecodeCohort:
         self.alloc_g = 0  # steps whose KV blocks have been allocated (g, or more inside a run)
         self.end_ns = -1  # end of the last cohort step
         self.svc_ns = 0  # total duration of cohort steps, ns
-        self.members: dict[int, Request] = {}
-        self.n_cls = [0] * n_classes
-        self.residues = [[0] * block_size for _ in range(n_classes)]
-        self.ctx_off = 0  # sum over members of (computed0 - g0)
-        # (cohort step that ends with the member's last token, admit_seq, member), ascending
-        self.finish: list[tuple[int, int, Request]] = []
-        self._mx_g: list[int] = []  # monotone stack: step index (increasing) ...
-        self._mx_d: list[int] = []  # ... and duration (decreasing): max of steps >= index
+        self.n_classes = n_classes
+        self._no_members()
         # the log (see the module docstring): step h of the cohort is log_durs[h]
         self.log_durs = array("q")
         self.log_run_at = array("q")  # first step of each run ...
         self.log_run_ns = array("q")  # ... and when it started
         self.log_j0, self.log_j1, self.log_cls, self.log_tenant = (array("q") for _ in range(4))
         self.tenant_ids: dict[str, int] = {}
+
+    def _no_members(self) -> None:
+        """The per-member state of an empty cohort (the step counters and the log go on)."""
+        self.members: dict[int, Request] = {}
+        self.n_cls = [0] * self.n_classes
+        self.residues = [[0] * self.bs for _ in range(self.n_classes)]
+        self.ctx_off = 0  # sum over members of (computed0 - g0)
+        # (cohort step that ends with the member's last token, admit_seq, member), ascending
+        self.finish: list[tuple[int, int, Request]] = []
+        self._mx_g: list[int] = []  # monotone stack: step index (increasing) ...
+        self._mx_d: list[int] = []  # ... and duration (decreasing): max of steps >= index
 
     def __len__(self) -> int:
         return len(self.members)
@@ -145,14 +150,8 @@ class DecodeCohort:
             self.sync(r)
             self._log_span(r)
             r.cohort_g0 = NOT_MEMBER
-        self.members.clear()
         self.alloc_g = self.g  # blocks taken for a step in progress now belong to the requests
-        self.n_cls = [0] * len(self.n_cls)
-        self.residues = [[0] * self.bs for _ in self.residues]
-        self.ctx_off = 0
-        self.finish.clear()
-        self._mx_g.clear()
-        self._mx_d.clear()
+        self._no_members()
         return out
 
     # ---- what the next steps need ----------------------------------------------------------
