@@ -11,6 +11,10 @@ Public API (what the CLI and the notebooks use)::
 
 ``sim`` never imports torch or ``calibrate``.
 """
+from sim import native
+
+native.select()  # the compiled build of the hot modules, or pure Python (see sim.native)
+
 from sim.config import Scenario, load_scenario, scenario_from_dict
 from sim.costs import CostModel, load_profile
 from sim.errors import ScenarioError

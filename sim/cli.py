@@ -356,6 +356,22 @@ def validate(profile, scenario, n, repeats, out):
     click.echo(f"wrote {Path(out) / 'validation.json'}")
 
 
+@main.command()
+@click.argument("action", type=click.Choice(["build", "status", "clean"]))
+def native(action):
+    """The engine's optional compiled build (mypyc): build it in place, show status, or remove it."""
+    from sim import native as nat
+
+    try:
+        if action == "build":
+            nat.build()
+        elif action == "clean":
+            nat.clean()
+    except RuntimeError as e:
+        raise click.ClickException(str(e))
+    click.echo(nat.describe())
+
+
 
 # ---- clusters and capacity planning (issue 12) --------------------------------------------------
 def _echo_cluster(res) -> None:

@@ -217,6 +217,13 @@ class Replica:
         # request could end there (a run is in flight)
         self.next_boundary = 0
         self.in_flight = True
+        self.on_run = self.record_run if cluster.closed else None  # replica_loop calls it
+
+    def record_run(self, now_ns: int, durations: list[int]) -> None:
+        """A run of steps starts at ``now_ns``: with closed-loop users, remember when it ends
+        (the next boundary, where requests may end and send their next request)."""
+        self.next_boundary = now_ns + sum(durations)
+        self.in_flight = True
 
     # -- the router's view --
     @property
@@ -360,20 +367,6 @@ class _Cluster:
             o.notify()  # idle replicas re-check finished()
 
 
-def _track_runs(rep: Replica) -> None:
-    """With closed-loop users, record when a replica's in-flight run ends (its next boundary,
-    where requests may end and send their next request)."""
-    orig = rep.engine.run_length
-
-    def run_length(plan, now_ns, next_event_ns, dur0):
-        d = orig(plan, now_ns, next_event_ns, dur0)
-        rep.next_boundary = now_ns + sum(d)
-        rep.in_flight = True
-        return d
-
-    rep.engine.run_length = run_length
-
-
 # ---- results --------------------------------------------------------------------------------------
 @dataclass
 class ClusterResults(Results):
@@ -461,8 +454,6 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             eng = build_engine(scg, env, costs, trace=trace, engine_cfg=g.engine, seed_tag=f"/replica{i}")
             eng.on_request_end = cl.on_request_end
             rep = Replica(i, g.name, eng, cl, trace)
-            if cl.closed:
-                _track_runs(rep)
             cl.replicas.append(rep)
             group_of.append(gi)
     if router.class_aware:

@@ -33,6 +33,7 @@ import hashlib
 from bisect import bisect_right
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,10 +42,9 @@ SCHEMA = "priosim.profile/1"
 NS = 1_000_000_000
 
 #: Where shipped profiles live (by name): the simulator's own and calibrate's measured ones.
-PROFILE_DIRS = [
-    Path(__file__).resolve().parent / "profiles",
-    Path(__file__).resolve().parent.parent / "calibrate" / "profiles",
-]
+#: (Located through ``sim/__init__``: a module compiled by mypyc has no ``__file__``.)
+_SIM_DIR = Path(sys.modules["sim"].__file__ or ".").resolve().parent
+PROFILE_DIRS = [_SIM_DIR / "profiles", _SIM_DIR.parent / "calibrate" / "profiles"]
 DEFAULT_PROFILE = "h200-llama-3-8b"
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
@@ -165,6 +165,9 @@ class CostModel:
     digest: str = ""
     raw: dict = field(default_factory=dict, repr=False)
     tables: MeasuredTables | None = None
+    #: decode_line's memo: batch size -> (a, b)
+    _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict, init=False, repr=False,
+                                                          compare=False)
 
     # ---- memory -------------------------------------------------------------------------
     def block_bytes(self, block_size: int) -> int:
@@ -209,7 +212,7 @@ class CostModel:
         tables price decode steps."""
         if self.tables is not None and self.tables.decode is not None:
             return None
-        cache = self.__dict__.setdefault("_decode_lines", {})
+        cache = self._decode_lines
         line = cache.get(D)
         if line is None:
             c = self.step

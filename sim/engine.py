@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import insort
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -273,6 +274,7 @@ class Engine:
         what this walk gives it, wherever the cohort's members sit in the order.
         """
         coh = self.cohort
+        assert coh is not None
         budget = self.cfg.max_batched_tokens - len(coh)
         if budget < 0:
             return None
@@ -308,9 +310,11 @@ class Engine:
     def _dissolve_cohort(self, plan: StepPlan | None = None, scheduled: dict | None = None) -> None:
         """Make every cohort member an ordinary running request again (synced). Inside a plan
         whose step the cohort already joined, each gets its decode item for that step."""
+        assert self.cohort is not None
         members = self.cohort.dissolve()
         self._order = None
         if plan is not None and plan.cohort:
+            assert scheduled is not None
             plan.cohort = 0
             for r in sorted(members, key=_rank):
                 scheduled[r.request_id] = Scheduled(r, 1, r.computed, True)
@@ -643,6 +647,7 @@ class Engine:
                 l2 += s.tokens * s.tokens
                 lc += s.tokens * s.prefix
         if plan.cohort:
+            assert self.cohort is not None
             D += plan.cohort
             ctx += self.cohort.context_sum()
         return P, D, l2, lc, ctx
@@ -671,11 +676,14 @@ class Engine:
         acc = self.cfg.speculative.acceptance
         if isinstance(acc, dict):
             if "dist" in acc:  # each request draws its own rate once (Beta(a, b))
-                a = r.predicted.get("_spec_acceptance")
-                if a is None:
-                    a = r.predicted["_spec_acceptance"] = float(self._spec_rng.beta(acc["a"], acc["b"]))
-                return a
-            return acc.get(r.cls, acc.get(r.tenant, 0.0))
+                if "_spec_acceptance" not in r.predicted:
+                    assert self._spec_rng is not None
+                    r.predicted["_spec_acceptance"] = float(self._spec_rng.beta(acc["a"], acc["b"]))
+                return r.predicted["_spec_acceptance"]
+            for name in (r.cls, r.tenant):  # a table by class or tenant name
+                if name in acc:
+                    return float(acc[name])
+            return 0.0
         return acc
 
     def _accepted(self, r: Request, k: int) -> int:
@@ -685,6 +693,7 @@ class Engine:
             return k
         if acc <= 0.0:
             return 0
+        assert self._spec_rng is not None
         return min(k, int(self._spec_rng.geometric(1.0 - acc)) - 1)
 
     def transfer_ns(self, plan: StepPlan) -> int:
@@ -708,6 +717,7 @@ class Engine:
         self.thrash_ns += durations[0] - compute_ns  # transfers: time lost to preemption
         finished = self._apply_items(plan, start_ns, durations, compute_ns) if plan.items else []
         if plan.cohort:
+            assert self.cohort is not None
             # every member emitted a token at the end of each step up to its last, steadily
             changes = self.cohort.advance(durations, start_ns)  # (its log feeds telemetry)
             ordered = not finished  # leavers come in time order; ties need sorting
@@ -851,7 +861,8 @@ class Engine:
         if self.on_request_end is not None:
             self.on_request_end(r, now_ns)
 
-    on_request_end = None  # set by the runner for closed-loop users
+    #: set by the runner for closed-loop users: called with (request, end time in ns)
+    on_request_end: Callable[[Request, int], None] | None = None
 
     def close(self, end_ns: int, also=()) -> None:
         """The run is over: whatever is still queued or running (and ``also``: requests routed
@@ -1013,7 +1024,10 @@ class Engine:
         """Blocks steps 2..k of a run take, at most."""
         bs = self.bs
         n = sum(-(-(s.prefix + s.tokens + k - 1) // bs) - -(-(s.prefix + s.tokens) // bs) for s in plan.items)
-        return n + (sum(self.cohort.blocks_needed(1, k)) if plan.cohort else 0)
+        if plan.cohort:
+            assert self.cohort is not None
+            n += sum(self.cohort.blocks_needed(1, k))
+        return n
 
     def _block_limited(self, plan: StepPlan, k: int, through: bool) -> int:
         """Largest k' <= k such that steps 2..k' of the run can allocate their blocks.
@@ -1056,6 +1070,7 @@ class Engine:
                 r.blocks = target
         if plan.cohort:
             coh = self.cohort
+            assert coh is not None
             for ci, n in enumerate(coh.run_blocks(k)):
                 if n:
                     self.pool.allocate(ci, n)

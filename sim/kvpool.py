@@ -18,9 +18,7 @@ Invariants (checked by :meth:`check`, asserted by the property tests):
 """
 from __future__ import annotations
 
-
-class KVInvariantError(AssertionError):
-    pass
+from sim.errors import KVInvariantError  # noqa: F401  (re-exported)
 
 
 class KVPool:

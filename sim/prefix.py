@@ -58,9 +58,9 @@ class PrefixCache:
             i += 1
         return i
 
-    def acquire(self, hash_ids, groups: int) -> list[int]:
+    def acquire(self, hash_ids, groups: int) -> tuple[int, ...]:
         """Take a reference on the first ``groups`` groups; returns their ids."""
-        held = list(hash_ids[:groups])
+        held = tuple(hash_ids[:groups])
         for h in held:
             c = self.refs[h]
             if c == 0:
@@ -81,7 +81,7 @@ class PrefixCache:
         self.refs[h] = 1
         return True
 
-    def release(self, held: list[int]) -> None:
+    def release(self, held: tuple[int, ...] | list[int]) -> None:
         """Drop one reference on each group, tail first (so tails are evicted first)."""
         for h in reversed(held):
             c = self.refs[h] - 1

@@ -14,22 +14,11 @@ Times are integer nanoseconds inside the engine (``*_ns``) and float seconds for
 from __future__ import annotations
 
 import math
-from enum import IntEnum
+
+from sim.errors import OracleAccessError  # noqa: F401  (re-exported)
+from sim.states import State  # noqa: F401  (re-exported)
 
 NAN = math.nan
-
-
-class State(IntEnum):
-    WAITING = 0
-    RUNNING = 1
-    SWAPPED = 2
-    FINISHED = 3
-    REJECTED = 4
-    UNFINISHED = 5
-
-
-class OracleAccessError(AttributeError):
-    pass
 
 
 class Request:
@@ -78,7 +67,7 @@ class Request:
         self.stream = stream
         self.user = user
         self.features = features if features is not None else {}
-        self.predicted = {}
+        self.predicted: dict = {}
         self.hash_ids = hash_ids
         self._oracle_ok = False
         self.state = State.WAITING
@@ -87,7 +76,7 @@ class Request:
         self.generated = 0
         self.blocks = 0
         self.host_blocks = 0
-        self.key = ()
+        self.key: tuple = ()
         self.admit_seq = -1
         self.first_token_ns = -1
         self.last_token_ns = -1
@@ -105,7 +94,7 @@ class Request:
         self.swap_fallbacks = 0
         self.max_itl_ns = 0
         self.reject_reason = ""
-        self.shared = ()
+        self.shared: tuple[int, ...] = ()
         self.base_blocks = 0
         self.prefix_hit_tokens = 0
         self.evicted_miss_tokens = 0

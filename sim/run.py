@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 import workloads
+from sim import native
 from policies import make_policy
 from sim.config import Scenario
 from sim.costs import NS, load_profile
@@ -144,12 +145,14 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
     sample telemetry, re-rank, plan, price, fast-forward where exact, and apply.
 
     ``source`` provides ``pop_due(now)`` (requests that have arrived) and ``next_arrival_ns()``
-    (when the next may arrive; a lower bound is enough, it only stops fast-forward early).
+    (when the next may arrive; a lower bound is enough, it only stops fast-forward early), and
+    may provide ``on_run(now, durations)``, told of each run of steps as it starts.
     When the replica is idle it sleeps until the next arrival, or on ``source.wakeup`` (a SimPy
     event) when the source has one (a router in front of several replicas).
     """
     tel = engine.tel
     cfg = engine.cfg
+    on_run = getattr(source, "on_run", None)
     next_sample = 0
     while True:
         now = env.now
@@ -192,6 +195,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
         next_event = min(next_arrival, next_sample, stop_ns)
         durations = engine.run_length(plan, now, next_event, dur0)
         engine.allocate_run(plan, len(durations))
+        if on_run is not None:
+            on_run(now, durations)
         engine.events += 1
         if cfg.max_events and engine.events > cfg.max_events:
             raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
@@ -207,6 +212,7 @@ def engine_run_info(engine: Engine, end_ns: int) -> dict:
     pool, tel = engine.pool, engine.tel
     return {
         "engine_events": engine.events,
+        "engine_build": native.BUILD,  # "mypyc" (compiled hot modules) or "python"
         "lazy_batch": engine.cohort is not None,  # steady decoders advanced as one cohort
         "iterations": engine.iterations,
         "busy_s": engine.busy_ns / NS,

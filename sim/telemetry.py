@@ -81,10 +81,10 @@ class Telemetry:
                 m.itl_step_wts[ci].extend(t.itl_step_wts[ci])
                 m.coh_itl_wts[ci].extend(t.coh_itl_wts[ci])
             m.coh_itl_vals.extend(t.coh_itl_vals)
-            for mine, theirs in ((m.preempt_by_mode, t.preempt_by_mode), (m.tokens_bin, t.tokens_bin),
-                                 (m.tenant_tokens_bin, t.tenant_tokens_bin), (m.preempt_bin, t.preempt_bin)):
-                for k, v in theirs.items():
-                    mine[k] += v
+            _add_counts(m.preempt_by_mode, t.preempt_by_mode)
+            _add_counts(m.tokens_bin, t.tokens_bin)
+            _add_counts(m.tenant_tokens_bin, t.tenant_tokens_bin)
+            _add_counts(m.preempt_bin, t.preempt_bin)
             m.idle_with_work_ns += t.idle_with_work_ns
             for ts, w, r, kv, sw in t.samples:
                 s = samples.get(ts)
@@ -156,8 +156,8 @@ class Telemetry:
             for ci, m in enumerate(emitted):
                 if m:
                     tokens_bin[(b, ci)] += m * cnt
-            for t, m in by_tenant.items():
-                tenant_bin[(b, t)] += m * cnt
+            for tenant, m in by_tenant.items():
+                tenant_bin[(b, tenant)] += m * cnt
 
     def add_cohort(self, coh) -> None:
         """Fold the decode cohort's log (:mod:`sim.cohort`) into tokens per interval and
@@ -189,19 +189,22 @@ class Telemetry:
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
                 if m:
                     self.tokens_bin[(b, ci)] += int(m)
-        # per tenant: a span's steps lie in one interval, or (rarely) in a few consecutive ones
+        # per tenant: a span's steps in each interval it touches. Step end times ascend, so each
+        # interval's steps are a contiguous range: first[k] <= step < first[k + 1].
         names = list(coh.tenant_ids)
         spans = j1 > j0
         j0, j1, ten = j0[spans], j1[spans], ten[spans]
-        b0, b1 = bins[j0], bins[j1 - 1]
-        one = b0 == b1
-        pairs, inverse = np.unique(np.stack([b0[one], ten[one]], axis=1), axis=0, return_inverse=True)
-        sums = np.bincount(inverse.ravel(), weights=(j1 - j0)[one], minlength=len(pairs))
-        for (b, t), m in zip(pairs.tolist(), sums.tolist()):
-            self.tenant_tokens_bin[(b, names[t])] += int(m)
-        for a, z, t in zip(j0[~one].tolist(), j1[~one].tolist(), ten[~one].tolist()):
-            for b, m in zip(*np.unique(bins[a:z], return_counts=True)):
-                self.tenant_tokens_bin[(int(b), names[t])] += int(m)
+        first = np.searchsorted(step_bin, np.arange(len(uniq_bins) + 1))
+        k0 = step_bin[j0]
+        reps = step_bin[j1 - 1] - k0 + 1  # intervals each span touches
+        span = np.repeat(np.arange(len(j0)), reps)
+        k = k0[span] + np.arange(len(span)) - np.repeat(np.cumsum(reps) - reps, reps)
+        steps = np.minimum(j1[span], first[k + 1]) - np.maximum(j0[span], first[k])
+        pairs, inverse = np.unique(np.stack([k, ten[span]], axis=1), axis=0, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=steps, minlength=len(pairs))
+        interval = uniq_bins.tolist()
+        for (kb, t), m in zip(pairs.tolist(), sums.tolist()):
+            self.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
 
     def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
         """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
@@ -247,3 +250,9 @@ class Telemetry:
         self._flush_rows()
         return {k: (np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
                     if isinstance(v, array) else v) for k, v in self.cols.items()}
+
+
+def _add_counts(mine: dict, theirs: dict) -> None:
+    """Add one replica's counters (a defaultdict(int)) into the merged one."""
+    for key, n in theirs.items():
+        mine[key] += n

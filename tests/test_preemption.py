@@ -21,6 +21,7 @@ from sim.costs import load_profile
 from sim.engine import Engine
 from sim.kvpool import KVPool
 from sim.request import Request
+from sim.telemetry import Telemetry
 from tests.explicit import run_explicit
 
 LIN = {"kind": "linear", "base_s": 0.01, "swap_block_s": 0.001}
@@ -171,7 +172,7 @@ def _auto_engine(decoders: int = 32):
     costs = load_profile("h200-llama-3-8b")
     cfg = load_scenario(None, overrides=["engine.preemption=\"auto\"", "engine.swap_blocks=100000"]).engine
     pool = KVPool(costs.kv_blocks(16), 16, [0], [0], host_total=100000)
-    eng = Engine(None, cfg, costs, None, [None], pool, None)
+    eng = Engine(None, cfg, costs, None, [None], pool, Telemetry(["c"], 10**9))
     eng.running = [None] * decoders
     return eng
 
@@ -188,8 +189,9 @@ def test_auto_crossover_on_shipped_profile():
     costs more than two PCIe transfers, so swap wins — and auto switches exactly there."""
     eng = _auto_engine(32)
     lengths = np.arange(16, 4096, 16)
-    swap = np.array([eng.swap_cost_ns(eng.pool.blocks_for(n)) for n in lengths])
-    recompute = np.array([eng.recompute_cost_ns(n, 32) for n in lengths])
+    ns = lengths.tolist()  # (plain ints: the compiled engine checks annotated types)
+    swap = np.array([eng.swap_cost_ns(eng.pool.blocks_for(n)) for n in ns])
+    recompute = np.array([eng.recompute_cost_ns(n, 32) for n in ns])
     swap_wins = swap < recompute
     assert not swap_wins[0] and swap_wins[-1]
     crossover = lengths[np.argmax(swap_wins)]

@@ -23,16 +23,16 @@ def test_cache_refcounts_and_tail_first_eviction():
         assert c.publish(h)
     assert not c.publish(2)  # already cached: the offering request keeps its own copy
     held = c.acquire((1, 2, 3, 9), 3)
-    assert held == [1, 2, 3] and c.refs == {1: 2, 2: 2, 3: 2}
+    assert held == (1, 2, 3) and c.refs == {1: 2, 2: 2, 3: 2}
     c.release(held)
-    c.release([1, 2, 3])  # the publishers' references
+    c.release((1, 2, 3))  # the publishers' references
     assert list(c.lru) == [3, 2, 1]  # tail released first, so evicted first
     assert c.evictable_blocks == 3 * 4
     assert c.evict_one() == 4 and 3 not in c.refs
     assert c.hit_groups(64 * 4 + 1, (1, 2, 3, 4)) == 2  # 3 was evicted: the chain stops
     assert c.missed_after_eviction(64 * 4 + 1, (1, 2, 3, 4), 2) == 1
     with pytest.raises(AssertionError):
-        c.release([2])  # its count is already 0
+        c.release((2,))  # its count is already 0
 
 
 def _prefix_scenario(**eng):

@@ -1,0 +1,145 @@
+"""The engine's optional compiled build: its hot modules compiled to C extensions by mypyc.
+
+    pip install -e ".[native]"      # mypy, which carries mypyc (and a C compiler on the machine)
+    priosim native build            # compile MODULES in place (about a minute)
+    priosim native status           # which build `import sim` uses, and why
+    priosim native clean            # back to pure Python
+
+The compiled modules are the same source files, compiled: the results are the same bytes
+(``tests/test_native.py`` builds them and compares), only faster (about 2x on the benchmark;
+``benchmarks/results.md``). mypyc makes the classes native (fixed attribute layout, runtime type
+checks on annotated fields), so a compiled module must be type-clean: ``mypy`` on MODULES passes.
+
+Which build runs is decided once, when ``sim`` is imported (:func:`select`):
+
+* the compiled one when every module in MODULES was compiled from the source that is there now
+  (the build records each source's sha256 in ``BUILD_RECORD``);
+* pure Python when ``PRIOSIM_PURE_PYTHON=1``, when nothing is compiled, or when any source
+  changed since the build (the compiled file would run the old code; a warning says so). The
+  compiled modules call each other natively, so it is all or none.
+
+Each run's summary records the build under ``run.engine_build`` ("mypyc" or "python").
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+#: The modules compiled (relative to the project root): the per-step and per-request paths.
+MODULES = ("sim/cohort.py", "sim/costs.py", "sim/engine.py", "sim/kvpool.py", "sim/prefix.py",
+           "sim/request.py", "sim/source.py", "sim/telemetry.py")
+
+ROOT = Path(__file__).resolve().parent.parent  # (this module itself is never compiled)
+BUILD_RECORD = ROOT / "sim" / "native_build.json"  # module -> sha256 of the source compiled
+PURE_ENV = "PRIOSIM_PURE_PYTHON"
+
+BUILD = "python"  # set by select(): "mypyc" or "python"
+
+
+def _module_name(rel: str) -> str:
+    return rel[:-3].replace("/", ".")
+
+
+def _compiled_file(rel: str) -> Path | None:
+    src = ROOT / rel
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        p = src.with_suffix(suffix)
+        if p.exists():
+            return p
+    return None
+
+
+def _sha256(rel: str) -> str:
+    return hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
+
+
+def status() -> dict[str, str]:
+    """Per module: "compiled", "missing" (no compiled file) or "stale" (source changed since)."""
+    try:
+        built = json.loads(BUILD_RECORD.read_text())
+    except (OSError, ValueError):
+        built = {}
+    out = {}
+    for rel in MODULES:
+        if _compiled_file(rel) is None:
+            out[rel] = "missing"
+        else:
+            out[rel] = "compiled" if built.get(rel) == _sha256(rel) else "stale"
+    return out
+
+
+def _use_compiled(st: dict[str, str]) -> bool:
+    return all(s == "compiled" for s in st.values()) and os.environ.get(PURE_ENV, "") != "1"
+
+
+class _SourceFirst:
+    """A meta-path finder that loads MODULES from their .py sources even where a compiled file
+    sits beside them (the import system would otherwise prefer the extension)."""
+
+    def __init__(self) -> None:
+        self.paths = {_module_name(rel): str(ROOT / rel) for rel in MODULES}
+
+    def find_spec(self, name, path=None, target=None):
+        src = self.paths.get(name)
+        return importlib.util.spec_from_file_location(name, src) if src else None
+
+
+def select() -> str:
+    """Decide which build ``import sim`` uses (see module docstring); returns its name."""
+    global BUILD
+    st = status()
+    if _use_compiled(st):
+        BUILD = "mypyc"
+        return BUILD
+    stale = [m for m, s in st.items() if s == "stale"]
+    if stale and os.environ.get(PURE_ENV, "") != "1":
+        warnings.warn(f"priosim: {', '.join(stale)} changed since the compiled build; running pure Python "
+                      f"(rebuild: `priosim native build`; remove it: `priosim native clean`)",
+                      RuntimeWarning, stacklevel=3)
+    if any(s != "missing" for s in st.values()) and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst())
+    BUILD = "python"
+    return BUILD
+
+
+def build() -> None:
+    """Compile MODULES in place with mypyc (needs mypy and a C compiler), then record the
+    sources compiled."""
+    if importlib.util.find_spec("mypyc") is None:
+        raise RuntimeError('mypyc is not installed: pip install -e ".[native]" (it comes with mypy)')
+    clean()
+    record = {rel: _sha256(rel) for rel in MODULES}  # (before compiling: an edit during it is stale)
+    done = subprocess.run([sys.executable, "-m", "mypyc", *MODULES], cwd=ROOT)
+    if done.returncode:
+        raise RuntimeError(f"mypyc failed (exit {done.returncode}; its messages are above); "
+                           f"nothing compiled is in place")
+    BUILD_RECORD.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def clean() -> None:
+    """Remove the compiled files (MODULES', the shared library mypyc writes at the root, and
+    the build record)."""
+    for rel in MODULES:
+        so = _compiled_file(rel)
+        if so is not None:
+            so.unlink()
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for p in ROOT.glob(f"*__mypyc{suffix}"):
+            p.unlink()
+    BUILD_RECORD.unlink(missing_ok=True)
+
+
+def describe() -> str:
+    """Lines for ``priosim native status``."""
+    st = status()
+    lines = [f"{rel:20s} {s}" for rel, s in st.items()]
+    lines.append(f"import sim uses: {'mypyc' if _use_compiled(st) else 'python'}"
+                 + (f" ({PURE_ENV}=1)" if os.environ.get(PURE_ENV, "") == "1" else ""))
+    return "\n".join(lines)
