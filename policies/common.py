@@ -72,12 +72,13 @@ def srpt_order_tau(arrival: np.ndarray, admitted: np.ndarray, size: np.ndarray,
     if total > max_pairs:
         keep = max(1, int(n * max_pairs / total))
         rows = np.sort(np.random.default_rng(seed).choice(n, size=keep, replace=False))
-    conc = disc = 0
-    for i in rows[counts[rows] > 0].tolist():  # only rows that competed with another
-        j = slice(i + 1, hi[i])
-        prod = np.sign(t[j] - t[i]) * np.sign(s[j] - s[i])
-        conc += int((prod > 0).sum())
-        disc += int((prod < 0).sum())
+    # every pair (i, j), i in rows, i < j < hi[i], as two index arrays (at most ~max_pairs long)
+    rows = rows[counts[rows] > 0]
+    reps = counts[rows]
+    i = np.repeat(rows, reps)
+    j = i + 1 + np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
+    prod = np.sign(t[j] - t[i]) * np.sign(s[j] - s[i])
+    conc, disc = int((prod > 0).sum()), int((prod < 0).sum())
     pairs = conc + disc
     return ((conc - disc) / pairs if pairs else math.nan), pairs
 

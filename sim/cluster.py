@@ -43,7 +43,8 @@ from sim.costs import NS, load_profile
 from sim.engine import NEVER
 from sim.errors import ScenarioError
 from sim.results import Results, atomic_dir
-from sim.run import _seed_for, build_engine, build_workload, engine_run_info, replica_loop
+from sim.loop import replica_loop
+from sim.run import _seed_for, build_engine, build_workload, engine_run_info, quiet_gc
 from sim.telemetry import Telemetry
 
 CLUSTER_KEYS = ("replicas", "groups", "router")
@@ -479,7 +480,8 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     env.process(cl.router_proc())
     for rep in cl.replicas:
         env.process(cl.replica_proc(rep, interval_ns, check_invariants, on_boundary))
-    env.run()
+    with quiet_gc():
+        env.run()
     end_ns = int(env.now)
     for rep in cl.replicas:
         # requests routed but never taken in (a replica that stopped at the horizon) too

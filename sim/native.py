@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 
 #: The modules compiled (relative to the project root): the per-step and per-request paths.
-MODULES = ("sim/cohort.py", "sim/costs.py", "sim/engine.py", "sim/kvpool.py", "sim/prefix.py",
+MODULES = ("sim/cohort.py", "sim/costs.py", "sim/engine.py", "sim/kvpool.py", "sim/loop.py", "sim/prefix.py",
            "sim/request.py", "sim/source.py", "sim/telemetry.py")
 
 ROOT = Path(__file__).resolve().parent.parent  # (this module itself is never compiled)

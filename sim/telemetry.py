@@ -60,6 +60,7 @@ class Telemetry:
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
         self._rows: list[tuple] = []  # rows not yet moved into ``cols`` (in COLUMNS order)
+        self._coh_distinct: tuple | None = None  # itl_arrays' memo: (steps, distinct, inverse)
 
     @classmethod
     def merged(cls, tels: list["Telemetry"], class_names: list[str], interval_ns: int, costs=None,
@@ -225,10 +226,15 @@ class Telemetry:
         def arr(a):
             return np.frombuffer(a, dtype=np.int64)
 
+        n = len(self.coh_itl_vals)  # the cohort's step durations (long): shared by the classes
+        if self._coh_distinct is None or self._coh_distinct[0] != n:
+            self._coh_distinct = (n, *np.unique(arr(self.coh_itl_vals), return_inverse=True))
+        _, coh_vals, coh_of_step = self._coh_distinct
+        coh_wts = np.bincount(coh_of_step, weights=arr(self.coh_itl_wts[cls_idx]), minlength=len(coh_vals))
         scalars = arr(self.itl_scalars[cls_idx])
-        vals = np.concatenate([scalars, arr(self.itl_step_vals[cls_idx]), arr(self.coh_itl_vals)])
+        vals = np.concatenate([scalars, arr(self.itl_step_vals[cls_idx]), coh_vals])
         wts = np.concatenate([np.ones(len(scalars), dtype=np.int64), arr(self.itl_step_wts[cls_idx]),
-                              arr(self.coh_itl_wts[cls_idx])])
+                              coh_wts.astype(np.int64)])
         keep = wts > 0
         uniq, inverse = np.unique(vals[keep], return_inverse=True)
         counts = np.bincount(inverse, weights=wts[keep], minlength=len(uniq)).astype(np.int64)
