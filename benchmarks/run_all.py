@@ -8,6 +8,10 @@ and 1M requests; the 10k case again with fast-forward forced off (the speed-up i
 a real-trace replay (the bundled Azure code + conversation hour); and sweep throughput for a
 24-cell sweep of 10k-request runs with 1 and 2 local workers. Each case runs in a fresh
 process so peak memory (ru_maxrss) is its own.
+
+The cases run on the compiled engine (``priosim native build``; built first if missing or stale,
+which needs ``pip install -e ".[native]"``), and the core cases again on pure Python
+(``PRIOSIM_PURE_PYTHON=1``) for the ratio. Without mypyc, everything runs on pure Python.
 """
 from __future__ import annotations
 
@@ -39,16 +43,19 @@ t0, c0 = time.perf_counter(), time.process_time()
 res = simulate(sc)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 run = res.summary_dict["run"]
-print(json.dumps({{"case": kind, "requests": len(res.requests), "fast_forward": ff, "lazy_batch": lazy, "wall_s": wall, "cpu_s": cpu,
+print(json.dumps({{"case": kind, "requests": len(res.requests), "fast_forward": ff, "lazy_batch": lazy,
+    "build": run["engine_build"], "wall_s": wall, "cpu_s": cpu,
     "engine_events": run["engine_events"], "iterations": run["iterations"],
     "requests_per_wall_s": len(res.requests) / wall, "simulated_s": run["end_s"],
     "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 '''
 
 
-def run_case(kind: str, n: int, ff: bool, lazy: bool = True) -> dict:
+def run_case(kind: str, n: int, ff: bool, lazy: bool = True, pure: bool = False) -> dict:
+    """One case in a fresh process; ``pure`` forces the pure-Python build (PRIOSIM_PURE_PYTHON)."""
     code = CASE.format(here=str(HERE), root=str(ROOT), kind=kind, n=n, ff=ff, lazy=lazy)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = os.environ | ({"PRIOSIM_PURE_PYTHON": "1"} if pure else {})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -91,13 +98,32 @@ def _toml(d: dict, prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def ensure_compiled() -> bool:
+    """Build the compiled engine (sim.native) if it is missing or stale; False if it cannot be."""
+    sys.path.insert(0, str(ROOT))
+    from sim import native
+    if all(v == "compiled" for v in native.status().values()):
+        return True
+    try:
+        print("building the compiled engine (priosim native build) ...", file=sys.stderr)
+        native.build()
+        return True
+    except (RuntimeError, OSError) as e:
+        print(f"no compiled engine ({e}); measuring pure Python only", file=sys.stderr)
+        return False
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
+    compiled = ensure_compiled()
     rows = [run_case("core", n, True) for n in sizes]
     rows.append(run_case("core", 10_000, False))  # fast-forward off, decode cohort on
     rows.append(run_case("core", 10_000, False, lazy=False))  # every request, every step
     rows.append(run_case("trace", 0, True))
+    if compiled:  # the same engine, interpreted: the compiled build's speed-up
+        rows += [run_case("core", n, True, pure=True) for n in sizes]
+        rows.append(run_case("core", 10_000, False, lazy=False, pure=True))
     sweeps = [] if quick else [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
     cpu = platform.processor() or platform.machine()
     try:
@@ -107,21 +133,26 @@ def main() -> None:
     md = ["# Benchmark results", "",
           f"Machine: {model}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"date {time.strftime('%Y-%m-%d')}. Produced by `python benchmarks/run_all.py`.", "",
-          "| case | requests | fast-forward | decode cohort | wall (s) | CPU (s) | engine events | iterations represented | requests / wall s | peak RSS (MB) |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "| case | engine build | requests | fast-forward | decode cohort | wall (s) | CPU (s) | engine events | iterations represented | requests / wall s | peak RSS (MB) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         name = "core (load 0.75)" if r["case"] == "core" else "Azure code+conv replay, 1 h"
-        md.append(f"| {name} | {r['requests']:,} | {'on' if r['fast_forward'] else 'off'} | "
+        md.append(f"| {name} | {r['build']} | {r['requests']:,} | {'on' if r['fast_forward'] else 'off'} | "
                   f"{'on' if r['lazy_batch'] else 'off'} | {r['wall_s']:.1f} | "
                   f"{r['cpu_s']:.1f} | {r['engine_events']:,} | {r['iterations']:,} | {r['requests_per_wall_s']:,.0f} | "
                   f"{r['peak_rss_mb']:.0f} |")
     on = next(r for r in rows if r["case"] == "core" and r["requests"] < 20_000 and r["fast_forward"])
     off = next(r for r in rows if not r["fast_forward"] and r["lazy_batch"])
     plain = next(r for r in rows if not r["fast_forward"] and not r["lazy_batch"])
+    pure = {r["requests"]: r for r in rows if r["build"] == "python" and r["case"] == "core" and r["fast_forward"]}
     md += ["", f"Fast-forward speed-up on the 10k case: {off['wall_s'] / on['wall_s']:.2f}x wall, "
            f"{off['engine_events'] / on['engine_events']:.2f}x fewer engine events "
            f"({on['iterations'] / on['engine_events']:.2f} iterations per event). Against stepping every "
            f"request every iteration (fast-forward and decode cohort off): {plain['wall_s'] / on['wall_s']:.2f}x wall."]
+    if compiled:
+        md += ["", "Compiled build (mypyc) against pure Python, same cases: " + ", ".join(
+            f"{n:,} requests {pure[r['requests']]['wall_s'] / r['wall_s']:.2f}x"
+            for n, r in zip(sizes, rows) if r["requests"] in pure) + "."]
     if sweeps:
         eff = sweeps[1]["runs_per_min"] / (2 * sweeps[0]["runs_per_min"])
         md += ["", "| sweep (24 cells of 10k-request runs) | wall (s) | runs / min |", "|---|---|---|"]
