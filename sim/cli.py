@@ -372,7 +372,6 @@ def native(action):
     click.echo(nat.describe())
 
 
-
 # ---- clusters and capacity planning (issue 12) --------------------------------------------------
 def _echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""

@@ -4,7 +4,8 @@ One test builds the hot modules in a scratch copy of the project (about a minute
 then runs every shipped scenario, a cluster, and the benchmark workload with a small KV pool under
 each preemption mode, twice: compiled and pure Python (``PRIOSIM_PURE_PYTHON=1``); request
 tables, time series and summaries must be equal. It also runs the engine's exactness tests
-(fast-forward and the lazy cohort against stepping every request) on the compiled build.
+(fast-forward and the lazy cohort against stepping every request) on the compiled build, and
+checks that a source edited after the build makes ``import sim`` fall back to pure Python.
 Skipped where mypyc or a C compiler is missing.
 """
 from __future__ import annotations
@@ -97,3 +98,25 @@ def test_compiled_build_gives_identical_results(tmp_path):
 
     # fast-forward and the lazy cohort stay exact when compiled
     run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_engine_core.py", "tests/test_vllm_conformance.py")
+
+    # a source edited after the build: pure Python runs, with a warning naming the module
+    with open(proj / "sim" / "loop.py", "a") as f:
+        f.write("\n# edited after the build\n")
+    done = subprocess.run([sys.executable, "-c", "from sim import native; print(native.BUILD)"], cwd=proj, env=env,
+                          capture_output=True, text=True)
+    assert done.stdout.strip() == "python" and "sim/loop.py changed since the compiled build" in done.stderr
+
+
+def test_status_names_every_module_and_the_build_in_use(monkeypatch):
+    from click.testing import CliRunner
+
+    from sim import native
+    from sim.cli import main
+
+    out = CliRunner().invoke(main, ["native", "status"]).output
+    for rel in native.MODULES:
+        assert rel in out
+    assert "import sim uses: " in out
+    monkeypatch.setenv("PRIOSIM_PURE_PYTHON", "1")
+    out = CliRunner().invoke(main, ["native", "status"]).output
+    assert "import sim uses: python (PRIOSIM_PURE_PYTHON=1)" in out
