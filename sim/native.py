@@ -116,10 +116,10 @@ def build() -> None:
         raise RuntimeError('mypyc is not installed: pip install -e ".[native]" (it comes with mypy)')
     clean()
     record = {rel: _sha256(rel) for rel in MODULES}  # (before compiling: an edit during it is stale)
-    done = subprocess.run([sys.executable, "-m", "mypyc", *MODULES], cwd=ROOT)
-    if done.returncode:
-        raise RuntimeError(f"mypyc failed (exit {done.returncode}; its messages are above); "
-                           f"nothing compiled is in place")
+    done = subprocess.run([sys.executable, "-m", "mypyc", *MODULES], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:  # (its compiler lines are long: only the end says what went wrong)
+        raise RuntimeError(f"mypyc failed (exit {done.returncode}); nothing compiled is in place. "
+                           f"Its last messages:\n{(done.stdout + done.stderr)[-3000:]}")
     BUILD_RECORD.write_text(json.dumps(record, indent=1) + "\n")
 
 
