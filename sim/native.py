@@ -75,8 +75,12 @@ def status() -> dict[str, str]:
     return out
 
 
+def _pure_forced() -> bool:
+    return os.environ.get(PURE_ENV, "") == "1"
+
+
 def _use_compiled(st: dict[str, str]) -> bool:
-    return all(s == "compiled" for s in st.values()) and os.environ.get(PURE_ENV, "") != "1"
+    return all(s == "compiled" for s in st.values()) and not _pure_forced()
 
 
 class _SourceFirst:
@@ -99,7 +103,7 @@ def select() -> str:
         BUILD = "mypyc"
         return BUILD
     stale = [m for m, s in st.items() if s == "stale"]
-    if stale and os.environ.get(PURE_ENV, "") != "1":
+    if stale and not _pure_forced():
         warnings.warn(f"priosim: {', '.join(stale)} changed since the compiled build; running pure Python "
                       f"(rebuild: `priosim native build`; remove it: `priosim native clean`)",
                       RuntimeWarning, stacklevel=3)
@@ -141,5 +145,5 @@ def describe() -> str:
     st = status()
     lines = [f"{rel:20s} {s}" for rel, s in st.items()]
     lines.append(f"import sim uses: {'mypyc' if _use_compiled(st) else 'python'}"
-                 + (f" ({PURE_ENV}=1)" if os.environ.get(PURE_ENV, "") == "1" else ""))
+                 + (f" ({PURE_ENV}=1)" if _pure_forced() else ""))
     return "\n".join(lines)

@@ -164,19 +164,16 @@ class Telemetry:
         """Fold the decode cohort's log (:mod:`sim.cohort`) into tokens per interval and
         inter-token gaps, once, at the end of the run: a member emitted one token at the end of
         every cohort step of its span, each a steady gap of that step's duration."""
-        def arr(a):
-            return np.frombuffer(a, dtype=np.int64)
-
-        durs = arr(coh.log_durs)
+        durs = _int64(coh.log_durs)
         n = len(durs)
         if n == 0:
             return
-        at, t0 = arr(coh.log_run_at), arr(coh.log_run_ns)
+        at, t0 = _int64(coh.log_run_at), _int64(coh.log_run_ns)
         cs = np.cumsum(durs)
         run = np.searchsorted(at, np.arange(n), side="right") - 1
         ends = t0[run] + cs - (cs[at] - durs[at])[run]  # each step's end, ns
         bins = ends // self.interval_ns
-        j0, j1, cls, ten = arr(coh.log_j0), arr(coh.log_j1), arr(coh.log_cls), arr(coh.log_tenant)
+        j0, j1, cls, ten = _int64(coh.log_j0), _int64(coh.log_j1), _int64(coh.log_cls), _int64(coh.log_tenant)
         del cs, run, ends
         self.coh_itl_vals.frombytes(durs.tobytes())
         uniq_bins, step_bin = np.unique(bins, return_inverse=True)
@@ -223,17 +220,14 @@ class Telemetry:
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
         of each. Canonical, so statistics do not depend on how the engine batched its records."""
-        def arr(a):
-            return np.frombuffer(a, dtype=np.int64)
-
         n = len(self.coh_itl_vals)  # the cohort's step durations (long): shared by the classes
         if self._coh_distinct is None or self._coh_distinct[0] != n:
-            self._coh_distinct = (n, *np.unique(arr(self.coh_itl_vals), return_inverse=True))
+            self._coh_distinct = (n, *np.unique(_int64(self.coh_itl_vals), return_inverse=True))
         _, coh_vals, coh_of_step = self._coh_distinct
-        coh_wts = np.bincount(coh_of_step, weights=arr(self.coh_itl_wts[cls_idx]), minlength=len(coh_vals))
-        scalars = arr(self.itl_scalars[cls_idx])
-        vals = np.concatenate([scalars, arr(self.itl_step_vals[cls_idx]), coh_vals])
-        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64), arr(self.itl_step_wts[cls_idx]),
+        coh_wts = np.bincount(coh_of_step, weights=_int64(self.coh_itl_wts[cls_idx]), minlength=len(coh_vals))
+        scalars = _int64(self.itl_scalars[cls_idx])
+        vals = np.concatenate([scalars, _int64(self.itl_step_vals[cls_idx]), coh_vals])
+        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64), _int64(self.itl_step_wts[cls_idx]),
                               coh_wts.astype(np.int64)])
         keep = wts > 0
         uniq, inverse = np.unique(vals[keep], return_inverse=True)
@@ -256,6 +250,11 @@ class Telemetry:
         self._flush_rows()
         return {k: (np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
                     if isinstance(v, array) else v) for k, v in self.cols.items()}
+
+
+def _int64(a: array) -> np.ndarray:
+    """A typed array of ints ("q") as a numpy view, no copy."""
+    return np.frombuffer(a, dtype=np.int64)
 
 
 def _add_counts(mine: dict, theirs: dict) -> None:
