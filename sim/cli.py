@@ -50,16 +50,17 @@ def _toml_str(s: str) -> str:
 @click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
 @click.option("--trace-iterations", is_flag=True, help="also write iterations.parquet (one row per request per iteration)")
-@click.option("--no-plots", is_flag=True, help="do not draw figures")
-@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@click.option("--plots/--no-plots", default=False,
+              help="also draw the run's figures (PNG and SVG) into OUT/figures; off by default, as drawing "
+                   "them takes longer than the run (later: priosim plot OUT)")
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
-def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress, lenient):
+def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, lenient):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = _load(scenario, sets, policy, seed)
-    if progress is None:
-        progress = sys.stderr.isatty()
     try:
         if sc.cluster:  # several replicas behind a router (issue 12)
             from sim.cluster import simulate_cluster
@@ -85,13 +86,10 @@ def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress,
                f"thrash_ratio={run_info['thrash_ratio']:.3f}")
     if sc.cluster:
         _echo_cluster(res)
-    if not no_plots:
-        try:
-            from sim.plots import plot_run
-        except ImportError:
-            plot_run = None
-        if plot_run is not None:
-            plot_run(path)
+    if plots:
+        from sim.plots import plot_run
+
+        click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
     click.echo(f"results: {path}")
 
 
@@ -198,7 +196,8 @@ def _csv(text: str | None, kind, what: str) -> list | None:
 @click.option("--address", help="Ray cluster address (default: start a local Ray)")
 @click.option("--trace-iterations", is_flag=True, help="each run also writes iterations.parquet")
 @click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
-@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backend, address, trace_iterations,
           no_plots, progress):
     """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
@@ -241,8 +240,6 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"sweep-{sc.name}-{stamp}"
-    if progress is None:
-        progress = sys.stderr.isatty()
     click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}) "
                f"-> {out}  [{backend}]")
     try:
@@ -316,7 +313,7 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs):
     except ImportError as exc:  # torch is the `calibrate` extra
         _fail(f"calibrate needs torch: pip install -e '.[calibrate]' ({exc})")
     try:
-        doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=sys.stderr.isatty(),
+        doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
     except (KeyError, ValueError) as exc:
         _fail(str(exc.args[0] if exc.args else exc))
@@ -349,7 +346,7 @@ def validate(profile, scenario, n, repeats, out):
         trace.insert(0, "request_id", range(len(trace)))
         engine = {"token_budget": sc.engine.max_batched_tokens, "max_num_seqs": sc.engine.max_num_seqs,
                   "chunked_prefill": sc.engine.chunked_prefill}
-    report = run_validation(profile, out, trace=trace, n=n, repeats=repeats, engine_params=engine)
+    report = run_validation(profile, out, trace=trace, n=n, repeats=repeats, engine_params=engine, progress=None)
     click.echo(f"{'class':12s} {'metric':12s} {'real':>10s} {'sim':>10s} {'rel_error':>10s}")
     for m in report["metrics"]:
         click.echo(f"{m['class']:12s} {m['metric']:12s} {m['real']:10.4g} {m['sim']:10.4g} {m['rel_error']:+10.1%}")
@@ -446,7 +443,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                              workers=workers, log=click.echo)
+                              workers=workers, log=click.echo, progress=None)
     except (RuntimeError, ScenarioError) as exc:
         _fail(str(exc))
     if out is None:
