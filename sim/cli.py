@@ -234,21 +234,31 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     base = sc.to_dict()
     try:
         specs = expand_grid(base, axes)
-        for s in specs:  # bad input fails here, before any run starts
-            scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+        # bad input fails here, before any run starts
+        scs = [scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+               for s in specs]
+        repeats = 0
+        if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
+            from sim.seeds import drop_seed_repeats
+            specs, repeats = drop_seed_repeats(specs, scs)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
+    if repeats:
+        click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
+                   f"(no random workload, policy, speculation or router), so each runs once, "
+                   f"with seed {axes['seed'][0]}")
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"sweep-{sc.name}-{stamp}"
     if progress is None:
         progress = sys.stderr.isatty()
-    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}) "
-               f"-> {out}  [{backend}]")
+    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
+               f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
         rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
                         address=address, progress=progress, trace_iterations=trace_iterations,
-                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets)})
+                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
+                              "seed_repeats_not_run": repeats})
     except (RuntimeError, ValueError) as exc:
         _fail(str(exc))
     import pandas as pd
