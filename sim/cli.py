@@ -61,7 +61,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress,
     if progress is None:
         progress = sys.stderr.isatty()
     try:
-        if sc.cluster:  # several replicas behind a router (issue 12)
+        if sc.cluster:  # several replicas behind a router
             from sim.cluster import simulate_cluster
             res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
         else:
@@ -169,7 +169,7 @@ def workload(scenario, sets, seed, out, lenient):
         click.echo(f"wrote {out}")
 
 
-# ---- sweeps, plots, comparison (issue 9) ------------------------------------------------------
+# ---- sweeps, plots, comparison ----------------------------------------------------------------
 def _csv(text: str | None, kind, what: str) -> list | None:
     if text is None:
         return None
@@ -305,7 +305,7 @@ def compare(run_a, run_b, metrics, csv_out):
 
     try:
         df = compare_runs(run_a, run_b, list(metrics) or None)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     click.echo(format_comparison(df, run_a, run_b), nl=False)
     if csv_out:
@@ -382,7 +382,7 @@ def native(action):
     click.echo(nat.describe())
 
 
-# ---- clusters and capacity planning (issue 12) --------------------------------------------------
+# ---- clusters and capacity planning --------------------------------------------------------------
 def _echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""
     lay = res.summary_dict["cluster"]
