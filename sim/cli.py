@@ -45,7 +45,7 @@ def _toml_str(s: str) -> str:
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--policy", help="policy name or pkg.mod:Class (overrides [policy] name)")
+@click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. engine.max_num_seqs=64")
 @click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
@@ -184,7 +184,7 @@ def _csv(text: str | None, kind, what: str) -> list | None:
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--policies", help="comma-separated policy names or pkg.mod:Class (default: the scenario's policy)")
+@click.option("--policies", help="comma-separated policy names, module:Class or file.py:Class (default: the scenario's policy)")
 @click.option("--loads", help="comma-separated arrival-rate multipliers, e.g. 0.5,0.7,0.9,1.1 (traces: time "
                               "compression; default 1)")
 @click.option("--seeds", default="1", show_default=True,
