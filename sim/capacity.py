@@ -1,4 +1,4 @@
-"""Capacity planning (issue 12): the fewest replicas each cluster design needs to meet the SLOs.
+"""Capacity planning: the fewest replicas each cluster design needs to meet the SLOs.
 
 A *design* turns a replica-count vector into a ``[cluster]`` table:
 

@@ -45,7 +45,7 @@ def _toml_str(s: str) -> str:
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--policy", help="policy name or pkg.mod:Class (overrides [policy] name)")
+@click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. engine.max_num_seqs=64")
 @click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
@@ -62,7 +62,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
 
     sc = _load(scenario, sets, policy, seed)
     try:
-        if sc.cluster:  # several replicas behind a router (issue 12)
+        if sc.cluster:  # several replicas behind a router
             from sim.cluster import simulate_cluster
             res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
         else:
@@ -167,7 +167,7 @@ def workload(scenario, sets, seed, out, lenient):
         click.echo(f"wrote {out}")
 
 
-# ---- sweeps, plots, comparison (issue 9) ------------------------------------------------------
+# ---- sweeps, plots, comparison ----------------------------------------------------------------
 def _csv(text: str | None, kind, what: str) -> list | None:
     if text is None:
         return None
@@ -182,7 +182,7 @@ def _csv(text: str | None, kind, what: str) -> list | None:
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--policies", help="comma-separated policy names or pkg.mod:Class (default: the scenario's policy)")
+@click.option("--policies", help="comma-separated policy names, module:Class or file.py:Class (default: the scenario's policy)")
 @click.option("--loads", help="comma-separated arrival-rate multipliers, e.g. 0.5,0.7,0.9,1.1 (traces: time "
                               "compression; default 1)")
 @click.option("--seeds", default="1", show_default=True,
@@ -233,19 +233,29 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     base = sc.to_dict()
     try:
         specs = expand_grid(base, axes)
-        for s in specs:  # bad input fails here, before any run starts
-            scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+        # bad input fails here, before any run starts
+        scs = [scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+               for s in specs]
+        repeats = 0
+        if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
+            from sim.seeds import drop_seed_repeats
+            specs, repeats = drop_seed_repeats(specs, scs)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
+    if repeats:
+        click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
+                   f"(no random workload, policy, speculation or router), so each runs once, "
+                   f"with seed {axes['seed'][0]}")
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"sweep-{sc.name}-{stamp}"
-    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}) "
-               f"-> {out}  [{backend}]")
+    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
+               f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
         rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
                         address=address, progress=progress, trace_iterations=trace_iterations,
-                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets)})
+                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
+                              "seed_repeats_not_run": repeats})
     except (RuntimeError, ValueError) as exc:
         _fail(str(exc))
     import pandas as pd
@@ -292,7 +302,7 @@ def compare(run_a, run_b, metrics, csv_out):
 
     try:
         df = compare_runs(run_a, run_b, list(metrics) or None)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     click.echo(format_comparison(df, run_a, run_b), nl=False)
     if csv_out:
@@ -369,7 +379,7 @@ def native(action):
     click.echo(nat.describe())
 
 
-# ---- clusters and capacity planning (issue 12) --------------------------------------------------
+# ---- clusters and capacity planning --------------------------------------------------------------
 def _echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""
     lay = res.summary_dict["cluster"]

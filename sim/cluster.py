@@ -1,4 +1,4 @@
-"""A cluster of replicas behind a router, sharing one SimPy clock (issue 12).
+"""A cluster of replicas behind a router, sharing one SimPy clock.
 
 ``simulate_cluster(scenario)`` runs the scenario's ``[cluster]``: N replicas (or several replica
 groups with their own engine settings, policy and served classes), each an ordinary

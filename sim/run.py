@@ -64,7 +64,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: lis
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
         policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy" + seed_tag))
-    if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy (issue 6)
+    if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy
         from sim.admission import make_fair_policy
         policy = make_fair_policy(sc, policy)
     if gate is None and (sc.admission or sc.tenants or sc.fairness):
@@ -197,6 +197,6 @@ def _spec_report(engine: Engine) -> dict | None:
 
 
 def _make_gate(sc: Scenario, costs):
-    """The admission gate / fairness accountant (issue 6) when the scenario configures one."""
+    """The admission gate / fairness accountant when the scenario configures one."""
     from sim.admission import make_gate
     return make_gate(sc, costs)

@@ -61,8 +61,8 @@ def test_cached_prefill_chunk_and_decode_match_a_full_forward():
 
 
 def test_logits_match_transformers_llama_when_installed():
-    """Optional: the same random weights in transformers' LlamaForCausalLM give the same logits
-    (skipped when transformers is not installed)."""
+    """The same random weights in transformers' LlamaForCausalLM give the same logits
+    (transformers is in the dev extra; skipped only outside it)."""
     transformers = pytest.importorskip("transformers")
     from calibrate.model import Decoder
     s = get_shape("tiny")

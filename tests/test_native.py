@@ -29,17 +29,14 @@ RUN_ALL = r'''
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
-from sim import ScenarioError, load_scenario, scenario_from_dict, simulate, native
+from sim import load_scenario, scenario_from_dict, simulate, native
 from sim.cluster import simulate_cluster
 from core_scenario import scenario
 assert Path(native.__file__).resolve().parents[1] == Path.cwd().resolve(), native.__file__  # the copy's sim
 out = Path(sys.argv[1])
 cases = {}
 for p in sorted(Path("workloads/scenarios").glob("*.toml")):
-    try:
-        cases[p.stem] = load_scenario(str(p), overrides=["horizon_s=60.0"])
-    except ScenarioError:  # a scenario whose trace lives in ../shared/data, where that is absent
-        pass
+    cases[p.stem] = load_scenario(str(p), overrides=["horizon_s=60.0"])  # traces: the copy's bundled data
 cases["cluster"] = load_scenario("diurnal_two_class", overrides=["horizon_s=60.0", "cluster={replicas=3}"])
 for mode in ("recompute", "swap", "auto", "off"):
     d = scenario(1500, load=0.9)
@@ -66,8 +63,6 @@ def _can_build() -> bool:
 @pytest.mark.skipif(not _can_build(), reason="needs mypyc (pip install -e .[native]) and a C compiler")
 def test_compiled_build_gives_identical_results(tmp_path):
     proj = tmp_path / "proj"
-    if (ROOT.parent / "shared").exists():  # scenarios read traces from ../shared/data
-        (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     skip = shutil.ignore_patterns("*.so", "native_build.json", "__pycache__", "build", ".hypothesis")
     for d in ("sim", "policies", "workloads", "calibrate", "tests", "benchmarks"):
         shutil.copytree(ROOT / d, proj / d, ignore=skip)
@@ -89,7 +84,7 @@ def test_compiled_build_gives_identical_results(tmp_path):
         assert (out / "build.txt").read_text() == build
         outs[build] = out
     names = sorted(p.name for p in outs["python"].iterdir() if p.name != "build.txt")
-    assert len(names) >= 3 * 10
+    assert len(names) == 3 * (len(list((ROOT / "workloads" / "scenarios").glob("*.toml"))) + 5)
     for name in names:
         a, b = outs["mypyc"] / name, outs["python"] / name
         if name.endswith(".parquet"):
