@@ -134,6 +134,8 @@ class Scenario(BaseModel):
     admission: dict = Field(default_factory=dict)
     fairness: dict = Field(default_factory=dict)
     cluster: dict = Field(default_factory=dict)
+    # what `priosim tune` searches (docs/tune.md); not part of a run, so not in scenario.json
+    tune: dict = Field(default_factory=dict, exclude=True)
     # where the scenario came from (for relative paths and messages); not part of the schema
     source: str = Field("<inline>", exclude=True)
     base_dir: str = Field(".", exclude=True)
