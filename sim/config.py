@@ -80,6 +80,10 @@ class EngineConfig(BaseModel):
                               "(vLLM V0), strict (strictly more urgent class), threshold (SGLang), "
                               "policy (any request the policy ranks strictly below it: FastServe-style)")
     preempt_threshold: int = Field(0, ge=0, description="priority gap that must be exceeded in 'threshold' mode")
+    victim: Literal["rank", "prefix_aware"] = Field(
+        "rank", description="which running request a preemption takes: rank (the lowest-ranked, vLLM) or "
+                            "prefix_aware (among those the rank rules allow, the cheapest: its own recompute or "
+                            "swap plus the re-prefill it would push onto waiting requests reusing its prefix)")
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
     chunked_prefill: bool = Field(True, description="split long prompts across steps")
     fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
