@@ -106,6 +106,7 @@ class ClassConfig(BaseModel):
     ttft_slo_s: float | None = Field(None, gt=0, description="time-to-first-token SLO, s")
     tpot_slo_s: float | None = Field(None, gt=0, description="time-per-output-token SLO, s")
     reserved_blocks: int = Field(0, ge=0, description="KV blocks only this or a more urgent class may use")
+    speculate: bool = Field(True, description="this class's decoders draft tokens when engine.speculative is on")
     max_prefill_tokens_per_step: int = Field(
         0, ge=0, description="cap on this class's prompt (and re-prefill) tokens in one step, 0: none; "
                              "keeps e.g. batch prefill from stretching other classes' decode steps (without chunked "

@@ -132,6 +132,7 @@ class Engine:
         self.oracle = bool(getattr(policy, "oracle", False))
         spec = cfg.speculative
         self.spec_k = spec.k if spec is not None else 0
+        self._spec_cls = [bool(getattr(c, "speculate", True)) for c in classes]  # classes that draft
         self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         self.draft_costs = None
@@ -351,7 +352,7 @@ class Engine:
                 if budget < 1:
                     continue
                 # with speculation a decoder verifies k drafts + 1 token (when the budget allows)
-                n = 1 + self.spec_k if budget > self.spec_k else 1
+                n = 1 + self.spec_k if budget > self.spec_k and self._spec_cls[req.cls_idx] else 1
             else:
                 n = self._chunk(req, budget)
                 if n == 0:
@@ -422,20 +423,22 @@ class Engine:
 
     def victim_cost_ns(self, v: Request, reuse: set) -> int:
         """Engine time a preemption of ``v`` is expected to cost, ns: its own (swap out and in of
-        its computed blocks, or the re-prefill of its computed tokens beyond the cached groups it
-        holds, which stay cached) plus the re-prefill pushed onto others: the groups only ``v``
-        holds (they become evictable when it lets go) that a waiting request in ``reuse`` is about
-        to use, priced as one re-prefill at the current batch."""
+        its computed blocks, or the re-prefill of its computed tokens except the cached groups
+        another running request also holds: those stay pinned; the groups only ``v`` holds become
+        evictable, and a pool short of blocks evicts them) plus the re-prefill pushed onto others:
+        the groups only ``v`` holds that a waiting request in ``reuse`` is about to use, priced as
+        one re-prefill at the current batch."""
         cache = self.pool.cache
         d = len(self.running)
+        sole = [h for h in v.shared if cache.refs[h] == 1] if cache is not None else []
         if self._choose_mode(v) == "swap":
             own = self.swap_cost_ns(self.pool.blocks_for(v.computed))
         else:
-            held = len(v.shared) * cache.group_tokens if cache is not None else 0
-            own = self.recompute_cost_ns(max(0, v.computed - held), d)
+            pinned = (len(v.shared) - len(sole)) * cache.group_tokens if cache is not None else 0
+            own = self.recompute_cost_ns(max(0, v.computed - pinned), d)
         if cache is None or not reuse:
             return own
-        pushed = sum(cache.group_tokens for h in v.shared if cache.refs[h] == 1 and h in reuse)
+        pushed = sum(cache.group_tokens for h in sole if h in reuse)
         return own + (self.recompute_cost_ns(pushed, d) if pushed else 0)
 
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
