@@ -69,14 +69,14 @@ def _req(eng, rid, cls_idx, prompt, computed, shared=(), hash_ids=None, admit=0)
 
 def _setup(victim: str, waiter: bool):
     """Running, most urgent first: R (hi, holds group 20), then the lo requests by admission:
-    V1 (120 tokens computed, sole holder of group 10), V3 (150 tokens, shares group 20 with R),
+    V1 (100 tokens computed, sole holder of group 10), V3 (150 tokens, shares group 20 with R),
     V2 (200 tokens, no cached group; newest, so the lowest-ranked).
 
     Prefill costs 1e-5 s a token (10,000 ns), nothing else depends on the chunk, so preempting
     (recompute) costs 10,000 ns per token to re-prefill:
-      V1: own (120 - 32 cached) = 88 tokens -> 880,000 ns; if waiter W is about to reuse group 10,
-          which V1 alone holds, + 32 tokens pushed onto W -> 1,200,000 ns;
-      V3: own 150 - 32 = 118 -> 1,180,000 ns (group 20 stays pinned by R: nothing pushed);
+      V1: own 100 tokens (group 10 becomes evictable: counted) -> 1,000,000 ns; if waiter W is
+          about to reuse group 10, + 32 tokens pushed onto W -> 1,320,000 ns;
+      V3: own 150 - 32 (group 20 stays pinned by R) = 118 -> 1,180,000 ns, nothing pushed;
       V2: own 200 -> 2,000,000 ns."""
     eng = _engine(victim)
     cache = eng.pool.cache
@@ -84,7 +84,7 @@ def _setup(victim: str, waiter: bool):
         cache.publish(h)
     cache.acquire((20,), 1)
     R = _req(eng, 0, 0, 100, 64, shared=(20,), admit=1)
-    V1 = _req(eng, 1, 1, 130, 120, shared=(10,), admit=2)
+    V1 = _req(eng, 1, 1, 110, 100, shared=(10,), admit=2)
     V3 = _req(eng, 3, 1, 160, 150, shared=(20,), admit=3)
     V2 = _req(eng, 2, 1, 210, 200, admit=4)
     if waiter:
@@ -99,7 +99,7 @@ def test_victim_costs_by_hand(waiter):
     reuse = eng._about_to_reuse(None)
     assert reuse == ({10, 11} if waiter else set())
     cost = {v.request_id: eng.victim_cost_ns(v, reuse) for v in (V1, V2, V3)}
-    want = {1: 1_200_000 if waiter else 880_000, 3: 1_180_000, 2: 2_000_000}
+    want = {1: 1_320_000 if waiter else 1_000_000, 3: 1_180_000, 2: 2_000_000}
     assert cost == pytest.approx(want, abs=2)
 
 
