@@ -717,13 +717,15 @@ def plot_front(spec: TuneSpec, df: pd.DataFrame, front: pd.DataFrame, default: d
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     feas = ok[ok["feasible"]]
     inf = ok[~ok["feasible"]]
-    ax.scatter(feas[xcol], feas[ycol], s=22, color="tab:blue", label="trial (meets SLOs)")
+    ax.scatter(feas[xcol], feas[ycol], s=22, color="tab:blue", label="trial (meets SLOs)" if spec.slos else "trial")
     if len(inf):
         ax.scatter(inf[xcol], inf[ycol], s=22, facecolors="none", edgecolors="tab:gray",
                    label="trial (violates SLOs)")
     if len(front) > 1 and xcol != "trial":
         f = front.sort_values(xcol)
         ax.plot(f[xcol], f[ycol], "-", color="tab:orange", lw=1.2, label="front")
+    if default is not None and dx is None:  # an optimisation history: the defaults as a line
+        ax.axhline(default["objectives"][ycol]["mean"], color="tab:red", ls="--", lw=1.2, label="scenario defaults")
     if default is not None and dx is not None:
         ax.scatter([dx], [default["objectives"][ycol]["mean"]], marker="*", s=160, color="tab:red",
                    label="scenario defaults", zorder=5)
