@@ -31,6 +31,7 @@ def measure(kv_list, horizon, sets):
             ov = [*sets, f"horizon_s={horizon}", f"engine.kv_blocks={kv}", f"engine.victim=\"{victim}\""]
             res = simulate(load_scenario("mooncake_prefix", overrides=ov))
             c = res.summary_dict["classes"]["chat"]
+            by_pre = [r for r in res.summary_dict["run"]["prefix_attribution"] if r["cause"] == "preemption"]
             rows.append({"kv_blocks": kv, "victim": victim, "ttft_p50_s": c["ttft_p50_s"],
                          "ttft_p99_s": c["ttft_p99_s"], "hit_rate": c["prefix_hit_rate"],
                          "preemptions": c["preemptions"],
@@ -38,7 +39,9 @@ def measure(kv_list, horizon, sets):
                          "ev_pressure": c["prefix_evictions_by_pressure"],
                          "own_tokens": c["refill_own_tokens"], "pushed_tokens": c["refill_pushed_tokens"],
                          "pushed_s": c["refill_pushed_s"], "recompute_s": c["recompute_s"],
-                         "tokens_per_s": c["output_tokens_per_s"]})
+                         "tokens_per_s": c["output_tokens_per_s"],
+                         "pre_own": sum(r["own_refill_tokens"] for r in by_pre),
+                         "pre_pushed": sum(r["pushed_refill_tokens"] for r in by_pre)})
     return rows
 
 
@@ -48,13 +51,14 @@ def main():
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
     kv_list = [10000, 20000, 40000] if not quick else [20000]
     rows = measure(kv_list, 120.0 if quick else 300.0, sets)
-    print("| KV blocks | victim | prefix hit rate | preemptions | evictions: by preemption / by pressure "
-          "| re-prefill own (tokens) | pushed onto others (tokens, s) | victims' recompute (s) | TTFT p99 (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| KV blocks | victim | hit rate | preemptions | prefix evictions: by preemption / by pressure "
+          "| re-prefill from preemption evictions: victim's own / pushed onto others (tokens) "
+          "| re-prefill pushed onto others, all evictions | TTFT p99 (s) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['kv_blocks']} | {r['victim']} | {r['hit_rate']:.1%} | {r['preemptions']} | "
-              f"{r['ev_preempt']} / {r['ev_pressure']} | {r['own_tokens']} | {r['pushed_tokens']} "
-              f"({r['pushed_s']:.1f} s) | {r['recompute_s']:.2f} | {r['ttft_p99_s']:.1f} |")
+              f"{r['ev_preempt']} / {r['ev_pressure']} | {r['pre_own']} / {r['pre_pushed']} | "
+              f"{r['pushed_tokens'] / 1e6:.2f} M tokens ({r['pushed_s']:.1f} s) | {r['ttft_p99_s']:.1f} |")
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     x = np.arange(len(kv_list))
     w = 0.38
@@ -63,13 +67,13 @@ def main():
         off = (j - 0.5) * w
         axes[0].bar(x + off, [r["ev_preempt"] for r in rs], w, label=f"{victim}: by preemption",
                     color=("tab:red", "tab:green")[j])
-        axes[1].bar(x + off, [r["own_tokens"] / 1e3 for r in rs], w, label=f"{victim}: the victim's own",
+        axes[1].bar(x + off, [r["pre_own"] / 1e3 for r in rs], w, label=f"{victim}: the victim's own",
                     color=("tab:red", "tab:green")[j])
-        axes[1].bar(x + off, [r["pushed_tokens"] / 1e3 for r in rs], w, bottom=[r["own_tokens"] / 1e3 for r in rs],
+        axes[1].bar(x + off, [r["pre_pushed"] / 1e3 for r in rs], w, bottom=[r["pre_own"] / 1e3 for r in rs],
                     label=f"{victim}: pushed onto others", color=("salmon", "lightgreen")[j])
         axes[2].bar(x + off, [r["ttft_p99_s"] for r in rs], w, label=victim, color=("tab:red", "tab:green")[j])
     for ax, title in zip(axes, ("prefix evictions caused by preemptions",
-                                "re-prefill of evicted prefixes (k tokens)", "TTFT p99 (s)")):
+                                "re-prefill charged to them (k tokens)", "TTFT p99 (s)")):
         ax.set_xticks(x, [f"{kv} blocks" for kv in kv_list])
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
