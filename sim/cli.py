@@ -300,6 +300,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except ImportError:
         _fail("tune needs Optuna: pip install -e '.[tune]'")
     from sim import tune as tn
+    from sim.tune_report import side_by_side, write_report
 
     sc = _load(scenario, sets, None, None)
     try:
@@ -332,8 +333,8 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
                           resume=resume, seed=sampler_seed, log=click.echo)
     except tn.TuneError as exc:
         _fail(str(exc))
-    info = tn.write_report(spec, out, plots=not no_plots)
-    click.echo(tn.side_by_side(spec, info))
+    info = write_report(spec, out, plots=not no_plots)
+    click.echo(side_by_side(spec, info))
     for name, n in info["noise"].items():
         if n["median_std"] is not None:
             rel = f" ({n['median_rel_std']:.1%} of the mean)" if n["median_rel_std"] is not None else ""
