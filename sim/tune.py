@@ -415,6 +415,24 @@ def measure(spec: TuneSpec, run_dirs: list[Path]) -> dict:
     return out
 
 
+def _start_ray(address: str | None) -> bool:
+    """Start (or join) Ray once for the whole tune, not once per batch of trials; True when this
+    call started it (and must shut it down)."""
+    import os
+
+    try:
+        import ray
+    except ImportError:
+        raise TuneError("--backend ray needs Ray: pip install 'priosim[distributed]'") from None
+    if ray.is_initialized():
+        return False
+    from sim.sweep import ray_runtime_env
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address=address, runtime_env=ray_runtime_env(), include_dashboard=False, log_to_driver=False)
+    return True
+
+
 def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int = 1, backend: str = "local",
              address: str | None = None, resume: bool = False, seed: int = 0, log=print) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
@@ -439,6 +457,7 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
     baseline = specs_for("default", {})
     done = len(evaluated(study))
     first = True
+    ray_started = _start_ray(address) if backend == "ray" and done < trials else False
     try:
         while done < trials:
             batch = [study.ask(dists) for _ in range(min(max(1, workers), trials - done))]
@@ -483,6 +502,10 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
             done = len(evaluated(study))
     except KeyboardInterrupt:
         rep.interrupted = True
+    finally:
+        if ray_started:
+            import ray
+            ray.shutdown()
     rep.trials = len(evaluated(study))
     return rep
 
