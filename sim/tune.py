@@ -44,6 +44,9 @@ VIOLATION = 1e6  # constraint value of an SLO whose metric is missing (no reques
 SLO_KEYS = {"ttft": "ttft_p99_s", "tpot": "tpot_p99_s", "done_by": None}
 CLASS_EXTRA = ("itl_p50_s", "itl_p99_s", "itl_std_s", "evicted_miss_prefill_s", "swap_s", "recompute_s",
                "slo_attainment", "goodput_rps")
+# per class and overall, kept for every trial (mean over the seeds) besides its objectives
+SHOWN = ("ttft_p99_s", "tpot_p99_s", "output_tokens_per_s", "goodput_rps", "slo_attainment", "preemptions",
+         "rejected")
 RUN_METRICS = ("thrash_ratio", "thrash_s", "busy_s", "idle_with_work_s", "end_s", "prefix_evictions")
 
 
@@ -392,12 +395,18 @@ def _read_run(run_dir: Path, need_requests: bool) -> tuple[dict, pd.DataFrame | 
 
 def measure(spec: TuneSpec, run_dirs: list[Path]) -> dict:
     """Objectives (mean and std over the seeds, and per seed), SLO values (worst over the
-    seeds) and constraint values of one configuration."""
+    seeds), constraint values, and the :data:`SHOWN` metrics (mean) of one configuration."""
     need_req = any(s.key == "done_by" for s in spec.slos)
     per_obj: dict[str, list] = {o.name: [] for o in spec.objectives}
     worst: dict[str, float | None] = {}
+    shown: dict[str, list] = {}
     for d in run_dirs:
         summ, req = _read_run(d, need_req)
+        for group, m in [*summ["classes"].items(), ("overall", summ["overall"])]:
+            for k in SHOWN:
+                if m.get(k) is not None:
+                    shown.setdefault(f"{group}.{k}", []).append(float(m[k]))
+        shown.setdefault("thrash_ratio", []).append(float(summ["run"].get("thrash_ratio") or 0.0))
         for o in spec.objectives:
             per_obj[o.name].append(o.read(summ))
         for s in spec.slos:
@@ -405,7 +414,8 @@ def measure(spec: TuneSpec, run_dirs: list[Path]) -> dict:
             prev = worst.get(s.name, -math.inf)
             worst[s.name] = None if v is None or prev is None else max(prev, v)
     out: dict = {"objectives": {}, "slo": worst,
-                 "constraints": [s.violation(worst[s.name]) for s in spec.slos]}
+                 "constraints": [s.violation(worst[s.name]) for s in spec.slos],
+                 "metrics": {k: float(np.mean(v)) for k, v in shown.items()}}
     for name, vals in per_obj.items():
         arr = np.array([np.nan if v is None else v for v in vals], dtype=float)
         out["objectives"][name] = {"mean": float(np.nanmean(arr)) if np.isfinite(arr).any() else None,

@@ -33,6 +33,8 @@ def trials_frame(spec: TuneSpec, study) -> pd.DataFrame:
             row[f"slo:{s.name}"] = (m.get("slo") or {}).get(s.name)
             row[f"slo:{s.name}_limit"] = s.limit
         row["slo_ratio"] = _slo_ratio(spec, m.get("slo") or {}) if spec.slos else None
+        for k, v in (m.get("metrics") or {}).items():
+            row[f"m:{k}"] = v
         row["feasible"] = bool(m.get("feasible")) and t.state.name == "COMPLETE"
         row["error"] = t.user_attrs.get("error")
         rows.append(row)

@@ -122,6 +122,10 @@ def test_cli_writes_a_runnable_best_toml_and_a_tune_table(tmp_path):
     assert "defaults" in r.output and "engine.max_num_seqs" in r.output and "noise:" in r.output
     for f in ("best.toml", "trials.parquet", "pareto.png", "pareto.csv", "importance.json", "tune.json"):
         assert (out / f).is_file(), f
+    import pandas as pd
+    df = pd.read_parquet(out / "trials.parquet")
+    assert {"engine.max_num_seqs", "output_tokens_per_s", "output_tokens_per_s_std", "slo:hi.ttft", "feasible",
+            "m:lo.output_tokens_per_s", "m:hi.ttft_p99_s", "m:thrash_ratio"} <= set(df.columns)
     info = json.loads((out / "tune.json").read_text())
     assert info["trials"] == 3 and info["seeds"] == [3, 4]
     r2 = _cli("run", str(out / "best.toml"), "--out", str(tmp_path / "run"), "--no-plots")
