@@ -362,7 +362,7 @@ class Engine:
                 if new_blocks > 0:
                     if new_blocks > pool.available_for(req.priority):
                         while new_blocks > pool.available_for(req.priority):
-                            victim = self._victim_for(req)
+                            victim = self._victim_for(req, new_blocks - pool.available_for(req.priority))
                             self._preempt(victim, plan, scheduled, now_ns)
                             if victim is req:
                                 break
@@ -394,11 +394,13 @@ class Engine:
         # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
         return max(self.running, key=_rank)
 
-    def _victim_for(self, req: Request) -> Request:
-        """Whom to preempt so that running ``req`` gets a block. ``engine.victim = "rank"``: the
-        lowest-ranked running request (vLLM; may be ``req`` itself). ``"prefix_aware"``: among the
-        running requests of that one's priority class ranked below ``req``, the one that is
-        cheapest to preempt (:meth:`victim_cost_ns`); ties go to the lower rank."""
+    def _victim_for(self, req: Request, short: int) -> Request:
+        """Whom to preempt so that running ``req`` gets the ``short`` blocks it lacks.
+        ``engine.victim = "rank"``: the lowest-ranked running request (vLLM; may be ``req``
+        itself). ``"prefix_aware"``: among the running requests of that one's priority class
+        ranked below ``req``, the cheapest to preempt (:meth:`victim_cost_ns`) of those that free
+        ``short`` blocks; when none does alone, the cheapest per block it frees
+        (:meth:`victim_score`). Ties go to the lower rank."""
         lowest = self._lowest_running()
         if self.cfg.victim == "rank" or lowest is req:
             return lowest
@@ -408,7 +410,11 @@ class Engine:
         if len(cands) < 2:
             return lowest
         reuse = self._about_to_reuse(None)
-        return min(cands, key=lambda r: self.victim_cost_ns(r, reuse))
+        # a victim that frees too little is followed by another preemption
+        enough = [r for r in cands if self.frees_blocks(r) >= short]
+        if enough:
+            return min(enough, key=lambda r: self.victim_cost_ns(r, reuse))
+        return min(cands, key=lambda r: self.victim_score(r, reuse))
 
     def _about_to_reuse(self, exclude: Request | None) -> set:
         """Prefix groups that the next ``max_num_seqs`` waiting requests (by rank) would reuse."""
@@ -420,6 +426,22 @@ class Engine:
             if w is not exclude and w.hash_ids and w.computed == 0:
                 out.update(w.hash_ids[:cache.full_groups(w.prompt_tokens, w.hash_ids)])
         return out
+
+    def victim_score(self, v: Request, reuse: set) -> float:
+        """A preemption's cost per KV block it makes available, ns per block: its own blocks
+        plus the cached groups only it holds (they become evictable). A victim whose tokens sit
+        in groups other running requests pin frees little, and more preemptions would follow."""
+        freed = self.frees_blocks(v)
+        return self.victim_cost_ns(v, reuse) / freed if freed > 0 else math.inf
+
+    def frees_blocks(self, v: Request) -> int:
+        """Blocks preempting ``v`` makes available: its own, plus the cached groups only it holds
+        (they become evictable, which admission counts as available)."""
+        cache = self.pool.cache
+        freed = v.blocks
+        if cache is not None:
+            freed += cache.group_blocks * sum(1 for h in v.shared if cache.refs[h] == 1)
+        return freed
 
     def victim_cost_ns(self, v: Request, reuse: set) -> int:
         """Engine time a preemption of ``v`` is expected to cost, ns: its own (swap out and in of
@@ -592,10 +614,10 @@ class Engine:
         ok = [r for r in ok if r.key > w.key]
         ok.sort(key=_rank, reverse=True)
         if self.cfg.victim == "prefix_aware" and len(ok) > 1:
-            # least urgent class first, as before; within a class the cheapest preemption first
-            # (stable sort: ties keep the rank order)
+            # least urgent class first, as before; within a class the cheapest preemption per
+            # block freed first (stable sort: ties keep the rank order)
             reuse = self._about_to_reuse(w)
-            cost = {r.request_id: self.victim_cost_ns(r, reuse) for r in ok}
+            cost = {r.request_id: self.victim_score(r, reuse) for r in ok}
             ok.sort(key=lambda r: (-r.priority, cost[r.request_id]))
         return ok
 

@@ -53,11 +53,12 @@ def _engine(victim: str):
     return eng
 
 
-def _req(eng, rid, cls_idx, prompt, computed, shared=(), hash_ids=None, admit=0):
+def _req(eng, rid, cls_idx, prompt, computed, shared=(), hash_ids=None, admit=0, blocks=0):
     name = ("hi", "lo")[cls_idx]
     # arrival order = admission order (waiters last), so rank order is admission order
     r = Request(rid, admit or 100, name, name, cls_idx, cls_idx, prompt, 50, 100, hash_ids=hash_ids)
     r.computed = computed
+    r.blocks = blocks
     r.shared = tuple(shared)
     r.key = eng._key(r, 0.0)
     r.admit_seq = admit
@@ -77,16 +78,18 @@ def _setup(victim: str, waiter: bool):
       V1: own 100 tokens (group 10 becomes evictable: counted) -> 1,000,000 ns; if waiter W is
           about to reuse group 10, + 32 tokens pushed onto W -> 1,320,000 ns;
       V3: own 150 - 32 (group 20 stays pinned by R) = 118 -> 1,180,000 ns, nothing pushed;
-      V2: own 200 -> 2,000,000 ns."""
+      V2: own 200 -> 2,000,000 ns.
+    Blocks of 16 tokens, a group is 2 blocks; each holds its uncached tokens' blocks: V1 5 (+ its
+    sole group's 2 become evictable: frees 7), V3 8 (frees 8), V2 13 (frees 13)."""
     eng = _engine(victim)
     cache = eng.pool.cache
     for h in (10, 20):
         cache.publish(h)
     cache.acquire((20,), 1)
     R = _req(eng, 0, 0, 100, 64, shared=(20,), admit=1)
-    V1 = _req(eng, 1, 1, 110, 100, shared=(10,), admit=2)
-    V3 = _req(eng, 3, 1, 160, 150, shared=(20,), admit=3)
-    V2 = _req(eng, 2, 1, 210, 200, admit=4)
+    V1 = _req(eng, 1, 1, 110, 100, shared=(10,), admit=2, blocks=5)
+    V3 = _req(eng, 3, 1, 160, 150, shared=(20,), admit=3, blocks=8)
+    V2 = _req(eng, 2, 1, 210, 200, admit=4, blocks=13)
     if waiter:
         W = _req(eng, 9, 1, 100, 0, hash_ids=(10, 11))
         eng.push_waiting(W, 0)
@@ -103,29 +106,35 @@ def test_victim_costs_by_hand(waiter):
     assert cost == pytest.approx(want, abs=2)
 
 
-@pytest.mark.parametrize("victim, waiter, expected", [
-    ("rank", False, 2), ("rank", True, 2),  # vLLM: the lowest-ranked (newest) request
-    ("prefix_aware", False, 1),  # V1 is cheapest to re-prefill (most of it stays cached)
-    ("prefix_aware", True, 3),  # ... unless W is about to reuse V1's group: then V3
+@pytest.mark.parametrize("victim, waiter, short, expected", [
+    ("rank", False, 1, 2), ("rank", True, 1, 2),  # vLLM: the lowest-ranked (newest) request
+    ("prefix_aware", False, 1, 1),  # V1 is cheapest to re-prefill
+    ("prefix_aware", True, 1, 3),  # ... unless W is about to reuse V1's group: then V3
+    ("prefix_aware", False, 10, 2),  # only V2 frees 10 blocks alone
+    # none frees 20: cheapest per block freed: V1 1.0 ms / 7 < V3 1.18 / 8 < V2 2.0 / 13 ...
+    ("prefix_aware", False, 20, 1),
+    ("prefix_aware", True, 20, 3),  # ... with W waiting V1 costs 1.32 / 7 > V3's 1.18 / 8
 ])
-def test_victim_for_a_running_request(victim, waiter, expected):
+def test_victim_for_a_running_request(victim, waiter, short, expected):
     eng, R, *_ = _setup(victim, waiter)
-    assert eng._victim_for(R).request_id == expected
+    assert eng._victim_for(R, short).request_id == expected
 
 
 def test_victim_never_outranks_the_requester_or_its_class_order():
     """The victim is always ranked below the request that needs the block, and of the
     least-urgent class present: with V1..V3 ranked below V1 only V2 and V3 are candidates."""
     eng, R, V1, V2, V3 = _setup("prefix_aware", False)
-    assert eng._victim_for(V1).request_id == 3  # V3 (1.18 ms) beats V2 (2 ms); V1 is not a candidate
-    assert eng._victim_for(V2) is V2  # the lowest-ranked needs a block: it preempts itself, as vLLM
+    assert eng._victim_for(V1, 1).request_id == 3  # V3 (1.18 ms) beats V2 (2 ms); V1 is not a candidate
+    assert eng._victim_for(V2, 1) is V2  # the lowest-ranked needs a block: it preempts itself, as vLLM
 
 
 def test_waiter_preempts_cheapest_eligible_first():
-    """A waiting hi request may preempt lo requests (strict): prefix_aware orders them by cost."""
+    """A waiting hi request may preempt lo requests (strict), evicting until it fits:
+    prefix_aware orders them by cost per block freed (W waiting): V3 1.18 ms / 8 = 147.5 us,
+    V2 2.0 / 13 = 153.8 us, V1 1.32 / 7 = 188.6 us."""
     eng, R, V1, V2, V3 = _setup("prefix_aware", True)
     W2 = _req(eng, 11, 0, 100, 0, hash_ids=(30,))
-    assert [v.request_id for v in eng._eligible_victims(W2)] == [3, 1, 2]
+    assert [v.request_id for v in eng._eligible_victims(W2)] == [3, 2, 1]
     eng2, *_ = _setup("rank", True)
     W3 = _req(eng2, 11, 0, 100, 0, hash_ids=(30,))
     assert [v.request_id for v in eng2._eligible_victims(W3)] == [2, 3, 1]
