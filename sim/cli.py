@@ -276,6 +276,88 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
 
 
 @main.command()
+@click.argument("scenario")
+@click.option("--space", "space", multiple=True, metavar="KEY=LOW..HIGH[:log]|KEY=a,b,c",
+              help="a searched key (any key --set accepts); repeatable; adds to the scenario's [tune] space")
+@click.option("--slo", "slos", multiple=True, metavar="CLASS:ttft=S,tpot=S[,done_by=S]",
+              help="a constraint: the class's p99 TTFT / TPOT (s), or every request done by S (simulated s)")
+@click.option("--maximize", "maximize", multiple=True, metavar="METRIC[:CLASS]", help="a summary metric to maximise")
+@click.option("--minimize", "minimize", multiple=True, metavar="METRIC[:CLASS]", help="a summary metric to minimise")
+@click.option("--trials", type=int, help="trials in all (a resumed tune counts its finished ones); default 20")
+@click.option("--seeds", type=int, help="seeds per trial: the scenario seed and the next K-1; default 1")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key in every trial")
+@click.option("--out", type=click.Path(file_okay=False), help="tune folder (default results/tune-<name>-<timestamp>/)")
+@click.option("--workers", type=int, default=1, show_default=True, help="trials evaluated at once")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--address", help="Ray cluster address (default: start a local Ray)")
+@click.option("--resume", is_flag=True, help="continue the tune in --out (finished trials are kept)")
+@click.option("--sampler-seed", type=int, default=0, show_default=True, help="the optimiser's random seed")
+@click.option("--no-plots", is_flag=True, help="do not draw pareto.png")
+def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, workers, backend, address, resume,
+         sampler_seed, no_plots):
+    """Search SCENARIO's knobs (Optuna) for the configuration that meets the SLOs and maximises a metric.
+
+    One metric: TPE with the SLOs as constraints; several (--maximize/--minimize): NSGA-II and a
+    Pareto front. Writes DIR/best.toml, trials.parquet, pareto.png, pareto.csv, importance.json,
+    tune.json; prints the best configuration next to the scenario's defaults. Bad input exits 2
+    before any trial. See docs/tune.md."""
+    try:
+        import optuna  # noqa: F401
+        import tomli_w  # noqa: F401
+    except ImportError:
+        _fail("tune needs Optuna: pip install -e '.[tune]'")
+    from sim import tune as tn
+    from sim.tune_report import side_by_side, write_report
+
+    sc = _load(scenario, sets, None, None)
+    try:
+        table = tn.tune_table(sc)
+        names = sc.class_names
+        knobs = [tn.parse_knob(s) for s in [*table["space"], *space]]
+        objs = ([tn.parse_objective(m, names, True) for m in (maximize or ())]
+                + [tn.parse_objective(m, names, False) for m in (minimize or ())])
+        if not objs:
+            objs = ([tn.parse_objective(m, names, True) for m in table["maximize"]]
+                    + [tn.parse_objective(m, names, False) for m in table["minimize"]])
+        slo = [x for s in (slos or table["slo"]) for x in tn.parse_slo(s, names)]
+        trials = trials if trials is not None else int(table.get("trials", 20))
+        k = seeds if seeds is not None else int(table.get("seeds", 1))
+        if trials < 1:
+            raise tn.TuneError(f"--trials: expected >= 1 (got {trials})")
+        if k < 1:
+            raise tn.TuneError(f"--seeds: expected >= 1 (got {k})")
+        spec = tn.TuneSpec(sc.to_dict(), sc.base_dir, sc.source, knobs, objs, slo, [sc.seed + i for i in range(k)])
+        tn.validate(spec)
+    except tn.TuneError as exc:
+        _fail(str(exc))
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"tune-{sc.name}-{stamp}"
+    click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
+               f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    try:
+        rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
+                          resume=resume, seed=sampler_seed, log=click.echo)
+    except tn.TuneError as exc:
+        _fail(str(exc))
+    info = write_report(spec, out, plots=not no_plots)
+    click.echo(side_by_side(spec, info))
+    for name, n in info["noise"].items():
+        if n["median_std"] is not None:
+            rel = f" ({n['median_rel_std']:.1%} of the mean)" if n["median_rel_std"] is not None else ""
+            click.echo(f"noise: {name} std across {k} seeds, median over trials {n['median_std']:.3g}{rel}")
+    for name, imp in info["importance"].items():
+        if "error" not in imp:
+            click.echo(f"importance ({name}): " + ", ".join(f"{a} {v:.2f}" for a, v in imp.items()))
+    click.echo(f"trials: {rep.trials} evaluated ({rep.evaluated_now} now, {rep.simulations_now} simulations), "
+               f"{info['feasible']} meet the SLOs; {info['chosen']}")
+    click.echo(f"results: {out}")
+    if rep.interrupted:
+        click.echo("interrupted: rerun with --resume to finish", err=True)
+        sys.exit(130)
+
+
+@main.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), help="figures folder (default PATH/figures)")
 def plot(path, out):

@@ -80,6 +80,10 @@ class EngineConfig(BaseModel):
                               "(vLLM V0), strict (strictly more urgent class), threshold (SGLang), "
                               "policy (any request the policy ranks strictly below it: FastServe-style)")
     preempt_threshold: int = Field(0, ge=0, description="priority gap that must be exceeded in 'threshold' mode")
+    victim: Literal["rank", "prefix_aware"] = Field(
+        "rank", description="which running request a preemption takes: rank (the lowest-ranked, vLLM) or "
+                            "prefix_aware (among those the rank rules allow, the cheapest: its own recompute or "
+                            "swap plus the re-prefill it would push onto waiting requests reusing its prefix)")
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
     chunked_prefill: bool = Field(True, description="split long prompts across steps")
     fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
@@ -102,6 +106,7 @@ class ClassConfig(BaseModel):
     ttft_slo_s: float | None = Field(None, gt=0, description="time-to-first-token SLO, s")
     tpot_slo_s: float | None = Field(None, gt=0, description="time-per-output-token SLO, s")
     reserved_blocks: int = Field(0, ge=0, description="KV blocks only this or a more urgent class may use")
+    speculate: bool = Field(True, description="this class's decoders draft tokens when engine.speculative is on")
     max_prefill_tokens_per_step: int = Field(
         0, ge=0, description="cap on this class's prompt (and re-prefill) tokens in one step, 0: none; "
                              "keeps e.g. batch prefill from stretching other classes' decode steps (without chunked "
@@ -134,6 +139,8 @@ class Scenario(BaseModel):
     admission: dict = Field(default_factory=dict)
     fairness: dict = Field(default_factory=dict)
     cluster: dict = Field(default_factory=dict)
+    # what `priosim tune` searches (docs/tune.md); not part of a run, so not in scenario.json
+    tune: dict = Field(default_factory=dict, exclude=True)
     # where the scenario came from (for relative paths and messages); not part of the schema
     source: str = Field("<inline>", exclude=True)
     base_dir: str = Field(".", exclude=True)

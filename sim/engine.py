@@ -132,6 +132,7 @@ class Engine:
         self.oracle = bool(getattr(policy, "oracle", False))
         spec = cfg.speculative
         self.spec_k = spec.k if spec is not None else 0
+        self._spec_cls = [bool(getattr(c, "speculate", True)) for c in classes]  # classes that draft
         self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         self.draft_costs = None
@@ -351,7 +352,7 @@ class Engine:
                 if budget < 1:
                     continue
                 # with speculation a decoder verifies k drafts + 1 token (when the budget allows)
-                n = 1 + self.spec_k if budget > self.spec_k else 1
+                n = 1 + self.spec_k if budget > self.spec_k and self._spec_cls[req.cls_idx] else 1
             else:
                 n = self._chunk(req, budget)
                 if n == 0:
@@ -361,7 +362,7 @@ class Engine:
                 if new_blocks > 0:
                     if new_blocks > pool.available_for(req.priority):
                         while new_blocks > pool.available_for(req.priority):
-                            victim = self._lowest_running()
+                            victim = self._victim_for(req, new_blocks - pool.available_for(req.priority))
                             self._preempt(victim, plan, scheduled, now_ns)
                             if victim is req:
                                 break
@@ -392,6 +393,75 @@ class Engine:
     def _lowest_running(self) -> Request:
         # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
         return max(self.running, key=_rank)
+
+    def _victim_for(self, req: Request, short: int) -> Request:
+        """Whom to preempt so that running ``req`` gets the ``short`` blocks it lacks.
+        ``engine.victim = "rank"``: the lowest-ranked running request (vLLM; may be ``req``
+        itself). ``"prefix_aware"``: among the running requests of that one's priority class
+        ranked below ``req``, the cheapest to preempt (:meth:`victim_cost_ns`) of those that free
+        ``short`` blocks; when none does alone, the cheapest per block it frees
+        (:meth:`victim_score`). Ties go to the lower rank."""
+        lowest = self._lowest_running()
+        if self.cfg.victim == "rank" or lowest is req:
+            return lowest
+        rk = _rank(req)
+        cands = sorted((r for r in self.running if r.priority == lowest.priority and _rank(r) > rk),
+                       key=_rank, reverse=True)
+        if len(cands) < 2:
+            return lowest
+        reuse = self._about_to_reuse(None)
+        # a victim that frees too little is followed by another preemption
+        enough = [r for r in cands if self.frees_blocks(r) >= short]
+        if enough:
+            return min(enough, key=lambda r: self.victim_cost_ns(r, reuse))
+        return min(cands, key=lambda r: self.victim_score(r, reuse))
+
+    def _about_to_reuse(self, exclude: Request | None) -> set:
+        """Prefix groups that the next ``max_num_seqs`` waiting requests (by rank) would reuse."""
+        cache = self.pool.cache
+        if cache is None or not self.waiting:
+            return set()
+        out: set = set()
+        for _, _, w in heapq.nsmallest(self.cfg.max_num_seqs, self.waiting):
+            if w is not exclude and w.hash_ids and w.computed == 0:
+                out.update(w.hash_ids[:cache.full_groups(w.prompt_tokens, w.hash_ids)])
+        return out
+
+    def victim_score(self, v: Request, reuse: set) -> float:
+        """A preemption's cost per KV block it makes available, ns per block: its own blocks
+        plus the cached groups only it holds (they become evictable). A victim whose tokens sit
+        in groups other running requests pin frees little, and more preemptions would follow."""
+        freed = self.frees_blocks(v)
+        return self.victim_cost_ns(v, reuse) / freed if freed > 0 else math.inf
+
+    def frees_blocks(self, v: Request) -> int:
+        """Blocks preempting ``v`` makes available: its own, plus the cached groups only it holds
+        (they become evictable, which admission counts as available)."""
+        cache = self.pool.cache
+        freed = v.blocks
+        if cache is not None:
+            freed += cache.group_blocks * sum(1 for h in v.shared if cache.refs[h] == 1)
+        return freed
+
+    def victim_cost_ns(self, v: Request, reuse: set) -> int:
+        """Engine time a preemption of ``v`` is expected to cost, ns: its own (swap out and in of
+        its computed blocks, or the re-prefill of its computed tokens except the cached groups
+        another running request also holds: those stay pinned; the groups only ``v`` holds become
+        evictable, and a pool short of blocks evicts them) plus the re-prefill pushed onto others:
+        the groups only ``v`` holds that a waiting request in ``reuse`` is about to use, priced as
+        one re-prefill at the current batch."""
+        cache = self.pool.cache
+        d = len(self.running)
+        sole = [h for h in v.shared if cache.refs[h] == 1] if cache is not None else []
+        if self._choose_mode(v) == "swap":
+            own = self.swap_cost_ns(self.pool.blocks_for(v.computed))
+        else:
+            pinned = (len(v.shared) - len(sole)) * cache.group_tokens if cache is not None else 0
+            own = self.recompute_cost_ns(max(0, v.computed - pinned), d)
+        if cache is None or not reuse:
+            return own
+        pushed = sum(cache.group_tokens for h in sole if h in reuse)
+        return own + (self.recompute_cost_ns(pushed, d) if pushed else 0)
 
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
         pool = self.pool
@@ -497,16 +567,17 @@ class Engine:
         w.computed = hit * cache.group_tokens
         if w.first_admit_ns < 0:
             w.prefix_hit_tokens = w.computed
-        missed = cache.missed_after_eviction(w.prompt_tokens, w.hash_ids, hit)
+        missed = cache.missed_after_eviction(w.prompt_tokens, w.hash_ids, hit, w.request_id)
         w.evicted_miss_tokens += missed * cache.group_tokens
 
-    def _release_blocks(self, r: Request) -> None:
-        """Free a request's own blocks and drop its references on shared prefix groups."""
+    def _release_blocks(self, r: Request, preempted: bool = False) -> None:
+        """Free a request's own blocks and drop its references on shared prefix groups
+        (``preempted``: for eviction attribution, see ``sim.prefix``)."""
         if r.blocks:
             self.pool.release(r.cls_idx, r.blocks)
         r.blocks = 0
         if r.shared:
-            self.pool.cache.release(r.shared)
+            self.pool.cache.release(r.shared, (r.cls_idx, r.tenant, r.request_id), preempted)
             r.shared = ()
             r.base_blocks = 0
 
@@ -542,6 +613,12 @@ class Engine:
         # never a request the policy ranks at or above the waiter
         ok = [r for r in ok if r.key > w.key]
         ok.sort(key=_rank, reverse=True)
+        if self.cfg.victim == "prefix_aware" and len(ok) > 1:
+            # least urgent class first, as before; within a class the cheapest preemption per
+            # block freed first (stable sort: ties keep the rank order)
+            reuse = self._about_to_reuse(w)
+            cost = {r.request_id: self.victim_score(r, reuse) for r in ok}
+            ok.sort(key=lambda r: (-r.priority, cost[r.request_id]))
         return ok
 
     def _preempt_for(self, w: Request, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> bool:
@@ -613,7 +690,7 @@ class Engine:
             # only blocks holding computed tokens travel (shared prefix groups are copied too
             # and released); those taken for this step's not-yet-computed tokens are released
             keep = self.pool.blocks_for(v.computed)
-            self._release_blocks(v)
+            self._release_blocks(v, preempted=True)
             self.pool.to_host(keep)
             v.host_blocks = keep
             v.swapped_blocks += keep
@@ -624,7 +701,7 @@ class Engine:
         else:
             if mode == "fallback":
                 v.swap_fallbacks += 1
-            self._release_blocks(v)
+            self._release_blocks(v, preempted=True)
             v.recomputed_tokens += v.computed
             v.computed = 0
             v.state = State.WAITING

@@ -15,6 +15,15 @@ Model:
     * only full groups inside the prompt are shared, and at least one prompt token is always
       prefilled (the model must produce the next token's logits).
 
+Attribution. Each group in the LRU list remembers who dropped its last reference (``owner``:
+the engine passes (class index, tenant, request id)) and whether that was a preemption (the
+group would still be pinned had its holder kept running) or an ordinary finish. An eviction is
+booked to that owner and cause ("preemption" or "pressure"), and a later request that misses an
+evicted group (:meth:`missed_after_eviction`) charges its tokens to the group's last eviction:
+as the owner's own re-prefill when it is the owner itself coming back, else as re-prefill
+pushed onto others. ``attribution`` holds, per (owner class, owner tenant, cause),
+[evictions, own re-prefill tokens, re-prefill tokens pushed onto others].
+
 Invariant (checked with the pool's): cached blocks = groups x group_blocks, and every group
 with refs > 0 is held by exactly that many running requests.
 """
@@ -31,9 +40,11 @@ class PrefixCache:
         self.group_tokens = group_tokens
         self.group_blocks = group_tokens // block_size
         self.refs: dict[int, int] = {}
-        self.lru: OrderedDict[int, None] = OrderedDict()  # groups with refs == 0, oldest first
-        self.ever_evicted: set[int] = set()
+        # groups with refs == 0, oldest first -> (owner, released by a preemption)
+        self.lru: OrderedDict[int, tuple] = OrderedDict()
+        self.ever_evicted: dict[int, tuple] = {}  # group -> its last eviction's (owner, by preemption)
         self.evictions = 0
+        self.attribution: dict[tuple, list[int]] = {}  # (class, tenant, cause) -> [evictions, own, others]
 
     # ---- sizes ---------------------------------------------------------------------------
     @property
@@ -68,10 +79,26 @@ class PrefixCache:
             self.refs[h] = c + 1
         return held
 
-    def missed_after_eviction(self, prompt_tokens: int, hash_ids, hit: int) -> int:
-        """Groups beyond the hit that had been cached once and were evicted."""
+    def missed_after_eviction(self, prompt_tokens: int, hash_ids, hit: int, payer: int | None = None) -> int:
+        """Groups beyond the hit that had been cached once and were evicted. With ``payer`` (the
+        request id that will prefill them again) their tokens are charged to the evictions."""
         n = self.full_groups(prompt_tokens, hash_ids)
-        return sum(1 for h in hash_ids[hit:n] if h in self.ever_evicted)
+        missed = [h for h in hash_ids[hit:n] if h in self.ever_evicted]
+        if payer is not None:
+            for h in missed:
+                owner, preempted = self.ever_evicted[h]
+                row = self._book(owner, preempted)
+                own = owner is not None and owner[2] == payer
+                row[1 if own else 2] += self.group_tokens
+        return len(missed)
+
+    def _book(self, owner, preempted: bool) -> list[int]:
+        key = (None, None) if owner is None else (owner[0], owner[1])
+        k = (*key, "preemption" if preempted else "pressure")
+        row = self.attribution.get(k)
+        if row is None:
+            row = self.attribution[k] = [0, 0, 0]
+        return row
 
     def publish(self, h: int) -> bool:
         """A request computed group ``h`` and offers it; True if it became a cached group
@@ -81,20 +108,29 @@ class PrefixCache:
         self.refs[h] = 1
         return True
 
-    def release(self, held: tuple[int, ...] | list[int]) -> None:
-        """Drop one reference on each group, tail first (so tails are evicted first)."""
+    def release(self, held: tuple[int, ...] | list[int], owner: tuple | None = None,
+                preempted: bool = False) -> None:
+        """Drop one reference on each group, tail first (so tails are evicted first). ``owner``
+        and ``preempted``: who drops them and why (for attribution, see the module docstring)."""
         for h in reversed(held):
             c = self.refs[h] - 1
             if c < 0:
                 raise AssertionError(f"prefix group {h}: reference count below zero")
             self.refs[h] = c
             if c == 0:
-                self.lru[h] = None
+                self.lru[h] = (owner, preempted)
 
     def evict_one(self) -> int:
         """Evict the least recently released unreferenced group; returns blocks freed."""
-        h, _ = self.lru.popitem(last=False)
+        h, why = self.lru.popitem(last=False)
         del self.refs[h]
-        self.ever_evicted.add(h)
+        self.ever_evicted[h] = why
         self.evictions += 1
+        self._book(*why)[0] += 1
         return self.group_blocks
+
+    def attribution_rows(self) -> list[tuple]:
+        """(owner class index, tenant, cause, evictions, own re-prefill tokens, tokens pushed
+        onto others), sorted."""
+        return sorted(((c, t, cause, *v) for (c, t, cause), v in self.attribution.items()),
+                      key=lambda r: (r[0] if r[0] is not None else -1, str(r[1]), r[2]))

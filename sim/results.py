@@ -174,6 +174,16 @@ class Results:
             tenants[t]["gpu_s_share"] = b["gpu_share"] if b else None
             tenants[t]["priced_token_share"] = b["token_share"] if b else None
 
+        attribution = run_info.get("prefix_attribution")
+        if attribution is not None:  # prefix caching on: whose evictions, and who paid for them
+            per_token_s = costs.prefill_s(sc.engine.max_batched_tokens) / sc.engine.max_batched_tokens
+            for key, groups in (("class", classes), ("tenant", tenants)):
+                for name, m in groups.items():
+                    m.update(_attributed([r for r in attribution if r[key] == name], per_token_s))
+            overall.update(_attributed(attribution, per_token_s))
+            for row in rows:  # the summary table's rows (classes and overall)
+                sel = [r for r in attribution if row["class"] in ("overall", r["class"])]
+                row.update(_attributed(sel, per_token_s))
         summary = {
             "scenario": sc.name,
             "seed": sc.seed,
@@ -224,6 +234,18 @@ class Results:
                 "tpot_p50_s", "e2e_p99_s", "output_tokens_per_s", "preemptions", "slo_attainment"]
         df = self.summary.reindex(columns=cols)
         return df.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+
+
+def _attributed(rows: list[dict], per_token_s: float) -> dict:
+    """Prefix evictions of a class's (or tenant's) cached groups by cause, and the re-prefill they
+    pushed onto other requests (tokens, and seconds at a full-budget prefill's per-token cost)."""
+    out = {f"prefix_evictions_by_{c}": sum(r["evictions"] for r in rows if r["cause"] == c)
+           for c in ("preemption", "pressure")}
+    pushed = sum(r["pushed_refill_tokens"] for r in rows)
+    out["refill_pushed_tokens"] = pushed
+    out["refill_pushed_s"] = pushed * per_token_s
+    out["refill_own_tokens"] = sum(r["own_refill_tokens"] for r in rows)
+    return out
 
 
 def _json_default(o):

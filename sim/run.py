@@ -179,10 +179,21 @@ def engine_run_info(engine: Engine, end_ns: int) -> dict:
         "swap_blocks": pool.host_total,
         "preemptions_by_mode": dict(tel.preempt_by_mode),
         "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0,
+        "prefix_attribution": _attribution(engine) if pool.cache is not None else None,
         "speculative": _spec_report(engine),
         "policy": getattr(engine.policy, "report", lambda: {})(),
         **({"admission": engine.gate.report()} if getattr(engine.gate, "report", None) else {}),
     }
+
+
+def _attribution(engine: Engine) -> list[dict]:
+    """Prefix evictions booked to the class and tenant whose request held the group last, by
+    cause (a preemption released it, or cache pressure evicted what a finished request left),
+    with the re-prefill tokens later paid by that request itself and pushed onto others."""
+    names = [c.name for c in engine.classes]
+    return [{"class": names[c] if c is not None else None, "tenant": t, "cause": cause, "evictions": n,
+             "own_refill_tokens": own, "pushed_refill_tokens": others}
+            for c, t, cause, n, own, others in engine.pool.cache.attribution_rows()]
 
 
 def _spec_report(engine: Engine) -> dict | None:

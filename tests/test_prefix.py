@@ -75,13 +75,13 @@ def test_fast_forward_exact_with_prefix_caching(run, preemption):
 @given(seed=st.integers(0, 1000), kv_blocks=st.integers(30, 150),
        preemption=st.sampled_from(["recompute", "swap", "auto", "off"]),
        pfw=st.sampled_from(["never", "strict", "priority"]), convs=st.integers(0, 5),
-       max_num_seqs=st.integers(1, 10))
-def test_block_pool_invariants_with_shared_blocks(seed, kv_blocks, preemption, pfw, convs, max_num_seqs):
+       max_num_seqs=st.integers(1, 10), victim=st.sampled_from(["rank", "prefix_aware"]))
+def test_block_pool_invariants_with_shared_blocks(seed, kv_blocks, preemption, pfw, convs, max_num_seqs, victim):
     """Reference counts never negative, a shared block never freed while referenced (the
     engine's check compares every group's count with its holders after every event), and
     free + owned + cached == total."""
     sc = _prefix_scenario(kv_blocks=kv_blocks, preemption=preemption, preempt_for_waiting=pfw,
-                          max_num_seqs=max_num_seqs)
+                          max_num_seqs=max_num_seqs, victim=victim)
     sc["seed"] = seed
     for s in sc["streams"]:
         s["prefix"]["conversations"] = convs

@@ -94,3 +94,16 @@ def test_first_token_from_a_speculative_step_is_recorded(tmp_path):
     assert list(it.tokens[:2]) == [8, 5]  # an 8-token chunk, then 1 prompt token + 4 drafts
     assert r.first_token_s == pytest.approx(it.end_s.iloc[1])
     assert r.generated_tokens == 6 and r.max_itl_s < 0.1
+
+
+def test_speculation_off_for_every_class_is_no_speculation(run):
+    """classes.N.speculate = false: that class's decoders draft nothing (one token a step, no
+    draft cost), so with every class off a run is the run without speculation, request by request."""
+    from tests.conftest import small_scenario
+    sc = small_scenario(horizon_s=5.0)
+    base = run(sc)
+    sc["engine"]["speculative"] = {"k": 4, "acceptance": 0.8}
+    for c in sc["classes"]:
+        c["speculate"] = False
+    off = run(sc)
+    assert off.requests.drop(columns=["max_itl_s"]).equals(base.requests.drop(columns=["max_itl_s"]))
