@@ -116,7 +116,17 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
 
     ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
     ``check_invariants`` verifies KV conservation after every engine event (tests use it).
+    A scenario with a ``[cluster]`` table runs its replicas behind the router
+    (:func:`sim.cluster.simulate_cluster`, a ``ClusterResults``).
     """
+    if scenario.cluster:
+        if gate is not None or lenient:
+            what = "a custom gate" if gate is not None else "lenient trace reading"
+            raise ScenarioError(f"{scenario.source}: cluster: {what} is not available for a [cluster] scenario "
+                                f"(expected a scenario without [cluster])")
+        from sim.cluster import simulate_cluster
+        return simulate_cluster(scenario, trace_iterations=trace_iterations, progress=progress,
+                                load_scale=load_scale, check_invariants=check_invariants)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     sc = scenario
     env = simpy.Environment()

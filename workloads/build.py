@@ -218,6 +218,14 @@ def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path,
             _check_volume(st, st.arrival, _duration(st, horizon_s))
 
 
+def _load_stream_trace(st: _Stream, base_dir: Path, lenient: bool):
+    """The stream's trace; an error in it names the stream."""
+    try:
+        return load_trace(st.trace, base_dir, lenient)
+    except WorkloadError as exc:
+        raise WorkloadError(f"streams[{st.index}].trace: {exc}") from None
+
+
 def _duration(st: _Stream, horizon_s: float) -> float:
     """Seconds the stream's arrival process runs for."""
     end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
@@ -330,7 +338,7 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
     trace_df = None
     default_max = None
     if st.kind in ("replay", "trace_lengths"):
-        tr = load_trace(st.trace, base_dir, lenient)
+        tr = _load_stream_trace(st, base_dir, lenient)
         meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
                     zero_lengths_raised=tr.zero_lengths)
         if tr.skipped_examples:
@@ -402,7 +410,7 @@ def _build_closed(st: _Stream, seed: int, horizon_s: float, load_scale: float, b
     meta.update(users=proc.users, think_mean_s=proc.think.mean, mean_rate_bound=proc.mean_rate)
     deadline = st.deadline_s
     if st.trace is not None:
-        tr = load_trace(st.trace, base_dir, lenient)
+        tr = _load_stream_trace(st, base_dir, lenient)
         meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped)
         if len(tr.df) == 0:
             raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {tr.source}")
