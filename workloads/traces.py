@@ -105,7 +105,7 @@ def _lengths(ck: _Checker, raw: pd.Series, col: str) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         huge = ~bad & (num > MAX_LENGTH)
     ck.flag(huge, lambda r: f"{col} {vals[r]!r} is more than {MAX_LENGTH:,} tokens")
-    return np.where(bad, 0, num).astype(np.int64)
+    return np.where(bad | huge, 0, num).astype(np.int64)
 
 
 def _times_numeric(ck: _Checker, raw: pd.Series, col: str, unit: float) -> np.ndarray:
