@@ -54,6 +54,11 @@ PROGRESS_EVERY = 8192
 STALL_MIN = 65536
 
 
+def _age(r: Request) -> tuple:
+    """Arrival order (earliest first)."""
+    return (r.arrival_ns, r.request_id)
+
+
 def _rank(r: Request) -> tuple:
     """Rank order of running requests: policy key, then admission order."""
     return (r.key, r.admit_seq)
@@ -553,11 +558,15 @@ class Engine:
         # never a request the policy ranks at or above the waiter
         ok = [r for r in ok if r.key > w.key]
         if mode == "policy":
-            # Ranks that change with service (quanta, starvation promotion) can evict each
-            # request before it earns a token, and by recompute nothing is ever kept: a livelock.
-            # As FastServe, preempt only at a token boundary: a victim has emitted a token since
-            # its admission, so every admission yields at least one token.
-            ok = [r for r in ok if r.last_token_ns / NS > r.admitted_s]
+            # Ranks that change with service (quanta, starvation promotion) can evict every
+            # request before it finishes, and by recompute nothing is kept: a livelock (MLFQ
+            # promoting starved requests that then evict each other). The oldest running
+            # request, once it has been preempted, is not evicted for a waiter again: it runs
+            # to its end, then the next oldest, so the run progresses (a first preemption,
+            # the policy's ordinary use of this mode, is left alone).
+            oldest = min(self.running, key=_age)
+            if oldest.preemptions:
+                ok = [r for r in ok if r is not oldest]
         ok.sort(key=_rank, reverse=True)
         return ok
 

@@ -85,7 +85,7 @@ def _check(res) -> None:
 
 # found by fuzzing: speculation sized without its draft slots thrashed forever (recompute) or
 # crashed on a negative delay (swap, a closed-loop user rejected at arrival); MLFQ starvation
-# promotion evicting requests before they emitted a token was a livelock under recompute
+# promotion evicting requests before they finished was a livelock under recompute
 D1 = {"name": "d1", "seed": 685, "horizon_s": 30.0,
       "engine": {"profile": dict(LIN), "kv_blocks": 4, "max_prefill_chunk": 1, "preemption": "recompute",
                  "swap_blocks": 4, "max_events": MAX_EVENTS,

@@ -102,11 +102,26 @@ def test_closed_loop_user_rejected_at_arrival_sends_again_without_a_negative_del
 
 
 def test_mlfq_with_policy_preemption_finishes():
-    """Starvation promotion kept evicting requests before they emitted a token, and recompute
-    discarded their work each time: nothing finished (a livelock). Evicting for a waiter only
-    at a token boundary makes every admission yield a token."""
+    """Starvation promotion kept evicting requests before they finished, and recompute
+    discarded their work each time: nothing finished (a livelock). The oldest running request,
+    once preempted, is not evicted for a waiter again: every request finishes, in few events."""
     res = _sim(MLFQ_POLICY, check_invariants=True)
     assert (res.requests["status"] == "finished").all() and len(res.requests) == 20
+    assert res.summary_dict["run"]["engine_events"] < 5000  # (30,000 were not enough before)
+
+
+def test_policy_mode_still_preempts_for_a_more_urgent_waiter():
+    """The guard leaves a first preemption alone: under MLFQ a short request arriving while a
+    long one runs (one slot) still evicts it."""
+    d = copy.deepcopy(MLFQ_POLICY)
+    d["engine"].update(max_num_seqs=1, max_prefill_chunk=0)
+    d["policy"] = {"name": "mlfq", "base_quantum_s": 0.01, "starve_limit_s": None}
+    d["streams"] = [{"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1},
+                     "prompt_tokens": 10, "output_tokens": 400},
+                    {"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1, "at_s": 0.5},
+                     "prompt_tokens": 10, "output_tokens": 2}]
+    req = _sim(d).requests.set_index("request_id")
+    assert req.loc[0, "preemptions"] == 1 and req.loc[1, "finish_s"] < req.loc[0, "finish_s"]
 
 
 def test_a_livelock_stops_with_one_line_naming_requests_and_cause(monkeypatch):
