@@ -40,6 +40,7 @@ import simpy
 
 from policies.base import BasePolicy
 from sim.cohort import NOT_MEMBER, DecodeCohort
+from sim.errors import StallError
 from sim.costs import NS, CostModel
 from sim.kvpool import KVPool
 from sim.request import Request, State
@@ -147,6 +148,7 @@ class Engine:
         # preemption is on; drafts need a budget above k): counted when sizing requests up
         self._draft_slots = (self.spec_k if self.spec_k and not self.off and cfg.max_batched_tokens > self.spec_k
                              else 0)
+        self._last_progress: tuple | None = None  # (mark, events, preemptions, t) at the last progress
         self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         self.draft_costs = None
@@ -962,7 +964,7 @@ class Engine:
         emitted and no request ended over a long stretch of events while work exists. Runs
         that progress are not touched (this reads counters, changes nothing)."""
         mark = self._progress_mark()
-        last = getattr(self, "_last_progress", None)
+        last = self._last_progress
         if last is None or mark != last[0]:
             self._last_progress = (mark, self.events, sum(self.tel.preempt_by_mode.values()), now_ns)
             return
@@ -971,7 +973,6 @@ class Engine:
         held = sum(r.prompt_tokens + r.generated + 1 for r in live)
         if self.events - since < max(STALL_MIN, 2 * held):
             return
-        from sim.errors import StallError
         if sum(self.tel.preempt_by_mode.values()) > preempts0:
             cause = ("requests are preempted again and again before they emit a token, and preemption "
                      "discards their progress (thrash)")
