@@ -65,6 +65,16 @@ def _workers(value, flag: str = "--workers"):
     return value
 
 
+def _check_load(sc, load: float) -> None:
+    import workloads
+
+    try:
+        workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s,
+                                   load_scale=load)
+    except workloads.WorkloadError as exc:
+        raise ScenarioError(f"{sc.source}: --loads {load:g}: {exc}") from None
+
+
 def _toml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -266,7 +276,9 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     try:
         specs = expand_grid(base, axes)
         for s in specs:  # bad input fails here, before any run starts
-            scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+            sc_s = scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+            if s.load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
+                _check_load(sc_s, s.load_scale)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
     if out is None:

@@ -208,14 +208,16 @@ def _check_volume(st: _Stream, arrival: Any, duration_s: float) -> None:
 
 
 def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path,
-                     horizon_s: float | None = None) -> None:
+                     horizon_s: float | None = None, load_scale: float = 1.0) -> None:
     """Check every stream table before any work; raise :class:`WorkloadError` naming the key.
-    With ``horizon_s``, also refuse streams that would make absurdly many requests."""
+    With ``horizon_s``, also refuse streams that would make absurdly many requests (at
+    ``load_scale`` times their rates)."""
     require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
     for i, s in enumerate(streams):
         st = _check_stream(i, s, set(class_names), Path(base_dir))
-        if horizon_s is not None:
-            _check_volume(st, st.arrival, _duration(st, horizon_s))
+        if horizon_s is not None and st.arrival is not None:
+            arrival = st.arrival if load_scale == 1.0 else st.arrival.scaled(load_scale)
+            _check_volume(st, arrival, _duration(st, horizon_s))
 
 
 def _load_stream_trace(st: _Stream, base_dir: Path, lenient: bool):
