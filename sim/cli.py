@@ -39,6 +39,42 @@ def _load(scenario, sets, policy, seed):
         _fail(str(exc))
 
 
+def _check_out(out, flag: str = "--out") -> None:
+    """Fail in one line, before any work, when results could not be written under ``out``: a
+    probe file is made and removed in the nearest existing folder (nothing is left behind)."""
+    import tempfile
+
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        _fail(f"{flag} {out}: exists and is not a folder (expected a folder for the results)")
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        _fail(f"{flag} {out}: {probe} is a file (expected a folder for the results)")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        _fail(f"{flag} {out}: cannot write in {probe} ({exc.strerror or exc}) (expected a writable folder)")
+
+
+def _workers(value, flag: str = "--workers"):
+    if value is not None and value < 1:
+        _fail(f"{flag}: must be at least 1 (got {value})")
+    return value
+
+
+def _check_load(sc, load: float) -> None:
+    import workloads
+
+    try:
+        workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s,
+                                   load_scale=load)
+    except workloads.WorkloadError as exc:
+        raise ScenarioError(f"{sc.source}: --loads {load:g}: {exc}") from None
+
+
 def _toml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -61,6 +97,10 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
     from sim.run import simulate
 
     sc = _load(scenario, sets, policy, seed)
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"{sc.name}-{stamp}"
+    _check_out(out)
     try:
         if sc.cluster:  # several replicas behind a router
             from sim.cluster import simulate_cluster
@@ -73,10 +113,10 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
         from sim.run import skipped_rows
         click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
                    err=True)
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"{sc.name}-{stamp}"
-    path = res.save(out)
+    try:
+        path = res.save(out)
+    except OSError as exc:
+        _fail(f"--out {out}: cannot write the results ({exc})")
     run_info = res.summary_dict["run"]
     click.echo(f"{sc.name}: policy={sc.policy.name} seed={sc.seed} profile={res.manifest['profile']} "
                f"kv_blocks={run_info['kv_blocks']}")
@@ -209,6 +249,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     from sim.sweep import expand_grid, read_grid, run_sweep, summary_table
 
     sc = _load(scenario, sets, None, None)
+    _workers(workers)
     grid: dict = {}
     if grid_file:
         try:
@@ -236,6 +277,9 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
         # bad input fails here, before any run starts
         scs = [scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
                for s in specs]
+        for s, sc_s in zip(specs, scs):
+            if s.load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
+                _check_load(sc_s, s.load_scale)
         repeats = 0
         if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
             from sim.seeds import drop_seed_repeats
@@ -249,6 +293,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"sweep-{sc.name}-{stamp}"
+    _check_out(out)
     click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
                f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
@@ -404,10 +449,15 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs):
         from calibrate.measure import calibrate_profile
     except ImportError as exc:  # torch is the `calibrate` extra
         _fail(f"calibrate needs torch: pip install -e '.[calibrate]' ({exc})")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            _fail("--device cuda: no CUDA device is available on this machine (expected cpu or auto here)")
     try:
         doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, RuntimeError) as exc:
         _fail(str(exc.args[0] if exc.args else exc))
     fit = doc.get("fit", {})
     click.echo(f"wrote {out}: {doc['meta'].get('device')} {shape} {doc['meta'].get('dtype')}, "
@@ -428,6 +478,12 @@ def validate(profile, scenario, n, repeats, out):
         from calibrate.against_sim import validate as run_validation
     except ImportError as exc:
         _fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
+    from sim.costs import ProfileError, load_profile
+
+    try:  # a file that is not a profile fails here, in one line, before any measurement
+        load_profile(str(profile), where=f"--profile {profile}")
+    except ProfileError as exc:
+        _fail(str(exc))
     trace = None
     engine = None
     if scenario:
@@ -506,6 +562,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     from sim.capacity import DESIGNS, capacity_search, parse_slos, plot_capacity, save_report
 
     sc = _load(scenario, sets, None, seed)
+    _workers(workers)
     names = _csv(designs, str, "designs")
     for d in names:
         if d not in DESIGNS:

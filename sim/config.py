@@ -12,6 +12,7 @@ then type-checked by the same schema.
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sim.errors import ScenarioError
 
-STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+# (allow_inf_nan: an infinite or NaN number is never a meaningful setting)
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class SpeculativeConfig(BaseModel):
@@ -126,9 +130,10 @@ class PolicyConfig(BaseModel):
 class Scenario(BaseModel):
     """A whole experiment."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    name: str = "scenario"
-    seed: int = 0
+    model_config = STRICT
+    name: str = Field("scenario", description="the run's name: its results folder is <name>-<timestamp> "
+                                                "(letters, digits, '.', '_', '-'; not starting with '.')")
+    seed: int = Field(0, ge=0, description="random seed (an integer >= 0)")
     horizon_s: float = Field(60.0, gt=0, description="arrivals stop here, s")
     drain: bool = Field(True, description="run until every admitted request ends; false: stop at horizon")
     engine: EngineConfig = EngineConfig()
@@ -147,7 +152,14 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _classes_consistent(self) -> "Scenario":
+        if not NAME_RE.fullmatch(self.name):
+            raise ValueError(f"name: must be a non-empty name of letters, digits, '.', '_' or '-', not "
+                             f"starting with '.' (it names the results folder) (got {self.name!r})")
         names = [c.name for c in self.classes]
+        for i, s in enumerate(self.streams):  # a misspelt class is the stream's error, first
+            if isinstance(s.get("class"), str) and s["class"] not in names:
+                raise ValueError(f"streams[{i}].class: must be one of the [[classes]] names "
+                                 f"({', '.join(sorted(names))}) (got {s['class']!r})")
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"classes: duplicate class name '{sorted(dup)[0]}'")
@@ -156,6 +168,16 @@ class Scenario(BaseModel):
             for rule in s.get("assign", []) or []:
                 if isinstance(rule, dict) and "class" in rule:
                     named.add(rule["class"])
+        spec = self.engine.speculative
+        if spec is not None and isinstance(spec.acceptance, dict) and "dist" not in spec.acceptance:
+            tenants = {s.get("tenant") for s in self.streams}
+            for s in self.streams:
+                tenants.update(r.get("tenant") for r in s.get("assign", []) or [] if isinstance(r, dict))
+            for key in spec.acceptance:
+                if key not in names and key not in tenants:
+                    known = sorted(set(names) | {t for t in tenants if isinstance(t, str)})
+                    raise ValueError(f"engine.speculative.acceptance.{key}: names no class or tenant "
+                                     f"(expected one of {', '.join(known)})")
         for c in names:
             if c not in named:
                 raise ValueError(f"classes: class '{c}' is named by no stream "
@@ -207,6 +229,9 @@ def apply_override(data: dict, dotted: str, value: Any, source: str) -> None:
             raise ScenarioError(f"{source}: --set {dotted}: '{'.'.join(parts[:i])}' is not a table")
         node = node.setdefault(part, {})
     last = parts[-1]
+    if not isinstance(node, (dict, list)):
+        raise ScenarioError(f"{source}: --set {dotted}: '{'.'.join(parts[:-1])}' is not a table "
+                            f"(it is {node!r})")
     if isinstance(node, list):
         try:
             node[int(last)] = value
@@ -242,7 +267,7 @@ def _validate_parts(sc: Scenario) -> None:
     from sim.costs import ProfileError, load_profile
 
     try:
-        workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir))
+        workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s)
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
     try:
@@ -250,7 +275,9 @@ def _validate_parts(sc: Scenario) -> None:
     except ProfileError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
     try:
-        make_policy(sc.policy.name, **sc.policy.params())
+        policy = make_policy(sc.policy.name, **sc.policy.params())
+        if hasattr(policy, "bind"):  # parameters that name classes are checked against them here
+            policy.bind({c.name: c.model_dump() for c in sc.classes}, 0)
     except (KeyError, ValueError, TypeError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         raise ScenarioError(f"{sc.source}: policy: {msg}") from None

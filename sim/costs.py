@@ -279,11 +279,12 @@ def linear_profile(spec: dict, where: str = "engine.profile") -> CostModel:
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise ProfileError(f"{where}: unknown key '{unknown[0]}' (expected one of {sorted(allowed)})")
+    # every step term is required (0 is a value to write, not one to get by a forgotten key)
     step = StepCoefficients(
-        base_s=_num(spec, "base_s", where, 0.0),
-        prefill_token_s=_num(spec, "prefill_token_s", where, 0.0),
-        decode_seq_s=_num(spec, "decode_token_s", where, 0.0),
-        decode_ctx_s=_num(spec, "context_token_s", where, 0.0),
+        base_s=_num(spec, "base_s", where),
+        prefill_token_s=_num(spec, "prefill_token_s", where),
+        decode_seq_s=_num(spec, "decode_token_s", where),
+        decode_ctx_s=_num(spec, "context_token_s", where),
     )
     canon = json.dumps(spec, sort_keys=True)
     return CostModel(

@@ -40,12 +40,24 @@ import simpy
 
 from policies.base import BasePolicy
 from sim.cohort import NOT_MEMBER, DecodeCohort
+from sim.errors import StallError
 from sim.costs import NS, CostModel
 from sim.kvpool import KVPool
 from sim.request import Request, State
 from sim.telemetry import Telemetry
 
 NEVER = 2**62  # "no such time", in ns
+# Progress guarantee: every PROGRESS_EVERY engine events the loop asks whether any token was
+# emitted or any request ended since the last progress; with none over a stretch of at least
+# STALL_MIN events (and twice the tokens all live requests hold, the most a progressing
+# schedule could spend re-prefilling them), the run stops with a StallError.
+PROGRESS_EVERY = 8192
+STALL_MIN = 65536
+
+
+def _age(r: Request) -> tuple:
+    """Arrival order (earliest first)."""
+    return (r.arrival_ns, r.request_id)
 
 
 def _rank(r: Request) -> tuple:
@@ -133,6 +145,11 @@ class Engine:
         spec = cfg.speculative
         self.spec_k = spec.k if spec is not None else 0
         self._spec_cls = [bool(getattr(c, "speculate", True)) for c in classes]  # classes that draft
+        # KV slots a decode step's drafts take beyond its token (blocks grow only when
+        # preemption is on; drafts need a budget above k): counted when sizing requests up
+        self._draft_slots = (self.spec_k if self.spec_k and not self.off and cfg.max_batched_tokens > self.spec_k
+                             else 0)
+        self._last_progress: tuple | None = None  # (mark, events, preemptions, t) at the last progress
         self.spec_stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         self.draft_costs = None
@@ -210,7 +227,8 @@ class Engine:
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """Gate a new request at its arrival instant; queue it or record its rejection."""
         req._oracle_ok = self.oracle
-        need = req.prompt_tokens + req.max_tokens
+        # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
+        need = req.prompt_tokens + req.max_tokens + self._draft_slots
         if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:
             return self._reject(req, "too_large", now_ns)
         if not self.cfg.chunked_prefill and need > self.cfg.max_batched_tokens:
@@ -612,6 +630,16 @@ class Engine:
             ok = [r for r in self.running if r.priority - w.priority > self.cfg.preempt_threshold]
         # never a request the policy ranks at or above the waiter
         ok = [r for r in ok if r.key > w.key]
+        if mode == "policy":
+            # Ranks that change with service (quanta, starvation promotion) can evict every
+            # request before it finishes, and by recompute nothing is kept: a livelock (MLFQ
+            # promoting starved requests that then evict each other). The oldest running
+            # request, once it has been preempted, is not evicted for a waiter again: it runs
+            # to its end, then the next oldest, so the run progresses (a first preemption,
+            # the policy's ordinary use of this mode, is left alone).
+            oldest = min(self.running, key=_age)
+            if oldest.preemptions:
+                ok = [r for r in ok if r is not oldest]
         ok.sort(key=_rank, reverse=True)
         if self.cfg.victim == "prefix_aware" and len(ok) > 1:
             # least urgent class first, as before; within a class the cheapest preemption per
@@ -999,6 +1027,47 @@ class Engine:
         if used != self.pool.used or host != self.pool.host_used:
             raise AssertionError(f"KV not conserved: requests hold {used} (host {host}), pool says "
                                  f"{self.pool.used} (host {self.pool.host_used})")
+
+    # ---- progress guarantee -----------------------------------------------------------------
+    def _progress_mark(self) -> tuple:
+        """What only grows when the run progresses: requests ended, tokens emitted by explicit
+        steps, cohort steps (each emits a token per member)."""
+        tel = self.tel
+        coh = len(self.cohort.log_durs) if self.cohort is not None else 0
+        return (len(tel._rows) + len(tel.cols["request_id"]), sum(tel.tokens_bin.values()), coh)
+
+    def check_progress(self, now_ns: int) -> None:
+        """Called by the loop every PROGRESS_EVERY events: raise StallError when no token was
+        emitted and no request ended over a long stretch of events while work exists. Runs
+        that progress are not touched (this reads counters, changes nothing)."""
+        mark = self._progress_mark()
+        last = self._last_progress
+        if last is None or mark != last[0]:
+            self._last_progress = (mark, self.events, sum(self.tel.preempt_by_mode.values()), now_ns)
+            return
+        _, since, preempts0, t0 = last
+        live = [w for _, _, w in self.waiting] + self.running
+        held = sum(r.prompt_tokens + r.generated + 1 for r in live)
+        if self.events - since < max(STALL_MIN, 2 * held):
+            return
+        if sum(self.tel.preempt_by_mode.values()) > preempts0:
+            cause = ("requests are preempted again and again before they emit a token, and preemption "
+                     "discards their progress (thrash)")
+        else:
+            cause = "no step emits a token"
+        raise StallError(f"engine.stalled: no token emitted and no request ended in {self.events - since} engine "
+                         f"events from t={t0 / NS:.3f}s to t={now_ns / NS:.3f}s: {cause}; "
+                         f"{self.describe_live()}")
+
+    def describe_live(self, n: int = 3) -> str:
+        """The live requests most involved in a stall, most preempted first, in one phrase."""
+        live = sorted([w for _, _, w in self.waiting] + self.running,
+                      key=lambda r: (-r.preemptions, r.request_id))
+        parts = [f"request {r.request_id} (class {r.cls}, prompt {r.prompt_tokens}, max_tokens {r.max_tokens}, "
+                 f"{r.generated} generated, preempted {r.preemptions} times, {r.recomputed_tokens} tokens "
+                 f"recomputed)" for r in live[:n]]
+        more = f" and {len(live) - n} more" if len(live) > n else ""
+        return f"{len(live)} live: " + "; ".join(parts) + more
 
     # ---- fast-forward ----------------------------------------------------------------------
     def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> list[int]:

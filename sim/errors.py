@@ -14,3 +14,9 @@ class OracleAccessError(AttributeError):
 
 class KVInvariantError(AssertionError):
     """KV-block accounting broke an invariant (blocks not conserved, over-release)."""
+
+
+class StallError(ScenarioError):
+    """The run cannot go on: no token emitted and no request ended over a long stretch of
+    engine steps while work exists (a livelock), nothing runnable and nothing to wait for, or
+    the ``engine.max_events`` safety stop. One line naming the requests and the cause."""

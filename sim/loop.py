@@ -8,7 +8,8 @@ from __future__ import annotations
 import simpy
 
 from sim.costs import NS
-from sim.engine import NEVER, Engine
+from sim.engine import NEVER, PROGRESS_EVERY, Engine
+from sim.errors import StallError
 
 
 def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, interval_ns: int,
@@ -26,6 +27,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
     cfg = engine.cfg
     on_run = getattr(source, "on_run", None)
     next_sample = 0
+    # next event count at which to check progress (and the max_events stop)
+    check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
     while True:
         now = int(env.now)  # (always an int: every delay is in ns)
         for req in source.pop_due(now):
@@ -48,7 +51,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
                 continue
             if next_arrival >= NEVER:
                 break
-            yield env.timeout(min(next_arrival, stop_ns) - now)
+            # (a closed-loop user answered by a rejection at its arrival instant, before this
+            # boundary, may already have sent its next request: then take it in at once)
+            yield env.timeout(max(min(next_arrival, stop_ns) - now, 0))
             continue
         plan = engine.plan(now)
         if plan.empty and plan.preempted:
@@ -56,9 +61,10 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
         if plan.empty:
             # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
             if next_arrival >= NEVER and engine._next_change_ns >= NEVER:
-                raise RuntimeError(f"engine stalled at t={now / NS:.6f}s with "
-                                   f"{len(engine.waiting)} waiting and nothing runnable")
-            wake = min(next_arrival, engine._next_change_ns, stop_ns)
+                raise StallError(f"engine.stalled: at t={now / NS:.6f}s {len(engine.waiting)} requests wait "
+                                 f"and none can be admitted, and nothing will change "
+                                 f"({engine.describe_live()})")
+            wake = max(min(next_arrival, engine._next_change_ns, stop_ns), now)
             tel.idle_with_work_ns += wake - now
             yield env.timeout(wake - now)
             continue
@@ -70,8 +76,12 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
         if on_run is not None:
             on_run(now, durations)
         engine.events += 1
-        if cfg.max_events and engine.events > cfg.max_events:
-            raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
+        if engine.events > check_at:  # (one comparison per event)
+            if cfg.max_events and engine.events > cfg.max_events:
+                raise StallError(f"engine.max_events: the run exceeded {cfg.max_events} engine events at "
+                                 f"t={now / NS:.3f}s (a safety stop; raise it or set 0 for none)")
+            engine.check_progress(now)  # raises StallError when nothing has progressed for long
+            check_at = min(engine.events + PROGRESS_EVERY, cfg.max_events or NEVER)
         yield env.timeout(sum(durations))
         engine.apply(plan, now, durations, compute)
         if check_invariants:

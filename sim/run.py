@@ -119,7 +119,17 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     ``check_invariants`` verifies KV conservation after every engine event (tests use it).
     ``progress``: True a tqdm bar of simulated seconds, None that bar on a terminal and a line
     every 10 s elsewhere (:mod:`sim.progress`), False nothing.
+    A scenario with a ``[cluster]`` table runs its replicas behind the router
+    (:func:`sim.cluster.simulate_cluster`, a ``ClusterResults``).
     """
+    if scenario.cluster:
+        if gate is not None or lenient:
+            what = "a custom gate" if gate is not None else "lenient trace reading"
+            raise ScenarioError(f"{scenario.source}: cluster: {what} is not available for a [cluster] scenario "
+                                f"(expected a scenario without [cluster])")
+        from sim.cluster import simulate_cluster
+        return simulate_cluster(scenario, trace_iterations=trace_iterations, progress=progress,
+                                load_scale=load_scale, check_invariants=check_invariants)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     sc = scenario
     env = simpy.Environment()

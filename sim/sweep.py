@@ -45,6 +45,7 @@ from sim.progress import progress_bar
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SPECIAL_AXES = ("policy", "load", "seed")
 RUN_FILE = "sweep_run.json"  # written into each run folder; its presence marks a sweep run
+LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep writing into the folder
 
 
 @dataclass(frozen=True)
@@ -287,14 +288,42 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
     if backend not in ("local", "ray"):
         raise ValueError(f"'backend' must be 'local' or 'ray' (got {backend!r})")
     out = Path(out_dir)
-    runs_dir = out / "runs"
-    fail_dir = out / "failures"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    for leftover in runs_dir.glob(".*.part-*"):  # a crash between save and rename
-        shutil.rmtree(leftover, ignore_errors=True)
     ids = [s.run_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("specs: run ids must be unique")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = open(out / LOCK_FILE, "a+")
+    except OSError as exc:
+        raise ValueError(f"{out}: cannot write the sweep folder ({exc.strerror or exc}) "
+                         f"(expected a writable folder)") from None
+    with lock:
+        _lock(lock, out)
+        return _run_sweep_locked(specs, out, base_dir, source, backend, workers, address, progress,
+                                 trace_iterations, meta, on_result)
+
+
+def _lock(lock, out: Path) -> None:
+    """Hold the sweep folder's lock: a second sweep into the same folder waits until the first
+    is done (then skips the runs it finished) instead of deleting its runs in progress."""
+    import fcntl
+
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"sweep: another sweep is writing into {out}; waiting for it to finish", file=sys.stderr,
+              flush=True)
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+
+
+def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, address, progress,
+                      trace_iterations, meta, on_result) -> SweepReport:
+    runs_dir = out / "runs"
+    fail_dir = out / "failures"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    # a crash between save and rename leaves parts; no other sweep is writing here (the lock)
+    for leftover in runs_dir.glob(".*.part-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
     todo = [s for s in specs if not is_complete(s, runs_dir)]
     report = SweepReport(out, len(specs), skipped=len(specs) - len(todo))
     bar = progress_bar(progress, total=len(specs), initial=report.skipped, unit="runs", desc="sweep", leave=True)

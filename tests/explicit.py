@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sim import scenario_from_dict, simulate
 
-STEP = {"kind": "linear", "base_s": 1.0}
+STEP = {"kind": "linear", "base_s": 1.0, "prefill_token_s": 0.0, "decode_token_s": 0.0, "context_token_s": 0.0}
 
 
 def explicit_scenario(tmp_path: Path, requests: list[tuple], classes: list[tuple],

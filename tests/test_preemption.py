@@ -24,7 +24,8 @@ from sim.request import Request
 from sim.telemetry import Telemetry
 from tests.explicit import run_explicit
 
-LIN = {"kind": "linear", "base_s": 0.01, "swap_block_s": 0.001}
+LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.0, "context_token_s": 0.0,
+       "swap_block_s": 0.001}
 CLASSES = [("high", 0), ("low", 1)]
 CASE = [(0.0, "low", 4, 10), (0.015, "high", 12, 3)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sim import load_scenario, simulate
 from tests.explicit import run_explicit
 
-LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5}
+LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_token_s": 0.0, "context_token_s": 0.0}
 
 
 def test_cap_bounds_class_prefill_per_step_and_others_pass(tmp_path):

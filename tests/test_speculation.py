@@ -6,7 +6,7 @@ import pytest
 from sim import load_scenario, simulate
 from tests.explicit import run_explicit
 
-LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.001}
+LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.001, "context_token_s": 0.0}
 
 
 def test_full_acceptance_emits_k_plus_one_per_step(tmp_path):
@@ -70,7 +70,8 @@ def test_acceptance_distribution_and_draft_profile(tmp_path):
     import json
 
     draft = tmp_path / "draft.json"
-    draft.write_text(json.dumps({"kind": "linear", "base_s": 0.002}))
+    draft.write_text(json.dumps({"kind": "linear", "base_s": 0.002, "prefill_token_s": 0.0, "decode_token_s": 0.0,
+                                  "context_token_s": 0.0}))
     eng = {"profile": dict(LIN), "block_size": 4, "kv_blocks": 100,
            "speculative": {"k": 4, "acceptance": 1.0, "draft_profile": str(draft)}}
     res = run_explicit(tmp_path, [(0.0, "c", 8, 11)], [("c", 0)], eng)

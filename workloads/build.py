@@ -183,11 +183,55 @@ def _column_loader(base_dir: Path) -> Callable[[Any, str], np.ndarray]:
     return load
 
 
-def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path) -> None:
-    """Check every stream table before any work; raise :class:`WorkloadError` naming the key."""
+#: the most requests one stream may make (or closed-loop users it may have): a guard against
+#: absurd rates or counts, checked before any array is allocated (about 1 GB of workload)
+MAX_REQUESTS = 20_000_000
+
+
+def _check_volume(st: _Stream, arrival: Any, duration_s: float) -> None:
+    """Refuse a stream whose arrival process would make more than MAX_REQUESTS requests."""
+    if arrival is None:
+        return
+    path = f"streams[{st.index}].arrival"
+    limit = f"at most {MAX_REQUESTS:,} requests per stream: lower it, or horizon_s"
+    if isinstance(arrival, ClosedLoop):
+        n, key, what = arrival.users, "users", f"{arrival.users} users"
+    elif hasattr(arrival, "n"):
+        n, key, what = arrival.n, "n", f"{arrival.n} requests"
+    else:
+        rate = float(arrival.mean_rate)
+        n = rate * duration_s
+        key = "rate" if hasattr(arrival, "rate") else "(mean rate)"
+        what = f"{rate:g} requests/s over {duration_s:g} s is about {n:.3g} requests"
+    if n > MAX_REQUESTS:
+        raise WorkloadError(f"{path}.{key}: {what} (expected {limit})")
+
+
+def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path,
+                     horizon_s: float | None = None, load_scale: float = 1.0) -> None:
+    """Check every stream table before any work; raise :class:`WorkloadError` naming the key.
+    With ``horizon_s``, also refuse streams that would make absurdly many requests (at
+    ``load_scale`` times their rates)."""
     require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
     for i, s in enumerate(streams):
-        _check_stream(i, s, set(class_names), Path(base_dir))
+        st = _check_stream(i, s, set(class_names), Path(base_dir))
+        if horizon_s is not None and st.arrival is not None:
+            arrival = st.arrival if load_scale == 1.0 else st.arrival.scaled(load_scale)
+            _check_volume(st, arrival, _duration(st, horizon_s))
+
+
+def _load_stream_trace(st: _Stream, base_dir: Path, lenient: bool):
+    """The stream's trace; an error in it names the stream."""
+    try:
+        return load_trace(st.trace, base_dir, lenient)
+    except WorkloadError as exc:
+        raise WorkloadError(f"streams[{st.index}].trace: {exc}") from None
+
+
+def _duration(st: _Stream, horizon_s: float) -> float:
+    """Seconds the stream's arrival process runs for."""
+    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
+    return max(0.0, end - st.start_s)
 
 
 class ClosedLoopStream:
@@ -296,7 +340,7 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
     trace_df = None
     default_max = None
     if st.kind in ("replay", "trace_lengths"):
-        tr = load_trace(st.trace, base_dir, lenient)
+        tr = _load_stream_trace(st, base_dir, lenient)
         meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
                     zero_lengths_raised=tr.zero_lengths)
         if tr.skipped_examples:
@@ -305,6 +349,7 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
         default_max = int(trace_df["output_tokens"].max()) if len(trace_df) else 1
     if st.kind == "synthetic" or st.kind == "trace_lengths":
         proc = st.arrival.scaled(load_scale)
+        _check_volume(st, proc, dur)
         meta["mean_rate"] = float(proc.mean_rate)
         t = proc.sample(r_arr, dur) + st.start_s
         if st.kind == "synthetic":
@@ -367,7 +412,7 @@ def _build_closed(st: _Stream, seed: int, horizon_s: float, load_scale: float, b
     meta.update(users=proc.users, think_mean_s=proc.think.mean, mean_rate_bound=proc.mean_rate)
     deadline = st.deadline_s
     if st.trace is not None:
-        tr = load_trace(st.trace, base_dir, lenient)
+        tr = _load_stream_trace(st, base_dir, lenient)
         meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped)
         if len(tr.df) == 0:
             raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {tr.source}")

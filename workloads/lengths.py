@@ -268,6 +268,15 @@ def parse_length(spec: Any, *, integer_values: bool = True, default_min: float =
         if column_loader is None:
             raise WorkloadError("trace: empirical-from-trace needs a base directory")
         params = {"values": column_loader(params["trace"], params["column"])}
+    elif name == "empirical" and params.get("probs") is not None:
+        # a user's table must be a distribution (a typo in one entry would otherwise be
+        # silently renormalised away)
+        probs = params["probs"]
+        try:
+            total = float(np.sum(np.asarray(probs, dtype=float)))
+        except (TypeError, ValueError):
+            total = 1.0  # not numbers: the law's own check names it
+        require("probs", probs, abs(total - 1.0) <= 1e-6, f"probabilities that sum to 1 (they sum to {total:.6g})")
     elif name == "zipf" and "n" not in params and hi is not None:
         params["n"] = hi
     try:

@@ -13,9 +13,12 @@ of 0 is not an error; it is raised to 1 token (the engine needs >= 1) and counte
 """
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,9 @@ BUNDLED = {
 # package is installed; any other path is the user's own, relative to the scenario's folder.
 BUNDLED_PREFIX = "bundled:"
 FORMATS = ("azure", "mooncake", "sharegpt", "csv", "jsonl", "servegen")
+#: the longest prompt or output a trace row may declare, tokens (far above any model's context;
+#: a larger number is a corrupt row, and would not fit the int64 token arithmetic)
+MAX_LENGTH = 100_000_000
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 TRACE_KEYS = {"format", "path", "t0", "columns", "time_unit", "spread_bucket_s", "window",
               "sample", "client"}
@@ -135,7 +141,10 @@ def _lengths(ck: _Checker, raw: pd.Series, col: str) -> np.ndarray:
         bad = ~np.isfinite(num) | (num < 0) | (np.mod(num, 1) != 0)
     vals = raw.to_numpy()
     ck.flag(bad, lambda r: f"{col} {vals[r]!r} is not a non-negative integer")
-    return np.where(bad, 0, num).astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        huge = ~bad & (num > MAX_LENGTH)
+    ck.flag(huge, lambda r: f"{col} {vals[r]!r} is more than {MAX_LENGTH:,} tokens")
+    return np.where(bad | huge, 0, num).astype(np.int64)
 
 
 def _times_numeric(ck: _Checker, raw: pd.Series, col: str, unit: float) -> np.ndarray:
@@ -164,13 +173,34 @@ def _check_sorted(ck: _Checker, t: np.ndarray, col: str, shown: np.ndarray) -> N
 
 
 def _read_csv(path: Path, header: bool = True) -> pd.DataFrame:
+    """Every field as a string. A row with more fields than the header is an error naming its
+    line (pandas would otherwise take the first column as an index and shift the others)."""
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False,
-                           header=0 if header else None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", pd.errors.ParserWarning)
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False,
+                             header=0 if header else None, index_col=False)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: file not found") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:  # OSError: bad gzip
+    except pd.errors.EmptyDataError:
+        raise WorkloadError(f"{path.name} line 1: the file is empty (expected a header line, then one "
+                            f"row per request)") from None
+    except pd.errors.ParserError as exc:
+        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if m:
+            raise WorkloadError(f"{path.name} line {m[2]}: {m[3]} fields, but the header has {m[1]} "
+                                f"(expected one value per header column)") from None
         raise WorkloadError(f"{path.name}: cannot parse as CSV: {exc}") from None
+    except (UnicodeDecodeError, OSError, EOFError) as exc:  # OSError, EOFError: a bad gzip file
+        raise WorkloadError(f"{path.name}: cannot parse as CSV: {exc}") from None
+    if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
+        n = len(df.columns)
+        with io.StringIO(read_text(path), newline="") as f:
+            for line, row in enumerate(csv.reader(f), start=1):
+                if len(row) > n:
+                    raise WorkloadError(f"{path.name} line {line}: {len(row)} fields, but the header has {n} "
+                                        f"(expected one value per header column)")
+    return df
 
 
 def _need_columns(df: pd.DataFrame, name: str, cols: list[str]) -> None:
@@ -207,6 +237,10 @@ def _finish(ck: _Checker, df: pd.DataFrame, name: str, rows_read: int, extra_bad
     ck.finish()
     keep = ~ck.bad
     df = df.loc[keep].reset_index(drop=True)
+    if len(df) == 0:
+        skipped = int(ck.bad.sum()) + extra_bad
+        raise WorkloadError(f"{name}: no requests (expected at least one row; {rows_read} rows read"
+                            + (f", {skipped} skipped as bad" if skipped else "") + ")")
     zeros = 0
     for c in ("prompt_tokens", "output_tokens"):
         z = df[c].to_numpy() == 0

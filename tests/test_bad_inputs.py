@@ -1,0 +1,228 @@
+"""Every bad input gets exit status 2 and one line naming the file / key / line, the value and
+what was expected: no traceback, and nothing left behind that looks like a result.
+
+The cases below are also the table in docs/errors.md, which ``test_errors_doc_is_current``
+checks; regenerate it with ``PRIOSIM_WRITE_DOCS=1 python -m pytest tests/test_bad_inputs.py``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "errors.md"
+
+BASE = """name = "bad"
+horizon_s = 5.0
+[engine]
+profile = {{ kind = "linear", base_s = 0.01, prefill_token_s = 1e-5, decode_token_s = 1e-4, context_token_s = 0.0 }}
+kv_blocks = 400
+{engine}
+[policy]
+name = "{policy}"
+{policy_extra}
+[[classes]]
+name = "chat"
+priority = 0
+[[classes]]
+name = "batch"
+priority = 1
+[[streams]]
+tenant = "a"
+class = "chat"
+arrival = {arrival}
+prompt_tokens = {prompt}
+output_tokens = 20
+[[streams]]
+tenant = "b"
+class = "{cls}"
+{stream2}
+"""
+STREAM2 = 'arrival = { process = "poisson", rate = 1.0 }\nprompt_tokens = 100\noutput_tokens = 20'
+TRACE = "trace = {{ format = \"{fmt}\", path = \"{path}\", columns = {{ arrival_s = \"t\", prompt_tokens = \"p\", output_tokens = \"o\" }} }}"
+
+
+def scenario(*, engine: str = "", policy: str = "fcfs", policy_extra: str = "",
+             arrival: str = '{ process = "poisson", rate = 1.0 }', prompt: str = "100", cls: str = "batch",
+             stream2: str = STREAM2, top: str = "") -> str:
+    text = BASE.format(engine=engine, policy=policy, policy_extra=policy_extra, arrival=arrival, prompt=prompt,
+                       cls=cls, stream2=stream2)
+    return top + text if top else text
+
+
+def trace_scenario(fmt: str, path: str) -> str:
+    return scenario(stream2=TRACE.format(fmt=fmt, path=path))
+
+
+@dataclass
+class Case:
+    id: str
+    what: str  # the bad input, for the table
+    args: list[str]
+    files: dict[str, str] = field(default_factory=dict)
+    skip: str = ""  # why this case cannot run here (its line in docs/errors.md is kept)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return True  # (then calibrate fails differently: not this case)
+    return bool(torch.cuda.is_available())
+
+
+RUN = ["run", "s.toml", "--no-plots", "--out", "out"]
+CASES = [
+    # absurd sizes: refused before any allocation, with the limit
+    Case("rate_huge", "arrival rate 1e12 requests/s", RUN,
+         {"s.toml": scenario(arrival='{ process = "poisson", rate = 1e12 }')}),
+    Case("batch_huge", "a batch of 10^12 requests", RUN,
+         {"s.toml": scenario(arrival='{ process = "batch", n = 1000000000000 }')}),
+    Case("users_huge", "10^9 closed-loop users", RUN,
+         {"s.toml": scenario(arrival='{ process = "closed_loop", users = 1000000000, think = 1.0 }')}),
+    Case("sweep_load_huge", "sweep --loads 1e9 (each rate times 10^9)",
+         ["sweep", "s.toml", "--loads", "1e9", "--out", "out", "--no-plots"], {"s.toml": scenario()}),
+    # scenario keys
+    Case("seed_negative", "seed = -1", RUN, {"s.toml": scenario(top="seed = -1\n")}),
+    Case("interval_inf", "engine.timeseries_interval_s = inf", RUN,
+         {"s.toml": scenario(engine="timeseries_interval_s = inf")}),
+    Case("horizon_nan", "horizon_s = nan", RUN + ["--set", "horizon_s=nan"], {"s.toml": scenario()}),
+    Case("set_into_number", "--set seed.x=1 (seed is a number)", RUN + ["--set", "seed.x=1"],
+         {"s.toml": scenario(top="seed = 1\n")}),
+    Case("wfq_weight_class", "wfq weights naming no class", RUN,
+         {"s.toml": scenario(policy="wfq", policy_extra="weights = { nosuch = 2.0 }")}),
+    Case("linear_profile_terms", "inline linear profile missing terms", RUN + ["--set",
+         'engine.profile={kind="linear",base_s=0.01}'], {"s.toml": scenario()}),
+    Case("empirical_sum", "empirical probabilities summing to 1.1", RUN,
+         {"s.toml": scenario(prompt='{ dist = "empirical", values = [10, 20], probs = [0.5, 0.6] }')}),
+    Case("acceptance_class", "speculative acceptance table naming no class", RUN,
+         {"s.toml": scenario(engine="speculative = { k = 2, acceptance = { nosuch = 0.5 } }")}),
+    Case("stream_class_typo", "a stream naming a misspelt class", RUN, {"s.toml": scenario(cls="bach")}),
+    Case("name_escapes", 'name = "../../escape"', RUN[:-2] + ["--set", 'name="../../escape"'],
+         {"s.toml": scenario()}),
+    Case("name_empty", 'name = ""', RUN[:-2] + ["--set", 'name=""'], {"s.toml": scenario()}),
+    # traces
+    Case("trace_empty_csv", "an empty trace CSV", RUN, {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": ""}),
+    Case("trace_empty_csv_lenient", "an empty trace CSV, --lenient", RUN + ["--lenient"],
+         {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": ""}),
+    Case("trace_header_only", "a header-only trace CSV", RUN,
+         {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n"}),
+    Case("trace_empty_jsonl", "an empty JSONL trace", RUN,
+         {"s.toml": trace_scenario("jsonl", "t.jsonl"), "t.jsonl": ""}),
+    Case("trace_huge_length", "a trace length of 99999999999999999999", RUN,
+         {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,99999999999999999999\n"}),
+    Case("trace_extra_field", "a CSV row with an extra field", RUN,
+         {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,5,7\n0.7,3,4\n"}),
+    # command line
+    Case("workers_zero", "sweep --workers 0", ["sweep", "s.toml", "--workers", "0", "--out", "out"],
+         {"s.toml": scenario()}),
+    Case("workers_negative", "sweep --workers -3", ["sweep", "s.toml", "--workers", "-3", "--out", "out"],
+         {"s.toml": scenario()}),
+    Case("run_out_under_file", "run --out under a file", ["run", "s.toml", "--no-plots", "--out", "f/out"],
+         {"s.toml": scenario(), "f": "x"}),
+    Case("sweep_out_under_file", "sweep --out under a file", ["sweep", "s.toml", "--out", "f/out"],
+         {"s.toml": scenario(), "f": "x"}),
+    Case("validate_profile_not_json", "validate --profile with a file that is not JSON",
+         ["validate", "--profile", "p.json", "--out", "out"], {"p.json": "not json\n"}),
+    Case("calibrate_cuda", "calibrate --device cuda without a GPU",
+         ["calibrate", "--device", "cuda", "--shape", "tiny", "--out", "out/p.json"], {},
+         skip="a CUDA device is present" if _cuda() else ""),
+]
+
+
+def _normal(text: str, tmp: Path) -> str:
+    return text.replace(str(tmp) + os.sep, "").replace(str(tmp), ".").replace(str(ROOT), "<repo>")
+
+
+def run_case(case: Case, tmp: Path) -> tuple[int, str, str, bool]:
+    """(exit status, stderr, stdout, whether anything result-like was left behind)."""
+    for name, text in case.files.items():
+        (tmp / name).write_text(text)
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        res = CliRunner().invoke(main, case.args)
+    finally:
+        os.chdir(cwd)
+    left = (tmp / "out").exists() or (tmp / "results").exists()
+    err = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        import traceback
+        err += "".join(traceback.format_exception(res.exception))
+    return res.exit_code, _normal(err, tmp), res.stdout, left
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, tuple]:
+    out = {}
+    for case in CASES:
+        if not case.skip:
+            out[case.id] = run_case(case, tmp_path_factory.mktemp(case.id))
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(case, outcomes):
+    if case.skip:
+        pytest.skip(case.skip)
+    code, err, _, left = outcomes[case.id]
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    assert not left, "a failed command left a results folder behind"
+
+
+def _doc(outcomes: dict) -> str:
+    old = _doc_lines()
+    rows = []
+    for case in CASES:
+        if case.id in outcomes:
+            line = outcomes[case.id][1].strip()
+        else:
+            line = old.get(case.id, f"(not run here: {case.skip})")
+        cmd = "priosim " + " ".join(case.args)
+        rows.append(f"| `{case.id}` | {case.what} | `{cmd}` | `{line.replace('|', '¦')}` |")
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def _doc_lines() -> dict[str, str]:
+    if not DOC.is_file():
+        return {}
+    out = {}
+    for row in DOC.read_text().splitlines():
+        parts = [p.strip() for p in row.split(" | ")]
+        if row.startswith("| `") and len(parts) == 4:
+            out[parts[0].strip("|` ")] = parts[3].strip("|` ").replace("¦", "|")
+    return out
+
+
+HEADER = """# Bad input: one line each
+
+Every mistake in a scenario, a trace or a command line ends the command before any simulation
+with **exit status 2** and **one line** on stderr naming the file (and the trace line), the key,
+the value and what was expected; nothing is written to the results folder. A run that cannot
+progress (a livelock) stops with one `engine.stalled:` line naming the requests involved and the
+cause; `engine.max_events` is a safety stop of its own.
+
+This table is generated by `tests/test_bad_inputs.py` (each row is a test); regenerate it with
+`PRIOSIM_WRITE_DOCS=1 python -m pytest tests/test_bad_inputs.py`. `s.toml` is a small valid
+scenario with the one mistake named in the row; paths are relative to the folder it runs in.
+
+| case | bad input | command | the line it gets |
+|---|---|---|---|
+"""
+
+
+def test_errors_doc_is_current(outcomes):
+    text = _doc(outcomes)
+    if os.environ.get("PRIOSIM_WRITE_DOCS"):
+        DOC.write_text(text)
+    assert DOC.is_file() and DOC.read_text() == text, (
+        "docs/errors.md is out of date: PRIOSIM_WRITE_DOCS=1 python -m pytest tests/test_bad_inputs.py")
