@@ -30,6 +30,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
