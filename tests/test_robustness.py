@@ -216,14 +216,20 @@ def test_two_overlapping_sweeps_into_one_folder_both_complete(tmp_path):
     assert all((out / "runs" / r / "requests.parquet").is_file() for r in runs)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_read_only_sweep_folder_fails_before_any_run(tmp_path):
-    out = tmp_path / "ro"
-    out.mkdir()
-    out.chmod(0o555)
-    try:
+    """A folder the sweep cannot write into fails in one line before any run. Root writes into
+    a chmod 555 folder, so as root the folder is one that nobody can write into: under /proc."""
+    if os.geteuid() == 0:
+        out = Path("/proc/self/priosim-sweep")
         done = subprocess.run(_sweep_cmd(out, "fcfs"), cwd=ROOT, capture_output=True, text=True)
-    finally:
-        out.chmod(0o755)
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
-    assert "cannot write" in done.stderr and not any(out.iterdir())
+    else:
+        out = tmp_path / "ro"
+        out.mkdir()
+        out.chmod(0o555)
+        try:
+            done = subprocess.run(_sweep_cmd(out, "fcfs"), cwd=ROOT, capture_output=True, text=True)
+        finally:
+            out.chmod(0o755)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "cannot write" in done.stderr
+    assert not out.exists() or not any(out.iterdir())
