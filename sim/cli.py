@@ -147,7 +147,7 @@ def workload(scenario, sets, seed, out, lenient):
     except ScenarioError as exc:
         _fail(str(exc))
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
-    costs = load_profile(sc.engine.profile, Path(sc.base_dir))
+    costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
     # Offered load: engine seconds per second the stream asks for, pricing each request as a
     # lone prefill of its mean prompt plus its mean output decoded in a full batch
     # (max_num_seqs sequences at its mean context). 1.0 is the replica's capacity, roughly.

@@ -139,10 +139,10 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
             raise ScenarioError(f"{src}: {key}.engine.timeseries_interval_s: must equal the scenario's "
                                 f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
                                 f"(got {eng.timeseries_interval_s!r})")
-        if "profile" in over:
+        if "profile" in over or "overhead" in over:
             from sim.costs import ProfileError
             try:
-                load_profile(eng.profile, Path(sc.base_dir))
+                load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
             except ProfileError as exc:
                 raise ScenarioError(f"{src}: {key}.engine.profile: {exc}") from None
         pol = sc.policy
@@ -448,7 +448,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     for gi, g in enumerate(spec.groups):
         scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": {}})
         group_sc[g.name] = scg
-        costs = load_profile(g.engine.profile, Path(sc.base_dir))
+        costs = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead)
         for _ in range(g.replicas):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None

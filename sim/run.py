@@ -46,7 +46,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: lis
     """
     cfg = engine_cfg or sc.engine
     base_dir = Path(sc.base_dir)
-    costs = costs or load_profile(cfg.profile, base_dir)
+    costs = costs or load_profile(cfg.profile, base_dir, overhead=cfg.overhead)
     kv_blocks = cfg.kv_blocks or costs.kv_blocks(cfg.block_size)
     if kv_blocks <= 0:
         raise ScenarioError(f"{sc.source}: engine.kv_blocks: the profile does not say how much KV "
