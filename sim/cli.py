@@ -127,6 +127,34 @@ def profiles():
         except Exception as exc:  # pragma: no cover
             meta = {"kind": f"unreadable: {exc}"}
         click.echo(f"{name:34s} {meta.get('kind', '?'):9s} {meta.get('device', '')}  [{path}]")
+    from sim.overhead import default_preset, describe, preset_names, resolve_overhead
+
+    click.echo(f"engine overhead presets (engine.overhead; GPU profiles default to {default_preset()}):")
+    for name in preset_names():
+        o = resolve_overhead(name)
+        click.echo(f"  {name:10s} {o.meta.get('engine', '')}: {describe(o)}")
+
+
+@main.command()
+@click.option("--rows", "prefixes", multiple=True, metavar="PREFIX",
+              help="only rows whose id starts with PREFIX (repeatable); the page is not rewritten")
+@click.option("--overhead", help="price every row with this preset instead of its own (e.g. none)")
+@click.option("--write/--no-write", default=None, help="rewrite docs/fidelity.md and its figure "
+              "(default: when every row ran with its own preset)")
+def fidelity(prefixes, overhead, write):
+    """Reproduce published measurements of real engines; print published vs simulated."""
+    from sim.overhead import OverheadError, resolve_overhead
+    from calibrate.fidelity.report import run_suite
+
+    if overhead is not None:
+        try:
+            resolve_overhead(overhead, "--overhead")
+        except OverheadError as exc:
+            _fail(str(exc))
+    try:
+        run_suite(tuple(prefixes), overhead=overhead, write=write, echo=click.echo)
+    except (ValueError, ScenarioError) as exc:
+        _fail(str(exc))
 
 
 @main.command()
