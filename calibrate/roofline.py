@@ -54,14 +54,16 @@ DEVICES: dict[str, Device] = {
     "a100-80gb": Device("a100-80gb", "NVIDIA A100-SXM4-80GB (HBM2e)", {
         "hbm_bytes_per_s": _c(2.039e12, "NVIDIA A100 datasheet: 2,039 GB/s HBM2e (80GB SXM)"),
         "bf16_flops": _c(312e12, "NVIDIA A100 datasheet: 312 TFLOP/s dense BF16 (624 is with sparsity)"),
-        "hbm_bytes": _c(80e9, "NVIDIA A100 datasheet: 80 GB"),
+        "hbm_bytes": _c(81920.0 * 2**20, "NVIDIA A100 80GB: 80 GiB (nvidia-smi reports 81,920 MiB; the datasheet's "
+                                       "'80 GB' is binary)"),
         "pcie_bytes_per_s": _c(32e9, "PCIe Gen4 x16: 32 GB/s per direction"),
         "nvlink_bytes_per_s": _c(300e9, "A100 NVLink 3: 600 GB/s bidirectional = 300 GB/s per direction"),
     }),
     "h100-sxm": Device("h100-sxm", "NVIDIA H100-SXM5-80GB (HBM3)", {
         "hbm_bytes_per_s": _c(3.35e12, "NVIDIA H100 datasheet: 3.35 TB/s HBM3 (SXM)"),
         "bf16_flops": _c(989e12, "NVIDIA H100 datasheet: 989 TFLOP/s dense BF16 (1,979 is with sparsity)"),
-        "hbm_bytes": _c(80e9, "NVIDIA H100 datasheet: 80 GB"),
+        "hbm_bytes": _c(81559.0 * 2**20, "NVIDIA H100 SXM 80GB: nvidia-smi reports 81,559 MiB (the datasheet's "
+                                       "'80 GB' is binary)"),
         "pcie_bytes_per_s": _c(64e9, "PCIe Gen5 x16: 64 GB/s per direction"),
         "nvlink_bytes_per_s": _c(450e9, "H100 NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction"),
     }),

@@ -435,7 +435,9 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     env = simpy.Environment()
     wl = build_workload(sc, load_scale)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
-    source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes])
+    g0 = spec.groups[0].engine  # the front-end latency of the first group's engine overhead
+    fe_s = load_profile(g0.profile, Path(sc.base_dir), overhead=g0.overhead).overhead.frontend_s
+    source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes], delay_ns=round(fe_s * NS))
     closed_loop = bool(wl.closed)
     wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
     horizon_ns = int(round(sc.horizon_s * NS))

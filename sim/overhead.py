@@ -14,7 +14,10 @@ inside the one integer-nanosecond step function (fast-forward stays exact)::
              + [tp > 1] * 2 * layers * allreduce_latency_s
              + [tp > 1] * T * 2 * layers * ar_bytes / allreduce_bytes_per_s   # T = P + D tokens
 
-with ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
+and, outside the step function, ``frontend_s``: the time from a request's arrival until the
+engine sees it (the API server's HTTP handling, chat template and tokenisation, which overlap
+with GPU work rather than occupy it); it delays admission and adds to TTFT and end-to-end time,
+never to a step. With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
 (one ring all-reduce of a token's hidden state). The all-reduce terms come *on top of* the
 profile's own tensor-parallel pricing (analytic profiles charge 10 us per all-reduce and NVLink
 bandwidth at 70 %); a bandwidth of 0 means no bytes term. A profile without a model shape (the
@@ -44,7 +47,10 @@ TERMS = {
     "admit_s": "s per request whose prefill starts in the step",
     "allreduce_latency_s": "s per all-reduce (2 per layer per step), tensor parallelism only",
     "allreduce_bytes_per_s": "bytes/s of all-reduce bus bandwidth (0: no bytes term)",
+    "frontend_s": "s from a request's arrival until the engine sees it (API server; not GPU time)",
 }
+#: The terms that price steps (all but the front-end latency).
+STEP_TERMS = tuple(k for k in TERMS if k != "frontend_s")
 
 
 class OverheadError(ValueError):
@@ -62,12 +68,13 @@ class Overhead:
     admit_s: float = 0.0
     allreduce_latency_s: float = 0.0
     allreduce_bytes_per_s: float = 0.0
+    frontend_s: float = 0.0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def is_none(self) -> bool:
-        """True when every term is zero: the profile's pricing is left exactly as it is."""
-        return not any(getattr(self, k) for k in TERMS)
+        """True when no term prices steps: the profile's pricing is left exactly as it is."""
+        return not any(getattr(self, k) for k in STEP_TERMS)
 
     def terms(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TERMS}

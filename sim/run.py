@@ -127,7 +127,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     wl = build_workload(sc, load_scale, lenient)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     cls_prio = [c.priority for c in sc.classes]
-    source = RequestSource(wl, cls_idx, cls_prio)
+    source = RequestSource(wl, cls_idx, cls_prio, delay_ns=round(costs.overhead.frontend_s * NS))
     wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
     if source.closed:  # closed-loop users send their next request when one ends
         engine.on_request_end = source.on_request_end

@@ -124,6 +124,20 @@ def test_overhead_slows_steps_and_keeps_runs_reproducible(run):
     assert (fb.loc[both, "e2e_s"].mean() > fa.loc[both, "e2e_s"].mean())
 
 
+def test_frontend_latency_delays_the_engine_not_the_arrival(tmp_path):
+    """frontend_s: a lone request reaches an idle engine that much later; its arrival time is
+    kept, so its TTFT and end-to-end time grow by exactly that; no step gets dearer."""
+    from tests.explicit import run_explicit
+    reqs = [(0.5, "c", 100, 20)]
+    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4}}
+    a = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.iloc[0]
+    eng["overhead"] = {"frontend_s": 0.05}
+    b = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.iloc[0]
+    assert b.arrival_s == a.arrival_s == 0.5
+    assert round(b.ttft_s - a.ttft_s, 9) == 0.05 and round(b.e2e_s - a.e2e_s, 9) == 0.05
+    assert round(b.tpot_s - a.tpot_s, 12) == 0
+
+
 def test_fidelity_command_runs_a_couple_of_rows():
     r = CliRunner().invoke(main, ["fidelity", "--rows", "ci9515-lat-8b", "--rows", "qwen25-7b-in1"],
                            catch_exceptions=False)

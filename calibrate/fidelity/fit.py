@@ -24,7 +24,7 @@ from sim.overhead import PRESETS_PATH
 #: The terms fitted, with the unit the optimiser works in (so that all are of order 1..100).
 #: ``sample_s`` is not fitted: across the table's models the vocabulary varies too little (128k
 #: to 152k) to tell it from ``seq_s``; it is set from an estimate (SAMPLE_S) and ``seq_s`` takes the rest.
-FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s": 1e-6}
+FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s": 1e-6, "frontend_s": 1e-6}
 #: s per sequence per vocabulary entry: a softmax + sampling pass reading fp32 logits once or twice
 #: at about 1 TB/s effective (about 1 us per sequence for a 128k vocabulary) - an estimate.
 SAMPLE_S = 8e-12
@@ -94,6 +94,11 @@ def main(argv=None) -> None:
             "held_out_worst_abs_error": round(s["held-out"]["worst"], 4),
             "method": "scipy.optimize.least_squares on relative error, terms >= 0, soft-L1 loss (f_scale 0.1)",
         })
+        if not (df[(df.overhead == preset) & (df.split == "fit")].tp > 1).any():
+            meta["note"] = ("no tensor-parallel fit row: allreduce_latency_s is not identified by this fit "
+                            "and stays at its starting value")
+        else:
+            meta.pop("note", None)
     if not args.dry_run:
         PRESETS_PATH.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {PRESETS_PATH}")
