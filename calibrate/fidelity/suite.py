@@ -15,6 +15,7 @@ Scenario kinds (column ``scenario``):
 """
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from dataclasses import dataclass
@@ -88,10 +89,22 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
                             "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}}}
         return {**base, "horizon_s": horizon, "streams": [stream]}
     t = workload.arrivals(row, n, seed)
-    pd.DataFrame({"t": t, "p": p, "o": o}).to_csv(path, index=False)
-    stream = {"tenant": "clients", "class": "all",
-              "trace": {"format": "csv", "path": str(path), "t0": 0,
-                        "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}}}
+    cols = {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}
+    if eng.get("prefix_caching"):
+        # the engine's prefix cache is on (vLLM V1 and SGLang defaults); prompts are unique, so
+        # each request's blocks get ids of their own: what the cache keeps for a request is its
+        # own computed prompt, which makes re-admission after a recompute preemption cheap
+        g = int(eng.get("prefix_block_tokens", 512))
+        path = path.with_suffix(".jsonl")
+        with path.open("w") as f:
+            for i in range(n):
+                ids = [i * 1_000_000 + j for j in range(-(-int(p[i]) // g))]
+                f.write(json.dumps({"t": float(t[i]), "p": int(p[i]), "o": int(o[i]), "h": ids}) + "\n")
+        trace = {"format": "jsonl", "path": str(path), "t0": 0, "columns": {**cols, "hash_ids": "h"}}
+    else:
+        pd.DataFrame({"t": t, "p": p, "o": o}).to_csv(path, index=False)
+        trace = {"format": "csv", "path": str(path), "t0": 0, "columns": cols}
+    stream = {"tenant": "clients", "class": "all", "trace": trace}
     return {**base, "horizon_s": float(t[-1]) + 1.0, "streams": [stream]}
 
 
