@@ -132,7 +132,7 @@ def profiles():
     click.echo(f"engine overhead presets (engine.overhead; GPU profiles default to {default_preset()}):")
     for name in preset_names():
         o = resolve_overhead(name)
-        click.echo(f"  {name:10s} {o.meta.get('engine', '')}: {describe(o)}")
+        click.echo(f"  {name:10s} {o.meta.get('engine', 'the profile alone')}: {describe(o)}")
 
 
 @main.command()

@@ -161,7 +161,9 @@ def describe(o: Overhead) -> str:
         if f.name == "allreduce_bytes_per_s":
             parts.append(f"allreduce {v / 1e9:.0f} GB/s")
         elif f.name == "sample_s":
-            parts.append(f"sample {v * 1e9:.3g} ns/vocab entry")
+            parts.append(f"sample {v * 1e12:.3g} ps/vocab entry")
+        elif v >= 1e-3:
+            parts.append(f"{f.name.removesuffix('_s')} {v * 1e3:.3g} ms")
         else:
             parts.append(f"{f.name.removesuffix('_s')} {v * 1e6:.3g} us")
     return ", ".join(parts) or "no overhead"

@@ -42,6 +42,12 @@ SOURCES = {
 }
 
 
+def _rounded(terms: dict) -> dict:
+    """4 significant digits; terms under 100 ns (per unit) are written as 0 (the bound the
+    optimiser stops at, far below anything the rows can see)."""
+    return {k: 0.0 if (v < 1e-7 and k != "sample_s") else float(f"{v:.4g}") for k, v in terms.items()}
+
+
 def _overhead(x: np.ndarray) -> dict:
     return {"sample_s": SAMPLE_S, **{k: float(v) * u for (k, u), v in zip(FITTED.items(), x)}}
 
@@ -78,6 +84,7 @@ def main(argv=None) -> None:
         cur = doc[preset]["terms"]
         print(f"fitting {preset} on {int(((df.overhead == preset) & (df.split == 'fit')).sum())} rows", flush=True)
         terms, sol = fit_preset(preset, df, x0=cur)
+        terms = _rounded(terms)
         res = run_table(df[df.overhead == preset], overhead={preset: terms})
         s = summary(res)
         print(f"  {preset}: " + ", ".join(f"{k}={v:.4g}" for k, v in terms.items()))
