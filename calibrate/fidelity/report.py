@@ -104,7 +104,21 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
             why = info.loc[r.id].not_reproduced.split("EXCLUDED: ")[-1]
             lines.append(f"| {r.id} | {r.metric} | {r.published:.4g} {r.unit} | {r.simulated:.4g} | "
                          f"{r.error * 100:+.1f} % | {why} |")
-    lines += ["", "## What each row could not reproduce", ""]
+    lines += ["", "## The table's columns", "",
+              "`calibrate/fidelity/published.csv`, one row per published number: `id`; `source` (repository + file "
+              "and commit, issue number, or page and date); `source_kind`; `engine`, `engine_version`, `gpu`, `model`, "
+              "`dtype`, `tp`, `workload`, `metric`, `value`, `unit` (the measurement as published); then how it is "
+              "reproduced: `scenario` (fixed_batch, batch1, offline, poisson, concurrency), `dataset` (fixed, random "
+              "with +-`spread`, sharegpt), `n`, `prompt_tokens`, `output_tokens`, `rate` (req/s), `concurrency`, "
+              "`prompt_mean` / `output_mean` (ShareGPT lengths scaled to these means, from the source's token totals), "
+              "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`), "
+              "`split` (fit, held-out or excluded), `setup` (the benchmark, in short) and `not_reproduced`.",
+              "",
+              "ShareGPT rows sample the bundled length table "
+              "(`workloads/data/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz`, from Sarathi-Serve, Apache-2.0) "
+              "with the benchmark's filters (prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) "
+              "and sample count.",
+              "", "## What each row could not reproduce", ""]
     for rid, t in info.iterrows():
         lines.append(f"* **{rid}** ({t.source}): {t.setup}. Not reproduced: {t.not_reproduced or 'nothing known'}.")
     lines += ["", "## Reproduce", "", "```", "priosim fidelity                      # run every row, rewrite this page",
