@@ -1,8 +1,8 @@
 """Run the fidelity suite (same as ``priosim fidelity``): every published row reproduced by a
-scenario, published vs simulated with relative errors; rewrites docs/fidelity.md and
-docs/figures/fidelity_parity.png.
+scenario, published vs simulated with relative errors; the report and parity plot go to
+results/fidelity/ (``--docs``: docs/fidelity.md and docs/figures/).
 
-    python benchmarks/fidelity.py [--rows PREFIX ...]
+    python benchmarks/fidelity.py [--rows PREFIX ...] [--docs]
 """
 from __future__ import annotations
 

@@ -137,9 +137,10 @@ def profiles():
 @click.option("--rows", "prefixes", multiple=True, metavar="PREFIX",
               help="only rows whose id starts with PREFIX (repeatable); the page is not rewritten")
 @click.option("--overhead", help="price every row with this preset instead of its own (e.g. none)")
-@click.option("--write/--no-write", default=None, help="rewrite docs/fidelity.md and its figure "
-              "(default: when every row ran with its own preset)")
-def fidelity(prefixes, overhead, write):
+@click.option("--out", type=click.Path(file_okay=False), help="folder for the report and parity plot "
+              "(default results/fidelity when every row runs with its own preset)")
+@click.option("--docs", is_flag=True, help="write the report to docs/fidelity.md and docs/figures/ instead")
+def fidelity(prefixes, overhead, out, docs):
     """Reproduce published measurements of real engines; print published vs simulated."""
     from sim.overhead import OverheadError, resolve_overhead
     from calibrate.fidelity.report import run_suite
@@ -150,7 +151,7 @@ def fidelity(prefixes, overhead, write):
         except OverheadError as exc:
             _fail(str(exc))
     try:
-        run_suite(tuple(prefixes), overhead=overhead, write=write, echo=click.echo)
+        run_suite(tuple(prefixes), overhead=overhead, out=out, docs=docs, echo=click.echo)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
 

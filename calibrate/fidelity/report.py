@@ -58,7 +58,7 @@ def _pct(v: float) -> str:
 
 
 def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, excluded: pd.DataFrame | None = None,
-                   command: str = "priosim fidelity") -> Path:
+                   command: str = "priosim fidelity --docs", figure: str = "figures/fidelity_parity.png") -> Path:
     """The report: summary, presets, the per-row table (published, simulated, error, split) and
     what each row could not reproduce."""
     s = summary(res)
@@ -71,7 +71,7 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
         "profile, model shape, request lengths, arrival pattern and engine limits) and the engine-overhead preset "
         "of that engine and era. The table lives in `calibrate/fidelity/published.csv` with each row's exact source.",
         "",
-        "![parity plot](figures/fidelity_parity.png)",
+        f"![parity plot]({figure})",
         "",
         "## Summary",
         "",
@@ -121,19 +121,23 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
               "", "## What each row could not reproduce", ""]
     for rid, t in info.iterrows():
         lines.append(f"* **{rid}** ({t.source}): {t.setup}. Not reproduced: {t.not_reproduced or 'nothing known'}.")
-    lines += ["", "## Reproduce", "", "```", "priosim fidelity                      # run every row, rewrite this page",
-              "priosim fidelity --rows ci9515        # rows whose id starts with ci9515 (no page)",
-              "python -m calibrate.fidelity.fit      # refit the presets on their fit rows", "```", ""]
+    lines += ["", "## Reproduce", "", "```",
+              "priosim fidelity --rows ci9515        # rows whose id starts with ci9515, printed",
+              "priosim fidelity                      # every row; this report and the plot to results/fidelity/",
+              "priosim fidelity --docs               # the same, rewriting this page and docs/figures/",
+              "python -m calibrate.fidelity.fit      # refit the presets on their fit rows (sim/overheads.json)",
+              "```", ""]
     path.write_text("\n".join(lines))
     return path
 
 
-def run_suite(prefixes: tuple[str, ...] = (), overhead=None, write: bool | None = None, echo=print,
-              command: str = "priosim fidelity") -> dict:
-    """Run the table (rows whose id starts with one of ``prefixes``; all when empty), print
-    published vs simulated, and (``write``; default: when every row ran) rewrite docs/fidelity.md
-    and the parity plot. ``overhead``: one preset for every row instead of each row's own.
-    Returns the summary (see :func:`calibrate.fidelity.suite.summary`)."""
+def run_suite(prefixes: tuple[str, ...] = (), overhead=None, out: str | Path | None = None, docs: bool = False,
+              echo=print) -> dict:
+    """Run the table (rows whose id starts with one of ``prefixes``; all when empty) and print
+    published vs simulated. The report (fidelity.md and the parity plot) goes to ``out`` (default
+    ``results/fidelity`` when every row ran with its own preset), or with ``docs`` to
+    docs/fidelity.md and docs/figures/. ``overhead``: one preset for every row instead of each
+    row's own. Returns the summary (see :func:`calibrate.fidelity.suite.summary`)."""
     from calibrate.fidelity.suite import load_table, run_table
 
     table = load_table()
@@ -158,10 +162,15 @@ def run_suite(prefixes: tuple[str, ...] = (), overhead=None, write: bool | None 
                  f"within 10 %: {v['within_10']}  within 25 %: {v['within_25']}")
     if excluded is not None:
         echo(f"excluded rows (not counted): {len(excluded)}")
-    if write is None:
-        write = not prefixes and overhead is None
-    if write:
+    if docs:
         parity_plot(res)
-        write_markdown(res, table, excluded=excluded, command=command)
+        write_markdown(res, table, excluded=excluded)
         echo(f"wrote {DOC.relative_to(ROOT)} and {FIGURE.relative_to(ROOT)}")
+    elif out is not None or (not prefixes and overhead is None):
+        d = Path(out or Path("results") / "fidelity")
+        d.mkdir(parents=True, exist_ok=True)
+        fig = parity_plot(res, d / "fidelity_parity.png")
+        md = write_markdown(res, table, d / "fidelity.md", excluded=excluded, command="priosim fidelity",
+                            figure=fig.name)
+        echo(f"wrote {md} and {fig}")
     return s
