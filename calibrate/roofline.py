@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibrate.shapes import DTYPE_BYTES, Shape, get_shape
+from sim.overhead import default_preset
 
 SCHEMA = "priosim.profile/1"
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -53,14 +54,16 @@ DEVICES: dict[str, Device] = {
     "a100-80gb": Device("a100-80gb", "NVIDIA A100-SXM4-80GB (HBM2e)", {
         "hbm_bytes_per_s": _c(2.039e12, "NVIDIA A100 datasheet: 2,039 GB/s HBM2e (80GB SXM)"),
         "bf16_flops": _c(312e12, "NVIDIA A100 datasheet: 312 TFLOP/s dense BF16 (624 is with sparsity)"),
-        "hbm_bytes": _c(80e9, "NVIDIA A100 datasheet: 80 GB"),
+        "hbm_bytes": _c(81920.0 * 2**20, "NVIDIA A100 80GB: 80 GiB (nvidia-smi reports 81,920 MiB; the datasheet's "
+                                       "'80 GB' is binary)"),
         "pcie_bytes_per_s": _c(32e9, "PCIe Gen4 x16: 32 GB/s per direction"),
         "nvlink_bytes_per_s": _c(300e9, "A100 NVLink 3: 600 GB/s bidirectional = 300 GB/s per direction"),
     }),
     "h100-sxm": Device("h100-sxm", "NVIDIA H100-SXM5-80GB (HBM3)", {
         "hbm_bytes_per_s": _c(3.35e12, "NVIDIA H100 datasheet: 3.35 TB/s HBM3 (SXM)"),
         "bf16_flops": _c(989e12, "NVIDIA H100 datasheet: 989 TFLOP/s dense BF16 (1,979 is with sparsity)"),
-        "hbm_bytes": _c(80e9, "NVIDIA H100 datasheet: 80 GB"),
+        "hbm_bytes": _c(81559.0 * 2**20, "NVIDIA H100 SXM 80GB: nvidia-smi reports 81,559 MiB (the datasheet's "
+                                       "'80 GB' is binary)"),
         "pcie_bytes_per_s": _c(64e9, "PCIe Gen5 x16: 64 GB/s per direction"),
         "nvlink_bytes_per_s": _c(450e9, "H100 NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction"),
     }),
@@ -89,6 +92,10 @@ ASSUMPTIONS = {
 #: The shipped grid: (device, shape name, tensor-parallel degree).
 SHIPPED = [(d, s, 1) for d in DEVICES for s in ("llama-3-8b", "mistral-7b", "qwen2.5-7b")] + \
           [(d, "llama-3-70b", 4) for d in DEVICES] + [("h200", "llama-3-70b", 2)]
+#: Profiles the fidelity suite needs for published measurements of other models (calibrate/fidelity).
+FIDELITY = [("a100-80gb", "qwen2.5-14b", 1), ("a100-80gb", "qwen2.5-32b", 2), ("a100-80gb", "qwen2.5-72b", 4),
+            ("h100-sxm", "qwen3-8b", 1), ("h100-sxm", "qwen3-14b", 1), ("a100-80gb", "qwen3-14b", 1),
+            ("h100-sxm", "qwen3-32b", 1), ("a100-80gb", "qwen3-32b", 1)]
 
 
 def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf16", tp: int = 1,
@@ -145,6 +152,8 @@ def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf1
             "formula": "t = base + max(weights/BW, 2*params*T/FLOPs) [+ T*allreduce bytes/NVLink] "
                        "+ attention FLOPs/FLOPs + KV bytes read/BW",
         },
+        # the engine overhead shipped GPU profiles are priced with (sim/overheads.json)
+        "overhead": default_preset(),
         "model": sh.to_profile_model(dtype),
         "memory": {"kv_capacity_bytes": kv_cap},
         "step": step,
@@ -159,12 +168,13 @@ def profile_filename(device: str, shape: str, tp: int = 1) -> str:
     return name + ("-roofline" if name == "h200-llama-3-8b" else "") + ".json"
 
 
-def write_roofline_profiles(out_dir: str | Path = PROFILE_DIR, dtype: str = "bf16",
+def write_roofline_profiles(out_dir: str | Path = PROFILE_DIR, dtype: str = "bf16", grid=None,
                             **overrides: float) -> list[Path]:
-    """Write every profile in :data:`SHIPPED` to ``out_dir``; returns the paths written."""
+    """Write every profile in ``grid`` (default :data:`SHIPPED`) to ``out_dir``; returns the
+    paths written."""
     from calibrate.measure import write_profile
     out = []
-    for d, s, tp in SHIPPED:
+    for d, s, tp in (SHIPPED if grid is None else grid):
         doc = roofline_profile(d, s, dtype, tp, **overrides)
         path = Path(out_dir) / profile_filename(d, s, tp)
         doc["meta"]["name"] = path.stem

@@ -110,6 +110,25 @@ SHAPES: dict[str, Shape] = {
         Shape("qwen2.5-7b", layers=28, hidden=3584, heads=28, kv_heads=4, head_dim=128,
               ffn=18944, vocab=152064, rope_theta=1000000.0,
               source="Qwen/Qwen2.5-7B config.json (QKV biases ignored: <0.01% of params)"),
+        # added for the fidelity suite (calibrate/fidelity): models of published measurements
+        Shape("qwen2.5-14b", layers=48, hidden=5120, heads=40, kv_heads=8, head_dim=128,
+              ffn=13824, vocab=152064, rope_theta=1000000.0,
+              source="Qwen/Qwen2.5-14B-Instruct config.json (QKV biases ignored)"),
+        Shape("qwen2.5-32b", layers=64, hidden=5120, heads=40, kv_heads=8, head_dim=128,
+              ffn=27648, vocab=152064, rope_theta=1000000.0,
+              source="Qwen/Qwen2.5-32B-Instruct config.json (QKV biases ignored)"),
+        Shape("qwen2.5-72b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128,
+              ffn=29568, vocab=152064, rope_theta=1000000.0,
+              source="Qwen/Qwen2.5-72B-Instruct config.json (QKV biases ignored)"),
+        Shape("qwen3-8b", layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+              ffn=12288, vocab=151936, rope_theta=1000000.0,
+              source="Qwen/Qwen3-8B config.json (per-head Q/K norms ignored)"),
+        Shape("qwen3-14b", layers=40, hidden=5120, heads=40, kv_heads=8, head_dim=128,
+              ffn=17408, vocab=151936, rope_theta=1000000.0,
+              source="Qwen/Qwen3-14B config.json (per-head Q/K norms ignored)"),
+        Shape("qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128,
+              ffn=25600, vocab=151936, rope_theta=1000000.0,
+              source="Qwen/Qwen3-32B config.json (per-head Q/K norms ignored)"),
     ]
 }
 

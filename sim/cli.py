@@ -165,6 +165,35 @@ def profiles():
         except Exception as exc:  # pragma: no cover
             meta = {"kind": f"unreadable: {exc}"}
         click.echo(f"{name:34s} {meta.get('kind', '?'):9s} {meta.get('device', '')}  [{path}]")
+    from sim.overhead import default_preset, describe, preset_names, resolve_overhead
+
+    click.echo(f"engine overhead presets (engine.overhead; GPU profiles default to {default_preset()}):")
+    for name in preset_names():
+        o = resolve_overhead(name)
+        click.echo(f"  {name:10s} {o.meta.get('engine', 'the profile alone')}: {describe(o)}")
+
+
+@main.command()
+@click.option("--rows", "prefixes", multiple=True, metavar="PREFIX",
+              help="only rows whose id starts with PREFIX (repeatable); the page is not rewritten")
+@click.option("--overhead", help="price every row with this preset instead of its own (e.g. none)")
+@click.option("--out", type=click.Path(file_okay=False), help="folder for the report and parity plot "
+              "(default results/fidelity when every row runs with its own preset)")
+@click.option("--docs", is_flag=True, help="write the report to docs/fidelity.md and docs/figures/ instead")
+def fidelity(prefixes, overhead, out, docs):
+    """Reproduce published measurements of real engines; print published vs simulated."""
+    from sim.overhead import OverheadError, resolve_overhead
+    from calibrate.fidelity.report import run_suite
+
+    if overhead is not None:
+        try:
+            resolve_overhead(overhead, "--overhead")
+        except OverheadError as exc:
+            _fail(str(exc))
+    try:
+        run_suite(tuple(prefixes), overhead=overhead, out=out, docs=docs, echo=click.echo)
+    except (ValueError, ScenarioError) as exc:
+        _fail(str(exc))
 
 
 @main.command()
@@ -185,7 +214,7 @@ def workload(scenario, sets, seed, out, lenient):
     except ScenarioError as exc:
         _fail(str(exc))
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
-    costs = load_profile(sc.engine.profile, Path(sc.base_dir))
+    costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
     # Offered load: engine seconds per second the stream asks for, pricing each request as a
     # lone prefill of its mean prompt plus its mean output decoded in a full batch
     # (max_num_seqs sequences at its mean context). 1.0 is the replica's capacity, roughly.

@@ -140,10 +140,10 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
             raise ScenarioError(f"{src}: {key}.engine.timeseries_interval_s: must equal the scenario's "
                                 f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
                                 f"(got {eng.timeseries_interval_s!r})")
-        if "profile" in over:
+        if "profile" in over or "overhead" in over:
             from sim.costs import ProfileError
             try:
-                load_profile(eng.profile, Path(sc.base_dir))
+                load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
             except ProfileError as exc:
                 raise ScenarioError(f"{src}: {key}.engine.profile: {exc}") from None
         pol = sc.policy
@@ -436,7 +436,9 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     env = simpy.Environment()
     wl = build_workload(sc, load_scale)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
-    source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes])
+    g0 = spec.groups[0].engine  # the front-end latency of the first group's engine overhead
+    fe_s = load_profile(g0.profile, Path(sc.base_dir), overhead=g0.overhead).overhead.frontend_s
+    source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes], delay_ns=round(fe_s * NS))
     closed_loop = bool(wl.closed)
     wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
     horizon_ns = int(round(sc.horizon_s * NS))
@@ -449,7 +451,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     for gi, g in enumerate(spec.groups):
         scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": {}})
         group_sc[g.name] = scg
-        costs = load_profile(g.engine.profile, Path(sc.base_dir))
+        costs = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead)
         for _ in range(g.replicas):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None

@@ -71,6 +71,10 @@ class EngineConfig(BaseModel):
         "h200-llama-3-8b",
         description="shipped profile name, path to a profile JSON, or an inline "
                     "{kind='linear', base_s, prefill_token_s, decode_token_s, context_token_s, swap_block_s}")
+    overhead: str | dict | None = Field(
+        None, description="engine overhead on top of the profile's step times: a preset name (priosim profiles "
+                          "lists them; 'none' = the profile alone) or a table of terms (sim/overhead.py); "
+                          "absent: the profile's declared preset")
     max_num_seqs: int = Field(256, ge=1, description="max requests in the running batch")
     max_batched_tokens: int = Field(8192, ge=1, description="token budget per step")
     max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")
@@ -271,7 +275,7 @@ def _validate_parts(sc: Scenario) -> None:
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
     try:
-        load_profile(sc.engine.profile, Path(sc.base_dir))
+        load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
     except ProfileError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
     try:

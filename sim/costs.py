@@ -11,6 +11,8 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
       + prefill_attn_s  * sum(l_i ** 2)      # l_i: tokens of prefill chunk i
       + chunk_attn_s    * sum(l_i * c_i)     # c_i: tokens already cached before chunk i
       + decode_seq_s    * D                  # D: sequences decoding one token
+      + overhead(S, T, A)                    # engine overhead (sim/overhead.py): S sequences,
+                                             # T = P + D tokens, A prefill admissions in the step
       + decode_ctx_s    * sum(ctx_j)         # ctx_j: context length (tokens in KV) of decoder j
 
 ``interp`` is linear between knots and extrapolates the last segment's slope beyond the last
@@ -18,6 +20,10 @@ knot (0 below the first knot's value at T=0 when the first knot is 0). A profile
 has no such term. The inline ``kind = "linear"`` profile of a scenario maps onto the same model:
 ``base_s``, ``prefill_token_s``, ``decode_token_s`` (-> decode_seq_s) and ``context_token_s``
 (-> decode_ctx_s).
+
+The overhead is the profile's declared preset (key ``overhead`` of the profile document; none
+when absent) unless the scenario's ``engine.overhead`` says otherwise; with ``none`` the
+arithmetic is exactly the profile's alone.
 
 KV transfers (swap): moving ``n`` blocks one way costs ``swap_latency_s + n * swap_block_s``
 where ``swap_block_s`` is either given or derived as ``block_bytes / swap_bytes_per_s``.
@@ -36,6 +42,8 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sim.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
 SCHEMA = "priosim.profile/1"
@@ -165,9 +173,45 @@ class CostModel:
     digest: str = ""
     raw: dict = field(default_factory=dict, repr=False)
     tables: MeasuredTables | None = None
+    #: engine overhead (sim/overhead.py); the coefficients below are derived from it
+    overhead: Overhead = field(default=NO_OVERHEAD)
+    #: (fixed, per sequence, per token, per admission) seconds, or None when there is no overhead
+    _ov: tuple[float, float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
     #: decode_line's memo: batch size -> (a, b)
     _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict, init=False, repr=False,
                                                           compare=False)
+
+    def __post_init__(self) -> None:
+        o = self.overhead
+        if o.is_none:
+            self._ov = None
+            return
+        sh = self.shape
+        tp = int(self.meta.get("tp", 1) or 1)
+        if sh is None:
+            self._ov = o.coefficients(0, 0, 0, 0, 1)
+        else:
+            self._ov = o.coefficients(sh.vocab * tp, sh.layers, sh.hidden, sh.dtype_bytes, tp)
+
+    def with_overhead(self, overhead: Overhead) -> "CostModel":
+        """This profile priced with another engine overhead (a new CostModel)."""
+        return CostModel(name=self.name, meta=self.meta, shape=self.shape, step=self.step,
+                         kv_capacity_bytes=self.kv_capacity_bytes, swap_latency_s=self.swap_latency_s,
+                         swap_block_s=self.swap_block_s, swap_bytes_per_s=self.swap_bytes_per_s,
+                         digest=self.digest, raw=self.raw, tables=self.tables, overhead=overhead)
+
+    @property
+    def overhead_on(self) -> bool:
+        """Does this model add engine overhead to step times?"""
+        return self._ov is not None
+
+    def overhead_s(self, P, D, n_prefill: int = 0, n_admit: int = 0) -> float:
+        """Engine overhead of a step, seconds (0.0 with no overhead): one fixed expression, so
+        every caller gets bit-identical results for the same shape."""
+        ov = self._ov
+        if ov is None:
+            return 0.0
+        return ov[0] + ov[1] * (D + n_prefill) + ov[2] * (P + D) + ov[3] * n_admit
 
     # ---- memory -------------------------------------------------------------------------
     def block_bytes(self, block_size: int) -> int:
@@ -183,14 +227,18 @@ class CostModel:
         return int(self.kv_capacity_bytes // bb)
 
     # ---- time ---------------------------------------------------------------------------
-    def step_ns(self, P, D, sum_l2, sum_lc, sum_ctx) -> int:
+    def step_ns(self, P, D, sum_l2, sum_lc, sum_ctx, n_prefill: int = 0, n_admit: int = 0) -> int:
         """One step's duration in integer ns (at least 1, so that time always advances).
 
-        Plain Python arithmetic in a fixed order: every caller — a single step, each step of a
-        fast-forwarded run, an estimate — gets bit-identical results for the same shape."""
+        ``n_prefill``: prefill chunks in the step; ``n_admit``: requests whose prefill starts in
+        it (only the engine overhead reads them). Plain Python arithmetic in a fixed order: every
+        caller — a single step, each step of a fast-forwarded run, an estimate — gets
+        bit-identical results for the same shape."""
         if self.tables is not None:
             m = self.tables.lookup(P, D, sum_l2, sum_lc, sum_ctx)
             if m is not None:
+                if self._ov is not None:
+                    m += self.overhead_s(P, D, n_prefill, n_admit)
                 ns = round(m * NS)
                 return ns if ns > 1 else 1
         c = self.step
@@ -201,6 +249,8 @@ class CostModel:
         t += c.prefill_attn_s * sum_l2
         t += c.chunk_attn_s * sum_lc
         t += c.decode_seq_s * D
+        if self._ov is not None:
+            t += self.overhead_s(P, D, n_prefill, n_admit)
         t += c.decode_ctx_s * sum_ctx
         ns = round(t * NS)
         return ns if ns > 1 else 1
@@ -219,7 +269,10 @@ class CostModel:
             t = c.base_s
             if c.token_knots:
                 t += self._tokens_s(D)
-            line = cache[D] = (t + c.decode_seq_s * D, c.decode_ctx_s)
+            t += c.decode_seq_s * D
+            if self._ov is not None:
+                t += self.overhead_s(0, D)
+            line = cache[D] = (t, c.decode_ctx_s)
         return line
 
     def _tokens_s(self, T: float) -> float:
@@ -338,6 +391,10 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
     mem = data.get("memory", {}) or {}
     swap = data.get("swap", {}) or {}
     canon = json.dumps(data, sort_keys=True)
+    try:
+        overhead = resolve_overhead(data.get("overhead"), f"{where}.overhead")
+    except OverheadError as exc:
+        raise ProfileError(str(exc)) from None
     return CostModel(
         name=name, meta=dict(data["meta"]), shape=shape, step=step,
         kv_capacity_bytes=_num(mem, "kv_capacity_bytes", f"{where}.memory", 0.0),
@@ -346,6 +403,7 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
         swap_bytes_per_s=_num(swap, "bytes_per_s", f"{where}.swap") if "bytes_per_s" in swap else None,
         digest=hashlib.sha256(canon.encode()).hexdigest(), raw=data,
         tables=MeasuredTables(data["rows"]) if data["meta"].get("kind") == "measured" and data.get("rows") else None,
+        overhead=overhead,
     )
 
 
@@ -367,8 +425,20 @@ def list_profiles() -> list[tuple[str, Path]]:
 
 
 def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
-                 where: str = "engine.profile") -> CostModel:
-    """Resolve a profile from a shipped name, a file path or an inline linear table."""
+                 where: str = "engine.profile", overhead=None) -> CostModel:
+    """Resolve a profile from a shipped name, a file path or an inline linear table, priced
+    with ``overhead`` (a preset name or a table of terms, see sim/overhead.py; None: the
+    profile's own declared preset, none when it declares none)."""
+    cm = _load_profile(spec, base_dir, where)
+    if overhead is None:
+        return cm
+    try:
+        return cm.with_overhead(resolve_overhead(overhead))
+    except OverheadError as exc:
+        raise ProfileError(str(exc)) from None
+
+
+def _load_profile(spec, base_dir, where) -> CostModel:
     if spec is None:
         spec = DEFAULT_PROFILE
     if isinstance(spec, dict):

@@ -155,7 +155,8 @@ class Engine:
         self.draft_costs = None
         if spec is not None and spec.draft_profile:
             from sim.costs import load_profile
-            self.draft_costs = load_profile(spec.draft_profile, where="engine.speculative.draft_profile")
+            self.draft_costs = load_profile(spec.draft_profile, where="engine.speculative.draft_profile",
+                                            overhead=cfg.overhead)
         # skip the per-request hook when the policy keeps no books (most policies)
         self._hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
         # Steady decoders advance as one cohort unless something must see every request every
@@ -695,7 +696,7 @@ class Engine:
     def recompute_cost_ns(self, tokens: int, decoders: int) -> int:
         """Marginal cost of re-prefilling ``tokens`` in a step that decodes ``decoders`` seqs."""
         c = self.costs
-        return c.step_ns(tokens, decoders, tokens * tokens, 0, 0) - c.step_ns(0, decoders, 0, 0, 0)
+        return c.step_ns(tokens, decoders, tokens * tokens, 0, 0, 1, 1) - c.step_ns(0, decoders, 0, 0, 0)
 
     def _preempt(self, v: Request, plan: StepPlan, scheduled: dict, now_ns: int) -> None:
         """Preempt running request ``v``.
@@ -764,7 +765,13 @@ class Engine:
         if not plan.items and not plan.cohort:
             return 0
         P, D, l2, lc, ctx = self.aggregates(plan)
-        t = self.costs.step_ns(P, D, l2, lc, ctx)
+        n_pf = n_adm = 0
+        if self.costs.overhead_on:  # engine overhead counts prefill chunks and admissions
+            for s in plan.items:
+                if not s.decode:
+                    n_pf += 1
+                    n_adm += s.admitted
+        t = self.costs.step_ns(P, D, l2, lc, ctx, n_pf, n_adm)
         if self.spec_k:
             drafting = [s for s in plan.items if s.decode and s.tokens > 1]
             if drafting:

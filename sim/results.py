@@ -188,7 +188,8 @@ class Results:
             "scenario": sc.name,
             "seed": sc.seed,
             "policy": sc.policy.name,
-            "profile": {"name": costs.name, "kind": costs.meta.get("kind"), "digest": costs.digest},
+            "profile": {"name": costs.name, "kind": costs.meta.get("kind"), "digest": costs.digest,
+                        "overhead": costs.overhead.name, "overhead_terms": costs.overhead.terms()},
             "classes": classes,
             "overall": overall,
             "tenants": tenants,
@@ -205,7 +206,8 @@ class Results:
             # (within one, rows keep the order the scheduler took the requests in)
             it = it.sort_values("iteration", kind="stable").reset_index(drop=True)
         manifest = {"priosim_version": _version(), "seed": sc.seed, "scenario": sc.name,
-                    "profile": costs.name, "profile_sha256": costs.digest, "policy": sc.policy.name}
+                    "profile": costs.name, "profile_sha256": costs.digest, "overhead": costs.overhead.name,
+                    "policy": sc.policy.name}
         return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(), it, manifest)
 
     # ---- output --------------------------------------------------------------------------

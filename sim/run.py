@@ -47,7 +47,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: lis
     """
     cfg = engine_cfg or sc.engine
     base_dir = Path(sc.base_dir)
-    costs = costs or load_profile(cfg.profile, base_dir)
+    costs = costs or load_profile(cfg.profile, base_dir, overhead=cfg.overhead)
     kv_blocks = cfg.kv_blocks or costs.kv_blocks(cfg.block_size)
     if kv_blocks <= 0:
         raise ScenarioError(f"{sc.source}: engine.kv_blocks: the profile does not say how much KV "
@@ -140,7 +140,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     wl = build_workload(sc, load_scale, lenient)
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     cls_prio = [c.priority for c in sc.classes]
-    source = RequestSource(wl, cls_idx, cls_prio)
+    source = RequestSource(wl, cls_idx, cls_prio, delay_ns=round(costs.overhead.frontend_s * NS))
     wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
     if source.closed:  # closed-loop users send their next request when one ends
         engine.on_request_end = source.on_request_end

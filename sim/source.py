@@ -20,7 +20,12 @@ NEVER = 2**62
 
 
 class RequestSource:
-    def __init__(self, workload, class_index: dict[str, int], class_priority: list[int]) -> None:
+    """``delay_ns``: front-end latency (ns) between a request's arrival and the engine seeing it
+    (the overhead's ``frontend_s``); requests keep their arrival time."""
+
+    def __init__(self, workload, class_index: dict[str, int], class_priority: list[int],
+                 delay_ns: int = 0) -> None:
+        self.delay = delay_ns
         df = workload.open
         self.n_open = len(df)
         # typed arrays: 8 bytes a request, and indexing yields plain Python numbers
@@ -47,11 +52,11 @@ class RequestSource:
 
     def _push_closed(self, t_ns: int, stream: int, user: int, row: dict) -> None:
         self._seq += 1
-        heapq.heappush(self.closed_heap, (t_ns, self._seq, stream, user, row))
+        heapq.heappush(self.closed_heap, (t_ns + self.delay, self._seq, stream, user, row, t_ns))
 
     def next_arrival_ns(self) -> int:
         """Time of the next arrival known now (NEVER when none)."""
-        a = self.arr_ns[self.i] if self.i < self.n_open else NEVER
+        a = self.arr_ns[self.i] + self.delay if self.i < self.n_open else NEVER
         if self.closed_heap and self.closed_heap[0][0] < a:
             return self.closed_heap[0][0]
         return a
@@ -61,11 +66,12 @@ class RequestSource:
         ties, then closed-loop sends)."""
         out = []
         arr = self.arr_ns
-        while self.i < self.n_open and arr[self.i] <= now_ns:
+        seen = now_ns - self.delay  # requests that arrived by then are visible now
+        while self.i < self.n_open and arr[self.i] <= seen:
             out.append(self._make_open(self.i))
             self.i += 1
         while self.closed_heap and self.closed_heap[0][0] <= now_ns:
-            t, _, stream, user, row = heapq.heappop(self.closed_heap)
+            _, _, stream, user, row, t = heapq.heappop(self.closed_heap)
             out.append(self._make_closed(t, stream, user, row))
         return out
 

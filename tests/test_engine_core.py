@@ -17,11 +17,17 @@ MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("of
          ("recompute", "never"), ("swap", "threshold")]
 
 
+#: engine overheads the exactness tests run with: none, and a preset (priced in the same step function)
+OVERHEADS = [None, "vllm-0.6"]
+
+
+@pytest.mark.parametrize("overhead", OVERHEADS)
 @pytest.mark.parametrize("preemption,pfw", MODES)
-def test_fast_forward_is_exact(run, preemption, pfw):
+def test_fast_forward_is_exact(run, preemption, pfw, overhead):
     """A run with fast-forward gives the same request table, bit for bit, as one event per
     iteration; and it takes fewer events."""
-    sc = small_scenario(engine__preemption=preemption, engine__preempt_for_waiting=pfw)
+    sc = small_scenario(engine__preemption=preemption, engine__preempt_for_waiting=pfw,
+                        engine__overhead=overhead)
     a = run(sc, trace_iterations=True)
     sc2 = copy.deepcopy(sc)
     sc2["engine"]["fast_forward"] = False
@@ -155,20 +161,20 @@ def test_summary_has_the_promised_metrics(run):
     pfw=st.sampled_from(["never", "priority", "strict", "threshold", "policy"]),
     policy=st.sampled_from(["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle", "sjf_rank", "lpm"]),
     prefix=st.booleans(), drain=st.booleans(), reserved=st.sampled_from([0, 12]),
-    cap=st.sampled_from([0, 40]), chunked=st.booleans(),
+    cap=st.sampled_from([0, 40]), chunked=st.booleans(), overhead=st.sampled_from(OVERHEADS),
 )
 # found by this test: a run opened by a prefill that published to the prefix cache (publishing
 # can shrink a reserved pool's share for others); a decode run whose blocks evicted a cached
 # group a waiting request would have reused (which let it fit one step later)
 @example(seed=162304, kv_blocks=44, max_num_seqs=4, budget=40, preemption="recompute", pfw="never",
-         policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True)
+         policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True, overhead=None)
 @example(seed=291, kv_blocks=56, max_num_seqs=3, budget=40, preemption="recompute", pfw="never",
-         policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True)
+         policy="fcfs", prefix=True, drain=False, reserved=12, cap=0, chunked=True, overhead=None)
 # ... and a run under a dynamic policy (lpm) while requests waited: it re-ranks every step
 @example(seed=1, kv_blocks=41, max_num_seqs=5, budget=40, preemption="recompute", pfw="priority",
-         policy="lpm", prefix=True, drain=False, reserved=0, cap=0, chunked=True)
+         policy="lpm", prefix=True, drain=False, reserved=0, cap=0, chunked=True, overhead=None)
 def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, budget, preemption, pfw,
-                                                 policy, prefix, drain, reserved, cap, chunked):
+                                                 policy, prefix, drain, reserved, cap, chunked, overhead):
     """Fast-forward and the lazily-advanced decode cohort on give request tables and time series
     identical to stepping every request one iteration at a time, for any policy, preemption
     mode and memory pressure (found a max_itl bug once: a 1-token last prefill chunk opening a
@@ -176,7 +182,7 @@ def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, b
     sc = small_scenario(seed=seed, horizon_s=6.0, drain=drain)
     sc["engine"].update(kv_blocks=kv_blocks, max_num_seqs=max_num_seqs, max_batched_tokens=budget,
                         preemption=preemption, preempt_for_waiting=pfw, swap_blocks=20,
-                        chunked_prefill=chunked)
+                        chunked_prefill=chunked, overhead=overhead)
     if prefix:
         sc["engine"].update(prefix_caching=True, prefix_block_tokens=32)
         for s in sc["streams"]:
@@ -193,8 +199,9 @@ def test_fast_forward_exact_on_random_scenarios(seed, kv_blocks, max_num_seqs, b
     assert a.summary_dict["classes"] == b.summary_dict["classes"]
 
 
+@pytest.mark.parametrize("overhead", ["none", None])  # None: the profile's own preset
 @pytest.mark.parametrize("preemption,pfw", MODES)
-def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
+def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw, overhead):
     """The benchmark's workload (H200 profile, ~100 decoders at once; a small KV pool so that
     preemption happens), with and without the lazily-advanced decode cohort: identical outputs
     and no more events (fewer: a run goes on past members' last tokens when nothing waits)."""
@@ -203,7 +210,8 @@ def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from core_scenario import scenario
     sc = scenario(1500, load=0.9)
-    sc["engine"].update(preemption=preemption, preempt_for_waiting=pfw, swap_blocks=4000, kv_blocks=6000)
+    sc["engine"].update(preemption=preemption, preempt_for_waiting=pfw, swap_blocks=4000, kv_blocks=6000,
+                        overhead=overhead)
     a = simulate(scenario_from_dict(copy.deepcopy(sc)), check_invariants=True)
     assert a.summary_dict["run"]["lazy_batch"]
     sc["engine"]["lazy_batch"] = False
@@ -214,7 +222,8 @@ def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw):
     assert a.summary_dict["run"]["engine_events"] <= b.summary_dict["run"]["engine_events"]
 
 
-def test_decode_line_prices_exactly_like_step_ns():
+@pytest.mark.parametrize("overhead", OVERHEADS + ["none"])
+def test_decode_line_prices_exactly_like_step_ns(overhead):
     """Fast-forwarded runs price decode steps with a cached line per batch size; it must agree
     with the full cost function to the nanosecond on every shipped profile (analytic, with
     token knots, and measured, whose tables take the slow path)."""
@@ -225,7 +234,7 @@ def test_decode_line_prices_exactly_like_step_ns():
     paths = sorted((root / "calibrate" / "profiles").glob("*.json")) + [root / "sim" / "profiles" / "h200-llama-3-8b.json"]
     rng = random.Random(0)
     for path in paths:
-        cm = load_profile(str(path), root)
+        cm = load_profile(str(path), root, overhead=overhead)
         for _ in range(400):
             D = rng.randint(1, 512)
             ctx = D * rng.randint(1, 32_000)

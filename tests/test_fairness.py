@@ -148,7 +148,9 @@ def test_disabled_accountant_only_keeps_books():
 # ---- the tenant flood --------------------------------------------------------------------------
 
 def _flood(on: bool):
-    return simulate(load_scenario("tenant_flood", overrides=[f"fairness.enabled={str(on).lower()}", "horizon_s=15"]))
+    # priced without engine overhead, the step prices the flood's rates were sized against
+    return simulate(load_scenario("tenant_flood", overrides=[f"fairness.enabled={str(on).lower()}", "horizon_s=15",
+                                                             'engine.overhead="none"']))
 
 
 def _share_while_both_backlogged(res) -> float:

@@ -83,7 +83,8 @@ def _all_imports(path: Path) -> set[str]:
     return out
 
 
-CORE = ["engine", "cohort", "kvpool", "request", "source", "telemetry", "costs", "prefix", "loop", "states", "errors"]
+CORE = ["engine", "cohort", "kvpool", "request", "source", "telemetry", "costs", "overhead", "prefix", "loop",
+        "states", "errors"]
 
 
 @pytest.mark.parametrize("pkg,allowed", [

@@ -1,0 +1,182 @@
+"""Run the fidelity table: one generated scenario per published measurement, the simulated value
+of the same metric, and the relative error.
+
+Scenario kinds (column ``scenario``):
+
+* ``fixed_batch``: ``n`` requests at t=0 handed to the engine together (vLLM's latency benchmark);
+  ``mean_latency_ms`` is the time until the last finishes.
+* ``batch1``: one request at t=0; ``decode_tok_s_batch1`` = output tokens / its end-to-end time
+  (the Qwen tables time the whole ``generate`` call, prefill included).
+* ``offline``: ``n`` requests at t=0; throughputs are totals over the time the last finishes.
+* ``poisson``: ``n`` requests at Poisson ``rate``; medians / p99 over the requests (ITL over
+  all inter-token gaps).
+* ``concurrency``: ``concurrency`` closed-loop clients with no think time, the first ``n``
+  requests count (``vllm bench serve --max-concurrency``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fidelity import workload
+from sim import scenario_from_dict, simulate
+from sim.config import parse_value
+
+TABLE = Path(__file__).resolve().parent / "published.csv"
+
+#: Metrics the suite can compute, and how ("lower is better" ones are times).
+METRICS = ("mean_latency_ms", "throughput_req_s", "throughput_out_tok_s", "throughput_total_tok_s",
+           "decode_tok_s_batch1", "e2e_median_ms", "ttft_median_ms", "ttft_p99_ms", "tpot_median_ms",
+           "tpot_p99_ms", "itl_median_ms")
+
+
+def load_table(path: str | Path = TABLE) -> pd.DataFrame:
+    """The published table (one row per measurement; see docs/fidelity.md for the columns)."""
+    df = pd.read_csv(path, dtype={"engine_settings": str, "not_reproduced": str}, keep_default_na=False)
+    bad = sorted(set(df.metric) - set(METRICS))
+    if bad:
+        raise ValueError(f"{path}: metric '{bad[0]}' is not one of {', '.join(METRICS)}")
+    return df
+
+
+def engine_settings(text: str) -> dict:
+    """``"key=value; key=value"`` (TOML values) -> dict."""
+    out = {}
+    for part in (text or "").split(";"):
+        if part.strip():
+            k, _, v = part.partition("=")
+            out[k.strip()] = parse_value(v.strip())
+    return out
+
+
+@dataclass
+class RowRun:
+    """One row's simulated value and what it took."""
+
+    id: str
+    simulated: float
+    requests: int
+    sim_s: float
+
+
+def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> dict:
+    """The scenario dict reproducing ``row`` (its requests written as a CSV trace in
+    ``trace_dir``); ``overhead`` overrides the row's preset (a name or a table of terms)."""
+    p, o = workload.lengths(row, seed)
+    n = len(p)
+    eng = {"profile": row["profile"], "overhead": row["overhead"] if overhead is None else overhead,
+           "max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
+           "preemption": "recompute", "preempt_for_waiting": "never", "timeseries_interval_s": 10.0}
+    eng.update(engine_settings(row.get("engine_settings", "")))
+    path = trace_dir / f"{row['id']}.csv"
+    cls = [{"name": "all", "priority": 0}]
+    base = {"name": f"fidelity-{row['id']}", "seed": seed, "drain": True, "engine": eng,
+            "policy": {"name": "fcfs"}, "classes": cls}
+    if row["scenario"] == "concurrency":
+        pd.DataFrame({"p": p, "o": o, "t": np.zeros(n)}).to_csv(path, index=False)
+        users = int(row["concurrency"])
+        # long enough for n requests at a pessimistic 30 ms per output token per wave
+        horizon = float(o.mean()) * 0.03 * (n / users + 1) + 60.0
+        stream = {"tenant": "clients", "class": "all",
+                  "arrival": {"process": "closed_loop", "users": users, "think": {"dist": "constant", "value": 0}},
+                  "trace": {"format": "csv", "path": str(path), "t0": 0,
+                            "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}}}
+        return {**base, "horizon_s": horizon, "streams": [stream]}
+    t = workload.arrivals(row, n, seed)
+    cols = {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}
+    if eng.get("prefix_caching"):
+        # the engine's prefix cache is on (vLLM V1 and SGLang defaults); prompts are unique, so
+        # each request's blocks get ids of their own: what the cache keeps for a request is its
+        # own computed prompt, which makes re-admission after a recompute preemption cheap
+        g = int(eng.get("prefix_block_tokens", 512))
+        path = path.with_suffix(".jsonl")
+        with path.open("w") as f:
+            for i in range(n):
+                ids = [i * 1_000_000 + j for j in range(-(-int(p[i]) // g))]
+                f.write(json.dumps({"t": float(t[i]), "p": int(p[i]), "o": int(o[i]), "h": ids}) + "\n")
+        trace = {"format": "jsonl", "path": str(path), "t0": 0, "columns": {**cols, "hash_ids": "h"}}
+    else:
+        pd.DataFrame({"t": t, "p": p, "o": o}).to_csv(path, index=False)
+        trace = {"format": "csv", "path": str(path), "t0": 0, "columns": cols}
+    stream = {"tenant": "clients", "class": "all", "trace": trace}
+    return {**base, "horizon_s": float(t[-1]) + 1.0, "streams": [stream]}
+
+
+def metric_value(row: dict, res) -> float:
+    """The row's metric from a run's request table and summary."""
+    r = res.requests.sort_values("arrival_s", kind="stable")
+    if row["scenario"] == "concurrency":
+        r = r.head(int(row["n"]))
+    fin = r[r.status == "finished"]
+    if len(fin) < len(r):
+        raise RuntimeError(f"fidelity row {row['id']}: {len(r) - len(fin)} requests did not finish")
+    m = row["metric"]
+    span = float(fin.finish_s.max() - r.arrival_s.min())
+    if m == "mean_latency_ms":
+        return span * 1e3
+    if m == "throughput_req_s":
+        return len(fin) / span
+    if m == "throughput_out_tok_s":
+        return float(fin.output_tokens.sum()) / span
+    if m == "throughput_total_tok_s":
+        return float(fin.output_tokens.sum() + fin.prompt_tokens.sum()) / span
+    if m == "decode_tok_s_batch1":
+        return float(fin.output_tokens.sum()) / float(fin.e2e_s.sum())
+    if m == "itl_median_ms":
+        return float(res.summary_dict["classes"]["all"]["itl_p50_s"]) * 1e3
+    col, q = {"e2e_median_ms": ("e2e_s", 0.5), "ttft_median_ms": ("ttft_s", 0.5), "ttft_p99_ms": ("ttft_s", 0.99),
+              "tpot_median_ms": ("tpot_s", 0.5), "tpot_p99_ms": ("tpot_s", 0.99)}[m]
+    return float(fin[col].quantile(q)) * 1e3
+
+
+def run_row(row: dict, overhead=None, seed: int = 0) -> RowRun:
+    """Simulate one row (with the row's preset, or ``overhead``)."""
+    with tempfile.TemporaryDirectory(prefix="priosim-fidelity-") as d:
+        sc = scenario_from_dict(scenario_for(row, Path(d), overhead, seed), base_dir=d)
+        res = simulate(sc)
+    return RowRun(row["id"], metric_value(row, res), len(res.requests), float(res.summary_dict["run"]["end_s"]))
+
+
+def run_table(df: pd.DataFrame, overhead=None, progress=None) -> pd.DataFrame:
+    """Every reproducible row of ``df``: published, simulated and relative error (simulated /
+    published - 1). Rows whose ``split`` is ``excluded`` are skipped. ``overhead``: a preset for
+    every row, or a dict {preset name: overhead} replacing the rows' presets."""
+    out = []
+    cache: dict[tuple, RowRun] = {}
+    for row in df.to_dict("records"):
+        if row["split"] == "excluded":
+            continue
+        ov = overhead.get(row["overhead"]) if isinstance(overhead, dict) else overhead
+        # rows that differ only in the metric share a run
+        key = (row["profile"], row["scenario"], row["dataset"], row["n"], row["prompt_tokens"],
+               row["output_tokens"], row["rate"], row["concurrency"], row["engine_settings"],
+               row["prompt_mean"], row["output_mean"], row["overhead"], repr(ov))
+        with tempfile.TemporaryDirectory(prefix="priosim-fidelity-") as d:
+            if key not in cache:
+                sc = scenario_from_dict(scenario_for(row, Path(d), ov), base_dir=d)
+                cache[key] = simulate(sc)
+            res = cache[key]
+        sim = metric_value(row, res)
+        out.append({"id": row["id"], "metric": row["metric"], "unit": row["unit"], "split": row["split"],
+                    "overhead": row["overhead"], "published": float(row["value"]), "simulated": sim,
+                    "error": sim / float(row["value"]) - 1.0})
+        if progress is not None:
+            progress(out[-1])
+    return pd.DataFrame(out)
+
+
+def summary(res: pd.DataFrame) -> dict:
+    """Median and worst |relative error| over all rows, the fit rows and the held-out rows."""
+    def stats(sub):
+        e = sub.error.abs()
+        return {"rows": int(len(sub)), "median": float(e.median()) if len(sub) else math.nan,
+                "worst": float(e.max()) if len(sub) else math.nan,
+                "within_10": int((e <= 0.10).sum()), "within_25": int((e <= 0.25).sum())}
+    return {"all": stats(res), "fit": stats(res[res.split == "fit"]),
+            "held-out": stats(res[res.split == "held-out"])}

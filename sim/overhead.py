@@ -1,0 +1,169 @@
+"""Engine overhead: what a real serving engine spends per step besides the model's forward pass.
+
+A profile prices the GPU work of a step (weights, attention, KV reads). A real engine adds CPU
+and communication time that the roofline does not see: the scheduler and input preparation,
+per-sequence bookkeeping (block tables, detokenisation, output objects), sampling over the
+vocabulary, admitting a request, and in tensor parallelism the all-reduces' small-message
+latency. Each term is a function of step aggregates the engine already keeps, so a step's price
+stays O(1) however large the batch (the lazily-advanced decode cohort keeps working) and stays
+inside the one integer-nanosecond step function (fast-forward stays exact)::
+
+    overhead = step_s                                    # per step (CPU scheduler, launches)
+             + (seq_s + sample_s * vocab) * S            # S = D + prefill chunks: sequences in the step
+             + admit_s * A                               # A: requests whose prefill starts in the step
+             + [tp > 1] * 2 * layers * allreduce_latency_s
+             + [tp > 1] * T * 2 * layers * ar_bytes / allreduce_bytes_per_s   # T = P + D tokens
+
+and, outside the step function, ``frontend_s``: the time from a request's arrival until the
+engine sees it (the API server's HTTP handling, chat template and tokenisation, which overlap
+with GPU work rather than occupy it); it delays admission and adds to TTFT and end-to-end time,
+never to a step. With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
+(one ring all-reduce of a token's hidden state). The all-reduce terms come *on top of* the
+profile's own tensor-parallel pricing (analytic profiles charge 10 us per all-reduce and NVLink
+bandwidth at 70 %); a bandwidth of 0 means no bytes term. A profile without a model shape (the
+inline linear profile) has no vocabulary and no tensor parallelism: only ``step_s``, ``seq_s``
+and ``admit_s`` apply to it.
+
+Presets (``sim/overheads.json``) are named by engine and era; each carries its sources and how
+its values were obtained (``calibrate/fidelity/fit.py`` fits them to published measurements).
+``none`` is no overhead at all: exactly the pricing of the profile alone.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+#: The preset file (located through ``sim/__init__``: a mypyc-compiled module has no __file__).
+PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "overheads.json"
+
+#: The terms, in seconds (see the module docstring), with what each multiplies.
+TERMS = {
+    "step_s": "s per step",
+    "seq_s": "s per sequence in the step (decoders + prefill chunks)",
+    "sample_s": "s per sequence per vocabulary entry",
+    "admit_s": "s per request whose prefill starts in the step",
+    "allreduce_latency_s": "s per all-reduce (2 per layer per step), tensor parallelism only",
+    "allreduce_bytes_per_s": "bytes/s of all-reduce bus bandwidth (0: no bytes term)",
+    "frontend_s": "s from a request's arrival until the engine sees it (API server; not GPU time)",
+}
+#: The terms that price steps (all but the front-end latency).
+STEP_TERMS = tuple(k for k in TERMS if k != "frontend_s")
+
+
+class OverheadError(ValueError):
+    """A bad preset name or term; the message is one line naming the valid choices."""
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """One engine's overhead terms (seconds; see the module docstring) and their provenance."""
+
+    name: str = "none"
+    step_s: float = 0.0
+    seq_s: float = 0.0
+    sample_s: float = 0.0
+    admit_s: float = 0.0
+    allreduce_latency_s: float = 0.0
+    allreduce_bytes_per_s: float = 0.0
+    frontend_s: float = 0.0
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_none(self) -> bool:
+        """True when no term prices steps: the profile's pricing is left exactly as it is."""
+        return not any(getattr(self, k) for k in STEP_TERMS)
+
+    def terms(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in TERMS}
+
+    def coefficients(self, vocab: int, layers: int, hidden: int, dtype_bytes: int,
+                     tp: int) -> tuple[float, float, float, float]:
+        """``(fixed, per_seq, per_token, per_admit)`` seconds for a model of this shape: the
+        overhead of a step with S sequences, T tokens and A admissions is
+        ``fixed + per_seq * S + per_token * T + per_admit * A``."""
+        fixed = self.step_s
+        per_token = 0.0
+        if tp > 1 and layers > 0:
+            n_ar = 2 * layers
+            fixed += n_ar * self.allreduce_latency_s
+            if self.allreduce_bytes_per_s > 0:
+                per_token = n_ar * hidden * dtype_bytes * 2 * (tp - 1) / tp / self.allreduce_bytes_per_s
+        return fixed, self.seq_s + self.sample_s * vocab, per_token, self.admit_s
+
+
+NONE = Overhead()
+
+
+def _presets() -> dict[str, dict]:
+    data = json.loads(PRESETS_PATH.read_text())
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def preset_names() -> list[str]:
+    """Preset names, ``none`` first."""
+    return ["none"] + sorted(n for n in _presets() if n != "none")
+
+
+def default_preset() -> str:
+    """The preset shipped GPU profiles use (``_default`` in the preset file)."""
+    return str(json.loads(PRESETS_PATH.read_text())["_default"])
+
+
+def _term(v, where: str, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise OverheadError(f"{where}.{key}: expected a finite number >= 0 (got {v!r}; "
+                            f"terms: {', '.join(TERMS)})")
+    return float(v)
+
+
+def resolve_overhead(spec, where: str = "engine.overhead") -> Overhead:
+    """An Overhead from a preset name, an inline table of terms (optionally ``preset = name`` to
+    start from; missing terms are 0 or the preset's), or an Overhead."""
+    if isinstance(spec, Overhead):
+        return spec
+    if spec is None or spec == "none":
+        return NONE
+    presets = _presets()
+    choices = ", ".join(preset_names())
+    if isinstance(spec, str):
+        if spec not in presets:
+            raise OverheadError(f"{where}: no overhead preset '{spec}' (expected one of: {choices}; "
+                                "or a table of terms)")
+        p = presets[spec]
+        terms = {k: _term(p.get("terms", {}).get(k, 0.0), f"{PRESETS_PATH.name}:{spec}", k) for k in TERMS}
+        return Overhead(name=spec, **terms, meta=dict(p.get("meta", {})))
+    if not isinstance(spec, dict):
+        raise OverheadError(f"{where}: expected a preset name ({choices}) or a table of terms (got {spec!r})")
+    unknown = sorted(set(spec) - set(TERMS) - {"preset"})
+    if unknown:
+        raise OverheadError(f"{where}: unknown key '{unknown[0]}' (expected 'preset' or terms: {', '.join(TERMS)})")
+    base = resolve_overhead(spec.get("preset", "none"), f"{where}.preset")
+    terms = base.terms()
+    for k in TERMS:
+        if k in spec:
+            terms[k] = _term(spec[k], where, k)
+    name = "inline" if base.name == "none" else f"{base.name}+inline"
+    return Overhead(name=name, **terms, meta={"source": "scenario inline table", "preset": base.name})
+
+
+def describe(o: Overhead) -> str:
+    """One line: the non-zero terms in microseconds (bandwidth in GB/s)."""
+    parts = []
+    for f in fields(Overhead):
+        if f.name not in TERMS:
+            continue
+        v = getattr(o, f.name)
+        if not v:
+            continue
+        if f.name == "allreduce_bytes_per_s":
+            parts.append(f"allreduce {v / 1e9:.0f} GB/s")
+        elif f.name == "sample_s":
+            parts.append(f"sample {v * 1e12:.3g} ps/vocab entry")
+        elif v >= 1e-3:
+            parts.append(f"{f.name.removesuffix('_s')} {v * 1e3:.3g} ms")
+        else:
+            parts.append(f"{f.name.removesuffix('_s')} {v * 1e6:.3g} us")
+    return ", ".join(parts) or "no overhead"

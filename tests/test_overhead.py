@@ -1,0 +1,167 @@
+"""Engine overhead in the cost model: ``none`` is today's pricing byte for byte, presets are
+validated, and priced steps stay exact under fast-forward (see test_engine_core for the
+exactness tests, parametrised over presets)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim import load_scenario, scenario_from_dict, simulate
+from sim.cli import main
+from sim.costs import ProfileError, load_profile
+from sim.errors import ScenarioError
+from sim.overhead import OverheadError, preset_names, resolve_overhead
+from tests.conftest import small_scenario
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "overhead_none_golden.json"
+
+
+def _digest(case: dict) -> tuple[str, int]:
+    res = simulate(load_scenario(case["scenario"], overrides=case["overrides"] + ['engine.overhead="none"']))
+    return hashlib.sha256(res.requests.to_csv(index=False).encode()).hexdigest(), len(res.requests)
+
+
+@pytest.mark.parametrize("case", json.loads(GOLDEN.read_text())["cases"],
+                         ids=lambda c: c["scenario"] + ("-" + c["overrides"][-1].split("=")[-1].strip('"')
+                                                        if len(c["overrides"]) > 1 else ""))
+def test_overhead_none_reproduces_the_request_tables_of_before(case):
+    """Shipped scenarios with engine.overhead = "none" give the request tables (sha256 of the
+    CSV bytes) the simulator gave before engine overhead existed."""
+    digest, rows = _digest(case)
+    assert rows == case["rows"]
+    assert digest == case["requests_sha256"]
+
+
+def test_none_prices_exactly_like_the_profile_alone():
+    plain = load_profile("h200-llama-3-70b-tp4", overhead="none")
+    assert not plain.overhead_on
+    for shape in [(0, 8, 0, 0, 8 * 300), (512, 3, 512 * 512, 0, 900), (4096, 0, 4096 ** 2, 4096 * 100, 0)]:
+        c = plain.step
+        t = c.base_s + plain._tokens_s(shape[0] + shape[1]) + c.prefill_token_s * shape[0] \
+            + c.prefill_attn_s * shape[2] + c.chunk_attn_s * shape[3] + c.decode_seq_s * shape[1] \
+            + c.decode_ctx_s * shape[4]
+        assert plain.step_ns(*shape, 3, 2) == max(1, round(t * 1_000_000_000))
+
+
+def test_overhead_terms_add_up():
+    """A step's overhead: fixed + per sequence (incl. sampling over the vocabulary) + per
+    admission + all-reduce latency per layer for TP > 1."""
+    o = {"step_s": 1e-3, "seq_s": 2e-5, "sample_s": 1e-11, "admit_s": 5e-4, "allreduce_latency_s": 1e-5}
+    tp1 = load_profile("h200-llama-3-8b", overhead="none")
+    one = load_profile("h200-llama-3-8b", overhead=o)
+    vocab = one.shape.vocab
+    got = one.step_ns(100, 6, 100 * 100, 0, 6 * 50, 1, 1) - tp1.step_ns(100, 6, 100 * 100, 0, 6 * 50)
+    want = (1e-3 + (2e-5 + 1e-11 * vocab) * 7 + 5e-4) * 1e9
+    assert abs(got - want) <= 2
+    tp4 = load_profile("h200-llama-3-70b-tp4", overhead=o)
+    base4 = load_profile("h200-llama-3-70b-tp4", overhead="none")
+    got = tp4.step_ns(0, 1, 0, 0, 10) - base4.step_ns(0, 1, 0, 0, 10)
+    want = (1e-3 + 2 * 80 * 1e-5 + 2e-5 + 1e-11 * tp4.shape.vocab * 4) * 1e9
+    assert abs(got - want) <= 2
+
+
+def test_shipped_gpu_profiles_use_the_default_preset_and_inline_profiles_none():
+    from sim.overhead import default_preset
+    for name in ("h200-llama-3-8b", "a100-80gb-llama-3-8b", "h100-sxm-llama-3-70b-tp4", "h200-qwen2.5-7b"):
+        assert load_profile(name).overhead.name == default_preset()
+    assert not load_profile({"kind": "linear", "base_s": 0.01}).overhead_on
+    assert not load_profile("cpu-tiny").overhead_on
+
+
+def test_presets_resolve_and_inline_tables_start_from_a_preset():
+    for name in preset_names():
+        assert resolve_overhead(name).name == name
+    o = resolve_overhead({"preset": "vllm-0.6", "step_s": 0.0})
+    assert o.step_s == 0.0 and o.seq_s == resolve_overhead("vllm-0.6").seq_s
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("vllm-9", ["no overhead preset 'vllm-9'", "none", "vllm-0.6", "vllm-v1", "sglang"]),
+    ({"step_s": -1e-3}, ["step_s", "-0.001", ">= 0", "seq_s"]),
+    ({"stepp_s": 1e-3}, ["unknown key 'stepp_s'", "step_s"]),
+])
+def test_bad_overhead_is_one_line_naming_the_choices(spec, words):
+    with pytest.raises(OverheadError) as e:
+        resolve_overhead(spec)
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+    sc = small_scenario()
+    sc["engine"]["overhead"] = spec
+    with pytest.raises(ScenarioError) as e2:
+        scenario_from_dict(sc)
+    assert "engine.overhead" in str(e2.value) and "\n" not in str(e2.value)
+    with pytest.raises(ProfileError):
+        load_profile("h200-llama-3-8b", overhead=spec)
+
+
+def test_cli_bad_preset_exits_2_and_profiles_lists_presets():
+    r = CliRunner().invoke(main, ["run", "--set", 'engine.overhead="vllm-9"', "--no-plots"], catch_exceptions=False)
+    assert r.exit_code == 2
+    line = r.output.strip().splitlines()[-1]
+    assert "engine.overhead" in line and "vllm-0.6" in line and "sglang" in line
+    r = CliRunner().invoke(main, ["profiles"], catch_exceptions=False)
+    assert r.exit_code == 0
+    for name in preset_names():
+        assert f"  {name} " in r.output
+
+
+def test_overhead_slows_steps_and_keeps_runs_reproducible(run):
+    """A non-zero preset makes every step dearer (never cheaper) and the same seed gives the same
+    table."""
+    sc = small_scenario()
+    a = run(sc)
+    sc["engine"]["overhead"] = {"step_s": 2e-3, "seq_s": 1e-4, "admit_s": 1e-3}
+    b = run(sc)
+    c = run(sc)
+    assert b.requests.equals(c.requests)
+    fa, fb = a.requests.set_index("request_id"), b.requests.set_index("request_id")
+    both = fa.index.intersection(fb.index)
+    assert (fb.loc[both, "e2e_s"].mean() > fa.loc[both, "e2e_s"].mean())
+
+
+def test_frontend_latency_delays_the_engine_not_the_arrival(tmp_path):
+    """frontend_s: a lone request reaches an idle engine that much later; its arrival time is
+    kept, so its TTFT and end-to-end time grow by exactly that; no step gets dearer."""
+    from tests.explicit import run_explicit
+    reqs = [(0.5, "c", 100, 20)]
+    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4}}
+    a = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.iloc[0]
+    eng["overhead"] = {"frontend_s": 0.05}
+    b = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.iloc[0]
+    assert b.arrival_s == a.arrival_s == 0.5
+    assert round(b.ttft_s - a.ttft_s, 9) == 0.05 and round(b.e2e_s - a.e2e_s, 9) == 0.05
+    assert round(b.tpot_s - a.tpot_s, 12) == 0
+
+
+def test_fidelity_command_runs_a_couple_of_rows():
+    r = CliRunner().invoke(main, ["fidelity", "--rows", "ci9515-lat-8b", "--rows", "qwen25-7b-in1"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "ci9515-lat-8b" in r.output and "qwen25-7b-in1" in r.output and "median |error|" in r.output
+    r = CliRunner().invoke(main, ["fidelity", "--rows", "nope"], catch_exceptions=False)
+    assert r.exit_code == 2 and "nope" in r.output
+    r = CliRunner().invoke(main, ["fidelity", "--rows", "ci9515-lat-8b", "--overhead", "bogus"],
+                           catch_exceptions=False)
+    assert r.exit_code == 2 and "vllm-0.6" in r.output
+
+
+def test_fidelity_table_has_sources_and_enough_coverage():
+    from calibrate.fidelity.suite import load_table
+    t = load_table()
+    assert len(t) >= 20 and t.source_kind.nunique() >= 4
+    assert (t.source.str.len() > 10).all() and t.id.is_unique
+    assert t.gpu.nunique() >= 2 and (t.tp > 1).any()
+    assert {"fit", "held-out"} <= set(t.split)
+
+
+if __name__ == "__main__" and "--write" in sys.argv:  # regenerate the golden digests
+    doc = json.loads(GOLDEN.read_text())
+    for case in doc["cases"]:
+        case["requests_sha256"], case["rows"] = _digest(case)
+    GOLDEN.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {GOLDEN}")
