@@ -219,6 +219,17 @@ class Replica:
         self.next_boundary = 0
         self.in_flight = True
         self.on_run = self.record_run if cluster.closed else None  # replica_loop calls it
+        # the run in flight when runs go past arrivals routed elsewhere (see ``hold``)
+        self._plan = None
+        self._start = 0
+        self._durs: list[int] = []
+        self._end = NEVER
+        self._alloc_k = 1  # steps of the run whose blocks are allocated
+        self._ticket = 0  # which scheduled end is current (an earlier one was cut short)
+        self._run_ev = None
+        if cluster.fast:
+            self.run_bound_ns = lambda: NEVER
+            self.hold = self._hold
 
     def record_run(self, now_ns: int, durations: list[int]) -> None:
         """A run of steps starts at ``now_ns``: with closed-loop users, remember when it ends
@@ -242,8 +253,64 @@ class Replica:
 
     @property
     def kv_used(self) -> float:
+        if self._run_ev is not None:
+            self._allocate_through(self._steps_before(int(self.cluster.env.now)))
         p = self.engine.pool
         return (p.total - p.free) / p.total
+
+    # -- runs that go past arrivals routed elsewhere --
+    # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
+    # possible arrival). Instead a run is planned up to the replica's own next change and cut
+    # short only when a request is routed here: it then ends where the stopped run would have,
+    # at the end of the first step that does not start before the arrival. That is exact because
+    # a fast-forwarded run cut anywhere equals stepping (the engine's guarantee), and because
+    # inside a run what a router reads does not change: the running and waiting sets change only
+    # at a run's end, and the KV blocks a stopped run would hold by now are allocated when read.
+    def _hold(self, now_ns: int, plan, durations: list[int]):
+        self._plan, self._start, self._durs, self._alloc_k = plan, now_ns, durations, 1
+        self._run_ev = self.cluster.env.event()
+        self._schedule_end(now_ns + sum(durations))
+        return self._run_ev
+
+    def _schedule_end(self, end_ns: int) -> None:
+        self._end = end_ns
+        self._ticket += 1
+        env = self.cluster.env
+        env.timeout(end_ns - env.now).callbacks.append(lambda _e, t=self._ticket: self._run_done(t))
+
+    def _run_done(self, ticket: int) -> None:
+        if ticket == self._ticket and self._run_ev is not None:
+            ev, self._run_ev = self._run_ev, None
+            ev.succeed()
+
+    def held(self) -> list[int]:
+        """The durations of the run that just ended (its blocks all allocated)."""
+        self._allocate_through(len(self._durs))
+        self._plan = None
+        return self._durs
+
+    def _steps_before(self, t_ns: int) -> int:
+        """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
+        acc, k, durs = self._start, 0, self._durs
+        while k < len(durs) and acc < t_ns:
+            acc += durs[k]
+            k += 1
+        return max(k, 1)
+
+    def _allocate_through(self, k: int) -> None:
+        if k > self._alloc_k:
+            self.engine.allocate_run(self._plan, k, self._alloc_k)
+            self._alloc_k = k
+
+    def cut(self, t_ns: int) -> None:
+        """A request was routed here at ``t_ns``: the run in flight ends with the first step that
+        does not start before it (its next boundary would have been there)."""
+        if self._run_ev is None or t_ns >= self._end:
+            return
+        k = self._steps_before(t_ns)
+        if k < len(self._durs):
+            self._durs = self._durs[:k]
+            self._schedule_end(self._start + sum(self._durs))
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
@@ -294,10 +361,21 @@ class Replica:
         return self.cluster.finished()
 
 
+def _trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
+    """Trigger ``ev`` ``delay`` ns from now with SimPy's URGENT priority: it is processed before
+    the ordinary events of its instant. The router wakes this way, so it routes an instant's
+    arrivals before any replica ends a step then, and what it reads does not depend on the order
+    in which SimPy runs same-instant processes."""
+    ev._ok = True
+    ev._value = None
+    ev.env.schedule(ev, simpy.core.URGENT, delay)
+
+
 class _Cluster:
     def __init__(self, env, source, replicas: list[Replica], router, candidates: list[list[Replica]],
-                 stop_ns: int, closed: bool) -> None:
+                 stop_ns: int, closed: bool, fast: bool = False) -> None:
         self.env = env
+        self.fast = fast
         self.source = source
         self.replicas = replicas
         self.router = router
@@ -323,6 +401,7 @@ class _Cluster:
                 raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
                                    f"{req.cls!r} to replica {rep.index}, not one of its candidates")
             rep.inbox.append(req)
+            rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
             rep.notify()
@@ -337,17 +416,24 @@ class _Cluster:
             t = min(self.source.next_arrival_ns(), self.stop_ns)
             if t >= NEVER and not self.closed:
                 return
-            self._kick = env.event()
+            k = self._kick = env.event()
             self._router_until = t
             if t < NEVER:
-                env.timeout(t - now).callbacks.append(lambda _e, k=self._kick: k.succeed() if not k.triggered else None)
-            yield self._kick
+                w = env.event()
+                w.callbacks.append(lambda _e, k=k: self._wake(k))
+                _trigger_urgent(w, t - now)
+            yield k
+
+    @staticmethod
+    def _wake(k) -> None:
+        if not k.triggered:
+            _trigger_urgent(k)
 
     def on_request_end(self, req, now_ns: int) -> None:
         self.source.on_request_end(req, now_ns)
         k = self._kick
         if k is not None and not k.triggered and self.source.next_arrival_ns() < self._router_until:
-            k.succeed()
+            self._wake(k)
 
     def finished(self) -> bool:
         s = self.source
@@ -419,12 +505,13 @@ def _sum_info(infos: list[dict], end_ns: int) -> dict:
 # ---- the simulation -------------------------------------------------------------------------------
 def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
                      load_scale: float = 1.0, check_invariants: bool = False,
-                     per_replica: bool = True) -> ClusterResults:
+                     per_replica: bool = True, fast: bool = True) -> ClusterResults:
     """Run ``scenario`` (which has a ``[cluster]`` table) and return a :class:`ClusterResults`.
 
     ``per_replica=False`` skips the per-replica and per-group Results (faster; the capacity
     search uses it). ``check_invariants`` checks every replica's KV conservation after every
-    engine event.
+    engine event. ``fast=False`` stops every replica's run at every arrival in the cluster (the
+    plain way; same results, more engine events); with closed-loop users runs always stop there.
     """
     from sim.routers import make_router
     from sim.source import RequestSource
@@ -442,7 +529,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     stop_ns = NEVER if sc.drain else horizon_ns
     router = make_router(spec.router, **spec.router_params)
     router.bind(spec.n_replicas, _seed_for(sc.seed, "router"))
-    cl = _Cluster(env, source, [], router, [], stop_ns, closed=closed_loop)
+    cl = _Cluster(env, source, [], router, [], stop_ns, closed=closed_loop, fast=fast and not closed_loop)
     group_sc: dict[str, Scenario] = {}
     group_of: list[int] = []
     for gi, g in enumerate(spec.groups):

@@ -1057,9 +1057,10 @@ class Engine:
                 hi = mid - 1
         return lo
 
-    def allocate_run(self, plan: StepPlan, k: int) -> None:
-        """Allocate the blocks steps 2..k of a fast-forwarded run need (step 1's are taken)."""
-        if k <= 1 or self.off:
+    def allocate_run(self, plan: StepPlan, k: int, done: int = 1) -> None:
+        """Allocate the blocks steps done+1..k of a fast-forwarded run need (steps 1..done have
+        theirs: a cluster replica allocates a run piecewise, as far as a router reads it)."""
+        if k <= done or self.off:
             return
         for s in plan.items:
             r = s.req
@@ -1071,7 +1072,10 @@ class Engine:
         if plan.cohort:
             coh = self.cohort
             assert coh is not None
+            before = coh.run_blocks(done) if done > 1 else None
             for ci, n in enumerate(coh.run_blocks(k)):
+                if before is not None:
+                    n -= before[ci]
                 if n:
                     self.pool.allocate(ci, n)
             coh.alloc_g = coh.g + k

@@ -25,6 +25,11 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
     tel = engine.tel
     cfg = engine.cfg
     on_run = getattr(source, "on_run", None)
+    # A cluster replica's source may let a run go past arrivals routed elsewhere: ``run_bound_ns()``
+    # replaces the next arrival as the run's bound and ``hold(now, durations)`` is the event that
+    # ends the run, cut short (``held()``) when a request is routed here meanwhile.
+    run_bound = getattr(source, "run_bound_ns", None)
+    hold = getattr(source, "hold", None)
     next_sample = 0
     while True:
         now = int(env.now)  # (always an int: every delay is in ns)
@@ -64,15 +69,19 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
             continue
         compute = engine.compute_ns(plan)
         dur0 = compute + engine.transfer_ns(plan)
-        next_event = min(next_arrival, next_sample, stop_ns)
+        next_event = min(next_arrival if run_bound is None else run_bound(), next_sample, stop_ns)
         durations = engine.run_length(plan, now, next_event, dur0)
-        engine.allocate_run(plan, len(durations))
-        if on_run is not None:
-            on_run(now, durations)
         engine.events += 1
         if cfg.max_events and engine.events > cfg.max_events:
             raise RuntimeError(f"engine.max_events={cfg.max_events} exceeded")
-        yield env.timeout(sum(durations))
+        if hold is None:
+            engine.allocate_run(plan, len(durations))
+            if on_run is not None:
+                on_run(now, durations)
+            yield env.timeout(sum(durations))
+        else:
+            yield hold(now, plan, durations)
+            durations = source.held()  # (the held run allocates its blocks as it goes)
         engine.apply(plan, now, durations, compute)
         if check_invariants:
             engine.check_invariants()
