@@ -288,6 +288,7 @@ class Engine:
         # every more urgent class are held back from it)
         worst = max(p for p, n in zip(self._cls_prio, coh.n_cls) if n)
         bs = self.bs
+        last_member = None
         for req in explicit:
             if req.tokens - req.computed == 1:
                 if budget < 1:
@@ -296,7 +297,12 @@ class Engine:
             else:
                 n = self._chunk(req, budget, used)
                 if n < self._chunk(req, NEVER, used):
-                    return None  # the budget would cut this chunk
+                    # the budget cuts this chunk: the walk gives it the same only when every
+                    # member ranks above it (their tokens come before it either way)
+                    if last_member is None:
+                        last_member = max(_rank(m) for m in coh.members.values())
+                    if _rank(req) < last_member:
+                        return None
                 used[req.cls_idx] += n
             if not self.off:
                 new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
@@ -554,16 +560,25 @@ class Engine:
         victims = self._eligible_victims(w)
         if not victims:
             return False
-        if self.cohort is not None and self.cohort.members:
-            self._dissolve_cohort(plan, scheduled)  # victims' blocks and tokens must be real
+        coh = self.cohort
+        members = coh is not None and bool(coh.members)
+        freed_tokens = 0
+        for v in victims:
+            if v.request_id in scheduled:
+                freed_tokens += scheduled[v.request_id].tokens
+            elif members and v.cohort_g0 != NOT_MEMBER:
+                assert coh is not None
+                coh.sync(v)  # its blocks must be real; it decodes one token in this step
+                freed_tokens += 1 if plan.cohort else 0
         freed_blocks = sum(v.blocks for v in victims)
-        freed_tokens = sum(scheduled[v.request_id].tokens for v in victims if v.request_id in scheduled)
         slots_ok = len(self.running) - len(victims) < self.cfg.max_num_seqs
         b = budget + freed_tokens
         n, need, _ = self._admission(w, b)
         avail = self.pool.available_for(w.priority) - self.watermark_blocks + freed_blocks
         if not (slots_ok and n > 0 and need <= avail):
             return False
+        if members:
+            self._dissolve_cohort(plan, scheduled)  # the victims leave as ordinary requests
         for v in victims:
             self._preempt(v, plan, scheduled, now_ns)
             if self._fits(w, self._budget_left(scheduled))[0]:
