@@ -98,6 +98,12 @@ class DecodeCohort:
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r._output - r.generated, r.admit_seq, r))
 
+    def leave(self, r: Request) -> None:
+        """Member ``r`` leaves alone (synced; its blocks cover the steps allocated so far)."""
+        self.sync(r)
+        self.finish.remove((self.g + r._output - r.generated, r.admit_seq, r))
+        self._leave(r)
+
     def _leave(self, r: Request) -> None:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
         del self.members[r.request_id]

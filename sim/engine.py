@@ -391,9 +391,10 @@ class Engine:
         plan.items = list(scheduled.values())
         return plan
 
-    def _budget_left(self, scheduled: dict) -> int:
-        """Token budget left in the step being planned (after a preemption gave tokens back)."""
-        return self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+    def _budget_left(self, scheduled: dict, cohort: int = 0) -> int:
+        """Token budget left in the step being planned (after a preemption gave tokens back),
+        with ``cohort`` decoders of the cohort in it."""
+        return self.cfg.max_batched_tokens - cohort - sum(s.tokens for s in scheduled.values())
 
     def _lowest_running(self) -> Request:
         # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
@@ -411,7 +412,7 @@ class Engine:
             if not fits:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
                     break
-                budget = self._budget_left(scheduled)
+                budget = self._budget_left(scheduled, plan.cohort)
                 if self.waiting[0][2] is not w:
                     continue  # a victim re-keyed on preemption now heads the queue: re-decide
                 fits, n, need_blocks, hit = self._fits(w, budget)
@@ -577,11 +578,19 @@ class Engine:
         avail = self.pool.available_for(w.priority) - self.watermark_blocks + freed_blocks
         if not (slots_ok and n > 0 and need <= avail):
             return False
-        if members:
-            self._dissolve_cohort(plan, scheduled)  # the victims leave as ordinary requests
         for v in victims:
+            if members and v.cohort_g0 != NOT_MEMBER:
+                # it leaves the cohort alone (the others decode on in it), as an ordinary
+                # request with this step's token, and gives that back when preempted
+                assert coh is not None
+                coh.leave(v)
+                if plan.cohort:
+                    plan.cohort -= 1
+                    scheduled[v.request_id] = Scheduled(v, 1, v.computed, True)
+                if self._order is not None:
+                    insort(self._order, v, key=_rank)
             self._preempt(v, plan, scheduled, now_ns)
-            if self._fits(w, self._budget_left(scheduled))[0]:
+            if self._fits(w, self._budget_left(scheduled, plan.cohort))[0]:
                 break
         return True
 
