@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import time
+from bisect import bisect_left, bisect_right
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,6 +229,8 @@ class Replica:
         self._alloc_k = 1  # steps of the run whose blocks are allocated
         self._ticket = 0  # which scheduled end is current (an earlier one was cut short)
         self._run_ev = None
+        self._ends: list[int] | None = None
+        self._early = False
         if cluster.fast:
             self.run_bound_ns = lambda: NEVER
             self.hold = self._hold
@@ -241,11 +245,11 @@ class Replica:
     @property
     def outstanding(self) -> int:
         e = self.engine
-        return len(e.running) + len(e.waiting) + len(self.inbox)
+        return len(e.running) - self._gone() + len(e.waiting) + len(self.inbox)
 
     @property
     def running(self) -> int:
-        return len(self.engine.running)
+        return len(self.engine.running) - self._gone()
 
     @property
     def waiting(self) -> int:
@@ -264,10 +268,17 @@ class Replica:
     # short only when a request is routed here: it then ends where the stopped run would have,
     # at the end of the first step that does not start before the arrival. That is exact because
     # a fast-forwarded run cut anywhere equals stepping (the engine's guarantee), and because
-    # inside a run what a router reads does not change: the running and waiting sets change only
-    # at a run's end, and the KV blocks a stopped run would hold by now are allocated when read.
+    # what a router reads is what a stopped run would show: the running and waiting sets change
+    # only at a run's end, except for decoders whose last token ends a step inside the run (runs
+    # go on past them only when the router does not read KV use), which are not counted from
+    # then on; the KV blocks a stopped run would hold by now are allocated when read.
     def _hold(self, now_ns: int, plan, durations: list[int]):
         self._plan, self._start, self._durs, self._alloc_k = plan, now_ns, durations, 1
+        self._ends = None
+        coh = self.engine.cohort
+        # members finishing before the run's last step (only in runs that go on past them)
+        self._early = bool(plan.cohort and coh is not None and coh.finish
+                           and coh.finish[0][0] < coh.g + len(durations))
         self._run_ev = self.cluster.env.event()
         self._schedule_end(now_ns + sum(durations))
         return self._run_ev
@@ -289,13 +300,25 @@ class Replica:
         self._plan = None
         return self._durs
 
+    def _step_ends(self) -> list[int]:
+        if self._ends is None:
+            self._ends = list(accumulate(self._durs, initial=self._start))[1:]
+        return self._ends
+
     def _steps_before(self, t_ns: int) -> int:
         """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
-        acc, k, durs = self._start, 0, self._durs
-        while k < len(durs) and acc < t_ns:
-            acc += durs[k]
-            k += 1
-        return max(k, 1)
+        if t_ns >= self._end:
+            return len(self._durs)
+        return min(bisect_left(self._step_ends(), t_ns) + 1, len(self._durs))
+
+    def _gone(self) -> int:
+        """Running requests whose last token ended a step of the run in flight before now
+        (applied when the run ends; a stopped run would have applied them already)."""
+        if self._run_ev is None or not self._early:
+            return 0
+        done = bisect_left(self._step_ends(), int(self.cluster.env.now))  # steps ended before now
+        coh = self.engine.cohort
+        return bisect_right(coh.finish, (coh.g + done, NEVER))
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
@@ -310,6 +333,8 @@ class Replica:
         k = self._steps_before(t_ns)
         if k < len(self._durs):
             self._durs = self._durs[:k]
+            if self._ends is not None:
+                self._ends = self._ends[:k]
             self._schedule_end(self._start + sum(self._durs))
 
     # -- the source replica_loop reads --
@@ -541,6 +566,9 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             trace = [] if trace_iterations else None
             eng = build_engine(scg, env, costs, trace=trace, engine_cfg=g.engine, seed_tag=f"/replica{i}")
             eng.on_request_end = cl.on_request_end
+            # runs may go on past decoders' last tokens (what a router reads is adjusted for
+            # them, except KV use, which they would release)
+            eng.through_finishes = cl.fast and not getattr(router, "reads_kv", True)
             rep = Replica(i, g.name, eng, cl, trace)
             cl.replicas.append(rep)
             group_of.append(gi)

@@ -145,6 +145,12 @@ class DecodeCohort:
             ahead = self.alloc_g - self.g if blocks_ahead else 0
             r.blocks = -(-(r.computed + ahead) // self.bs) - r.base_blocks
 
+    def blocks_of(self, r: Request) -> int:
+        """Member ``r``'s device blocks as :meth:`sync` would set them (not synced)."""
+        if not self.grows:
+            return r.blocks
+        return -(-(r.computed + self.alloc_g - r.cohort_g0) // self.bs) - r.base_blocks
+
     def sync_all(self) -> None:
         for r in self.members.values():
             self.sync(r)

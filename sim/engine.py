@@ -563,15 +563,16 @@ class Engine:
             return False
         coh = self.cohort
         members = coh is not None and bool(coh.members)
-        freed_tokens = 0
+        freed_tokens = freed_blocks = 0
         for v in victims:
-            if v.request_id in scheduled:
-                freed_tokens += scheduled[v.request_id].tokens
-            elif members and v.cohort_g0 != NOT_MEMBER:
+            if members and v.cohort_g0 != NOT_MEMBER:
                 assert coh is not None
-                coh.sync(v)  # its blocks must be real; it decodes one token in this step
+                freed_blocks += coh.blocks_of(v)  # it decodes one token in this step
                 freed_tokens += 1 if plan.cohort else 0
-        freed_blocks = sum(v.blocks for v in victims)
+            else:
+                freed_blocks += v.blocks
+                if v.request_id in scheduled:
+                    freed_tokens += scheduled[v.request_id].tokens
         slots_ok = len(self.running) - len(victims) < self.cfg.max_num_seqs
         b = budget + freed_tokens
         n, need, _ = self._admission(w, b)

@@ -157,6 +157,19 @@ def test_cluster_runs_past_other_replicas_arrivals_exact(name, rate):
     assert fast.summary_dict["run"]["engine_events"] < slow.summary_dict["run"]["engine_events"]
 
 
+@pytest.mark.parametrize("router", ["least_outstanding", "least_kv", "round_robin"])
+def test_cluster_runs_past_arrivals_exact_on_the_h200_workload(router):
+    """The same on diurnal_two_class (H200 profile, ~100 decoders a replica, long batch prompts,
+    evictions for interactive waiters), shortened, 3 replicas, no drain."""
+    sc = load_scenario("diurnal_two_class", overrides=["horizon_s=40.0", "drain=false",
+                                                       f'cluster={{replicas=3, router="{router}"}}'])
+    slow = simulate_cluster(sc, fast=False, load_scale=0.6)
+    fast = simulate_cluster(sc, load_scale=0.6, check_invariants=True)
+    pd.testing.assert_frame_equal(slow.requests, fast.requests)
+    pd.testing.assert_frame_equal(slow.timeseries, fast.timeseries)
+    assert fast.summary_dict["run"]["engine_events"] < slow.summary_dict["run"]["engine_events"]
+
+
 def test_no_drain_nothing_lost():
     d = cluster_scenario({"replicas": 2, "router": "round_robin"})
     d["drain"] = False
