@@ -454,7 +454,11 @@ class _Cluster:
         if not k.triggered:
             _trigger_urgent(k)
 
+    on_end = None  # the caller's hook (simulate_cluster's ``on_end``)
+
     def on_request_end(self, req, now_ns: int) -> None:
+        if self.on_end is not None:
+            self.on_end(req, now_ns)
         self.source.on_request_end(req, now_ns)
         k = self._kick
         if k is not None and not k.triggered and self.source.next_arrival_ns() < self._router_until:
@@ -530,13 +534,18 @@ def _sum_info(infos: list[dict], end_ns: int) -> dict:
 # ---- the simulation -------------------------------------------------------------------------------
 def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
                      load_scale: float = 1.0, check_invariants: bool = False,
-                     per_replica: bool = True, fast: bool = True) -> ClusterResults:
+                     per_replica: bool = True, fast: bool = True, workload=None,
+                     on_end=None) -> ClusterResults:
     """Run ``scenario`` (which has a ``[cluster]`` table) and return a :class:`ClusterResults`.
 
     ``per_replica=False`` skips the per-replica and per-group Results (faster; the capacity
     search uses it). ``check_invariants`` checks every replica's KV conservation after every
     engine event. ``fast=False`` stops every replica's run at every arrival in the cluster (the
     plain way; same results, more engine events); with closed-loop users runs always stop there.
+    ``workload``: the stream to serve, built by the caller (``sim.run.build_workload`` with the
+    same ``load_scale``; it is not modified, so several runs may share it). ``on_end(request,
+    ns)`` is told of every request that finishes or is rejected; an exception it raises ends the
+    run and propagates.
     """
     from sim.routers import make_router
     from sim.source import RequestSource
@@ -545,16 +554,18 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     sc = scenario
     spec = parse_cluster(sc)
     env = simpy.Environment()
-    wl = build_workload(sc, load_scale)
+    wl = build_workload(sc, load_scale) if workload is None else workload
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes])
     closed_loop = bool(wl.closed)
-    wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
+    if workload is None:
+        wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
     router = make_router(spec.router, **spec.router_params)
     router.bind(spec.n_replicas, _seed_for(sc.seed, "router"))
     cl = _Cluster(env, source, [], router, [], stop_ns, closed=closed_loop, fast=fast and not closed_loop)
+    cl.on_end = on_end
     group_sc: dict[str, Scenario] = {}
     group_of: list[int] = []
     for gi, g in enumerate(spec.groups):

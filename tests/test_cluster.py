@@ -264,6 +264,29 @@ def test_capacity_search_by_hand():
     assert tried[("shared", (8,))] is False and tried[("shared", (9,))] is True
 
 
+def test_capacity_early_stop_same_verdicts():
+    """A probe stops once it has lost (a request past its deadline, enough TTFTs over the SLO
+    that the p99 must be over it); every probe's verdict and every answer are the same as
+    running each probe to its end."""
+    for sc, slo in [(scenario_from_dict(toy(6)), ["lo:done=2.5"]),
+                    (load_scenario("diurnal_two_class", overrides=["horizon_s=30.0"]), [])]:
+        slos = parse_slos(sc, slo)
+        a = capacity_search(sc, ["shared", "partitioned"], slos, workers=1, max_replicas=16)
+        b = capacity_search(sc, ["shared", "partitioned"], slos, workers=1, max_replicas=16, early_stop=False)
+        assert a.designs == b.designs
+        verdict = {(p["design"], tuple(p["counts"])): p["ok"] for p in b.points}
+        assert {(p["design"], tuple(p["counts"])): p["ok"] for p in a.points} == verdict
+        stopped = [p for p in a.points if p.get("stopped_at_s") is not None]
+        assert stopped and all(not p["ok"] for p in stopped)
+        full = {(p["design"], tuple(p["counts"])): p for p in b.points}
+        for p in stopped:  # a lower bound of what the whole run measures
+            q = full[(p["design"], tuple(p["counts"]))]
+            for c, m in p["classes"].items():
+                if m["slo_ratio"] is not None:
+                    assert m["ok"] is False and q["classes"][c]["ok"] is False
+                    assert m["slo_ratio"] <= q["classes"][c]["slo_ratio"] + 1e-12
+
+
 def test_capacity_limit_and_slo_parsing():
     sc = scenario_from_dict(toy(0))
     rep = capacity_search(sc, ["shared"], parse_slos(sc), workers=1, max_replicas=3)
