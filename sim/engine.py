@@ -125,6 +125,7 @@ class Engine:
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self._class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
         self._counting_prefill = any(self.class_prefill_cap)
+        self._waiting_prefills = [0] * len(classes)  # waiting requests due a prefill, per class
         self._cls_prio = [getattr(c, "priority", 0) for c in classes]
         self.off = cfg.preemption == "off"
         if not cfg.chunked_prefill:
@@ -161,6 +162,8 @@ class Engine:
         req.key = self._key(req, now_ns / NS)
         self._seq += 1
         heapq.heappush(self.waiting, (req.key, self._seq, req))
+        if req.tokens - req.computed > 1:
+            self._waiting_prefills[req.cls_idx] += 1
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
@@ -403,11 +406,22 @@ class Engine:
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
         pool = self.pool
         throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
+        held = [0] * len(self.classes)  # ... per class
+        caps = self.class_prefill_cap
         while self.waiting and budget > 0:
             key, _, w = self.waiting[0]
             fits, n, need_blocks, hit = self._fits(w, budget)
             if not fits and self._class_capped(w):
                 throttled.append(heapq.heappop(self.waiting))
+                held[w.cls_idx] += 1
+                if self.pool.cache is None:
+                    # every waiter left is a prefill of a class whose cap is used up: each would
+                    # be skipped in turn (without a prefix cache nothing makes one shorter)
+                    used = self._class_prefill
+                    capped = sum(self._waiting_prefills[c] - held[c] for c in range(len(caps))
+                                 if caps[c] and used[c] >= caps[c])
+                    if capped == len(self.waiting):
+                        break
                 continue
             if not fits:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
@@ -419,6 +433,8 @@ class Engine:
                 if not fits:
                     break
             heapq.heappop(self.waiting)
+            if w.tokens - w.computed > 1:
+                self._waiting_prefills[w.cls_idx] -= 1
             if hit:
                 self._use_prefix(w, hit)
             if w.state is State.SWAPPED:
