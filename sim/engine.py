@@ -109,6 +109,12 @@ class Engine:
         self.classes = classes
         self.bs = cfg.block_size
         self.waiting: list[tuple] = []  # heap of (key, seq, req)
+        # a policy may keep the waiting set in its own structure (the fairness accountant's
+        # per-tenant queues): then pushes and pops go to it and a re-key is its own
+        queues = getattr(policy, "waiting_queues", None)
+        self._queues = queues() if queues is not None and not getattr(policy, "needs_prefix_info", False) else None
+        if self._queues is not None:
+            self.waiting = self._queues  # type: ignore[assignment]
         self.running: list[Request] = []
         self._seq = 0
         self._admit_seq = 0
@@ -161,7 +167,10 @@ class Engine:
     def push_waiting(self, req: Request, now_ns: int) -> None:
         req.key = self._key(req, now_ns / NS)
         self._seq += 1
-        heapq.heappush(self.waiting, (req.key, self._seq, req))
+        if self._queues is not None:
+            self._queues.push((req.key, self._seq, req))
+        else:
+            heapq.heappush(self.waiting, (req.key, self._seq, req))
         if req.tokens - req.computed > 1:
             self._waiting_prefills[req.cls_idx] += 1
 
@@ -170,6 +179,12 @@ class Engine:
         if self.cohort is not None:
             self.cohort.sync_all()  # a key may read progress fields
         now_s = now_ns / NS
+        if self._queues is not None:
+            self._queues.rekey()
+            for r in self.running:
+                r.key = self._key(r, now_s)
+            self._order = None
+            return
         key = self._key
         seq = self._seq
         items = []
@@ -412,7 +427,7 @@ class Engine:
             key, _, w = self.waiting[0]
             fits, n, need_blocks, hit = self._fits(w, budget)
             if not fits and self._class_capped(w):
-                throttled.append(heapq.heappop(self.waiting))
+                throttled.append(self._pop_waiting())
                 held[w.cls_idx] += 1
                 if self.pool.cache is None:
                     # every waiter left is a prefill of a class whose cap is used up: each would
@@ -432,7 +447,7 @@ class Engine:
                 fits, n, need_blocks, hit = self._fits(w, budget)
                 if not fits:
                     break
-            heapq.heappop(self.waiting)
+            self._pop_waiting()
             if w.tokens - w.computed > 1:
                 self._waiting_prefills[w.cls_idx] -= 1
             if hit:
@@ -464,8 +479,14 @@ class Engine:
             if not decode:
                 self._class_prefill[w.cls_idx] += n
         for entry in throttled:
-            heapq.heappush(self.waiting, entry)
+            if self._queues is not None:
+                self._queues.push(entry)
+            else:
+                heapq.heappush(self.waiting, entry)
         return budget
+
+    def _pop_waiting(self) -> tuple:
+        return self._queues.pop() if self._queues is not None else heapq.heappop(self.waiting)
 
     def _class_capped(self, w: Request) -> bool:
         """Is ``w`` (a prefill) held back only by its class's per-step prefill cap?"""
