@@ -78,10 +78,11 @@ def _cli(args: list[str], tmp: Path) -> dict:
     wall, _ = _timed([sys.executable, "-m", "sim.cli", *args, "--out", str(out)], ROOT)
     row = {"wall_s": wall}
     summ = out / "summary.json"
-    if summ.exists():
-        run = json.loads(summ.read_text())["run"]
-        row.update(engine_s=run["wall_s"], engine_events=run["engine_events"])
-        row["requests"] = sum(c["arrived"] for c in json.loads(summ.read_text())["classes"].values())
+    if summ.exists():  # a run: summary.json has its events, perf.json the simulation's wall time
+        s = json.loads(summ.read_text())
+        row.update(engine_s=json.loads((out / "perf.json").read_text())["wall_s"],
+                   engine_events=s["run"]["engine_events"],
+                   requests=sum(c["arrived"] for c in s["classes"].values()))
     return row
 
 
