@@ -1,4 +1,4 @@
-"""The benchmark suite (issue 10): run by hand, writes benchmarks/results.md.
+"""The benchmark suite: run by hand, writes benchmarks/results.md.
 
     python benchmarks/run_all.py [--quick] [--servegen DIR]
 
@@ -114,7 +114,11 @@ def ensure_compiled() -> bool:
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="only the 10k cases, no sweep cases (a few seconds)")
+    quick = ap.parse_args().quick
     sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
     compiled = ensure_compiled()
     rows = [run_case("core", n, True) for n in sizes]

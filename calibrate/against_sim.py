@@ -23,6 +23,7 @@ def simulate_trace(profile_path: str | Path, trace: pd.DataFrame, engine_params:
     """Simulate ``trace`` (arrival_s, cls, prompt_tokens, output_tokens) on the profile."""
     from sim import scenario_from_dict, simulate
 
+    work_dir = Path(work_dir).resolve()  # (the scenario's trace paths resolve against it: absolute, not doubled)
     work_dir.mkdir(parents=True, exist_ok=True)
     classes = sorted(set(trace["cls"]))
     streams = []
@@ -72,13 +73,16 @@ def _cdf_figure(real: pd.DataFrame, sim: pd.DataFrame, path: Path) -> None:
 
 
 def validate(profile_path: str | Path, out_dir: str | Path, trace: pd.DataFrame | None = None,
-             n: int = 300, repeats: int = 3, engine_params: dict | None = None, seed: int = 0) -> dict:
+             n: int = 300, repeats: int = 3, engine_params: dict | None = None, seed: int = 0,
+             progress: bool | None = False) -> dict:
+    """The module docstring's comparison; ``progress`` shows the real runs' progress (requests
+    finished; see :func:`sim.progress.progress_bar`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     params = {**DEFAULT_ENGINE, **(engine_params or {})}
     if trace is None:
         trace = builtin_trace(profile_path, n=n, seed=seed)
-    real = run_real(profile_path, trace, params, repeats=repeats, seed=seed)
+    real = run_real(profile_path, trace, params, repeats=repeats, seed=seed, progress=progress)
     sim = simulate_trace(profile_path, trace, params, out / "sim-inputs")
     report = compare(real, sim)
     report["meta"] = {"profile": str(profile_path), "requests": int(len(trace)), "repeats": repeats,

@@ -198,7 +198,7 @@ class _Transfers:
 
 
 def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str | dict,
-                 cuda_graphs: bool = False, block_size: int = 16, progress: bool = True,
+                 cuda_graphs: bool = False, block_size: int = 16, progress: bool | None = True,
                  seed: int = 0) -> list[dict]:
     """Run every cell of ``grid`` and return the measured rows."""
     device = torch.device(device)
@@ -213,10 +213,10 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
         cap = int(0.6 * free // shape.kv_bytes_per_token(dtype))
         g["max_tokens_in_cache"] = min(g["max_tokens_in_cache"], cap)
     cells = _cells(g)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(cells), desc=f"calibrate {shape.name} {dtype} on {device}", unit="cell")
+    from sim.progress import progress_bar
+
+    bar = progress_bar(progress, total=len(cells), desc=f"calibrate {shape.name} {dtype} on {device}", unit="cells",
+                       leave=True)
     rows: list[dict] = []
     timing_kw = dict(warmup=g["warmup"], repeats=g["repeats"], min_time_s=g["min_time_s"])
     steps = [(k, p, *_items(k, p)) for k, p in cells if k != "swap"]
@@ -230,7 +230,7 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
         for (kind, p, items, _, _), t in zip(steps, timings):
             rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": False,
                          "interleaved": True, **t.as_row()})
-        if bar:
+        if bar is not None:
             bar.update(len(steps))
         steps = []
     for kind, p, items, slots, max_len in steps:
@@ -251,7 +251,7 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
                      "interleaved": False, **t.as_row()})
         if graphed:
             del step
-        if bar:
+        if bar is not None:
             bar.update(1)
     # free the step cache before the transfer pools
     model.k_cache = model.v_cache = []
@@ -273,10 +273,10 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
                          "host_side": "pinned, non_blocking" if device.type == "cuda"
                          else "host memory (CPU: plain host copy, no device transfer)",
                          **t.as_row()})
-            if bar:
+            if bar is not None:
                 bar.update(1)
         del pools
-    if bar:
+    if bar is not None:
         bar.close()
     return rows
 
@@ -296,7 +296,7 @@ def build_profile(rows: list[dict], shape: Shape, dtype: str, meta: dict,
 
 
 def calibrate_profile(device: str, shape: str, dtype: str | None = None, grid: str = "quick",
-                      out_path: str | Path | None = None, progress: bool = True, *,
+                      out_path: str | Path | None = None, progress: bool | None = True, *,
                       threads: int = 1, cuda_graphs: bool | None = None, block_size: int = 16,
                       kv_capacity_bytes: float | None = None, seed: int = 0) -> dict:
     """Measure ``shape`` on ``device``, fit, and write the profile JSON to ``out_path``.
@@ -307,7 +307,8 @@ def calibrate_profile(device: str, shape: str, dtype: str | None = None, grid: s
         dtype: "fp32" | "bf16" | "fp16"; default fp32 on CPU, bf16 on CUDA.
         grid: "quick" | "full" (see GRIDS).
         out_path: where to write the JSON (None: do not write).
-        progress: show a tqdm bar.
+        progress: True a tqdm bar and a closing fit line on stdout; None the bar on a terminal,
+            a line every 10 s on stderr elsewhere (sim.progress); False nothing.
         threads: CPU intra-op threads (1: see calibrate.timing).
         cuda_graphs: time decode under CUDA graphs (default: True on CUDA).
         block_size: KV block size in tokens, for transfers and the profile's meta.

@@ -162,7 +162,7 @@ def _requests(df: pd.DataFrame) -> list[_Req]:
 
 
 def _serve(reqs: list[_Req], params: dict, execute: Callable[[list[_Part]], None],
-           now: Callable[[], float], wait_until: Callable[[float], None]) -> pd.DataFrame:
+           now: Callable[[], float], wait_until: Callable[[float], None], bar=None) -> pd.DataFrame:
     p = _engine_params(params)
     sch = MiniScheduler(int(p["token_budget"]), int(p["max_num_seqs"]), bool(p["chunked_prefill"]))
     pending = list(reqs)
@@ -185,7 +185,10 @@ def _serve(reqs: list[_Req], params: dict, execute: Callable[[list[_Part]], None
         t1 = now()
         execute(parts)
         t2 = now()
-        finished += len(sch.apply(parts, t2))
+        done = len(sch.apply(parts, t2))
+        finished += done
+        if bar is not None and done:
+            bar.update(done)
         steps += 1
         log.append((t, t1, t2, agg["P"], agg["D"], agg["sum_l2"], agg["sum_lc"], agg["sum_ctx"],
                     chunks))
@@ -219,7 +222,7 @@ def _load(profile_path) -> dict:
 
 def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params: dict | None = None,
              repeats: int = 1, seed: int = 0, clock: str = "auto",
-             busy_wait: bool = True) -> pd.DataFrame:
+             busy_wait: bool = True, progress: bool | None = False) -> pd.DataFrame:
     """Execute the trace for real on the profile's device, shape and dtype; per-request times.
 
     ``engine_params``: ``token_budget`` (tokens per step), ``max_num_seqs``, ``chunked_prefill``.
@@ -229,6 +232,7 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
     arrival, so the other tenants of a shared CPU do not count (the profile is clocked the same
     way, see calibrate.timing). "auto": "cpu" on a CPU device, "wall" on CUDA.
     ``busy_wait`` (wall clock only): poll for the next arrival instead of sleeping.
+    ``progress``: requests finished, over all repeats (see :func:`sim.progress.progress_bar`).
     With ``repeats > 1`` the trace runs that many times and each time column is the per-request
     median (the machine is noisy). Returns the requests table (columns: ``request_id``, ``cls``,
     ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``admitted_s``, ``first_token_s``,
@@ -261,6 +265,9 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
         model.forward(model.plan([Item(0, min(64, max_len - 1), 0), Item(1, 1, 8)]))
     synchronize(model.device)
 
+    from sim.progress import progress_bar
+
+    bar = progress_bar(progress, total=repeats * len(reqs0), desc=f"validate: {meta['shape']} for real", unit="requests")
     runs = []
     for _ in range(repeats):
         reqs = _requests(requests_df)
@@ -303,7 +310,14 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
                 state["t"] += c - state["cpu"]   # this step and the scheduling since the last
                 state["cpu"] = c
 
-        runs.append(_serve(reqs, p, execute, now, wait_until))
+        try:
+            runs.append(_serve(reqs, p, execute, now, wait_until, bar))
+        except BaseException:
+            if bar is not None:
+                bar.close()
+            raise
+    if bar is not None:
+        bar.close()
     out = runs[0].copy()
     if repeats > 1:
         for col in ("admitted_s", "first_token_s", "finish_s", "queue_s", "ttft_s", "tpot_s", "e2e_s"):

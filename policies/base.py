@@ -1,6 +1,6 @@
 """The ranking vocabulary shared by the engine and every scheduling policy.
 
-A policy decides *order* and nothing else (DESIGN.md): given a request it returns a rank key,
+A policy decides *order* and nothing else: given a request it returns a rank key,
 smaller meaning more urgent. The engine admits waiting requests in ascending key order and takes
 preemption victims from the running requests with the largest keys. A policy never allocates
 memory and never advances time.

@@ -113,9 +113,11 @@ def _key(pol, r, now: float) -> tuple:
     return k
 
 
-def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every: int) -> list:
-    """Reference scheduler; returns the log of (step, event, request id)."""
-    pol.bind(copy.deepcopy(CLASSES), 12345)
+def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every: int,
+         seed: int = 12345) -> list:
+    """Reference scheduler; returns the log of (step, event, request id). ``seed``: the seed the
+    policy is bound with."""
+    pol.bind(copy.deepcopy(CLASSES), seed)
     dynamic = bool(getattr(pol, "dynamic", False))
     log: list[tuple] = []
     waiting: dict[int, FakeRequest] = {}
@@ -222,3 +224,12 @@ def check_policy(policy: Any, *, n_requests: int = 300, seed: int = 0, slots: in
     return {"policy": getattr(first, "name", repr(policy)), "requests": n_requests,
             "events": len(logs[0]), "preemptions": sum(1 for e in logs[0] if e[1] == "preempt"),
             "report": report}
+
+
+def uses_seed(policy: Any, *, n_requests: int = 300, **params: Any) -> bool:
+    """Whether the policy's schedule depends on the seed it is bound with: the reference run
+    (above) under two seeds gives different admission logs (e.g. a noisy length predictor)."""
+    make = _build(policy, params)
+    oracle = bool(getattr(make(), "oracle", False))
+    logs = [_run(make(), _requests(n_requests, 0, oracle), 4, 0.01, 7, seed=s) for s in (1, 2)]
+    return logs[0] != logs[1]

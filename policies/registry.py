@@ -7,8 +7,13 @@ Unknown names get a "did you mean" suggestion; registering a name twice is an er
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -56,15 +61,60 @@ class Registry:
 
 
 def load_dotted(path: str) -> Any:
-    """Import ``"pkg.mod:Attr"`` and return the attribute, with a clear error if it is missing."""
-    module_name, _, attr = path.partition(":")
+    """Import ``"pkg.mod:Attr"`` or ``"path/to/file.py:Attr"`` and return the attribute, with a
+    clear error if it is missing.
+
+    A module is looked up on ``sys.path`` and then in the current folder (so a user's own
+    ``mypol.py`` works from that folder without setting ``PYTHONPATH``, while installed packages
+    keep precedence). A file path (ending in ``.py``; relative to the current folder) is loaded
+    from that file, from any folder."""
+    module_name, _, attr = path.rpartition(":")
     if not module_name or not attr:
-        raise KeyError(f"'{path}' is not of the form 'package.module:Attr'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise KeyError(f"cannot import module '{module_name}' for '{path}': {exc}") from exc
+        raise KeyError(f"'{path}' is not of the form 'package.module:Attr' or 'path/to/file.py:Attr'")
+    if module_name.endswith(".py"):
+        module = _load_file(module_name, path)
+    else:
+        try:
+            module = _import(module_name)
+        except ImportError as exc:
+            raise KeyError(f"cannot import module '{module_name}' for '{path}': {exc}") from exc
     try:
         return getattr(module, attr)
     except AttributeError:
         raise KeyError(f"module '{module_name}' has no attribute '{attr}' (from '{path}')") from None
+
+
+def _import(module_name: str) -> Any:
+    """``importlib.import_module``, retried with the current folder at the end of ``sys.path``
+    (the ``priosim`` console script, unlike ``python -m``, does not put it there)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        top = module_name.split(".")[0]
+        if exc.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(module_name)
+
+
+def _load_file(file: str, path: str) -> Any:
+    """A module from a ``.py`` file, imported once per resolved path (a second lookup returns the
+    same module, so classes compare equal)."""
+    p = Path(file).expanduser().resolve()
+    if not p.is_file():
+        raise KeyError(f"no such file '{file}' for '{path}' (a relative path is relative to the "
+                       f"current folder, {os.getcwd()})")
+    name = f"_priosim_user_{p.stem}_{hashlib.sha1(str(p).encode()).hexdigest()[:10]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, p)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

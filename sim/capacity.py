@@ -1,4 +1,4 @@
-"""Capacity planning (issue 12): the fewest replicas each cluster design needs to meet the SLOs.
+"""Capacity planning: the fewest replicas each cluster design needs to meet the SLOs.
 
 A *design* turns a replica-count vector into a ``[cluster]`` table:
 
@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import ScenarioError
+from sim.progress import progress_bar
 
 DESIGNS = ("shared", "partitioned")
 SLO_KEYS = ("ttft", "tpot", "done")
@@ -327,9 +328,10 @@ def _worst(point: dict) -> float:
 
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
-                    early_stop: bool = True) -> CapacityReport:
+                    early_stop: bool = True, progress: bool | None = False) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
-    ``early_stop=False`` runs every failing probe to its end (same answers, slower)."""
+    ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
+    counts the simulations done on stderr (see :func:`sim.progress.progress_bar`)."""
     base = sc.to_dict()
     base.pop("cluster", None)
     source, base_dir = sc.source, sc.base_dir
@@ -341,6 +343,7 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
     rep = CapacityReport(sc.name, slos)
     t0 = time.perf_counter()
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    bar = progress_bar(progress, total=None, desc=f"capacity {sc.name}", unit="simulations")
 
     def run_all(jobs: list[tuple[str, tuple]]) -> None:
         todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in cache]
@@ -352,6 +355,8 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
                 raise RuntimeError(f"capacity point {d} {list(c)} failed: {out[1]}\n{out[2]}")
             r = out[1]
             cache[(d, c)] = r
+            if bar is not None:
+                bar.update(1)
             rep.points.append({"design": d, "counts": list(c), **{k: v for k, v in r.items() if k != "classes"},
                                "classes": r["classes"]})
             if log is not None:
@@ -393,6 +398,8 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
             finals[d] = tuple(x.hi for x in dims)
         run_all([(d, c) for d, c in finals.items() if c is not None])
     finally:
+        if bar is not None:
+            bar.close()
         if pool is not None:
             pool.shutdown()
     for d in designs:

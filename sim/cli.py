@@ -45,23 +45,24 @@ def _toml_str(s: str) -> str:
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--policy", help="policy name or pkg.mod:Class (overrides [policy] name)")
+@click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. engine.max_num_seqs=64")
 @click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
 @click.option("--trace-iterations", is_flag=True, help="also write iterations.parquet (one row per request per iteration)")
-@click.option("--no-plots", is_flag=True, help="do not draw figures")
-@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@click.option("--plots/--no-plots", default=False,
+              help="also draw the run's figures (PNG and SVG) into OUT/figures; off by default, as drawing "
+                   "them takes longer than the run (later: priosim plot OUT)")
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
-def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress, lenient):
+def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, lenient):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = _load(scenario, sets, policy, seed)
-    if progress is None:
-        progress = sys.stderr.isatty()
     try:
-        if sc.cluster:  # several replicas behind a router (issue 12)
+        if sc.cluster:  # several replicas behind a router
             from sim.cluster import simulate_cluster
             res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
         else:
@@ -85,13 +86,10 @@ def run(scenario, policy, sets, seed, out, trace_iterations, no_plots, progress,
                f"thrash_ratio={run_info['thrash_ratio']:.3f}")
     if sc.cluster:
         _echo_cluster(res)
-    if not no_plots:
-        try:
-            from sim.plots import plot_run
-        except ImportError:
-            plot_run = None
-        if plot_run is not None:
-            plot_run(path)
+    if plots:
+        from sim.plots import plot_run
+
+        click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
     click.echo(f"results: {path}")
 
 
@@ -169,7 +167,7 @@ def workload(scenario, sets, seed, out, lenient):
         click.echo(f"wrote {out}")
 
 
-# ---- sweeps, plots, comparison (issue 9) ------------------------------------------------------
+# ---- sweeps, plots, comparison ----------------------------------------------------------------
 def _csv(text: str | None, kind, what: str) -> list | None:
     if text is None:
         return None
@@ -184,7 +182,7 @@ def _csv(text: str | None, kind, what: str) -> list | None:
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--policies", help="comma-separated policy names or pkg.mod:Class (default: the scenario's policy)")
+@click.option("--policies", help="comma-separated policy names, module:Class or file.py:Class (default: the scenario's policy)")
 @click.option("--loads", help="comma-separated arrival-rate multipliers, e.g. 0.5,0.7,0.9,1.1 (traces: time "
                               "compression; default 1)")
 @click.option("--seeds", default="1", show_default=True,
@@ -198,7 +196,8 @@ def _csv(text: str | None, kind, what: str) -> list | None:
 @click.option("--address", help="Ray cluster address (default: start a local Ray)")
 @click.option("--trace-iterations", is_flag=True, help="each run also writes iterations.parquet")
 @click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
-@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backend, address, trace_iterations,
           no_plots, progress):
     """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
@@ -234,21 +233,29 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     base = sc.to_dict()
     try:
         specs = expand_grid(base, axes)
-        for s in specs:  # bad input fails here, before any run starts
-            scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+        # bad input fails here, before any run starts
+        scs = [scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
+               for s in specs]
+        repeats = 0
+        if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
+            from sim.seeds import drop_seed_repeats
+            specs, repeats = drop_seed_repeats(specs, scs)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
+    if repeats:
+        click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
+                   f"(no random workload, policy, speculation or router), so each runs once, "
+                   f"with seed {axes['seed'][0]}")
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"sweep-{sc.name}-{stamp}"
-    if progress is None:
-        progress = sys.stderr.isatty()
-    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}) "
-               f"-> {out}  [{backend}]")
+    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
+               f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
         rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
                         address=address, progress=progress, trace_iterations=trace_iterations,
-                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets)})
+                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
+                              "seed_repeats_not_run": repeats})
     except (RuntimeError, ValueError) as exc:
         _fail(str(exc))
     import pandas as pd
@@ -295,7 +302,7 @@ def compare(run_a, run_b, metrics, csv_out):
 
     try:
         df = compare_runs(run_a, run_b, list(metrics) or None)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     click.echo(format_comparison(df, run_a, run_b), nl=False)
     if csv_out:
@@ -316,7 +323,7 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs):
     except ImportError as exc:  # torch is the `calibrate` extra
         _fail(f"calibrate needs torch: pip install -e '.[calibrate]' ({exc})")
     try:
-        doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=sys.stderr.isatty(),
+        doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
     except (KeyError, ValueError) as exc:
         _fail(str(exc.args[0] if exc.args else exc))
@@ -349,7 +356,7 @@ def validate(profile, scenario, n, repeats, out):
         trace.insert(0, "request_id", range(len(trace)))
         engine = {"token_budget": sc.engine.max_batched_tokens, "max_num_seqs": sc.engine.max_num_seqs,
                   "chunked_prefill": sc.engine.chunked_prefill}
-    report = run_validation(profile, out, trace=trace, n=n, repeats=repeats, engine_params=engine)
+    report = run_validation(profile, out, trace=trace, n=n, repeats=repeats, engine_params=engine, progress=None)
     click.echo(f"{'class':12s} {'metric':12s} {'real':>10s} {'sim':>10s} {'rel_error':>10s}")
     for m in report["metrics"]:
         click.echo(f"{m['class']:12s} {m['metric']:12s} {m['real']:10.4g} {m['sim']:10.4g} {m['rel_error']:+10.1%}")
@@ -372,7 +379,7 @@ def native(action):
     click.echo(nat.describe())
 
 
-# ---- clusters and capacity planning (issue 12) --------------------------------------------------
+# ---- clusters and capacity planning --------------------------------------------------------------
 def _echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""
     lay = res.summary_dict["cluster"]
@@ -446,7 +453,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                              workers=workers, log=click.echo)
+                              workers=workers, log=click.echo, progress=None)
     except (RuntimeError, ScenarioError) as exc:
         _fail(str(exc))
     if out is None:

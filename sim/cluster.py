@@ -1,4 +1,4 @@
-"""A cluster of replicas behind a router, sharing one SimPy clock (issue 12).
+"""A cluster of replicas behind a router, sharing one SimPy clock.
 
 ``simulate_cluster(scenario)`` runs the scenario's ``[cluster]``: N replicas (or several replica
 groups with their own engine settings, policy and served classes), each an ordinary
@@ -46,6 +46,7 @@ from sim.engine import NEVER
 from sim.errors import ScenarioError
 from sim.results import Results, atomic_dir
 from sim.loop import replica_loop
+from sim.progress import progress_bar
 from sim.run import _seed_for, build_engine, build_workload, engine_run_info, quiet_gc
 from sim.telemetry import Telemetry
 
@@ -532,7 +533,7 @@ def _sum_info(infos: list[dict], end_ns: int) -> dict:
 
 
 # ---- the simulation -------------------------------------------------------------------------------
-def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
+def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
                      load_scale: float = 1.0, check_invariants: bool = False,
                      per_replica: bool = True, fast: bool = True, workload=None,
                      on_end=None) -> ClusterResults:
@@ -591,10 +592,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
         cl.candidates = [list(cl.replicas) for _ in sc.class_names]
     cl.allowed = [{r.index for r in c} for c in cl.candidates]
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=round(sc.horizon_s), unit="sim-s", desc=f"{sc.name} x{len(cl.replicas)}", leave=False)
+    bar = progress_bar(progress, total=round(sc.horizon_s), unit="sim-s", desc=f"{sc.name} x{len(cl.replicas)}")
 
     def on_boundary(now: int) -> None:
         if bar is not None:
@@ -606,15 +604,17 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     env.process(cl.router_proc())
     for rep in cl.replicas:
         env.process(cl.replica_proc(rep, interval_ns, check_invariants, on_boundary))
-    with quiet_gc():
-        env.run()
+    try:
+        with quiet_gc():
+            env.run()
+    finally:
+        if bar is not None:
+            bar.close()
     end_ns = int(env.now)
     for rep in cl.replicas:
         # requests routed but never taken in (a replica that stopped at the horizon) too
         rep.engine.close(end_ns, also=rep.inbox)
         rep.inbox.clear()
-    if bar is not None:
-        bar.close()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     infos = [engine_run_info(rep.engine, end_ns) for rep in cl.replicas]
 

@@ -34,7 +34,12 @@ def _summary(run_dir: str | Path) -> dict:
 
 def compare_runs(a: str | Path, b: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
     """Per class (classes of A first, then any only in B, then ``overall``) and metric:
-    ``a``, ``b``, ``ratio`` = b / a, and ``better`` ('a', 'b' or '' when equal or unknown)."""
+    ``a``, ``b``, ``ratio`` = b / a, and ``better`` ('a', 'b' or '' when equal or unknown).
+    ``metrics``: names from ``METRICS`` (ValueError naming the valid ones otherwise)."""
+    known = [m for m, _ in METRICS]
+    for m in metrics or []:
+        if m not in known:
+            raise ValueError(f"--metric: unknown metric {m!r} (expected one of {', '.join(known)})")
     sa, sb = _summary(a), _summary(b)
     wanted = [(m, u) for m, u in METRICS if metrics is None or m in metrics]
     classes = list(sa["classes"]) + [c for c in sb["classes"] if c not in sa["classes"]]

@@ -23,7 +23,7 @@ KV transfers (swap): moving ``n`` blocks one way costs ``swap_latency_s + n * sw
 where ``swap_block_s`` is either given or derived as ``block_bytes / swap_bytes_per_s``.
 
 Time is returned in integer nanoseconds: the engine keeps time as integers so that a
-fast-forwarded run of k decode steps and k single steps give identical sums (DESIGN principle 1).
+fast-forwarded run of k decode steps and k single steps give identical sums (exact fast-forward).
 All step-time evaluation goes through :meth:`CostModel.step_ns`, so the single-step and the
 fast-forward paths perform the same floating-point operations.
 """
@@ -93,8 +93,8 @@ class StepCoefficients:
 
 
 class MeasuredTables:
-    """Measured step times of pure batches, interpolated bilinearly (issue 8: "pure batches
-    interpolate in the measured tables"; every other step shape uses the fitted model).
+    """Measured step times of pure batches, interpolated bilinearly (pure batches interpolate in
+    the measured tables; every other step shape uses the fitted model).
 
     * decode: ``batch`` sequences each attending ``context`` cached tokens (rows of kind decode);
       a step with no prefill, D decoders and sum_ctx matches batch = D, context = sum_ctx/D - 1;

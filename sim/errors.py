@@ -9,7 +9,7 @@ class ScenarioError(ValueError):
 
 
 class OracleAccessError(AttributeError):
-    """A non-oracle policy read a request's true output length (DESIGN: policies never do)."""
+    """A non-oracle policy read a request's true output length (policies never may: no real scheduler knows it)."""
 
 
 class KVInvariantError(AssertionError):

@@ -6,7 +6,7 @@ prefix sharing, the identity of a block never matters to timing, and counting ke
 operation O(1). (Prefix sharing adds named, reference-counted blocks on top of these counts.)
 
 Reservations. A class may reserve ``reserved`` blocks that only it or a more urgent class may
-use (the seeds' fix for priority inversion). A request of priority ``p`` may therefore use the
+use (the fix for priority inversion). A request of priority ``p`` may therefore use the
 free blocks minus the still-unused reservations of every class *more urgent* than ``p``::
 
     available_for(p) = free - sum(max(0, reserved[c] - used[c]) for c with priority[c] < p)

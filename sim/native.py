@@ -14,9 +14,14 @@ Which build runs is decided once, when ``sim`` is imported (:func:`select`):
 
 * the compiled one when every module in MODULES was compiled from the source that is there now
   (the build records each source's sha256 in ``BUILD_RECORD``);
-* pure Python when ``PRIOSIM_PURE_PYTHON=1``, when nothing is compiled, or when any source
-  changed since the build (the compiled file would run the old code; a warning says so). The
+* pure Python when ``PRIOSIM_PURE_PYTHON=1``, when nothing is compiled, when any source
+  changed since the build (the compiled file would run the old code), or when the build is
+  broken (its shared library is missing or does not load); one warning says which. The
   compiled modules call each other natively, so it is all or none.
+
+The build lives inside the package: one small extension per module beside its source, and
+mypyc's shared library (the code of all of them) as ``sim/_native__mypyc.*.so``, which the
+modules import as ``sim._native__mypyc``. So an installed ``priosim`` finds it from any folder.
 
 Each run's summary records the build under ``run.engine_build`` ("mypyc" or "python").
 """
@@ -39,6 +44,16 @@ MODULES = ("sim/cohort.py", "sim/costs.py", "sim/engine.py", "sim/kvpool.py", "s
 ROOT = Path(__file__).resolve().parent.parent  # (this module itself is never compiled)
 BUILD_RECORD = ROOT / "sim" / "native_build.json"  # module -> sha256 of the source compiled
 PURE_ENV = "PRIOSIM_PURE_PYTHON"
+#: mypyc's group name: its shared library is then the package module ``sim._native__mypyc``
+#: (mypyc's default name is a hash at the top level, importable only from the project root).
+GROUP = "sim._native"
+SHARED_LIB = GROUP + "__mypyc"
+
+#: What ``python -m mypyc MODULES`` runs (build/setup.py, build_ext --inplace), with GROUP.
+SETUP = """from setuptools import setup
+from mypyc.build import mypycify
+setup(name="priosim_native", ext_modules=mypycify({modules!r}, group_name={group!r}, opt_level="3", debug_level="1"))
+"""
 
 BUILD = "python"  # set by select(): "mypyc" or "python"
 
@@ -56,22 +71,36 @@ def _compiled_file(rel: str) -> Path | None:
     return None
 
 
+def _shared_lib() -> Path | None:
+    """mypyc's shared library in the package (``sim/_native__mypyc.<abi>.so``), if built."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        p = ROOT / "sim" / f"{SHARED_LIB.split('.')[-1]}{suffix}"
+        if p.exists():
+            return p
+    return None
+
+
 def _sha256(rel: str) -> str:
     return hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
 
 
 def status() -> dict[str, str]:
-    """Per module: "compiled", "missing" (no compiled file) or "stale" (source changed since)."""
+    """Per module: "compiled", "missing" (no compiled file), "stale" (source changed since) or
+    "broken" (compiled, but mypyc's shared library is not in the package, e.g. a build made
+    before it was kept there)."""
     try:
         built = json.loads(BUILD_RECORD.read_text())
     except (OSError, ValueError):
         built = {}
+    lib = _shared_lib()
     out = {}
     for rel in MODULES:
         if _compiled_file(rel) is None:
             out[rel] = "missing"
+        elif built.get(rel) != _sha256(rel):
+            out[rel] = "stale"
         else:
-            out[rel] = "compiled" if built.get(rel) == _sha256(rel) else "stale"
+            out[rel] = "compiled" if lib is not None else "broken"
     return out
 
 
@@ -95,16 +124,38 @@ class _SourceFirst:
         return importlib.util.spec_from_file_location(name, src) if src else None
 
 
+def _load_error() -> str | None:
+    """Load mypyc's shared library (the code of every compiled module); why not, or None."""
+    try:
+        importlib.import_module(SHARED_LIB)
+    except Exception as e:  # (an ImportError, or whatever a damaged library raises)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _problem(st: dict[str, str]) -> str | None:
+    """Why a compiled build that is there cannot run (one line), or None."""
+    stale = [m for m, s in st.items() if s == "stale"]
+    if stale:
+        return f"{', '.join(stale)} changed since the compiled build"
+    if any(s == "broken" for s in st.values()):
+        return f"the compiled build's shared library ({SHARED_LIB}) is missing"
+    if all(s == "compiled" for s in st.values()):
+        err = _load_error()
+        return f"the compiled build does not load ({err})" if err else None
+    return None if all(s == "missing" for s in st.values()) else "the compiled build is incomplete"
+
+
 def select() -> str:
     """Decide which build ``import sim`` uses (see module docstring); returns its name."""
     global BUILD
     st = status()
-    if _use_compiled(st):
+    problem = None if _pure_forced() else _problem(st)
+    if _use_compiled(st) and problem is None:
         BUILD = "mypyc"
         return BUILD
-    stale = [m for m, s in st.items() if s == "stale"]
-    if stale and not _pure_forced():
-        warnings.warn(f"priosim: {', '.join(stale)} changed since the compiled build; running pure Python "
+    if problem:
+        warnings.warn(f"priosim: {problem}; running pure Python "
                       f"(rebuild: `priosim native build`; remove it: `priosim native clean`)",
                       RuntimeWarning, stacklevel=3)
     if any(s != "missing" for s in st.values()) and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
@@ -120,7 +171,13 @@ def build() -> None:
         raise RuntimeError('mypyc is not installed: pip install -e ".[native]" (it comes with mypy)')
     clean()
     record = {rel: _sha256(rel) for rel in MODULES}  # (before compiling: an edit during it is stale)
-    done = subprocess.run([sys.executable, "-m", "mypyc", *MODULES], cwd=ROOT, capture_output=True, text=True)
+    setup = ROOT / "build" / "setup.py"
+    setup.parent.mkdir(exist_ok=True)
+    setup.write_text(SETUP.format(modules=list(MODULES), group=GROUP))
+    mypyc_home = Path(importlib.util.find_spec("mypyc").origin).parent.parent  # type: ignore[arg-type,union-attr]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(mypyc_home), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(setup.relative_to(ROOT)), "build_ext", "--inplace"], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
     if done.returncode:  # (its compiler lines are long: only the end says what went wrong)
         raise RuntimeError(f"mypyc failed (exit {done.returncode}); nothing compiled is in place. "
                            f"Its last messages:\n{(done.stdout + done.stderr)[-3000:]}")
@@ -128,14 +185,13 @@ def build() -> None:
 
 
 def clean() -> None:
-    """Remove the compiled files (MODULES', the shared library mypyc writes at the root, and
-    the build record)."""
+    """Remove the compiled files (MODULES', mypyc's shared library, and the build record)."""
     for rel in MODULES:
         so = _compiled_file(rel)
         if so is not None:
             so.unlink()
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        for p in ROOT.glob(f"*__mypyc{suffix}"):
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:  # (an older build left it at the root)
+        for p in (*ROOT.glob(f"*__mypyc{suffix}"), *(ROOT / "sim").glob(f"*__mypyc{suffix}")):
             p.unlink()
     BUILD_RECORD.unlink(missing_ok=True)
 
@@ -144,6 +200,12 @@ def describe() -> str:
     """Lines for ``priosim native status``."""
     st = status()
     lines = [f"{rel:20s} {s}" for rel, s in st.items()]
-    lines.append(f"import sim uses: {'mypyc' if _use_compiled(st) else 'python'}"
-                 + (f" ({PURE_ENV}=1)" if _pure_forced() else ""))
+    lib = _shared_lib()
+    lines.append(f"{'shared library':20s} {lib.relative_to(ROOT) if lib else 'missing'}")
+    problem = None if _pure_forced() else _problem(st)
+    if _use_compiled(st) and problem is None:
+        lines.append("import sim uses: mypyc")
+    else:
+        why = f"{PURE_ENV}=1" if _pure_forced() else problem or "not built"
+        lines.append(f"import sim uses: python ({why})")
     return "\n".join(lines)

@@ -34,11 +34,14 @@ DPI = 110
 
 
 def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    """Save ``fig`` as PNG and SVG. The constrained layout already fits titles and legends, so
+    no ``bbox_inches="tight"`` (it draws every figure twice); PNGs use light zlib compression
+    (encoding was a third of the time at the default level, the files are ~10% larger)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in ("png", "svg"):
         p = out_dir / f"{name}.{ext}"
-        fig.savefig(p, dpi=DPI, bbox_inches="tight")
+        fig.savefig(p, dpi=DPI, **({"pil_kwargs": {"compress_level": 1}} if ext == "png" else {}))
         paths.append(p)
     return paths
 

@@ -25,8 +25,7 @@ class Request:
     """One request: what the workload declared, what a scheduler may see, and its progress.
 
     ``true_output_tokens`` is readable only when the engine's policy is an oracle; every other
-    field is what a real scheduler would know (DESIGN: policies never read the true output
-    length).
+    field is what a real scheduler would know (policies never read the true output length).
     """
 
     __slots__ = (

@@ -1,4 +1,4 @@
-"""Routers: the load balancer in front of a cluster's replicas (issue 12).
+"""Routers: the load balancer in front of a cluster's replicas.
 
 A router sees each request at its arrival instant together with the replicas that may serve it
 (``candidates``: every replica, or, under ``class_aware``, the replicas of the groups dedicated to
@@ -144,11 +144,14 @@ class ClassAware(Router):
         return self.inner.route(req, candidates, now_ns)
 
 
-ROUTERS.register("round_robin", RoundRobin, RoundRobin.__doc__.splitlines()[0])
-ROUTERS.register("least_outstanding", LeastOutstanding, LeastOutstanding.__doc__.splitlines()[0])
-ROUTERS.register("least_kv", LeastKV, LeastKV.__doc__.splitlines()[0])
-ROUTERS.register("power_of_two", PowerOfTwo, PowerOfTwo.__doc__.splitlines()[0])
-ROUTERS.register("class_aware", ClassAware, ClassAware.__doc__.splitlines()[0])
+def _summary(cls: type) -> str:
+    """A class docstring's first paragraph on one line (what ``priosim routers`` prints)."""
+    return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].replace("``", "").split())
+
+
+for _cls in (RoundRobin, LeastOutstanding, LeastKV, PowerOfTwo, ClassAware):
+    ROUTERS.register(_cls.name, _cls, _summary(_cls))
+del _cls
 
 
 def make_router(name: str, **params) -> Router:

@@ -25,6 +25,7 @@ from sim.engine import NEVER, Engine
 from sim.errors import ScenarioError
 from sim.kvpool import KVPool
 from sim.loop import replica_loop
+from sim.progress import progress_bar
 from sim.source import RequestSource
 from sim.prefix import PrefixCache
 from sim.results import Results
@@ -63,7 +64,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: lis
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
         policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy" + seed_tag))
-    if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy (issue 6)
+    if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy
         from sim.admission import make_fair_policy
         policy = make_fair_policy(sc, policy)
     if gate is None and (sc.admission or sc.tenants or sc.fairness):
@@ -109,13 +110,15 @@ def skipped_rows(meta: dict) -> int:
     return sum(int(m.get("rows_skipped", 0) or 0) for m in meta.get("streams", []) if isinstance(m, dict))
 
 
-def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool = False,
+def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
              load_scale: float = 1.0, gate=None, check_invariants: bool = False,
              lenient: bool = False) -> Results:
     """Run ``scenario`` and return its Results (requests, summary, time series).
 
     ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
     ``check_invariants`` verifies KV conservation after every engine event (tests use it).
+    ``progress``: True a tqdm bar of simulated seconds, None that bar on a terminal and a line
+    every 10 s elsewhere (:mod:`sim.progress`), False nothing.
     """
     wall0, cpu0 = time.perf_counter(), time.process_time()
     sc = scenario
@@ -135,22 +138,21 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=round(sc.horizon_s), unit="sim-s", desc=sc.name, leave=False)
+    bar = progress_bar(progress, total=round(sc.horizon_s), unit="sim-s", desc=sc.name)
 
     def on_boundary(now: int) -> None:
         if bar is not None:
             bar.update(min(now // NS, bar.total) - bar.n)
 
     env.process(replica_loop(env, engine, source, stop_ns, interval_ns, check_invariants, on_boundary))
-    with quiet_gc():
-        env.run()
+    try:
+        with quiet_gc():
+            env.run()
+    finally:
+        if bar is not None:
+            bar.close()
     end_ns = int(env.now)
     engine.close(end_ns)
-    if bar is not None:
-        bar.close()
     run_info = {
         **engine_run_info(engine, end_ns),
         "wall_s": time.perf_counter() - wall0,
@@ -195,6 +197,6 @@ def _spec_report(engine: Engine) -> dict | None:
 
 
 def _make_gate(sc: Scenario, costs):
-    """The admission gate / fairness accountant (issue 6) when the scenario configures one."""
+    """The admission gate / fairness accountant when the scenario configures one."""
     from sim.admission import make_gate
     return make_gate(sc, costs)

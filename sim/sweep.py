@@ -30,7 +30,6 @@ import math
 import os
 import re
 import shutil
-import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from sim.config import apply_override
+from sim.progress import progress_bar
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SPECIAL_AXES = ("policy", "load", "seed")
@@ -276,7 +276,8 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
         source: the scenario's name for messages.
         backend: ``"local"`` (processes; ``workers`` of them, default the CPU count; 1 runs in
             this process) or ``"ray"`` (``address`` of a cluster, or None to start a local one).
-        progress: tqdm bar on stderr (default: when stderr is a terminal).
+        progress: a tqdm bar on stderr (True), nothing (False), or (None, the default) the bar
+            on a terminal and a line every 10 s elsewhere (:mod:`sim.progress`).
         meta: extra facts to record in ``out_dir/sweep.json`` (e.g. the axes and overrides).
         on_result: called with ``(run_id, outcome)`` after each run (``outcome["status"]``).
     Returns:
@@ -296,12 +297,7 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
         raise ValueError("specs: run ids must be unique")
     todo = [s for s in specs if not is_complete(s, runs_dir)]
     report = SweepReport(out, len(specs), skipped=len(specs) - len(todo))
-    if progress is None:
-        progress = sys.stderr.isatty()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(specs), initial=report.skipped, unit="run", desc="sweep", file=sys.stderr)
+    bar = progress_bar(progress, total=len(specs), initial=report.skipped, unit="runs", desc="sweep", leave=True)
     bd = _portable(base_dir)
 
     def record(spec: RunSpec, outcome: dict) -> None:

@@ -61,8 +61,8 @@ def test_cached_prefill_chunk_and_decode_match_a_full_forward():
 
 
 def test_logits_match_transformers_llama_when_installed():
-    """Optional: the same random weights in transformers' LlamaForCausalLM give the same logits
-    (skipped when transformers is not installed)."""
+    """The same random weights in transformers' LlamaForCausalLM give the same logits
+    (transformers is in the dev extra; skipped only outside it)."""
     transformers = pytest.importorskip("transformers")
     from calibrate.model import Decoder
     s = get_shape("tiny")
@@ -270,9 +270,10 @@ def test_real_loop_runs_a_short_trace_and_compare_reports_every_metric(measured)
     json.dumps(res)
 
 
-def test_cli_calibrate_then_run_then_validate(tmp_path):
+def test_cli_calibrate_then_run_then_validate(tmp_path, monkeypatch):
     """The calibrate-then-simulate loop through the command line: measure a tiny CPU profile,
-    simulate with it, and validate a short trace real vs simulated."""
+    simulate with it, and validate a short trace real vs simulated, into a relative --out from
+    a folder that is not the project's."""
     import json
 
     from click.testing import CliRunner
@@ -288,10 +289,13 @@ def test_cli_calibrate_then_run_then_validate(tmp_path):
                                   "--set", "engine.kv_blocks=20000", "--no-plots", "--out", str(tmp_path / "run")],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    out = tmp_path / "val"
-    r = CliRunner().invoke(main, ["validate", "--profile", str(prof), "--requests", "40", "--repeats", "1",
-                                  "--out", str(out)], catch_exceptions=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sim.progress.INTERVAL_S", 0.05)  # stderr is not a terminal: progress lines
+    r = CliRunner().invoke(main, ["validate", "--profile", "p.json", "--requests", "40", "--repeats", "1",
+                                  "--out", "results/val"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
+    assert "validate: tiny for real: " in r.stderr and " requests (" in r.stderr
+    out = tmp_path / "results" / "val"
     rep = json.loads((out / "validation.json").read_text())
     names = {(m["class"], m["metric"]) for m in rep["metrics"]}
     for c in ("interactive", "batch"):

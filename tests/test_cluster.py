@@ -1,4 +1,4 @@
-"""Clusters (issue 12): replicas sharing one clock, routers, per-replica telemetry, validation,
+"""Clusters: replicas sharing one clock, routers, per-replica telemetry, validation,
 and the capacity search pinned on a case computed by hand."""
 from __future__ import annotations
 

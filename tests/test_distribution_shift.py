@@ -1,4 +1,4 @@
-"""The seeds' warning about length predictors: after the traffic mix changes, a learned ranker's
+"""A warning about length predictors: after the traffic mix changes, a learned ranker's
 tau falls and its latency advantage over FCFS disappears (distribution_shift.toml)."""
 from __future__ import annotations
 

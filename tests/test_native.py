@@ -5,7 +5,8 @@ then runs every shipped scenario, a cluster, and the benchmark workload with a s
 each preemption mode, twice: compiled and pure Python (``PRIOSIM_PURE_PYTHON=1``); request
 tables, time series and summaries must be equal. It also runs the engine's exactness tests
 (fast-forward and the lazy cohort against stepping every request) on the compiled build, and
-checks that a source edited after the build makes ``import sim`` fall back to pure Python.
+checks that the console script runs the compiled build from another folder, and that a missing
+shared library or a source edited after the build makes ``import sim`` fall back to pure Python.
 Skipped where mypyc or a C compiler is missing.
 """
 from __future__ import annotations
@@ -28,17 +29,14 @@ RUN_ALL = r'''
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
-from sim import ScenarioError, load_scenario, scenario_from_dict, simulate, native
+from sim import load_scenario, scenario_from_dict, simulate, native
 from sim.cluster import simulate_cluster
 from core_scenario import scenario
 assert Path(native.__file__).resolve().parents[1] == Path.cwd().resolve(), native.__file__  # the copy's sim
 out = Path(sys.argv[1])
 cases = {}
 for p in sorted(Path("workloads/scenarios").glob("*.toml")):
-    try:
-        cases[p.stem] = load_scenario(str(p), overrides=["horizon_s=60.0"])
-    except ScenarioError:  # a scenario whose trace lives in ../shared/data, where that is absent
-        pass
+    cases[p.stem] = load_scenario(str(p), overrides=["horizon_s=60.0"])  # traces: the copy's bundled data
 cases["cluster"] = load_scenario("diurnal_two_class", overrides=["horizon_s=60.0", "cluster={replicas=3}"])
 for mode in ("recompute", "swap", "auto", "off"):
     d = scenario(1500, load=0.9)
@@ -65,8 +63,6 @@ def _can_build() -> bool:
 @pytest.mark.skipif(not _can_build(), reason="needs mypyc (pip install -e .[native]) and a C compiler")
 def test_compiled_build_gives_identical_results(tmp_path):
     proj = tmp_path / "proj"
-    if (ROOT.parent / "shared").exists():  # scenarios read traces from ../shared/data
-        (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     skip = shutil.ignore_patterns("*.so", "native_build.json", "__pycache__", "build", ".hypothesis")
     for d in ("sim", "policies", "workloads", "calibrate", "tests", "benchmarks"):
         shutil.copytree(ROOT / d, proj / d, ignore=skip)
@@ -88,13 +84,15 @@ def test_compiled_build_gives_identical_results(tmp_path):
         assert (out / "build.txt").read_text() == build
         outs[build] = out
     names = sorted(p.name for p in outs["python"].iterdir() if p.name != "build.txt")
-    assert len(names) >= 3 * 10
+    assert len(names) == 3 * (len(list((ROOT / "workloads" / "scenarios").glob("*.toml"))) + 5)
     for name in names:
         a, b = outs["mypyc"] / name, outs["python"] / name
         if name.endswith(".parquet"):
             pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b), check_exact=True, obj=name)
         else:
             assert json.loads(a.read_text()) == json.loads(b.read_text()), name
+
+    _console_script_from_another_folder(proj, tmp_path, env)
 
     # fast-forward and the lazy cohort stay exact when compiled
     run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_engine_core.py", "tests/test_vllm_conformance.py")
@@ -105,6 +103,48 @@ def test_compiled_build_gives_identical_results(tmp_path):
     done = subprocess.run([sys.executable, "-c", "from sim import native; print(native.BUILD)"], cwd=proj, env=env,
                           capture_output=True, text=True)
     assert done.stdout.strip() == "python" and "sim/loop.py changed since the compiled build" in done.stderr
+
+
+def _console_script_from_another_folder(proj: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """The installed ``priosim`` script, run from a folder that is not the project's, imports the
+    copy's packages the way an install does (from a site folder; the project root is not on
+    sys.path) and runs the compiled build; without mypyc's shared library it warns once and runs
+    pure Python."""
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    site.mkdir()
+    elsewhere.mkdir()
+    for d in ("sim", "policies", "workloads", "calibrate"):
+        (site / d).symlink_to(proj / d)
+    script = Path(sys.executable).parent / "priosim"
+    if not script.exists():  # (not installed: what pip writes for [project.scripts])
+        script = site / "priosim"
+        script.write_text("import sys\nfrom sim.cli import main\nsys.exit(main())\n")
+    env = env | {"PYTHONPATH": str(site)}
+
+    def priosim(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, str(script), *args], cwd=elsewhere, env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        return done
+
+    def run_build(out: str) -> str:
+        priosim("run", "--no-plots", "--set", "horizon_s=30.0", "--out", out)
+        return json.loads((elsewhere / out / "summary.json").read_text())["run"]["engine_build"]
+
+    where = subprocess.run([sys.executable, "-c", "import sim; print(sim.__file__)"], cwd=elsewhere, env=env,
+                           capture_output=True, text=True).stdout
+    assert Path(where.strip()).resolve().parent == (proj / "sim").resolve(), where
+    assert "import sim uses: mypyc" in priosim("native", "status").stdout
+    assert run_build("compiled") == "mypyc"
+
+    lib = next((proj / "sim").glob("_native__mypyc.*"))  # a broken build: its shared library gone
+    lib.rename(tmp_path / lib.name)
+    done = priosim("native", "status")
+    assert "import sim uses: python (the compiled build's shared library" in done.stdout
+    assert done.stderr.count("RuntimeWarning") == 1 and "running pure Python" in done.stderr, done.stderr
+    assert run_build("broken") == "python"
+    (tmp_path / lib.name).rename(lib)
+    assert "import sim uses: mypyc" in priosim("native", "status").stdout
 
 
 def test_status_names_every_module_and_the_build_in_use(monkeypatch):

@@ -1,18 +1,18 @@
-"""Every notebook executes top to bottom (nbclient) in small mode (PRIOSIM_NOTEBOOK_SMALL=1), so
-none can rot. The calibration notebook needs torch and ``calibrate``'s calibrate_profile; it is
-skipped, alone, when either is missing."""
+"""Every notebook executes top to bottom, by the README's own command (``jupyter nbconvert
+--to notebook --execute notebooks/*.ipynb ...``, read from the README), in small mode
+(PRIOSIM_NOTEBOOK_SMALL=1), so none can rot and the command a reader copies works. The
+calibration notebook needs torch (the calibrate extra, which the test command installs)."""
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
+import re
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from doc_commands import ROOT, bash_commands, run_line, sandbox
 
-ROOT = Path(__file__).resolve().parents[1]
+nbformat = pytest.importorskip("nbformat")
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
@@ -34,24 +34,23 @@ def test_there_are_three_notebooks():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path, tmp_path, monkeypatch):
-    if path.name.startswith("03_"):
-        why = _calibrate_ready()
-        if why:
-            pytest.skip(why)
-    monkeypatch.setenv("PRIOSIM_NOTEBOOK_SMALL", "1")
-    monkeypatch.setenv("PRIOSIM_NOTEBOOK_OUT", str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
-    images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                 if "image/png" in o.get("data", {}))
-    if not path.name.startswith("03_"):
-        assert images >= 3, "the notebook should show its figures"
+def test_readme_command_executes_every_notebook(tmp_path):
+    pytest.importorskip("nbconvert")  # the dev extra has it; the notebooks extra brings jupyter
+    why = _calibrate_ready()
+    if why:
+        pytest.skip(why)
+    cmds = [c for _, c in bash_commands(ROOT / "README.md") if c.startswith("jupyter nbconvert ")]
+    assert len(cmds) == 1, cmds
+    env = sandbox(tmp_path)  # PRIOSIM_NOTEBOOK_SMALL=1, MPLBACKEND=Agg, results/ of its own
+    done = run_line(cmds[0], tmp_path, env, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    out_dir = tmp_path / re.search(r"--output-dir[ =](\S+)", cmds[0]).group(1)
+    for path in NOTEBOOKS:
+        nb = nbformat.read(out_dir / path.name, as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.get("output_type") == "error"]
+        assert not errors, path.name
+        images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                     if "image/png" in o.get("data", {}))
+        if not path.name.startswith("03_"):
+            assert images >= 3, f"{path.name} should show its figures"

@@ -1,5 +1,5 @@
 """Figures: a run's four figures (timeline only when iterations were traced), a sweep's three,
-each as PNG and SVG; `priosim plot` picks the kind of folder; `priosim run` draws by default."""
+each as PNG and SVG; `priosim plot` picks the kind of folder; `priosim run --plots` draws them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,10 +59,14 @@ def test_plot_sweep_and_plot_command(tmp_path):
     assert res.exit_code == 2 and "neither a sweep folder" in res.output
 
 
-def test_run_command_draws_figures_unless_told_not_to(tmp_path):
+def test_run_command_draws_figures_only_when_asked(tmp_path):
+    """Drawing takes longer than a small run, so `priosim run` draws only with --plots."""
     args = ["run", "chat_vs_batch", "--set", "horizon_s=5", "--set", "streams.0.arrival.n=50"]
-    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a"), "--plots"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "a" / "figures" / "latency_cdf.png").exists()
-    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b"), "--no-plots"])
-    assert res.exit_code == 0 and not (tmp_path / "b" / "figures").exists()
+    assert (tmp_path / "a" / "figures" / "latency_cdf.svg").exists()
+    assert f"figures: 6 files in {tmp_path / 'a' / 'figures'}" in res.output
+    for flags, name in (([], "b"), (["--no-plots"], "c")):
+        res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / name), *flags])
+        assert res.exit_code == 0 and not (tmp_path / name / "figures").exists()

@@ -1,4 +1,4 @@
-"""Size-based policies (issue 5): MLFQ against FCFS on a heavy-tailed mix, MLFQ's starvation
+"""Size-based policies: MLFQ against FCFS on a heavy-tailed mix, MLFQ's starvation
 limit, the noisy predictor's calibration and the learned predictor's training. Seeded; the
 comparisons are stated as inequalities, not golden values."""
 import numpy as np

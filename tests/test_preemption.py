@@ -205,7 +205,7 @@ def test_auto_crossover_on_shipped_profile():
     assert eng._choose_mode(_victim(4000)) == "fallback"
 
 
-# ---- the seeds' end-to-end flow ----------------------------------------------------------
+# ---- the end-to-end flow (chat_vs_batch) --------------------------------------------------
 
 @pytest.mark.slow
 def test_chat_vs_batch_preemption_cuts_interactive_ttft():

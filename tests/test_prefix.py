@@ -14,7 +14,6 @@ from sim import load_scenario, scenario_from_dict, simulate
 from sim.prefix import PrefixCache
 from tests.conftest import small_scenario
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def test_cache_refcounts_and_tail_first_eviction():
@@ -93,22 +92,16 @@ def test_block_pool_invariants_with_shared_blocks(seed, kv_blocks, preemption, p
     assert (r.status != "unfinished").all()
 
 
-needs_data = pytest.mark.skipif(not (DATA / "conversation_trace.jsonl").is_file(),
-                                reason="../shared/data not present")
-
-
-@needs_data
 @pytest.mark.slow
 def test_mooncake_unbounded_hit_rate_matches_trace():
     """With a pool that never evicts, the prefix hit rate is the trace's reuse: 37.4 % of
-    prompt tokens (shared/data/README.md), within 2 points."""
+    prompt tokens (workloads/data/README.md), within 2 points."""
     res = simulate(load_scenario("mooncake_prefix", overrides=["engine.kv_blocks=10000000", "horizon_s=3600.0"]))
     rate = res.summary_dict["classes"]["chat"]["prefix_hit_rate"]
     assert abs(rate - 0.374) < 0.02, rate
     assert res.summary_dict["run"]["prefix_evictions"] == 0
 
 
-@needs_data
 def test_mooncake_under_pressure_reports_evicted_recompute():
     res = simulate(load_scenario("mooncake_prefix", overrides=["horizon_s=300.0", "engine.kv_blocks=20000"]))
     c = res.summary_dict["classes"]["chat"]

@@ -8,15 +8,12 @@ import pytest
 from sim import load_scenario, simulate
 
 SCEN = Path(__file__).resolve().parents[1] / "workloads" / "scenarios"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.mark.parametrize("path", sorted(SCEN.glob("*.toml")), ids=lambda p: p.stem)
 def test_shipped_scenario_runs(path):
     text = path.read_text()
     assert text.lstrip().startswith("#"), "a scenario opens with a comment saying what question it answers"
-    if "shared/data" in text and not DATA.is_dir():
-        pytest.skip("../shared/data not present")
     sc = load_scenario(path, overrides=["horizon_s=20.0", "drain=false"])
     if sc.cluster:
         from sim.cluster import simulate_cluster

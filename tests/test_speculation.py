@@ -50,7 +50,8 @@ def test_per_class_acceptance_and_validation(tmp_path):
 
 
 def test_speculation_helps_at_low_load_and_hurts_goodput_at_saturation():
-    """The seeds' warning, on the shipped speculation_load scenario (shortened)."""
+    """Speculation helps at low load and hurts at saturation, on the shipped speculation_load
+    scenario (shortened)."""
     spec = "engine.speculative={k=4,acceptance=0.7,draft_cost_fraction=0.1}"
 
     def run(rate, on):

@@ -1,4 +1,4 @@
-"""Small cases restated from vLLM's own scheduler tests (shared/vllm-cases.md), replayed with
+"""Small cases restated from vLLM's own scheduler tests (vllm-project/vllm, tests/v1/core), replayed with
 ``preempt_for_waiting = "never"`` (vLLM V1) through the iteration trace.
 
 Every request is present before the first step: all arrive at t = 0 in one trace stream, in

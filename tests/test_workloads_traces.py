@@ -1,14 +1,18 @@
-"""Trace loaders: the shared data README's statistics, and bad traces named by file and line."""
+"""Trace loaders: the bundled traces' statistics (workloads/data/README.md), and bad traces named
+by file and line."""
+import gzip
+import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from workloads import WorkloadError, build_workload, load_trace
+from workloads.traces import DATA_DIR, bundled_names
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_shared = pytest.mark.skipif(not (SHARED / "conversation_trace.jsonl").exists(),
-                                  reason="../shared/data not present")
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 @pytest.mark.parametrize("name,rows,rate,p_mean,p_p99,o_mean,o_max", [
@@ -38,9 +42,8 @@ def test_shared_t0_puts_two_traces_on_one_clock():
     assert code["arrival_s"].iloc[0] == pytest.approx(77.299, abs=1e-3)  # 18:17:03.97996 - t0
 
 
-@needs_shared
 def test_mooncake_conversation_matches_readme():
-    tr = load_trace({"format": "mooncake", "path": str(SHARED / "conversation_trace.jsonl"),
+    tr = load_trace({"format": "mooncake", "path": "bundled:conversation_trace.jsonl.gz",
                      "spread_bucket_s": 0}, Path("."))
     df = tr.df
     assert len(df) == 12031
@@ -55,10 +58,9 @@ def test_mooncake_conversation_matches_readme():
     assert df["arrival_s"].nunique() == 1180
 
 
-@needs_shared
 def test_mooncake_bucket_spreading():
     """Requests sharing a timestamp are spread evenly over the 3 s bucket."""
-    df = load_trace({"format": "mooncake", "path": str(SHARED / "conversation_trace.jsonl")},
+    df = load_trace({"format": "mooncake", "path": "bundled:conversation_trace.jsonl.gz"},
                     Path(".")).df
     first = df[df["arrival_s"] < 3.0]["arrival_s"].to_numpy()
     n = first.size
@@ -66,25 +68,92 @@ def test_mooncake_bucket_spreading():
     assert np.all(np.diff(df["arrival_s"].to_numpy()) >= 0)
 
 
-@needs_shared
 def test_sharegpt_lengths_only_table():
     df = load_trace({"format": "sharegpt",
-                     "path": str(SHARED / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")},
+                     "path": "bundled:sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz"},
                     Path(".")).df
     assert len(df) == 30731 and "arrival_s" not in df
     assert df["prompt_tokens"].mean() == pytest.approx(2340, abs=0.5)
     assert df["output_tokens"].mean() == pytest.approx(438.7, abs=0.05)
 
 
-@needs_shared
 def test_servegen_rate_follows_the_windows():
     w = build_workload([{"tenant": "t", "class": "c", "trace": {
-        "format": "servegen", "path": str(SHARED / "servegen/language/m-large/chunk-143"),
+        "format": "servegen", "path": "bundled:servegen/language/m-large/chunk-143",
         "window": [0, 3600]}}], horizon_s=3600, seed=0, base_dir=Path("."))
     import pandas as pd
-    rates = pd.read_csv(SHARED / "servegen/language/m-large/chunk-143-trace.csv", header=None)[1][:6]
+    rates = pd.read_csv(DATA_DIR / "servegen/language/m-large/chunk-143-trace.csv.gz", header=None)[1][:6]
     assert len(w.open) / 3600 == pytest.approx(rates.mean(), rel=0.03)
     assert w.open["output_tokens"].median() == 3
+
+
+def test_mooncake_synthetic_matches_readme():
+    df = load_trace({"format": "mooncake", "path": "bundled:synthetic_trace.jsonl.gz",
+                     "spread_bucket_s": 0}, Path(".")).df
+    assert len(df) == 3993
+    assert df["arrival_s"].iloc[-1] == pytest.approx(1022.025)
+    assert df["prompt_tokens"].mean() == pytest.approx(15325, abs=0.5)
+    assert (df["hash_ids"].map(len) == np.ceil(df["prompt_tokens"] / 512)).all()
+
+
+@pytest.mark.parametrize("name", [n for n in bundled_names() if n.startswith("bundled:servegen/")])
+def test_every_bundled_servegen_client_samples(name):
+    w = build_workload([{"tenant": "t", "class": "c", "trace": {
+        "format": "servegen", "path": name, "window": [0, 86400]}}],
+        horizon_s=86400, seed=0, base_dir=Path("."))
+    assert len(w.open) > 0 and (w.open["prompt_tokens"] >= 1).all()
+
+
+def test_bundled_names_cover_every_data_file_and_the_readme_lists_them():
+    names = bundled_names()
+    readme = (DATA_DIR / "README.md").read_text()
+    for n in names:
+        short = re.sub(r"chunk-\d+$", "chunk-N", n)
+        assert short in readme, n
+    assert "bundled:conversation_trace.jsonl.gz" in names
+    assert sum(n.startswith("bundled:servegen/") for n in names) == 7
+    for lic in ("Apache-2.0.txt", "CC-BY-4.0.txt"):
+        assert (DATA_DIR / "LICENSES" / lic).stat().st_size > 10_000
+    assert "Patel et al." in readme and "Qin et al." in readme and "Xiang et al." in readme
+
+
+def test_bundled_data_is_package_data():
+    """Every file under workloads/data is matched by pyproject's package-data globs, so a wheel
+    (not only an editable install) carries it."""
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["workloads"]
+    pkg = ROOT / "workloads"
+    covered = {p for g in globs for p in pkg.glob(g) if p.is_file()}
+    files = {p for p in DATA_DIR.rglob("*") if p.is_file()}
+    assert files and files <= covered, sorted(map(str, files - covered))
+
+
+def test_bundled_name_resolves_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tr = load_trace({"format": "sharegpt", "path": "bundled:sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz"},
+                    tmp_path / "elsewhere")
+    assert tr.rows_read == 30731
+
+
+@pytest.mark.parametrize("path,fragment", [
+    ("bundled:nosuch.csv", "bundled: azure_code, azure_conv, bundled:AzureLLMInferenceTrace_code.csv"),
+    ("bundled:../pyproject.toml", "bundled:<a file under workloads/data>"),
+    ("bundled:", "bundled:<a file under workloads/data>"),
+])
+def test_bad_bundled_name_says_what_exists(path, fragment):
+    with pytest.raises(WorkloadError, match=re.escape(fragment)):
+        load_trace({"format": "sharegpt", "path": path}, Path("."))
+
+
+def test_users_own_gzip_files_read_compressed(tmp_path):
+    with gzip.open(tmp_path / "t.csv.gz", "wt") as f:
+        f.write("num_prefill_tokens,num_decode_tokens\n5,6\n7,8\n")
+    with gzip.open(tmp_path / "m.jsonl.gz", "wt") as f:
+        f.write('{"timestamp": 0, "input_length": 3, "output_length": 4, "hash_ids": [1]}\n')
+    assert load_trace({"format": "sharegpt", "path": "t.csv.gz"}, tmp_path).df["prompt_tokens"].tolist() == [5, 7]
+    assert load_trace({"format": "mooncake", "path": "m.jsonl.gz"}, tmp_path).rows_read == 1
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(WorkloadError, match="bad.jsonl.gz: cannot read"):
+        load_trace({"format": "mooncake", "path": "bad.jsonl.gz"}, tmp_path)
 
 
 def test_generic_csv_with_mapping_and_time_unit(tmp_path):

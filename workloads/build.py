@@ -332,7 +332,7 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
         df = sample_client(client, r_arr, r_len, w0, w1)
         meta.update(source=client.name, trace_window_s=[float(w0), float(w1)])
         df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
-        default_max = int(max(e.values.max() for e in client.outputs))
+        default_max = int(max((e.values.max() for e in client.outputs if e is not None), default=1))
     if st.kind in ("replay", "servegen") and st.trace is not None and "sample" in st.trace:
         keep = r_att.random(len(df)) < float(st.trace["sample"])
         meta["rows_sampled_out"] = int((~keep).sum())

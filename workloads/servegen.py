@@ -24,6 +24,7 @@ from scipy import special
 
 from workloads.errors import WorkloadError, integer
 from workloads.lengths import Empirical
+from workloads.traces import read_text
 
 WINDOW_S = 600.0
 _PAIR = re.compile(r"([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)")
@@ -36,22 +37,31 @@ class ServeGenClient:
     name: str
     windows: pd.DataFrame  # start_s, rate, cv, law, shape, scale
     pdf_starts: np.ndarray
-    inputs: list[Empirical]
-    outputs: list[Empirical]
+    inputs: list[Empirical | None]  # None: an idle 6 h window (the file gives ``{}``)
+    outputs: list[Empirical | None]
 
 
 def client_paths(path: Path, client: object = None) -> tuple[Path, Path]:
-    """``path`` is ``.../chunk-N`` (a prefix) or a directory with ``client = N``."""
+    """``path`` is ``.../chunk-N`` (a prefix) or a directory with ``client = N``; each file may
+    also be stored gzip-compressed (``-trace.csv.gz``, ``-dataset.json.gz``, as bundled)."""
     if client is not None:
         n = integer("client", client, ge=0)
         prefix = Path(path) / f"chunk-{n}"
     else:
         prefix = Path(path)
-    return Path(f"{prefix}-trace.csv"), Path(f"{prefix}-dataset.json")
+    out = []
+    for suffix in ("-trace.csv", "-dataset.json"):
+        p = Path(f"{prefix}{suffix}")
+        gz = Path(f"{p}.gz")
+        out.append(gz if not p.is_file() and gz.is_file() else p)
+    return out[0], out[1]
 
 
-def _pdf(text: str, where: str) -> Empirical:
+def _pdf(text: str, where: str) -> Empirical | None:
+    """An empirical PDF; ``None`` for ``{}`` (the client sent nothing in that 6 h window)."""
     pairs = _PAIR.findall(text)
+    if not pairs and text.strip() == "{}":
+        return None
     if not pairs:
         raise WorkloadError(f"{where}: not a value -> probability table")
     arr = np.array(pairs, dtype=float)
@@ -65,7 +75,7 @@ def load_client(path: Path, client: object = None) -> ServeGenClient:
         if not p.is_file():
             raise WorkloadError(f"path: ServeGen file not found: {p} (expected chunk-N-trace.csv "
                                 f"and chunk-N-dataset.json; give path = '.../chunk-N' or client = N)")
-    raw = pd.read_csv(tpath, header=None, dtype=str, keep_default_na=False)
+    raw = pd.read_csv(tpath, header=None, dtype=str, keep_default_na=False)  # .gz: read as gzip
     if raw.shape[1] != 6:
         raise WorkloadError(f"{tpath.name} line 1: expected 6 columns (start, rate, cv, law, "
                             f"shape, scale), got {raw.shape[1]}")
@@ -85,7 +95,7 @@ def load_client(path: Path, client: object = None) -> ServeGenClient:
     windows = pd.DataFrame({"start_s": num["start_s"], "rate": num["rate"], "cv": num["cv"],
                             "law": law, "shape": num["shape"], "scale": num["scale"]})
     try:
-        data = json.loads(dpath.read_text())
+        data = json.loads(read_text(dpath))
     except ValueError as exc:
         raise WorkloadError(f"{dpath.name}: not JSON ({exc})") from None
     starts, ins, outs = [], [], []
@@ -97,7 +107,7 @@ def load_client(path: Path, client: object = None) -> ServeGenClient:
         starts.append(float(key))
         ins.append(_pdf(str(entry["input_tokens"]), f"{dpath.name} window {key} input_tokens"))
         outs.append(_pdf(str(entry["output_tokens"]), f"{dpath.name} window {key} output_tokens"))
-    return ServeGenClient(tpath.name.removesuffix("-trace.csv"), windows, np.array(starts), ins, outs)
+    return ServeGenClient(tpath.name.removesuffix(".gz").removesuffix("-trace.csv"), windows, np.array(starts), ins, outs)
 
 
 def _gaps(rng: np.random.Generator, law: str, shape: float, rate: float, n: int) -> np.ndarray:
@@ -136,6 +146,9 @@ def sample_client(c: ServeGenClient, rng_arr: np.random.Generator, rng_len: np.r
     o = np.empty(t.size, dtype=np.int64)
     for k in np.unique(win):
         m = win == k
+        if c.inputs[k] is None or c.outputs[k] is None:
+            raise WorkloadError(f"{c.name}: requests at {t[m][0]:.0f} s fall in the 6 h window starting "
+                                f"{c.pdf_starts[k]:.0f} s, whose length PDFs are empty")
         p[m] = np.rint(c.inputs[k].ppf(rng_len.random(int(m.sum()))))
         o[m] = np.rint(c.outputs[k].ppf(rng_len.random(int(m.sum()))))
     return pd.DataFrame({"arrival_s": t, "prompt_tokens": np.maximum(p, 1),

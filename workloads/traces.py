@@ -13,7 +13,9 @@ of 0 is not an error; it is raised to 1 token (the engine needs >= 1) and counte
 """
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,9 @@ BUNDLED = {
     "azure_code": "AzureLLMInferenceTrace_code.csv",
     "azure_conv": "AzureLLMInferenceTrace_conv.csv",
 }
+# ``path = "bundled:NAME"`` names a file (or a ServeGen client prefix) under DATA_DIR, wherever the
+# package is installed; any other path is the user's own, relative to the scenario's folder.
+BUNDLED_PREFIX = "bundled:"
 FORMATS = ("azure", "mooncake", "sharegpt", "csv", "jsonl", "servegen")
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 TRACE_KEYS = {"format", "path", "t0", "columns", "time_unit", "spread_bucket_s", "window",
@@ -50,13 +55,47 @@ class Trace:
         return "arrival_s" in self.df.columns
 
 
+def bundled_names() -> list[str]:
+    """Every ``bundled:NAME`` there is: the data files, and each ServeGen client as its prefix
+    (``servegen/.../chunk-N``, which stands for its ``-trace.csv.gz`` and ``-dataset.json.gz``)."""
+    names = set()
+    for f in DATA_DIR.rglob("*"):
+        rel = f.relative_to(DATA_DIR).as_posix()
+        if not f.is_file() or rel.startswith("LICENSES/") or f.name == "README.md":
+            continue
+        if rel.startswith("servegen/"):
+            rel = re.sub(r"-(trace\.csv|dataset\.json)(\.gz)?$", "", rel)
+        names.add(BUNDLED_PREFIX + rel)
+    return sorted(names)
+
+
 def resolve_path(path: Any, base_dir: Path) -> Path:
-    """A bundled name (``azure_code``, ``azure_conv``) or a path relative to ``base_dir``."""
+    """A bundled file (``bundled:NAME``, a path under the package's ``workloads/data``; or the
+    short names ``azure_code``, ``azure_conv``) or the user's path, relative to ``base_dir``."""
     require("path", path, isinstance(path, str) and path != "", "a bundled name or a file path")
     if path in BUNDLED:
         return DATA_DIR / BUNDLED[path]
+    if path.startswith(BUNDLED_PREFIX):
+        name = Path(path.removeprefix(BUNDLED_PREFIX))
+        require("path", path, bool(name.parts) and not name.is_absolute() and ".." not in name.parts,
+                "bundled:<a file under workloads/data>, e.g. bundled:conversation_trace.jsonl.gz")
+        return DATA_DIR / name
     p = Path(path).expanduser()
     return p if p.is_absolute() else Path(base_dir) / p
+
+
+def read_text(path: Path) -> str:
+    """A file's UTF-8 text; a ``.gz`` file is decompressed as it is read (the bundled traces are
+    stored gzip-compressed). A missing or corrupt file raises :class:`WorkloadError`."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                return f.read()
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"{path}: file not found") from None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"{path.name}: cannot read: {exc}") from None
 
 
 class _Checker:
@@ -130,7 +169,7 @@ def _read_csv(path: Path, header: bool = True) -> pd.DataFrame:
                            header=0 if header else None)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: file not found") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:  # OSError: bad gzip
         raise WorkloadError(f"{path.name}: cannot parse as CSV: {exc}") from None
 
 
@@ -144,10 +183,7 @@ def _need_columns(df: pd.DataFrame, name: str, cols: list[str]) -> None:
 def _read_jsonl(path: Path, ck_name: str, lenient: bool) -> tuple[list[dict], list[int], list[str]]:
     """Parse JSON lines; returns (records, 1-based line numbers, bad-line messages)."""
     recs, lines, bad = [], [], []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(f"{path}: file not found") from None
+    text = read_text(path)
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -339,8 +375,9 @@ def check_trace_spec(spec: Any, base_dir: Path) -> Path:
     path = resolve_path(spec.get("path"), base_dir)
     if fmt == "servegen":
         return path
-    require("path", str(path), path.is_file(), "an existing file (bundled names: "
-            f"{', '.join(BUNDLED)}; other paths are relative to the scenario's directory)")
+    require("path", str(path), path.is_file(), "an existing file (bundled: "
+            f"{', '.join([*BUNDLED, *bundled_names()])}; other paths are relative to the "
+            "scenario's directory)")
     if fmt in ("csv", "jsonl"):
         _mapping(spec)
     unit = spec.get("time_unit", "s")
@@ -373,5 +410,6 @@ def load_trace(spec: dict, base_dir: Path, lenient: bool = False) -> Trace:
                  list(tr.skipped_examples))
 
 
-__all__ = ["Trace", "load_trace", "check_trace_spec", "resolve_path", "BUNDLED", "DATA_DIR",
+__all__ = ["Trace", "load_trace", "check_trace_spec", "resolve_path", "read_text", "bundled_names",
+           "BUNDLED", "BUNDLED_PREFIX", "DATA_DIR",
            "FORMATS", "LOADERS"]
