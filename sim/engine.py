@@ -34,6 +34,7 @@ import math
 from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -108,13 +109,14 @@ class Engine:
         self.trace = trace  # list collecting iteration rows, or None
         self.classes = classes
         self.bs = cfg.block_size
-        self.waiting: list[tuple] = []  # heap of (key, seq, req)
+        # heap of (key, seq, req), or a policy's structure with the same reads (below)
+        self.waiting: Any = []
         # a policy may keep the waiting set in its own structure (the fairness accountant's
         # per-tenant queues): then pushes and pops go to it and a re-key is its own
         queues = getattr(policy, "waiting_queues", None)
         self._queues = queues() if queues is not None and not getattr(policy, "needs_prefix_info", False) else None
         if self._queues is not None:
-            self.waiting = self._queues  # type: ignore[assignment]
+            self.waiting = self._queues
         self.running: list[Request] = []
         self._seq = 0
         self._admit_seq = 0
