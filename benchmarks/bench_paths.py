@@ -1,7 +1,7 @@
 """Where users wait: the commands people run to answer capacity and fairness questions, timed
 on pure Python against a yardstick measured in the same run.
 
-    python benchmarks/bench_paths.py [--servegen DIR]
+    python benchmarks/bench_paths.py [--no-servegen]
 
 This machine's speed drifts by 20-30 % within an hour (more when it is shared), so every row is
 reported as a ratio to the yardstick: the core 10k-request case with fast-forward and the decode
@@ -10,9 +10,9 @@ cohort off, pure Python (``run_all.py``'s slowest core row), measured before and
 whole command as a user waits for it (start-up, workload, engine, writing results), "engine" the
 simulation alone where the run reports it.
 
-``--servegen DIR`` (a directory with ServeGen's ``language/m-large/chunk-*`` files, which are not
-bundled) adds the 16-replica, one-hour multi-tenant row. The table replaces the "Where users wait"
-section of benchmarks/results.md (``run_all.py`` calls :func:`measure` too).
+The 16-replica, one-hour ServeGen row (815k requests, the run in docs/cluster.md) takes minutes;
+``--no-servegen`` leaves it out. The table replaces the "Where users wait" section of
+benchmarks/results.md (``run_all.py`` calls :func:`measure` too).
 """
 from __future__ import annotations
 
@@ -41,18 +41,13 @@ print(json.dumps({{"requests": len(res.requests), "engine_s": wall,
 
 SERVEGEN = r'''
 import json, time
-from sim import scenario_from_dict
+from sim import load_scenario
 from sim.cluster import simulate_cluster
-d = {{"name": "servegen_16x1h", "seed": 0, "horizon_s": 3600.0, "drain": False,
-     "engine": {{"profile": "h200-llama-3-8b", "max_num_seqs": 256, "max_batched_tokens": 8192}},
-     "policy": {{"name": "priority"}},
-     "classes": [{{"name": "chat", "priority": 0, "ttft_slo_s": 0.5}}],
-     "streams": [{{"tenant": "m-large", "class": "chat",
-                  "trace": {{"format": "servegen", "path": {path!r}, "window": [43200.0, 46800.0]}}}}],
-     "cluster": {{"replicas": 16}}}}
-sc = scenario_from_dict(d, source="servegen_16x1h", base_dir=".")
+sets = ["horizon_s=3600", "cluster={{replicas=16}}"] + [f"streams.{{i}}.trace.sample=1.0" for i in range(3)] \
+     + [f"streams.{{i}}.trace.window=[0.0, 86400.0]" for i in range(3)]
+sc = load_scenario("servegen_multitenant", overrides=sets)
 t0 = time.perf_counter()
-res = simulate_cluster(sc, per_replica=False)
+res = simulate_cluster(sc, load_scale=2.0, per_replica=False)
 wall = time.perf_counter() - t0
 print(json.dumps({{"requests": len(res.requests), "engine_s": wall,
                    "engine_events": res.summary_dict["run"]["engine_events"]}}))
@@ -97,7 +92,7 @@ def yardstick() -> float:
     return run_case("core", 10_000, False, lazy=False, pure=True)["wall_s"]
 
 
-def measure(servegen: str | None = None) -> list[str]:
+def measure(servegen: bool = True) -> list[str]:
     """Measure the rows; returns the markdown section."""
     rows: list[tuple[str, dict]] = []
     y0 = yardstick()
@@ -108,8 +103,7 @@ def measure(servegen: str | None = None) -> list[str]:
         rows.append(("the same per-replica load on one replica (`simulate(diurnal_two_class, load_scale=0.2)`)",
                      _py(SINGLE.format(name="diurnal_two_class", over=[], load=0.2))))
         if servegen:
-            path = str(Path(servegen) / "language" / "m-large" / "chunk-143")
-            rows.append(("16 replicas x 1 h of ServeGen m-large traffic", _py(SERVEGEN.format(path=path))))
+            rows.append(("16 replicas x 1 h of ServeGen multi-tenant traffic (docs/cluster.md)", _py(SERVEGEN.format())))
         rows.append(("`priosim capacity diurnal_two_class --designs shared,partitioned`",
                      _cli(["capacity", "diurnal_two_class", "--designs", "shared,partitioned", "--no-plots",
                            "--workers", "2"], tmp)))
@@ -122,6 +116,8 @@ def measure(servegen: str | None = None) -> list[str]:
         rows.append(("... with `--set classes.1.max_prefill_tokens_per_step=512`",
                      _cli(["run", "chat_vs_batch", "--no-plots", "--no-progress", "--set",
                            "classes.1.max_prefill_tokens_per_step=512"], tmp)))
+    from run_all import sweep_rate  # (yardstick() put benchmarks/ on the path)
+    sweeps = [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
     y1 = yardstick()
     y = (y0 + y1) / 2
     md = [SECTION, "",
@@ -137,6 +133,11 @@ def measure(servegen: str | None = None) -> list[str]:
         md.append(f"| {name} | {f'{n:,}' if n else '-'} | {r['wall_s']:.1f} | {r['wall_s'] / y:.2f} | "
                   f"{f'{eng:.1f}' if eng is not None else '-'} | {f'{eng / y:.2f}' if eng is not None else '-'} | "
                   f"{f'{ev / n:.2f}' if ev and n else '-'} |")
+    for sw in sweeps:
+        md.append(f"| a 24-run sweep of 10k-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
+                  f"24 x 10k | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
+    md += ["", f"Sweep parallel efficiency with 2 workers: {sweeps[0]['wall_s'] / (2 * sweeps[1]['wall_s']):.2f} "
+           f"(on a machine whose 2 cores are shared with other jobs, this measures their load as much as ours)."]
     cl, one = rows[0][1], rows[1][1]
     if cl.get("requests") and one.get("requests"):
         md += ["", f"Requests per engine second: 5-replica cluster {cl['requests'] / cl['engine_s']:,.0f}, one replica "
@@ -163,10 +164,7 @@ def write_section(md: list[str]) -> None:
 
 
 def main() -> None:
-    servegen = None
-    if "--servegen" in sys.argv:
-        servegen = sys.argv[sys.argv.index("--servegen") + 1]
-    md = measure(servegen)
+    md = measure(servegen="--no-servegen" not in sys.argv)
     write_section(md)
     print("\n".join(md))
 

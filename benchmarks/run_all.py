@@ -1,6 +1,6 @@
 """The benchmark suite: run by hand, writes benchmarks/results.md.
 
-    python benchmarks/run_all.py [--quick] [--servegen DIR]
+    python benchmarks/run_all.py [--quick] [--no-servegen]
 
 Cases: the core scenario (Poisson, two classes, lognormal lengths, load 0.75 of the measured
 saturation rate, strict priority with recompute preemption, default H200 profile) at 10k, 100k
@@ -165,8 +165,7 @@ def main() -> None:
     if not quick:  # the commands users wait on (bench_paths.py), against the yardstick
         sys.path.insert(0, str(HERE))
         from bench_paths import measure as measure_paths
-        servegen = sys.argv[sys.argv.index("--servegen") + 1] if "--servegen" in sys.argv else None
-        md += [""] + measure_paths(servegen)
+        md += [""] + measure_paths(servegen="--no-servegen" not in sys.argv)
     out = HERE / "results.md"
     notes = ""  # a hand-written "## Notes" section at the end survives re-measuring
     if out.exists() and "\n## Notes" in out.read_text():
