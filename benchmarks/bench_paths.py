@@ -117,7 +117,15 @@ def measure(servegen: bool = True) -> list[str]:
                      _cli(["run", "chat_vs_batch", "--no-plots", "--no-progress", "--set",
                            "classes.1.max_prefill_tokens_per_step=512"], tmp)))
     from run_all import sweep_rate  # (yardstick() put benchmarks/ on the path)
-    sweeps = [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
+    before = os.environ.get("PRIOSIM_PURE_PYTHON")
+    os.environ["PRIOSIM_PURE_PYTHON"] = "1"  # the sweep's processes inherit it
+    try:
+        sweeps = [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
+    finally:
+        if before is None:
+            del os.environ["PRIOSIM_PURE_PYTHON"]
+        else:
+            os.environ["PRIOSIM_PURE_PYTHON"] = before
     y1 = yardstick()
     y = (y0 + y1) / 2
     md = [SECTION, "",
