@@ -232,6 +232,7 @@ class Replica:
         self._run_ev = None
         self._ends: list[int] | None = None
         self._early = False
+        self._first_gone_ns = -1
         if cluster.fast:
             self.run_bound_ns = self._run_bound
             self.hold = self._hold
@@ -290,6 +291,7 @@ class Replica:
         # members finishing before the run's last step (only in runs that go on past them)
         self._early = bool(plan.cohort and coh is not None and coh.finish
                            and coh.finish[0][0] < coh.g + len(durations))
+        self._first_gone_ns = -1
         self._run_ev = self.cluster.env.event()
         self._schedule_end(now_ns + sum(durations))
         return self._run_ev
@@ -327,8 +329,13 @@ class Replica:
         (applied when the run ends; a stopped run would have applied them already)."""
         if self._run_ev is None or not self._early:
             return 0
-        done = bisect_left(self._step_ends(), int(self.cluster.env.now))  # steps ended before now
+        now = int(self.cluster.env.now)
         coh = self.engine.cohort
+        if self._first_gone_ns < 0:  # the end of the step with the run's first last token
+            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.g - 1]
+        if now <= self._first_gone_ns:
+            return 0
+        done = bisect_left(self._step_ends(), now)  # steps ended before now
         return bisect_right(coh.finish, (coh.g + done, NEVER))
 
     def _allocate_through(self, k: int) -> None:
