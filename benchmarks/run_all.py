@@ -1,6 +1,6 @@
 """The benchmark suite: run by hand, writes benchmarks/results.md.
 
-    python benchmarks/run_all.py [--quick]
+    python benchmarks/run_all.py [--quick] [--no-servegen]
 
 Cases: the core scenario (Poisson, two classes, lognormal lengths, load 0.75 of the measured
 saturation rate, strict priority with recompute preemption, default H200 profile) at 10k, 100k
@@ -162,6 +162,10 @@ def main() -> None:
         md += ["", "| sweep (24 cells of 10k-request runs) | wall (s) | runs / min |", "|---|---|---|"]
         md += [f"| {s['workers']} worker(s) | {s['wall_s']:.1f} | {s['runs_per_min']:.1f} |" for s in sweeps]
         md += ["", f"Parallel efficiency with 2 workers: {eff:.2f}."]
+    if not quick:  # the commands users wait on (bench_paths.py), against the yardstick
+        sys.path.insert(0, str(HERE))
+        from bench_paths import measure as measure_paths
+        md += [""] + measure_paths(servegen="--no-servegen" not in sys.argv)
     out = HERE / "results.md"
     notes = ""  # a hand-written "## Notes" section at the end survives re-measuring
     if out.exists() and "\n## Notes" in out.read_text():

@@ -23,7 +23,9 @@ needed, the batch throughput achieved, utilisation and the classes' p99 latencie
 """
 from __future__ import annotations
 
+import heapq
 import json
+import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -149,9 +151,107 @@ def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str 
             "router": "class_aware"}
 
 
+# ---- stopping a probe that has lost ---------------------------------------------------------------
+class ProbeLost(Exception):
+    """Raised inside a probe's simulation once it can no longer meet its SLOs."""
+
+
+class SloWatch:
+    """Told of every request that ends in a probe; raises :class:`ProbeLost` as soon as every
+    searched dimension has a class that can no longer meet its SLOs, so that a failing probe
+    stops early with the same verdict it would reach at the end.
+
+    A class is lost, for certain, when one of its requests is rejected (not every request would
+    finish), finishes after its ``done`` deadline (its last finish can only be later), or when
+    enough of its requests exceed the TTFT or TPOT SLO that the p99 must exceed it: with ``n``
+    requests in the class, pandas' linear p99 is at least the sorted value at index
+    ``floor((n - 1) * 0.99)``, so ``n - floor((n - 1) * 0.99)`` values above the SLO decide it
+    (``n`` is the class's number of requests; fewer values, e.g. TPOT of one-token answers, need no
+    more). Values are computed exactly as the requests table computes them.
+
+    Args:
+        slos: per class ``{'ttft', 'tpot', 'done'}`` (seconds or None).
+        totals: requests per class in the stream (open arrivals only).
+        dims: the classes of each searched dimension of the probe.
+    """
+
+    def __init__(self, slos: dict, totals: dict[str, int], dims: list[list[str]]) -> None:
+        self.slos = slos
+        self.dims = dims
+        self.need = {c: n - math.floor((n - 1) * 0.99) for c, n in totals.items() if n}
+        self.over: dict[tuple[str, str], list[float]] = {}  # (class, key) -> heap of the largest values
+        self.lost: dict[str, float] = {}  # class -> a lower bound of its slo_ratio
+        self.at_ns = -1
+
+    def _over(self, c: str, key: str, v: float, limit: float) -> None:
+        h = self.over.setdefault((c, key), [])
+        m = self.need.get(c, 1)
+        if len(h) < m:
+            heapq.heappush(h, v)
+        elif v > h[0]:
+            heapq.heapreplace(h, v)
+        if len(h) >= m:
+            self._lose(c, h[0] / limit)  # the p99 is at least the m-th largest value
+
+    def _lose(self, c: str, ratio: float) -> None:
+        self.lost[c] = max(self.lost.get(c, 0.0), ratio)
+
+    def __call__(self, req, now_ns: int) -> None:
+        from sim.costs import NS
+        from sim.request import State
+
+        c = req.cls
+        s = self.slos.get(c)
+        if s is None:
+            return
+        if req.state is State.REJECTED:
+            self._lose(c, 0.0)
+        elif req.state is State.FINISHED:
+            finish = req.finish_ns / NS
+            if s["done"] is not None and finish > s["done"]:
+                self._lose(c, finish / s["done"])
+            first = req.first_token_ns / NS
+            if s["ttft"] is not None:
+                v = first - req.arrival_ns / NS
+                if v > s["ttft"]:
+                    self._over(c, "ttft", v, s["ttft"])
+            if s["tpot"] is not None and req.generated > 1:
+                v = (finish - first) / (req.generated - 1)
+                if v > s["tpot"]:
+                    self._over(c, "tpot", v, s["tpot"])
+        if self.lost and all(any(x in self.lost for x in d) for d in self.dims):
+            self.at_ns = now_ns
+            raise ProbeLost(c)
+
+
 # ---- one point -----------------------------------------------------------------------------------
-def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: float, slos: dict) -> dict:
-    """Simulate the scenario dict ``base`` with ``cluster``; the SLO verdict and headline numbers."""
+_WORKLOADS: dict[str, object] = {}  # per process: the probes' shared request stream
+
+
+def _workload(sc, load_scale: float):
+    """The scenario's request stream, generated once per process and shared by every probe
+    (probes differ only in the cluster; the stream is not modified by a run). None with
+    closed-loop users, whose state a run advances."""
+    from sim.run import build_workload
+
+    key = json.dumps([sc.streams, sc.horizon_s, sc.seed, sc.base_dir, load_scale], sort_keys=True, default=str)
+    wl = _WORKLOADS.get(key)
+    if wl is None:
+        wl = build_workload(sc, load_scale)
+        if wl.closed:
+            return None
+        _WORKLOADS.clear()
+        _WORKLOADS[key] = wl
+    return wl
+
+
+def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: float, slos: dict,
+             dims: list[list[str]] | None = None) -> dict:
+    """Simulate the scenario dict ``base`` with ``cluster``; the SLO verdict and headline numbers.
+
+    With ``dims`` (the classes of each searched dimension) the simulation stops as soon as the
+    verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
+    ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound."""
     from sim.cluster import simulate_cluster
     from sim.config import scenario_from_dict
 
@@ -159,7 +259,23 @@ def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: 
     d = dict(base)
     d["cluster"] = cluster
     sc = scenario_from_dict(d, source=source, base_dir=base_dir)
-    res = simulate_cluster(sc, load_scale=load_scale, per_replica=False)
+    wl = _workload(sc, load_scale)
+    watch = None
+    if dims is not None and wl is not None:
+        totals = {str(k): int(v) for k, v in wl.open["cls"].value_counts().items()}
+        watch = SloWatch(slos, totals, dims)
+    try:
+        res = simulate_cluster(sc, load_scale=load_scale, per_replica=False, workload=wl, on_end=watch)
+    except ProbeLost:
+        assert watch is not None
+        classes = {c: {"ok": False if c in watch.lost else None, "arrived": None, "finished": None,
+                       "ttft_p99_s": None, "tpot_p99_s": None, "last_finish_s": None,
+                       "output_tokens_per_s": None, "slo_ratio": watch.lost.get(c)} for c in slos}
+        spec_groups = cluster.get("groups") or [{"replicas": cluster["replicas"]}]
+        n = sum(g["replicas"] for g in spec_groups)
+        return {"ok": False, "classes": classes, "replicas": n, "gpus": n, "end_s": None,
+                "utilisation": None, "wall_s": time.perf_counter() - t0, "engine_events": None,
+                "stopped_at_s": watch.at_ns / 1e9}
     s = res.summary_dict
     classes = check_point(s, res.requests, slos)
     lay = s["cluster"]
@@ -205,10 +321,16 @@ class CapacityReport:
                 "wall_s": self.wall_s}
 
 
+def _worst(point: dict) -> float:
+    """The point's worst class ratio to its SLO (classes a stopped probe did not judge left out)."""
+    return max((m["slo_ratio"] for m in point["classes"].values() if m["slo_ratio"] is not None), default=0.0)
+
+
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
-                    progress: bool | None = False) -> CapacityReport:
-    """Search each design's fewest replicas meeting ``slos`` (see module docstring). ``progress``
+                    early_stop: bool = True, progress: bool | None = False) -> CapacityReport:
+    """Search each design's fewest replicas meeting ``slos`` (see module docstring).
+    ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`)."""
     base = sc.to_dict()
     base.pop("cluster", None)
@@ -225,8 +347,8 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
 
     def run_all(jobs: list[tuple[str, tuple]]) -> None:
         todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in cache]
-        args = [(base, source, base_dir, design_cluster(d, state[d], list(c), router), load_scale, slos)
-                for d, c in todo]
+        args = [(base, source, base_dir, design_cluster(d, state[d], list(c), router), load_scale, slos,
+                 [x.classes for x in state[d]] if early_stop else None) for d, c in todo]
         outs = pool.map(_eval_task, args) if pool is not None else map(_eval_task, args)
         for (d, c), out in zip(todo, outs):
             if out[0] != "ok":
@@ -238,9 +360,10 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
             rep.points.append({"design": d, "counts": list(c), **{k: v for k, v in r.items() if k != "classes"},
                                "classes": r["classes"]})
             if log is not None:
-                worst = max((m["slo_ratio"] for m in r["classes"].values()), default=0.0)
+                worst = _worst(r)
+                stop = f", stopped at {r['stopped_at_s']:.0f} s" if r.get("stopped_at_s") is not None else ""
                 log(f"  {d:12s} {list(c)!s:14s} {'meets' if r['ok'] else 'misses'} SLOs "
-                    f"(worst p99/SLO {worst:.2f}, wall {r['wall_s']:.1f}s)")
+                    f"(worst p99/SLO {'>= ' if stop else ''}{worst:.2f}, wall {r['wall_s']:.1f}s{stop})")
 
     try:
         while True:
@@ -351,7 +474,7 @@ def plot_capacity(rep: CapacityReport, path: str | Path) -> Path:
     for j, d in enumerate(names):
         pts = [p for p in rep.points if p["design"] == d]
         x = [p["replicas"] for p in pts]
-        y = [max(m["slo_ratio"] for m in p["classes"].values()) for p in pts]
+        y = [_worst(p) for p in pts]
         ok = [p["ok"] for p in pts]
         col = colors[j % len(colors)]
         ax2.scatter([a for a, o in zip(x, ok) if o], [b for b, o in zip(y, ok) if o], color=col, marker="o",

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import time
+from bisect import bisect_left, bisect_right
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,6 +222,20 @@ class Replica:
         self.next_boundary = 0
         self.in_flight = True
         self.on_run = self.record_run if cluster.closed else None  # replica_loop calls it
+        # the run in flight when runs go past arrivals routed elsewhere (see ``hold``)
+        self._plan = None
+        self._start = 0
+        self._durs: list[int] = []
+        self._end = NEVER
+        self._alloc_k = 1  # steps of the run whose blocks are allocated
+        self._ticket = 0  # which scheduled end is current (an earlier one was cut short)
+        self._run_ev = None
+        self._ends: list[int] | None = None
+        self._early = False
+        self._first_gone_ns = -1
+        if cluster.fast:
+            self.run_bound_ns = self._run_bound
+            self.hold = self._hold
 
     def record_run(self, now_ns: int, durations: list[int]) -> None:
         """A run of steps starts at ``now_ns``: with closed-loop users, remember when it ends
@@ -231,11 +247,11 @@ class Replica:
     @property
     def outstanding(self) -> int:
         e = self.engine
-        return len(e.running) + len(e.waiting) + len(self.inbox)
+        return len(e.running) - self._gone() + len(e.waiting) + len(self.inbox)
 
     @property
     def running(self) -> int:
-        return len(self.engine.running)
+        return len(self.engine.running) - self._gone()
 
     @property
     def waiting(self) -> int:
@@ -243,8 +259,101 @@ class Replica:
 
     @property
     def kv_used(self) -> float:
+        if self._run_ev is not None:
+            self._allocate_through(self._steps_before(int(self.cluster.env.now)))
         p = self.engine.pool
         return (p.total - p.free) / p.total
+
+    # -- runs that go past arrivals routed elsewhere --
+    # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
+    # possible arrival). Instead a run is planned up to the replica's own next change and cut
+    # short only when a request is routed here: it then ends where the stopped run would have,
+    # at the end of the first step that does not start before the arrival. That is exact because
+    # a fast-forwarded run cut anywhere equals stepping (the engine's guarantee), and because
+    # what a router reads is what a stopped run would show: the running and waiting sets change
+    # only at a run's end, except for decoders whose last token ends a step inside the run (runs
+    # go on past them only when the router does not read KV use), which are not counted from
+    # then on; the KV blocks a stopped run would hold by now are allocated when read.
+    #: a run is planned at most until this many arrivals per replica have come anywhere (a
+    #: request is likely routed here by then, which cuts the run; planning steps further ahead
+    #: is wasted work). Where a run ends changes nothing in the results, only the work.
+    LOOKAHEAD = 3
+
+    def _run_bound(self) -> int:
+        s = self.cluster.source
+        j = s.i + self.LOOKAHEAD * len(self.cluster.replicas) - 1
+        return s.arr_ns[j] if j < s.n_open else NEVER
+
+    def _hold(self, now_ns: int, plan, durations: list[int]):
+        self._plan, self._start, self._durs, self._alloc_k = plan, now_ns, durations, 1
+        self._ends = None
+        coh = self.engine.cohort
+        # members finishing before the run's last step (only in runs that go on past them)
+        self._early = bool(plan.cohort and coh is not None and coh.finish
+                           and coh.finish[0][0] < coh.g + len(durations))
+        self._first_gone_ns = -1
+        self._run_ev = self.cluster.env.event()
+        self._schedule_end(now_ns + sum(durations))
+        return self._run_ev
+
+    def _schedule_end(self, end_ns: int) -> None:
+        self._end = end_ns
+        self._ticket += 1
+        env = self.cluster.env
+        env.timeout(end_ns - env.now).callbacks.append(lambda _e, t=self._ticket: self._run_done(t))
+
+    def _run_done(self, ticket: int) -> None:
+        if ticket == self._ticket and self._run_ev is not None:
+            ev, self._run_ev = self._run_ev, None
+            ev.succeed()
+
+    def held(self) -> list[int]:
+        """The durations of the run that just ended (its blocks all allocated)."""
+        self._allocate_through(len(self._durs))
+        self._plan = None
+        return self._durs
+
+    def _step_ends(self) -> list[int]:
+        if self._ends is None:
+            self._ends = list(accumulate(self._durs, initial=self._start))[1:]
+        return self._ends
+
+    def _steps_before(self, t_ns: int) -> int:
+        """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
+        if t_ns >= self._end:
+            return len(self._durs)
+        return min(bisect_left(self._step_ends(), t_ns) + 1, len(self._durs))
+
+    def _gone(self) -> int:
+        """Running requests whose last token ended a step of the run in flight before now
+        (applied when the run ends; a stopped run would have applied them already)."""
+        if self._run_ev is None or not self._early:
+            return 0
+        now = int(self.cluster.env.now)
+        coh = self.engine.cohort
+        if self._first_gone_ns < 0:  # the end of the step with the run's first last token
+            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.g - 1]
+        if now <= self._first_gone_ns:
+            return 0
+        done = bisect_left(self._step_ends(), now)  # steps ended before now
+        return bisect_right(coh.finish, (coh.g + done, NEVER))
+
+    def _allocate_through(self, k: int) -> None:
+        if k > self._alloc_k:
+            self.engine.allocate_run(self._plan, k, self._alloc_k)
+            self._alloc_k = k
+
+    def cut(self, t_ns: int) -> None:
+        """A request was routed here at ``t_ns``: the run in flight ends with the first step that
+        does not start before it (its next boundary would have been there)."""
+        if self._run_ev is None or t_ns >= self._end:
+            return
+        k = self._steps_before(t_ns)
+        if k < len(self._durs):
+            self._durs = self._durs[:k]
+            if self._ends is not None:
+                self._ends = self._ends[:k]
+            self._schedule_end(self._start + sum(self._durs))
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
@@ -295,10 +404,21 @@ class Replica:
         return self.cluster.finished()
 
 
+def _trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
+    """Trigger ``ev`` ``delay`` ns from now with SimPy's URGENT priority: it is processed before
+    the ordinary events of its instant. The router wakes this way, so it routes an instant's
+    arrivals before any replica ends a step then, and what it reads does not depend on the order
+    in which SimPy runs same-instant processes."""
+    ev._ok = True
+    ev._value = None
+    ev.env.schedule(ev, simpy.core.URGENT, delay)
+
+
 class _Cluster:
     def __init__(self, env, source, replicas: list[Replica], router, candidates: list[list[Replica]],
-                 stop_ns: int, closed: bool) -> None:
+                 stop_ns: int, closed: bool, fast: bool = False) -> None:
         self.env = env
+        self.fast = fast
         self.source = source
         self.replicas = replicas
         self.router = router
@@ -324,6 +444,7 @@ class _Cluster:
                 raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
                                    f"{req.cls!r} to replica {rep.index}, not one of its candidates")
             rep.inbox.append(req)
+            rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
             rep.notify()
@@ -338,17 +459,28 @@ class _Cluster:
             t = min(self.source.next_arrival_ns(), self.stop_ns)
             if t >= NEVER and not self.closed:
                 return
-            self._kick = env.event()
+            k = self._kick = env.event()
             self._router_until = t
             if t < NEVER:
-                env.timeout(t - now).callbacks.append(lambda _e, k=self._kick: k.succeed() if not k.triggered else None)
-            yield self._kick
+                w = env.event()
+                w.callbacks.append(lambda _e, k=k: self._wake(k))
+                _trigger_urgent(w, t - now)
+            yield k
+
+    @staticmethod
+    def _wake(k) -> None:
+        if not k.triggered:
+            _trigger_urgent(k)
+
+    on_end = None  # the caller's hook (simulate_cluster's ``on_end``)
 
     def on_request_end(self, req, now_ns: int) -> None:
+        if self.on_end is not None:
+            self.on_end(req, now_ns)
         self.source.on_request_end(req, now_ns)
         k = self._kick
         if k is not None and not k.triggered and self.source.next_arrival_ns() < self._router_until:
-            k.succeed()
+            self._wake(k)
 
     def finished(self) -> bool:
         s = self.source
@@ -420,12 +552,18 @@ def _sum_info(infos: list[dict], end_ns: int) -> dict:
 # ---- the simulation -------------------------------------------------------------------------------
 def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
                      load_scale: float = 1.0, check_invariants: bool = False,
-                     per_replica: bool = True) -> ClusterResults:
+                     per_replica: bool = True, fast: bool = True, workload=None,
+                     on_end=None) -> ClusterResults:
     """Run ``scenario`` (which has a ``[cluster]`` table) and return a :class:`ClusterResults`.
 
     ``per_replica=False`` skips the per-replica and per-group Results (faster; the capacity
     search uses it). ``check_invariants`` checks every replica's KV conservation after every
-    engine event.
+    engine event. ``fast=False`` stops every replica's run at every arrival in the cluster (the
+    plain way; same results, more engine events); with closed-loop users runs always stop there.
+    ``workload``: the stream to serve, built by the caller (``sim.run.build_workload`` with the
+    same ``load_scale``; it is not modified, so several runs may share it). ``on_end(request,
+    ns)`` is told of every request that finishes or is rejected; an exception it raises ends the
+    run and propagates.
     """
     from sim.routers import make_router
     from sim.source import RequestSource
@@ -434,18 +572,20 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     sc = scenario
     spec = parse_cluster(sc)
     env = simpy.Environment()
-    wl = build_workload(sc, load_scale)
+    wl = build_workload(sc, load_scale) if workload is None else workload
     cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
     g0 = spec.groups[0].engine  # the front-end latency of the first group's engine overhead
     fe_s = load_profile(g0.profile, Path(sc.base_dir), overhead=g0.overhead).overhead.frontend_s
     source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes], delay_ns=round(fe_s * NS))
     closed_loop = bool(wl.closed)
-    wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
+    if workload is None:
+        wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
     router = make_router(spec.router, **spec.router_params)
     router.bind(spec.n_replicas, _seed_for(sc.seed, "router"))
-    cl = _Cluster(env, source, [], router, [], stop_ns, closed=closed_loop)
+    cl = _Cluster(env, source, [], router, [], stop_ns, closed=closed_loop, fast=fast and not closed_loop)
+    cl.on_end = on_end
     group_sc: dict[str, Scenario] = {}
     group_of: list[int] = []
     for gi, g in enumerate(spec.groups):
@@ -457,6 +597,9 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             trace = [] if trace_iterations else None
             eng = build_engine(scg, env, costs, trace=trace, engine_cfg=g.engine, seed_tag=f"/replica{i}")
             eng.on_request_end = cl.on_request_end
+            # runs may go on past decoders' last tokens (what a router reads is adjusted for
+            # them, except KV use, which they would release)
+            eng.through_finishes = cl.fast and not getattr(router, "reads_kv", True)
             rep = Replica(i, g.name, eng, cl, trace)
             cl.replicas.append(rep)
             group_of.append(gi)

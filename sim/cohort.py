@@ -98,6 +98,12 @@ class DecodeCohort:
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r._output - r.generated, r.admit_seq, r))
 
+    def leave(self, r: Request) -> None:
+        """Member ``r`` leaves alone (synced; its blocks cover the steps allocated so far)."""
+        self.sync(r)
+        self.finish.remove((self.g + r._output - r.generated, r.admit_seq, r))
+        self._leave(r)
+
     def _leave(self, r: Request) -> None:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
         del self.members[r.request_id]
@@ -138,6 +144,12 @@ class DecodeCohort:
         if self.grows:
             ahead = self.alloc_g - self.g if blocks_ahead else 0
             r.blocks = -(-(r.computed + ahead) // self.bs) - r.base_blocks
+
+    def blocks_of(self, r: Request) -> int:
+        """Member ``r``'s device blocks as :meth:`sync` would set them (not synced)."""
+        if not self.grows:
+            return r.blocks
+        return -(-(r.computed + self.alloc_g - r.cohort_g0) // self.bs) - r.base_blocks
 
     def sync_all(self) -> None:
         for r in self.members.values():

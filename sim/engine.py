@@ -34,6 +34,7 @@ import math
 from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -120,7 +121,14 @@ class Engine:
         self.trace = trace  # list collecting iteration rows, or None
         self.classes = classes
         self.bs = cfg.block_size
-        self.waiting: list[tuple] = []  # heap of (key, seq, req)
+        # heap of (key, seq, req), or a policy's structure with the same reads (below)
+        self.waiting: Any = []
+        # a policy may keep the waiting set in its own structure (the fairness accountant's
+        # per-tenant queues): then pushes and pops go to it and a re-key is its own
+        queues = getattr(policy, "waiting_queues", None)
+        self._queues = queues() if queues is not None and not getattr(policy, "needs_prefix_info", False) else None
+        if self._queues is not None:
+            self.waiting = self._queues
         self.running: list[Request] = []
         self._seq = 0
         self._admit_seq = 0
@@ -137,6 +145,7 @@ class Engine:
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self._class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
         self._counting_prefill = any(self.class_prefill_cap)
+        self._waiting_prefills = [0] * len(classes)  # waiting requests due a prefill, per class
         self._cls_prio = [getattr(c, "priority", 0) for c in classes]
         self.off = cfg.preemption == "off"
         if not cfg.chunked_prefill:
@@ -179,13 +188,24 @@ class Engine:
     def push_waiting(self, req: Request, now_ns: int) -> None:
         req.key = self._key(req, now_ns / NS)
         self._seq += 1
-        heapq.heappush(self.waiting, (req.key, self._seq, req))
+        if self._queues is not None:
+            self._queues.push((req.key, self._seq, req))
+        else:
+            heapq.heappush(self.waiting, (req.key, self._seq, req))
+        if req.tokens - req.computed > 1:
+            self._waiting_prefills[req.cls_idx] += 1
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
         if self.cohort is not None:
             self.cohort.sync_all()  # a key may read progress fields
         now_s = now_ns / NS
+        if self._queues is not None:
+            self._queues.rekey()
+            for r in self.running:
+                r.key = self._key(r, now_s)
+            self._order = None
+            return
         key = self._key
         seq = self._seq
         items = []
@@ -308,6 +328,7 @@ class Engine:
         # every more urgent class are held back from it)
         worst = max(p for p, n in zip(self._cls_prio, coh.n_cls) if n)
         bs = self.bs
+        last_member = None
         for req in explicit:
             if req.tokens - req.computed == 1:
                 if budget < 1:
@@ -316,7 +337,12 @@ class Engine:
             else:
                 n = self._chunk(req, budget, used)
                 if n < self._chunk(req, NEVER, used):
-                    return None  # the budget would cut this chunk
+                    # the budget cuts this chunk: the walk gives it the same only when every
+                    # member ranks above it (their tokens come before it either way)
+                    if last_member is None:
+                        last_member = max(_rank(m) for m in coh.members.values())
+                    if _rank(req) < last_member:
+                        return None
                 used[req.cls_idx] += n
             if not self.off:
                 new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
@@ -405,9 +431,10 @@ class Engine:
         plan.items = list(scheduled.values())
         return plan
 
-    def _budget_left(self, scheduled: dict) -> int:
-        """Token budget left in the step being planned (after a preemption gave tokens back)."""
-        return self.cfg.max_batched_tokens - sum(s.tokens for s in scheduled.values())
+    def _budget_left(self, scheduled: dict, cohort: int = 0) -> int:
+        """Token budget left in the step being planned (after a preemption gave tokens back),
+        with ``cohort`` decoders of the cohort in it."""
+        return self.cfg.max_batched_tokens - cohort - sum(s.tokens for s in scheduled.values())
 
     def _lowest_running(self) -> Request:
         # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
@@ -485,22 +512,35 @@ class Engine:
     def _admit_waiting(self, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
         pool = self.pool
         throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
+        held = [0] * len(self.classes)  # ... per class
+        caps = self.class_prefill_cap
         while self.waiting and budget > 0:
             key, _, w = self.waiting[0]
             fits, n, need_blocks, hit = self._fits(w, budget)
             if not fits and self._class_capped(w):
-                throttled.append(heapq.heappop(self.waiting))
+                throttled.append(self._pop_waiting())
+                held[w.cls_idx] += 1
+                if self.pool.cache is None:
+                    # every waiter left is a prefill of a class whose cap is used up: each would
+                    # be skipped in turn (without a prefix cache nothing makes one shorter)
+                    used = self._class_prefill
+                    capped = sum(self._waiting_prefills[c] - held[c] for c in range(len(caps))
+                                 if caps[c] and used[c] >= caps[c])
+                    if capped == len(self.waiting):
+                        break
                 continue
             if not fits:
                 if not self._preempt_for(w, plan, scheduled, budget, now_ns):
                     break
-                budget = self._budget_left(scheduled)
+                budget = self._budget_left(scheduled, plan.cohort)
                 if self.waiting[0][2] is not w:
                     continue  # a victim re-keyed on preemption now heads the queue: re-decide
                 fits, n, need_blocks, hit = self._fits(w, budget)
                 if not fits:
                     break
-            heapq.heappop(self.waiting)
+            self._pop_waiting()
+            if w.tokens - w.computed > 1:
+                self._waiting_prefills[w.cls_idx] -= 1
             if hit:
                 self._use_prefix(w, hit)
             if w.state is State.SWAPPED:
@@ -530,8 +570,14 @@ class Engine:
             if not decode:
                 self._class_prefill[w.cls_idx] += n
         for entry in throttled:
-            heapq.heappush(self.waiting, entry)
+            if self._queues is not None:
+                self._queues.push(entry)
+            else:
+                heapq.heappush(self.waiting, entry)
         return budget
+
+    def _pop_waiting(self) -> tuple:
+        return self._queues.pop() if self._queues is not None else heapq.heappop(self.waiting)
 
     def _class_capped(self, w: Request) -> bool:
         """Is ``w`` (a prefill) held back only by its class's per-step prefill cap?"""
@@ -660,10 +706,18 @@ class Engine:
         victims = self._eligible_victims(w)
         if not victims:
             return False
-        if self.cohort is not None and self.cohort.members:
-            self._dissolve_cohort(plan, scheduled)  # victims' blocks and tokens must be real
-        freed_blocks = sum(v.blocks for v in victims)
-        freed_tokens = sum(scheduled[v.request_id].tokens for v in victims if v.request_id in scheduled)
+        coh = self.cohort
+        members = coh is not None and bool(coh.members)
+        freed_tokens = freed_blocks = 0
+        for v in victims:
+            if members and v.cohort_g0 != NOT_MEMBER:
+                assert coh is not None
+                freed_blocks += coh.blocks_of(v)  # it decodes one token in this step
+                freed_tokens += 1 if plan.cohort else 0
+            else:
+                freed_blocks += v.blocks
+                if v.request_id in scheduled:
+                    freed_tokens += scheduled[v.request_id].tokens
         slots_ok = len(self.running) - len(victims) < self.cfg.max_num_seqs
         b = budget + freed_tokens
         n, need, _ = self._admission(w, b)
@@ -671,8 +725,18 @@ class Engine:
         if not (slots_ok and n > 0 and need <= avail):
             return False
         for v in victims:
+            if members and v.cohort_g0 != NOT_MEMBER:
+                # it leaves the cohort alone (the others decode on in it), as an ordinary
+                # request with this step's token, and gives that back when preempted
+                assert coh is not None
+                coh.leave(v)
+                if plan.cohort:
+                    plan.cohort -= 1
+                    scheduled[v.request_id] = Scheduled(v, 1, v.computed, True)
+                if self._order is not None:
+                    insort(self._order, v, key=_rank)
             self._preempt(v, plan, scheduled, now_ns)
-            if self._fits(w, self._budget_left(scheduled))[0]:
+            if self._fits(w, self._budget_left(scheduled, plan.cohort))[0]:
                 break
         return True
 
@@ -1210,9 +1274,10 @@ class Engine:
                 hi = mid - 1
         return lo
 
-    def allocate_run(self, plan: StepPlan, k: int) -> None:
-        """Allocate the blocks steps 2..k of a fast-forwarded run need (step 1's are taken)."""
-        if k <= 1 or self.off:
+    def allocate_run(self, plan: StepPlan, k: int, done: int = 1) -> None:
+        """Allocate the blocks steps done+1..k of a fast-forwarded run need (steps 1..done have
+        theirs: a cluster replica allocates a run piecewise, as far as a router reads it)."""
+        if k <= done or self.off:
             return
         for s in plan.items:
             r = s.req
@@ -1224,7 +1289,10 @@ class Engine:
         if plan.cohort:
             coh = self.cohort
             assert coh is not None
+            before = coh.run_blocks(done) if done > 1 else None
             for ci, n in enumerate(coh.run_blocks(k)):
+                if before is not None:
+                    n -= before[ci]
                 if n:
                     self.pool.allocate(ci, n)
             coh.alloc_g = coh.g + k

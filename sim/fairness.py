@@ -30,6 +30,7 @@ most ``4 * max(U_f, U_g)``. The report carries ``bound`` and the largest gap obs
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 
@@ -83,6 +84,15 @@ class FairShare(BasePolicy):
 
     def share(self, tenant: str) -> float:
         return self.shares.get(tenant, 1.0)
+
+    def waiting_queues(self) -> "TenantQueues | None":
+        """The engine's waiting set as per-(class, tenant) queues (see :class:`TenantQueues`),
+        when this wrapper orders tenants over an inner policy whose keys never change on their
+        own; None otherwise (the engine keeps one heap and re-keys it before every plan)."""
+        inner = self.inner
+        static = (not getattr(inner, "dynamic", False) and not getattr(inner, "needs_prefix_info", False)
+                  and getattr(type(inner), "next_change", None) is BasePolicy.next_change)
+        return TenantQueues(self) if self.enabled and static else None
 
     def counter(self, tenant: str) -> float:
         self._flush()
@@ -216,3 +226,88 @@ class FairShare(BasePolicy):
                         for w, d in sorted(self.windows.items())],
         }
         return out
+
+
+class TenantQueues:
+    """The waiting set under the fairness accountant, without re-keying every waiting request.
+
+    A waiting request's key is ``(class priority, tenant counter, *inner key)``; only the counter
+    moves between plans, and it is the same for every request of a tenant. So the requests wait
+    in one heap per (class priority, tenant), ordered by ``(inner key, seq)``, which never changes
+    while they wait, and the head of the whole set is the least of the heaps' heads under the
+    current counters (as VTC picks among tenants' queues). A re-key costs nothing, a peek
+    O(queues), a push or pop O(log n): a plan touches O(tenants), not O(waiting).
+
+    The engine uses it as it uses its heap of ``(key, seq, request)`` entries: ``push``, ``pop``,
+    ``[0]`` (the head, its key current), ``len`` and iteration (every entry, keys current). The
+    order is the heap's: entries compare by ``(key, seq)`` and the keys are the same values.
+    """
+
+    def __init__(self, fair: FairShare) -> None:
+        self.fair = fair
+        self.queues: dict[tuple, list] = {}  # (priority, tenant) -> heap of (inner key, seq, request)
+        self.n = 0
+        self._head: tuple | None = None  # the current head entry (cached until anything changes)
+
+    def _ctr(self):
+        f = self.fair
+        if f._pending:
+            f._flush()
+        return f.gpu if f.measure == "gpu_seconds" else f.tok
+
+    def push(self, entry: tuple) -> None:
+        key, seq, req = entry
+        q = self.queues.get((req.priority, req.tenant))
+        if q is None:
+            q = self.queues[(req.priority, req.tenant)] = []
+        heapq.heappush(q, (key[2:], seq, req))  # the key without (priority, counter)
+        self.n += 1
+        self._head = None
+
+    def rekey(self) -> None:
+        """The counters may have moved: the head is recomputed when next asked for."""
+        self._head = None
+
+    def _best(self) -> tuple:
+        ctr = self._ctr()
+        best = None
+        best_q = None
+        for (prio, tenant), q in self.queues.items():
+            inner, seq, req = q[0]
+            cand = ((prio, ctr[tenant], *inner), seq)
+            if best is None or cand < best:
+                best, best_q = cand, q
+        assert best is not None and best_q is not None
+        req = best_q[0][2]
+        req.key = best[0]
+        return (best[0], best[1], req)
+
+    def __getitem__(self, i: int) -> tuple:
+        if i != 0:
+            raise IndexError("only the head of the waiting set can be read by position")
+        if self._head is None:
+            if not self.n:
+                raise IndexError("the waiting set is empty")
+            self._head = self._best()
+        return self._head
+
+    def pop(self) -> tuple:
+        head = self[0]
+        req = head[2]
+        q = self.queues[(req.priority, req.tenant)]
+        heapq.heappop(q)
+        if not q:
+            del self.queues[(req.priority, req.tenant)]
+        self.n -= 1
+        self._head = None
+        return head
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        ctr = self._ctr()
+        for (prio, tenant), q in self.queues.items():
+            c = ctr[tenant]
+            for inner, seq, req in q:
+                yield ((prio, c, *inner), seq, req)

@@ -26,6 +26,11 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
     tel = engine.tel
     cfg = engine.cfg
     on_run = getattr(source, "on_run", None)
+    # A cluster replica's source may let a run go past arrivals routed elsewhere: ``run_bound_ns()``
+    # replaces the next arrival as the run's bound and ``hold(now, durations)`` is the event that
+    # ends the run, cut short (``held()``) when a request is routed here meanwhile.
+    run_bound = getattr(source, "run_bound_ns", None)
+    hold = getattr(source, "hold", None)
     next_sample = 0
     # next event count at which to check progress (and the max_events stop)
     check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
@@ -70,11 +75,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
             continue
         compute = engine.compute_ns(plan)
         dur0 = compute + engine.transfer_ns(plan)
-        next_event = min(next_arrival, next_sample, stop_ns)
+        next_event = min(next_arrival if run_bound is None else run_bound(), next_sample, stop_ns)
         durations = engine.run_length(plan, now, next_event, dur0)
-        engine.allocate_run(plan, len(durations))
-        if on_run is not None:
-            on_run(now, durations)
         engine.events += 1
         if engine.events > check_at:  # (one comparison per event)
             if cfg.max_events and engine.events > cfg.max_events:
@@ -82,7 +84,14 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
                                  f"t={now / NS:.3f}s (a safety stop; raise it or set 0 for none)")
             engine.check_progress(now)  # raises StallError when nothing has progressed for long
             check_at = min(engine.events + PROGRESS_EVERY, cfg.max_events or NEVER)
-        yield env.timeout(sum(durations))
+        if hold is None:
+            engine.allocate_run(plan, len(durations))
+            if on_run is not None:
+                on_run(now, durations)
+            yield env.timeout(sum(durations))
+        else:
+            yield hold(now, plan, durations)
+            durations = source.held()  # (the held run allocates its blocks as it goes)
         engine.apply(plan, now, durations, compute)
         if check_invariants:
             engine.check_invariants()

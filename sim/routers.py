@@ -30,6 +30,9 @@ class Router:
 
     name = "router"
     class_aware = False  # True: candidates are restricted to the groups serving the class
+    # False: it never reads ``kv_used`` (a cluster's replicas may then run on past decoders'
+    # last tokens between routing decisions; same results, fewer engine events)
+    reads_kv = True
 
     def bind(self, n_replicas: int, seed: int) -> None:
         self.n = n_replicas
@@ -57,6 +60,7 @@ class RoundRobin(Router):
     """Each request to the next replica in turn (among its candidates)."""
 
     name = "round_robin"
+    reads_kv = False
 
     def bind(self, n_replicas: int, seed: int) -> None:
         super().bind(n_replicas, seed)
@@ -75,6 +79,7 @@ class LeastOutstanding(Router):
     """Join the replica with the fewest outstanding requests (JSQ); ties to the lowest index."""
 
     name = "least_outstanding"
+    reads_kv = False
 
     def route(self, req, candidates, now_ns):
         return _least(candidates, lambda c: c.outstanding)
@@ -93,6 +98,7 @@ class PowerOfTwo(Router):
     """Power of two choices: sample ``d`` candidates (seeded), take the least outstanding."""
 
     name = "power_of_two"
+    reads_kv = False
 
     def __init__(self, d: int = 2) -> None:
         if not isinstance(d, int) or isinstance(d, bool) or d < 1:
@@ -125,6 +131,10 @@ class ClassAware(Router):
             raise ValueError("class_aware: inner must be another router")
         self.inner_name = inner
         self.inner = ROUTERS.create(inner, **inner_params)
+
+    @property
+    def reads_kv(self) -> bool:  # type: ignore[override]
+        return getattr(self.inner, "reads_kv", True)
 
     def bind(self, n_replicas: int, seed: int) -> None:
         super().bind(n_replicas, seed)

@@ -3,6 +3,7 @@ and the capacity search pinned on a case computed by hand."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -138,6 +139,38 @@ def test_fast_forward_exact_in_cluster(closed):
     assert on.summary_dict["run"]["engine_events"] <= off.summary_dict["run"]["engine_events"]
 
 
+@pytest.mark.parametrize("name", ROUTER_NAMES)
+@pytest.mark.parametrize("rate", [3.0, 12.0])
+def test_cluster_runs_past_other_replicas_arrivals_exact(name, rate):
+    """Replicas whose runs go past arrivals routed elsewhere (cut short only when a request is
+    routed to them; KV blocks allocated as far as a router reads them) give the same request
+    table and time series as stopping every replica at every arrival, with fewer events."""
+    d = cluster_scenario(layout_for(name))
+    d["streams"][0]["arrival"]["rate"] = rate
+    d["streams"][1]["arrival"]["rate"] = 2 * rate
+    sc = scenario_from_dict(d)
+    slow = simulate_cluster(sc, fast=False, check_invariants=True)
+    fast = simulate_cluster(sc, check_invariants=True)
+    pd.testing.assert_frame_equal(slow.requests, fast.requests)
+    pd.testing.assert_frame_equal(slow.timeseries, fast.timeseries)
+    for a, b in zip(slow.replicas, fast.replicas):
+        pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert fast.summary_dict["run"]["engine_events"] < slow.summary_dict["run"]["engine_events"]
+
+
+@pytest.mark.parametrize("router", ["least_outstanding", "least_kv", "round_robin"])
+def test_cluster_runs_past_arrivals_exact_on_the_h200_workload(router):
+    """The same on diurnal_two_class (H200 profile, ~100 decoders a replica, long batch prompts,
+    evictions for interactive waiters), shortened, 3 replicas, no drain."""
+    sc = load_scenario("diurnal_two_class", overrides=["horizon_s=40.0", "drain=false",
+                                                       f'cluster={{replicas=3, router="{router}"}}'])
+    slow = simulate_cluster(sc, fast=False, load_scale=0.6)
+    fast = simulate_cluster(sc, load_scale=0.6, check_invariants=True)
+    pd.testing.assert_frame_equal(slow.requests, fast.requests)
+    pd.testing.assert_frame_equal(slow.timeseries, fast.timeseries)
+    assert fast.summary_dict["run"]["engine_events"] < slow.summary_dict["run"]["engine_events"]
+
+
 def test_no_drain_nothing_lost():
     d = cluster_scenario({"replicas": 2, "router": "round_robin"})
     d["drain"] = False
@@ -230,6 +263,29 @@ def test_capacity_search_by_hand():
     assert rep.designs["partitioned"]["gpus"] == 7
     tried = {(p["design"], tuple(p["counts"])): p["ok"] for p in rep.points}
     assert tried[("shared", (8,))] is False and tried[("shared", (9,))] is True
+
+
+def test_capacity_early_stop_same_verdicts():
+    """A probe stops once it has lost (a request past its deadline, enough TTFTs over the SLO
+    that the p99 must be over it); every probe's verdict and every answer are the same as
+    running each probe to its end."""
+    for sc, slo in [(scenario_from_dict(toy(6)), ["lo:done=2.5"]),
+                    (load_scenario("diurnal_two_class", overrides=["horizon_s=30.0"]), [])]:
+        slos = parse_slos(sc, slo)
+        a = capacity_search(sc, ["shared", "partitioned"], slos, workers=1, max_replicas=16)
+        b = capacity_search(sc, ["shared", "partitioned"], slos, workers=1, max_replicas=16, early_stop=False)
+        assert a.designs == b.designs
+        verdict = {(p["design"], tuple(p["counts"])): p["ok"] for p in b.points}
+        assert {(p["design"], tuple(p["counts"])): p["ok"] for p in a.points} == verdict
+        stopped = [p for p in a.points if p.get("stopped_at_s") is not None]
+        assert stopped and all(not p["ok"] for p in stopped)
+        full = {(p["design"], tuple(p["counts"])): p for p in b.points}
+        for p in stopped:  # a lower bound of what the whole run measures
+            q = full[(p["design"], tuple(p["counts"]))]
+            for c, m in p["classes"].items():
+                if m["slo_ratio"] is not None:
+                    assert m["ok"] is False and q["classes"][c]["ok"] is False
+                    assert m["slo_ratio"] <= q["classes"][c]["slo_ratio"] + 1e-12
 
 
 def test_capacity_limit_and_slo_parsing():

@@ -242,3 +242,15 @@ def test_decode_line_prices_exactly_like_step_ns(overhead):
             want = cm.step_ns(0, D, 0, 0, ctx)
             got = cm.step_ns(0, D, 0, 0, ctx) if line is None else max(1, round((line[0] + line[1] * ctx) * NS))
             assert got == want, (path.name, D, ctx)
+
+
+def test_lazy_cohort_exact_with_long_prompts_cut_by_the_budget():
+    """Long batch prompts whose chunks the token budget cuts, below every cohort member, and
+    interactive waiters evicting batch decoders: the cohort stays (its members rank above the
+    cut chunk; it dissolves only when an eviction happens) and the outputs equal stepping."""
+    over = ["horizon_s=60.0"]
+    a = simulate(load_scenario("diurnal_two_class", overrides=over), load_scale=0.3, check_invariants=True)
+    b = simulate(load_scenario("diurnal_two_class", overrides=over + ["engine.lazy_batch=false",
+                                                                     "engine.fast_forward=false"]), load_scale=0.3)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)

@@ -31,3 +31,26 @@ def test_capping_batch_prefill_protects_interactive_tpot():
     b, c = base.summary_dict["classes"], capped.summary_dict["classes"]
     assert c["interactive"]["tpot_p99_s"] < 0.5 * b["interactive"]["tpot_p99_s"]
     assert c["batch"]["finished"] == b["batch"]["finished"] == 1000
+
+
+def test_capped_waiters_not_scanned_one_by_one(monkeypatch):
+    """When every waiter left is a prefill of a class whose cap this step is used up, admission
+    stops instead of skipping them one at a time: the same outputs as skipping each (the counts
+    that allow the shortcut are inflated here, so it never fires), chunked or not."""
+    import pandas as pd
+    from sim.engine import Engine
+
+    over = ["classes.1.max_prefill_tokens_per_step=512", "horizon_s=30.0"]
+    for extra in ([], ["engine.chunked_prefill=false"]):
+        fast = simulate(load_scenario("chat_vs_batch", overrides=over + extra))
+        with monkeypatch.context() as m:
+            push = Engine.push_waiting
+
+            def push_inflated(self, req, now_ns):
+                push(self, req, now_ns)
+                self._waiting_prefills[req.cls_idx] += 10**9
+
+            m.setattr(Engine, "push_waiting", push_inflated)
+            slow = simulate(load_scenario("chat_vs_batch", overrides=over + extra))
+        pd.testing.assert_frame_equal(fast.requests, slow.requests)
+        pd.testing.assert_frame_equal(fast.timeseries, slow.timeseries)

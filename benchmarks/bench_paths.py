@@ -1,0 +1,181 @@
+"""Where users wait: the commands people run to answer capacity and fairness questions, timed
+on pure Python against a yardstick measured in the same run.
+
+    python benchmarks/bench_paths.py [--no-servegen]
+
+This machine's speed drifts by 20-30 % within an hour (more when it is shared), so every row is
+reported as a ratio to the yardstick: the core 10k-request case with fast-forward and the decode
+cohort off, pure Python (``run_all.py``'s slowest core row), measured before and after the rows
+(their mean). Each command runs in a fresh process with ``PRIOSIM_PURE_PYTHON=1``; "wall" is the
+whole command as a user waits for it (start-up, workload, engine, writing results), "engine" the
+simulation alone where the run reports it.
+
+The 16-replica, one-hour ServeGen row (815k requests, the run in docs/cluster.md) takes minutes;
+``--no-servegen`` leaves it out. The table replaces the "Where users wait" section of
+benchmarks/results.md (``run_all.py`` calls :func:`measure` too).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SECTION = "## Where users wait"
+
+SINGLE = r'''
+import json, sys, time
+from sim import load_scenario, simulate
+sc = load_scenario({name!r}, overrides={over!r})
+t0 = time.perf_counter()
+res = simulate(sc, load_scale={load})
+wall = time.perf_counter() - t0
+print(json.dumps({{"requests": len(res.requests), "engine_s": wall,
+                   "engine_events": res.summary_dict["run"]["engine_events"]}}))
+'''
+
+SERVEGEN = r'''
+import json, time
+from sim import load_scenario
+from sim.cluster import simulate_cluster
+sets = ["horizon_s=3600", "cluster={{replicas=16}}"] + [f"streams.{{i}}.trace.sample=1.0" for i in range(3)] \
+     + [f"streams.{{i}}.trace.window=[0.0, 86400.0]" for i in range(3)]
+sc = load_scenario("servegen_multitenant", overrides=sets)
+t0 = time.perf_counter()
+res = simulate_cluster(sc, load_scale=2.0, per_replica=False)
+wall = time.perf_counter() - t0
+print(json.dumps({{"requests": len(res.requests), "engine_s": wall,
+                   "engine_events": res.summary_dict["run"]["engine_events"]}}))
+'''
+
+
+def _env() -> dict:
+    return os.environ | {"PRIOSIM_PURE_PYTHON": "1"}
+
+
+def _timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=cwd)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return wall, out.stdout
+
+
+def _cli(args: list[str], tmp: Path) -> dict:
+    """``priosim ARGS --out TMP/x``: wall, and the engine's numbers from summary.json (runs)."""
+    out = tmp / f"out{len(list(tmp.iterdir()))}"
+    wall, _ = _timed([sys.executable, "-m", "sim.cli", *args, "--out", str(out)], ROOT)
+    row = {"wall_s": wall}
+    summ = out / "summary.json"
+    if summ.exists():  # a run: summary.json has its events, perf.json the simulation's wall time
+        s = json.loads(summ.read_text())
+        row.update(engine_s=json.loads((out / "perf.json").read_text())["wall_s"],
+                   engine_events=s["run"]["engine_events"],
+                   requests=sum(c["arrived"] for c in s["classes"].values()))
+    return row
+
+
+def _py(code: str) -> dict:
+    wall, out = _timed([sys.executable, "-c", code], ROOT)
+    return {"wall_s": wall, **json.loads(out.strip().splitlines()[-1])}
+
+
+def yardstick() -> float:
+    sys.path.insert(0, str(HERE))
+    from run_all import run_case
+    return run_case("core", 10_000, False, lazy=False, pure=True)["wall_s"]
+
+
+def measure(servegen: bool = True) -> list[str]:
+    """Measure the rows; returns the markdown section."""
+    rows: list[tuple[str, dict]] = []
+    y0 = yardstick()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        rows.append(("`priosim run diurnal_two_class --set 'cluster={replicas=5}' --no-plots`",
+                     _cli(["run", "diurnal_two_class", "--set", "cluster={replicas=5}", "--no-plots", "--no-progress"], tmp)))
+        rows.append(("the same per-replica load on one replica (`simulate(diurnal_two_class, load_scale=0.2)`)",
+                     _py(SINGLE.format(name="diurnal_two_class", over=[], load=0.2))))
+        if servegen:
+            rows.append(("16 replicas x 1 h of ServeGen multi-tenant traffic (docs/cluster.md)", _py(SERVEGEN.format())))
+        rows.append(("`priosim capacity diurnal_two_class --designs shared,partitioned`",
+                     _cli(["capacity", "diurnal_two_class", "--designs", "shared,partitioned", "--no-plots",
+                           "--workers", "2"], tmp)))
+        rows.append(("... with `--set classes.1.max_prefill_tokens_per_step=256`",
+                     _cli(["capacity", "diurnal_two_class", "--designs", "shared,partitioned", "--no-plots",
+                           "--workers", "2", "--set", "classes.1.max_prefill_tokens_per_step=256"], tmp)))
+        rows.append(("`priosim run tenant_flood --no-plots`",
+                     _cli(["run", "tenant_flood", "--no-plots", "--no-progress"], tmp)))
+        rows.append(("`priosim run chat_vs_batch --no-plots`", _cli(["run", "chat_vs_batch", "--no-plots", "--no-progress"], tmp)))
+        rows.append(("... with `--set classes.1.max_prefill_tokens_per_step=512`",
+                     _cli(["run", "chat_vs_batch", "--no-plots", "--no-progress", "--set",
+                           "classes.1.max_prefill_tokens_per_step=512"], tmp)))
+    from run_all import sweep_rate  # (yardstick() put benchmarks/ on the path)
+    before = os.environ.get("PRIOSIM_PURE_PYTHON")
+    os.environ["PRIOSIM_PURE_PYTHON"] = "1"  # the sweep's processes inherit it
+    try:
+        sweeps = [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
+    finally:
+        if before is None:
+            del os.environ["PRIOSIM_PURE_PYTHON"]
+        else:
+            os.environ["PRIOSIM_PURE_PYTHON"] = before
+    y1 = yardstick()
+    y = (y0 + y1) / 2
+    md = [SECTION, "",
+          f"Pure Python, {time.strftime('%Y-%m-%d %H:%M')}, produced by `python benchmarks/bench_paths.py`. "
+          f"Yardstick (core 10k, fast-forward and cohort off, pure Python): {y0:.2f} s before the rows, "
+          f"{y1:.2f} s after; ratios are to their mean, {y:.2f} s.", "",
+          "| what a user runs | requests | wall (s) | wall / yardstick | engine (s) | engine / yardstick | engine events per request |",
+          "|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        n = r.get("requests")
+        ev = r.get("engine_events")
+        eng = r.get("engine_s")
+        md.append(f"| {name} | {f'{n:,}' if n else '-'} | {r['wall_s']:.1f} | {r['wall_s'] / y:.2f} | "
+                  f"{f'{eng:.1f}' if eng is not None else '-'} | {f'{eng / y:.2f}' if eng is not None else '-'} | "
+                  f"{f'{ev / n:.2f}' if ev and n else '-'} |")
+    for sw in sweeps:
+        md.append(f"| a 24-run sweep of 10k-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
+                  f"24 x 10k | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
+    md += ["", f"Sweep parallel efficiency with 2 workers: {sweeps[0]['wall_s'] / (2 * sweeps[1]['wall_s']):.2f} "
+           f"(on a machine whose 2 cores are shared with other jobs, this measures their load as much as ours)."]
+    cl, one = rows[0][1], rows[1][1]
+    if cl.get("requests") and one.get("requests"):
+        md += ["", f"Requests per engine second: 5-replica cluster {cl['requests'] / cl['engine_s']:,.0f}, one replica "
+               f"at the same per-replica load {one['requests'] / one['engine_s']:,.0f} "
+               f"(ratio {one['requests'] / one['engine_s'] / (cl['requests'] / cl['engine_s']):.2f})."]
+    return md
+
+
+def write_section(md: list[str]) -> None:
+    """Replace (or add, before the hand-written notes) the section in results.md."""
+    out = HERE / "results.md"
+    text = out.read_text() if out.exists() else "# Benchmark results\n"
+    block = "\n".join(md) + "\n"
+    if SECTION in text:
+        head, rest = text.split(SECTION, 1)
+        tail = rest.split("\n## ", 1)
+        text = head + block + ("\n## " + tail[1] if len(tail) > 1 else "")
+    elif "\n## Notes" in text:
+        head, notes = text.split("\n## Notes", 1)
+        text = head.rstrip("\n") + "\n\n" + block + "\n## Notes" + notes
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    out.write_text(text)
+
+
+def main() -> None:
+    md = measure(servegen="--no-servegen" not in sys.argv)
+    write_section(md)
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
