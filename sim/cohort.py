@@ -103,6 +103,10 @@ class DecodeCohort:
         self.sync(r)
         self.finish.remove((self.g + r._output - r.generated, r.admit_seq, r))
         self._leave(r)
+        if not self.members:
+            # the last member took the blocks of the step in progress with it (as dissolve
+            # does): a later joiner must not count a step ahead that nobody allocated
+            self.alloc_g = self.g
 
     def _leave(self, r: Request) -> None:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""

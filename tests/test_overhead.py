@@ -69,7 +69,8 @@ def test_shipped_gpu_profiles_use_the_default_preset_and_inline_profiles_none():
     from sim.overhead import default_preset
     for name in ("h200-llama-3-8b", "a100-80gb-llama-3-8b", "h100-sxm-llama-3-70b-tp4", "h200-qwen2.5-7b"):
         assert load_profile(name).overhead.name == default_preset()
-    assert not load_profile({"kind": "linear", "base_s": 0.01}).overhead_on
+    assert not load_profile({"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.0,
+                         "context_token_s": 0.0}).overhead_on
     assert not load_profile("cpu-tiny").overhead_on
 
 
@@ -129,7 +130,8 @@ def test_frontend_latency_delays_the_engine_not_the_arrival(tmp_path):
     kept, so its TTFT and end-to-end time grow by exactly that; no step gets dearer."""
     from tests.explicit import run_explicit
     reqs = [(0.5, "c", 100, 20)]
-    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4}}
+    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4, "decode_token_s": 0.0,
+                       "context_token_s": 0.0}}
     a = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.iloc[0]
     eng["overhead"] = {"frontend_s": 0.05}
     b = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.iloc[0]
