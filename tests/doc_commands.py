@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -73,7 +74,9 @@ def sandbox(tmp: Path) -> dict[str, str]:
     installing (the test checks them against pyproject's extras), ``python`` is this interpreter.
     """
     for entry in ROOT.iterdir():
-        if entry.name not in ("results", ".git", ".venv") and not entry.name.endswith(".egg-info"):
+        if entry.name == "docs":  # copied: a docs command may `cd docs/examples` and write results there
+            shutil.copytree(entry, tmp / entry.name)
+        elif entry.name not in ("results", ".git", ".venv") and not entry.name.endswith(".egg-info"):
             (tmp / entry.name).symlink_to(entry)
     (tmp / "results").mkdir()
     bin_dir = tmp / ".bin"
