@@ -74,6 +74,14 @@ DEVICES: dict[str, Device] = {
                                      "(soft-L1 relative error on the fidelity suite's 14 H100 fit rows, presets "
                                      "held fixed; 0.521, loss 0.046 vs 0.049 at 0.6; 2026-11-30)"),
     }),
+    # no shipped profiles; one fidelity row (a run whose own decode speed shows a PCIe card)
+    "h100-pcie": Device("h100-pcie", "NVIDIA H100 PCIe 80GB (HBM2e)", {
+        "hbm_bytes_per_s": _c(2.0e12, "NVIDIA H100 PCIe datasheet: 2.0 TB/s HBM2e"),
+        "bf16_flops": _c(756e12, "NVIDIA H100 PCIe datasheet: 756 TFLOP/s dense BF16 (1,513 is with sparsity)"),
+        "hbm_bytes": _c(81559.0 * 2**20, "H100 80GB: nvidia-smi reports 81,559 MiB (as the SXM card)"),
+        "pcie_bytes_per_s": _c(64e9, "PCIe Gen5 x16: 64 GB/s per direction"),
+        "nvlink_bytes_per_s": _c(300e9, "H100 PCIe NVLink bridge: 600 GB/s bidirectional = 300 GB/s per direction"),
+    }),
     "h200": Device("h200", "NVIDIA H200 (141 GB HBM3e)", {
         "hbm_bytes_per_s": _c(4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e"),
         "bf16_flops": _c(989e12, "NVIDIA H200 datasheet: 989 TFLOP/s dense BF16 (1,979 is with sparsity)"),
@@ -97,12 +105,13 @@ ASSUMPTIONS = {
 }
 
 #: The shipped grid: (device, shape name, tensor-parallel degree).
-SHIPPED = [(d, s, 1) for d in DEVICES for s in ("llama-3-8b", "mistral-7b", "qwen2.5-7b")] + \
-          [(d, "llama-3-70b", 4) for d in DEVICES] + [("h200", "llama-3-70b", 2)]
+_SHIPPED_DEVICES = ("a100-80gb", "h100-sxm", "h200")
+SHIPPED = [(d, s, 1) for d in _SHIPPED_DEVICES for s in ("llama-3-8b", "mistral-7b", "qwen2.5-7b")] + \
+          [(d, "llama-3-70b", 4) for d in _SHIPPED_DEVICES] + [("h200", "llama-3-70b", 2)]
 #: Profiles the fidelity suite needs for published measurements of other models (calibrate/fidelity).
 FIDELITY = [("a100-80gb", "qwen2.5-14b", 1), ("a100-80gb", "qwen2.5-32b", 2), ("a100-80gb", "qwen2.5-72b", 4),
             ("h100-sxm", "qwen3-8b", 1), ("h100-sxm", "qwen3-14b", 1), ("a100-80gb", "qwen3-14b", 1),
-            ("h100-sxm", "qwen3-32b", 1), ("a100-80gb", "qwen3-32b", 1)]
+            ("h100-sxm", "qwen3-32b", 1), ("a100-80gb", "qwen3-32b", 1), ("h100-pcie", "qwen3-32b", 1)]
 
 
 def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf16", tp: int = 1,
