@@ -8,6 +8,13 @@ metadata in ``sim/overheads.json``.
 
     python -m calibrate.fidelity.fit                 # fit every preset, write sim/overheads.json
     python -m calibrate.fidelity.fit --preset sglang --dry-run
+    python -m calibrate.fidelity.fit --flops-efficiency h100-sxm   # one GPU's achieved FLOPs fraction
+
+``--flops-efficiency DEVICE`` fits the analytic profiles' achieved fraction of peak dense FLOP/s
+for one GPU (calibrate/roofline.py, ``flops_efficiency``) on the fit rows priced with that GPU's
+profiles, every preset held at its current terms: a bounded scalar minimisation of the same
+soft-L1 loss. It prints the value; the value is written into that device's constants by hand,
+with the fit's date and rows as its source.
 """
 from __future__ import annotations
 
@@ -73,12 +80,55 @@ def fit_preset(preset: str, df, x0: dict | None = None, verbose: bool = True) ->
     return _overhead(sol.x), sol
 
 
+def _soft_l1(err: np.ndarray, f_scale: float = 0.1) -> float:
+    """scipy's soft-L1 loss of the relative errors (the objective of :func:`fit_preset`)."""
+    return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (err / f_scale) ** 2) - 1)))
+
+
+def fit_flops_efficiency(device: str, df, bounds=(0.3, 0.9), verbose: bool = True) -> tuple[float, object]:
+    """Fit ``device``'s achieved FLOPs fraction on the fit rows whose profile is that device's;
+    returns (value, scipy result). Profiles are regenerated from calibrate.roofline per trial."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    from scipy.optimize import minimize_scalar
+
+    from calibrate.roofline import roofline_profile
+    rows = df[(df.split == "fit") & df.profile.str.startswith(device + "-")].copy()
+    if rows.empty:
+        raise ValueError(f"no fit rows priced with a '{device}' profile")
+    with tempfile.TemporaryDirectory(prefix="priosim-fit-eff-") as d:
+        def loss(eff):
+            def path(name):
+                m = re.match(r"(.*)-tp(\d+)$", name[len(device) + 1:])
+                shape, tp = (m.group(1), int(m.group(2))) if m else (name[len(device) + 1:], 1)
+                f = Path(d) / f"{name}-{eff:.6f}.json"
+                f.write_text(json.dumps(roofline_profile(device, shape, "bf16", tp, flops_efficiency=eff)))
+                return str(f)
+            trial = rows.assign(profile=rows.profile.map(path))
+            val = _soft_l1(run_table(trial).error.to_numpy())
+            if verbose:
+                print(f"  flops_efficiency {eff:.4f}: loss {val:.5f}", flush=True)
+            return val
+        sol = minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": 0.005})
+    return float(sol.x), sol
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", action="append", help="fit only this preset (repeatable)")
     ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write sim/overheads.json")
+    ap.add_argument("--flops-efficiency", metavar="DEVICE",
+                    help="fit this GPU's achieved FLOPs fraction (calibrate.roofline device key) and print it")
     args = ap.parse_args(argv)
     df = load_table()
+    if args.flops_efficiency:
+        n = int(((df.split == "fit") & df.profile.str.startswith(args.flops_efficiency + "-")).sum())
+        print(f"fitting {args.flops_efficiency} flops_efficiency on {n} rows", flush=True)
+        eff, _ = fit_flops_efficiency(args.flops_efficiency, df)
+        print(f"  {args.flops_efficiency}: flops_efficiency={eff:.3f}")
+        return
     doc = json.loads(PRESETS_PATH.read_text())
     for preset in args.preset or ["vllm-0.6", "vllm-v1", "sglang"]:
         cur = doc[preset]["terms"]
