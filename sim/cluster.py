@@ -28,6 +28,7 @@ folder (so ``priosim plot``/``compare`` work) with ``replicas/<i>/`` and ``group
 """
 from __future__ import annotations
 
+import copy
 import json
 import time
 from bisect import bisect_left, bisect_right
@@ -537,6 +538,12 @@ class ClusterResults(Results):
         return Path(out_dir)
 
 
+def _same_run(scg: Scenario, sc: Scenario) -> bool:
+    """Whether a group's scenario builds the same Results as the cluster's from the same
+    replicas (everything ``Results.build`` reads but the resolved scenario itself)."""
+    return scg.engine == sc.engine and scg.policy == sc.policy
+
+
 def _sum_info(infos: list[dict], end_ns: int) -> dict:
     out = {k: sum(i[k] for i in infos) for k in ("engine_events", "iterations", "busy_s", "thrash_s",
                                                  "idle_with_work_s", "kv_blocks", "swap_blocks",
@@ -655,8 +662,15 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             rep_res.append(r)
         for g in spec.groups:
             reps = [r for r in cl.replicas if r.group == g.name]
+            if len(reps) == len(cl.replicas) and _same_run(group_sc[g.name], sc):
+                continue  # one group of every replica: its Results are the cluster's (below)
             grp_res[g.name] = build(group_sc[g.name], reps, _sum_info([infos[r.index] for r in reps], end_ns))
     comb = build(sc, cl.replicas, _sum_info(infos, end_ns))
+    if per_replica and len(grp_res) < len(spec.groups):
+        g = spec.groups[0]  # the only group: a copy, before the cluster's columns are added
+        grp_res[g.name] = Results(comb.requests.copy(), comb.summary.copy(), comb.timeseries.copy(),
+                                  copy.deepcopy(comb.summary_dict), group_sc[g.name].to_dict(), None,
+                                  dict(comb.manifest))
     req = comb.requests
     rep_col = req["request_id"].map(cl.assign)
     req.insert(1, "replica", rep_col.astype("int64"))

@@ -34,6 +34,7 @@ import math
 from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,10 @@ STALL_MIN = 65536
 def _age(r: Request) -> tuple:
     """Arrival order (earliest first)."""
     return (r.arrival_ns, r.request_id)
+
+
+_priority = attrgetter("priority")
+_key = attrgetter("key")
 
 
 def _rank(r: Request) -> tuple:
@@ -667,6 +672,12 @@ class Engine:
         mode = self.cfg.preempt_for_waiting
         if mode == "never" or self.off:
             return []
+        if mode in ("priority", "strict") and self.running:
+            # a waiter of the least urgent class running (the common head of a full replica's
+            # queue) has no victim: the max, a loop in C, says so without building the list
+            top = max(map(_priority, self.running))
+            if top < w.priority or (top == w.priority and mode == "strict"):
+                return []
         if mode == "priority":
             ok = [r for r in self.running if (r.priority, r.arrival_s, r.request_id) > (w.priority, w.arrival_s, w.request_id)]
         elif mode == "strict":
@@ -1177,7 +1188,7 @@ class Engine:
             return single
         if self.waiting and self.cfg.preempt_for_waiting != "never" and not self.off:
             # a waiter that outranks a running request could evict it once victims grow
-            lowest = max(r.key for r in self.running)
+            lowest = max(map(_key, self.running))  # (map: the loop runs in C)
             if self.waiting[0][0] < lowest:
                 return single
         k = min((s.req._output - s.req.generated for s in items), default=NEVER)
