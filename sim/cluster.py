@@ -47,8 +47,7 @@ from sim.engine import NEVER
 from sim.errors import ScenarioError
 from sim.results import Results, atomic_dir
 from sim.loop import replica_loop
-from sim.progress import progress_bar
-from sim.run import _seed_for, build_engine, build_workload, engine_run_info, quiet_gc
+from sim.run import _seed_for, build_engine, build_workload, engine_run_info, run_to_end, sim_seconds_bar
 from sim.telemetry import Telemetry
 
 CLUSTER_KEYS = ("replicas", "groups", "router")
@@ -618,24 +617,12 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
         cl.candidates = [list(cl.replicas) for _ in sc.class_names]
     cl.allowed = [{r.index for r in c} for c in cl.candidates]
 
-    bar = progress_bar(progress, total=round(sc.horizon_s), unit="sim-s", desc=f"{sc.name} x{len(cl.replicas)}")
-
-    def on_boundary(now: int) -> None:
-        if bar is not None:
-            n = min(now // NS, bar.total)
-            if n > bar.n:
-                bar.update(n - bar.n)
-
+    bar, on_boundary = sim_seconds_bar(progress, sc.horizon_s, f"{sc.name} x{len(cl.replicas)}")
     interval_ns = int(round(sc.engine.timeseries_interval_s * NS))
     env.process(cl.router_proc())
     for rep in cl.replicas:
         env.process(cl.replica_proc(rep, interval_ns, check_invariants, on_boundary))
-    try:
-        with quiet_gc():
-            env.run()
-    finally:
-        if bar is not None:
-            bar.close()
+    run_to_end(env, bar)
     end_ns = int(env.now)
     for rep in cl.replicas:
         # requests routed but never taken in (a replica that stopped at the horizon) too

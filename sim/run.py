@@ -148,19 +148,9 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     horizon_ns = int(round(sc.horizon_s * NS))
     stop_ns = NEVER if sc.drain else horizon_ns
 
-    bar = progress_bar(progress, total=round(sc.horizon_s), unit="sim-s", desc=sc.name)
-
-    def on_boundary(now: int) -> None:
-        if bar is not None:
-            bar.update(min(now // NS, bar.total) - bar.n)
-
+    bar, on_boundary = sim_seconds_bar(progress, sc.horizon_s, sc.name)
     env.process(replica_loop(env, engine, source, stop_ns, interval_ns, check_invariants, on_boundary))
-    try:
-        with quiet_gc():
-            env.run()
-    finally:
-        if bar is not None:
-            bar.close()
+    run_to_end(env, bar)
     end_ns = int(env.now)
     engine.close(end_ns)
     run_info = {
@@ -170,6 +160,30 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
         "workload": wl.meta,
     }
     return Results.build(sc, costs, tel, run_info, trace)
+
+
+def sim_seconds_bar(progress: bool | None, horizon_s: float, desc: str):
+    """A progress bar of simulated seconds (:func:`sim.progress.progress_bar`; None when off) and
+    the loop's ``on_boundary(now_ns)`` callback that moves it forward."""
+    bar = progress_bar(progress, total=round(horizon_s), unit="sim-s", desc=desc)
+
+    def on_boundary(now: int) -> None:
+        if bar is not None:
+            n = min(now // NS, bar.total)
+            if n > bar.n:
+                bar.update(n - bar.n)
+
+    return bar, on_boundary
+
+
+def run_to_end(env: simpy.Environment, bar) -> None:
+    """Run the SimPy clock until no event is left (the GC quieter meanwhile), then close ``bar``."""
+    try:
+        with quiet_gc():
+            env.run()
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def engine_run_info(engine: Engine, end_ns: int) -> dict:
