@@ -814,10 +814,11 @@ class Engine:
         self.push_waiting(v, now_ns)
 
     # ---- pricing and applying --------------------------------------------------------------
-    def aggregates(self, plan: StepPlan) -> tuple[int, int, int, int, int]:
+    def aggregates(self, plan: StepPlan) -> tuple[int, int, int, int, int, int, int]:
         """Step-shape aggregates for the cost model: prefill tokens (plus speculative
-        verification tokens), decoders, sum l^2, sum l x c, sum of decode contexts."""
-        P = D = l2 = lc = ctx = 0
+        verification tokens), decoders, sum l^2, sum l x c, sum of decode contexts, prefill
+        chunks and requests whose prefill starts in the step (the last two: engine overhead)."""
+        P = D = l2 = lc = ctx = n_pf = n_adm = 0
         for s in plan.items:
             if s.decode:
                 D += 1
@@ -827,11 +828,13 @@ class Engine:
                 P += s.tokens
                 l2 += s.tokens * s.tokens
                 lc += s.tokens * s.prefix
+                n_pf += 1
+                n_adm += s.admitted
         if plan.cohort:
             assert self.cohort is not None
             D += plan.cohort
             ctx += self.cohort.context_sum()
-        return P, D, l2, lc, ctx
+        return P, D, l2, lc, ctx, n_pf, n_adm
 
     def compute_ns(self, plan: StepPlan) -> int:
         """Engine compute time of a step, ns: the target's forward pass, plus the draft model's
@@ -839,13 +842,7 @@ class Engine:
         step over the same sequences)."""
         if not plan.items and not plan.cohort:
             return 0
-        P, D, l2, lc, ctx = self.aggregates(plan)
-        n_pf = n_adm = 0
-        if self.costs.overhead_on:  # engine overhead counts prefill chunks and admissions
-            for s in plan.items:
-                if not s.decode:
-                    n_pf += 1
-                    n_adm += s.admitted
+        P, D, l2, lc, ctx, n_pf, n_adm = self.aggregates(plan)
         t = self.costs.step_ns(P, D, l2, lc, ctx, n_pf, n_adm)
         if self.spec_k:
             drafting = [s for s in plan.items if s.decode and s.tokens > 1]
