@@ -42,31 +42,44 @@ SLO_KEYS = ("ttft", "tpot", "done")
 
 
 # ---- SLOs ----------------------------------------------------------------------------------------
+def parse_slo_text(text: str, classes, keys, off_words: tuple[str, ...] = ()) -> tuple[str, list]:
+    """``CLASS:key=SECONDS[,key=SECONDS]`` -> ``(CLASS, [(key, seconds or None), ...])``; a value
+    in ``off_words`` gives None (no such SLO). Raises ValueError with one line naming the text,
+    the part and what was expected (callers re-raise it as their own error)."""
+    cname, sep, rest = text.partition(":")
+    cname = cname.strip()
+    if not sep or cname not in classes:
+        raise ValueError(f"--slo {text!r}: expected CLASS:key=SECONDS[,key=SECONDS] with CLASS one of "
+                         f"{', '.join(classes)}")
+    out = []
+    for part in rest.split(","):
+        k, sep, v = part.partition("=")
+        k, v = k.strip(), v.strip()
+        if not sep or k not in keys:
+            raise ValueError(f"--slo {text!r}: '{part.strip()}': expected key=SECONDS with key one of "
+                             f"{', '.join(keys)}")
+        if v.lower() in off_words:
+            out.append((k, None))
+            continue
+        try:
+            val = float(v)
+        except ValueError:
+            raise ValueError(f"--slo {text!r}: {k}: expected a number of seconds (got {v!r})") from None
+        if not val > 0:
+            raise ValueError(f"--slo {text!r}: {k}: expected > 0 (got {v})")
+        out.append((k, val))
+    return cname, out
+
+
 def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1) -> dict[str, dict]:
     """Per class: {'ttft': s|None, 'tpot': s|None, 'done': s|None} (see module docstring)."""
     slos = {c.name: {"ttft": c.ttft_slo_s, "tpot": c.tpot_slo_s, "done": None} for c in sc.classes}
     for item in items or []:
-        cname, sep, rest = item.partition(":")
-        if not sep or cname not in slos:
-            raise ScenarioError(f"--slo {item!r}: expected CLASS:key=SECONDS[,key=SECONDS] with CLASS one of "
-                                f"{', '.join(slos)}")
-        for part in rest.split(","):
-            k, sep, v = part.partition("=")
-            k = k.strip()
-            if not sep or k not in SLO_KEYS:
-                raise ScenarioError(f"--slo {item!r}: '{part}': expected key=SECONDS with key one of "
-                                    f"{', '.join(SLO_KEYS)}")
-            v = v.strip()
-            if v.lower() in ("none", "off", "-"):
-                slos[cname][k] = None
-                continue
-            try:
-                val = float(v)
-            except ValueError:
-                raise ScenarioError(f"--slo {item!r}: {k}: expected a number of seconds (got {v!r})") from None
-            if not val > 0:
-                raise ScenarioError(f"--slo {item!r}: {k}: expected > 0 (got {v})")
-            slos[cname][k] = val
+        try:
+            cname, pairs = parse_slo_text(item, list(slos), SLO_KEYS, off_words=("none", "off", "-"))
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
+        slos[cname].update(pairs)
     for s in slos.values():
         if s["ttft"] is None and s["tpot"] is None and s["done"] is None:
             s["done"] = sc.horizon_s * (1 + grace)

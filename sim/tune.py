@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.capacity import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.errors import ScenarioError
 
@@ -222,26 +223,11 @@ class SLO:
 
 def parse_slo(text: str, classes: list[str]) -> list[SLO]:
     """``CLASS:ttft=S,tpot=S,done_by=S`` -> one :class:`SLO` per key."""
-    cls, sep, rest = text.partition(":")
-    cls = cls.strip()
-    if not sep or cls not in classes:
-        raise TuneError(f"--slo {text!r}: expected CLASS:key=SECONDS[,key=SECONDS] with CLASS one of "
-                        f"{', '.join(classes)}")
-    out = []
-    for part in rest.split(","):
-        k, sep, v = part.partition("=")
-        k = k.strip()
-        if not sep or k not in SLO_KEYS:
-            raise TuneError(f"--slo {text!r}: '{part.strip()}': expected key=SECONDS with key one of "
-                            f"{', '.join(SLO_KEYS)}")
-        try:
-            val = float(v)
-        except ValueError:
-            raise TuneError(f"--slo {text!r}: {k}: expected a number of seconds (got {v.strip()!r})") from None
-        if not val > 0:
-            raise TuneError(f"--slo {text!r}: {k}: expected > 0 (got {v.strip()})")
-        out.append(SLO(cls, k, val))
-    return out
+    try:
+        cls, pairs = parse_slo_text(text, classes, list(SLO_KEYS))
+    except ValueError as exc:
+        raise TuneError(str(exc)) from None
+    return [SLO(cls, k, val) for k, val in pairs]
 
 
 # ---- the whole tune -----------------------------------------------------------------------------
