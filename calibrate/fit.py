@@ -1,4 +1,4 @@
-"""Fit measured step times into the simulator's step-time model (sim/costs.py).
+"""Fit measured step times into the simulator's step-time model (sim/core/costs.py).
 
 Each measured row describes one engine step by the aggregates the cost model reads:
 ``P`` prefill tokens, ``D`` decoding sequences, ``sum_l2`` (sum of chunk length squared),
@@ -37,7 +37,7 @@ KNOT_LADDER = (16, 64, 256, 1024, 4096, 16384, 65536)
 
 
 def interp_extrapolate(x, knots, values) -> np.ndarray:
-    """Same evaluation as sim.costs: linear between knots, last slope beyond the last knot."""
+    """Same evaluation as sim.core.costs: linear between knots, last slope beyond the last knot."""
     xs, ys = np.asarray(knots, float), np.asarray(values, float)
     x = np.asarray(x, float)
     y = np.interp(x, xs, ys)

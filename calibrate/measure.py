@@ -1,4 +1,4 @@
-"""Measure real step and KV-transfer costs on a device and write a profile (schema in sim/costs.py).
+"""Measure real step and KV-transfer costs on a device and write a profile (schema in sim/core/costs.py).
 
 What is measured, per device x shape x dtype (each row: the step's aggregates and its median,
 p10 and p90 time):
@@ -124,13 +124,13 @@ def _spread(batch: int, context: int) -> list[int]:
 
 
 def aggregates(items: list[Item]) -> dict:
-    """The step's aggregates as sim/costs.py and sim/engine.py define them (P, D, sum_l2,
+    """The step's aggregates as sim/core/costs.py and sim/core/engine.py define them (P, D, sum_l2,
     sum_lc, sum_ctx); a decoder's context is the keys it attends: its cached tokens + 1."""
     dec = [it for it in items if it.n == 1 and it.start > 0]
     pre = [it for it in items if not (it.n == 1 and it.start > 0)]
     return {"P": sum(it.n for it in pre), "D": len(dec),
             "sum_l2": sum(it.n * it.n for it in pre), "sum_lc": sum(it.n * it.start for it in pre),
-            "sum_ctx": sum(it.start + 1 for it in dec)}   # keys attended, as sim/engine.py counts
+            "sum_ctx": sum(it.start + 1 for it in dec)}   # keys attended, as sim/core/engine.py counts
 
 
 def _alloc(model: Decoder, slots: int, max_len: int) -> None:
@@ -372,8 +372,8 @@ def calibrate_profile(device: str, shape: str, dtype: str | None = None, grid: s
 
 
 def write_profile(doc: dict, path: str | Path) -> Path:
-    """Write a profile as JSON after checking that sim.costs reads it and it prices a step."""
-    from sim.costs import profile_from_dict
+    """Write a profile as JSON after checking that sim.core.costs reads it and it prices a step."""
+    from sim.core.costs import profile_from_dict
     path = Path(path)
     cm = profile_from_dict(doc, name=str(path), where=str(path))
     t = cm.step_s(P=128, sum_l2=128 * 128)

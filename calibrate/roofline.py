@@ -18,7 +18,7 @@ piecewise-linear token term with knots [0, knee, knee + 1000] (flat, then comput
 KV capacity = HBM x gpu_memory_utilization - weights - activation reserve; swaps move blocks over
 PCIe at pcie_eff x the per-direction datasheet rate, plus a fixed latency per transfer.
 
-The H200 x Llama-3-8B profile reproduces sim/profiles/h200-llama-3-8b.json (the hand-made
+The H200 x Llama-3-8B profile reproduces sim/core/profiles/h200-llama-3-8b.json (the hand-made
 default) with one change: the parameter count is computed from the shape (8,030,261,248)
 instead of the model card's rounded 8.03e9 (0.003% apart).
 """
@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibrate.shapes import DTYPE_BYTES, Shape, get_shape
-from sim.overhead import default_preset
+from sim.core.costs import PROFILE_DIRS
+from sim.core.overhead import default_preset
 
 SCHEMA = "priosim.profile/1"
-PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+#: Shipped profiles live beside the cost model that reads them (sim/core/profiles).
+PROFILE_DIR = PROFILE_DIRS[0]
 
 
 def _c(value: float, source: str) -> dict:
@@ -170,7 +172,7 @@ def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf1
             "formula": "t = base + max(weights/BW, 2*params*T/FLOPs) [+ T*allreduce bytes/NVLink] "
                        "+ attention FLOPs/FLOPs + KV bytes read/BW",
         },
-        # the engine overhead shipped GPU profiles are priced with (sim/overheads.json)
+        # the engine overhead shipped GPU profiles are priced with (sim/core/overheads.json)
         "overhead": default_preset(),
         "model": sh.to_profile_model(dtype),
         "memory": {"kv_capacity_bytes": kv_cap},

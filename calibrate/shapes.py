@@ -85,7 +85,7 @@ class Shape:
                        vocab=-(-self.vocab // tp), tp=tp)
 
     def to_profile_model(self, dtype: str) -> dict:
-        """The ``model`` section of a profile (sim/costs.py reads it)."""
+        """The ``model`` section of a profile (sim/core/costs.py reads it)."""
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden,
                 "heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
                 "ffn": self.ffn, "vocab": self.vocab, "dtype_bytes": DTYPE_BYTES[dtype],

@@ -209,7 +209,7 @@ def _serve(reqs: list[_Req], params: dict, execute: Callable[[list[_Part]], None
 
 
 def _aggregates(parts: list[_Part]) -> dict:
-    """The step's aggregates as sim/costs.py defines them (a part still in its prompt is prefill)."""
+    """The step's aggregates as sim/core/costs.py defines them (a part still in its prompt is prefill)."""
     pre = [q for q in parts if q.req.prefilled < q.req.prompt]
     dec = [q for q in parts if q.req.prefilled >= q.req.prompt]
     return {"P": sum(q.n for q in pre), "D": len(dec), "sum_l2": sum(q.n * q.n for q in pre),
@@ -330,8 +330,8 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
 
 def run_priced(profile_path: str | Path, requests_df: pd.DataFrame,
                engine_params: dict | None = None) -> pd.DataFrame:
-    """The same loop in virtual time, each step priced by the profile (sim.costs.CostModel)."""
-    from sim.costs import load_profile
+    """The same loop in virtual time, each step priced by the profile (sim.core.costs.CostModel)."""
+    from sim.core.costs import load_profile
     cm = load_profile(str(profile_path))
     clock = [0.0]
 
@@ -386,7 +386,7 @@ def builtin_trace(profile_path: str | Path, n: int = 300, utilization: float = 0
     capacity from the profile (prefill alone plus decode at batch 8), so the run takes
     ``n / rate`` seconds (about 20 s for ``tiny`` on one CPU thread).
     """
-    from sim.costs import load_profile
+    from sim.core.costs import load_profile
     cm = load_profile(str(profile_path))
     rng = np.random.default_rng(seed)
     is_batch = rng.random(n) < 0.3

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.base import BasePolicy, Policy, RequestView
-from policies.registry import Registry, load_dotted
+from plumbing.registry import Registry, load_dotted
 
 POLICIES = Registry("policy")
 POLICIES.register("fcfs", "policies.fcfs:FCFS", "first come, first served (arrival, then id)")

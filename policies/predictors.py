@@ -30,7 +30,7 @@ import numpy as np
 
 from policies.base import RequestView
 from policies.common import check_int, check_number
-from policies.registry import Registry
+from plumbing.registry import Registry
 
 
 def kendall_tau(x, y) -> float:

@@ -16,8 +16,8 @@ from sim import native
 native.select()  # the compiled build of the hot modules, or pure Python (see sim.native)
 
 from sim.config import Scenario, load_scenario, scenario_from_dict
-from sim.costs import CostModel, load_profile
-from sim.errors import ScenarioError
+from sim.core.costs import CostModel, load_profile
+from sim.core.errors import ScenarioError
 from sim.results import Results
 from sim.run import simulate
 

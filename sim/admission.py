@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from sim.errors import ScenarioError
+from sim.core.errors import ScenarioError
 
 TENANT_KEYS = {"name", "share", "rate_rps", "burst_requests", "rate_tps", "burst_tokens", "max_concurrency"}
 ADMISSION_KEYS = {"shed", "shed_slack", "max_request_tokens", "memory_budget", "class_concurrency"}
@@ -384,7 +384,7 @@ def make_fair_policy(sc, policy):
     """Wrap ``policy`` with the fairness accountant. With ``fairness.enabled`` it orders tenants
     within a class; otherwise it only keeps the per-tenant books (keys are the inner policy's)."""
     fair = sc.fairness
-    from sim.fairness import FairShare
+    from sim.core.fairness import FairShare
     return FairShare(policy, enabled=bool(fair.get("enabled", False)), shares={t["name"]: float(t.get("share", 1.0)) for t in sc.tenants},
                      measure=fair.get("measure", "tokens"), window_s=fair.get("window_s", 10.0),
                      prompt_price=fair.get("prompt_price", 1.0), output_price=fair.get("output_price", 2.0),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from sim.errors import ScenarioError
+from sim.core.errors import ScenarioError
 
 
 def _fail(msg: str) -> None:
@@ -103,7 +103,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
     _check_out(out)
     try:
         if sc.cluster:  # several replicas behind a router
-            from sim.cluster import simulate_cluster
+            from sim.cluster.replicas import simulate_cluster
             res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
         else:
             res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
@@ -127,7 +127,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
     if sc.cluster:
         _echo_cluster(res)
     if plots:
-        from sim.plots import plot_run
+        from sim.experiments.plots import plot_run
 
         click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
     click.echo(f"results: {path}")
@@ -157,7 +157,7 @@ def profiles():
     """List shipped and local cost profiles with their provenance."""
     import json
 
-    from sim.costs import list_profiles
+    from sim.core.costs import list_profiles
 
     for name, path in list_profiles():
         try:
@@ -165,7 +165,7 @@ def profiles():
         except Exception as exc:  # pragma: no cover
             meta = {"kind": f"unreadable: {exc}"}
         click.echo(f"{name:34s} {meta.get('kind', '?'):9s} {meta.get('device', '')}  [{path}]")
-    from sim.overhead import default_preset, describe, preset_names, resolve_overhead
+    from sim.core.overhead import default_preset, describe, preset_names, resolve_overhead
 
     click.echo(f"engine overhead presets (engine.overhead; GPU profiles default to {default_preset()}):")
     for name in preset_names():
@@ -182,7 +182,7 @@ def profiles():
 @click.option("--docs", is_flag=True, help="write the report to docs/fidelity.md and docs/figures/ instead")
 def fidelity(prefixes, overhead, out, docs):
     """Reproduce published measurements of real engines; print published vs simulated."""
-    from sim.overhead import OverheadError, resolve_overhead
+    from sim.core.overhead import OverheadError, resolve_overhead
     from calibrate.fidelity.report import run_suite
 
     if overhead is not None:
@@ -204,7 +204,7 @@ def fidelity(prefixes, overhead, out, docs):
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
 def workload(scenario, sets, seed, out, lenient):
     """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
-    from sim.costs import load_profile
+    from sim.core.costs import load_profile
     from sim.run import build_workload, skipped_rows
     from workloads.stats import stream_stats
 
@@ -275,7 +275,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     A run that fails is recorded in DIR/failures/ and the others go on. Exit status: the number of
     failed runs (at most 100; 130 when interrupted; 2 for bad input before any run)."""
     from sim.config import scenario_from_dict
-    from sim.sweep import expand_grid, read_grid, run_sweep, summary_table
+    from sim.experiments.sweep import expand_grid, read_grid, run_sweep, summary_table
 
     sc = _load(scenario, sets, None, None)
     _workers(workers)
@@ -311,7 +311,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
                 _check_load(sc_s, s.load_scale)
         repeats = 0
         if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
-            from sim.seeds import drop_seed_repeats
+            from sim.experiments.seeds import drop_seed_repeats
             specs, repeats = drop_seed_repeats(specs, scs)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
@@ -340,7 +340,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     for rid, err in rep.failed.items():
         click.echo(f"FAILED {rid}: {err}  (traceback: {Path(out) / 'failures' / (rid + '.json')})", err=True)
     if not no_plots and len(df):
-        from sim.plots import plot_sweep
+        from sim.experiments.plots import plot_sweep
         plot_sweep(out)
     click.echo(f"results: {Path(out) / 'sweep.parquet'}")
     if rep.interrupted:
@@ -381,7 +381,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except ImportError:
         _fail("tune needs Optuna: pip install -e '.[tune]'")
     from sim import tune as tn
-    from sim.tune_report import side_by_side, write_report
+    from sim.experiments.tune_report import side_by_side, write_report
 
     sc = _load(scenario, sets, None, None)
     try:
@@ -436,7 +436,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
 @click.option("--out", type=click.Path(file_okay=False), help="figures folder (default PATH/figures)")
 def plot(path, out):
     """Draw figures (PNG and SVG) for a run folder or a sweep folder."""
-    from sim.plots import plot_any
+    from sim.experiments.plots import plot_any
 
     try:
         files = plot_any(path, out)
@@ -454,7 +454,7 @@ def plot(path, out):
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="also write the table as CSV")
 def compare(run_a, run_b, metrics, csv_out):
     """Side-by-side per-class metrics of two runs, with ratios B/A."""
-    from sim.compare import compare_runs, format_comparison
+    from sim.experiments.compare import compare_runs, format_comparison
 
     try:
         df = compare_runs(run_a, run_b, list(metrics) or None)
@@ -507,7 +507,7 @@ def validate(profile, scenario, n, repeats, out):
         from calibrate.against_sim import validate as run_validation
     except ImportError as exc:
         _fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
-    from sim.costs import ProfileError, load_profile
+    from sim.core.costs import ProfileError, load_profile
 
     try:  # a file that is not a profile fails here, in one line, before any measurement
         load_profile(str(profile), where=f"--profile {profile}")
@@ -559,7 +559,7 @@ def _echo_cluster(res) -> None:
 @main.command()
 def routers():
     """List registered routers (for [cluster] router = ...)."""
-    from sim.routers import ROUTERS
+    from sim.cluster.routers import ROUTERS
 
     for e in ROUTERS.entries():
         click.echo(f"{e.name:18s} {e.description}")
@@ -588,7 +588,7 @@ def routers():
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
              no_plots):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
-    from sim.capacity import DESIGNS, capacity_search, parse_slos, plot_capacity, save_report
+    from sim.experiments.capacity import DESIGNS, capacity_search, parse_slos, plot_capacity, save_report
 
     sc = _load(scenario, sets, None, seed)
     _workers(workers)
@@ -603,15 +603,15 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     try:
         slo = parse_slos(sc, list(slos), grace)
         if router is not None:
-            from sim.routers import make_router
+            from sim.cluster.routers import make_router
             try:
                 if make_router(router).class_aware:
                     _fail(f"--router: the shared design needs a router that is not class-aware (got {router!r})")
             except (KeyError, ValueError, TypeError) as exc:
                 _fail(f"--router: {exc.args[0] if exc.args else exc}")
         # validate one point before the search starts
-        from sim.capacity import design_cluster, design_dims
-        from sim.cluster import parse_cluster
+        from sim.experiments.capacity import design_cluster, design_dims
+        from sim.cluster.replicas import parse_cluster
         for d in names:
             dims = design_dims(d, sc.class_names, max_replicas)
             parse_cluster(sc.model_copy(update={"cluster": design_cluster(d, dims, [1] * len(dims), router)}))

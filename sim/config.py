@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.errors import ScenarioError
+from sim.core.errors import ScenarioError
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -73,7 +73,7 @@ class EngineConfig(BaseModel):
                     "{kind='linear', base_s, prefill_token_s, decode_token_s, context_token_s, swap_block_s}")
     overhead: str | dict | None = Field(
         None, description="engine overhead on top of the profile's step times: a preset name (priosim profiles "
-                          "lists them; 'none' = the profile alone) or a table of terms (sim/overhead.py); "
+                          "lists them; 'none' = the profile alone) or a table of terms (sim/core/overhead.py); "
                           "absent: the profile's declared preset")
     max_num_seqs: int = Field(256, ge=1, description="max requests in the running batch")
     max_batched_tokens: int = Field(8192, ge=1, description="token budget per step")
@@ -268,7 +268,7 @@ def _validate_parts(sc: Scenario) -> None:
     import workloads
     from policies import make_policy
 
-    from sim.costs import ProfileError, load_profile
+    from sim.core.costs import ProfileError, load_profile
 
     try:
         workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s)

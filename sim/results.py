@@ -2,7 +2,7 @@
 
 Files written by :meth:`Results.save` (the directory is filled under a temporary name and
 renamed when complete, so a folder that exists is a finished run):
-    requests.parquet    one row per request (see ``sim.telemetry.COLUMNS`` plus derived
+    requests.parquet    one row per request (see ``sim.core.telemetry.COLUMNS`` plus derived
                         ``queue_wait_s, ttft_s, e2e_s, tpot_s``)
     summary.json        per class, per tenant and overall metrics, plus run facts and provenance
     timeseries.parquet  per interval and class: waiting, running, tokens/s, preemptions; KV use
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.costs import NS
+from sim.core.costs import NS
 
 PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 

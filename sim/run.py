@@ -20,16 +20,16 @@ import workloads
 from sim import native
 from policies import make_policy
 from sim.config import Scenario
-from sim.costs import NS, load_profile
-from sim.engine import NEVER, Engine
-from sim.errors import ScenarioError
-from sim.kvpool import KVPool
-from sim.loop import replica_loop
+from sim.core.costs import NS, load_profile
+from sim.core.engine import NEVER, Engine
+from sim.core.errors import ScenarioError
+from sim.core.kvpool import KVPool
+from sim.core.loop import replica_loop
 from sim.progress import progress_bar
-from sim.source import RequestSource
-from sim.prefix import PrefixCache
+from sim.core.source import RequestSource
+from sim.core.prefix_cache import PrefixCache
 from sim.results import Results
-from sim.telemetry import Telemetry
+from sim.core.telemetry import Telemetry
 
 
 def _seed_for(seed: int, name: str) -> int:
@@ -120,14 +120,14 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     ``progress``: True a tqdm bar of simulated seconds, None that bar on a terminal and a line
     every 10 s elsewhere (:mod:`sim.progress`), False nothing.
     A scenario with a ``[cluster]`` table runs its replicas behind the router
-    (:func:`sim.cluster.simulate_cluster`, a ``ClusterResults``).
+    (:func:`sim.cluster.replicas.simulate_cluster`, a ``ClusterResults``).
     """
     if scenario.cluster:
         if gate is not None or lenient:
             what = "a custom gate" if gate is not None else "lenient trace reading"
             raise ScenarioError(f"{scenario.source}: cluster: {what} is not available for a [cluster] scenario "
                                 f"(expected a scenario without [cluster])")
-        from sim.cluster import simulate_cluster
+        from sim.cluster.replicas import simulate_cluster
         return simulate_cluster(scenario, trace_iterations=trace_iterations, progress=progress,
                                 load_scale=load_scale, check_invariants=check_invariants)
     wall0, cpu0 = time.perf_counter(), time.process_time()

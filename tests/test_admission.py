@@ -9,9 +9,9 @@ import pytest
 from policies import make_policy
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
 from sim.admission import Gate, TokenBucket
-from sim.costs import load_profile
-from sim.kvpool import KVPool
-from sim.request import Request, State
+from sim.core.costs import load_profile
+from sim.core.kvpool import KVPool
+from sim.core.request import Request, State
 
 LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4, "decode_token_s": 1e-3,
           "context_token_s": 0.0}

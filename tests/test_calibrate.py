@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 from calibrate import fit as F  # noqa: E402
 from calibrate.roofline import ASSUMPTIONS, DEVICES, roofline_profile, write_roofline_profiles  # noqa: E402
 from calibrate.shapes import get_shape  # noqa: E402
-from sim.costs import load_profile, profile_from_dict  # noqa: E402
+from sim.core.costs import load_profile, profile_from_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted((ROOT / "calibrate" / "profiles").glob("*.json"))
+SHIPPED = sorted((ROOT / "sim" / "core" / "profiles").glob("*.json"))
 
 
 # ---- shapes ---------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def test_measured_times_are_positive_finite_and_monotone_ish(measured):
 
 def test_h200_llama3_8b_roofline_reproduces_the_simulators_default():
     ours = roofline_profile("h200", "llama-3-8b")
-    theirs = json.loads((ROOT / "sim" / "profiles" / "h200-llama-3-8b.json").read_text())
+    theirs = json.loads((ROOT / "sim" / "core" / "profiles" / "h200-llama-3-8b.json").read_text())
     for sec in ("step", "swap", "memory"):
         for k, v in theirs[sec].items():
             np.testing.assert_allclose(ours[sec][k], v, rtol=1e-4, err_msg=f"{sec}.{k}")
@@ -312,7 +312,7 @@ def test_simulator_matches_the_priced_serving_loop_exactly(tmp_path):
     from calibrate.against_sim import simulate_trace
     from calibrate.validate import DEFAULT_ENGINE, builtin_trace, run_priced
 
-    prof = Path(__file__).resolve().parents[1] / "calibrate" / "profiles" / "cpu-tiny.json"
+    prof = Path(__file__).resolve().parents[1] / "sim" / "core" / "profiles" / "cpu-tiny.json"
     trace = builtin_trace(prof, n=150, seed=3)
     priced = run_priced(prof, trace, DEFAULT_ENGINE).set_index("request_id").sort_index()
     sim = simulate_trace(prof, trace, DEFAULT_ENGINE, tmp_path).set_index("request_id").sort_index()
@@ -323,9 +323,9 @@ def test_simulator_matches_the_priced_serving_loop_exactly(tmp_path):
 def test_measured_profile_prices_pure_batches_from_its_tables():
     """Pure decode and pure prefill batches inside the measured grid cost what was measured
     (bilinear between grid points); other shapes use the fitted model."""
-    from sim.costs import load_profile
+    from sim.core.costs import load_profile
 
-    prof = Path(__file__).resolve().parents[1] / "calibrate" / "profiles" / "cpu-tiny.json"
+    prof = Path(__file__).resolve().parents[1] / "sim" / "core" / "profiles" / "cpu-tiny.json"
     cm = load_profile(prof)
     rows = json.loads(prof.read_text())["rows"]
     for r in rows:

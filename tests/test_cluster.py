@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
-from sim.capacity import capacity_search, parse_slos
-from sim.cluster import ClusterResults, parse_cluster, simulate_cluster
-from sim.routers import ROUTERS, make_router
+from sim.experiments.capacity import capacity_search, parse_slos
+from sim.cluster.replicas import ClusterResults, parse_cluster, simulate_cluster
+from sim.cluster.routers import ROUTERS, make_router
 
 ROUTER_NAMES = ROUTERS.names()
 

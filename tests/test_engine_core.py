@@ -232,9 +232,9 @@ def test_decode_line_prices_exactly_like_step_ns(overhead):
     token knots, and measured, whose tables take the slow path)."""
     import random
     from pathlib import Path
-    from sim.costs import NS, load_profile
+    from sim.core.costs import NS, load_profile
     root = Path(__file__).resolve().parents[1]
-    paths = sorted((root / "calibrate" / "profiles").glob("*.json")) + [root / "sim" / "profiles" / "h200-llama-3-8b.json"]
+    paths = sorted((root / "sim" / "core" / "profiles").glob("*.json"))
     rng = random.Random(0)
     for path in paths:
         cm = load_profile(str(path), root, overhead=overhead)

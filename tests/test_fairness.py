@@ -7,8 +7,8 @@ import pytest
 
 from policies import make_policy
 from sim import load_scenario, scenario_from_dict, simulate
-from sim.fairness import FairShare
-from sim.request import Request
+from sim.core.fairness import FairShare
+from sim.core.request import Request
 
 LINEAR = {"kind": "linear", "base_s": 0.005, "prefill_token_s": 1e-5, "decode_token_s": 1e-3,
           "context_token_s": 0.0}

@@ -30,7 +30,7 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
 from sim import load_scenario, scenario_from_dict, simulate, native
-from sim.cluster import simulate_cluster
+from sim.cluster.replicas import simulate_cluster
 from core_scenario import scenario
 assert Path(native.__file__).resolve().parents[1] == Path.cwd().resolve(), native.__file__  # the copy's sim
 out = Path(sys.argv[1])
@@ -98,11 +98,11 @@ def test_compiled_build_gives_identical_results(tmp_path):
     run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_engine_core.py", "tests/test_vllm_conformance.py")
 
     # a source edited after the build: pure Python runs, with a warning naming the module
-    with open(proj / "sim" / "loop.py", "a") as f:
+    with open(proj / "sim" / "core" / "loop.py", "a") as f:
         f.write("\n# edited after the build\n")
     done = subprocess.run([sys.executable, "-c", "from sim import native; print(native.BUILD)"], cwd=proj, env=env,
                           capture_output=True, text=True)
-    assert done.stdout.strip() == "python" and "sim/loop.py changed since the compiled build" in done.stderr
+    assert done.stdout.strip() == "python" and "sim/core/loop.py changed since the compiled build" in done.stderr
 
 
 def _console_script_from_another_folder(proj: Path, tmp_path: Path, env: dict[str, str]) -> None:

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from sim import load_scenario, scenario_from_dict, simulate
 from sim.cli import main
-from sim.costs import ProfileError, load_profile
-from sim.errors import ScenarioError
-from sim.overhead import OverheadError, preset_names, resolve_overhead
+from sim.core.costs import ProfileError, load_profile
+from sim.core.errors import ScenarioError
+from sim.core.overhead import OverheadError, preset_names, resolve_overhead
 from tests.conftest import small_scenario
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "overhead_none_golden.json"
@@ -66,7 +66,7 @@ def test_overhead_terms_add_up():
 
 
 def test_shipped_gpu_profiles_use_the_default_preset_and_inline_profiles_none():
-    from sim.overhead import default_preset
+    from sim.core.overhead import default_preset
     for name in ("h200-llama-3-8b", "a100-80gb-llama-3-8b", "h100-sxm-llama-3-70b-tp4", "h200-qwen2.5-7b"):
         assert load_profile(name).overhead.name == default_preset()
     assert not load_profile({"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.0,

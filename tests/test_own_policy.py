@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from policies import check_policy
-from policies.registry import load_dotted
+from plumbing.registry import load_dotted
 from conftest import small_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

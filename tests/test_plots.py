@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from conftest import small_scenario
 from sim import scenario_from_dict, simulate
 from sim.cli import main
-from sim.plots import plot_run, run_figures
-from sim.sweep import expand_grid, run_sweep
+from sim.experiments.plots import plot_run, run_figures
+from sim.experiments.sweep import expand_grid, run_sweep
 
 RUN_FIGS = ("latency_cdf", "token_share", "kv_queues")
 

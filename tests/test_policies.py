@@ -92,7 +92,7 @@ def test_bad_parameters_fail_with_one_clear_line(name, params, message):
 
 
 def test_bad_parameter_fails_at_scenario_load():
-    from sim.errors import ScenarioError
+    from sim.core.errors import ScenarioError
     with pytest.raises(ScenarioError, match="policy: aging: alpha must be"):
         scenario_from_dict(_scenario({"name": "aging", "alpha": -1}))
 

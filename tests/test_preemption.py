@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 
 from sim import load_scenario, simulate
-from sim.costs import load_profile
-from sim.engine import Engine
-from sim.kvpool import KVPool
-from sim.request import Request
-from sim.telemetry import Telemetry
+from sim.core.costs import load_profile
+from sim.core.engine import Engine
+from sim.core.kvpool import KVPool
+from sim.core.request import Request
+from sim.core.telemetry import Telemetry
 from tests.explicit import run_explicit
 
 LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.0, "context_token_s": 0.0,

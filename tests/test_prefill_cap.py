@@ -38,7 +38,7 @@ def test_capped_waiters_not_scanned_one_by_one(monkeypatch):
     stops instead of skipping them one at a time: the same outputs as skipping each (the counts
     that allow the shortcut are inflated here, so it never fires), chunked or not."""
     import pandas as pd
-    from sim.engine import Engine
+    from sim.core.engine import Engine
 
     over = ["classes.1.max_prefill_tokens_per_step=512", "horizon_s=30.0"]
     for extra in ([], ["engine.chunked_prefill=false"]):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import load_scenario, scenario_from_dict, simulate
-from sim.prefix import PrefixCache
+from sim.core.prefix_cache import PrefixCache
 from tests.conftest import small_scenario
 
 

@@ -8,8 +8,8 @@ import pytest
 import simpy
 
 from sim import scenario_from_dict, simulate
-from sim.prefix import PrefixCache
-from sim.request import Request, State
+from sim.core.prefix_cache import PrefixCache
+from sim.core.request import Request, State
 from sim.run import build_engine
 from tests.conftest import small_scenario
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-import sim.engine
-import sim.loop
+import sim.core.engine
+import sim.core.loop
 from sim import scenario_from_dict, simulate
-from sim.errors import ScenarioError, StallError
+from sim.core.errors import ScenarioError, StallError
 
 ROOT = Path(__file__).resolve().parents[1]
 LIN = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_token_s": 1e-4, "context_token_s": 0.0}
@@ -127,15 +127,15 @@ def test_policy_mode_still_preempts_for_a_more_urgent_waiter():
 def test_a_livelock_stops_with_one_line_naming_requests_and_cause(monkeypatch):
     """Recreate the old sizing bug (draft slots not counted): requests that can never fit thrash
     forever; the progress check stops the run with a StallError naming them and the cause."""
-    monkeypatch.setattr(sim.engine, "STALL_MIN", 2048)
-    monkeypatch.setattr(sim.loop, "PROGRESS_EVERY", 256)
-    init = sim.engine.Engine.__init__
+    monkeypatch.setattr(sim.core.engine, "STALL_MIN", 2048)
+    monkeypatch.setattr(sim.core.loop, "PROGRESS_EVERY", 256)
+    init = sim.core.engine.Engine.__init__
 
     def without_draft_slots(self, *a, **k):
         init(self, *a, **k)
         self._draft_slots = 0
 
-    monkeypatch.setattr(sim.engine.Engine, "__init__", without_draft_slots)
+    monkeypatch.setattr(sim.core.engine.Engine, "__init__", without_draft_slots)
     d = copy.deepcopy(TINY_SPEC)
     d["engine"].update(preemption="recompute", max_events=0)
     with pytest.raises(StallError) as err:
@@ -148,7 +148,7 @@ def test_a_livelock_stops_with_one_line_naming_requests_and_cause(monkeypatch):
 def test_progress_check_changes_nothing(monkeypatch):
     """Checking progress every few events gives the very same results."""
     a = _sim(MLFQ_POLICY)
-    monkeypatch.setattr(sim.loop, "PROGRESS_EVERY", 7)
+    monkeypatch.setattr(sim.core.loop, "PROGRESS_EVERY", 7)
     b = _sim(MLFQ_POLICY)
     assert a.requests.equals(b.requests)
 
@@ -163,7 +163,7 @@ def test_max_events_is_a_one_line_safety_stop():
 
 def test_simulate_runs_the_cluster():
     """The Python API runs a [cluster] scenario on its replicas, as the CLI does."""
-    from sim.cluster import ClusterResults
+    from sim.cluster.replicas import ClusterResults
     d = copy.deepcopy(MLFQ_POLICY)
     d["engine"].update(preempt_for_waiting="never", max_events=0)
     d["policy"] = {"name": "fcfs"}

@@ -16,7 +16,7 @@ def test_shipped_scenario_runs(path):
     assert text.lstrip().startswith("#"), "a scenario opens with a comment saying what question it answers"
     sc = load_scenario(path, overrides=["horizon_s=20.0", "drain=false"])
     if sc.cluster:
-        from sim.cluster import simulate_cluster
+        from sim.cluster.replicas import simulate_cluster
         res = simulate_cluster(sc, check_invariants=True)
     else:
         res = simulate(sc, check_invariants=True)

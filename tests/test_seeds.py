@@ -1,4 +1,4 @@
-"""Seeds mean something: what the seed changes in a scenario (sim.seeds), and a sweep over seeds
+"""Seeds mean something: what the seed changes in a scenario (sim.experiments.seeds), and a sweep over seeds
 of a run the seed cannot change runs it once, with a one-line notice, instead of copies."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from policies.check import uses_seed
 from sim import load_scenario
 from sim.cli import main
-from sim.seeds import seed_sources
+from sim.experiments.seeds import seed_sources
 
 REPLAY = ["horizon_s=120"]  # azure_two_tenants: two real traces replayed, fcfs by default
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from conftest import small_scenario
 from sim.cli import main
-from sim.errors import ScenarioError
-from sim.sweep import RUN_FILE, expand_grid, read_grid, run_sweep
+from sim.core.errors import ScenarioError
+from sim.experiments.sweep import RUN_FILE, expand_grid, read_grid, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 # chat_vs_batch cut down: 100 batch requests at t=0 and 10 s of chat, about 0.1 s per run

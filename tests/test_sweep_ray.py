@@ -14,7 +14,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from sim import load_scenario  # noqa: E402
-from sim.sweep import expand_grid, ray_runtime_env, run_sweep  # noqa: E402
+from sim.experiments.sweep import expand_grid, ray_runtime_env, run_sweep  # noqa: E402
 
 
 @pytest.fixture(scope="module")

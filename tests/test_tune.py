@@ -12,8 +12,8 @@ from click.testing import CliRunner  # noqa: E402
 
 from sim import scenario_from_dict  # noqa: E402
 from sim.cli import main  # noqa: E402
-from sim.tune import TuneSpec, parse_knob, parse_objective, parse_slo, run_tune, validate  # noqa: E402
-from sim.tune_report import write_report  # noqa: E402
+from sim.experiments.tune import TuneSpec, parse_knob, parse_objective, parse_slo, run_tune, validate  # noqa: E402
+from sim.experiments.tune_report import write_report  # noqa: E402
 from tests.conftest import small_scenario  # noqa: E402
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import special
 
-from policies.registry import Registry
+from plumbing.registry import Registry
 from workloads.errors import WorkloadError, integer, number, require
 from workloads.lengths import LengthModel, parse_length
 

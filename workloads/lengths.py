@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from scipy import special  # (not scipy.stats: importing it takes seconds, and every run starts with this)
 
-from policies.registry import Registry
+from plumbing.registry import Registry
 from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
 
 LENGTHS = Registry("length model")

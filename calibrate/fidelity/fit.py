@@ -4,9 +4,9 @@ Least squares on relative error (simulated / published - 1), every term non-nega
 (``scipy.optimize.least_squares`` with bounds; the simulator is in the loop, so the Jacobian is
 taken by finite differences). The rows marked ``held-out`` never enter the fit; the report shows
 them separately. The fitted terms, the rows used and the residuals are written into the preset's
-metadata in ``sim/overheads.json``.
+metadata in ``sim/core/overheads.json``.
 
-    python -m calibrate.fidelity.fit                 # fit every preset, write sim/overheads.json
+    python -m calibrate.fidelity.fit                 # fit every preset, write sim/core/overheads.json
     python -m calibrate.fidelity.fit --preset sglang --dry-run
     python -m calibrate.fidelity.fit --flops-efficiency h100-sxm   # one GPU's achieved FLOPs fraction
 
@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from calibrate.fidelity.suite import load_table, run_table, summary
-from sim.overhead import PRESETS_PATH
+from sim.core.overhead import PRESETS_PATH
 
 #: The terms fitted, with the unit the optimiser works in (so that all are of order 1..100).
 #: ``sample_s`` is not fitted: across the table's models the vocabulary varies too little (128k
@@ -118,7 +118,7 @@ def fit_flops_efficiency(device: str, df, bounds=(0.3, 0.9), verbose: bool = Tru
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", action="append", help="fit only this preset (repeatable)")
-    ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write sim/overheads.json")
+    ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write sim/core/overheads.json")
     ap.add_argument("--flops-efficiency", metavar="DEVICE",
                     help="fit this GPU's achieved FLOPs fraction (calibrate.roofline device key) and print it")
     args = ap.parse_args(argv)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fidelity.suite import summary
-from sim.overhead import default_preset, describe, resolve_overhead
+from sim.core.overhead import default_preset, describe, resolve_overhead
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "fidelity.md"
@@ -125,7 +125,7 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
               "priosim fidelity --rows ci9515        # rows whose id starts with ci9515, printed",
               "priosim fidelity                      # every row; this report and the plot to results/fidelity/",
               "priosim fidelity --docs               # the same, rewriting this page and docs/figures/",
-              "python -m calibrate.fidelity.fit      # refit the presets on their fit rows (sim/overheads.json)",
+              "python -m calibrate.fidelity.fit      # refit the presets on their fit rows (sim/core/overheads.json)",
               "```", ""]
     path.write_text("\n".join(lines))
     return path

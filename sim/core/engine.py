@@ -23,7 +23,7 @@ integer nanoseconds from one cost function, evaluated step by step, so the resul
 to stepping one iteration at a time (``engine.fast_forward = false``), which the tests assert.
 Speculative decoding emits a random number of tokens per step and is always stepped singly.
 
-Steady decoders live in a lazily-advanced cohort (:mod:`sim.cohort`): a step costs the engine
+Steady decoders live in a lazily-advanced cohort (:mod:`sim.core.cohort`): a step costs the engine
 O(classes x block_size) work for them, not O(batch); ``engine.lazy_batch = false`` updates
 every request every step instead (same results, asserted by the tests).
 """
@@ -41,12 +41,12 @@ import numpy as np
 import simpy
 
 from policies.base import BasePolicy
-from sim.cohort import NOT_MEMBER, DecodeCohort
-from sim.errors import StallError
-from sim.costs import NS, CostModel
-from sim.kvpool import KVPool
-from sim.request import Request, State
-from sim.telemetry import Telemetry
+from sim.core.cohort import NOT_MEMBER, DecodeCohort
+from sim.core.errors import StallError
+from sim.core.costs import NS, CostModel
+from sim.core.kvpool import KVPool
+from sim.core.request import Request, State
+from sim.core.telemetry import Telemetry
 
 NEVER = 2**62  # "no such time", in ns
 # Progress guarantee: every PROGRESS_EVERY engine events the loop asks whether any token was
@@ -168,7 +168,7 @@ class Engine:
         self._spec_rng = np.random.default_rng(spec_seed) if spec is not None else None
         self.draft_costs = None
         if spec is not None and spec.draft_profile:
-            from sim.costs import load_profile
+            from sim.core.costs import load_profile
             self.draft_costs = load_profile(spec.draft_profile, where="engine.speculative.draft_profile",
                                             overhead=cfg.overhead)
         # skip the per-request hook when the policy keeps no books (most policies)
@@ -642,7 +642,7 @@ class Engine:
 
     def _release_blocks(self, r: Request, preempted: bool = False) -> None:
         """Free a request's own blocks and drop its references on shared prefix groups
-        (``preempted``: for eviction attribution, see ``sim.prefix``)."""
+        (``preempted``: for eviction attribution, see ``sim.core.prefix_cache``)."""
         if r.blocks:
             self.pool.release(r.cls_idx, r.blocks)
         r.blocks = 0

@@ -18,7 +18,7 @@ Invariants (checked by :meth:`check`, asserted by the property tests):
 """
 from __future__ import annotations
 
-from sim.errors import KVInvariantError  # noqa: F401  (re-exported)
+from sim.core.errors import KVInvariantError  # noqa: F401  (re-exported)
 
 
 class KVPool:
@@ -34,7 +34,7 @@ class KVPool:
         self.used = [0] * len(class_priorities)
         self.host_total = host_total
         self.host_used = 0
-        self.cache = cache  # a sim.prefix.PrefixCache when prefix caching is on
+        self.cache = cache  # a sim.core.prefix_cache.PrefixCache when prefix caching is on
         # classes strictly more urgent than priority p, precomputed per distinct priority
         self._more_urgent = {p: [c for c, q in enumerate(self.prio) if q < p and self.reserved[c] > 0]
                              for p in set(self.prio)}

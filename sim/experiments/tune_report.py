@@ -1,4 +1,4 @@
-"""The report of a tune (``sim.tune``): the trials table, the chosen trial and the front,
+"""The report of a tune (``sim.experiments.tune``): the trials table, the chosen trial and the front,
 ``best.toml``, parameter importance, ``pareto.png`` and the side-by-side table the CLI prints.
 
 Files written into the tune's folder by :func:`write_report`: ``trials.parquet``,
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.tune import STUDY, VIOLATION, TuneSpec, fmt_value, evaluated, measure
+from sim.experiments.tune import STUDY, VIOLATION, TuneSpec, fmt_value, evaluated, measure
 
 
 def trials_frame(spec: TuneSpec, study) -> pd.DataFrame:

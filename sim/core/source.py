@@ -13,8 +13,8 @@ from array import array
 
 import numpy as np
 
-from sim.costs import NS
-from sim.request import Request
+from sim.core.costs import NS
+from sim.core.request import Request
 
 NEVER = 2**62
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import simpy
 
-from sim.costs import NS
-from sim.engine import NEVER, PROGRESS_EVERY, Engine
-from sim.errors import StallError
+from sim.core.costs import NS
+from sim.core.engine import NEVER, PROGRESS_EVERY, Engine
+from sim.core.errors import StallError
 
 
 def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, interval_ns: int,

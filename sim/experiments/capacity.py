@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.errors import ScenarioError
+from sim.core.errors import ScenarioError
 from sim.progress import progress_bar
 
 DESIGNS = ("shared", "partitioned")
@@ -210,8 +210,8 @@ class SloWatch:
         self.lost[c] = max(self.lost.get(c, 0.0), ratio)
 
     def __call__(self, req, now_ns: int) -> None:
-        from sim.costs import NS
-        from sim.request import State
+        from sim.core.costs import NS
+        from sim.core.request import State
 
         c = req.cls
         s = self.slos.get(c)
@@ -265,7 +265,7 @@ def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: 
     With ``dims`` (the classes of each searched dimension) the simulation stops as soon as the
     verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
     ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound."""
-    from sim.cluster import simulate_cluster
+    from sim.cluster.replicas import simulate_cluster
     from sim.config import scenario_from_dict
 
     t0 = time.perf_counter()

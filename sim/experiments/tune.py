@@ -10,12 +10,12 @@ alone:
   empty range, an unknown metric or an SLO naming no class is one :class:`TuneError` line).
 * :func:`run_tune` runs the search: Optuna asks for ``workers`` trials at a time (TPE with
   ``constraints_func`` for one objective, NSGA-II for several); each trial is simulated on ``K``
-  seeds through :func:`sim.sweep.run_sweep` (local processes or Ray), and told the mean of each
+  seeds through :func:`sim.experiments.sweep.run_sweep` (local processes or Ray), and told the mean of each
   objective over the seeds and, as constraints, the worst SLO value over the seeds (an SLO must
   hold on every seed). The study lives in ``DIR/study.db`` (SQLite) and every simulation in
   ``DIR/evals/runs/<config>-s<seed>/`` keyed by the configuration, so a killed tune resumed with
   the same ``DIR`` keeps its finished trials and re-runs only the simulations that were missing.
-* :func:`sim.tune_report.write_report` writes ``best.toml`` (a complete scenario),
+* :func:`sim.experiments.tune_report.write_report` writes ``best.toml`` (a complete scenario),
   ``trials.parquet``, ``pareto.png`` / ``pareto.csv``, ``importance.json`` and ``tune.json``.
 
 Noise: each objective's standard deviation across the seeds is kept per trial; the report gives
@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.capacity import parse_slo_text
+from sim.experiments.capacity import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
-from sim.errors import ScenarioError
+from sim.core.errors import ScenarioError
 
 STUDY = "tune"
 VIOLATION = 1e6  # constraint value of an SLO whose metric is missing (no request finished)
@@ -422,7 +422,7 @@ def _start_ray(address: str | None) -> bool:
         raise TuneError("--backend ray needs Ray: pip install 'priosim[distributed]'") from None
     if ray.is_initialized():
         return False
-    from sim.sweep import ray_runtime_env
+    from sim.experiments.sweep import ray_runtime_env
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address=address, runtime_env=ray_runtime_env(), include_dashboard=False, log_to_driver=False)
@@ -435,7 +435,7 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
     docstring). ``workers`` trials are asked at a time; their seeds' simulations run together."""
     from optuna.trial import TrialState
 
-    from sim.sweep import RunSpec, run_sweep
+    from sim.experiments.sweep import RunSpec, run_sweep
 
     out = Path(out_dir)
     study = open_study(spec, out, trials, resume, seed)

@@ -43,7 +43,7 @@ import pandas as pd
 from sim.config import apply_override
 from sim.progress import progress_bar
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SPECIAL_AXES = ("policy", "load", "seed")
 RUN_FILE = "sweep_run.json"  # written into each run folder; its presence marks a sweep run
 LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep writing into the folder
@@ -110,7 +110,7 @@ def expand_grid(base: Mapping[str, Any], axes: Mapping[str, Sequence[Any]]) -> l
     Pure: ``base`` is not modified, nothing is validated beyond the axes' own types (each
     scenario is validated when its run starts), and the order is the product's order with the
     last axis varying fastest. Raises ``ValueError`` for a malformed axis and
-    ``sim.errors.ScenarioError`` for a dotted key that does not fit the scenario's structure.
+    ``sim.core.errors.ScenarioError`` for a dotted key that does not fit the scenario's structure.
     """
     names = list(axes)
     lists = [_check_axis(n, axes[n]) for n in names]
@@ -198,8 +198,8 @@ def execute(spec: RunSpec, base_dir: str, source: str, trace_iterations: bool = 
         from sim.run import simulate
 
         sc = scenario_from_dict(spec.scenario, source=f"{source} [{spec.run_id}]", base_dir=_resolve(base_dir))
-        if sc.cluster:  # several replicas behind a router (sim.cluster)
-            from sim.cluster import simulate_cluster
+        if sc.cluster:  # several replicas behind a router (sim.cluster.replicas)
+            from sim.cluster.replicas import simulate_cluster
             res = simulate_cluster(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
         else:
             res = simulate(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
@@ -415,7 +415,7 @@ def _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record) -> N
     # A lost worker (node died, process killed) is retried by Ray; a run that raises is not
     # retried: ``execute`` returns its error, the simulation being deterministic.
     # (When the caller initialised Ray, shipping the code is its job: Ray accepts a local
-    # working_dir only at ray.init, e.g. ray.init(runtime_env=sim.sweep.ray_runtime_env()).)
+    # working_dir only at ray.init, e.g. ray.init(runtime_env=sim.experiments.sweep.ray_runtime_env()).)
     task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=False)(execute)
     try:
         refs = {task.remote(s, bd, source, trace_iterations): s for s in todo}

@@ -11,7 +11,7 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
       + prefill_attn_s  * sum(l_i ** 2)      # l_i: tokens of prefill chunk i
       + chunk_attn_s    * sum(l_i * c_i)     # c_i: tokens already cached before chunk i
       + decode_seq_s    * D                  # D: sequences decoding one token
-      + overhead(S, T, A)                    # engine overhead (sim/overhead.py): S sequences,
+      + overhead(S, T, A)                    # engine overhead (sim/core/overhead.py): S sequences,
                                              # T = P + D tokens, A prefill admissions in the step
       + decode_ctx_s    * sum(ctx_j)         # ctx_j: context length (tokens in KV) of decoder j
 
@@ -43,16 +43,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
+from sim.core.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
 SCHEMA = "priosim.profile/1"
 NS = 1_000_000_000
 
-#: Where shipped profiles live (by name): the simulator's own and calibrate's measured ones.
+#: Where shipped profiles live (by name), beside this cost model that reads them: analytic
+#: rooflines and profiles measured by ``calibrate``, which writes this format.
 #: (Located through ``sim/__init__``: a module compiled by mypyc has no ``__file__``.)
-_SIM_DIR = Path(sys.modules["sim"].__file__ or ".").resolve().parent
-PROFILE_DIRS = [_SIM_DIR / "profiles", _SIM_DIR.parent / "calibrate" / "profiles"]
+_CORE_DIR = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core"
+PROFILE_DIRS = [_CORE_DIR / "profiles"]
 DEFAULT_PROFILE = "h200-llama-3-8b"
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
@@ -173,7 +174,7 @@ class CostModel:
     digest: str = ""
     raw: dict = field(default_factory=dict, repr=False)
     tables: MeasuredTables | None = None
-    #: engine overhead (sim/overhead.py); the coefficients below are derived from it
+    #: engine overhead (sim/core/overhead.py); the coefficients below are derived from it
     overhead: Overhead = field(default=NO_OVERHEAD)
     #: (fixed, per sequence, per token, per admission) seconds, or None when there is no overhead
     _ov: tuple[float, float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
@@ -427,7 +428,7 @@ def list_profiles() -> list[tuple[str, Path]]:
 def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
                  where: str = "engine.profile", overhead=None) -> CostModel:
     """Resolve a profile from a shipped name, a file path or an inline linear table, priced
-    with ``overhead`` (a preset name or a table of terms, see sim/overhead.py; None: the
+    with ``overhead`` (a preset name or a table of terms, see sim/core/overhead.py; None: the
     profile's own declared preset, none when it declares none)."""
     cm = _load_profile(spec, base_dir, where)
     if overhead is None:

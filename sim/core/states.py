@@ -1,4 +1,4 @@
-"""A request's lifecycle states (kept apart from :mod:`sim.request` so that module can be
+"""A request's lifecycle states (kept apart from :mod:`sim.core.request` so that module can be
 compiled by mypyc, which does not compile enum classes' members as constants)."""
 from enum import IntEnum
 

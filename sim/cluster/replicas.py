@@ -2,10 +2,10 @@
 
 ``simulate_cluster(scenario)`` runs the scenario's ``[cluster]``: N replicas (or several replica
 groups with their own engine settings, policy and served classes), each an ordinary
-:class:`~sim.engine.Engine` driven by :func:`sim.run.replica_loop`, behind a router
-(:mod:`sim.routers`).
+:class:`~sim.core.engine.Engine` driven by :func:`sim.run.replica_loop`, behind a router
+(:mod:`sim.cluster.routers`).
 
-Wiring. One global :class:`~sim.source.RequestSource` holds the request stream (open arrivals and
+Wiring. One global :class:`~sim.core.source.RequestSource` holds the request stream (open arrivals and
 closed-loop users; request ids stay global). A router process wakes at every arrival instant,
 takes the requests that are due, asks the router for a replica among the request's candidates and
 appends the request to that replica's inbox, waking the replica if it sleeps. Each replica's
@@ -42,13 +42,13 @@ import simpy
 from pydantic import ValidationError
 
 from sim.config import EngineConfig, PolicyConfig, Scenario
-from sim.costs import NS, load_profile
-from sim.engine import NEVER
-from sim.errors import ScenarioError
+from sim.core.costs import NS, load_profile
+from sim.core.engine import NEVER
+from sim.core.errors import ScenarioError
 from sim.results import Results, atomic_dir
-from sim.loop import replica_loop
+from sim.core.loop import replica_loop
 from sim.run import _seed_for, build_engine, build_workload, engine_run_info, run_to_end, sim_seconds_bar
-from sim.telemetry import Telemetry
+from sim.core.telemetry import Telemetry
 
 CLUSTER_KEYS = ("replicas", "groups", "router")
 GROUP_KEYS = ("name", "replicas", "engine", "policy", "classes", "gpus")
@@ -143,7 +143,7 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
                                 f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
                                 f"(got {eng.timeseries_interval_s!r})")
         if "profile" in over or "overhead" in over:
-            from sim.costs import ProfileError
+            from sim.core.costs import ProfileError
             try:
                 load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
             except ProfileError as exc:
@@ -178,7 +178,7 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
         rname, rparams = r["name"], {k: v for k, v in r.items() if k != "name"}
     else:
         raise ScenarioError(f"{src}: cluster.router: expected a router name or a table with 'name' (got {r!r})")
-    from sim.routers import make_router
+    from sim.cluster.routers import make_router
     try:
         router = make_router(rname, **rparams)
     except (KeyError, ValueError, TypeError) as exc:
@@ -571,8 +571,8 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     ns)`` is told of every request that finishes or is rejected; an exception it raises ends the
     run and propagates.
     """
-    from sim.routers import make_router
-    from sim.source import RequestSource
+    from sim.cluster.routers import make_router
+    from sim.core.source import RequestSource
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     sc = scenario

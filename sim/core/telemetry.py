@@ -15,8 +15,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from sim.costs import NS
-from sim.request import Request, State
+from sim.core.costs import NS
+from sim.core.request import Request, State
 
 NAN = float("nan")
 STRING_COLUMNS = {"tenant", "class", "status", "reject_reason"}
@@ -161,7 +161,7 @@ class Telemetry:
                 tenant_bin[(b, tenant)] += m * cnt
 
     def add_cohort(self, coh) -> None:
-        """Fold the decode cohort's log (:mod:`sim.cohort`) into tokens per interval and
+        """Fold the decode cohort's log (:mod:`sim.core.cohort`) into tokens per interval and
         inter-token gaps, once, at the end of the run: a member emitted one token at the end of
         every cohort step of its span, each a steady gap of that step's duration."""
         durs = _int64(coh.log_durs)

@@ -34,7 +34,7 @@ def _policy_random(name: str, params: dict) -> bool:
 
 
 def _router_random(name: str, params: dict) -> bool:
-    from sim.routers import make_router
+    from sim.cluster.routers import make_router
 
     reqs = [SimpleNamespace(request_id=i, cls="c", tenant="t", priority=0, prompt_tokens=100 + i,
                             max_tokens=100, arrival_s=i * 0.1) for i in range(64)]
@@ -67,7 +67,7 @@ def seed_sources(sc: Scenario, cache: dict | None = None) -> list[str]:
     policies: list[Any] = [sc.policy]
     engines: list[Any] = [sc.engine]
     if sc.cluster:
-        from sim.cluster import parse_cluster
+        from sim.cluster.replicas import parse_cluster
 
         spec = parse_cluster(sc)
         policies += [g.policy for g in spec.groups]
@@ -82,7 +82,7 @@ def seed_sources(sc: Scenario, cache: dict | None = None) -> list[str]:
 
 
 def drop_seed_repeats(specs: list, scenarios: list[Scenario]) -> tuple[list, int]:
-    """Of sweep run specs (``sim.sweep.RunSpec``, with their validated ``scenarios``) that differ
+    """Of sweep run specs (``sim.experiments.sweep.RunSpec``, with their validated ``scenarios``) that differ
     only in the seed, keep the first alone when the seed changes nothing in them. Returns the
     kept specs, in order, and how many were dropped."""
     cache: dict = {}

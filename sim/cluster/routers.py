@@ -5,7 +5,7 @@ A router sees each request at its arrival instant together with the replicas tha
 the request's class) and returns one of them. It reads only what a real load balancer could know
 at that instant: each replica's outstanding requests (running + queued + routed but not yet
 taken in) and its KV-cache use. Routers are registered like policies (``ROUTERS``, a
-``policies.registry.Registry``) and found by name or by ``pkg.mod:Class``.
+``plumbing.registry.Registry``) and found by name or by ``pkg.mod:Class``.
 
 The contract (checked for every registered router by ``tests/test_cluster.py``):
   * ``route(req, candidates, now_ns)`` returns an element of ``candidates``;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.registry import Registry
+from plumbing.registry import Registry
 
 ROUTERS = Registry("router")
 

@@ -24,7 +24,7 @@ bandwidth at 70 %); a bandwidth of 0 means no bytes term. A profile without a mo
 inline linear profile) has no vocabulary and no tensor parallelism: only ``step_s``, ``seq_s``
 and ``admit_s`` apply to it.
 
-Presets (``sim/overheads.json``) are named by engine and era; each carries its sources and how
+Presets (``sim/core/overheads.json``) are named by engine and era; each carries its sources and how
 its values were obtained (``calibrate/fidelity/fit.py`` fits them to published measurements).
 ``none`` is no overhead at all: exactly the pricing of the profile alone.
 """
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 #: The preset file (located through ``sim/__init__``: a mypyc-compiled module has no __file__).
-PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "overheads.json"
+PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core" / "overheads.json"
 
 #: The terms, in seconds (see the module docstring), with what each multiplies.
 TERMS = {

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from sim.errors import OracleAccessError  # noqa: F401  (re-exported)
-from sim.states import State  # noqa: F401  (re-exported)
+from sim.core.errors import OracleAccessError  # noqa: F401  (re-exported)
+from sim.core.states import State  # noqa: F401  (re-exported)
 
 NAN = math.nan
 
@@ -37,7 +37,7 @@ class Request:
         "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
         "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
         "attained_ns", "first_admit_ns",
-        # lazily-advanced decode batch (sim.cohort): cohort step and service at the last sync
+        # lazily-advanced decode batch (sim.core.cohort): cohort step and service at the last sync
         # (-1: not a member), and the cohort step it joined at
         "cohort_g0", "cohort_svc0", "cohort_j0",
         # accounting

@@ -26,7 +26,7 @@ What the engine needs per step stays O(classes x block_size), whatever the batch
 
 Telemetry is kept as a log, not per step: every cohort step's duration (and each run's start
 time), and each member's span of steps (joined at, left at, class, tenant). At the end of the
-run :meth:`sim.telemetry.Telemetry.add_cohort` turns the log into tokens per interval and
+run :meth:`sim.core.telemetry.Telemetry.add_cohort` turns the log into tokens per interval and
 inter-token gaps with numpy.
 
 Exactness: members' fields after a sync equal what stepping them one by one gives (the same
@@ -38,8 +38,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, insort
 
-from sim.costs import NS
-from sim.request import Request
+from sim.core.costs import NS
+from sim.core.request import Request
 
 NOT_MEMBER = -1  # Request.cohort_g0 of a request outside the cohort
 

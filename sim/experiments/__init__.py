@@ -1,0 +1,1 @@
+"""Tools that run many simulations: sweeps, capacity search, comparisons, figures, tuning."""
