@@ -117,7 +117,7 @@ class Telemetry:
             req.first_admit_ns / NS if req.first_admit_ns >= 0 else NAN,
             req.first_token_ns / NS if req.first_token_ns >= 0 else NAN,
             req.finish_ns / NS if req.state is State.FINISHED else NAN,
-            req.prompt_tokens, req._output, req.max_tokens, req.generated, STATUS[req.state],
+            req.prompt_tokens, req.hidden_output_tokens, req.max_tokens, req.generated, STATUS[req.state],
             req.reject_reason, req.preemptions, req.swapped_blocks, req.recomputed_tokens,
             req.swap_fallbacks, req.max_itl_ns / NS if req.generated > 1 else NAN, req.deadline_s,
             # when the request left the system: finished, answered with a rejection, or horizon
@@ -126,6 +126,10 @@ class Telemetry:
         ))
         if len(self._rows) >= 4096:
             self._flush_rows()
+
+    def rows_recorded(self) -> int:
+        """Requests whose row has been recorded (finished, rejected or ended by the horizon)."""
+        return len(self._rows) + len(self.cols["request_id"])
 
     def _flush_rows(self) -> None:
         if self._rows:
