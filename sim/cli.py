@@ -611,10 +611,10 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                 _fail(f"--router: {exc.args[0] if exc.args else exc}")
         # validate one point before the search starts
         from sim.experiments.capacity import design_cluster, design_dims
-        from sim.cluster.replicas import parse_cluster
+        from sim.config import with_cluster
         for d in names:
             dims = design_dims(d, sc.class_names, max_replicas)
-            parse_cluster(sc.model_copy(update={"cluster": design_cluster(d, dims, [1] * len(dims), router)}))
+            with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
         _fail(str(exc))
     for c, s in slo.items():

@@ -64,10 +64,10 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs=None, *, trace: lis
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
         policy.bind({c.name: c.model_dump() for c in sc.classes}, _seed_for(sc.seed, "policy" + seed_tag))
-    if sc.fairness or sc.tenants:  # the fairness accountant wraps any policy
+    if sc.fair_accounting:  # the fairness accountant wraps any policy
         from sim.admission import make_fair_policy
         policy = make_fair_policy(sc, policy)
-    if gate is None and (sc.admission or sc.tenants or sc.fairness):
+    if gate is None and sc.admission_tables:
         gate = _make_gate(sc, costs)
     interval_ns = int(round(cfg.timeseries_interval_s * NS))
     tel = Telemetry(sc.class_names, interval_ns, costs, cfg.block_size)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
 from sim.experiments.capacity import capacity_search, parse_slos
-from sim.cluster.replicas import ClusterResults, parse_cluster, simulate_cluster
+from sim.cluster.replicas import ClusterResults, simulate_cluster
 from sim.cluster.routers import ROUTERS, make_router
 
 ROUTER_NAMES = ROUTERS.names()
@@ -217,13 +217,26 @@ def test_property_kv_conservation_per_replica(replicas, router, kv, mode, rate, 
     ({"groups": [{"name": "a", "engine": {"max_num_seqs": 0}}]}, "cluster.groups.0.engine.max_num_seqs"),
     ({"groups": [{"name": "a"}, {"name": "a"}]}, "duplicate group name"),
     ({"groups": [{"name": "a", "policy": {"name": "nope"}}]}, "cluster.groups.0.policy"),
+    ({"groups": [{"name": "a", "gpus": 0}]}, "cluster.groups.0.gpus: expected an integer >= 1 (GPUs per replica) (got 0)"),
+    ({"groups": [5]}, "cluster.groups.0: expected a table (got 5)"),
+    ({"replicas": 2, "router": 5}, "cluster.router: expected a router name or a table with 'name' (got 5)"),
 ])
 def test_validation_one_line(cluster, expect):
-    sc = scenario_from_dict(cluster_scenario(cluster), source="x.toml")
+    # the [cluster] table is validated with the rest of the scenario, when it is read
     with pytest.raises(ScenarioError) as ei:
-        parse_cluster(sc)
+        scenario_from_dict(cluster_scenario(cluster), source="x.toml")
     msg = str(ei.value)
     assert expect in msg and msg.startswith("x.toml: ") and "\n" not in msg
+
+
+def test_cluster_table_kept_as_written():
+    """scenario.json shows the [cluster] table as the scenario wrote it (no defaults filled in)."""
+    table = {"groups": [{"name": "a", "replicas": 2, "engine": {"max_num_seqs": 8}}, {"classes": ["lo"]}],
+             "router": {"name": "class_aware", "inner": "round_robin"}}
+    sc = scenario_from_dict(cluster_scenario(table))
+    assert sc.to_dict()["cluster"] == table
+    assert [name for name, _ in sc.cluster.group_list()] == ["a", "g1"]
+    assert sc.cluster.router_name == "class_aware" and sc.cluster.router_params == {"inner": "round_robin"}
 
 
 # ---- the capacity search, pinned by hand ------------------------------------------------------------

@@ -39,7 +39,6 @@ from pathlib import Path
 
 import pandas as pd
 import simpy
-from pydantic import ValidationError
 
 from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.core.costs import NS, load_profile
@@ -49,10 +48,7 @@ from sim.results import Results, atomic_dir
 from sim.core.loop import replica_loop
 from sim.run import _seed_for, build_engine, build_workload, engine_run_info, run_to_end, sim_seconds_bar
 from sim.core.telemetry import Telemetry
-
-CLUSTER_KEYS = ("replicas", "groups", "router")
-GROUP_KEYS = ("name", "replicas", "engine", "policy", "classes", "gpus")
-
+from sim.tables import group_engine, group_policy, serving_groups
 
 # ---- the [cluster] table ------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -80,126 +76,16 @@ class ClusterSpec:
         return sum(g.replicas * g.gpus for g in self.groups)
 
 
-def _int_ge1(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
 def parse_cluster(sc: Scenario) -> ClusterSpec:
-    """Validate ``sc.cluster``; every problem is one ScenarioError line naming file, key and value."""
-    src = sc.source
+    """The layout of ``sc``'s ``[cluster]`` (validated with the scenario, :mod:`sim.tables`):
+    each group's resolved engine and policy, and the router."""
+    if not sc.cluster:
+        raise ScenarioError(f"{sc.source}: cluster: expected a table with 'replicas' or 'groups' (got {{}})")
     c = sc.cluster
-    if not isinstance(c, dict) or not c:
-        raise ScenarioError(f"{src}: cluster: expected a table with 'replicas' or 'groups' (got {c!r})")
-    for k in c:
-        if k not in CLUSTER_KEYS:
-            raise ScenarioError(f"{src}: cluster.{k}: unknown key (expected one of {', '.join(CLUSTER_KEYS)})")
-    if ("replicas" in c) == ("groups" in c):
-        raise ScenarioError(f"{src}: cluster: give exactly one of 'replicas = N' or 'groups = [...]' "
-                            f"(got {sorted(k for k in c if k in ('replicas', 'groups')) or 'neither'})")
-    if "replicas" in c:
-        if not _int_ge1(c["replicas"]):
-            raise ScenarioError(f"{src}: cluster.replicas: expected an integer >= 1 (got {c['replicas']!r})")
-        raw_groups = [{"name": "default", "replicas": c["replicas"]}]
-    else:
-        raw_groups = c["groups"]
-        if not isinstance(raw_groups, list) or not raw_groups:
-            raise ScenarioError(f"{src}: cluster.groups: expected a non-empty list of tables (got {raw_groups!r})")
-    classes = set(sc.class_names)
-    groups: list[GroupSpec] = []
-    names: set[str] = set()
-    base_engine = sc.engine.model_dump()
-    for i, g in enumerate(raw_groups):
-        key = f"cluster.groups.{i}"
-        if not isinstance(g, dict):
-            raise ScenarioError(f"{src}: {key}: expected a table (got {g!r})")
-        for k in g:
-            if k not in GROUP_KEYS:
-                raise ScenarioError(f"{src}: {key}.{k}: unknown key (expected one of {', '.join(GROUP_KEYS)})")
-        name = g.get("name", f"g{i}")
-        if not isinstance(name, str) or not name or "/" in name:
-            raise ScenarioError(f"{src}: {key}.name: expected a non-empty string without '/' (got {name!r})")
-        if name in names:
-            raise ScenarioError(f"{src}: {key}.name: duplicate group name (got {name!r})")
-        names.add(name)
-        n = g.get("replicas", 1)
-        if not _int_ge1(n):
-            raise ScenarioError(f"{src}: {key}.replicas: expected an integer >= 1 (got {n!r})")
-        gpus = g.get("gpus", 1)
-        if not _int_ge1(gpus):
-            raise ScenarioError(f"{src}: {key}.gpus: expected an integer >= 1 (GPUs per replica) (got {gpus!r})")
-        over = g.get("engine", {})
-        if not isinstance(over, dict):
-            raise ScenarioError(f"{src}: {key}.engine: expected a table of engine overrides (got {over!r})")
-        try:
-            eng = EngineConfig.model_validate({**base_engine, **over})
-        except ValidationError as err:
-            e = err.errors()[0]
-            loc = ".".join(str(x) for x in e["loc"])
-            if e["type"] == "extra_forbidden":
-                raise ScenarioError(f"{src}: {key}.engine.{loc}: unknown key (see docs/scenario.md)") from None
-            raise ScenarioError(f"{src}: {key}.engine.{loc}: {e['msg']} (got {e.get('input')!r})") from None
-        if eng.timeseries_interval_s != sc.engine.timeseries_interval_s:
-            raise ScenarioError(f"{src}: {key}.engine.timeseries_interval_s: must equal the scenario's "
-                                f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
-                                f"(got {eng.timeseries_interval_s!r})")
-        if "profile" in over or "overhead" in over:
-            from sim.core.costs import ProfileError
-            try:
-                load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
-            except ProfileError as exc:
-                raise ScenarioError(f"{src}: {key}.engine.profile: {exc}") from None
-        pol = sc.policy
-        if "policy" in g:
-            p = g["policy"]
-            if not isinstance(p, dict) or "name" not in p:
-                raise ScenarioError(f"{src}: {key}.policy: expected a table with 'name' (got {p!r})")
-            pol = PolicyConfig.model_validate(p)
-            from policies import make_policy
-            try:
-                make_policy(pol.name, **pol.params())
-            except (KeyError, ValueError, TypeError) as exc:
-                msg = exc.args[0] if exc.args else str(exc)
-                raise ScenarioError(f"{src}: {key}.policy: {msg}") from None
-        cls = g.get("classes")
-        if cls is not None:
-            if not isinstance(cls, list) or not cls or not all(isinstance(x, str) for x in cls):
-                raise ScenarioError(f"{src}: {key}.classes: expected a non-empty list of class names (got {cls!r})")
-            bad = [x for x in cls if x not in classes]
-            if bad:
-                raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
-                                    f"(expected one of {', '.join(sc.class_names)})")
-            cls = tuple(cls)
-        groups.append(GroupSpec(name, n, eng, pol, cls, gpus))
-    partitioned = any(g.classes is not None for g in groups)
-    r = c.get("router", "class_aware" if partitioned else "least_outstanding")
-    if isinstance(r, str):
-        rname, rparams = r, {}
-    elif isinstance(r, dict) and isinstance(r.get("name"), str):
-        rname, rparams = r["name"], {k: v for k, v in r.items() if k != "name"}
-    else:
-        raise ScenarioError(f"{src}: cluster.router: expected a router name or a table with 'name' (got {r!r})")
-    from sim.cluster.routers import make_router
-    try:
-        router = make_router(rname, **rparams)
-    except (KeyError, ValueError, TypeError) as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        raise ScenarioError(f"{src}: cluster.router: {msg}") from None
-    if partitioned and not router.class_aware:
-        raise ScenarioError(f"{src}: cluster.router: groups list 'classes', which only the class_aware "
-                            f"router honours (got {rname!r})")
-    spec = ClusterSpec(tuple(groups), rname, rparams)
-    if router.class_aware:
-        for cname in sc.class_names:
-            if not _serving_groups(spec, cname):
-                raise ScenarioError(f"{src}: cluster.groups: no group serves class {cname!r} (expected a "
-                                    f"group listing it in 'classes', or a group without 'classes')")
-    return spec
-
-
-def _serving_groups(spec: ClusterSpec, cls: str) -> list[int]:
-    """Groups that serve ``cls`` under static partitioning: those listing it, else the catch-alls."""
-    listed = [i for i, g in enumerate(spec.groups) if g.classes is not None and cls in g.classes]
-    return listed or [i for i, g in enumerate(spec.groups) if g.classes is None]
+    groups = tuple(GroupSpec(name, g.replicas, group_engine(sc, g), group_policy(sc, g),
+                             tuple(g.classes) if g.classes is not None else None, g.gpus)
+                   for name, g in c.group_list())
+    return ClusterSpec(groups, c.router_name, c.router_params)
 
 
 # ---- the replicas ---------------------------------------------------------------------------------
@@ -595,7 +481,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     group_sc: dict[str, Scenario] = {}
     group_of: list[int] = []
     for gi, g in enumerate(spec.groups):
-        scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": {}})
+        scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": None})
         group_sc[g.name] = scg
         costs = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead)
         for _ in range(g.replicas):
@@ -611,7 +497,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             group_of.append(gi)
     if router.class_aware:
         for c in sc.class_names:
-            gs = set(_serving_groups(spec, c))
+            gs = set(serving_groups(sc.cluster, c))
             cl.candidates.append([r for r, gi in zip(cl.replicas, group_of) if gi in gs])
     else:
         cl.candidates = [list(cl.replicas) for _ in sc.class_names]
