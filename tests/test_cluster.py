@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
 from sim.experiments.capacity import capacity_search, parse_slos
-from sim.cluster.replicas import ClusterResults, simulate_cluster
+from sim.cluster import ClusterResults, simulate_cluster
 from sim.cluster.routers import ROUTERS, make_router
 
 ROUTER_NAMES = ROUTERS.names()
@@ -364,3 +364,26 @@ def test_merged_inter_token_latency_matches_the_replicas():
     per = [r.summary_dict["classes"]["interactive"]["itl_p99_s"] for r in res.replicas]
     merged = res.summary_dict["classes"]["interactive"]["itl_p99_s"]
     assert min(per) <= merged <= max(per)
+
+
+def test_cluster_imports_point_down():
+    """sim/cluster builds its replicas from sim.assembly, as the single-replica driver does; it
+    never imports the driver (sim.run) that calls it."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "sim" / "cluster"
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [n for n in names if n == "sim.run" or n.startswith("sim.run.")], path.name
+
+
+def test_simulate_is_the_one_driver():
+    """simulate() runs a [cluster] scenario exactly as simulate_cluster does."""
+    sc = scenario_from_dict(cluster_scenario({"replicas": 2, "router": "round_robin"}))
+    a, b = simulate(sc), simulate_cluster(sc)
+    assert isinstance(a, ClusterResults)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert a.summary_dict["cluster"]["replicas"] == b.summary_dict["cluster"]["replicas"]

@@ -10,7 +10,7 @@ import simpy
 from sim import scenario_from_dict, simulate
 from sim.core.prefix_cache import PrefixCache
 from sim.core.request import Request, State
-from sim.run import build_engine
+from sim.assembly import build_engine
 from tests.conftest import small_scenario
 
 
