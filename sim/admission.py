@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError
 
 TENANT_KEYS = {"name", "share", "rate_rps", "burst_requests", "rate_tps", "burst_tokens", "max_concurrency"}
@@ -39,15 +40,9 @@ FAIRNESS_KEYS = {"enabled", "window_s", "measure", "prompt_price", "output_price
 # ---- validation -------------------------------------------------------------------------------
 
 def _num(src: str, key: str, v, *, positive=True, integer=False, minimum=None) -> float:
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    if integer:
-        ok = ok and isinstance(v, int)
     what = "an integer" if integer else "a number"
-    if ok and minimum is not None and v < minimum:
-        ok = False
-    if ok and minimum is None and positive and v <= 0:
-        ok = False
-    if not ok:
+    lower = {"ge": minimum} if minimum is not None else ({"gt": 0} if positive else {})
+    if not in_range(v, integer=integer, **lower):
         bound = f">= {minimum}" if minimum is not None else ("> 0" if positive else "")
         raise ScenarioError(f"{src}: {key}: expected {what} {bound} (got {v!r})".replace("  ", " "))
     return v

@@ -41,6 +41,7 @@ import pandas as pd
 import simpy
 from pydantic import ValidationError
 
+from plumbing.numbers import in_range
 from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.core.costs import NS, load_profile
 from sim.core.engine import NEVER
@@ -81,7 +82,7 @@ class ClusterSpec:
 
 
 def _int_ge1(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return in_range(v, ge=1, integer=True)
 
 
 def parse_cluster(sc: Scenario) -> ClusterSpec:

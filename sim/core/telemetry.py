@@ -17,7 +17,6 @@ from operator import attrgetter
 import numpy as np
 
 from sim.core.columns import CONVERSIONS, FLOAT, RECORDED, SOURCES, STR
-from sim.core.costs import NS
 from sim.core.request import Request
 
 # a request's raw row: its SOURCES attributes in one call (C speed, one tuple per request)
