@@ -380,7 +380,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         import tomli_w  # noqa: F401
     except ImportError:
         _fail("tune needs Optuna: pip install -e '.[tune]'")
-    from sim import tune as tn
+    from sim.experiments import tune as tn
     from sim.experiments.tune_report import side_by_side, write_report
 
     sc = _load(scenario, sets, None, None)
