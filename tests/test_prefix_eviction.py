@@ -11,7 +11,7 @@ from sim import scenario_from_dict, simulate
 from sim.core.prefix_cache import PrefixCache
 from sim.core.preemption import about_to_reuse, eligible_victims, victim_cost_ns, victim_for
 from sim.core.request import Request, State
-from sim.run import build_engine
+from sim.assembly import build_engine
 from tests.conftest import small_scenario
 
 

@@ -164,7 +164,7 @@ def test_max_events_is_a_one_line_safety_stop():
 
 def test_simulate_runs_the_cluster():
     """The Python API runs a [cluster] scenario on its replicas, as the CLI does."""
-    from sim.cluster.replicas import ClusterResults
+    from sim.cluster import ClusterResults
     d = copy.deepcopy(MLFQ_POLICY)
     d["engine"].update(preempt_for_waiting="never", max_events=0)
     d["policy"] = {"name": "fcfs"}

@@ -38,11 +38,11 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plumbing.numbers import in_range
 from sim.core.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
@@ -323,7 +323,7 @@ def _num(d: dict, key: str, where: str, default: float | None = None, minimum: f
             raise ProfileError(f"{where}: missing key '{key}' (expected a number >= {minimum})")
         return default
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum:
+    if not in_range(v, ge=minimum):
         raise ProfileError(f"{where}.{key}: expected a finite number >= {minimum} (got {v!r})")
     return float(v)
 
