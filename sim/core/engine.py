@@ -214,7 +214,7 @@ class Engine:
     # ---- arrivals --------------------------------------------------------------------------
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """Gate a new request at its arrival instant; queue it or record its rejection."""
-        req._oracle_ok = self.oracle
+        req.reveals_output = self.oracle
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         need = req.prompt_tokens + req.max_tokens + self.draft_slots
         if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:
