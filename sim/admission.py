@@ -54,7 +54,8 @@ class TokenBucket:
 
 
 class Gate:
-    """Admission gate (see module docstring). ``check`` -> reason or ''; ``on_finish`` releases."""
+    """Admission gate (see module docstring), a :class:`policies.contracts.Gate`: ``check`` ->
+    reason or ''; ``on_finish`` releases."""
 
     def __init__(self, sc, costs) -> None:
         adm = sc.admission
