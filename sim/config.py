@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator,
                       model_validator)
 
+from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError
 from sim.schema import STRICT, format_error
 from sim.tables import AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_tables, check_tenant_names
@@ -54,12 +55,12 @@ class SpeculativeConfig(BaseModel):
                                  f"(got {acc!r})")
             for key in ("a", "b"):
                 v = acc[key]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                if not in_range(v, gt=0):
                     raise ValueError(f"engine.speculative.acceptance.{key}: must be a number > 0 (got {v!r})")
             return self
         vals = acc.values() if isinstance(acc, dict) else [acc]
         for v in vals:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            if not in_range(v, ge=0.0, le=1.0):
                 raise ValueError(f"engine.speculative.acceptance: must be in [0, 1] (got {v!r})")
         return self
 

@@ -133,7 +133,7 @@ class Replica:
         coh = self.engine.cohort
         # members finishing before the run's last step (only in runs that go on past them)
         self._early = bool(plan.cohort and coh is not None and coh.finish
-                           and coh.finish[0][0] < coh.g + len(durations))
+                           and coh.finish[0][0] < coh.steps + len(durations))
         self._first_gone_ns = -1
         self._run_ev = self.cluster.env.event()
         self._schedule_end(now_ns + sum(durations))
@@ -175,11 +175,11 @@ class Replica:
         now = int(self.cluster.env.now)
         coh = self.engine.cohort
         if self._first_gone_ns < 0:  # the end of the step with the run's first last token
-            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.g - 1]
+            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.steps - 1]
         if now <= self._first_gone_ns:
             return 0
         done = bisect_left(self._step_ends(), now)  # steps ended before now
-        return bisect_right(coh.finish, (coh.g + done, NEVER))
+        return bisect_right(coh.finish, (coh.steps + done, NEVER))
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
@@ -216,7 +216,7 @@ class Replica:
                     t = o.next_boundary
             # provisional: if nothing can run, replica_loop sleeps until exactly this
             e = self.engine
-            self.next_boundary = min(t, e._next_change_ns, cl.stop_ns)
+            self.next_boundary = min(t, e.next_change_ns, cl.stop_ns)
             self.in_flight = False
         return t
 

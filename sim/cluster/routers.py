@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from plumbing.numbers import in_range
 from plumbing.registry import Registry
 from policies import contracts
 from policies.base import RequestView
@@ -113,7 +114,7 @@ class PowerOfTwo(BaseRouter):
     reads_kv = False
 
     def __init__(self, d: int = 2) -> None:
-        if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        if not in_range(d, ge=1, integer=True):
             raise ValueError(f"power_of_two: d must be an integer >= 1 (got {d!r})")
         self.d = d
 
