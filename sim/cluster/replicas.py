@@ -36,7 +36,9 @@ from sim.core.loop import replica_loop
 # ---- the replicas ---------------------------------------------------------------------------------
 class Replica:
     """One replica: its engine and inbox; also the per-replica source its ``replica_loop`` reads
-    and the view a router sees (``index``, ``group``, ``outstanding``, ``kv_used``)."""
+    and the view a router reads (:class:`policies.contracts.ReplicaView`: ``index``, ``group``,
+    ``outstanding``, ``running``, ``waiting``, ``kv_used``, ``waiting_by_class``; a router is
+    typed against that view and reads nothing else)."""
 
     def __init__(self, index: int, group: str, engine, cluster: "_Cluster", trace) -> None:
         self.index = index
@@ -74,7 +76,7 @@ class Replica:
         self.next_boundary = now_ns + sum(durations)
         self.in_flight = True
 
-    # -- the router's view --
+    # -- the router's view (policies.contracts.ReplicaView) --
     @property
     def outstanding(self) -> int:
         e = self.engine
@@ -94,6 +96,16 @@ class Replica:
             self._allocate_through(self._steps_before(int(self.cluster.env.now)))
         p = self.engine.pool
         return (p.total - p.free) / p.total
+
+    @property
+    def waiting_by_class(self) -> dict[str, int]:
+        """Waiting requests (queued here or routed here, not yet taken in) per class name."""
+        counts = {c.name: 0 for c in self.engine.classes}
+        for _, _, r in self.engine.waiting:
+            counts[r.cls] += 1
+        for r in self.inbox:
+            counts[r.cls] += 1
+        return counts
 
     # -- runs that go past arrivals routed elsewhere --
     # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
