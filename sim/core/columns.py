@@ -97,7 +97,7 @@ RECORDED: tuple[Column, ...] = (
     Column("first_token_s", FLOAT, ("first_token_ns",), "seconds_if_set"),
     Column("finish_s", FLOAT, ("finish_ns", "state"), "seconds_if_finished", "NaN unless finished"),
     Column("prompt_tokens", INT, ("prompt_tokens",)),
-    Column("output_tokens", INT, ("_output",), doc="the true output length the workload drew"),
+    Column("output_tokens", INT, ("hidden_output_tokens",), doc="the true output length the workload drew"),
     Column("max_tokens", INT, ("max_tokens",)),
     Column("generated_tokens", INT, ("generated",)),
     Column("status", STR, ("state",), "status", "finished, rejected or unfinished"),

@@ -17,10 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.core.costs import NS
+from sim.core.costs import NEVER, NS
 from sim.core.request import Request
-
-NEVER = 2**62
 
 
 class RequestStream(Protocol):

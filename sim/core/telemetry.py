@@ -110,6 +110,10 @@ class Telemetry:
         if len(self._rows) >= 4096:
             self._flush_rows()
 
+    def rows_recorded(self) -> int:
+        """Requests whose row has been recorded (finished, rejected or ended by the horizon)."""
+        return len(self._rows) + len(self.cols["request_id"])
+
     def _flush_rows(self) -> None:
         if not self._rows:
             return

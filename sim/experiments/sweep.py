@@ -197,11 +197,7 @@ def execute(spec: RunSpec, base_dir: str, source: str, trace_iterations: bool = 
         from sim.run import simulate
 
         sc = scenario_from_dict(spec.scenario, source=f"{source} [{spec.run_id}]", base_dir=_resolve(base_dir))
-        if sc.cluster:  # several replicas behind a router (sim.cluster.replicas)
-            from sim.cluster.replicas import simulate_cluster
-            res = simulate_cluster(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
-        else:
-            res = simulate(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
+        res = simulate(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
         return ("ok", res)
     except Exception as exc:  # noqa: BLE001 - recorded, not swallowed
         return ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())
