@@ -176,6 +176,62 @@ def test_the_sys_path_check_sees_edits(tmp_path):
     assert _sys_path_edits(f) == [2, 3, 4]
 
 
+# sim's layers above the core, lowest first: a module may import its own layer and those
+# before it in this list, never one after it (docs/architecture.md, "Layers")
+SIM_LAYERS = [
+    ("core", lambda rel: rel.startswith("sim/core/")),
+    ("top", lambda rel: rel.count("/") == 1 and rel not in ("sim/run.py", "sim/cli.py", "sim/__init__.py")),
+    ("cluster", lambda rel: rel.startswith("sim/cluster/")),
+    ("run", lambda rel: rel in ("sim/run.py", "sim/__init__.py")),
+    ("experiments", lambda rel: rel.startswith("sim/experiments/")),
+    ("cli", lambda rel: rel == "sim/cli.py"),
+]
+
+
+def _sim_layer(rel: str) -> int:
+    return next(i for i, (_, inside) in enumerate(SIM_LAYERS) if inside(rel))
+
+
+def _module_file(mod: str) -> str | None:
+    """``sim.a.b`` -> ``sim/a/b.py`` or ``sim/a/b/__init__.py`` (None when neither exists)."""
+    base = mod.replace(".", "/")
+    for rel in (base + ".py", base + "/__init__.py"):
+        if (ROOT / rel).is_file():
+            return rel
+    return None
+
+
+def _sim_imports(path: Path) -> set[str]:
+    """The sim modules a file imports anywhere; ``from sim import native`` is ``sim.native``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "sim"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
+                node.module.split(".")[0] == "sim":
+            subs = {f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")}
+            out |= subs or {node.module}
+    return out
+
+
+def test_sim_layers_import_downwards():
+    """The experiment tools and the CLI are imported by nothing below them; the cluster does not
+    import the driver; the scenario plumbing imports neither (imports inside functions count).
+    The one sideways step allowed: the scenario tables name the router registry
+    (sim/cluster/routers.py, which imports nothing of sim)."""
+    bad = []
+    for f in sorted((ROOT / "sim").rglob("*.py")):
+        rel = f.relative_to(ROOT).as_posix()
+        mine = _sim_layer(rel)
+        for mod in _sim_imports(f):
+            target = _module_file(mod)
+            if target is None or target == "sim/cluster/routers.py":
+                continue
+            if _sim_layer(target) > mine:
+                bad.append(f"{rel} ({SIM_LAYERS[mine][0]}) imports {mod} ({SIM_LAYERS[_sim_layer(target)][0]})")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("name", CORE)
 def test_engine_core_imports_only_the_core(name):
     """sim/core is the bottom layer of sim: it imports only itself (and the policies' base),
