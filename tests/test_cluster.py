@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import LINEAR, small_scenario
+from tests.conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
 from sim.experiments.capacity import capacity_search, parse_slos
 from sim.cluster import ClusterResults, simulate_cluster

@@ -208,10 +208,7 @@ def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw, overhea
     """The benchmark's workload (H200 profile, ~100 decoders at once; a small KV pool so that
     preemption happens), with and without the lazily-advanced decode cohort: identical outputs
     and no more events (fewer: a run goes on past members' last tokens when nothing waits)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from core_scenario import scenario
+    from benchmarks.core_scenario import scenario
     sc = scenario(1500, load=0.9)
     sc["engine"].update(preemption=preemption, preempt_for_waiting=pfw, swap_blocks=4000, kv_blocks=6000,
                         overhead=overhead)

@@ -11,17 +11,19 @@ from sim.core.costs import NEVER, NS
 from sim.core.engine import Engine
 from sim.core.errors import StallError
 from sim.core.observe import PROGRESS_EVERY
+from sim.core.source import RequestStream
 
 
-# (83 lines: the SimPy process itself; its waits are yields, so it reads as one loop)
-def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, interval_ns: int,
+# (87 lines: the SimPy process itself; its waits are yields, so it reads as one loop)
+def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, stop_ns: int, interval_ns: int,
                  check_invariants: bool = False, on_boundary=None):
     """The SimPy process of one replica: at each step boundary take the arrivals that are due,
     sample telemetry, re-rank, plan, price, fast-forward where exact, and apply.
 
-    ``source`` provides ``pop_due(now)`` (requests that have arrived) and ``next_arrival_ns()``
-    (when the next may arrive; a lower bound is enough, it only stops fast-forward early), and
-    may provide ``on_run(now, durations)``, told of each run of steps as it starts.
+    ``source`` (:class:`~sim.core.source.RequestStream`) provides ``pop_due(now)`` (requests that
+    have arrived) and ``next_arrival_ns()`` (when the next may arrive; a lower bound is enough,
+    it only stops fast-forward early), and may provide ``on_run(now, durations)``, told of each
+    run of steps as it starts.
     When the replica is idle it sleeps until the next arrival, or on ``source.wakeup`` (a SimPy
     event) when the source has one (a router in front of several replicas).
     """
@@ -33,6 +35,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
     # ends the run, cut short (``held()``) when a request is routed here meanwhile.
     run_bound = getattr(source, "run_bound_ns", None)
     hold = getattr(source, "hold", None)
+    held = getattr(source, "held", None)
+    wakeup = getattr(source, "wakeup", None)
+    finished = getattr(source, "finished", None)
     next_sample = 0
     # next event count at which to check progress (and the max_events stop)
     check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
@@ -50,9 +55,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
         engine.refresh_ranking(now)
         next_arrival = source.next_arrival_ns()
         if not engine.running and not engine.waiting:
-            wakeup = getattr(source, "wakeup", None)
             if wakeup is not None:
-                if source.finished() and next_arrival >= NEVER:
+                if finished is not None and finished() and next_arrival >= NEVER:
                     break
                 yield wakeup(min(next_arrival, stop_ns))
                 continue
@@ -93,7 +97,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
             yield env.timeout(sum(durations))
         else:
             yield hold(now, plan, durations)
-            durations = source.held()  # (the held run allocates its blocks as it goes)
+            assert held is not None  # (a source that holds runs says what it held)
+            durations = held()  # (the held run allocates its blocks as it goes)
         engine.apply(plan, now, durations, compute)
         if check_invariants:
             engine.check_invariants()
