@@ -31,10 +31,11 @@ its values were obtained (``calibrate/fidelity/fit.py`` fits them to published m
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from plumbing.numbers import in_range
 
 #: The preset file (located through ``sim/__init__``: a mypyc-compiled module has no __file__).
 PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core" / "overheads.json"
@@ -113,7 +114,7 @@ def default_preset() -> str:
 
 
 def _term(v, where: str, key: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    if not in_range(v, ge=0):
         raise OverheadError(f"{where}.{key}: expected a finite number >= 0 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
     return float(v)

@@ -278,7 +278,7 @@ def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: 
     verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
     ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound. With
     ``part`` (classes) only those classes' requests are served (one partition, alone)."""
-    from sim.cluster.replicas import simulate_cluster
+    from sim.cluster import simulate_cluster
     from sim.config import scenario_from_dict
 
     t0 = time.perf_counter()
