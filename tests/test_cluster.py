@@ -337,6 +337,32 @@ def test_capacity_early_stop_same_verdicts():
                     assert m["slo_ratio"] <= q["classes"][c]["slo_ratio"] + 1e-12
 
 
+def test_capacity_partitions_apart_same_answers():
+    """Probing each partition alone (its class's requests on its replicas) gives the answers of
+    probing all partitions in lockstep, and each probe's verdict is its class's verdict there."""
+    from sim.experiments.capacity import partitions_apart
+
+    for sc, slo in [(scenario_from_dict(toy(6)), ["lo:done=2.5"]),
+                    (load_scenario("diurnal_two_class", overrides=["horizon_s=30.0"]), [])]:
+        slos = parse_slos(sc, slo)
+        assert partitions_apart(sc, 1.0)
+        a = capacity_search(sc, ["partitioned"], slos, workers=1, max_replicas=16)
+        b = capacity_search(sc, ["partitioned"], slos, workers=1, max_replicas=16, apart=False, early_stop=False)
+        assert a.designs == b.designs
+        assert all(None in p["counts"] for p in a.points[:-1])  # the answer alone is simulated whole
+        joint = {}
+        for p in b.points:
+            for j, c in enumerate(sc.class_names):
+                joint[(j, p["counts"][j])] = p["classes"][c]["ok"]
+        for p in a.points[:-1]:
+            j, k = next((j, k) for j, k in enumerate(p["counts"]) if k is not None)
+            if (j, k) in joint:
+                assert p["ok"] == joint[(j, k)]
+    d = toy(6)
+    d["policy"] = {"name": "sjf_rank", "predictor": "noisy"}  # draws random numbers: not apart
+    assert not partitions_apart(scenario_from_dict(d), 1.0)
+
+
 def test_capacity_limit_and_slo_parsing():
     sc = scenario_from_dict(toy(0))
     rep = capacity_search(sc, ["shared"], parse_slos(sc), workers=1, max_replicas=3)

@@ -20,6 +20,7 @@ those (this file, or a user's module loaded by ``pkg.mod:Class``).
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Sequence
 
 import numpy as np
@@ -69,6 +70,9 @@ def _least(candidates: Sequence[ReplicaView], key) -> ReplicaView:
     return best
 
 
+_OUTSTANDING = attrgetter("outstanding")
+
+
 class RoundRobin(BaseRouter):
     """Each request to the next replica in turn (among its candidates)."""
 
@@ -95,7 +99,9 @@ class LeastOutstanding(BaseRouter):
     reads_kv = False
 
     def route(self, req, candidates, now_ns):
-        return _least(candidates, lambda c: c.outstanding)
+        # (min keeps the first of equal keys: ties to the lowest index, as _least; read for every
+        # candidate at every arrival, so without a Python frame per candidate)
+        return min(candidates, key=_OUTSTANDING)
 
 
 class LeastKV(BaseRouter):
