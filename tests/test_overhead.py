@@ -65,6 +65,46 @@ def test_overhead_terms_add_up():
     assert abs(got - want) <= 2
 
 
+def test_kv_reread_scales_decode_context_cost_and_zero_changes_nothing():
+    """kv_reread r multiplies the per-context-token decode cost by 1 + r (heads/kv_heads - 1);
+    r = 0 prices every step exactly as without the term."""
+    o = {"step_s": 1e-3, "seq_s": 2e-5}
+    base = load_profile("h200-llama-3-8b", overhead=o)
+    zero = load_profile("h200-llama-3-8b", overhead={**o, "kv_reread": 0.0})
+    half = load_profile("h200-llama-3-8b", overhead={**o, "kv_reread": 0.5})
+    shapes = [(0, 8, 0, 0, 8 * 3000), (512, 3, 512 * 512, 0, 900), (0, 1, 0, 0, 30000)]
+    for sh in shapes:
+        assert zero.step_ns(*sh) == base.step_ns(*sh)
+    assert zero.decode_line(8) == base.decode_line(8)
+    g = half.shape.heads / half.shape.kv_heads                     # 4 for Llama-3-8B
+    got = half.step_ns(0, 1, 0, 0, 30000) - base.step_ns(0, 1, 0, 0, 30000)
+    want = base.step.decode_ctx_s * 30000 * 0.5 * (g - 1) * 1e9
+    assert abs(got - want) <= 2 and got > 0
+    a, b = half.decode_line(4)
+    assert half.step_ns(0, 4, 0, 0, 5000) == max(1, round((a + b * 5000) * 1e9))
+
+
+def test_scheduler_steps_divides_cpu_terms_of_decode_steps_only():
+    """Multi-step scheduling: a step without prefill pays step_s and seq_s once per N steps
+    (sampling and all-reduces stay per step); a step with prefill pays in full; N = 1 is
+    exactly the single-step pricing."""
+    o = {"step_s": 1e-3, "seq_s": 2e-5, "sample_s": 1e-11, "allreduce_latency_s": 1e-5}
+    none = load_profile("h200-llama-3-70b-tp4", overhead="none")
+    one = load_profile("h200-llama-3-70b-tp4", overhead=o)
+    same = load_profile("h200-llama-3-70b-tp4", overhead={**o, "scheduler_steps": 1})
+    ten = load_profile("h200-llama-3-70b-tp4", overhead={**o, "scheduler_steps": 10})
+    dec, pre = (0, 16, 0, 0, 16 * 400), (256, 4, 256 * 256, 0, 4 * 400)
+    for sh in (dec, pre):
+        assert same.step_ns(*sh, 1, 1) == one.step_ns(*sh, 1, 1)
+    assert ten.step_ns(*pre, 1, 1) == one.step_ns(*pre, 1, 1)
+    vocab = ten.shape.vocab * 4
+    got = ten.step_ns(*dec) - none.step_ns(*dec)
+    want = (1e-3 / 10 + 2 * 80 * 1e-5 + (2e-5 / 10 + 1e-11 * vocab) * 16) * 1e9
+    assert abs(got - want) <= 2
+    a, b = ten.decode_line(16)
+    assert ten.step_ns(*dec) == max(1, round((a + b * dec[4]) * 1e9))
+
+
 def test_shipped_gpu_profiles_use_the_default_preset_and_inline_profiles_none():
     from sim.core.overhead import default_preset
     for name in ("h200-llama-3-8b", "a100-80gb-llama-3-8b", "h100-sxm-llama-3-70b-tp4", "h200-qwen2.5-7b"):
@@ -85,6 +125,10 @@ def test_presets_resolve_and_inline_tables_start_from_a_preset():
     ("vllm-9", ["no overhead preset 'vllm-9'", "none", "vllm-0.6", "vllm-v1", "sglang"]),
     ({"step_s": -1e-3}, ["step_s", "-0.001", ">= 0", "seq_s"]),
     ({"stepp_s": 1e-3}, ["unknown key 'stepp_s'", "step_s"]),
+    ({"kv_reread": 1.5}, ["kv_reread", "1.5", "between 0 and 1", "scheduler_steps"]),
+    ({"kv_reread": -0.1}, ["kv_reread", "-0.1", ">= 0", "step_s"]),
+    ({"scheduler_steps": 0}, ["scheduler_steps", "0", "integer >= 1", "kv_reread"]),
+    ({"scheduler_steps": 2.5}, ["scheduler_steps", "2.5", "integer >= 1"]),
 ])
 def test_bad_overhead_is_one_line_naming_the_choices(spec, words):
     with pytest.raises(OverheadError) as e:
