@@ -196,6 +196,20 @@ def test_fidelity_command_runs_a_couple_of_rows():
     assert r.exit_code == 2 and "vllm-0.6" in r.output
 
 
+def test_fidelity_rows_declare_multi_step_scheduling_to_the_overhead_model(tmp_path):
+    """A row's num_scheduler_steps setting becomes the overhead's scheduler_steps (on the row's
+    preset, or on a fit's table of terms); rows without it keep the plain preset."""
+    from calibrate.fidelity.suite import load_table, scenario_for
+    t = load_table().set_index("id", drop=False)
+    ms = t.loc["sgl060-vllm-8b-offline-req"].to_dict()
+    eng = scenario_for(ms, tmp_path)["engine"]
+    assert eng["overhead"] == {"preset": "vllm-0.6", "scheduler_steps": 10}
+    assert "num_scheduler_steps" not in eng
+    eng = scenario_for(ms, tmp_path, overhead={"step_s": 1e-3})["engine"]
+    assert eng["overhead"] == {"step_s": 1e-3, "scheduler_steps": 10}
+    assert scenario_for(t.loc["ci9515-lat-8b"].to_dict(), tmp_path)["engine"]["overhead"] == "vllm-0.6"
+
+
 def test_fidelity_table_has_sources_and_enough_coverage():
     from calibrate.fidelity.suite import load_table
     t = load_table()
