@@ -129,6 +129,7 @@ def test_presets_resolve_and_inline_tables_start_from_a_preset():
     ({"kv_reread": -0.1}, ["kv_reread", "-0.1", ">= 0", "step_s"]),
     ({"scheduler_steps": 0}, ["scheduler_steps", "0", "integer >= 1", "kv_reread"]),
     ({"scheduler_steps": 2.5}, ["scheduler_steps", "2.5", "integer >= 1"]),
+    ({"overlap_schedule": 2}, ["overlap_schedule", "2", "0 or 1", "frontend_s"]),
 ])
 def test_bad_overhead_is_one_line_naming_the_choices(spec, words):
     with pytest.raises(OverheadError) as e:
@@ -182,6 +183,29 @@ def test_frontend_latency_delays_the_engine_not_the_arrival(tmp_path):
     assert b.arrival_s == a.arrival_s == 0.5
     assert round(b.ttft_s - a.ttft_s, 9) == 0.05 and round(b.e2e_s - a.e2e_s, 9) == 0.05
     assert round(b.tpot_s - a.tpot_s, 12) == 0
+
+
+def test_overlap_schedule_holds_a_mid_step_arrival_back_one_step(tmp_path, run):
+    """overlap_schedule = 1: the next batch was formed when the running step started, so a
+    request arriving during a step joins the batch after next (its TTFT grows by exactly one
+    step); a request reaching an idle engine starts at once; 0 changes nothing."""
+    from tests.explicit import run_explicit
+    # A alone at t=0: prefill step 0-20 ms, then 10 ms decode steps; B arrives at 25 ms, during
+    # the step that started at 20 ms
+    reqs = [(0.0, "c", 100, 20), (0.025, "c", 100, 20)]
+    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4, "decode_token_s": 0.0,
+                       "context_token_s": 0.0}}
+    a = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.set_index("request_id")
+    eng["overhead"] = {"overlap_schedule": 1}
+    b = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.set_index("request_id")
+    assert b.loc[0, "ttft_s"] == a.loc[0, "ttft_s"]
+    assert round(b.loc[1, "ttft_s"] - a.loc[1, "ttft_s"], 9) == 0.01
+    sc = small_scenario()
+    sc["engine"]["overhead"] = {"step_s": 2e-3, "seq_s": 1e-4}
+    x = run(sc)
+    sc["engine"]["overhead"] = {"step_s": 2e-3, "seq_s": 1e-4, "overlap_schedule": 0, "scheduler_steps": 1,
+                                "kv_reread": 0.0}
+    assert run(sc).requests.equals(x.requests)
 
 
 def test_fidelity_command_runs_a_couple_of_rows():

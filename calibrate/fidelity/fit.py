@@ -37,7 +37,9 @@ FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s":
 #: admissions during decode, no front end): per step and per sequence cannot be told apart,
 #: so ``seq_s`` stays the vllm-0.6 value it starts from and the step cost takes the rest; its
 #: context-dependent rows identify the decode kernel's KV re-reads.
-FITTED_BY_PRESET = {"vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread")}
+#: vllm-v1 has no tensor-parallel fit row, so its all-reduce latency is not fitted either.
+FITTED_BY_PRESET = {"vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread"),
+                    "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s")}
 #: The optimiser's unit (order-1 values) and upper bound of terms that are not seconds.
 UNITS = {**FITTED, "kv_reread": 1e-2}
 UPPER = {"kv_reread": 1.0}
@@ -175,7 +177,7 @@ def main(argv=None) -> None:
         })
         if not (df[(df.overhead == preset) & (df.split == "fit")].tp > 1).any():
             meta["note"] = ("no tensor-parallel fit row: allreduce_latency_s is not identified by this fit "
-                            "and stays at its starting value")
+                            "and is not fitted (it keeps its value)")
         else:
             meta.pop("note", None)
     if not args.dry_run:

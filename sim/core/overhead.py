@@ -34,6 +34,12 @@ eras whose kernels or scheduler differ from what the roofline assumes:
   the CPU terms ``step_s`` and ``seq_s`` of a step without prefill are paid once per N steps
   (``/ N``); sampling and all-reduces are GPU work and stay per step; a step with prefill is a
   single step and pays in full. 1 (the default) is ordinary step-by-step scheduling.
+* ``overlap_schedule`` (0 or 1): the scheduler forms the next batch while the GPU runs the
+  current one (SGLang's overlap scheduler, on by default since SGLang 0.4; TensorRT-LLM's too).
+  A request that reaches the engine after the running step started cannot join the batch already
+  formed for the next step: it waits one step more (a TTFT cost). Not a step price: the replica's
+  step loop (sim/core/loop.py) applies it. 0 (the default): the batch is formed at each step
+  boundary.
 
 With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
 (one ring all-reduce of a token's hidden state). The all-reduce terms come *on top of* the
@@ -68,10 +74,11 @@ TERMS = {
     "frontend_s": "s from a request's arrival until the engine sees it (API server; not GPU time)",
     "kv_reread": "fraction (0..1) of the per-query-head repeat KV reads of a decode step that reach memory",
     "scheduler_steps": "decode steps per scheduler call (integer >= 1; multi-step scheduling)",
+    "overlap_schedule": "1: the next batch is formed while the current step runs (0 or 1)",
 }
 #: The terms that price steps (all but the front-end latency and the multi-step count, which
 #: only divides terms already counted).
-STEP_TERMS = tuple(k for k in TERMS if k not in ("frontend_s", "scheduler_steps"))
+STEP_TERMS = tuple(k for k in TERMS if k not in ("frontend_s", "scheduler_steps", "overlap_schedule"))
 
 
 class OverheadError(ValueError):
@@ -92,6 +99,7 @@ class Overhead:
     frontend_s: float = 0.0
     kv_reread: float = 0.0
     scheduler_steps: int = 1
+    overlap_schedule: int = 0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -163,6 +171,10 @@ def _term(v, where: str, key: str) -> float:
             raise OverheadError(f"{where}.{key}: expected an integer >= 1 (got {v!r}; "
                                 f"terms: {', '.join(TERMS)})")
         return int(v)
+    if key == "overlap_schedule":
+        if isinstance(v, bool) or v not in (0, 1):
+            raise OverheadError(f"{where}.{key}: expected 0 or 1 (got {v!r}; terms: {', '.join(TERMS)})")
+        return int(v)
     if key == "kv_reread" and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
         raise OverheadError(f"{where}.{key}: expected a fraction between 0 and 1 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
@@ -215,6 +227,9 @@ def describe(o: Overhead) -> str:
         if f.name == "scheduler_steps":
             if v > 1:
                 parts.append(f"{v} decode steps per scheduler call")
+            continue
+        if f.name == "overlap_schedule":
+            parts.append("overlap scheduling (next batch formed during the step)")
             continue
         if f.name == "kv_reread":
             parts.append(f"KV re-read {v:.3g} per extra query head")
