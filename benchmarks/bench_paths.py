@@ -42,7 +42,7 @@ print(json.dumps({{"requests": len(res.requests), "engine_s": wall,
 SERVEGEN = r'''
 import json, time
 from sim import load_scenario
-from sim.cluster.replicas import simulate_cluster
+from sim.cluster import simulate_cluster
 # pricing pinned to no engine overhead, as the core cases: the row measures the engine's speed
 # (the default preset's longer steps make a heavier workload, see results.md)
 sets = ["horizon_s=3600", "cluster={{replicas=16}}", 'engine.overhead="none"'] + [f"streams.{{i}}.trace.sample=1.0" for i in range(3)] \

@@ -54,14 +54,14 @@ class FakeRequest:
         self.preemptions = 0
         self.features = {"f_len_hint": float(prompt % 7)}
         self.predicted: dict = {}
-        self._output = output
+        self.hidden_output_tokens = output
         self._oracle_ok = oracle_ok
 
     @property
     def true_output_tokens(self) -> int:
         if not self._oracle_ok:
             raise OracleReadError("true_output_tokens read by a policy that is not an oracle")
-        return self._output
+        return self.hidden_output_tokens
 
 
 CLASSES = {"hi": {"name": "hi", "priority": 0, "ttft_slo_s": 0.5},
@@ -185,14 +185,14 @@ def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every:
             r.last_scheduled_s = now
             pol.on_scheduled(r, 1, step_s, now)
         for r in list(running.values()):
-            if r.generated >= r._output:
+            if r.generated >= r.hidden_output_tokens:
                 if r.request_id in finished:
                     _fail(f"request {r.request_id} finished twice")
                 del running[r.request_id]
                 finished.add(r.request_id)
                 pol.on_finish(r, now)
                 log.append((step, "finish", r.request_id))
-    bad = [r.request_id for r in reqs if r.generated != r._output]
+    bad = [r.request_id for r in reqs if r.generated != r.hidden_output_tokens]
     if bad:
         _fail(f"requests {bad[:5]} received the wrong number of tokens")
     return log

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from plumbing.numbers import bounds_text, in_range
 from policies.base import BasePolicy, RequestView
 
 
@@ -20,25 +21,15 @@ def check_number(policy: str, name: str, value: Any, *, gt: float | None = None,
     """Return ``value`` if it is a finite number within bounds, else raise ``ValueError``."""
     if value is None and allow_none:
         return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    what = []
-    if gt is not None:
-        what.append(f"> {gt:g}")
-        ok = ok and value > gt
-    if ge is not None:
-        what.append(f">= {ge:g}")
-        ok = ok and value >= ge
-    if le is not None:
-        what.append(f"<= {le:g}")
-        ok = ok and value <= le
-    if not ok:
-        expect = "a finite number" + (" " + " and ".join(what) if what else "")
+    if not in_range(value, gt=gt, ge=ge, le=le):
+        what = bounds_text(gt=gt, ge=ge, le=le)
+        expect = "a finite number" + (" " + what if what else "")
         raise ValueError(f"{policy}: {name} must be {expect} (got {value!r})")
     return value
 
 
 def check_int(policy: str, name: str, value: Any, *, ge: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < ge:
+    if not in_range(value, ge=ge, integer=True):
         raise ValueError(f"{policy}: {name} must be an integer >= {ge} (got {value!r})")
     return value
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from policies.base import RequestView
 from policies.common import check_int, check_number
+from plumbing.numbers import is_number
 from plumbing.registry import Registry
 
 
@@ -151,7 +152,7 @@ class LearnedPredictor(Predictor):
         f = {"log_prompt": math.log1p(req.prompt_tokens), ("cls", req.cls): 1.0,
              ("tenant", req.tenant): 1.0}
         for k, v in (req.features or {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            if is_number(v):
                 f[("f", k)] = math.log1p(max(float(v), 0.0))
         return f
 

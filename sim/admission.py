@@ -21,105 +21,13 @@ is rejected at once with a reason (the engine records ``status = rejected`` and
                    Only the work ranked ahead of the request counts, so the least urgent
                    classes are shed first. Requests without either target are never shed.
 
-Configuration is validated by :func:`validate` (called from ``sim.config``); see
-docs/admission.md.
+Configuration: the scenario's ``[admission]``, ``[[tenants]]`` and ``[fairness]`` tables, validated
+with the rest of the scenario (:mod:`sim.tables`); see docs/admission.md.
 """
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-
-from sim.core.errors import ScenarioError
-
-TENANT_KEYS = {"name", "share", "rate_rps", "burst_requests", "rate_tps", "burst_tokens", "max_concurrency"}
-ADMISSION_KEYS = {"shed", "shed_slack", "max_request_tokens", "memory_budget", "class_concurrency"}
-FAIRNESS_KEYS = {"enabled", "window_s", "measure", "prompt_price", "output_price"}
-
-
-# ---- validation -------------------------------------------------------------------------------
-
-def _num(src: str, key: str, v, *, positive=True, integer=False, minimum=None) -> float:
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    if integer:
-        ok = ok and isinstance(v, int)
-    what = "an integer" if integer else "a number"
-    if ok and minimum is not None and v < minimum:
-        ok = False
-    if ok and minimum is None and positive and v <= 0:
-        ok = False
-    if not ok:
-        bound = f">= {minimum}" if minimum is not None else ("> 0" if positive else "")
-        raise ScenarioError(f"{src}: {key}: expected {what} {bound} (got {v!r})".replace("  ", " "))
-    return v
-
-
-def _unknown(src: str, where: str, table: dict, allowed: set) -> None:
-    extra = sorted(set(table) - allowed)
-    if extra:
-        raise ScenarioError(f"{src}: {where}.{extra[0]}: unknown key (expected one of "
-                            f"{', '.join(sorted(allowed))})")
-
-
-def validate(sc) -> None:
-    """Check ``[admission]``, ``[[tenants]]`` and ``[fairness]``; raise ScenarioError (one line)."""
-    src = sc.source
-    adm = sc.admission
-    _unknown(src, "admission", adm, ADMISSION_KEYS)
-    shed = adm.get("shed", "none")
-    if shed not in ("none", "deadline"):
-        raise ScenarioError(f"{src}: admission.shed: expected 'none' or 'deadline' (got {shed!r})")
-    if "shed_slack" in adm:
-        _num(src, "admission.shed_slack", adm["shed_slack"])
-    if "max_request_tokens" in adm:
-        _num(src, "admission.max_request_tokens", adm["max_request_tokens"], integer=True, minimum=0)
-    if "memory_budget" in adm:
-        _num(src, "admission.memory_budget", adm["memory_budget"], minimum=0)
-    cc = adm.get("class_concurrency", {})
-    if not isinstance(cc, dict):
-        raise ScenarioError(f"{src}: admission.class_concurrency: expected a table of class = cap (got {cc!r})")
-    names = set(sc.class_names)
-    for c, v in cc.items():
-        if c not in names:
-            raise ScenarioError(f"{src}: admission.class_concurrency.{c}: no such class "
-                                f"(expected one of {', '.join(sc.class_names)})")
-        _num(src, f"admission.class_concurrency.{c}", v, integer=True, minimum=1)
-    seen = set()
-    for i, t in enumerate(sc.tenants):
-        where = f"tenants.{i}"
-        if not isinstance(t, dict):
-            raise ScenarioError(f"{src}: {where}: expected a table (got {t!r})")
-        _unknown(src, where, t, TENANT_KEYS)
-        name = t.get("name")
-        if not isinstance(name, str) or not name:
-            raise ScenarioError(f"{src}: {where}.name: expected a tenant name string (got {name!r})")
-        if name in seen:
-            raise ScenarioError(f"{src}: {where}.name: duplicate tenant '{name}'")
-        seen.add(name)
-        for k in ("share", "rate_rps", "rate_tps"):
-            if k in t:
-                _num(src, f"{where}.{k}", t[k])
-        for k in ("burst_requests", "burst_tokens"):
-            if k in t:
-                _num(src, f"{where}.{k}", t[k], minimum=1)
-        if "max_concurrency" in t:
-            _num(src, f"{where}.max_concurrency", t["max_concurrency"], integer=True, minimum=1)
-        if "burst_requests" in t and "rate_rps" not in t:
-            raise ScenarioError(f"{src}: {where}.burst_requests: needs rate_rps")
-        if "burst_tokens" in t and "rate_tps" not in t:
-            raise ScenarioError(f"{src}: {where}.burst_tokens: needs rate_tps")
-    fair = sc.fairness
-    _unknown(src, "fairness", fair, FAIRNESS_KEYS)
-    if "enabled" in fair and not isinstance(fair["enabled"], bool):
-        raise ScenarioError(f"{src}: fairness.enabled: expected true or false (got {fair['enabled']!r})")
-    m = fair.get("measure", "tokens")
-    if m not in ("tokens", "gpu_seconds"):
-        raise ScenarioError(f"{src}: fairness.measure: expected 'tokens' or 'gpu_seconds' (got {m!r})")
-    if "window_s" in fair:
-        _num(src, "fairness.window_s", fair["window_s"])
-    for k in ("prompt_price", "output_price"):
-        if k in fair:
-            _num(src, f"fairness.{k}", fair[k], minimum=0)
-
 
 # ---- the gate ---------------------------------------------------------------------------------
 
@@ -152,21 +60,23 @@ class Gate:
         adm = sc.admission
         self.costs = costs
         self.cfg = sc.engine
-        self.shed = adm.get("shed", "none")
-        self.slack = float(adm.get("shed_slack", 1.0))
-        self.max_request_tokens = int(adm.get("max_request_tokens", 0))
-        self.memory_budget = float(adm.get("memory_budget", 0.0))
-        self.class_cap = {c: int(v) for c, v in adm.get("class_concurrency", {}).items()}
+        self.shed = adm.shed
+        self.slack = float(adm.shed_slack)
+        self.max_request_tokens = int(adm.max_request_tokens)
+        self.memory_budget = float(adm.memory_budget)
+        self.class_cap = {c: int(v) for c, v in adm.class_concurrency.items()}
         self.slo = {c.name: c.ttft_slo_s for c in sc.classes}
-        self.tenants = {t["name"]: t for t in sc.tenants}
+        self.tenants = {t.name: t for t in sc.tenants}
         self.req_bucket: dict[str, TokenBucket] = {}
         self.tok_bucket: dict[str, TokenBucket] = {}
         for name, t in self.tenants.items():
-            if "rate_rps" in t:
-                self.req_bucket[name] = TokenBucket(t["rate_rps"], t.get("burst_requests", max(1.0, t["rate_rps"])))
-            if "rate_tps" in t:
-                self.tok_bucket[name] = TokenBucket(t["rate_tps"], t.get("burst_tokens", t["rate_tps"]))
-        self.tenant_cap = {n: int(t["max_concurrency"]) for n, t in self.tenants.items() if "max_concurrency" in t}
+            if t.rate_rps is not None:
+                burst = t.burst_requests if t.burst_requests is not None else max(1.0, t.rate_rps)
+                self.req_bucket[name] = TokenBucket(t.rate_rps, burst)
+            if t.rate_tps is not None:
+                self.tok_bucket[name] = TokenBucket(t.rate_tps, t.burst_tokens if t.burst_tokens is not None
+                                                    else t.rate_tps)
+        self.tenant_cap = {n: int(t.max_concurrency) for n, t in self.tenants.items() if t.max_concurrency is not None}
         self.in_tenant: dict[str, int] = defaultdict(int)
         self.in_class: dict[str, int] = defaultdict(int)
         self.promised: dict[int, int] = defaultdict(int)  # blocks promised per priority
@@ -371,12 +281,10 @@ def _count(it) -> dict:
 
 
 def make_gate(sc, costs):
-    """The gate for a scenario (validated), or None when nothing gates arrivals."""
-    validate(sc)
+    """The gate for a scenario, or None when nothing gates arrivals."""
     adm = sc.admission
-    gating = (adm.get("shed", "none") != "none" or adm.get("max_request_tokens") or adm.get("memory_budget")
-              or adm.get("class_concurrency") or any(set(t) & {"rate_rps", "rate_tps", "max_concurrency"}
-                                                      for t in sc.tenants))
+    gating = (adm.shed != "none" or adm.max_request_tokens or adm.memory_budget or adm.class_concurrency
+              or any(t.gated for t in sc.tenants))
     return Gate(sc, costs) if gating else None
 
 
@@ -385,9 +293,9 @@ def make_fair_policy(sc, policy):
     within a class; otherwise it only keeps the per-tenant books (keys are the inner policy's)."""
     fair = sc.fairness
     from sim.core.fairness import FairShare
-    return FairShare(policy, enabled=bool(fair.get("enabled", False)), shares={t["name"]: float(t.get("share", 1.0)) for t in sc.tenants},
-                     measure=fair.get("measure", "tokens"), window_s=fair.get("window_s", 10.0),
-                     prompt_price=fair.get("prompt_price", 1.0), output_price=fair.get("output_price", 2.0),
+    return FairShare(policy, enabled=fair.enabled, shares={t.name: float(t.share) for t in sc.tenants},
+                     measure=fair.measure, window_s=fair.window_s,
+                     prompt_price=fair.prompt_price, output_price=fair.output_price,
                      max_num_seqs=sc.engine.max_num_seqs,
-                     max_concurrency={t["name"]: int(t["max_concurrency"]) for t in sc.tenants
-                                      if "max_concurrency" in t})
+                     max_concurrency={t.name: int(t.max_concurrency) for t in sc.tenants
+                                      if t.max_concurrency is not None})

@@ -102,15 +102,11 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
         out = Path("results") / f"{sc.name}-{stamp}"
     _check_out(out)
     try:
-        if sc.cluster:  # several replicas behind a router
-            from sim.cluster.replicas import simulate_cluster
-            res = simulate_cluster(sc, trace_iterations=trace_iterations, progress=progress)
-        else:
-            res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
+        res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
     except ScenarioError as exc:
         _fail(str(exc))
     if lenient:
-        from sim.run import skipped_rows
+        from sim.assembly import skipped_rows
         click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
                    err=True)
     try:
@@ -205,7 +201,7 @@ def fidelity(prefixes, overhead, out, docs):
 def workload(scenario, sets, seed, out, lenient):
     """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
     from sim.core.costs import load_profile
-    from sim.run import build_workload, skipped_rows
+    from sim.assembly import build_workload, skipped_rows
     from workloads.stats import stream_stats
 
     sc = _load(scenario, sets, None, seed)
@@ -380,7 +376,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         import tomli_w  # noqa: F401
     except ImportError:
         _fail("tune needs Optuna: pip install -e '.[tune]'")
-    from sim import tune as tn
+    from sim.experiments import tune as tn
     from sim.experiments.tune_report import side_by_side, write_report
 
     sc = _load(scenario, sets, None, None)
@@ -516,7 +512,7 @@ def validate(profile, scenario, n, repeats, out):
     trace = None
     engine = None
     if scenario:
-        from sim.run import build_workload
+        from sim.assembly import build_workload
 
         sc = _load(scenario, (), None, None)
         trace = build_workload(sc).open[["arrival_s", "cls", "prompt_tokens", "output_tokens"]].copy()
@@ -611,10 +607,10 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                 _fail(f"--router: {exc.args[0] if exc.args else exc}")
         # validate one point before the search starts
         from sim.experiments.capacity import design_cluster, design_dims
-        from sim.cluster.replicas import parse_cluster
+        from sim.config import with_cluster
         for d in names:
             dims = design_dims(d, sc.class_names, max_replicas)
-            parse_cluster(sc.model_copy(update={"cluster": design_cluster(d, dims, [1] * len(dims), router)}))
+            with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
         _fail(str(exc))
     for c, s in slo.items():

@@ -1,9 +1,10 @@
 """Scenario files (TOML): one file describes a whole experiment; validated before any work.
 
-The schema is a tree of frozen pydantic models, documented field by field with units. Unknown
-keys are errors everywhere except inside ``[policy]`` (the policy's own parameters, validated by
-the policy) and ``[[streams]]`` (validated by ``workloads``). Every error is reported as one line:
-``<file>: <key>: <what was expected> (got <value>)``.
+The schema is a tree of frozen pydantic models, documented field by field with units; the
+admission, tenants, fairness and cluster tables are in :mod:`sim.tables`. Unknown keys are errors
+everywhere except inside ``[policy]`` (the policy's own parameters, validated by the policy) and
+``[[streams]]`` (validated by ``workloads``). Every error is reported as one line:
+``<file>: <key>: <what was expected> (got <value>)`` (:func:`sim.schema.format_error`).
 
 ``--set KEY=VALUE`` overrides use dotted keys (``engine.max_num_seqs=64``, ``classes.0.priority=1``);
 the value is parsed as a TOML value (so ``64`` is an integer, ``"x"`` or bare ``x`` a string) and
@@ -17,14 +18,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator,
+                      model_validator)
 
+from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError
+from sim.schema import STRICT, format_error
+from sim.tables import AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_tables, check_tenant_names
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-# (allow_inf_nan: an infinite or NaN number is never a meaningful setting)
-STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class SpeculativeConfig(BaseModel):
@@ -53,12 +55,12 @@ class SpeculativeConfig(BaseModel):
                                  f"(got {acc!r})")
             for key in ("a", "b"):
                 v = acc[key]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                if not in_range(v, gt=0):
                     raise ValueError(f"engine.speculative.acceptance.{key}: must be a number > 0 (got {v!r})")
             return self
         vals = acc.values() if isinstance(acc, dict) else [acc]
         for v in vals:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            if not in_range(v, ge=0.0, le=1.0):
                 raise ValueError(f"engine.speculative.acceptance: must be in [0, 1] (got {v!r})")
         return self
 
@@ -144,15 +146,25 @@ class Scenario(BaseModel):
     policy: PolicyConfig = PolicyConfig()
     classes: list[ClassConfig] = Field(min_length=1)
     streams: list[dict] = Field(min_length=1)
-    tenants: list[dict] = Field(default_factory=list)
-    admission: dict = Field(default_factory=dict)
-    fairness: dict = Field(default_factory=dict)
-    cluster: dict = Field(default_factory=dict)
+    tenants: list[TenantConfig] = Field(default_factory=list, description="tenants' shares and limits")
+    admission: AdmissionConfig = Field(AdmissionConfig(), description="the admission gate")
+    fairness: FairnessConfig = Field(FairnessConfig(), description="the fairness accountant")
+    cluster: ClusterConfig | None = Field(None, description="several replicas behind a router (absent: one)")
     # what `priosim tune` searches (docs/tune.md); not part of a run, so not in scenario.json
     tune: dict = Field(default_factory=dict, exclude=True)
     # where the scenario came from (for relative paths and messages); not part of the schema
     source: str = Field("<inline>", exclude=True)
     base_dir: str = Field(".", exclude=True)
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _empty_cluster(cls, v: Any) -> Any:
+        return None if v == {} else v  # an empty [cluster] table: one replica, as without one
+
+    @field_validator("tenants", mode="after")
+    @classmethod
+    def _tenant_names(cls, v: list[TenantConfig]) -> list[TenantConfig]:
+        return check_tenant_names(v)
 
     @model_validator(mode="after")
     def _classes_consistent(self) -> "Scenario":
@@ -192,21 +204,22 @@ class Scenario(BaseModel):
     def class_names(self) -> list[str]:
         return [c.name for c in self.classes]
 
+    @property
+    def fair_accounting(self) -> bool:
+        """Whether the fairness accountant wraps the policy: the scenario has tenants or fairness."""
+        return bool(self.tenants) or bool(self.fairness)
+
+    @property
+    def admission_tables(self) -> bool:
+        """Whether the scenario writes an admission, tenants or fairness table (a gate may apply)."""
+        return bool(self.admission) or self.fair_accounting
+
+    @field_serializer("cluster")
+    def _cluster_as_written(self, v: ClusterConfig | None) -> Any:
+        return {} if not v else v
+
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
-
-
-def _fmt_error(source: str, err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-    msg = e["msg"]
-    if e["type"] == "extra_forbidden":
-        return f"{source}: {loc}: unknown key (check the spelling; see docs/scenario.md)"
-    if e["type"] == "missing":
-        return f"{source}: {loc}: missing required key"
-    if e["type"] == "value_error":
-        return f"{source}: {msg.removeprefix('Value error, ')}"
-    return f"{source}: {loc}: {msg} (got {e.get('input')!r})"
 
 
 def parse_value(text: str) -> Any:
@@ -258,13 +271,25 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError(_fmt_error(source, err)) from None
+        raise ScenarioError(format_error(source, err)) from None
     _validate_parts(sc)
     return sc
 
 
+def with_cluster(sc: Scenario, cluster: dict) -> Scenario:
+    """``sc`` with the ``[cluster]`` table ``cluster``, validated as if the scenario file had it."""
+    try:
+        table = ClusterConfig.model_validate(cluster)
+    except ValidationError as err:
+        raise ScenarioError(format_error(sc.source, err, prefix="cluster")) from None
+    out = sc.model_copy(update={"cluster": table})
+    check_tables(out)
+    return out
+
+
 def _validate_parts(sc: Scenario) -> None:
-    """Validate the pieces owned by other packages: streams, profile, policy, admission/fairness."""
+    """Validate the pieces owned by other packages (streams, profile, policy) and the tables
+    against the rest of the scenario (:func:`sim.tables.check_tables`)."""
     import workloads
     from policies import make_policy
 
@@ -285,9 +310,7 @@ def _validate_parts(sc: Scenario) -> None:
     except (KeyError, ValueError, TypeError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         raise ScenarioError(f"{sc.source}: policy: {msg}") from None
-    if sc.admission or sc.tenants or sc.fairness:
-        from sim.admission import validate as validate_admission
-        validate_admission(sc)
+    check_tables(sc)
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

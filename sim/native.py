@@ -38,8 +38,10 @@ import warnings
 from pathlib import Path
 
 #: The modules compiled (relative to the project root): the per-step and per-request paths.
-MODULES = ("sim/core/cohort.py", "sim/core/costs.py", "sim/core/engine.py", "sim/core/kvpool.py", "sim/core/loop.py", "sim/core/prefix_cache.py",
-           "sim/core/request.py", "sim/core/source.py", "sim/core/telemetry.py")
+MODULES = ("sim/core/apply.py", "sim/core/cohort.py", "sim/core/columns.py", "sim/core/costs.py", "sim/core/engine.py",
+           "sim/core/fastforward.py", "sim/core/kvpool.py", "sim/core/loop.py", "sim/core/observe.py",
+           "sim/core/plan.py", "sim/core/planner.py", "sim/core/preemption.py", "sim/core/prefix_cache.py",
+           "sim/core/request.py", "sim/core/source.py", "sim/core/speculation.py", "sim/core/telemetry.py")
 
 ROOT = Path(__file__).resolve().parent.parent  # (this module itself is never compiled)
 BUILD_RECORD = ROOT / "sim" / "native_build.json"  # module -> sha256 of the source compiled

@@ -2,8 +2,8 @@
 
 Files written by :meth:`Results.save` (the directory is filled under a temporary name and
 renamed when complete, so a folder that exists is a finished run):
-    requests.parquet    one row per request (see ``sim.core.telemetry.COLUMNS`` plus derived
-                        ``queue_wait_s, ttft_s, e2e_s, tpot_s``)
+    requests.parquet    one row per request: the columns of ``sim.core.columns.COLUMNS`` (recorded
+                        by telemetry, then the derived ``queue_wait_s, ttft_s, e2e_s, tpot_s``)
     summary.json        per class, per tenant and overall metrics, plus run facts and provenance
     timeseries.parquet  per interval and class: waiting, running, tokens/s, preemptions; KV use
     iterations.parquet  only with ``trace_iterations``: one row per request per iteration
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.core.columns import DERIVED, FLOAT, INT, RECORDED, STAT_COLUMNS, STATS, Stat
 from sim.core.costs import NS
 
 PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
@@ -43,9 +44,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-METRIC_COLUMNS = ("status", "reject_reason", "first_token_s", "admitted_s", "ttft_s", "e2e_s", "tpot_s",
-                  "queue_wait_s", "generated_tokens", "preemptions", "max_itl_s", "prompt_tokens",
-                  "prefix_hit_tokens", "evicted_miss_tokens")
+METRIC_COLUMNS = STAT_COLUMNS  # the request columns group_metrics reads
 
 
 def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_slo: float | None) -> dict:
@@ -59,20 +58,10 @@ def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_s
         "unfinished": int((g["status"] == "unfinished").sum()),
         "reject_reasons": {str(k): int(v) for k, v in g.loc[g["status"] == "rejected", "reject_reason"].value_counts().sort_index().items()},
     }
-    started = g[g["first_token_s"].notna()]
-    for name, col, pcts in (("ttft", "ttft_s", ("p50", "p90", "p99")), ("e2e", "e2e_s", ("p50", "p90", "p99")),
-                            ("tpot", "tpot_s", ("p50", "p99")), ("queue_wait", "queue_wait_s", ("p50", "p99"))):
-        src = started if name in ("ttft", "queue_wait") else fin
-        for p in pcts:
-            out[f"{name}_{p}_s"] = _q(src[col], PCTS[p])
-        out[f"{name}_mean_s"] = None if src[col].dropna().empty else float(src[col].mean())
-    out["output_tokens_per_s"] = float(g["generated_tokens"].sum() / span_s) if span_s > 0 else 0.0
-    out["preemptions"] = int(g["preemptions"].sum())
-    admitted = g[g["admitted_s"].notna()]
-    prompt = int(admitted["prompt_tokens"].sum())
-    out["prefix_hit_rate"] = float(admitted["prefix_hit_tokens"].sum() / prompt) if prompt else 0.0
-    out["evicted_miss_tokens"] = int(g["evicted_miss_tokens"].sum())
-    out["max_itl_p99_s"] = _q(fin["max_itl_s"], 0.99)
+    among = {"all": g, "finished": fin, "started": g[g["first_token_s"].notna()],
+             "admitted": g[g["admitted_s"].notna()]}
+    for st in STATS:
+        out[st.key] = _stat(st, among[st.among], span_s)
     ok = fin
     if ttft_slo is not None:
         ok = ok[ok["ttft_s"] <= ttft_slo]
@@ -83,6 +72,23 @@ def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_s
         out["goodput_rps"] = float(len(ok) / span_s) if span_s > 0 else 0.0
     out["throughput_rps"] = float(len(fin) / span_s) if span_s > 0 else 0.0
     return out
+
+
+def _stat(st: Stat, g: pd.DataFrame, span_s: float) -> float | int | None:
+    """One statistic (:class:`sim.core.columns.Stat`) of the requests ``g``."""
+    col = g[st.column]
+    if st.how in PCTS:
+        return _q(col, PCTS[st.how])
+    if st.how == "mean":
+        return None if col.dropna().empty else float(col.mean())
+    if st.how == "sum":
+        return int(col.sum())
+    if st.how == "per_s":
+        return float(col.sum() / span_s) if span_s > 0 else 0.0
+    if st.how == "share":
+        whole = int(g[st.per].sum())
+        return float(col.sum() / whole) if whole else 0.0
+    raise ValueError(f"{st.key}: unknown statistic {st.how!r}")
 
 
 @contextmanager
@@ -117,19 +123,13 @@ class Results:
     @classmethod
     def build(cls, sc, costs, tel, run_info: dict, trace) -> "Results":
         req = pd.DataFrame(tel.columns())
-        req = req.astype({"request_id": "int64", "priority": "int64", "stream": "int64", "user": "int64",
-                          "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
-                          "generated_tokens": "int64", "preemptions": "int64", "swapped_blocks": "int64",
-                          "recomputed_tokens": "int64", "swap_fallbacks": "int64",
-                          "prefix_hit_tokens": "int64", "evicted_miss_tokens": "int64"})
-        for c in ("arrival_s", "admitted_s", "first_token_s", "finish_s", "max_itl_s", "deadline_s", "end_s"):
-            req[c] = req[c].astype("float64")
+        req = req.astype({c.name: INT for c in RECORDED if c.dtype == INT})
+        for c in RECORDED:
+            if c.dtype == FLOAT:
+                req[c.name] = req[c.name].astype(FLOAT)
         req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
-        req["queue_wait_s"] = req["admitted_s"] - req["arrival_s"]
-        req["ttft_s"] = req["first_token_s"] - req["arrival_s"]
-        req["e2e_s"] = req["finish_s"] - req["arrival_s"]
-        dec = (req["generated_tokens"] - 1).where(req["generated_tokens"] > 1)
-        req["tpot_s"] = (req["finish_s"] - req["first_token_s"]) / dec
+        for c in DERIVED:
+            req[c.name] = c.derive(req)
         span = max(run_info["end_s"], 1e-9)
         run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
         run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)

@@ -201,6 +201,9 @@ def test_deadline_estimate_waits_for_slots_hand_checked():
     ({"tenants": [{"share": 1}]}, "<inline>: tenants.0.name: expected a tenant name string (got None)"),
     ({"fairness": {"measure": "joules"}}, "<inline>: fairness.measure: expected 'tokens' or 'gpu_seconds' (got 'joules')"),
     ({"fairness": {"enabled": "yes"}}, "<inline>: fairness.enabled: expected true or false (got 'yes')"),
+    ({"tenants": [{"name": "a", "burst_tokens": 5}]}, "<inline>: tenants.0.burst_tokens: needs rate_tps"),
+    ({"tenants": [5]}, "<inline>: tenants.0: expected a table (got 5)"),
+    ({"fairness": {"window_s": float("inf")}}, "<inline>: fairness.window_s: expected a number > 0 (got inf)"),
 ])
 def test_validation_errors_are_one_line(patch, msg):
     with pytest.raises(ScenarioError) as ei:

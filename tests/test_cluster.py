@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
 from sim.experiments.capacity import capacity_search, parse_slos
-from sim.cluster.replicas import ClusterResults, parse_cluster, simulate_cluster
+from sim.cluster import ClusterResults, simulate_cluster
 from sim.cluster.routers import ROUTERS, make_router
 
 ROUTER_NAMES = ROUTERS.names()
@@ -217,13 +217,26 @@ def test_property_kv_conservation_per_replica(replicas, router, kv, mode, rate, 
     ({"groups": [{"name": "a", "engine": {"max_num_seqs": 0}}]}, "cluster.groups.0.engine.max_num_seqs"),
     ({"groups": [{"name": "a"}, {"name": "a"}]}, "duplicate group name"),
     ({"groups": [{"name": "a", "policy": {"name": "nope"}}]}, "cluster.groups.0.policy"),
+    ({"groups": [{"name": "a", "gpus": 0}]}, "cluster.groups.0.gpus: expected an integer >= 1 (GPUs per replica) (got 0)"),
+    ({"groups": [5]}, "cluster.groups.0: expected a table (got 5)"),
+    ({"replicas": 2, "router": 5}, "cluster.router: expected a router name or a table with 'name' (got 5)"),
 ])
 def test_validation_one_line(cluster, expect):
-    sc = scenario_from_dict(cluster_scenario(cluster), source="x.toml")
+    # the [cluster] table is validated with the rest of the scenario, when it is read
     with pytest.raises(ScenarioError) as ei:
-        parse_cluster(sc)
+        scenario_from_dict(cluster_scenario(cluster), source="x.toml")
     msg = str(ei.value)
     assert expect in msg and msg.startswith("x.toml: ") and "\n" not in msg
+
+
+def test_cluster_table_kept_as_written():
+    """scenario.json shows the [cluster] table as the scenario wrote it (no defaults filled in)."""
+    table = {"groups": [{"name": "a", "replicas": 2, "engine": {"max_num_seqs": 8}}, {"classes": ["lo"]}],
+             "router": {"name": "class_aware", "inner": "round_robin"}}
+    sc = scenario_from_dict(cluster_scenario(table))
+    assert sc.to_dict()["cluster"] == table
+    assert [name for name, _ in sc.cluster.group_list()] == ["a", "g1"]
+    assert sc.cluster.router_name == "class_aware" and sc.cluster.router_params == {"inner": "round_robin"}
 
 
 # ---- the capacity search, pinned by hand ------------------------------------------------------------
@@ -351,3 +364,26 @@ def test_merged_inter_token_latency_matches_the_replicas():
     per = [r.summary_dict["classes"]["interactive"]["itl_p99_s"] for r in res.replicas]
     merged = res.summary_dict["classes"]["interactive"]["itl_p99_s"]
     assert min(per) <= merged <= max(per)
+
+
+def test_cluster_imports_point_down():
+    """sim/cluster builds its replicas from sim.assembly, as the single-replica driver does; it
+    never imports the driver (sim.run) that calls it."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "sim" / "cluster"
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [n for n in names if n == "sim.run" or n.startswith("sim.run.")], path.name
+
+
+def test_simulate_is_the_one_driver():
+    """simulate() runs a [cluster] scenario exactly as simulate_cluster does."""
+    sc = scenario_from_dict(cluster_scenario({"replicas": 2, "router": "round_robin"}))
+    a, b = simulate(sc), simulate_cluster(sc)
+    assert isinstance(a, ClusterResults)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert a.summary_dict["cluster"]["replicas"] == b.summary_dict["cluster"]["replicas"]

@@ -30,7 +30,6 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
 from sim import load_scenario, scenario_from_dict, simulate, native
-from sim.cluster.replicas import simulate_cluster
 from core_scenario import scenario
 assert Path(native.__file__).resolve().parents[1] == Path.cwd().resolve(), native.__file__  # the copy's sim
 out = Path(sys.argv[1])
@@ -43,7 +42,7 @@ for mode in ("recompute", "swap", "auto", "off"):
     d["engine"].update(preemption=mode, swap_blocks=4000, kv_blocks=6000)
     cases["bench_" + mode] = scenario_from_dict(d)
 for name, sc in cases.items():
-    res = simulate_cluster(sc) if name == "cluster" else simulate(sc)
+    res = simulate(sc)  # "cluster" runs its three replicas
     res.requests.to_parquet(out / f"{name}.requests.parquet")
     res.timeseries.to_parquet(out / f"{name}.timeseries.parquet")
     s = res.summary_dict

@@ -19,6 +19,7 @@ import pytest
 from sim import load_scenario, simulate
 from sim.core.costs import load_profile
 from sim.core.engine import Engine
+from sim.core.preemption import recompute_cost_ns, swap_cost_ns
 from sim.core.kvpool import KVPool
 from sim.core.request import Request
 from sim.core.telemetry import Telemetry
@@ -191,8 +192,8 @@ def test_auto_crossover_on_shipped_profile():
     eng = _auto_engine(32)
     lengths = np.arange(16, 4096, 16)
     ns = lengths.tolist()  # (plain ints: the compiled engine checks annotated types)
-    swap = np.array([eng.swap_cost_ns(eng.pool.blocks_for(n)) for n in ns])
-    recompute = np.array([eng.recompute_cost_ns(n, 32) for n in ns])
+    swap = np.array([swap_cost_ns(eng, eng.pool.blocks_for(n)) for n in ns])
+    recompute = np.array([recompute_cost_ns(eng, n, 32) for n in ns])
     swap_wins = swap < recompute
     assert not swap_wins[0] and swap_wins[-1]
     crossover = lengths[np.argmax(swap_wins)]
@@ -200,10 +201,10 @@ def test_auto_crossover_on_shipped_profile():
     assert 64 <= crossover <= 1024
     for n in (crossover - 16, crossover):
         expect = "swap" if n >= crossover else "recompute"
-        assert eng._choose_mode(_victim(int(n))) == expect
+        assert eng.preemption.how(eng, _victim(int(n))) == expect
     # a victim that would not fit the host space falls back to recompute
     eng.pool.host_used = eng.pool.host_total
-    assert eng._choose_mode(_victim(4000)) == "fallback"
+    assert eng.preemption.how(eng, _victim(4000)) == "fallback"
 
 
 # ---- the end-to-end flow (chat_vs_batch) --------------------------------------------------
@@ -235,3 +236,17 @@ def test_thrash_scenario_flags_and_cures():
         res = simulate(load_scenario("thrash", overrides=cure))
         assert res.summary_dict["run"]["thrash_ratio"] < 0.01
         assert res.summary_dict["overall"]["output_tokens_per_s"] > tok
+
+
+def test_every_configurable_mode_has_a_strategy():
+    """A preemption mode is one PreemptionMode class registered in MODES plus its name among
+    EngineConfig.preemption's allowed values: the two lists agree."""
+    import typing
+
+    from sim.config import EngineConfig
+    from sim.core.preemption import MODES, PreemptionMode
+    allowed = set(typing.get_args(EngineConfig.model_fields["preemption"].annotation))
+    assert allowed == set(MODES)
+    for name, mode in MODES.items():
+        assert issubclass(mode, PreemptionMode) and mode.name == name
+    assert [n for n, m in MODES.items() if not m.grows_blocks] == ["off"]

@@ -9,8 +9,9 @@ import simpy
 
 from sim import scenario_from_dict, simulate
 from sim.core.prefix_cache import PrefixCache
+from sim.core.preemption import about_to_reuse, eligible_victims, victim_cost_ns, victim_for
 from sim.core.request import Request, State
-from sim.run import build_engine
+from sim.assembly import build_engine
 from tests.conftest import small_scenario
 
 
@@ -99,9 +100,9 @@ def _setup(victim: str, waiter: bool):
 @pytest.mark.parametrize("waiter", [False, True])
 def test_victim_costs_by_hand(waiter):
     eng, R, V1, V2, V3 = _setup("prefix_aware", waiter)
-    reuse = eng._about_to_reuse(None)
+    reuse = about_to_reuse(eng, None)
     assert reuse == ({10, 11} if waiter else set())
-    cost = {v.request_id: eng.victim_cost_ns(v, reuse) for v in (V1, V2, V3)}
+    cost = {v.request_id: victim_cost_ns(eng, v, reuse) for v in (V1, V2, V3)}
     want = {1: 1_320_000 if waiter else 1_000_000, 3: 1_180_000, 2: 2_000_000}
     assert cost == pytest.approx(want, abs=2)
 
@@ -117,15 +118,15 @@ def test_victim_costs_by_hand(waiter):
 ])
 def test_victim_for_a_running_request(victim, waiter, short, expected):
     eng, R, *_ = _setup(victim, waiter)
-    assert eng._victim_for(R, short).request_id == expected
+    assert victim_for(eng, R, short).request_id == expected
 
 
 def test_victim_never_outranks_the_requester_or_its_class_order():
     """The victim is always ranked below the request that needs the block, and of the
     least-urgent class present: with V1..V3 ranked below V1 only V2 and V3 are candidates."""
     eng, R, V1, V2, V3 = _setup("prefix_aware", False)
-    assert eng._victim_for(V1, 1).request_id == 3  # V3 (1.18 ms) beats V2 (2 ms); V1 is not a candidate
-    assert eng._victim_for(V2, 1) is V2  # the lowest-ranked needs a block: it preempts itself, as vLLM
+    assert victim_for(eng, V1, 1).request_id == 3  # V3 (1.18 ms) beats V2 (2 ms); V1 is not a candidate
+    assert victim_for(eng, V2, 1) is V2  # the lowest-ranked needs a block: it preempts itself, as vLLM
 
 
 def test_waiter_preempts_cheapest_eligible_first():
@@ -134,10 +135,10 @@ def test_waiter_preempts_cheapest_eligible_first():
     V2 2.0 / 13 = 153.8 us, V1 1.32 / 7 = 188.6 us."""
     eng, R, V1, V2, V3 = _setup("prefix_aware", True)
     W2 = _req(eng, 11, 0, 100, 0, hash_ids=(30,))
-    assert [v.request_id for v in eng._eligible_victims(W2)] == [3, 2, 1]
+    assert [v.request_id for v in eligible_victims(eng, W2)] == [3, 2, 1]
     eng2, *_ = _setup("rank", True)
     W3 = _req(eng2, 11, 0, 100, 0, hash_ids=(30,))
-    assert [v.request_id for v in eng2._eligible_victims(W3)] == [2, 3, 1]
+    assert [v.request_id for v in eligible_victims(eng2, W3)] == [2, 3, 1]
 
 
 # ---- whole runs --------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 
 import sim.core.engine
 import sim.core.loop
+import sim.core.observe
 from sim import scenario_from_dict, simulate
 from sim.core.errors import ScenarioError, StallError
 
@@ -127,13 +128,13 @@ def test_policy_mode_still_preempts_for_a_more_urgent_waiter():
 def test_a_livelock_stops_with_one_line_naming_requests_and_cause(monkeypatch):
     """Recreate the old sizing bug (draft slots not counted): requests that can never fit thrash
     forever; the progress check stops the run with a StallError naming them and the cause."""
-    monkeypatch.setattr(sim.core.engine, "STALL_MIN", 2048)
+    monkeypatch.setattr(sim.core.observe, "STALL_MIN", 2048)
     monkeypatch.setattr(sim.core.loop, "PROGRESS_EVERY", 256)
     init = sim.core.engine.Engine.__init__
 
     def without_draft_slots(self, *a, **k):
         init(self, *a, **k)
-        self._draft_slots = 0
+        self.draft_slots = 0
 
     monkeypatch.setattr(sim.core.engine.Engine, "__init__", without_draft_slots)
     d = copy.deepcopy(TINY_SPEC)
@@ -163,7 +164,7 @@ def test_max_events_is_a_one_line_safety_stop():
 
 def test_simulate_runs_the_cluster():
     """The Python API runs a [cluster] scenario on its replicas, as the CLI does."""
-    from sim.cluster.replicas import ClusterResults
+    from sim.cluster import ClusterResults
     d = copy.deepcopy(MLFQ_POLICY)
     d["engine"].update(preempt_for_waiting="never", max_events=0)
     d["policy"] = {"name": "fcfs"}

@@ -15,11 +15,7 @@ def test_shipped_scenario_runs(path):
     text = path.read_text()
     assert text.lstrip().startswith("#"), "a scenario opens with a comment saying what question it answers"
     sc = load_scenario(path, overrides=["horizon_s=20.0", "drain=false"])
-    if sc.cluster:
-        from sim.cluster.replicas import simulate_cluster
-        res = simulate_cluster(sc, check_invariants=True)
-    else:
-        res = simulate(sc, check_invariants=True)
+    res = simulate(sc, check_invariants=True)  # a [cluster] scenario runs its replicas
     r = res.requests
     assert set(r.status) <= {"finished", "rejected", "unfinished"}
     assert len(res.summary) == len(sc.classes) + 1

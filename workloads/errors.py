@@ -7,8 +7,9 @@ expected, so a user can fix the scenario or trace without reading code.
 from __future__ import annotations
 
 import difflib
-import math
 from typing import Any, Iterable
+
+from plumbing.numbers import broken_bound, is_integer, is_number
 
 
 class WorkloadError(ValueError):
@@ -31,25 +32,16 @@ def require(key: str, value: Any, ok: bool, expected: str) -> None:
 def number(key: str, value: Any, *, gt: float | None = None, ge: float | None = None,
            le: float | None = None, lt: float | None = None) -> float:
     """Check that ``value`` is a finite real number within the given bounds; return it as float."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    require(key, value, ok, "a finite number")
+    require(key, value, is_number(value), "a finite number")
     v = float(value)
-    if gt is not None:
-        require(key, value, v > gt, f"> {gt:g}")
-    if ge is not None:
-        require(key, value, v >= ge, f">= {ge:g}")
-    if lt is not None:
-        require(key, value, v < lt, f"< {lt:g}")
-    if le is not None:
-        require(key, value, v <= le, f"<= {le:g}")
+    broken = broken_bound(v, gt=gt, ge=ge, lt=lt, le=le)
+    require(key, value, broken is None, str(broken))
     return v
 
 
 def integer(key: str, value: Any, *, ge: int | None = None) -> int:
     """Check that ``value`` is an integer (an integral float is accepted) >= ``ge``."""
-    ok = (isinstance(value, int) and not isinstance(value, bool)) or (
-        isinstance(value, float) and math.isfinite(value) and value.is_integer())
-    require(key, value, ok, "an integer")
+    require(key, value, is_integer(value, integral_floats=True), "an integer")
     v = int(value)
     if ge is not None:
         require(key, value, v >= ge, f"an integer >= {ge}")

@@ -1,4 +1,7 @@
-"""Several replicas on one clock behind a router: cluster specs, replicas, routers, cluster results."""
-from sim.cluster.replicas import ClusterResults, parse_cluster, simulate_cluster
+"""Several replicas on one clock behind a router: the cluster's layout (``spec``), its
+machinery (``replicas``), routers, running it (``driver``) and its results (``results``)."""
+from sim.cluster.driver import simulate_cluster
+from sim.cluster.results import ClusterResults, cluster_json
+from sim.cluster.spec import ClusterSpec, GroupSpec, parse_cluster
 
-__all__ = ["ClusterResults", "parse_cluster", "simulate_cluster"]
+__all__ = ["ClusterResults", "ClusterSpec", "GroupSpec", "cluster_json", "parse_cluster", "simulate_cluster"]

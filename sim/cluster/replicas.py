@@ -1,9 +1,10 @@
 """A cluster of replicas behind a router, sharing one SimPy clock.
 
-``simulate_cluster(scenario)`` runs the scenario's ``[cluster]``: N replicas (or several replica
-groups with their own engine settings, policy and served classes), each an ordinary
-:class:`~sim.core.engine.Engine` driven by :func:`sim.run.replica_loop`, behind a router
-(:mod:`sim.cluster.routers`).
+The scenario's ``[cluster]``: N replicas (or several replica groups with their own engine
+settings, policy and served classes), each an ordinary :class:`~sim.core.engine.Engine` driven by
+:func:`sim.core.loop.replica_loop`, behind a router (:mod:`sim.cluster.routers`). This module is
+the machinery (:class:`Replica`, the router process); :func:`sim.cluster.simulate_cluster`
+assembles and runs it, :mod:`sim.cluster.results` reports it.
 
 Wiring. One global :class:`~sim.core.source.RequestSource` holds the request stream (open arrivals and
 closed-loop users; request ids stay global). A router process wakes at every arrival instant,
@@ -19,187 +20,17 @@ appends the request to that replica's inbox, waking the replica if it sleeps. Ea
   bound only stops fast-forward early, so every replica stays exact;
 * ``wakeup(until)`` is an event the router fires when it pushes to the replica (or the horizon);
 * ``finished()`` says no request can ever reach it again.
-
-Results. :class:`ClusterResults` is a :class:`~sim.results.Results` for the whole cluster (the
-requests table gains ``replica`` and ``group`` columns; percentiles are computed over all requests,
-inter-token gaps merged exactly) plus one Results per replica and per group, and a
-``summary_dict["cluster"]`` section. ``save`` writes the combined run as an ordinary results
-folder (so ``priosim plot``/``compare`` work) with ``replicas/<i>/`` and ``groups/<name>/`` inside.
 """
 from __future__ import annotations
 
-import copy
-import json
-import time
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import accumulate
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import pandas as pd
 import simpy
-from pydantic import ValidationError
 
-from sim.config import EngineConfig, PolicyConfig, Scenario
-from sim.core.costs import NS, load_profile
 from sim.core.engine import NEVER
-from sim.core.errors import ScenarioError
-from sim.results import Results, atomic_dir
 from sim.core.loop import replica_loop
-from sim.run import _seed_for, build_engine, build_workload, engine_run_info, run_to_end, sim_seconds_bar
-from sim.core.telemetry import Telemetry
-
-CLUSTER_KEYS = ("replicas", "groups", "router")
-GROUP_KEYS = ("name", "replicas", "engine", "policy", "classes", "gpus")
-
-
-# ---- the [cluster] table ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GroupSpec:
-    name: str
-    replicas: int
-    engine: EngineConfig
-    policy: PolicyConfig
-    classes: tuple[str, ...] | None  # None: serves the classes no group lists
-    gpus: int = 1  # GPUs per replica (for capacity reports)
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    groups: tuple[GroupSpec, ...]
-    router: str
-    router_params: dict = field(default_factory=dict)
-
-    @property
-    def n_replicas(self) -> int:
-        return sum(g.replicas for g in self.groups)
-
-    @property
-    def gpus(self) -> int:
-        return sum(g.replicas * g.gpus for g in self.groups)
-
-
-def _int_ge1(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-def parse_cluster(sc: Scenario) -> ClusterSpec:
-    """Validate ``sc.cluster``; every problem is one ScenarioError line naming file, key and value."""
-    src = sc.source
-    c = sc.cluster
-    if not isinstance(c, dict) or not c:
-        raise ScenarioError(f"{src}: cluster: expected a table with 'replicas' or 'groups' (got {c!r})")
-    for k in c:
-        if k not in CLUSTER_KEYS:
-            raise ScenarioError(f"{src}: cluster.{k}: unknown key (expected one of {', '.join(CLUSTER_KEYS)})")
-    if ("replicas" in c) == ("groups" in c):
-        raise ScenarioError(f"{src}: cluster: give exactly one of 'replicas = N' or 'groups = [...]' "
-                            f"(got {sorted(k for k in c if k in ('replicas', 'groups')) or 'neither'})")
-    if "replicas" in c:
-        if not _int_ge1(c["replicas"]):
-            raise ScenarioError(f"{src}: cluster.replicas: expected an integer >= 1 (got {c['replicas']!r})")
-        raw_groups = [{"name": "default", "replicas": c["replicas"]}]
-    else:
-        raw_groups = c["groups"]
-        if not isinstance(raw_groups, list) or not raw_groups:
-            raise ScenarioError(f"{src}: cluster.groups: expected a non-empty list of tables (got {raw_groups!r})")
-    classes = set(sc.class_names)
-    groups: list[GroupSpec] = []
-    names: set[str] = set()
-    base_engine = sc.engine.model_dump()
-    for i, g in enumerate(raw_groups):
-        key = f"cluster.groups.{i}"
-        if not isinstance(g, dict):
-            raise ScenarioError(f"{src}: {key}: expected a table (got {g!r})")
-        for k in g:
-            if k not in GROUP_KEYS:
-                raise ScenarioError(f"{src}: {key}.{k}: unknown key (expected one of {', '.join(GROUP_KEYS)})")
-        name = g.get("name", f"g{i}")
-        if not isinstance(name, str) or not name or "/" in name:
-            raise ScenarioError(f"{src}: {key}.name: expected a non-empty string without '/' (got {name!r})")
-        if name in names:
-            raise ScenarioError(f"{src}: {key}.name: duplicate group name (got {name!r})")
-        names.add(name)
-        n = g.get("replicas", 1)
-        if not _int_ge1(n):
-            raise ScenarioError(f"{src}: {key}.replicas: expected an integer >= 1 (got {n!r})")
-        gpus = g.get("gpus", 1)
-        if not _int_ge1(gpus):
-            raise ScenarioError(f"{src}: {key}.gpus: expected an integer >= 1 (GPUs per replica) (got {gpus!r})")
-        over = g.get("engine", {})
-        if not isinstance(over, dict):
-            raise ScenarioError(f"{src}: {key}.engine: expected a table of engine overrides (got {over!r})")
-        try:
-            eng = EngineConfig.model_validate({**base_engine, **over})
-        except ValidationError as err:
-            e = err.errors()[0]
-            loc = ".".join(str(x) for x in e["loc"])
-            if e["type"] == "extra_forbidden":
-                raise ScenarioError(f"{src}: {key}.engine.{loc}: unknown key (see docs/scenario.md)") from None
-            raise ScenarioError(f"{src}: {key}.engine.{loc}: {e['msg']} (got {e.get('input')!r})") from None
-        if eng.timeseries_interval_s != sc.engine.timeseries_interval_s:
-            raise ScenarioError(f"{src}: {key}.engine.timeseries_interval_s: must equal the scenario's "
-                                f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
-                                f"(got {eng.timeseries_interval_s!r})")
-        if "profile" in over or "overhead" in over:
-            from sim.core.costs import ProfileError
-            try:
-                load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
-            except ProfileError as exc:
-                raise ScenarioError(f"{src}: {key}.engine.profile: {exc}") from None
-        pol = sc.policy
-        if "policy" in g:
-            p = g["policy"]
-            if not isinstance(p, dict) or "name" not in p:
-                raise ScenarioError(f"{src}: {key}.policy: expected a table with 'name' (got {p!r})")
-            pol = PolicyConfig.model_validate(p)
-            from policies import make_policy
-            try:
-                make_policy(pol.name, **pol.params())
-            except (KeyError, ValueError, TypeError) as exc:
-                msg = exc.args[0] if exc.args else str(exc)
-                raise ScenarioError(f"{src}: {key}.policy: {msg}") from None
-        cls = g.get("classes")
-        if cls is not None:
-            if not isinstance(cls, list) or not cls or not all(isinstance(x, str) for x in cls):
-                raise ScenarioError(f"{src}: {key}.classes: expected a non-empty list of class names (got {cls!r})")
-            bad = [x for x in cls if x not in classes]
-            if bad:
-                raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
-                                    f"(expected one of {', '.join(sc.class_names)})")
-            cls = tuple(cls)
-        groups.append(GroupSpec(name, n, eng, pol, cls, gpus))
-    partitioned = any(g.classes is not None for g in groups)
-    r = c.get("router", "class_aware" if partitioned else "least_outstanding")
-    if isinstance(r, str):
-        rname, rparams = r, {}
-    elif isinstance(r, dict) and isinstance(r.get("name"), str):
-        rname, rparams = r["name"], {k: v for k, v in r.items() if k != "name"}
-    else:
-        raise ScenarioError(f"{src}: cluster.router: expected a router name or a table with 'name' (got {r!r})")
-    from sim.cluster.routers import make_router
-    try:
-        router = make_router(rname, **rparams)
-    except (KeyError, ValueError, TypeError) as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        raise ScenarioError(f"{src}: cluster.router: {msg}") from None
-    if partitioned and not router.class_aware:
-        raise ScenarioError(f"{src}: cluster.router: groups list 'classes', which only the class_aware "
-                            f"router honours (got {rname!r})")
-    spec = ClusterSpec(tuple(groups), rname, rparams)
-    if router.class_aware:
-        for cname in sc.class_names:
-            if not _serving_groups(spec, cname):
-                raise ScenarioError(f"{src}: cluster.groups: no group serves class {cname!r} (expected a "
-                                    f"group listing it in 'classes', or a group without 'classes')")
-    return spec
-
-
-def _serving_groups(spec: ClusterSpec, cls: str) -> list[int]:
-    """Groups that serve ``cls`` under static partitioning: those listing it, else the catch-alls."""
-    listed = [i for i, g in enumerate(spec.groups) if g.classes is not None and cls in g.classes]
-    return listed or [i for i, g in enumerate(spec.groups) if g.classes is None]
 
 
 # ---- the replicas ---------------------------------------------------------------------------------
@@ -290,7 +121,7 @@ class Replica:
         coh = self.engine.cohort
         # members finishing before the run's last step (only in runs that go on past them)
         self._early = bool(plan.cohort and coh is not None and coh.finish
-                           and coh.finish[0][0] < coh.g + len(durations))
+                           and coh.finish[0][0] < coh.steps + len(durations))
         self._first_gone_ns = -1
         self._run_ev = self.cluster.env.event()
         self._schedule_end(now_ns + sum(durations))
@@ -332,11 +163,11 @@ class Replica:
         now = int(self.cluster.env.now)
         coh = self.engine.cohort
         if self._first_gone_ns < 0:  # the end of the step with the run's first last token
-            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.g - 1]
+            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.steps - 1]
         if now <= self._first_gone_ns:
             return 0
         done = bisect_left(self._step_ends(), now)  # steps ended before now
-        return bisect_right(coh.finish, (coh.g + done, NEVER))
+        return bisect_right(coh.finish, (coh.steps + done, NEVER))
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
@@ -373,7 +204,7 @@ class Replica:
                     t = o.next_boundary
             # provisional: if nothing can run, replica_loop sleeps until exactly this
             e = self.engine
-            self.next_boundary = min(t, e._next_change_ns, cl.stop_ns)
+            self.next_boundary = min(t, e.next_change_ns, cl.stop_ns)
             self.in_flight = False
         return t
 
@@ -501,204 +332,15 @@ class _Cluster:
             o.notify()  # idle replicas re-check finished()
 
 
-# ---- results --------------------------------------------------------------------------------------
-@dataclass
-class ClusterResults(Results):
-    """Results of the whole cluster plus ``replicas`` (one Results each, index order), ``groups``
-    (name -> Results over the group's replicas) and ``cluster`` (the layout)."""
-
-    replicas: list = field(default_factory=list)
-    groups: dict = field(default_factory=dict)
-    cluster: dict = field(default_factory=dict)
-
-    def replica_table(self) -> pd.DataFrame:
-        """One row per replica: group, requests, TTFT p99 per class, output tokens/s, busy time."""
-        return pd.DataFrame(self.summary_dict["cluster"]["replicas"])
-
-    def group_table(self) -> pd.DataFrame:
-        rows = []
-        for name, g in self.summary_dict["cluster"]["groups"].items():
-            for cname, m in g["classes"].items():
-                if m["arrived"]:
-                    rows.append({"group": name, "replicas": g["replicas"], "class": cname, "arrived": m["arrived"],
-                                 "finished": m["finished"], "ttft_p99_s": m["ttft_p99_s"],
-                                 "tpot_p99_s": m["tpot_p99_s"], "output_tokens_per_s": m["output_tokens_per_s"],
-                                 "slo_attainment": m.get("slo_attainment")})
-        return pd.DataFrame(rows)
-
-    def save(self, out_dir: str | Path) -> Path:
-        """The cluster's files, and each replica's and group's below them, atomically."""
-        with atomic_dir(out_dir) as tmp:
-            self.write_files(tmp)
-            for i, r in enumerate(self.replicas):
-                r.save(tmp / "replicas" / str(i))
-            for name, r in self.groups.items():
-                r.save(tmp / "groups" / name)
-        return Path(out_dir)
+_MOVED = {"ClusterResults": "sim.cluster.results", "cluster_json": "sim.cluster.results",
+          "ClusterSpec": "sim.cluster.spec", "GroupSpec": "sim.cluster.spec", "parse_cluster": "sim.cluster.spec",
+          "simulate_cluster": "sim.cluster.driver"}
 
 
-def _same_run(scg: Scenario, sc: Scenario) -> bool:
-    """Whether a group's scenario builds the same Results as the cluster's from the same
-    replicas (everything ``Results.build`` reads but the resolved scenario itself)."""
-    return scg.engine == sc.engine and scg.policy == sc.policy
-
-
-def _sum_info(infos: list[dict], end_ns: int) -> dict:
-    out = {k: sum(i[k] for i in infos) for k in ("engine_events", "iterations", "busy_s", "thrash_s",
-                                                 "idle_with_work_s", "kv_blocks", "swap_blocks",
-                                                 "prefix_evictions")}
-    modes: dict[str, int] = {}
-    for i in infos:
-        for k, v in i["preemptions_by_mode"].items():
-            modes[k] = modes.get(k, 0) + v
-    out.update(end_s=end_ns / NS, preemptions_by_mode=modes, speculative=None, policy={})
-    return out
-
-
-# ---- the simulation -------------------------------------------------------------------------------
-def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
-                     load_scale: float = 1.0, check_invariants: bool = False,
-                     per_replica: bool = True, fast: bool = True, workload=None,
-                     on_end=None) -> ClusterResults:
-    """Run ``scenario`` (which has a ``[cluster]`` table) and return a :class:`ClusterResults`.
-
-    ``per_replica=False`` skips the per-replica and per-group Results (faster; the capacity
-    search uses it). ``check_invariants`` checks every replica's KV conservation after every
-    engine event. ``fast=False`` stops every replica's run at every arrival in the cluster (the
-    plain way; same results, more engine events); with closed-loop users runs always stop there.
-    ``workload``: the stream to serve, built by the caller (``sim.run.build_workload`` with the
-    same ``load_scale``; it is not modified, so several runs may share it). ``on_end(request,
-    ns)`` is told of every request that finishes or is rejected; an exception it raises ends the
-    run and propagates.
-    """
-    from sim.cluster.routers import make_router
-    from sim.core.source import RequestSource
-
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    sc = scenario
-    spec = parse_cluster(sc)
-    env = simpy.Environment()
-    wl = build_workload(sc, load_scale) if workload is None else workload
-    cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
-    g0 = spec.groups[0].engine  # the front-end latency of the first group's engine overhead
-    fe_s = load_profile(g0.profile, Path(sc.base_dir), overhead=g0.overhead).overhead.frontend_s
-    source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes], delay_ns=round(fe_s * NS))
-    closed_loop = bool(wl.closed)
-    if workload is None:
-        wl.open = None  # the source holds the stream in compact arrays; free the DataFrame
-    horizon_ns = int(round(sc.horizon_s * NS))
-    stop_ns = NEVER if sc.drain else horizon_ns
-    router = make_router(spec.router, **spec.router_params)
-    router.bind(spec.n_replicas, _seed_for(sc.seed, "router"))
-    cl = _Cluster(env, source, [], router, [], stop_ns, closed=closed_loop, fast=fast and not closed_loop)
-    cl.on_end = on_end
-    group_sc: dict[str, Scenario] = {}
-    group_of: list[int] = []
-    for gi, g in enumerate(spec.groups):
-        scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": {}})
-        group_sc[g.name] = scg
-        costs = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead)
-        for _ in range(g.replicas):
-            i = len(cl.replicas)
-            trace = [] if trace_iterations else None
-            eng = build_engine(scg, env, costs, trace=trace, engine_cfg=g.engine, seed_tag=f"/replica{i}")
-            eng.on_request_end = cl.on_request_end
-            # runs may go on past decoders' last tokens (what a router reads is adjusted for
-            # them, except KV use, which they would release)
-            eng.through_finishes = cl.fast and not getattr(router, "reads_kv", True)
-            rep = Replica(i, g.name, eng, cl, trace)
-            cl.replicas.append(rep)
-            group_of.append(gi)
-    if router.class_aware:
-        for c in sc.class_names:
-            gs = set(_serving_groups(spec, c))
-            cl.candidates.append([r for r, gi in zip(cl.replicas, group_of) if gi in gs])
-    else:
-        cl.candidates = [list(cl.replicas) for _ in sc.class_names]
-    cl.allowed = [{r.index for r in c} for c in cl.candidates]
-
-    bar, on_boundary = sim_seconds_bar(progress, sc.horizon_s, f"{sc.name} x{len(cl.replicas)}")
-    interval_ns = int(round(sc.engine.timeseries_interval_s * NS))
-    env.process(cl.router_proc())
-    for rep in cl.replicas:
-        env.process(cl.replica_proc(rep, interval_ns, check_invariants, on_boundary))
-    run_to_end(env, bar)
-    end_ns = int(env.now)
-    for rep in cl.replicas:
-        # requests routed but never taken in (a replica that stopped at the horizon) too
-        rep.engine.close(end_ns, also=rep.inbox)
-        rep.inbox.clear()
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    infos = [engine_run_info(rep.engine, end_ns) for rep in cl.replicas]
-
-    def build(scx, reps, info, trace=None) -> Results:
-        costs = reps[0].engine.costs
-        tel = reps[0].engine.tel if len(reps) == 1 else Telemetry.merged(
-            [r.engine.tel for r in reps], sc.class_names, interval_ns, costs, scx.engine.block_size)
-        info = {**info, "wall_s": wall, "cpu_s": cpu, "workload": wl.meta}
-        return Results.build(scx, costs, tel, info, trace)
-
-    rep_res: list[Results] = []
-    grp_res: dict[str, Results] = {}
-    if per_replica:
-        for rep, info in zip(cl.replicas, infos):
-            r = build(group_sc[rep.group], [rep], info, rep.trace)
-            r.requests.insert(1, "replica", rep.index)
-            if r.iterations is not None:
-                r.iterations.insert(0, "replica", rep.index)
-            rep_res.append(r)
-        for g in spec.groups:
-            reps = [r for r in cl.replicas if r.group == g.name]
-            if len(reps) == len(cl.replicas) and _same_run(group_sc[g.name], sc):
-                continue  # one group of every replica: its Results are the cluster's (below)
-            grp_res[g.name] = build(group_sc[g.name], reps, _sum_info([infos[r.index] for r in reps], end_ns))
-    comb = build(sc, cl.replicas, _sum_info(infos, end_ns))
-    if per_replica and len(grp_res) < len(spec.groups):
-        g = spec.groups[0]  # the only group: a copy, before the cluster's columns are added
-        grp_res[g.name] = Results(comb.requests.copy(), comb.summary.copy(), comb.timeseries.copy(),
-                                  copy.deepcopy(comb.summary_dict), group_sc[g.name].to_dict(), None,
-                                  dict(comb.manifest))
-    req = comb.requests
-    rep_col = req["request_id"].map(cl.assign)
-    req.insert(1, "replica", rep_col.astype("int64"))
-    req.insert(2, "group", [cl.replicas[i].group for i in req["replica"]])
-    if per_replica and trace_iterations:
-        its = [r.iterations for r in rep_res if r.iterations is not None]
-        comb.iterations = pd.concat(its, ignore_index=True) if its else None
-    layout = {
-        "router": spec.router, "router_params": spec.router_params, "replicas_total": spec.n_replicas,
-        "gpus_total": spec.gpus,
-        "groups": {}, "replicas": [],
-    }
-    for g in spec.groups:
-        reps = [r for r in cl.replicas if r.group == g.name]
-        entry = {"replicas": g.replicas, "gpus_per_replica": g.gpus, "classes": list(g.classes) if g.classes else None,
-                 "first_replica": reps[0].index, "busy_s": sum(infos[r.index]["busy_s"] for r in reps)}
-        if g.name in grp_res:
-            sd = grp_res[g.name].summary_dict
-            entry["classes"] = {k: {kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}
-                                for k, v in sd["classes"].items()}
-            entry["served_classes"] = list(g.classes) if g.classes else None
-            entry["overall"] = {k: v for k, v in sd["overall"].items() if not isinstance(v, dict)}
-        layout["groups"][g.name] = entry
-    span = max(end_ns / NS, 1e-9)
-    for rep, info in zip(cl.replicas, infos):
-        row = {"replica": rep.index, "group": rep.group, "routed": rep.routed, "busy_s": info["busy_s"],
-               "utilisation": info["busy_s"] / span, "engine_events": info["engine_events"],
-               "kv_blocks": info["kv_blocks"]}
-        if per_replica:
-            s = rep_res[rep.index].summary_dict
-            row["finished"] = s["overall"]["finished"]
-            row["output_tokens_per_s"] = s["overall"]["output_tokens_per_s"]
-            for cname, m in s["classes"].items():
-                row[f"ttft_p99_s[{cname}]"] = m["ttft_p99_s"]
-        layout["replicas"].append(row)
-    layout["router_report"] = router.report()
-    comb.summary_dict["cluster"] = layout
-    comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas}
-    return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
-                          comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
-
-
-def cluster_json(res: ClusterResults) -> str:
-    return json.dumps(res.cluster, indent=1, default=str)
+def __getattr__(name: str):
+    """Names that lived here before the cluster was split into spec, driver and results modules
+    (``from sim.cluster.replicas import simulate_cluster`` keeps working; prefer ``sim.cluster``)."""
+    if name in _MOVED:
+        import importlib
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

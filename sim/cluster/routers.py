@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plumbing.numbers import in_range
 from plumbing.registry import Registry
 
 ROUTERS = Registry("router")
@@ -101,7 +102,7 @@ class PowerOfTwo(Router):
     reads_kv = False
 
     def __init__(self, d: int = 2) -> None:
-        if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        if not in_range(d, ge=1, integer=True):
             raise ValueError(f"power_of_two: d must be an integer >= 1 (got {d!r})")
         self.d = d
 

@@ -5,11 +5,12 @@ every following step changes in a fully predictable way: each step adds one to i
 generated and known tokens, the step's duration to its attained service (and as an inter-token
 gap), and every ``block_size`` tokens one KV block. Updating each such request every step is
 O(batch) Python work per engine event, the floor the profile showed. Instead the engine keeps
-them in a :class:`DecodeCohort` that advances with one counter, ``g`` (cohort steps taken).
-A member records ``g`` and its own fields when it joins (or is last synced); its true fields are
-those plus ``g - g0`` steps, brought up to date (:meth:`DecodeCohort.sync`) only when someone
-needs to look: when it finishes, and for every member when a preemption, a policy re-key, an
-admission gate's estimate or the end of the run needs them.
+them in a :class:`DecodeCohort` that advances with one counter, ``steps`` (cohort steps taken,
+``g`` below). A member records ``g`` (as its ``cohort_base_step``, ``g0`` below) and its own
+fields when it joins (or is last synced); its true fields are those plus ``g - g0`` steps,
+brought up to date (:meth:`DecodeCohort.sync`) only when someone needs to look: when it
+finishes, and for every member when a preemption, a policy re-key, an admission gate's estimate
+or the end of the run needs them.
 
 What the engine needs per step stays O(classes x block_size), whatever the batch size:
 
@@ -41,7 +42,7 @@ from bisect import bisect_left, insort
 from sim.core.costs import NS
 from sim.core.request import Request
 
-NOT_MEMBER = -1  # Request.cohort_g0 of a request outside the cohort
+NOT_MEMBER = -1  # Request.cohort_base_step of a request outside the cohort
 
 
 class DecodeCohort:
@@ -56,8 +57,8 @@ class DecodeCohort:
     def __init__(self, n_classes: int, block_size: int, grows_blocks: bool) -> None:
         self.bs = block_size
         self.grows = grows_blocks
-        self.g = 0  # cohort steps taken
-        self.alloc_g = 0  # steps whose KV blocks have been allocated (g, or more inside a run)
+        self.steps = 0  # cohort steps taken
+        self.steps_allocated = 0  # steps whose KV blocks have been allocated (``steps``, or more inside a run)
         self.end_ns = -1  # end of the last cohort step
         self.svc_ns = 0  # total duration of cohort steps, ns
         self.n_classes = n_classes
@@ -77,8 +78,8 @@ class DecodeCohort:
         self.ctx_off = 0  # sum over members of (computed0 - g0)
         # (cohort step that ends with the member's last token, admit_seq, member), ascending
         self.finish: list[tuple[int, int, Request]] = []
-        self._mx_g: list[int] = []  # monotone stack: step index (increasing) ...
-        self._mx_d: list[int] = []  # ... and duration (decreasing): max of steps >= index
+        self._max_step: list[int] = []  # monotone stack of step durations: step index (increasing) ...
+        self._max_dur: list[int] = []  # ... and duration (decreasing): max of steps >= index
 
     def __len__(self) -> int:
         return len(self.members)
@@ -87,26 +88,26 @@ class DecodeCohort:
     def join(self, r: Request) -> None:
         """``r`` emitted a token at the end of the last step and now decodes one per step; its
         blocks cover exactly its computed tokens (the engine checks both)."""
-        g = self.g
-        r.cohort_g0 = r.cohort_j0 = g
-        r.cohort_svc0 = self.svc_ns
+        g = self.steps
+        r.cohort_base_step = r.cohort_join_step = g
+        r.cohort_base_svc_ns = self.svc_ns
         self.members[r.request_id] = r
         ci = r.cls_idx
         self.n_cls[ci] += 1
         if self.grows:
             self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
-        insort(self.finish, (g + r._output - r.generated, r.admit_seq, r))
+        insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
 
     def leave(self, r: Request) -> None:
         """Member ``r`` leaves alone (synced; its blocks cover the steps allocated so far)."""
         self.sync(r)
-        self.finish.remove((self.g + r._output - r.generated, r.admit_seq, r))
+        self.finish.remove((self.steps + r.hidden_output_tokens - r.generated, r.admit_seq, r))
         self._leave(r)
         if not self.members:
             # the last member took the blocks of the step in progress with it (as dissolve
             # does): a later joiner must not count a step ahead that nobody allocated
-            self.alloc_g = self.g
+            self.steps_allocated = self.steps
 
     def _leave(self, r: Request) -> None:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
@@ -114,15 +115,15 @@ class DecodeCohort:
         ci = r.cls_idx
         self.n_cls[ci] -= 1
         if self.grows:
-            self.residues[ci][(r.cohort_g0 - r.computed) % self.bs] -= 1
-        self.ctx_off -= r.computed - r.cohort_g0
+            self.residues[ci][(r.cohort_base_step - r.computed) % self.bs] -= 1
+        self.ctx_off -= r.computed - r.cohort_base_step
         self._log_span(r)
-        r.cohort_g0 = NOT_MEMBER
+        r.cohort_base_step = NOT_MEMBER
 
     def _log_span(self, r: Request) -> None:
-        """``r`` emitted a token at the end of cohort steps cohort_j0 .. g-1."""
-        self.log_j0.append(r.cohort_j0)
-        self.log_j1.append(self.g)
+        """``r`` emitted a token at the end of cohort steps cohort_join_step .. g-1."""
+        self.log_j0.append(r.cohort_join_step)
+        self.log_j1.append(self.steps)
         self.log_cls.append(r.cls_idx)
         tid = self.tenant_ids.get(r.tenant)
         if tid is None:
@@ -132,28 +133,28 @@ class DecodeCohort:
     def sync(self, r: Request, blocks_ahead: bool = True) -> None:
         """Bring member ``r``'s fields up to date and rebase it at the current step; its blocks
         cover the steps allocated so far (``blocks_ahead``) or just its computed tokens."""
-        d = self.g - r.cohort_g0
+        d = self.steps - r.cohort_base_step
         if d:
             r.computed += d
             r.generated += d
             r.tokens += d
-            r.attained_ns += self.svc_ns - r.cohort_svc0
+            r.attained_ns += self.svc_ns - r.cohort_base_svc_ns
             r.last_token_ns = self.end_ns
             r.last_scheduled_s = self.end_ns / NS
-            m = self.max_duration_since(r.cohort_g0 + 1)
+            m = self.max_duration_since(r.cohort_base_step + 1)
             if m > r.max_itl_ns:
                 r.max_itl_ns = m
-            r.cohort_g0 = self.g
-            r.cohort_svc0 = self.svc_ns
+            r.cohort_base_step = self.steps
+            r.cohort_base_svc_ns = self.svc_ns
         if self.grows:
-            ahead = self.alloc_g - self.g if blocks_ahead else 0
+            ahead = self.steps_allocated - self.steps if blocks_ahead else 0
             r.blocks = -(-(r.computed + ahead) // self.bs) - r.base_blocks
 
     def blocks_of(self, r: Request) -> int:
         """Member ``r``'s device blocks as :meth:`sync` would set them (not synced)."""
         if not self.grows:
             return r.blocks
-        return -(-(r.computed + self.alloc_g - r.cohort_g0) // self.bs) - r.base_blocks
+        return -(-(r.computed + self.steps_allocated - r.cohort_base_step) // self.bs) - r.base_blocks
 
     def sync_all(self) -> None:
         for r in self.members.values():
@@ -165,29 +166,29 @@ class DecodeCohort:
         for r in out:
             self.sync(r)
             self._log_span(r)
-            r.cohort_g0 = NOT_MEMBER
-        self.alloc_g = self.g  # blocks taken for a step in progress now belong to the requests
+            r.cohort_base_step = NOT_MEMBER
+        self.steps_allocated = self.steps  # blocks taken for a step in progress now belong to the requests
         self._no_members()
         return out
 
     # ---- what the next steps need ----------------------------------------------------------
     def context_sum(self) -> int:
         """Sum over members of (computed + 1): the decode contexts of the next step."""
-        return self.ctx_off + len(self.members) * (self.g + 1)
+        return self.ctx_off + len(self.members) * (self.steps + 1)
 
     def steps_to_last_token(self) -> int:
         """Cohort steps until the first member emits its last token (>= 1)."""
-        return self.finish[0][0] - self.g
+        return self.finish[0][0] - self.steps
 
     def steps_to_empty(self) -> int:
         """Cohort steps until every member has emitted its last token."""
-        return self.finish[-1][0] - self.g
+        return self.finish[-1][0] - self.steps
 
     def next_step_blocks(self) -> list[int]:
         """KV blocks, per class, that the next cohort step needs."""
         if not self.grows:
             return [0] * len(self.n_cls)
-        i = self.g % self.bs
+        i = self.steps % self.bs
         return [res[i] for res in self.residues]
 
     def blocks_needed(self, j0: int, j1: int) -> list[int]:
@@ -197,7 +198,7 @@ class DecodeCohort:
             return [0] * len(self.n_cls)
         bs = self.bs
         full, part = divmod(j1 - j0, bs)
-        a = (self.g + j0) % bs
+        a = (self.steps + j0) % bs
         b = a + part
         out = []
         for n, res in zip(self.n_cls, self.residues):
@@ -215,12 +216,12 @@ class DecodeCohort:
         need = self.blocks_needed(1, k)
         if not self.grows:
             return need
-        bs, g = self.bs, self.g
+        bs, g = self.bs, self.steps
         for g_f, _, r in self.finish:
             if g_f >= g + k:
                 break
             # cohort steps starting at counts h in [max(g_f, g+1), g+k) that it sits out
-            res = (r.cohort_g0 - r.computed) % bs
+            res = (r.cohort_base_step - r.computed) % bs
             a, b = max(g_f, g + 1), g + k
             need[r.cls_idx] -= (b - 1 - res) // bs - (a - 1 - res) // bs
         return need
@@ -230,14 +231,14 @@ class DecodeCohort:
         """Members took part in these steps (from ``start_ns``), each emitting a token at the end
         of every step up to its last. Returns where membership changed, as ``(steps done, end
         ns, leavers)``: the leavers' last token ended that step; they are synced and removed."""
-        mg, md = self._mx_g, self._mx_d
+        mg, md = self._max_step, self._max_dur
         fin = self.finish
         g_next = fin[0][0] if fin else -1  # cohort count at which the next member is done
         changes = []
         self.log_run_at.append(len(self.log_durs))
         self.log_run_ns.append(start_ns)
         self.log_durs.extend(durations)
-        g, t = self.g, start_ns
+        g, t = self.steps, start_ns
         svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
         for i, d in enumerate(durations):
             g += 1
@@ -248,7 +249,7 @@ class DecodeCohort:
             md.append(d)
             t += d
             if g == g_next:
-                self.g, self.end_ns, self.svc_ns = g, t, svc0 + t
+                self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
                 leavers = []
                 while fin and fin[0][0] == g:
                     r = fin.pop(0)[2]
@@ -257,16 +258,16 @@ class DecodeCohort:
                     leavers.append(r)
                 changes.append((i + 1, t, leavers))
                 g_next = fin[0][0] if fin else -1
-        self.g, self.end_ns, self.svc_ns = g, t, svc0 + t
+        self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
         if not self.members:
             mg.clear()
             md.clear()
         elif len(mg) > 4096:  # keep only what a current member can ask for
-            del mg[:bisect_left(mg, min(r.cohort_g0 for r in self.members.values()) + 1)]
+            del mg[:bisect_left(mg, min(r.cohort_base_step for r in self.members.values()) + 1)]
             del md[:len(md) - len(mg)]
         return changes
 
     def max_duration_since(self, j: int) -> int:
         """Largest duration of cohort steps j .. g (0 when there are none)."""
-        i = bisect_left(self._mx_g, j)
-        return self._mx_d[i] if i < len(self._mx_d) else 0
+        i = bisect_left(self._max_step, j)
+        return self._max_dur[i] if i < len(self._max_dur) else 0

@@ -39,16 +39,17 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plumbing.numbers import in_range
 from sim.core.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
 SCHEMA = "priosim.profile/1"
-NS = 1_000_000_000
+NS = 1_000_000_000  # nanoseconds per second: every engine time is an integer ns
+NEVER = 2**62  # "no such time", in ns
 
 #: Where shipped profiles live (by name), beside this cost model that reads them: analytic
 #: rooflines and profiles measured by ``calibrate``, which writes this format.
@@ -57,6 +58,7 @@ _CORE_DIR = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core"
 PROFILE_DIRS = [_CORE_DIR / "profiles"]
 DEFAULT_PROFILE = "h200-llama-3-8b"
 
+#: Bytes per element of each KV dtype name a profile may declare (calibrate reads it from here).
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
                "fp8": 1, "int8": 1}
 
@@ -329,7 +331,7 @@ def _num(d: dict, key: str, where: str, default: float | None = None, minimum: f
             raise ProfileError(f"{where}: missing key '{key}' (expected a number >= {minimum})")
         return default
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum:
+    if not in_range(v, ge=minimum):
         raise ProfileError(f"{where}.{key}: expected a finite number >= {minimum} (got {v!r})")
     return float(v)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import simpy
 
-from sim.core.costs import NS
-from sim.core.engine import NEVER, PROGRESS_EVERY, Engine
+from sim.core.costs import NEVER, NS
+from sim.core.engine import Engine
 from sim.core.errors import StallError
+from sim.core.observe import PROGRESS_EVERY
 
 
+# (83 lines: the SimPy process itself; its waits are yields, so it reads as one loop)
 def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, interval_ns: int,
                  check_invariants: bool = False, on_boundary=None):
     """The SimPy process of one replica: at each step boundary take the arrivals that are due,
@@ -85,11 +87,11 @@ def replica_loop(env: simpy.Environment, engine: Engine, source, stop_ns: int, i
             if deferred:
                 last_end = -1  # nothing can run: take them in now
                 continue
-            if next_arrival >= NEVER and engine._next_change_ns >= NEVER:
+            if next_arrival >= NEVER and engine.next_change_ns >= NEVER:
                 raise StallError(f"engine.stalled: at t={now / NS:.6f}s {len(engine.waiting)} requests wait "
                                  f"and none can be admitted, and nothing will change "
                                  f"({engine.describe_live()})")
-            wake = max(min(next_arrival, engine._next_change_ns, stop_ns), now)
+            wake = max(min(next_arrival, engine.next_change_ns, stop_ns), now)
             tel.idle_with_work_ns += wake - now
             yield env.timeout(wake - now)
             continue

@@ -55,10 +55,11 @@ its values were obtained (``calibrate/fidelity/fit.py`` fits them to published m
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from plumbing.numbers import in_range, is_integer
 
 #: The preset file (located through ``sim/__init__``: a mypyc-compiled module has no __file__).
 PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core" / "overheads.json"
@@ -167,18 +168,18 @@ def default_preset() -> str:
 
 def _term(v, where: str, key: str) -> float:
     if key == "scheduler_steps":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+        if not (is_integer(v, integral_floats=True) and v >= 1):
             raise OverheadError(f"{where}.{key}: expected an integer >= 1 (got {v!r}; "
                                 f"terms: {', '.join(TERMS)})")
         return int(v)
     if key == "overlap_schedule":
-        if isinstance(v, bool) or v not in (0, 1):
+        if not (is_integer(v, integral_floats=True) and v in (0, 1)):
             raise OverheadError(f"{where}.{key}: expected 0 or 1 (got {v!r}; terms: {', '.join(TERMS)})")
         return int(v)
-    if key == "kv_reread" and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
+    if key == "kv_reread" and in_range(v, gt=1):
         raise OverheadError(f"{where}.{key}: expected a fraction between 0 and 1 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    if not in_range(v, ge=0):
         raise OverheadError(f"{where}.{key}: expected a finite number >= 0 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
     return float(v)

@@ -31,15 +31,17 @@ class Request:
     __slots__ = (
         # identity and declaration
         "request_id", "arrival_s", "arrival_ns", "tenant", "cls", "cls_idx", "priority",
-        "prompt_tokens", "max_tokens", "_output", "deadline_s", "stream", "user", "features",
+        "prompt_tokens", "max_tokens", "hidden_output_tokens", "deadline_s", "stream", "user", "features",
         "predicted", "hash_ids", "_oracle_ok",
         # progress
         "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
         "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
         "attained_ns", "first_admit_ns",
-        # lazily-advanced decode batch (sim.core.cohort): cohort step and service at the last sync
-        # (-1: not a member), and the cohort step it joined at
-        "cohort_g0", "cohort_svc0", "cohort_j0",
+        # lazily-advanced decode batch (sim.core.cohort): the cohort step and the cohort's service
+        # (ns) its fields were last brought up to date at (-1: not a member), the step it joined at
+        "cohort_base_step", "cohort_base_svc_ns", "cohort_join_step",
+        # speculative decoding: its own draft acceptance rate when drawn per request (-1: not drawn)
+        "spec_acceptance",
         # accounting
         "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
         "reject_reason",
@@ -60,7 +62,8 @@ class Request:
         self.cls_idx = cls_idx
         self.priority = priority
         self.prompt_tokens = prompt_tokens
-        self._output = output_tokens
+        # the true output length: the engine and telemetry read it; policies only as oracles
+        self.hidden_output_tokens = output_tokens
         self.max_tokens = max_tokens
         self.deadline_s = deadline_s
         self.stream = stream
@@ -84,9 +87,10 @@ class Request:
         self.admitted_s = NAN
         self.last_scheduled_s = NAN
         self.attained_ns = 0
-        self.cohort_g0 = -1
-        self.cohort_svc0 = 0
-        self.cohort_j0 = -1
+        self.cohort_base_step = -1
+        self.cohort_base_svc_ns = 0
+        self.cohort_join_step = -1
+        self.spec_acceptance = -1.0
         self.preemptions = 0
         self.recomputed_tokens = 0
         self.swapped_blocks = 0
@@ -106,7 +110,7 @@ class Request:
                 "true_output_tokens is hidden from non-oracle policies: a real scheduler "
                 "cannot know it (declare `oracle = True` on an oracle policy)"
             )
-        return self._output
+        return self.hidden_output_tokens
 
     @property
     def attained_s(self) -> float:
@@ -116,8 +120,8 @@ class Request:
     @property
     def remaining_output(self) -> int:
         """Engine-side: output tokens still to generate (uses the true length)."""
-        return self._output - self.generated
+        return self.hidden_output_tokens - self.generated
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request(id={self.request_id}, cls={self.cls}, state={self.state.name}, "
-                f"gen={self.generated}/{self._output}, computed={self.computed}/{self.tokens})")
+                f"gen={self.generated}/{self.hidden_output_tokens}, computed={self.computed}/{self.tokens})")

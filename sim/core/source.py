@@ -13,10 +13,9 @@ from array import array
 
 import numpy as np
 
-from sim.core.costs import NS
+from sim.core.costs import NEVER, NS
 from sim.core.request import Request
 
-NEVER = 2**62
 
 
 class RequestSource:

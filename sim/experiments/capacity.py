@@ -265,7 +265,7 @@ def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: 
     With ``dims`` (the classes of each searched dimension) the simulation stops as soon as the
     verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
     ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound."""
-    from sim.cluster.replicas import simulate_cluster
+    from sim.cluster import simulate_cluster
     from sim.config import scenario_from_dict
 
     t0 = time.perf_counter()

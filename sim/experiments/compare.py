@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pandas as pd
 
-# (metric, unit) in print order; lower is better except where noted in HIGHER_IS_BETTER
+from sim.core.columns import STATS
+
+# (metric, unit) in print order: the request counts, the per-request statistics the column table
+# (sim.core.columns.STATS) marks for comparison, then figures that are not of request columns.
+# Lower is better except where noted in HIGHER_IS_BETTER.
 METRICS = [
     ("arrived", "req"), ("finished", "req"), ("rejected", "req"), ("unfinished", "req"),
-    ("ttft_p50_s", "s"), ("ttft_p99_s", "s"), ("tpot_p50_s", "s"), ("tpot_p99_s", "s"),
-    ("e2e_p50_s", "s"), ("e2e_p99_s", "s"), ("queue_wait_p99_s", "s"), ("itl_p99_s", "s"),
-    ("output_tokens_per_s", "tok/s"), ("throughput_rps", "req/s"), ("goodput_rps", "req/s"),
-    ("slo_attainment", "frac"), ("preemptions", "count"), ("swap_s", "s"), ("recompute_s", "s"),
+    *[(s.key, s.unit) for s in STATS if s.compare],
+    ("itl_p99_s", "s"), ("throughput_rps", "req/s"), ("goodput_rps", "req/s"),
+    ("slo_attainment", "frac"), ("swap_s", "s"), ("recompute_s", "s"),
 ]
-HIGHER_IS_BETTER = {"finished", "output_tokens_per_s", "throughput_rps", "goodput_rps", "slo_attainment"}
+HIGHER_IS_BETTER = {"finished", "throughput_rps", "goodput_rps", "slo_attainment",
+                    *[s.key for s in STATS if s.compare and s.higher_is_better]}
 
 
 def _summary(run_dir: str | Path) -> dict:

@@ -21,7 +21,7 @@ from sim.config import Scenario
 
 
 def _workload_random(sc: Scenario) -> bool:
-    from sim.run import build_workload
+    from sim.assembly import build_workload
 
     a, b = (build_workload(sc.model_copy(update={"seed": s})) for s in (sc.seed, sc.seed + 1))
     return bool(a.closed) or not a.open.equals(b.open)
@@ -67,7 +67,7 @@ def seed_sources(sc: Scenario, cache: dict | None = None) -> list[str]:
     policies: list[Any] = [sc.policy]
     engines: list[Any] = [sc.engine]
     if sc.cluster:
-        from sim.cluster.replicas import parse_cluster
+        from sim.cluster import parse_cluster
 
         spec = parse_cluster(sc)
         policies += [g.policy for g in spec.groups]

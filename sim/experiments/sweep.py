@@ -26,7 +26,6 @@ import copy
 import hashlib
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -40,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from plumbing.numbers import in_range
 from sim.config import apply_override
 from sim.progress import progress_bar
 
@@ -92,10 +92,9 @@ def _check_axis(name: str, values: Any) -> list:
         raise ValueError(f"axis '{name}' must be a non-empty list of values (got {values!r})")
     values = list(values)
     for v in values:
-        if name == "load" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   and math.isfinite(v) and v > 0):
+        if name == "load" and not in_range(v, gt=0):
             raise ValueError(f"axis 'load' must hold positive numbers (got {v!r})")
-        if name == "seed" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        if name == "seed" and not in_range(v, ge=0, integer=True):
             raise ValueError(f"axis 'seed' must hold non-negative integers (got {v!r})")
         if name == "policy" and not (isinstance(v, str) and v):
             raise ValueError(f"axis 'policy' must hold policy names (got {v!r})")
@@ -198,11 +197,7 @@ def execute(spec: RunSpec, base_dir: str, source: str, trace_iterations: bool = 
         from sim.run import simulate
 
         sc = scenario_from_dict(spec.scenario, source=f"{source} [{spec.run_id}]", base_dir=_resolve(base_dir))
-        if sc.cluster:  # several replicas behind a router (sim.cluster.replicas)
-            from sim.cluster.replicas import simulate_cluster
-            res = simulate_cluster(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
-        else:
-            res = simulate(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
+        res = simulate(sc, trace_iterations=trace_iterations, load_scale=spec.load_scale)
         return ("ok", res)
     except Exception as exc:  # noqa: BLE001 - recorded, not swallowed
         return ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc())

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from plumbing.numbers import is_number
 from sim.experiments.capacity import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
@@ -111,10 +112,6 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
     return [p.strip() for p in out]
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def parse_knob(item: str) -> Knob:
     """``KEY=LOW..HIGH`` (ints if both ends are; ``:log`` for a log scale) or ``KEY=a,b,c``."""
     key, sep, spec = item.partition("=")
@@ -127,7 +124,7 @@ def parse_knob(item: str) -> Knob:
     if ".." in body and not body.startswith(("{", "[", '"', "'")):
         lo_t, _, hi_t = body.partition("..")
         lo, hi = parse_value(lo_t.strip()), parse_value(hi_t.strip())
-        if not (_number(lo) and _number(hi)):
+        if not (is_number(lo) and is_number(hi)):
             raise TuneError(f"--space {key}: range ends must be numbers (got {lo_t.strip()!r}..{hi_t.strip()!r})")
         if not lo < hi:
             raise TuneError(f"--space {key}: empty range {lo_t.strip()}..{hi_t.strip()} (expected LOW < HIGH)")

@@ -1,0 +1,241 @@
+"""What a run is built from, for one replica or a cluster: seeds, engines, the request stream,
+the clock, and the run facts each replica reports.
+
+:func:`prepare` does the setup every run shares (the SimPy clock, the request stream and its
+source, the stop time, the progress bar, the wall and CPU clocks); :func:`build_engine` builds
+one replica's engine. Both :func:`sim.run.simulate` and the cluster (:mod:`sim.cluster`) use
+them, so a replica is built the same way alone or behind a router.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+import workloads
+from policies import make_policy
+from sim import native
+from sim.config import EngineConfig, Scenario
+from sim.core.costs import NS, CostModel, load_profile
+from sim.core.engine import NEVER, Engine
+from sim.core.errors import ScenarioError
+from sim.core.kvpool import KVPool
+from sim.core.prefix_cache import PrefixCache
+from sim.core.source import RequestSource
+from sim.core.telemetry import Telemetry
+from sim.progress import progress_bar
+
+
+def seed_for(seed: int, name: str) -> int:
+    """A child seed for a named random stream (SeedSequence keyed by the name): the scenario's
+    ``seed`` gives every stream (``workload``, ``policy``, ``router``, ...) its own."""
+    words = [ord(ch) for ch in name]
+    return int(np.random.SeedSequence([seed, *words]).generate_state(1)[0])
+
+
+# ---- the parts ----------------------------------------------------------------------------------
+def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None = None, *,
+                 trace: list | None = None, gate=None, engine_cfg: EngineConfig | None = None,
+                 seed_tag: str = "") -> Engine:
+    """One replica's engine (KV pool, policy, admission gate, telemetry) for scenario ``sc``.
+
+    ``engine_cfg`` overrides ``sc.engine`` (a cluster's replica groups may differ in hardware);
+    ``seed_tag`` separates the random streams of several replicas.
+    """
+    cfg = engine_cfg or sc.engine
+    costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead)
+    pool = _kv_pool(sc, cfg, costs)
+    policy = make_policy(sc.policy.name, **sc.policy.params())
+    if hasattr(policy, "bind"):
+        policy.bind({c.name: c.model_dump() for c in sc.classes}, seed_for(sc.seed, "policy" + seed_tag))
+    if sc.fair_accounting:  # the fairness accountant wraps any policy
+        from sim.admission import make_fair_policy
+        policy = make_fair_policy(sc, policy)
+    if gate is None and sc.admission_tables:
+        from sim.admission import make_gate
+        gate = make_gate(sc, costs)
+    interval_ns = int(round(cfg.timeseries_interval_s * NS))
+    tel = Telemetry(sc.class_names, interval_ns, costs, cfg.block_size)
+    engine = Engine(env, cfg, costs, policy, sc.classes, pool, tel, gate=gate, trace=trace,
+                    spec_seed=seed_for(sc.seed, "speculative" + seed_tag))
+    if gate is not None and hasattr(gate, "bind"):
+        gate.bind(engine)
+    return engine
+
+
+def _kv_pool(sc: Scenario, cfg: EngineConfig, costs: CostModel) -> KVPool:
+    """The replica's KV blocks (from the profile's memory unless set), with its prefix cache."""
+    kv_blocks = cfg.kv_blocks or costs.kv_blocks(cfg.block_size)
+    if kv_blocks <= 0:
+        raise ScenarioError(f"{sc.source}: engine.kv_blocks: the profile does not say how much KV "
+                            "memory there is; set engine.kv_blocks > 0")
+    cache = None
+    if cfg.prefix_caching:
+        try:
+            cache = PrefixCache(cfg.prefix_block_tokens, cfg.block_size)
+        except ValueError as exc:
+            raise ScenarioError(f"{sc.source}: {exc}") from None
+    return KVPool(kv_blocks, cfg.block_size, [c.priority for c in sc.classes],
+                  [c.reserved_blocks for c in sc.classes],
+                  host_total=cfg.swap_blocks if cfg.preemption in ("swap", "auto") else 0, cache=cache)
+
+
+def build_workload(sc: Scenario, load_scale: float = 1.0, lenient: bool = False):
+    """The scenario's request stream (``workloads.Workload``). ``lenient``: skip bad trace rows
+    (counted in ``meta``) instead of failing on the first."""
+    try:
+        return workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=seed_for(sc.seed, "workload"),
+                                        base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient)
+    except workloads.WorkloadError as exc:
+        raise ScenarioError(f"{sc.source}: {exc}") from None
+
+
+def skipped_rows(meta: dict) -> int:
+    """Bad trace rows skipped under ``lenient`` (0 otherwise)."""
+    return sum(int(m.get("rows_skipped", 0) or 0) for m in meta.get("streams", []) if isinstance(m, dict))
+
+
+# ---- the setup every run shares ---------------------------------------------------------------
+@dataclass
+class Setup:
+    """A run about to start: its clock, request stream and source, when it stops, its progress
+    bar, and when it began (wall and CPU clocks)."""
+
+    env: simpy.Environment
+    costs: CostModel  # of the engine settings given to prepare (the first group's, in a cluster)
+    workload: Any  # workloads.Workload
+    source: RequestSource
+    stop_ns: int  # replicas stop at the horizon, or never (drain: until every request ends)
+    interval_ns: int  # time-series sampling interval
+    bar: Any
+    on_boundary: Any  # replica_loop's callback that moves the bar
+    wall0: float = field(default_factory=time.perf_counter)
+    cpu0: float = field(default_factory=time.process_time)
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether closed-loop users send their next request when one ends."""
+        return bool(self.source.closed)
+
+    def run(self) -> int:
+        """Run the clock to the end (the garbage collector quieter meanwhile); the end, ns."""
+        run_to_end(self.env, self.bar)
+        return int(self.env.now)
+
+    def timing(self) -> dict:
+        """Wall and CPU seconds since the setup began."""
+        return {"wall_s": time.perf_counter() - self.wall0, "cpu_s": time.process_time() - self.cpu0}
+
+
+def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, lenient: bool = False,
+            workload=None, progress: bool | None = False, desc: str | None = None) -> Setup:
+    """The setup of a run of ``sc``: the cost model of ``engine_cfg``, the request stream
+    (``workload``, when the caller built it: it is not modified, so several runs may share it)
+    and its source, whose front-end latency is that cost model's; the progress bar is labelled
+    ``desc``."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    wl = build_workload(sc, load_scale, lenient) if workload is None else workload
+    costs = load_profile(engine_cfg.profile, Path(sc.base_dir), overhead=engine_cfg.overhead)
+    cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
+    source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes],
+                           delay_ns=round(costs.overhead.frontend_s * NS))
+    if workload is None:
+        wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
+    stop_ns = NEVER if sc.drain else int(round(sc.horizon_s * NS))
+    bar, on_boundary = sim_seconds_bar(progress, sc.horizon_s, desc or sc.name)
+    return Setup(simpy.Environment(), costs, wl, source, stop_ns, int(round(sc.engine.timeseries_interval_s * NS)),
+                 bar, on_boundary, wall0, cpu0)
+
+
+# ---- the clock -------------------------------------------------------------------------------------
+@contextmanager
+def quiet_gc(gen0: int = 50_000):
+    """Run the event loop with less garbage-collector work: objects that exist when it starts
+    (the workload, imports) are frozen out of collections, and the youngest generation is
+    collected every ``gen0`` allocations instead of 700. The loop makes few reference cycles,
+    but with hundreds of thousands of live objects each full collection walks all of them (about
+    10 % of a million-request run). Everything is restored afterwards; results do not change."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(gen0, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def sim_seconds_bar(progress: bool | None, horizon_s: float, desc: str):
+    """A progress bar of simulated seconds (:func:`sim.progress.progress_bar`; None when off) and
+    the loop's ``on_boundary(now_ns)`` callback that moves it forward."""
+    bar = progress_bar(progress, total=round(horizon_s), unit="sim-s", desc=desc)
+
+    def on_boundary(now: int) -> None:
+        if bar is not None:
+            n = min(now // NS, bar.total)
+            if n > bar.n:
+                bar.update(n - bar.n)
+
+    return bar, on_boundary
+
+
+def run_to_end(env: simpy.Environment, bar) -> None:
+    """Run the SimPy clock until no event is left (the GC quieter meanwhile), then close ``bar``."""
+    try:
+        with quiet_gc():
+            env.run()
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+# ---- what a replica reports ------------------------------------------------------------------------
+def engine_run_info(engine: Engine, end_ns: int) -> dict:
+    """One replica's run facts for summary.json (events, busy and thrash time, KV, preemptions,
+    the policy's and the admission gate's reports)."""
+    pool, tel = engine.pool, engine.tel
+    return {
+        "engine_events": engine.events,
+        "engine_build": native.BUILD,  # "mypyc" (compiled hot modules) or "python"
+        "lazy_batch": engine.cohort is not None,  # steady decoders advanced as one cohort
+        "iterations": engine.iterations,
+        "busy_s": engine.busy_ns / NS,
+        "thrash_s": engine.thrash_ns / NS,
+        "end_s": end_ns / NS,
+        "idle_with_work_s": tel.idle_with_work_ns / NS,
+        "kv_blocks": pool.total,
+        "swap_blocks": pool.host_total,
+        "preemptions_by_mode": dict(tel.preempt_by_mode),
+        "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0,
+        "prefix_attribution": _attribution(engine) if pool.cache is not None else None,
+        "speculative": _spec_report(engine),
+        "policy": getattr(engine.policy, "report", lambda: {})(),
+        **({"admission": engine.gate.report()} if getattr(engine.gate, "report", None) else {}),
+    }
+
+
+def _attribution(engine: Engine) -> list[dict]:
+    """Prefix evictions booked to the class and tenant whose request held the group last, by
+    cause (a preemption released it, or cache pressure evicted what a finished request left),
+    with the re-prefill tokens later paid by that request itself and pushed onto others."""
+    names = [c.name for c in engine.classes]
+    return [{"class": names[c] if c is not None else None, "tenant": t, "cause": cause, "evictions": n,
+             "own_refill_tokens": own, "pushed_refill_tokens": others}
+            for c, t, cause, n, own, others in engine.pool.cache.attribution_rows()]
+
+
+def _spec_report(engine: Engine) -> dict | None:
+    if not engine.spec_k:
+        return None
+    st = dict(engine.spec_stats)
+    n = max(st["sequence_steps"], 1)
+    st.update(k=engine.spec_k, mean_accepted_per_sequence_step=st["accepted"] / n,
+              mean_emitted_per_sequence_step=st["emitted"] / n,
+              wasted_draft_tokens=st["drafted"] - st["accepted"])
+    return st

@@ -1,0 +1,89 @@
+"""Running a cluster: the scenario's replicas behind its router on one clock.
+
+:func:`simulate_cluster` shares its setup with a single replica's run (:func:`sim.assembly.prepare`:
+the request stream and its source, the stop time, the progress bar) and builds every replica's
+engine the same way (:func:`sim.assembly.build_engine`); :func:`sim.run.simulate` calls it for a
+scenario with a ``[cluster]`` table.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.assembly import Setup, build_engine, prepare, seed_for
+from sim.cluster.replicas import Replica, _Cluster
+from sim.cluster.results import ClusterResults, cluster_results
+from sim.cluster.routers import make_router
+from sim.cluster.spec import ClusterSpec, parse_cluster
+from sim.config import Scenario
+from sim.core.costs import load_profile
+from sim.tables import serving_groups
+
+
+def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
+                     load_scale: float = 1.0, check_invariants: bool = False,
+                     per_replica: bool = True, fast: bool = True, workload=None,
+                     on_end=None, lenient: bool = False) -> ClusterResults:
+    """Run ``scenario`` (which has a ``[cluster]`` table) and return a :class:`ClusterResults`.
+
+    ``per_replica=False`` skips the per-replica and per-group Results (faster; the capacity
+    search uses it). ``check_invariants`` checks every replica's KV conservation after every
+    engine event. ``fast=False`` stops every replica's run at every arrival in the cluster (the
+    plain way; same results, more engine events); with closed-loop users runs always stop there.
+    ``workload``: the stream to serve, built by the caller (``sim.assembly.build_workload`` with
+    the same ``load_scale``; it is not modified, so several runs may share it). ``on_end(request,
+    ns)`` is told of every request that finishes or is rejected; an exception it raises ends the
+    run and propagates. ``lenient``: skip bad trace rows instead of failing on the first.
+    """
+    sc = scenario
+    spec = parse_cluster(sc)
+    # the front-end latency is the first group's engine overhead's
+    setup = prepare(sc, spec.groups[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
+                    progress=progress, desc=f"{sc.name} x{spec.n_replicas}")
+    router = make_router(spec.router, **spec.router_params)
+    router.bind(spec.n_replicas, seed_for(sc.seed, "router"))
+    closed = setup.closed_loop
+    cl = _Cluster(setup.env, setup.source, [], router, [], setup.stop_ns, closed=closed, fast=fast and not closed)
+    cl.on_end = on_end
+    group_sc = _add_replicas(sc, spec, setup, cl, trace_iterations)
+    setup.env.process(cl.router_proc())
+    for rep in cl.replicas:
+        setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))
+    end_ns = setup.run()
+    for rep in cl.replicas:
+        # requests routed but never taken in (a replica that stopped at the horizon) too
+        rep.engine.close(end_ns, also=rep.inbox)
+        rep.inbox.clear()
+    facts = {**setup.timing(), "workload": setup.workload.meta}
+    return cluster_results(sc, spec, cl.replicas, cl.assign, group_sc, router, end_ns, setup.interval_ns, facts,
+                           per_replica=per_replica, trace_iterations=trace_iterations)
+
+
+def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
+                  trace_iterations: bool) -> dict[str, Scenario]:
+    """Build every group's replicas into ``cl`` (and each class's candidate replicas); returns
+    each group's scenario (the cluster's with the group's engine and policy)."""
+    group_sc: dict[str, Scenario] = {}
+    group_of: list[int] = []
+    for gi, g in enumerate(spec.groups):
+        scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": None})
+        group_sc[g.name] = scg
+        costs = setup.costs if gi == 0 else load_profile(g.engine.profile, Path(sc.base_dir),
+                                                        overhead=g.engine.overhead)
+        for _ in range(g.replicas):
+            i = len(cl.replicas)
+            trace = [] if trace_iterations else None
+            eng = build_engine(scg, setup.env, costs, trace=trace, engine_cfg=g.engine, seed_tag=f"/replica{i}")
+            eng.on_request_end = cl.on_request_end
+            # runs may go on past decoders' last tokens (what a router reads is adjusted for
+            # them, except KV use, which they would release)
+            eng.through_finishes = cl.fast and not getattr(cl.router, "reads_kv", True)
+            cl.replicas.append(Replica(i, g.name, eng, cl, trace))
+            group_of.append(gi)
+    if cl.router.class_aware:
+        for c in sc.class_names:
+            gs = set(serving_groups(sc.cluster, c))
+            cl.candidates.append([r for r, gi in zip(cl.replicas, group_of) if gi in gs])
+    else:
+        cl.candidates = [list(cl.replicas) for _ in sc.class_names]
+    cl.allowed = [{r.index for r in c} for c in cl.candidates]
+    return group_sc

@@ -1,0 +1,181 @@
+"""A cluster's results: :class:`ClusterResults` is a :class:`~sim.results.Results` for the whole
+cluster (the requests table gains ``replica`` and ``group`` columns; percentiles are computed over
+all requests, inter-token gaps merged exactly) plus one Results per replica and per group, and a
+``summary_dict["cluster"]`` section (:func:`cluster_results`). ``save`` writes the combined run as
+an ordinary results folder (so ``priosim plot``/``compare`` work) with ``replicas/<i>/`` and
+``groups/<name>/`` inside.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from sim.assembly import engine_run_info
+from sim.cluster.spec import ClusterSpec
+from sim.config import Scenario
+from sim.core.costs import NS
+from sim.core.telemetry import Telemetry
+from sim.results import Results, atomic_dir
+
+
+@dataclass
+class ClusterResults(Results):
+    """Results of the whole cluster plus ``replicas`` (one Results each, index order), ``groups``
+    (name -> Results over the group's replicas) and ``cluster`` (the layout)."""
+
+    replicas: list = field(default_factory=list)
+    groups: dict = field(default_factory=dict)
+    cluster: dict = field(default_factory=dict)
+
+    def replica_table(self) -> pd.DataFrame:
+        """One row per replica: group, requests, TTFT p99 per class, output tokens/s, busy time."""
+        return pd.DataFrame(self.summary_dict["cluster"]["replicas"])
+
+    def group_table(self) -> pd.DataFrame:
+        rows = []
+        for name, g in self.summary_dict["cluster"]["groups"].items():
+            for cname, m in g["classes"].items():
+                if m["arrived"]:
+                    rows.append({"group": name, "replicas": g["replicas"], "class": cname, "arrived": m["arrived"],
+                                 "finished": m["finished"], "ttft_p99_s": m["ttft_p99_s"],
+                                 "tpot_p99_s": m["tpot_p99_s"], "output_tokens_per_s": m["output_tokens_per_s"],
+                                 "slo_attainment": m.get("slo_attainment")})
+        return pd.DataFrame(rows)
+
+    def save(self, out_dir: str | Path) -> Path:
+        """The cluster's files, and each replica's and group's below them, atomically."""
+        with atomic_dir(out_dir) as tmp:
+            self.write_files(tmp)
+            for i, r in enumerate(self.replicas):
+                r.save(tmp / "replicas" / str(i))
+            for name, r in self.groups.items():
+                r.save(tmp / "groups" / name)
+        return Path(out_dir)
+
+
+def _same_run(scg: Scenario, sc: Scenario) -> bool:
+    """Whether a group's scenario builds the same Results as the cluster's from the same
+    replicas (everything ``Results.build`` reads but the resolved scenario itself)."""
+    return scg.engine == sc.engine and scg.policy == sc.policy
+
+
+def _sum_info(infos: list[dict], end_ns: int) -> dict:
+    out = {k: sum(i[k] for i in infos) for k in ("engine_events", "iterations", "busy_s", "thrash_s",
+                                                 "idle_with_work_s", "kv_blocks", "swap_blocks",
+                                                 "prefix_evictions")}
+    modes: dict[str, int] = {}
+    for i in infos:
+        for k, v in i["preemptions_by_mode"].items():
+            modes[k] = modes.get(k, 0) + v
+    out.update(end_s=end_ns / NS, preemptions_by_mode=modes, speculative=None, policy={})
+    return out
+
+
+def cluster_json(res: ClusterResults) -> str:
+    return json.dumps(res.cluster, indent=1, default=str)
+
+
+# ---- building them ---------------------------------------------------------------------------------
+@dataclass
+class _Builder:
+    """Builds one Results over some replicas of a finished run (their telemetry merged)."""
+
+    sc: Scenario
+    interval_ns: int
+    facts: dict  # wall_s, cpu_s and workload: the same for every Results of the run
+
+    def build(self, scx: Scenario, reps: list, info: dict, trace=None) -> Results:
+        costs = reps[0].engine.costs
+        tel = reps[0].engine.tel if len(reps) == 1 else Telemetry.merged(
+            [r.engine.tel for r in reps], self.sc.class_names, self.interval_ns, costs, scx.engine.block_size)
+        return Results.build(scx, costs, tel, {**info, **self.facts}, trace)
+
+
+def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dict[int, int],
+                    group_sc: dict[str, Scenario], router, end_ns: int, interval_ns: int, facts: dict, *,
+                    per_replica: bool = True, trace_iterations: bool = False) -> ClusterResults:
+    """The results of a finished cluster run: ``replicas`` (index order, each with ``index``,
+    ``group``, ``engine``, ``trace``, ``routed``), ``assign`` (request id -> replica index),
+    ``group_sc`` (each group's scenario: its engine and policy). ``facts`` (wall and CPU time,
+    workload) go into every Results' run facts. ``per_replica=False``: no per-replica or
+    per-group Results (faster)."""
+    infos = [engine_run_info(rep.engine, end_ns) for rep in replicas]
+    b = _Builder(sc, interval_ns, facts)
+    rep_res = [_replica_result(b, group_sc[rep.group], rep, info)
+               for rep, info in zip(replicas, infos)] if per_replica else []
+    grp_res = _group_results(b, spec, replicas, infos, group_sc, end_ns) if per_replica else {}
+    comb = b.build(sc, replicas, _sum_info(infos, end_ns))
+    if per_replica and len(grp_res) < len(spec.groups):
+        g = spec.groups[0]  # the only group: a copy, before the cluster's columns are added
+        grp_res[g.name] = Results(comb.requests.copy(), comb.summary.copy(), comb.timeseries.copy(),
+                                  copy.deepcopy(comb.summary_dict), group_sc[g.name].to_dict(), None,
+                                  dict(comb.manifest))
+    req = comb.requests
+    req.insert(1, "replica", req["request_id"].map(assign).astype("int64"))
+    req.insert(2, "group", [replicas[i].group for i in req["replica"]])
+    if per_replica and trace_iterations:
+        its = [r.iterations for r in rep_res if r.iterations is not None]
+        comb.iterations = pd.concat(its, ignore_index=True) if its else None
+    layout = _layout(spec, replicas, infos, rep_res, grp_res, end_ns, per_replica)
+    layout["router_report"] = router.report()
+    comb.summary_dict["cluster"] = layout
+    comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas}
+    return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
+                          comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
+
+
+def _replica_result(b: _Builder, scg: Scenario, rep, info: dict) -> Results:
+    r = b.build(scg, [rep], info, rep.trace)
+    r.requests.insert(1, "replica", rep.index)
+    if r.iterations is not None:
+        r.iterations.insert(0, "replica", rep.index)
+    return r
+
+
+def _group_results(b: _Builder, spec: ClusterSpec, replicas: list, infos: list[dict],
+                   group_sc: dict[str, Scenario], end_ns: int) -> dict[str, Results]:
+    out = {}
+    for g in spec.groups:
+        reps = [r for r in replicas if r.group == g.name]
+        if len(reps) == len(replicas) and _same_run(group_sc[g.name], b.sc):
+            continue  # one group of every replica: its Results are the cluster's (copied by the caller)
+        out[g.name] = b.build(group_sc[g.name], reps, _sum_info([infos[r.index] for r in reps], end_ns))
+    return out
+
+
+def _layout(spec: ClusterSpec, replicas: list, infos: list[dict], rep_res: list, grp_res: dict,
+            end_ns: int, per_replica: bool) -> dict:
+    """``summary_dict["cluster"]``: the router, the groups (with their metrics) and one row per replica."""
+    layout = {
+        "router": spec.router, "router_params": spec.router_params, "replicas_total": spec.n_replicas,
+        "gpus_total": spec.gpus,
+        "groups": {}, "replicas": [],
+    }
+    for g in spec.groups:
+        reps = [r for r in replicas if r.group == g.name]
+        entry = {"replicas": g.replicas, "gpus_per_replica": g.gpus, "classes": list(g.classes) if g.classes else None,
+                 "first_replica": reps[0].index, "busy_s": sum(infos[r.index]["busy_s"] for r in reps)}
+        if g.name in grp_res:
+            sd = grp_res[g.name].summary_dict
+            entry["classes"] = {k: {kk: vv for kk, vv in v.items() if not isinstance(vv, dict)}
+                                for k, v in sd["classes"].items()}
+            entry["served_classes"] = list(g.classes) if g.classes else None
+            entry["overall"] = {k: v for k, v in sd["overall"].items() if not isinstance(v, dict)}
+        layout["groups"][g.name] = entry
+    span = max(end_ns / NS, 1e-9)
+    for rep, info in zip(replicas, infos):
+        row = {"replica": rep.index, "group": rep.group, "routed": rep.routed, "busy_s": info["busy_s"],
+               "utilisation": info["busy_s"] / span, "engine_events": info["engine_events"],
+               "kv_blocks": info["kv_blocks"]}
+        if per_replica:
+            s = rep_res[rep.index].summary_dict
+            row["finished"] = s["overall"]["finished"]
+            row["output_tokens_per_s"] = s["overall"]["output_tokens_per_s"]
+            for cname, m in s["classes"].items():
+                row[f"ttft_p99_s[{cname}]"] = m["ttft_p99_s"]
+        layout["replicas"].append(row)
+    return layout

@@ -1,0 +1,46 @@
+"""A cluster's layout: its replica groups (each group's resolved engine settings, policy and
+served classes) and its router, from the scenario's validated ``[cluster]`` table
+(:mod:`sim.tables`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.config import EngineConfig, PolicyConfig, Scenario
+from sim.core.errors import ScenarioError
+from sim.tables import group_engine, group_policy
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    replicas: int
+    engine: EngineConfig
+    policy: PolicyConfig
+    classes: tuple[str, ...] | None  # None: serves the classes no group lists
+    gpus: int = 1  # GPUs per replica (for capacity reports)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    groups: tuple[GroupSpec, ...]
+    router: str
+    router_params: dict = field(default_factory=dict)
+
+    @property
+    def n_replicas(self) -> int:
+        return sum(g.replicas for g in self.groups)
+
+    @property
+    def gpus(self) -> int:
+        return sum(g.replicas * g.gpus for g in self.groups)
+
+
+def parse_cluster(sc: Scenario) -> ClusterSpec:
+    """The layout of ``sc``'s ``[cluster]`` (validated with the scenario, :mod:`sim.tables`):
+    each group's resolved engine and policy, and the router."""
+    if not sc.cluster:
+        raise ScenarioError(f"{sc.source}: cluster: expected a table with 'replicas' or 'groups' (got {{}})")
+    c = sc.cluster
+    groups = tuple(GroupSpec(name, g.replicas, group_engine(sc, g), group_policy(sc, g),
+                             tuple(g.classes) if g.classes is not None else None, g.gpus)
+                   for name, g in c.group_list())
+    return ClusterSpec(groups, c.router_name, c.router_params)

@@ -1,0 +1,204 @@
+"""Applying a run of steps: tokens advance and are emitted, requests finish, blocks are freed.
+
+:func:`apply` carries out a planned step (or a fast-forwarded run of ``len(durations)`` steps:
+the planned one, then pure decode steps of every running request). Every scheduled request's
+computed tokens advance; a request whose computed tokens reach its known tokens emits one token
+per step (its first at the end of its prefill); one that reaches its output length finishes at
+the end of that step. Steady decoders then join the lazily-advanced cohort
+(:mod:`sim.core.cohort`), which advances its members with one counter.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sim.core.cohort import NOT_MEMBER
+from sim.core.costs import NS
+from sim.core.plan import StepPlan
+from sim.core.request import Request, State
+
+if TYPE_CHECKING:
+    from sim.core.engine import Engine
+
+
+def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
+    """Apply a run of ``len(durations)`` steps of ``plan`` (see the module docstring);
+    ``compute_ns``: the first step's compute time (the rest of it was transfers)."""
+    total = sum(durations)
+    end_ns = start_ns + total
+    eng.iterations += len(durations)
+    eng.busy_ns += total
+    eng.thrash_ns += durations[0] - compute_ns  # transfers: time lost to preemption
+    finished = apply_items(eng, plan, start_ns, durations, compute_ns) if plan.items else []
+    if plan.cohort:
+        assert eng.cohort is not None
+        # every member emitted a token at the end of each step up to its last, steadily
+        changes = eng.cohort.advance(durations, start_ns)  # (its log feeds telemetry)
+        ordered = not finished  # leavers come in time order; ties need sorting
+        for _, t, leavers in changes:
+            finished += [(t, r, False) for r in leavers]  # (not in the rank order)
+            ordered = ordered and len(leavers) == 1
+    else:
+        ordered = len(finished) <= 1
+    if eng.trace is not None:
+        eng.trace_run(plan, start_ns, durations)
+    if not ordered:
+        # the order a step-by-step walk meets them: by time, then running in rank order,
+        # then admitted in this step in admission order
+        admitted = {s.req.request_id for s in plan.items if s.admitted}
+        finished.sort(key=lambda f: (f[0], 1, f[1].admit_seq) if f[1].request_id in admitted
+                      else (f[0], 0, f[1].key, f[1].admit_seq))
+    for t, r, in_order in finished:
+        finish(eng, r, t, in_order)
+    coh = eng.cohort
+    if coh is not None and plan.items:  # steady decoders join the cohort
+        bs = eng.bs
+        grows = eng.grows_blocks
+        for s in plan.items:
+            r = s.req
+            if (r.last_token_ns == end_ns and r.state is State.RUNNING and r.cohort_base_step == NOT_MEMBER
+                    and (not grows or r.blocks + r.base_blocks == -(-r.computed // bs))):
+                coh.join(r)
+                if eng.rank_order is not None:
+                    eng.rank_order.remove(r)
+
+
+# (86 lines: one loop over the step's items, the engine's hottest path; a call per item would cost more)
+def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> list:
+    """The explicitly scheduled requests' share of :func:`apply`; returns those that
+    finished, as ``(time, request, in the rank order)``.
+
+    Inter-token gaps: a request that also emitted at the end of the previous step has gap
+    = this step's duration (counted per class, weighted); any other gap (after a stall, a
+    preemption, a step it sat out) is recorded individually.
+    """
+    k = len(durations)
+    total = sum(durations)
+    end_ns = start_ns + total
+    end_s = end_ns / NS
+    finished = []
+    first_end = start_ns + durations[0]
+    inner_max = max(durations[1:]) if k > 1 else 0  # largest gap inside a run
+    run_max = max(durations[0], inner_max)
+    nc = len(eng.classes)
+    emitted = [0] * nc  # requests emitting a token each step, per class
+    steady = [0] * nc  # ... of which emitted at the end of the previous step too
+    irregular = eng.tel.itl_scalars
+    by_tenant: dict[str, int] = {}
+    step_tokens = plan.cohort  # tokens of the run's first step
+    recompute_tokens = 0
+    recompute_by_class: dict[int, int] = {}
+    publish = eng.pool.cache is not None
+    if eng.trace is not None:  # kinds must be read before the step changes the requests
+        plan.kinds = ["decode" if s.decode else ("recompute" if s.req.generated else "prefill")
+                      for s in plan.items]
+    spec = eng.spec
+    extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
+    for s in plan.items:
+        r = s.req
+        r.attained_ns += total
+        r.last_scheduled_s = end_s
+        step_tokens += s.tokens
+        if not s.decode and r.generated:  # re-prefill after a recompute preemption
+            recompute_tokens += s.tokens
+            recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
+        if s.decode and s.tokens > 1:
+            # a speculative step (always k == 1): emits 1 + accepted drafts at its end
+            assert spec is not None
+            per_step = spec.verify(r, s.tokens - 1)
+            r.computed += per_step
+            emits = per_step
+        else:
+            r.computed += s.tokens + (k - 1)
+            if publish and r.hash_ids and not s.decode:
+                publish_prefix(eng, r, s.computed_before)
+            if r.computed < r.tokens + (k - 1):
+                continue  # a prefill chunk that does not finish the prompt
+            per_step = 1  # one token at the end of each of the k steps
+            emits = k
+        r.generated += emits
+        r.tokens += emits
+        ci = r.cls_idx
+        emitted[ci] += 1
+        extra_tokens[ci] += per_step - 1
+        t = r.tenant
+        by_tenant[t] = by_tenant.get(t, 0) + per_step
+        last = r.last_token_ns
+        if last == start_ns:
+            steady[ci] += 1
+            if run_max > r.max_itl_ns:
+                r.max_itl_ns = run_max
+        elif last < 0:
+            # first token (a 1-token last prefill chunk prices and runs like a decode, so it
+            # can open a fast-forwarded run); no gap before it, the run's inner gaps after it
+            r.first_token_ns = first_end
+            if inner_max > r.max_itl_ns:
+                r.max_itl_ns = inner_max
+        else:
+            gap = first_end - last
+            irregular[ci].append(gap)
+            m = max(gap, inner_max)
+            if m > r.max_itl_ns:
+                r.max_itl_ns = m
+        r.last_token_ns = end_ns
+        if r.generated >= r.hidden_output_tokens:
+            finished.append((end_ns, r, True))
+    # re-prefill's share of the first step's compute is engine time lost to preemption
+    if recompute_tokens:
+        eng.thrash_ns += compute_ns * recompute_tokens // step_tokens
+        for ci, toks in recompute_by_class.items():
+            eng.tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
+    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant)
+    return finished
+
+
+def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], emitted: list[int],
+            steady: list[int], extra_tokens: list[int], by_tenant: dict[str, int]) -> None:
+    """Telemetry of the run's explicit items (tokens per class and tenant, inter-token gaps)
+    and the policy's per-step books."""
+    tel = eng.tel
+    tel.itl_steps(emitted, steady, durations)
+    if eng.spec is not None:
+        eng.spec.stats["steps"] += 1
+        emitted = [m + x for m, x in zip(emitted, extra_tokens)]
+    tel.on_step(start_ns, durations, emitted, by_tenant)
+    if eng.hooks_scheduled:
+        k = len(durations)
+        total = sum(durations)
+        service_s = total / NS
+        end_s = (start_ns + total) / NS
+        for s in plan.items:
+            eng.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
+
+
+def publish_prefix(eng: Engine, r: Request, before: int) -> None:
+    """Offer the prompt groups that this step's prefill completed to the prefix cache."""
+    cache = eng.pool.cache
+    g = cache.group_tokens
+    n_full = cache.full_groups(r.prompt_tokens, r.hash_ids)
+    lo, hi = before // g, min(r.computed // g, n_full)
+    if lo >= hi or len(r.shared) != lo:
+        return  # only extend an unbroken shared chain
+    for j in range(lo, hi):
+        h = r.hash_ids[j]
+        if not cache.publish(h):
+            return
+        eng.pool.publish(r.cls_idx, cache.group_blocks)
+        r.blocks -= cache.group_blocks
+        r.base_blocks += cache.group_blocks
+        r.shared = (*r.shared, h)
+
+
+def finish(eng: Engine, r: Request, now_ns: int, in_order: bool = True) -> None:
+    """``r`` emitted its last token at ``now_ns``: it leaves, its blocks are freed, all are told."""
+    eng.running.remove(r)
+    if in_order and eng.rank_order is not None:  # (cohort members are not in it)
+        eng.rank_order.remove(r)
+    eng.release_blocks(r)
+    r.state = State.FINISHED
+    r.finish_ns = now_ns
+    eng.policy.on_finish(r, now_ns / NS)
+    if eng.gate is not None:
+        eng.gate.on_finish(r, now_ns / NS)
+    eng.tel.on_end(r)
+    if eng.on_request_end is not None:
+        eng.on_request_end(r, now_ns)

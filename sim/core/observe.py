@@ -1,0 +1,126 @@
+"""What the engine exposes for checking and debugging: KV conservation, the progress guarantee,
+and the iteration trace.
+
+Progress guarantee: every PROGRESS_EVERY engine events the loop asks whether any token was
+emitted or any request ended since the last progress; with none over a stretch of at least
+STALL_MIN events (and twice the tokens all live requests hold, the most a progressing schedule
+could spend re-prefilling them), the run stops with a StallError.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.core.costs import NS
+from sim.core.errors import StallError
+from sim.core.plan import StepPlan, rank
+
+if TYPE_CHECKING:
+    from sim.core.engine import Engine
+
+PROGRESS_EVERY = 8192
+STALL_MIN = 65536
+
+
+def check_invariants(eng: Engine) -> None:
+    """KV conservation at this instant: pool counts match what requests hold."""
+    if eng.cohort is not None:
+        eng.cohort.sync_all()
+    pool = eng.pool
+    pool.check()
+    used = [0] * len(eng.classes)
+    refs: dict[int, int] = {}
+    for r in eng.running:
+        used[r.cls_idx] += r.blocks
+        for h in r.shared:
+            refs[h] = refs.get(h, 0) + 1
+        if eng.grows_blocks and r.blocks + r.base_blocks < pool.blocks_for(r.computed):
+            raise AssertionError(f"request {r.request_id} holds {r.blocks} blocks for {r.computed} tokens")
+    host = 0
+    for _, _, r in eng.waiting:
+        if r.blocks:
+            raise AssertionError(f"waiting request {r.request_id} holds {r.blocks} device blocks")
+        host += r.host_blocks
+    cache = pool.cache
+    if cache is not None:
+        live = {h: c for h, c in cache.refs.items() if c}
+        if live != refs or any(c < 0 for c in cache.refs.values()):
+            raise AssertionError(f"prefix reference counts {live} != holders {refs}")
+        if set(cache.lru) != {h for h, c in cache.refs.items() if c == 0}:
+            raise AssertionError("prefix LRU list out of step with reference counts")
+    if used != pool.used or host != pool.host_used:
+        raise AssertionError(f"KV not conserved: requests hold {used} (host {host}), pool says "
+                             f"{pool.used} (host {pool.host_used})")
+
+
+class ProgressGuard:
+    """The progress guarantee of one engine (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.last: tuple | None = None  # (mark, events, preemptions, t) at the last progress
+
+    @staticmethod
+    def mark(eng: Engine) -> tuple:
+        """What only grows when the run progresses: requests ended, tokens emitted by explicit
+        steps, cohort steps (each emits a token per member)."""
+        tel = eng.tel
+        coh = len(eng.cohort.log_durs) if eng.cohort is not None else 0
+        return (tel.rows_recorded(), sum(tel.tokens_bin.values()), coh)
+
+    def check(self, eng: Engine, now_ns: int) -> None:
+        """Raise StallError when no token was emitted and no request ended over a long stretch
+        of events while work exists. Runs that progress are not touched (this reads counters,
+        changes nothing)."""
+        mark = self.mark(eng)
+        last = self.last
+        preempts = sum(eng.tel.preempt_by_mode.values())
+        if last is None or mark != last[0]:
+            self.last = (mark, eng.events, preempts, now_ns)
+            return
+        _, since, preempts0, t0 = last
+        live = [w for _, _, w in eng.waiting] + eng.running
+        held = sum(r.prompt_tokens + r.generated + 1 for r in live)
+        if eng.events - since < max(STALL_MIN, 2 * held):
+            return
+        if preempts > preempts0:
+            cause = ("requests are preempted again and again before they emit a token, and preemption "
+                     "discards their progress (thrash)")
+        else:
+            cause = "no step emits a token"
+        raise StallError(f"engine.stalled: no token emitted and no request ended in {eng.events - since} engine "
+                         f"events from t={t0 / NS:.3f}s to t={now_ns / NS:.3f}s: {cause}; "
+                         f"{describe_live(eng)}")
+
+
+def describe_live(eng: Engine, n: int = 3) -> str:
+    """The live requests most involved in a stall, most preempted first, in one phrase."""
+    live = sorted([w for _, _, w in eng.waiting] + eng.running,
+                  key=lambda r: (-r.preemptions, r.request_id))
+    parts = [f"request {r.request_id} (class {r.cls}, prompt {r.prompt_tokens}, max_tokens {r.max_tokens}, "
+             f"{r.generated} generated, preempted {r.preemptions} times, {r.recomputed_tokens} tokens "
+             f"recomputed)" for r in live[:n]]
+    more = f" and {len(live) - n} more" if len(live) > n else ""
+    return f"{len(live)} live: " + "; ".join(parts) + more
+
+
+def trace_rows(plan: StepPlan, first_iteration: int, start_ns: int, durations: list[int]) -> list[tuple]:
+    """The iteration trace of a run: one row per request per iteration (fast-forwarded runs
+    expanded): (iteration, start ns, end ns, request id, kind, tokens or blocks)."""
+    ends = start_ns + np.cumsum(np.array(durations, dtype=np.int64))
+    starts = ends - durations
+    base = first_iteration
+    t0, t1 = int(starts[0]), int(ends[0])
+    rows: list[tuple] = []
+    for r, blocks in plan.swapped_out:
+        rows.append((base, t0, t1, r.request_id, "swap_out", blocks))
+    for r, blocks in plan.swapped_in:
+        rows.append((base, t0, t1, r.request_id, "swap_in", blocks))
+    for s, kind in zip(plan.items, plan.kinds):
+        rows.append((base, t0, t1, s.req.request_id, kind, s.tokens))
+    # the run's later steps decode every running request, taken in rank order
+    later = sorted((s.req for s in plan.items), key=rank)
+    for i in range(1, len(durations)):
+        for r in later:
+            rows.append((base + i, int(starts[i]), int(ends[i]), r.request_id, "decode", 1))
+    return rows

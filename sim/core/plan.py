@@ -1,0 +1,51 @@
+"""A step's plan (what the scheduler decided) and the orders the engine keeps requests in.
+
+:func:`sim.core.planner.plan` fills a :class:`StepPlan`; the cost model prices it
+(:meth:`sim.core.engine.Engine.compute_ns`); :func:`sim.core.apply.apply` carries it out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.core.request import Request
+
+
+def age(r: Request) -> tuple:
+    """Arrival order (earliest first)."""
+    return (r.arrival_ns, r.request_id)
+
+
+def rank(r: Request) -> tuple:
+    """Rank order of running requests: policy key, then admission order."""
+    return (r.key, r.admit_seq)
+
+
+@dataclass(slots=True)
+class Scheduled:
+    """One request's share of a step."""
+
+    req: Request
+    tokens: int
+    computed_before: int  # the request's tokens already computed before this chunk (its KV context)
+    decode: bool
+    admitted: bool = False  # taken from the waiting set in this step
+
+
+@dataclass
+class StepPlan:
+    """Who runs in a step and what moves: items (explicitly scheduled requests), the lazily-advanced
+    cohort's decoders, admissions, preemptions and swaps (blocks each way, and who)."""
+
+    items: list[Scheduled] = field(default_factory=list)
+    admitted: int = 0
+    preempted: int = 0
+    swap_out_blocks: int = 0
+    swap_in_blocks: int = 0
+    swapped_out: list = field(default_factory=list)  # (request, blocks)
+    swapped_in: list = field(default_factory=list)
+    cohort: int = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
+    kinds: list = field(default_factory=list)  # items' kinds, for the iteration trace
+
+    @property
+    def empty(self) -> bool:
+        return not self.items and not self.cohort and not self.swap_out_blocks

@@ -1,0 +1,387 @@
+"""Planning a step: which running requests take how many tokens, who is admitted, who is preempted.
+
+Order, as in vLLM's V1 scheduler:
+  1. running requests in rank order (most urgent first) take their tokens — a decode takes one,
+     a prefill (or recompute) chunk takes ``min(remaining, budget, max_prefill_chunk)``; when a
+     request needs a block and none is available, the lowest-ranked running request is
+     preempted (possibly itself);
+  2. if no request was preempted in this step, waiting requests are admitted in rank order while
+     slots, budget, blocks (above the watermark) allow; the first that does not fit stops
+     admission (strict order, no bypass), unless ``preempt_for_waiting`` lets it evict
+     lower-ranked running requests.
+
+The lazily-advanced cohort of steady decoders (:mod:`sim.core.cohort`) takes its tokens first,
+as one count, when that changes nothing any other request gets (:func:`cohort_step_blocks`);
+otherwise it dissolves into ordinary running requests. :func:`plan` mutates blocks and the
+running set; the step is then priced and applied (:mod:`sim.core.apply`).
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import insort
+from typing import TYPE_CHECKING
+
+from sim.core.cohort import NOT_MEMBER
+from sim.core.costs import NEVER, NS
+from sim.core.plan import Scheduled, StepPlan, rank
+from sim.core.preemption import eligible_victims, preempt, victim_for
+from sim.core.request import Request, State
+
+if TYPE_CHECKING:
+    from sim.core.engine import Engine
+
+
+def chunk(eng: Engine, req: Request, budget: int, class_prefill: list[int] | None = None) -> int:
+    """Tokens ``req`` may take this step: 1 for a decode; for a prefill, what is left of the
+    budget, the per-request chunk cap and its class's per-step prefill cap allow (prefill
+    tokens already taken per class: ``class_prefill``, default this step's)."""
+    need = req.tokens - req.computed
+    if need <= 1:
+        return 1 if budget >= 1 else 0
+    cap = eng.class_prefill_cap[req.cls_idx]
+    if cap:
+        used = (eng.class_prefill if class_prefill is None else class_prefill)[req.cls_idx]
+        if eng.cfg.chunked_prefill or used:
+            budget = min(budget, cap - used)
+        # unchunked prompts longer than the cap go one per step (else they never could)
+    if eng.cfg.chunked_prefill:
+        return max(0, min(need, budget, eng.chunk_cap))
+    return need if need <= budget else 0
+
+
+def ranked_running(eng: Engine) -> list[Request]:
+    """Running requests outside the cohort, most urgent first (cached until the set or the
+    keys change)."""
+    if eng.rank_order is None:
+        eng.rank_order = sorted((r for r in eng.running if r.cohort_base_step == NOT_MEMBER), key=rank)
+    return eng.rank_order
+
+
+def budget_left(eng: Engine, scheduled: dict, cohort: int = 0) -> int:
+    """Token budget left in the step being planned (after a preemption gave tokens back),
+    with ``cohort`` decoders of the cohort in it."""
+    return eng.cfg.max_batched_tokens - cohort - sum(s.tokens for s in scheduled.values())
+
+
+# ---- the cohort's share of a step ------------------------------------------------------------
+def cohort_step_blocks(eng: Engine) -> list[int] | None:
+    """Can the cohort's decoders all take their token in the next step without changing what
+    any other running request gets, and with no preemption? Returns the KV blocks per class
+    the cohort needs for it, or None when it cannot.
+
+    Yes when, with the cohort's D tokens taken first, no running request's chunk is cut by
+    the budget and every block the step needs (cohort and others) is available to the least
+    favoured class present. Then the rank-order walk gives every running request exactly
+    what this walk gives it, wherever the cohort's members sit in the order.
+    """
+    coh = eng.cohort
+    assert coh is not None
+    budget = eng.cfg.max_batched_tokens - len(coh)
+    if budget < 0:
+        return None
+    need = coh.next_step_blocks()
+    blocks = sum(need)
+    explicit = ranked_running(eng)
+    if not explicit and not blocks:
+        return need
+    used = [0] * len(eng.classes)
+    # the least favoured class present has the fewest blocks available (reservations of
+    # every more urgent class are held back from it)
+    worst = max(p for p, n in zip(eng.class_priority, coh.n_cls) if n)
+    bs = eng.bs
+    grows = eng.grows_blocks
+    last_member = None
+    for req in explicit:
+        if req.tokens - req.computed == 1:
+            if budget < 1:
+                return None
+            n = 1
+        else:
+            n = chunk(eng, req, budget, used)
+            if n < chunk(eng, req, NEVER, used):
+                # the budget cuts this chunk: the walk gives it the same only when every
+                # member ranks above it (their tokens come before it either way)
+                if last_member is None:
+                    last_member = max(rank(m) for m in coh.members.values())
+                if rank(req) < last_member:
+                    return None
+            used[req.cls_idx] += n
+        if grows:
+            new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
+            if new > 0:
+                blocks += new
+        budget -= n
+        if req.priority > worst:
+            worst = req.priority
+    return need if blocks <= 0 or blocks <= eng.pool.available_for(worst) else None
+
+
+def dissolve_cohort(eng: Engine, plan: StepPlan | None = None, scheduled: dict | None = None) -> None:
+    """Make every cohort member an ordinary running request again (synced). Inside a plan
+    whose step the cohort already joined, each gets its decode item for that step."""
+    assert eng.cohort is not None
+    members = eng.cohort.dissolve()
+    eng.rank_order = None
+    if plan is not None and plan.cohort:
+        assert scheduled is not None
+        plan.cohort = 0
+        for r in sorted(members, key=rank):
+            scheduled[r.request_id] = Scheduled(r, 1, r.computed, True)
+
+
+def _cohort_share(eng: Engine, plan: StepPlan) -> None:
+    """The cohort joins the step as one count when it can (its blocks taken), else dissolves."""
+    coh = eng.cohort
+    if coh is None or not coh.members:
+        return
+    need = cohort_step_blocks(eng)
+    if need is None:
+        dissolve_cohort(eng)
+        return
+    plan.cohort = len(coh)
+    for ci, n in enumerate(need):
+        if n:
+            eng.pool.allocate(ci, n)
+    coh.steps_allocated = coh.steps + 1
+
+
+# ---- the step ----------------------------------------------------------------------------------
+def plan(eng: Engine, now_ns: int) -> StepPlan:
+    """Decide the next step (see the module docstring)."""
+    plan = StepPlan()
+    scheduled: dict[int, Scheduled] = {}
+    counting = eng.counting_prefill
+    if counting:
+        eng.class_prefill = [0] * len(eng.classes)
+    pool = eng.pool
+    bs = eng.bs
+    grows = eng.grows_blocks
+    spec = eng.spec
+    _cohort_share(eng, plan)
+    budget = eng.cfg.max_batched_tokens - plan.cohort
+    for req in list(ranked_running(eng)):  # a copy: preemption edits the order
+        if req.state is not State.RUNNING:
+            continue  # preempted earlier in this loop
+        decode = req.tokens - req.computed == 1
+        if decode:
+            if budget < 1:
+                continue
+            # with speculation a decoder verifies k drafts + 1 token (when the budget allows)
+            n = spec.tokens(req.cls_idx, budget) if spec is not None else 1
+        else:
+            n = chunk(eng, req, budget)
+            if n == 0:
+                continue
+        if grows:
+            new_blocks = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
+            if new_blocks > 0:
+                if new_blocks > pool.available_for(req.priority):
+                    while new_blocks > pool.available_for(req.priority):
+                        victim = victim_for(eng, req, new_blocks - pool.available_for(req.priority))
+                        preempt(eng, victim, plan, scheduled, now_ns)
+                        if victim is req:
+                            break
+                    if req.state is not State.RUNNING:
+                        continue
+                    # victims scheduled earlier in this step gave their tokens back
+                    budget = budget_left(eng, scheduled)
+                    if not decode:
+                        n = chunk(eng, req, budget)
+                    if n == 0 or budget < 1:
+                        continue
+                    new_blocks = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
+                pool.allocate(req.cls_idx, new_blocks)
+                req.blocks += new_blocks
+        scheduled[req.request_id] = Scheduled(req, n, req.computed, decode)
+        budget -= n
+        if counting and not decode:
+            eng.class_prefill[req.cls_idx] += n
+    if plan.preempted == 0:
+        admit_waiting(eng, plan, scheduled, budget, now_ns)
+    plan.items = list(scheduled.values())
+    return plan
+
+
+# ---- admission ---------------------------------------------------------------------------------
+def pop_waiting(eng: Engine) -> tuple:
+    return eng.own_queues.pop() if eng.own_queues is not None else heapq.heappop(eng.waiting)
+
+
+def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
+    """Admit waiting requests in rank order while they fit; returns the budget left."""
+    throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
+    held = [0] * len(eng.classes)  # ... per class
+    caps = eng.class_prefill_cap
+    while eng.waiting and budget > 0:
+        key, _, w = eng.waiting[0]
+        fit, n, need_blocks, hit = fits(eng, w, budget)
+        if not fit and class_capped(eng, w):
+            throttled.append(pop_waiting(eng))
+            held[w.cls_idx] += 1
+            if eng.pool.cache is None:
+                # every waiter left is a prefill of a class whose cap is used up: each would
+                # be skipped in turn (without a prefix cache nothing makes one shorter)
+                used = eng.class_prefill
+                capped = sum(eng.waiting_prefills[c] - held[c] for c in range(len(caps))
+                             if caps[c] and used[c] >= caps[c])
+                if capped == len(eng.waiting):
+                    break
+            continue
+        if not fit:
+            if not preempt_for(eng, w, plan, scheduled, budget, now_ns):
+                break
+            budget = budget_left(eng, scheduled, plan.cohort)
+            if eng.waiting[0][2] is not w:
+                continue  # a victim re-keyed on preemption now heads the queue: re-decide
+            fit, n, need_blocks, hit = fits(eng, w, budget)
+            if not fit:
+                break
+        pop_waiting(eng)
+        _admit(eng, w, n, need_blocks, hit, plan, scheduled, now_ns)
+        budget -= n
+    for entry in throttled:
+        if eng.own_queues is not None:
+            eng.own_queues.push(entry)
+        else:
+            heapq.heappush(eng.waiting, entry)
+    return budget
+
+
+def _admit(eng: Engine, w: Request, n: int, need_blocks: int, hit: int, plan: StepPlan, scheduled: dict,
+           now_ns: int) -> None:
+    """Waiting request ``w`` (popped) joins the running set with ``n`` tokens in this step, on
+    ``hit`` cached prefix groups, holding ``need_blocks`` device blocks (swapped in first)."""
+    pool = eng.pool
+    if w.tokens - w.computed > 1:
+        eng.waiting_prefills[w.cls_idx] -= 1
+    if hit:
+        use_prefix(eng, w, hit)
+    if w.state is State.SWAPPED:
+        pool.swap_in(w.cls_idx, w.host_blocks)
+        plan.swap_in_blocks += w.host_blocks
+        plan.swapped_in.append((w, w.host_blocks))
+        eng.tel.on_swap(w, w.host_blocks)
+        w.blocks = w.host_blocks
+        w.host_blocks = 0
+    grow = need_blocks - w.blocks
+    if grow > 0:
+        pool.allocate(w.cls_idx, grow)
+        w.blocks += grow
+    w.state = State.RUNNING
+    eng.admissions += 1
+    w.admit_seq = eng.admissions
+    w.admitted_s = now_ns / NS
+    if w.first_admit_ns < 0:
+        w.first_admit_ns = now_ns
+    eng.running.append(w)
+    if eng.rank_order is not None:  # keep the rank order without re-sorting
+        insort(eng.rank_order, w, key=rank)
+    decode = w.tokens - w.computed == 1
+    scheduled[w.request_id] = Scheduled(w, n, w.computed, decode, True)
+    plan.admitted += 1
+    if not decode:
+        eng.class_prefill[w.cls_idx] += n
+
+
+def class_capped(eng: Engine, w: Request) -> bool:
+    """Is ``w`` (a prefill) held back only by its class's per-step prefill cap?"""
+    cap = eng.class_prefill_cap[w.cls_idx]
+    used = eng.class_prefill[w.cls_idx]
+    if not cap or w.tokens - w.computed <= 1 or not used:
+        return False
+    return used >= cap or (not eng.cfg.chunked_prefill and used + w.tokens - w.computed > cap)
+
+
+def admission(eng: Engine, w: Request, budget: int) -> tuple[int, int, int]:
+    """What admitting waiting request ``w`` now takes: (tokens this step, new device blocks,
+    cached prefix groups it would reuse). Tokens 0 means the budget cannot take it."""
+    cache = eng.pool.cache
+    hit = 0
+    if cache is not None and w.computed == 0 and w.hash_ids and w.state is not State.SWAPPED:
+        hit = cache.hit_groups(w.prompt_tokens, w.hash_ids)
+    if hit:
+        cached = hit * cache.group_tokens
+        w.computed = cached  # peek: restored below
+        n = chunk(eng, w, budget)
+        w.computed = 0
+        total = cached + n if eng.grows_blocks else w.prompt_tokens + w.max_tokens
+        need = eng.pool.blocks_for(total) - hit * cache.group_blocks
+        return n, need, hit
+    n = chunk(eng, w, budget)
+    if not eng.grows_blocks:
+        need = eng.pool.blocks_for(w.prompt_tokens + w.max_tokens)
+    elif w.state is State.SWAPPED:
+        need = max(w.host_blocks, eng.pool.blocks_for(w.computed + n))
+    else:
+        need = eng.pool.blocks_for(w.computed + n)
+    return n, need, 0
+
+
+def fits(eng: Engine, w: Request, budget: int) -> tuple[bool, int, int, int]:
+    """Can waiting request ``w`` be admitted now? (fits, tokens, device blocks, hit groups)."""
+    if len(eng.running) >= eng.cfg.max_num_seqs:
+        return False, 0, 0, 0
+    n, need, hit = admission(eng, w, budget)
+    if n == 0:
+        return False, 0, 0, 0
+    avail = eng.pool.available_for(w.priority) - eng.watermark_blocks
+    if hit:  # groups it reuses stop being evictable once it holds them
+        cache = eng.pool.cache
+        avail -= cache.group_blocks * sum(1 for h in w.hash_ids[:hit] if h in cache.lru)
+    return need <= avail, n, need, hit
+
+
+def use_prefix(eng: Engine, w: Request, hit: int) -> None:
+    """Admit ``w`` on top of its ``hit`` cached prefix groups."""
+    cache = eng.pool.cache
+    w.shared = cache.acquire(w.hash_ids, hit)
+    w.base_blocks = hit * cache.group_blocks
+    w.computed = hit * cache.group_tokens
+    if w.first_admit_ns < 0:
+        w.prefix_hit_tokens = w.computed
+    missed = cache.missed_after_eviction(w.prompt_tokens, w.hash_ids, hit, w.request_id)
+    w.evicted_miss_tokens += missed * cache.group_tokens
+
+
+def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> bool:
+    """Evict lowest-ranked eligible running requests so that waiting ``w`` fits.
+
+    Evicts only if evicting every eligible victim would make room (all-or-nothing on the
+    outcome, as SGLang does; never a pointless eviction), then evicts the fewest needed,
+    lowest rank first.
+    """
+    victims = eligible_victims(eng, w)
+    if not victims:
+        return False
+    coh = eng.cohort
+    members = coh is not None and bool(coh.members)
+    freed_tokens = freed_blocks = 0
+    for v in victims:
+        if members and v.cohort_base_step != NOT_MEMBER:
+            assert coh is not None
+            freed_blocks += coh.blocks_of(v)  # it decodes one token in this step
+            freed_tokens += 1 if plan.cohort else 0
+        else:
+            freed_blocks += v.blocks
+            if v.request_id in scheduled:
+                freed_tokens += scheduled[v.request_id].tokens
+    slots_ok = len(eng.running) - len(victims) < eng.cfg.max_num_seqs
+    n, need, _ = admission(eng, w, budget + freed_tokens)
+    avail = eng.pool.available_for(w.priority) - eng.watermark_blocks + freed_blocks
+    if not (slots_ok and n > 0 and need <= avail):
+        return False
+    for v in victims:
+        if members and v.cohort_base_step != NOT_MEMBER:
+            # it leaves the cohort alone (the others decode on in it), as an ordinary
+            # request with this step's token, and gives that back when preempted
+            assert coh is not None
+            coh.leave(v)
+            if plan.cohort:
+                plan.cohort -= 1
+                scheduled[v.request_id] = Scheduled(v, 1, v.computed, True)
+            if eng.rank_order is not None:
+                insort(eng.rank_order, v, key=rank)
+        preempt(eng, v, plan, scheduled, now_ns)
+        if fits(eng, w, budget_left(eng, scheduled, plan.cohort))[0]:
+            break
+    return True

@@ -1,0 +1,293 @@
+"""Preemption: whom the engine evicts when KV blocks run short, and how a victim gives them up.
+
+Two questions, answered apart:
+
+* **Who** (:func:`victim_for`, :func:`eligible_victims`): a running request that needs a block
+  takes it from the lowest-ranked running request (vLLM; ``engine.victim = "prefix_aware"``
+  picks the cheapest among that one's class); a waiting request may evict lower-ranked running
+  requests as ``engine.preempt_for_waiting`` allows.
+* **How** (:class:`PreemptionMode`, one small class per ``engine.preemption`` value): recompute
+  (blocks freed, progress dropped, re-prefilled later), swap (blocks copied to host space,
+  progress kept, both copies charged), auto (whichever is cheaper now), off (each request
+  reserves its whole prompt + ``max_tokens`` at admission, so nothing is ever preempted).
+
+:func:`preempt` is the one place a victim leaves the running set (its contract is written there).
+A new mode is one class here, registered in :data:`MODES`, plus its name in the allowed values
+of ``EngineConfig.preemption`` (``sim/config.py``).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from operator import attrgetter
+from typing import TYPE_CHECKING, ClassVar
+
+from sim.core.costs import NS
+from sim.core.plan import StepPlan, age, rank
+from sim.core.request import Request, State
+
+if TYPE_CHECKING:
+    from sim.core.engine import Engine
+
+_priority = attrgetter("priority")
+
+
+# ---- how a victim gives up its blocks ---------------------------------------------------------
+class PreemptionMode:
+    """How a preempted request gives up its KV blocks, and what that is expected to cost.
+
+    ``grows_blocks``: True when a running request takes KV blocks as its tokens are computed (a
+    pool that runs short then preempts); False when each request reserves its prompt +
+    ``max_tokens`` whole at admission and nothing is preempted.
+    A mode decides :meth:`how` a victim is released; :meth:`release` and :meth:`cost_ns` follow
+    from that answer (override them for a release of a new kind).
+    """
+
+    name: ClassVar[str] = ""
+    grows_blocks: ClassVar[bool] = True
+
+    def how(self, eng: Engine, v: Request) -> str:
+        """How running request ``v`` would give up its blocks now, as recorded per preemption:
+        ``"recompute"``, ``"swap"``, or ``"fallback"`` (a swap the host space cannot take,
+        done by recompute)."""
+        raise NotImplementedError
+
+    def release(self, eng: Engine, v: Request, plan: StepPlan) -> str:
+        """Free victim ``v``'s device blocks (it is still in the running set); returns :meth:`how`."""
+        how = self.how(eng, v)
+        if how == "swap":
+            swap_out(eng, v, plan)
+        else:
+            if how == "fallback":
+                v.swap_fallbacks += 1
+            drop_progress(eng, v)
+        return how
+
+    def cost_ns(self, eng: Engine, v: Request, pinned_tokens: int) -> int:
+        """Engine time releasing ``v`` now is expected to cost it, ns: the swap out and in of its
+        computed blocks, or the re-prefill of its computed tokens less ``pinned_tokens`` (those in
+        cached groups another running request holds, which stay cached)."""
+        if self.how(eng, v) == "swap":
+            return swap_cost_ns(eng, eng.pool.blocks_for(v.computed))
+        return recompute_cost_ns(eng, max(0, v.computed - pinned_tokens), len(eng.running))
+
+
+class Off(PreemptionMode):
+    """Nothing is preempted: a request is admitted only when its prompt + ``max_tokens`` fit."""
+
+    name = "off"
+    grows_blocks = False
+
+    def how(self, eng: Engine, v: Request) -> str:
+        raise AssertionError("engine.preemption = 'off' preempts nothing")
+
+
+class Recompute(PreemptionMode):
+    """vLLM's default: free the blocks; the victim re-prefills prompt + generated tokens later."""
+
+    name = "recompute"
+
+    def how(self, eng: Engine, v: Request) -> str:
+        return "recompute"
+
+
+class Swap(PreemptionMode):
+    """Copy the computed blocks to host space and back (recompute when the host space is full)."""
+
+    name = "swap"
+
+    def how(self, eng: Engine, v: Request) -> str:
+        return "fallback" if eng.pool.blocks_for(v.computed) > eng.pool.host_free else "swap"
+
+
+class Auto(PreemptionMode):
+    """The cheaper now of a swap out + in and the marginal cost of re-prefilling the victim in
+    a step with the current batch (recompute when the host space is full)."""
+
+    name = "auto"
+
+    def how(self, eng: Engine, v: Request) -> str:
+        blocks = eng.pool.blocks_for(v.computed)
+        if blocks > eng.pool.host_free:
+            return "fallback"
+        cheaper = swap_cost_ns(eng, blocks) < recompute_cost_ns(eng, v.computed, len(eng.running))
+        return "swap" if cheaper else "recompute"
+
+
+#: ``engine.preemption`` value -> its mode (a new one: its name also goes into EngineConfig).
+MODES: dict[str, type[PreemptionMode]] = {m.name: m for m in (Off, Recompute, Swap, Auto)}
+
+
+def make_mode(name: str) -> PreemptionMode:
+    return MODES[name]()
+
+
+def swap_cost_ns(eng: Engine, blocks: int) -> int:
+    """Swap-out plus swap-in of ``blocks`` blocks, ns."""
+    return 2 * eng.costs.swap_ns(blocks, eng.bs)
+
+
+def recompute_cost_ns(eng: Engine, tokens: int, decoders: int) -> int:
+    """Marginal cost of re-prefilling ``tokens`` in a step that decodes ``decoders`` seqs, ns."""
+    c = eng.costs
+    return c.step_ns(tokens, decoders, tokens * tokens, 0, 0, 1, 1) - c.step_ns(0, decoders, 0, 0, 0)
+
+
+def swap_out(eng: Engine, v: Request, plan: StepPlan) -> None:
+    """Move ``v``'s computed blocks to host space, its progress kept; the copy is charged to this
+    step. Only blocks holding computed tokens travel (shared prefix groups are copied too and
+    released); those taken for this step's not-yet-computed tokens are released."""
+    keep = eng.pool.blocks_for(v.computed)
+    eng.release_blocks(v, preempted=True)
+    eng.pool.to_host(keep)
+    v.host_blocks = keep
+    v.swapped_blocks += keep
+    plan.swap_out_blocks += keep
+    plan.swapped_out.append((v, keep))
+    eng.tel.on_swap(v, keep)
+    v.state = State.SWAPPED
+
+
+def drop_progress(eng: Engine, v: Request) -> None:
+    """Free ``v``'s blocks and drop its computed tokens: it re-prefills prompt + generated."""
+    eng.release_blocks(v, preempted=True)
+    v.recomputed_tokens += v.computed
+    v.computed = 0
+    v.state = State.WAITING
+
+
+def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: int) -> None:
+    """Preempt running request ``v``.
+
+    Preconditions: ``v`` is RUNNING. Effects: its blocks are released as the mode says (decided
+    while it still counts in the running set); it leaves the running set and this step's plan
+    (its tokens return to the budget); it rejoins the waiting set with its progress (if kept) and
+    a preemption counted, recorded by how it was released. The policy is told.
+    """
+    how = eng.preemption.release(eng, v, plan)
+    eng.running.remove(v)
+    if eng.rank_order is not None:
+        eng.rank_order.remove(v)
+    scheduled.pop(v.request_id, None)
+    v.preemptions += 1
+    plan.preempted += 1
+    eng.tel.on_preempt(v, how, now_ns)
+    eng.policy.on_preempt(v, now_ns / NS)
+    eng.push_waiting(v, now_ns)
+
+
+# ---- whom to preempt --------------------------------------------------------------------------
+def lowest_running(eng: Engine) -> Request:
+    # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
+    return max(eng.running, key=rank)
+
+
+def victim_for(eng: Engine, req: Request, short: int) -> Request:
+    """Whom to preempt so that running ``req`` gets the ``short`` blocks it lacks.
+    ``engine.victim = "rank"``: the lowest-ranked running request (vLLM; may be ``req``
+    itself). ``"prefix_aware"``: among the running requests of that one's priority class
+    ranked below ``req``, the cheapest to preempt (:func:`victim_cost_ns`) of those that free
+    ``short`` blocks; when none does alone, the cheapest per block it frees
+    (:func:`victim_score`). Ties go to the lower rank."""
+    lowest = lowest_running(eng)
+    if eng.cfg.victim == "rank" or lowest is req:
+        return lowest
+    rk = rank(req)
+    cands = sorted((r for r in eng.running if r.priority == lowest.priority and rank(r) > rk),
+                   key=rank, reverse=True)
+    if len(cands) < 2:
+        return lowest
+    reuse = about_to_reuse(eng, None)
+    # a victim that frees too little is followed by another preemption
+    enough = [r for r in cands if frees_blocks(eng, r) >= short]
+    if enough:
+        return min(enough, key=lambda r: victim_cost_ns(eng, r, reuse))
+    return min(cands, key=lambda r: victim_score(eng, r, reuse))
+
+
+def about_to_reuse(eng: Engine, exclude: Request | None) -> set:
+    """Prefix groups that the next ``max_num_seqs`` waiting requests (by rank) would reuse."""
+    cache = eng.pool.cache
+    if cache is None or not eng.waiting:
+        return set()
+    out: set = set()
+    for _, _, w in heapq.nsmallest(eng.cfg.max_num_seqs, eng.waiting):
+        if w is not exclude and w.hash_ids and w.computed == 0:
+            out.update(w.hash_ids[:cache.full_groups(w.prompt_tokens, w.hash_ids)])
+    return out
+
+
+def victim_score(eng: Engine, v: Request, reuse: set) -> float:
+    """A preemption's cost per KV block it makes available, ns per block: its own blocks
+    plus the cached groups only it holds (they become evictable). A victim whose tokens sit
+    in groups other running requests pin frees little, and more preemptions would follow."""
+    freed = frees_blocks(eng, v)
+    return victim_cost_ns(eng, v, reuse) / freed if freed > 0 else math.inf
+
+
+def frees_blocks(eng: Engine, v: Request) -> int:
+    """Blocks preempting ``v`` makes available: its own, plus the cached groups only it holds
+    (they become evictable, which admission counts as available)."""
+    cache = eng.pool.cache
+    freed = v.blocks
+    if cache is not None:
+        freed += cache.group_blocks * sum(1 for h in v.shared if cache.refs[h] == 1)
+    return freed
+
+
+def victim_cost_ns(eng: Engine, v: Request, reuse: set) -> int:
+    """Engine time a preemption of ``v`` is expected to cost, ns: its own (the mode's
+    :meth:`PreemptionMode.cost_ns`; cached groups another running request also holds stay
+    pinned, the groups only ``v`` holds become evictable, and a pool short of blocks evicts
+    them) plus the re-prefill pushed onto others: the groups only ``v`` holds that a waiting
+    request in ``reuse`` is about to use, priced as one re-prefill at the current batch."""
+    cache = eng.pool.cache
+    sole = [h for h in v.shared if cache.refs[h] == 1] if cache is not None else []
+    pinned = (len(v.shared) - len(sole)) * cache.group_tokens if cache is not None else 0
+    own = eng.preemption.cost_ns(eng, v, pinned)
+    if cache is None or not reuse:
+        return own
+    pushed = sum(cache.group_tokens for h in sole if h in reuse)
+    return own + (recompute_cost_ns(eng, pushed, len(eng.running)) if pushed else 0)
+
+
+def eligible_victims(eng: Engine, w: Request) -> list[Request]:
+    """Running requests waiting request ``w`` may evict under ``engine.preempt_for_waiting``,
+    in the order they go (least urgent first)."""
+    mode = eng.cfg.preempt_for_waiting
+    if mode == "never" or not eng.grows_blocks:
+        return []
+    if mode in ("priority", "strict") and eng.running:
+        # a waiter of the least urgent class running (the common head of a full replica's
+        # queue) has no victim: the max, a loop in C, says so without building the list
+        top = max(map(_priority, eng.running))
+        if top < w.priority or (top == w.priority and mode == "strict"):
+            return []
+    if mode == "priority":
+        ok = [r for r in eng.running if (r.priority, r.arrival_s, r.request_id) > (w.priority, w.arrival_s, w.request_id)]
+    elif mode == "strict":
+        ok = [r for r in eng.running if r.priority > w.priority]
+    elif mode == "policy":
+        ok = list(eng.running)  # whatever the policy ranks strictly below the waiter
+    else:  # threshold
+        ok = [r for r in eng.running if r.priority - w.priority > eng.cfg.preempt_threshold]
+    # never a request the policy ranks at or above the waiter
+    ok = [r for r in ok if r.key > w.key]
+    if mode == "policy":
+        # Ranks that change with service (quanta, starvation promotion) can evict every
+        # request before it finishes, and by recompute nothing is kept: a livelock (MLFQ
+        # promoting starved requests that then evict each other). The oldest running
+        # request, once it has been preempted, is not evicted for a waiter again: it runs
+        # to its end, then the next oldest, so the run progresses (a first preemption,
+        # the policy's ordinary use of this mode, is left alone).
+        oldest = min(eng.running, key=age)
+        if oldest.preemptions:
+            ok = [r for r in ok if r is not oldest]
+    ok.sort(key=rank, reverse=True)
+    if eng.cfg.victim == "prefix_aware" and len(ok) > 1:
+        # least urgent class first, as before; within a class the cheapest preemption per
+        # block freed first (stable sort: ties keep the rank order)
+        reuse = about_to_reuse(eng, w)
+        cost = {r.request_id: victim_score(eng, r, reuse) for r in ok}
+        ok.sort(key=lambda r: (-r.priority, cost[r.request_id]))
+    return ok

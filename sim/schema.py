@@ -1,0 +1,121 @@
+"""The scenario schema's building blocks: strict frozen models, one-line errors, number checks.
+
+Every table of a scenario file is a pydantic model built from these pieces (:mod:`sim.config`
+for the run, the engine, classes and policy; :mod:`sim.tables` for admission, tenants, fairness
+and the cluster). A validation failure becomes one line, ``<file>: <key>: <what was expected>
+(got <value>)``, by :func:`format_error`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_serializer, model_validator
+
+# (allow_inf_nan: an infinite or NaN number is never a meaningful setting)
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class FieldError(ValueError):
+    """A validator's complaint about the value where it stands: the message says what was
+    expected and the value; the error's location (plus ``key``, a key below it, when given)
+    names the key. :func:`format_error` joins the two."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def format_error(source: str, err: ValidationError, prefix: str = "") -> str:
+    """The first error of ``err`` as one line: ``<source>: <key>: <message>``. ``prefix`` is the
+    key of the validated value inside the scenario (e.g. ``cluster.groups.0.engine``)."""
+    e = err.errors()[0]
+    loc = ".".join([prefix, *(str(x) for x in e["loc"])] if prefix else [str(x) for x in e["loc"]]) or "(top level)"
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        return f"{source}: {loc}: unknown key (check the spelling; see docs/scenario.md)"
+    if e["type"] == "missing":
+        return f"{source}: {loc}: missing required key"
+    if e["type"] == "value_error":
+        exc = (e.get("ctx") or {}).get("error")
+        if isinstance(exc, FieldError):
+            where = ".".join(x for x in ([] if loc == "(top level)" else [loc]) + [exc.key or ""] if x)
+            return f"{source}: {where}: {exc}"
+        return f"{source}: {msg.removeprefix('Value error, ')}"
+    return f"{source}: {loc}: {msg} (got {e.get('input')!r})"
+
+
+def number(*, integer: bool = False, minimum: float | None = None, note: str = "") -> BeforeValidator:
+    """A check that the value is a finite number (``integer``: an int), at least ``minimum``, or
+    > 0 without one; booleans are not numbers. The value is kept as written (an int stays an
+    int). ``note`` follows the expectation in the message, e.g. ``" (GPUs per replica)"``."""
+
+    def check(v: Any) -> Any:
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        if integer:
+            ok = ok and isinstance(v, int)
+        if ok and minimum is not None and v < minimum:
+            ok = False
+        if ok and minimum is None and v <= 0:
+            ok = False
+        if not ok:
+            what = "an integer" if integer else "a number"
+            bound = f">= {minimum}" if minimum is not None else "> 0"
+            raise FieldError(f"expected {what} {bound}{note} (got {v!r})")
+        return v
+
+    return BeforeValidator(check)
+
+
+def one_of(*choices: str) -> BeforeValidator:
+    """A check that the value is one of ``choices`` (message: ``expected 'a' or 'b'``)."""
+    text = " or ".join(repr(c) for c in choices) if len(choices) < 3 else \
+        ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
+
+    def check(v: Any) -> Any:
+        if not isinstance(v, str) or v not in choices:
+            raise FieldError(f"expected {text} (got {v!r})")
+        return v
+
+    return BeforeValidator(check)
+
+
+def checked(test: Callable[[Any], bool], expected: str) -> BeforeValidator:
+    """A check ``test(value)``; on failure the message is ``expected <expected> (got <value>)``."""
+
+    def check(v: Any) -> Any:
+        if not test(v):
+            raise FieldError(f"expected {expected} (got {v!r})")
+        return v
+
+    return BeforeValidator(check)
+
+
+class Table(BaseModel):
+    """A scenario table that is a plain TOML table as written: a non-table value or an unknown
+    key is a one-line error listing the keys it may have; it serialises to the keys the scenario
+    wrote (so ``scenario.json`` shows it as written), and it is true when any was written."""
+
+    model_config = STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_table(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise FieldError(f"expected a table (got {data!r})")
+        for k in data:
+            if k not in cls.model_fields:
+                raise FieldError(f"unknown key (expected one of {', '.join(cls.model_fields)})", key=str(k))
+        cls.check_keys(data)
+        return data
+
+    @classmethod
+    def check_keys(cls, data: dict) -> None:
+        """A subclass's check of the keys given together, before their values are validated."""
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler) -> dict:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+    def __bool__(self) -> bool:
+        return bool(self.model_fields_set)

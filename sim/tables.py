@@ -1,0 +1,247 @@
+"""The scenario's ``[admission]``, ``[[tenants]]``, ``[fairness]`` and ``[cluster]`` tables.
+
+Each is a :class:`~sim.schema.Table`: validated on its own by pydantic when the scenario is read
+(types, bounds, unknown keys), then against the rest of the scenario by :func:`check_tables`
+(class names, group engines merged over ``[engine]``, profiles, policies, the router). What the
+keys mean: docs/admission.md (admission, tenants, fairness) and docs/cluster.md (cluster).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from sim.core.errors import ScenarioError
+from sim.schema import FieldError, Table, checked, format_error, number, one_of
+
+Positive = Annotated[int | float, number()]
+NonNegative = Annotated[int | float, number(minimum=0)]
+AtLeastOne = Annotated[int | float, number(minimum=1)]
+Count = Annotated[int, number(integer=True, minimum=1)]
+
+
+# ---- admission, tenants, fairness (docs/admission.md) -------------------------------------------
+class AdmissionConfig(Table):
+    """The admission gate's settings (``sim.admission``); every check is off by default."""
+
+    shed: Annotated[str, one_of("none", "deadline")] = Field(
+        "none", description="'deadline': reject a request whose estimated TTFT exceeds shed_slack x its target")
+    shed_slack: Positive = Field(1.0, description="multiplier of the TTFT target before shedding")
+    max_request_tokens: Annotated[int, number(integer=True, minimum=0)] = Field(
+        0, description="reject a request whose prompt + max_tokens exceeds this (0: no limit), tokens")
+    memory_budget: NonNegative = Field(
+        0.0, description="fraction of the KV blocks that admitted requests may be promised (0: no budget)")
+    class_concurrency: Annotated[dict[str, Count], checked(lambda v: isinstance(v, dict),
+                                                            "a table of class = cap")] = Field(
+        default_factory=dict, description="class name -> most admitted, unfinished requests of that class")
+
+
+class TenantConfig(Table):
+    """A tenant: its fair share and its rate limits (token buckets) and concurrency cap."""
+
+    name: Annotated[str, checked(lambda v: isinstance(v, str) and bool(v), "a tenant name string")] = Field(
+        None, validate_default=True, description="the tenant name its streams use")
+    share: Positive = Field(1.0, description="weight of the tenant under fairness")
+    rate_rps: Positive | None = Field(None, description="requests per second the tenant may send")
+    burst_requests: AtLeastOne | None = Field(None, description="request bucket size (default max(1, rate_rps))")
+    rate_tps: Positive | None = Field(None, description="tokens (prompt + max_tokens) per second")
+    burst_tokens: AtLeastOne | None = Field(None, description="token bucket size (default rate_tps)")
+    max_concurrency: Count | None = Field(None, description="most admitted, unfinished requests")
+
+    @model_validator(mode="after")
+    def _bursts_need_rates(self) -> "TenantConfig":
+        if self.burst_requests is not None and self.rate_rps is None:
+            raise FieldError("needs rate_rps", key="burst_requests")
+        if self.burst_tokens is not None and self.rate_tps is None:
+            raise FieldError("needs rate_tps", key="burst_tokens")
+        return self
+
+    @property
+    def gated(self) -> bool:
+        """Whether the admission gate limits this tenant (a rate or a concurrency cap)."""
+        return self.rate_rps is not None or self.rate_tps is not None or self.max_concurrency is not None
+
+
+class FairnessConfig(Table):
+    """The fairness accountant (``sim.core.fairness``): per-tenant service books, and with
+    ``enabled`` the order of tenants within a class."""
+
+    enabled: Annotated[bool, checked(lambda v: isinstance(v, bool), "true or false")] = Field(
+        False, description="order tenants within a class by their service (false: keep the books only)")
+    window_s: Positive = Field(10.0, description="service is counted over this sliding window, s")
+    measure: Annotated[str, one_of("tokens", "gpu_seconds")] = Field(
+        "tokens", description="what service is: priced tokens, or GPU seconds")
+    prompt_price: NonNegative = Field(1.0, description="price of a prompt token under 'tokens'")
+    output_price: NonNegative = Field(2.0, description="price of an output token under 'tokens'")
+
+
+def check_tenant_names(tenants: list[TenantConfig]) -> list[TenantConfig]:
+    seen: set[str] = set()
+    for i, t in enumerate(tenants):
+        if t.name in seen:
+            raise FieldError(f"duplicate tenant '{t.name}'", key=f"{i}.name")
+        seen.add(t.name)
+    return tenants
+
+
+# ---- the cluster (docs/cluster.md) ----------------------------------------------------------------
+class GroupConfig(Table):
+    """Replicas alike: their number, engine overrides, policy and the classes they serve."""
+
+    name: Annotated[str, checked(lambda v: isinstance(v, str) and bool(v) and "/" not in v,
+                                 "a non-empty string without '/'")] | None = Field(
+        None, description="the group's name (default g<index>)")
+    replicas: Count = Field(1, description="replicas in the group")
+    engine: Annotated[dict, checked(lambda v: isinstance(v, dict), "a table of engine overrides")] = Field(
+        default_factory=dict, description="[engine] keys that differ on these replicas")
+    policy: Annotated[dict, checked(lambda v: isinstance(v, dict) and "name" in v, "a table with 'name'")] | None = Field(
+        None, description="the replicas' policy (default: the scenario's [policy])")
+    classes: Annotated[list[str], checked(lambda v: isinstance(v, list) and bool(v)
+                                          and all(isinstance(x, str) for x in v),
+                                          "a non-empty list of class names")] | None = Field(
+        None, description="the classes it serves (class_aware router); absent: the classes no group lists")
+    gpus: Annotated[int, number(integer=True, minimum=1, note=" (GPUs per replica)")] = Field(
+        1, description="GPUs per replica (for capacity reports)")
+
+
+def _router_value(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, dict) and isinstance(v.get("name"), str))
+
+
+class ClusterConfig(Table):
+    """Several replicas behind a router: ``replicas = N`` alike, or ``groups = [...]``."""
+
+    replicas: Count | None = Field(None, description="N replicas alike (the scenario's engine and policy)")
+    groups: Annotated[list[GroupConfig], checked(lambda v: isinstance(v, list) and bool(v),
+                                                 "a non-empty list of tables")] | None = Field(
+        None, description="replica groups, each with its own settings")
+    router: Annotated[str | dict, checked(_router_value, "a router name or a table with 'name'")] | None = Field(
+        None, description="router name or {name, params...}; default class_aware when a group lists "
+                          "classes, else least_outstanding")
+
+    @classmethod
+    def check_keys(cls, data: dict) -> None:
+        given = sorted(k for k in ("replicas", "groups") if k in data)
+        if len(given) != 1:
+            raise FieldError(f"give exactly one of 'replicas = N' or 'groups = [...]' (got {given or 'neither'})")
+
+    @model_validator(mode="after")
+    def _group_names(self) -> "ClusterConfig":
+        names: set[str] = set()
+        for i, g in enumerate(self.groups or []):
+            name = g.name if g.name is not None else f"g{i}"
+            if name in names:
+                raise FieldError(f"duplicate group name (got {name!r})", key=f"groups.{i}.name")
+            names.add(name)
+        return self
+
+    def group_list(self) -> list[tuple[str, GroupConfig]]:
+        """The groups with their names: ``replicas = N`` is one group named ``default``."""
+        if self.groups is None:
+            return [("default", GroupConfig(replicas=self.replicas))]
+        return [(g.name if g.name is not None else f"g{i}", g) for i, g in enumerate(self.groups)]
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether some group lists the classes it serves."""
+        return any(g.classes is not None for g in self.groups or [])
+
+    @property
+    def router_name(self) -> str:
+        r = self.router
+        if r is None:
+            return "class_aware" if self.partitioned else "least_outstanding"
+        return r if isinstance(r, str) else r["name"]
+
+    @property
+    def router_params(self) -> dict:
+        r = self.router
+        return {k: v for k, v in r.items() if k != "name"} if isinstance(r, dict) else {}
+
+
+# ---- against the rest of the scenario --------------------------------------------------------------
+def check_tables(sc) -> None:
+    """Check the tables against the scenario ``sc`` (a validated :class:`sim.config.Scenario`):
+    admission's class names, and every cluster group's merged engine, profile, policy and
+    classes, and the router. Raises a one-line ScenarioError."""
+    names = sc.class_names
+    for c in sc.admission.class_concurrency:
+        if c not in names:
+            raise ScenarioError(f"{sc.source}: admission.class_concurrency.{c}: no such class "
+                                f"(expected one of {', '.join(names)})")
+    if sc.cluster:
+        for i, (_, g) in enumerate(sc.cluster.group_list()):
+            _check_group(sc, i, g)
+        _check_router(sc)
+
+
+def group_engine(sc, g: GroupConfig):
+    """The engine settings of group ``g``'s replicas: ``[engine]`` with the group's overrides."""
+    if not g.engine:
+        return sc.engine
+    return type(sc.engine).model_validate({**sc.engine.model_dump(), **g.engine})
+
+
+def group_policy(sc, g: GroupConfig):
+    """The policy of group ``g``'s replicas (``[policy]`` unless the group names one)."""
+    return sc.policy if g.policy is None else type(sc.policy).model_validate(g.policy)
+
+
+def _check_group(sc, i: int, g: GroupConfig) -> None:
+    src = sc.source
+    key = f"cluster.groups.{i}"
+    try:
+        eng = group_engine(sc, g)
+    except ValidationError as err:
+        raise ScenarioError(format_error(src, err, prefix=f"{key}.engine")) from None
+    if eng.timeseries_interval_s != sc.engine.timeseries_interval_s:
+        raise ScenarioError(f"{src}: {key}.engine.timeseries_interval_s: must equal the scenario's "
+                            f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
+                            f"(got {eng.timeseries_interval_s!r})")
+    if "profile" in g.engine or "overhead" in g.engine:
+        from sim.core.costs import ProfileError, load_profile
+        try:
+            load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
+        except ProfileError as exc:
+            raise ScenarioError(f"{src}: {key}.engine.profile: {exc}") from None
+    if g.policy is not None:
+        from policies import make_policy
+        try:
+            pol = group_policy(sc, g)
+            make_policy(pol.name, **pol.params())
+        except ValidationError as err:
+            raise ScenarioError(format_error(src, err, prefix=f"{key}.policy")) from None
+        except (KeyError, ValueError, TypeError) as exc:
+            msg = exc.args[0] if exc.args else str(exc)
+            raise ScenarioError(f"{src}: {key}.policy: {msg}") from None
+    bad = [x for x in g.classes or [] if x not in sc.class_names]
+    if bad:
+        raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
+                            f"(expected one of {', '.join(sc.class_names)})")
+
+
+def _check_router(sc) -> None:
+    from sim.cluster.routers import make_router
+
+    src, c = sc.source, sc.cluster
+    try:
+        router = make_router(c.router_name, **c.router_params)
+    except (KeyError, ValueError, TypeError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        raise ScenarioError(f"{src}: cluster.router: {msg}") from None
+    if c.partitioned and not router.class_aware:
+        raise ScenarioError(f"{src}: cluster.router: groups list 'classes', which only the class_aware "
+                            f"router honours (got {c.router_name!r})")
+    if router.class_aware:
+        for cname in sc.class_names:
+            if not serving_groups(c, cname):
+                raise ScenarioError(f"{src}: cluster.groups: no group serves class {cname!r} (expected a "
+                                    f"group listing it in 'classes', or a group without 'classes')")
+
+
+def serving_groups(c: ClusterConfig, cls: str) -> list[int]:
+    """Groups that serve ``cls`` under static partitioning: those listing it, else the catch-alls."""
+    groups = [g for _, g in c.group_list()]
+    listed = [i for i, g in enumerate(groups) if g.classes is not None and cls in g.classes]
+    return listed or [i for i, g in enumerate(groups) if g.classes is None]
