@@ -208,6 +208,13 @@ def test_overlap_schedule_holds_a_mid_step_arrival_back_one_step(tmp_path, run):
     assert run(sc).requests.equals(x.requests)
 
 
+def test_derived_presets_follow_their_base():
+    """sglang-0.5 is the sglang fit plus overlap scheduling (calibrate.fidelity.fit keeps it so)."""
+    from calibrate.fidelity.fit import DERIVED
+    for name, (base, extra) in DERIVED.items():
+        assert resolve_overhead(name).terms() == {**resolve_overhead(base).terms(), **extra}
+
+
 def test_fidelity_command_runs_a_couple_of_rows():
     r = CliRunner().invoke(main, ["fidelity", "--rows", "ci9515-lat-8b", "--rows", "qwen25-7b-in1"],
                            catch_exceptions=False)

@@ -40,6 +40,9 @@ FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s":
 #: vllm-v1 has no tensor-parallel fit row, so its all-reduce latency is not fitted either.
 FITTED_BY_PRESET = {"vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread"),
                     "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s")}
+#: Presets derived from a fitted one (no fit rows of their own): base preset and the terms added.
+#: sglang-0.5 is SGLang 0.3's fit plus the overlap scheduler SGLang 0.4 made the default.
+DERIVED = {"sglang-0.5": ("sglang", {"overlap_schedule": 1})}
 #: The optimiser's unit (order-1 values) and upper bound of terms that are not seconds.
 UNITS = {**FITTED, "kv_reread": 1e-2}
 UPPER = {"kv_reread": 1.0}
@@ -175,11 +178,15 @@ def main(argv=None) -> None:
             "held_out_worst_abs_error": round(s["held-out"]["worst"], 4),
             "method": "scipy.optimize.least_squares on relative error, terms >= 0, soft-L1 loss (f_scale 0.1)",
         })
+        meta["fitted_terms"] = list(fitted_terms(preset))
         if not (df[(df.overhead == preset) & (df.split == "fit")].tp > 1).any():
             meta["note"] = ("no tensor-parallel fit row: allreduce_latency_s is not identified by this fit "
                             "and is not fitted (it keeps its value)")
         else:
             meta.pop("note", None)
+        for name, (base, extra) in DERIVED.items():
+            if base == preset:  # a derived preset follows its base's refit
+                doc[name]["terms"] = {**doc[preset]["terms"], **extra}
     if not args.dry_run:
         PRESETS_PATH.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {PRESETS_PATH}")
