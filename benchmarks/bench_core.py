@@ -1,6 +1,6 @@
 """Benchmark: simulate N Poisson requests (lognormal lengths, load ~0.8, default profile).
 
-Run by hand: ``python benchmarks/bench_core.py [N ...]`` (default 100000). Reports wall time,
+Run by hand from the repository root: ``python -m benchmarks.bench_core [N ...]`` (default 100000). Reports wall time,
 CPU time, engine events, decode iterations represented, simulated requests per wall second and
 peak memory (ru_maxrss). Not a test: timings depend on the machine.
 """
@@ -9,13 +9,9 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from core_scenario import scenario  # noqa: E402
-
-from sim import scenario_from_dict, simulate  # noqa: E402
+from benchmarks.core_scenario import scenario
+from sim import scenario_from_dict, simulate
 
 
 def bench(n: int, load: float = 0.8, fast_forward: bool = True) -> dict:

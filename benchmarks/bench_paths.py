@@ -1,7 +1,7 @@
 """Where users wait: the commands people run to answer capacity and fairness questions, timed
 on pure Python against a yardstick measured in the same run.
 
-    python benchmarks/bench_paths.py [--no-servegen]
+    python -m benchmarks.bench_paths [--no-servegen]      (from the repository root)
 
 This machine's speed drifts by 20-30 % within an hour (more when it is shared), so every row is
 reported as a ratio to the yardstick: the core 10k-request case with fast-forward and the decode
@@ -89,8 +89,7 @@ def _py(code: str) -> dict:
 
 
 def yardstick() -> float:
-    sys.path.insert(0, str(HERE))
-    from run_all import run_case
+    from benchmarks.run_all import run_case
     return run_case("core", 10_000, False, lazy=False, pure=True)["wall_s"]
 
 
@@ -118,7 +117,7 @@ def measure(servegen: bool = True) -> list[str]:
         rows.append(("... with `--set classes.1.max_prefill_tokens_per_step=512`",
                      _cli(["run", "chat_vs_batch", "--no-plots", "--no-progress", "--set",
                            "classes.1.max_prefill_tokens_per_step=512"], tmp)))
-    from run_all import sweep_rate  # (yardstick() put benchmarks/ on the path)
+    from benchmarks.run_all import sweep_rate
     before = os.environ.get("PRIOSIM_PURE_PYTHON")
     os.environ["PRIOSIM_PURE_PYTHON"] = "1"  # the sweep's processes inherit it
     try:
@@ -131,7 +130,7 @@ def measure(servegen: bool = True) -> list[str]:
     y1 = yardstick()
     y = (y0 + y1) / 2
     md = [SECTION, "",
-          f"Pure Python, {time.strftime('%Y-%m-%d %H:%M')}, produced by `python benchmarks/bench_paths.py`. "
+          f"Pure Python, {time.strftime('%Y-%m-%d %H:%M')}, produced by `python -m benchmarks.bench_paths`. "
           f"Yardstick (core 10k, fast-forward and cohort off, pure Python): {y0:.2f} s before the rows, "
           f"{y1:.2f} s after; ratios are to their mean, {y:.2f} s.", "",
           "| what a user runs | requests | wall (s) | wall / yardstick | engine (s) | engine / yardstick | engine events per request |",

@@ -2,7 +2,7 @@
 lengths, strict priority with recompute preemption, on the default H200 / Llama-3-8B profile.
 
 ``SATURATION_RPS_MEASURED`` is the replica's sustainable request rate for this length mix, measured by
-``python benchmarks/core_scenario.py`` (a saturated run: arrivals far above capacity, completions
+``python -m benchmarks.core_scenario`` (a saturated run: arrivals far above capacity, completions
 per second over the second half of the run). ``load`` multiplies it.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The benchmark suite: run by hand, writes benchmarks/results.md.
 
-    python benchmarks/run_all.py [--quick] [--no-servegen]
+    python -m benchmarks.run_all [--quick] [--no-servegen]      (from the repository root)
 
 Cases: the core scenario (Poisson, two classes, lognormal lengths, load 0.75 of the measured
 saturation rate, strict priority with recompute preemption, default H200 profile) at 10k, 100k
@@ -28,8 +28,7 @@ ROOT = HERE.parent
 
 CASE = r'''
 import json, resource, sys, time
-sys.path.insert(0, {here!r}); sys.path.insert(0, {root!r})
-from core_scenario import scenario
+from benchmarks.core_scenario import scenario
 from sim import scenario_from_dict, load_scenario, simulate
 kind, n, ff, lazy = {kind!r}, {n}, {ff}, {lazy}
 if kind == "core":
@@ -53,9 +52,11 @@ print(json.dumps({{"case": kind, "requests": len(res.requests), "fast_forward": 
 
 def run_case(kind: str, n: int, ff: bool, lazy: bool = True, pure: bool = False) -> dict:
     """One case in a fresh process; ``pure`` forces the pure-Python build (PRIOSIM_PURE_PYTHON)."""
-    code = CASE.format(here=str(HERE), root=str(ROOT), kind=kind, n=n, ff=ff, lazy=lazy)
+    code = CASE.format(kind=kind, n=n, ff=ff, lazy=lazy)
     env = os.environ | ({"PRIOSIM_PURE_PYTHON": "1"} if pure else {})
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    # (from the repository root, where ``python -c`` finds the benchmarks package)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -63,9 +64,7 @@ def sweep_rate(workers: int, n: int) -> dict:
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         scen = Path(d) / "core.toml"
-        sys.path.insert(0, str(HERE))
-        from core_scenario import scenario
-        import tomllib  # noqa: F401  (the scenario is written as TOML below)
+        from benchmarks.core_scenario import scenario
         sc = scenario(n, load=0.75)
         scen.write_text(_toml(sc))
         t0 = time.perf_counter()
@@ -100,7 +99,6 @@ def _toml(d: dict, prefix: str = "") -> str:
 
 def ensure_compiled() -> bool:
     """Build the compiled engine (sim.native) if it is missing or stale; False if it cannot be."""
-    sys.path.insert(0, str(ROOT))
     from sim import native
     if all(v == "compiled" for v in native.status().values()):
         return True
@@ -136,7 +134,7 @@ def main() -> None:
         model = cpu
     md = ["# Benchmark results", "",
           f"Machine: {model}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"date {time.strftime('%Y-%m-%d')}. Produced by `python benchmarks/run_all.py`.", "",
+          f"date {time.strftime('%Y-%m-%d')}. Produced by `python -m benchmarks.run_all`.", "",
           "| case | engine build | requests | fast-forward | decode cohort | wall (s) | CPU (s) | engine events | iterations represented | requests / wall s | peak RSS (MB) |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -163,8 +161,7 @@ def main() -> None:
         md += [f"| {s['workers']} worker(s) | {s['wall_s']:.1f} | {s['runs_per_min']:.1f} |" for s in sweeps]
         md += ["", f"Parallel efficiency with 2 workers: {eff:.2f}."]
     if not quick:  # the commands users wait on (bench_paths.py), against the yardstick
-        sys.path.insert(0, str(HERE))
-        from bench_paths import measure as measure_paths
+        from benchmarks.bench_paths import measure as measure_paths
         md += [""] + measure_paths(servegen="--no-servegen" not in sys.argv)
     out = HERE / "results.md"
     notes = ""  # a hand-written "## Notes" section at the end survives re-measuring

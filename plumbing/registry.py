@@ -36,8 +36,9 @@ class Registry:
             raise ValueError(f"{self.kind} '{name}' is already registered")
         self._entries[name] = Entry(name, target, description)
 
-    def names(self) -> list[str]:
-        return sorted(self._entries)
+    def names(self, sort: bool = True) -> list[str]:
+        """Registered names, sorted (or in the order they were registered)."""
+        return sorted(self._entries) if sort else list(self._entries)
 
     def entries(self) -> list[Entry]:
         return [self._entries[n] for n in self.names()]

@@ -1,15 +1,12 @@
 """Distribution shift: the learned ranker's Kendall tau and mean latency per time window, with
 FCFS for reference, on workloads/scenarios/distribution_shift.toml.
 Writes docs/figures/distribution_shift.png and prints a markdown table.
-Run: python scripts/distribution_shift.py"""
+Run: python -m scripts.distribution_shift"""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -4,16 +4,14 @@ prefix eviction attributed to its cause (a preemption released the group, or cac
 evicted what a finished request left) and the re-prefill it pushed onto other requests.
 
 Writes docs/figures/prefix_victim.png and prints a markdown table.
-Run: python scripts/prefix_victim.py [--quick] [--set KEY=VALUE ...]
+Run: python -m scripts.prefix_victim [--quick] [--set KEY=VALUE ...]
 (--set is passed to the scenario, e.g. the trace's path when the data is kept elsewhere.)"""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -3,21 +3,19 @@
 Runs fcfs, srpt_oracle, sjf_rank(oracle) and sjf_rank(noisy, tau) for tau in 0.3/0.5/0.7/0.9
 over several seeds at a high load, prints a table (also as Markdown to docs/sjf_tau_curve.md)
 and draws docs/sjf_tau_curve.png. Usage:
-``python scripts/sjf_tau_curve.py [--seeds 3] [--horizon-s 300] [--out docs]``.
+``python -m scripts.sjf_tau_curve [--seeds 3] [--horizon-s 300] [--out docs]``.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sim import simulate
+from sim.config import load_scenario
 
-from sim import simulate  # noqa: E402
-from sim.config import load_scenario  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIO = ROOT / "workloads" / "scenarios" / "sharegpt_poisson.toml"
 TAUS = (0.3, 0.5, 0.7, 0.9)
@@ -61,7 +59,7 @@ def main() -> None:
     lines = ["| policy | mean e2e (s) | p99 e2e (s) | admission-order tau vs SRPT |", "|---|---:|---:|---:|"]
     lines += [f"| {n} | {m:.3f} | {p:.2f} | {t:.3f} |" for n, m, p, t in table]
     (out / "sjf_tau_curve.md").write_text(
-        f"Seeds {seeds}; scenario `{SCENARIO.relative_to(ROOT)}` with {' '.join(HIGH_LOAD)}; produced by `scripts/sjf_tau_curve.py`.\n\n"
+        f"Seeds {seeds}; scenario `{SCENARIO.relative_to(ROOT)}` with {' '.join(HIGH_LOAD)}; produced by `python -m scripts.sjf_tau_curve`.\n\n"
         + "\n".join(lines) + "\n")
     import matplotlib
     matplotlib.use("Agg")

@@ -1,14 +1,12 @@
 """Speculative decoding vs load: mean time per output token and goodput, with and without
 speculation, on workloads/scenarios/speculation_load.toml. Writes docs/figures/speculation_crossover.png
-and prints the table (markdown). Run: python scripts/speculation_crossover.py [--quick]"""
+and prints the table (markdown). Run: python -m scripts.speculation_crossover [--quick]"""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,20 +1,18 @@
 """Write docs/validation.md: simulated vs theoretical values for the five theory cases.
 
 Runs the same cases as tests/test_theory.py (tests/theory_cases.py), pooled over the same seeds,
-and writes a Markdown table. Usage: ``python scripts/validation_table.py [--out docs/validation.md]``.
+and writes a Markdown table. Usage: ``python -m scripts.validation_table [--out docs/validation.md]``.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from tests import theory_cases as tc
 
-import theory_cases as tc  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def rows() -> list[tuple[str, str, float, float, str]]:
@@ -49,7 +47,7 @@ def main() -> None:
     lines = [
         "# Validation against queueing theory",
         "",
-        "Produced by `python scripts/validation_table.py` from the cases of `tests/test_theory.py`",
+        "Produced by `python -m scripts.validation_table` from the cases of `tests/test_theory.py`",
         "(`tests/theory_cases.py`). The engine is configured as one M/G/1 server: `max_num_seqs = 1`,",
         f"an inline linear profile with a constant step of {tc.STEP_S * 1e3:g} ms and no per-token cost,",
         "one-token prompts, exponential output lengths (mean 20 tokens, E[S] = 0.1 s), Poisson arrivals",

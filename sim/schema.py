@@ -7,10 +7,11 @@ and the cluster). A validation failure becomes one line, ``<file>: <key>: <what 
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_serializer, model_validator
+
+from plumbing.numbers import bounds_text, in_range
 
 # (allow_inf_nan: an infinite or NaN number is never a meaningful setting)
 STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -49,19 +50,12 @@ def number(*, integer: bool = False, minimum: float | None = None, note: str = "
     """A check that the value is a finite number (``integer``: an int), at least ``minimum``, or
     > 0 without one; booleans are not numbers. The value is kept as written (an int stays an
     int). ``note`` follows the expectation in the message, e.g. ``" (GPUs per replica)"``."""
+    bound = {"ge": minimum} if minimum is not None else {"gt": 0}
 
     def check(v: Any) -> Any:
-        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-        if integer:
-            ok = ok and isinstance(v, int)
-        if ok and minimum is not None and v < minimum:
-            ok = False
-        if ok and minimum is None and v <= 0:
-            ok = False
-        if not ok:
+        if not in_range(v, integer=integer, **bound):
             what = "an integer" if integer else "a number"
-            bound = f">= {minimum}" if minimum is not None else "> 0"
-            raise FieldError(f"expected {what} {bound}{note} (got {v!r})")
+            raise FieldError(f"expected {what} {bounds_text(**bound)}{note} (got {v!r})")
         return v
 
     return BeforeValidator(check)

@@ -26,7 +26,7 @@ def test_routers_lists_whole_descriptions():
 
 
 def test_compare_unknown_metric_is_one_line_exit_2(tmp_path, run):
-    from conftest import small_scenario
+    from tests.conftest import small_scenario
 
     a = run(small_scenario(horizon_s=2.0)).save(tmp_path / "a")
     r = CliRunner().invoke(main, ["compare", str(a), str(a), "--metric", "nosuch"])

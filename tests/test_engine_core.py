@@ -17,8 +17,10 @@ MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("of
          ("recompute", "never"), ("swap", "threshold")]
 
 
-#: engine overheads the exactness tests run with: none, and a preset (priced in the same step function)
-OVERHEADS = [None, "vllm-0.6"]
+#: engine overheads the exactness tests run with: none, a preset (priced in the same step function),
+#: one with multi-step scheduling and decode KV re-reads (decode steps priced apart from others), and
+#: one with overlap scheduling (arrivals held back a step by the replica loop)
+OVERHEADS = [None, "vllm-0.6", {"preset": "vllm-0.4", "scheduler_steps": 4}, "sglang-0.5"]
 
 
 @pytest.mark.parametrize("overhead", OVERHEADS)
@@ -208,10 +210,7 @@ def test_lazy_cohort_is_exact_on_the_benchmark_scenario(preemption, pfw, overhea
     """The benchmark's workload (H200 profile, ~100 decoders at once; a small KV pool so that
     preemption happens), with and without the lazily-advanced decode cohort: identical outputs
     and no more events (fewer: a run goes on past members' last tokens when nothing waits)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from core_scenario import scenario
+    from benchmarks.core_scenario import scenario
     sc = scenario(1500, load=0.9)
     sc["engine"].update(preemption=preemption, preempt_for_waiting=pfw, swap_blocks=4000, kv_blocks=6000,
                         overhead=overhead)

@@ -28,9 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_ALL = r'''
 import json, sys
 from pathlib import Path
-sys.path.insert(0, "benchmarks")
 from sim import load_scenario, scenario_from_dict, simulate, native
-from core_scenario import scenario
+from benchmarks.core_scenario import scenario
 assert Path(native.__file__).resolve().parents[1] == Path.cwd().resolve(), native.__file__  # the copy's sim
 out = Path(sys.argv[1])
 cases = {}

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from doc_commands import ROOT, bash_commands, run_line, sandbox
+from tests.doc_commands import ROOT, bash_commands, run_line, sandbox
 
 nbformat = pytest.importorskip("nbformat")
 

@@ -13,7 +13,7 @@ import pytest
 
 from policies import check_policy
 from plumbing.registry import load_dotted
-from conftest import small_scenario
+from tests.conftest import small_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "lifo_policy.py"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import small_scenario
+from tests.conftest import small_scenario
 from sim import scenario_from_dict, simulate
 from sim.cli import main
 from sim.experiments.plots import plot_run, run_figures

@@ -156,7 +156,7 @@ def test_srpt_order_tau_extremes():
 def test_srpt_order_tau_separates_policies(policy, low, high):
     """One server at load 0.9 (queues form): FCFS's admission order is blind to size (about 0),
     SRPT's is SRPT's (1), a tau-0.5 predictor's lies between."""
-    import theory_cases as tc
+    from tests import theory_cases as tc
     sc = tc.single_server(policy=policy, classes=[("a", 0, 9.0)], horizon_s=300.0, seed=4)
     rep = simulate(scenario_from_dict(sc)).summary_dict["run"]["policy"]
     assert rep["srpt_order_pairs"] > 1000

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from doc_commands import (DOCS, ROOT, bash_commands, extras, fenced_blocks, pip_installs, run_line, sandbox,
-                          tracked_digest)
+from tests.doc_commands import (DOCS, ROOT, bash_commands, extras, fenced_blocks, pip_installs, run_line,
+                                sandbox, tracked_digest)
 
 # Commands not run here, each with where it is tested instead (matched by the start of the line).
 NOT_RUN = {

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_sjf_tau_curve_small(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"MPLBACKEND": "Agg"}
-    done = subprocess.run([sys.executable, "scripts/sjf_tau_curve.py", "--seeds", "1", "--horizon-s", "20",
+    done = subprocess.run([sys.executable, "-m", "scripts.sjf_tau_curve", "--seeds", "1", "--horizon-s", "20",
                            "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     table = (tmp_path / "sjf_tau_curve.md").read_text()

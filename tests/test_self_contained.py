@@ -87,9 +87,9 @@ CORE = sorted(p.stem for p in (ROOT / "sim" / "core").glob("*.py") if p.stem != 
 
 
 @pytest.mark.parametrize("pkg,allowed", [
-    ("policies", ("policies", "plumbing")),
-    ("workloads", ("workloads", "plumbing")),
-    ("plumbing", ("plumbing",)),
+    ("policies", ("policies", "plumbing")),    # nothing of sim, calibrate or workloads
+    ("workloads", ("workloads", "plumbing")),  # nothing of sim, calibrate or policies
+    ("plumbing", ("plumbing",)),               # the leaf: nothing of the project
 ])
 def test_package_imports_follow_the_layers(pkg, allowed):
     project = ("sim", "policies", "workloads", "calibrate", "plumbing")
@@ -97,6 +97,139 @@ def test_package_imports_follow_the_layers(pkg, allowed):
         for mod in _all_imports(f):
             if mod.split(".")[0] in project:
                 assert any(mod == a or mod.startswith(a + ".") for a in allowed), f"{f.name} imports {mod}"
+
+
+# the priosim commands that measure or compare against real execution: the only place sim/ may
+# import calibrate (inside the command, so that `import sim` never loads it or torch)
+CALIBRATE_COMMANDS = {"calibrate", "validate", "fidelity"}
+
+
+def _function_imports(tree: ast.AST):
+    """(enclosing top-level function name or None, imported module) for every import."""
+    def walk(node, func):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and func is None:
+                yield from walk(child, child.name)
+                continue
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    yield func, a.name
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                yield func, child.module
+            yield from walk(child, func)
+    yield from walk(tree, None)
+
+
+def test_sim_imports_calibrate_only_in_the_calibrate_commands():
+    for f in sorted((ROOT / "sim").rglob("*.py")):
+        for func, mod in _function_imports(ast.parse(f.read_text())):
+            if mod.split(".")[0] == "calibrate":
+                where = f"{f.relative_to(ROOT)}: {func or 'module level'} imports {mod}"
+                assert f == ROOT / "sim" / "cli.py" and func in CALIBRATE_COMMANDS, where
+
+
+def test_sim_reads_no_file_under_calibrate():
+    """No string in sim's code names calibrate's folder (``"calibrate"`` as a path part, or a
+    path starting ``calibrate/``); sim owns the profiles and presets it reads."""
+    for f in sorted((ROOT / "sim").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                v = node.value
+                assert v != "calibrate" and not v.startswith(("calibrate/", "calibrate\\")), \
+                    f"{f.relative_to(ROOT)}:{node.lineno}: {v[:60]!r}"
+
+
+def _sys_path_edits(path: Path) -> list[int]:
+    """Lines that change ``sys.path`` (a call of its insert/append/extend/..., or an assignment)."""
+    def is_sys_path(n):
+        return isinstance(n, ast.Attribute) and n.attr == "path" and isinstance(n.value, ast.Name) \
+            and n.value.id == "sys"
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value):
+            if node.func.attr in ("insert", "append", "extend", "remove", "pop", "clear"):
+                lines.append(node.lineno)
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            if is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)):
+                lines.append(node.lineno)
+    # code run in a subprocess is a string: look into the strings too
+    text = path.read_text()
+    for m in re.finditer(r"sys\.path(\.(insert|append|extend)\(|\[[^\]]*\]\s*=|\s*[+]?=)", text):
+        lines.append(text[:m.start()].count("\n") + 1)
+    return sorted(set(lines))
+
+
+@pytest.mark.parametrize("folder", ["tests", "scripts", "benchmarks"])
+def test_no_sys_path_edits(folder):
+    """Tests import their helpers as the ``tests`` package, scripts and benchmarks run as modules
+    from the repository root (``python -m scripts.NAME``): none of them edits ``sys.path``."""
+    bad = [f"{f.relative_to(ROOT)}:{line}" for f in sorted((ROOT / folder).rglob("*.py"))
+           for line in _sys_path_edits(f) if f != Path(__file__)]
+    assert not bad, bad
+
+
+def test_the_sys_path_check_sees_edits(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import sys\nsys.path.insert(0, 'a')\nsys.path[:0] = ['b']\nCODE = 'sys.path.append(1)'\n")
+    assert _sys_path_edits(f) == [2, 3, 4]
+
+
+# sim's layers above the core, lowest first: a module may import its own layer and those
+# before it in this list, never one after it (docs/architecture.md, "Layers")
+SIM_LAYERS = [
+    ("core", lambda rel: rel.startswith("sim/core/")),
+    ("top", lambda rel: rel.count("/") == 1 and rel not in ("sim/run.py", "sim/cli.py", "sim/__init__.py")),
+    ("cluster", lambda rel: rel.startswith("sim/cluster/")),
+    ("run", lambda rel: rel in ("sim/run.py", "sim/__init__.py")),
+    ("experiments", lambda rel: rel.startswith("sim/experiments/")),
+    ("cli", lambda rel: rel == "sim/cli.py"),
+]
+
+
+def _sim_layer(rel: str) -> int:
+    return next(i for i, (_, inside) in enumerate(SIM_LAYERS) if inside(rel))
+
+
+def _module_file(mod: str) -> str | None:
+    """``sim.a.b`` -> ``sim/a/b.py`` or ``sim/a/b/__init__.py`` (None when neither exists)."""
+    base = mod.replace(".", "/")
+    for rel in (base + ".py", base + "/__init__.py"):
+        if (ROOT / rel).is_file():
+            return rel
+    return None
+
+
+def _sim_imports(path: Path) -> set[str]:
+    """The sim modules a file imports anywhere; ``from sim import native`` is ``sim.native``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "sim"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
+                node.module.split(".")[0] == "sim":
+            subs = {f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")}
+            out |= subs or {node.module}
+    return out
+
+
+def test_sim_layers_import_downwards():
+    """The experiment tools and the CLI are imported by nothing below them; the cluster does not
+    import the driver; the scenario plumbing imports neither (imports inside functions count).
+    The one sideways step allowed: the scenario tables name the router registry
+    (sim/cluster/routers.py, which imports nothing of sim)."""
+    bad = []
+    for f in sorted((ROOT / "sim").rglob("*.py")):
+        rel = f.relative_to(ROOT).as_posix()
+        mine = _sim_layer(rel)
+        for mod in _sim_imports(f):
+            target = _module_file(mod)
+            if target is None or target == "sim/cluster/routers.py":
+                continue
+            if _sim_layer(target) > mine:
+                bad.append(f"{rel} ({SIM_LAYERS[mine][0]}) imports {mod} ({SIM_LAYERS[_sim_layer(target)][0]})")
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("name", CORE)

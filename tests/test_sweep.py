@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import small_scenario
+from tests.conftest import small_scenario
 from sim.cli import main
 from sim.core.errors import ScenarioError
 from sim.experiments.sweep import RUN_FILE, expand_grid, read_grid, run_sweep
@@ -157,17 +157,17 @@ def test_changed_base_scenario_does_not_reuse_old_folders(tmp_path):
 
 def test_a_broken_run_is_reported_and_the_others_land(tmp_path):
     out = tmp_path / "sw"
-    args = ["sweep", "chat_vs_batch", "--policies", "fcfs,sweep_helpers:Broken,priority", "--loads", "1",
+    args = ["sweep", "chat_vs_batch", "--policies", "fcfs,tests.sweep_helpers:Broken,priority", "--loads", "1",
             *SMALL, "--workers", "2", "--no-plots", "--out", str(out)]
     res = _cli(args)
     assert res.exit_code == 1  # one failed run
     assert "2 done, 0 skipped (already complete), 1 failed" in res.output
-    fail = json.loads((out / "failures" / "policy=sweep_helpers_Broken__load=1__seed=1.json").read_text())
+    fail = json.loads((out / "failures" / "policy=tests.sweep_helpers_Broken__load=1__seed=1.json").read_text())
     assert "boom: deliberately broken policy" in fail["error"] and "Traceback" in fail["traceback"]
     df = pd.read_parquet(out / "sweep.parquet")
     assert set(df["policy"]) == {"fcfs", "priority"}
     info = json.loads((out / "sweep.json").read_text())
-    assert list(info["failed"]) == ["policy=sweep_helpers_Broken__load=1__seed=1"]
+    assert list(info["failed"]) == ["policy=tests.sweep_helpers_Broken__load=1__seed=1"]
     # a rerun retries only the failed run
     res = _cli(args)
     assert res.exit_code == 1 and "0 done, 2 skipped (already complete), 1 failed" in res.output

@@ -10,7 +10,7 @@ tolerance. Regression (golden-value) tests live elsewhere.
 import numpy as np
 import pytest
 
-import theory_cases as tc
+from tests import theory_cases as tc
 
 
 

@@ -18,9 +18,9 @@ from scipy import special
 
 from plumbing.registry import Registry
 from workloads.errors import WorkloadError, integer, number, require
-from workloads.lengths import LengthModel, parse_length
+from workloads.lengths import ClippedLength, parse_length
 
-ARRIVALS = Registry("arrival process")
+ARRIVALS = Registry("arrival process")  # workloads.contracts.ArrivalProcess (and ClosedLoop)
 
 _CHUNK_MAX = 1_000_000
 
@@ -354,7 +354,7 @@ class ClosedLoop:
 
     def __post_init__(self) -> None:
         integer("users", self.users, ge=1)
-        if not isinstance(self.think, LengthModel):
+        if not isinstance(self.think, ClippedLength):
             try:
                 model = parse_length(self.think, integer_values=False, default_min=0.0)
             except WorkloadError as exc:
@@ -372,7 +372,7 @@ class ClosedLoop:
         if k == 1:
             return self
         t = self.think
-        think = LengthModel(_ScaledLaw(t.law, 1 / k), t.min / k, None if t.max is None else t.max / k,
+        think = ClippedLength(_ScaledLaw(t.law, 1 / k), t.min / k, None if t.max is None else t.max / k,
                             False, t.spec)
         return replace(self, think=think)
 

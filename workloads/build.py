@@ -26,10 +26,11 @@ import pandas as pd
 
 from workloads.arrivals import ClosedLoop, parse_arrival
 from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
-from workloads.lengths import LengthModel, parse_length, sample_pair
+from workloads.contracts import ArrivalProcess, LengthModel
+from workloads.lengths import parse_length, sample_pair
 from workloads.prefix import check_prefix, synthetic_hash_ids
 from workloads.servegen import load_client, sample_client
-from workloads.traces import check_trace_spec, load_trace
+from workloads.traces import check_trace_spec, load_trace, trace_loader
 
 STREAM_KEYS = {"prefix", "tenant", "class", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
                "deadline_s", "start_s", "stop_s", "correlation", "trace", "assign", "name"}
@@ -54,7 +55,7 @@ class _Stream:
     tenant: str
     cls: str
     kind: str
-    arrival: Any = None
+    arrival: ArrivalProcess | ClosedLoop | None = None
     prompt: LengthModel | None = None
     output: LengthModel | None = None
     rho: float = 0.0
@@ -125,8 +126,7 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
         st.kind = "trace_lengths"
     else:
         st.kind = "replay"
-        require(f"{path}.arrival", None, trace["format"] not in ("sharegpt",) and (
-            trace["format"] not in ("csv", "jsonl") or "arrival_s" in trace.get("columns", {})),
+        require(f"{path}.arrival", None, trace_loader(trace["format"]).has_times(trace),
             f"an arrival process: the {trace['format']} trace has no arrival times")
     if "correlation" in s:
         require(f"{path}.correlation", s["correlation"], trace is None,

@@ -5,8 +5,9 @@ small object with an inverse CDF ``ppf(u)`` and analytic ``mean`` and ``var``. S
 through ``ppf`` of uniforms drawn from the simulation's own generator, which is what lets a
 Gaussian copula correlate prompt and output lengths (:func:`sample_pair`).
 
-A :class:`LengthModel` wraps a law with ``min``/``max`` clipping and, for token counts, rounding to
-integers (nearest integer; ``Uniform`` draws each integer of ``[low, high]`` with equal chance).
+A :class:`ClippedLength` (the shipped :class:`~workloads.contracts.LengthModel`) wraps a law with
+``min``/``max`` clipping and, for token counts, rounding to integers (nearest integer;
+``Uniform`` draws each integer of ``[low, high]`` with equal chance).
 ``mean``/``var`` describe the law *before* clipping (for the discrete laws they are exact; for
 the continuous ones rounding adds at most 1/12 to the variance).
 """
@@ -20,9 +21,10 @@ import numpy as np
 from scipy import special  # (not scipy.stats: importing it takes seconds, and every run starts with this)
 
 from plumbing.registry import Registry
+from workloads.contracts import LengthModel
 from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
 
-LENGTHS = Registry("length model")
+LENGTHS = Registry("length model")  # laws: workloads.contracts.LengthLaw
 
 
 @dataclass(frozen=True)
@@ -188,8 +190,8 @@ for _name, _cls, _desc in [
 
 
 @dataclass(frozen=True)
-class LengthModel:
-    """A law with clipping to ``[min, max]``; ``integer`` rounds (token counts)."""
+class ClippedLength:
+    """A law (:class:`~workloads.contracts.LengthLaw`) with clipping to ``[min, max]``; ``integer`` rounds (token counts)."""
 
     law: Any
     min: float = 1
@@ -231,8 +233,8 @@ class LengthModel:
 
 
 def parse_length(spec: Any, *, integer_values: bool = True, default_min: float = 1,
-                 column_loader: Any = None) -> LengthModel:
-    """Build a :class:`LengthModel` from a bare number or a ``{dist = ..., ...}`` table.
+                 column_loader: Any = None) -> ClippedLength:
+    """Build a :class:`ClippedLength` from a bare number or a ``{dist = ..., ...}`` table.
 
     ``column_loader(trace_spec, column) -> array`` supplies values for
     ``{dist = "empirical", trace = {...}, column = "prompt_tokens"}``.
@@ -241,7 +243,7 @@ def parse_length(spec: Any, *, integer_values: bool = True, default_min: float =
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         if integer_values:
             integer("", spec, ge=1 if default_min >= 1 else 0)
-        return LengthModel(Constant(float(number("", spec, ge=0))), min=default_min,
+        return ClippedLength(Constant(float(number("", spec, ge=0))), min=default_min,
                            integer=integer_values, spec=spec)
     if not isinstance(spec, dict):
         raise WorkloadError(f": must be a number or a table {{ dist = ... }} (got {spec!r})")
@@ -289,7 +291,7 @@ def parse_length(spec: Any, *, integer_values: bool = True, default_min: float =
             expected = "?"
         raise WorkloadError(f": bad parameters for dist '{name}' {sorted(params)} "
                             f"(expected {expected}, plus optional min, max): {exc}") from None
-    return LengthModel(law, min=lo, max=hi, integer=integer_values, spec=spec)
+    return ClippedLength(law, min=lo, max=hi, integer=integer_values, spec=spec)
 
 
 def correlated_uniforms(rng: np.random.Generator, n: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
@@ -309,4 +311,4 @@ def sample_pair(rng: np.random.Generator, n: int, prompt: LengthModel, output: L
 
 
 __all__ = ["LENGTHS", "Constant", "Uniform", "Exponential", "Lognormal", "Zipf", "Empirical",
-           "LengthModel", "parse_length", "sample_pair", "correlated_uniforms", "prefixed"]
+           "ClippedLength", "parse_length", "sample_pair", "correlated_uniforms", "prefixed"]

@@ -10,6 +10,10 @@ the file, the 1-based line as a person counts it (a CSV header is line 1) and th
 ``lenient=True`` those rows are skipped instead and counted in ``Trace.rows_skipped``. A length
 of 0 is not an error; it is raised to 1 token (the engine needs >= 1) and counted in
 ``Trace.zero_lengths``. Nothing is dropped without being counted.
+
+Formats live in the open registry ``TRACE_LOADERS`` (name -> :class:`TraceFormat`, a
+:class:`~workloads.contracts.TraceLoader`): a new format is one load function and one
+``register`` call, with the options it reads; a user's own loads by ``format = "pkg.mod:obj"``.
 """
 from __future__ import annotations
 
@@ -21,11 +25,13 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from plumbing.registry import Registry
+from workloads.contracts import TraceLoader
 from workloads.errors import WorkloadError, number, require, unknown_keys
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -36,13 +42,12 @@ BUNDLED = {
 # ``path = "bundled:NAME"`` names a file (or a ServeGen client prefix) under DATA_DIR, wherever the
 # package is installed; any other path is the user's own, relative to the scenario's folder.
 BUNDLED_PREFIX = "bundled:"
-FORMATS = ("azure", "mooncake", "sharegpt", "csv", "jsonl", "servegen")
 #: the longest prompt or output a trace row may declare, tokens (far above any model's context;
 #: a larger number is a corrupt row, and would not fit the int64 token arithmetic)
 MAX_LENGTH = 100_000_000
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
-TRACE_KEYS = {"format", "path", "t0", "columns", "time_unit", "spread_bucket_s", "window",
-              "sample", "client"}
+#: keys every ``trace = {...}`` table may have; a format adds its own (``TraceFormat.options``)
+COMMON_KEYS = ("format", "path", "t0", "time_unit", "window", "sample")
 
 
 @dataclass
@@ -395,30 +400,111 @@ def load_jsonl(path: Path, spec: dict, lenient: bool) -> Trace:
                     bad_lines[:5])
 
 
-LOADERS = {"azure": load_azure, "mooncake": load_mooncake, "sharegpt": load_sharegpt,
-           "csv": load_csv, "jsonl": load_jsonl}
+@dataclass(frozen=True)
+class TraceFormat:
+    """A registered trace format (:class:`~workloads.contracts.TraceLoader`) built from its load
+    function ``read(path, spec, lenient) -> Trace``. ``times``: whether rows carry arrival
+    times, or a function of the table saying so. ``checker(spec)``: checks of the table beyond
+    its options' own (no file read). ``per_request=False``: sampled window by window (ServeGen),
+    not read here."""
+
+    read: Callable[[Path, dict, bool], Trace] | None
+    description: str = ""
+    times: bool | Callable[[dict], bool] = True
+    options: Mapping[str, Callable[[Any], Any] | None] = field(default_factory=dict)
+    checker: Callable[[dict], None] | None = None
+    per_request: bool = True
+
+    def check(self, spec: dict) -> None:
+        if self.checker is not None:
+            self.checker(spec)
+
+    def has_times(self, spec: dict) -> bool:
+        return self.times(spec) if callable(self.times) else self.times
+
+    def load(self, path: Path, spec: dict, lenient: bool) -> Trace:
+        assert self.read is not None, "not a per-request format"
+        return self.read(path, spec, lenient)
+
+
+TRACE_LOADERS = Registry("trace format")
+
+
+def register_format(name: str, fmt: TraceFormat) -> None:
+    """Add a trace format (a name used twice is an error)."""
+    TRACE_LOADERS.register(name, fmt, fmt.description)
+
+
+def _mapped_times(spec: dict) -> bool:
+    return "arrival_s" in spec.get("columns", {})
+
+
+register_format("azure", TraceFormat(load_azure, "Azure LLM inference trace 2023 (CSV)"))
+register_format("mooncake", TraceFormat(
+    load_mooncake, "Mooncake JSONL (ms timestamps, hash_ids)",
+    options={"spread_bucket_s": lambda v: number("spread_bucket_s", v, ge=0)}))
+register_format("sharegpt", TraceFormat(load_sharegpt, "ShareGPT length table (lengths only)", times=False))
+register_format("csv", TraceFormat(load_csv, "any CSV through a columns mapping", times=_mapped_times,
+                                   options={"columns": None}, checker=_mapping))
+register_format("jsonl", TraceFormat(load_jsonl, "any JSON lines through a columns mapping", times=_mapped_times,
+                                     options={"columns": None}, checker=_mapping))
+register_format("servegen", TraceFormat(None, "a ServeGen client, sampled window by window (workloads.servegen)",
+                                        options={"client": None}, per_request=False))
+
+
+def formats() -> list[str]:
+    """The registered format names, in the order they were registered."""
+    return TRACE_LOADERS.names(sort=False)
+
+
+def trace_loader(fmt: Any) -> TraceLoader:
+    """The loader of ``format`` (a registered name or ``pkg.mod:obj``); WorkloadError otherwise."""
+    names = formats()
+    dotted = isinstance(fmt, str) and ":" in fmt and fmt not in names
+    require("format", fmt, fmt in names or dotted, f"one of {', '.join(names)}")
+    try:
+        loader = TRACE_LOADERS.resolve(fmt)
+    except KeyError as exc:
+        raise WorkloadError(f"format: {exc.args[0]}") from None
+    require("format", fmt, isinstance(loader, TraceLoader),
+            "a trace loader (options, per_request, check, has_times, load)")
+    return loader  # type: ignore[return-value]
+
+
+def _allowed_keys(own: Mapping[str, Any]) -> set[str]:
+    """The common keys and every registered format's options (a key another format reads is
+    not a typo), plus ``own`` (a user's loader's)."""
+    keys = set(COMMON_KEYS) | set(own)
+    for entry in TRACE_LOADERS.entries():
+        if not isinstance(entry.target, str):
+            keys |= set(getattr(entry.target, "options", {}))
+    return keys
+
+
 _CACHE: dict[tuple, Trace] = {}
 
 
 def check_trace_spec(spec: Any, base_dir: Path) -> Path:
     """Check a ``trace = {...}`` table's keys (no file is read); return the resolved path."""
     require("", spec, isinstance(spec, dict), "a table { format = ..., path = ... }")
-    unknown_keys("", spec, TRACE_KEYS)
     fmt = spec.get("format")
-    require("format", fmt, fmt in FORMATS, f"one of {', '.join(FORMATS)}")
+    own = trace_loader(fmt).options if isinstance(fmt, str) and ":" in fmt else {}
+    unknown_keys("", spec, _allowed_keys(own))  # (before the format: an unknown key is named first)
+    loader = trace_loader(fmt)
     path = resolve_path(spec.get("path"), base_dir)
-    if fmt == "servegen":
+    if not loader.per_request:
         return path
     require("path", str(path), path.is_file(), "an existing file (bundled: "
             f"{', '.join([*BUNDLED, *bundled_names()])}; other paths are relative to the "
             "scenario's directory)")
-    if fmt in ("csv", "jsonl"):
-        _mapping(spec)
+    loader.check(spec)
     unit = spec.get("time_unit", "s")
     require("time_unit", unit, unit in TIME_UNITS or unit == "datetime",
             f"one of {', '.join(TIME_UNITS)}, datetime")
-    if "spread_bucket_s" in spec:
-        number("spread_bucket_s", spec["spread_bucket_s"], ge=0)
+    for name in formats():  # options with their own checks, whichever format reads them
+        for key, check in trace_loader(name).options.items():
+            if check is not None and key in spec:
+                check(spec[key])
     if "window" in spec:
         w = spec["window"]
         require("window", w, isinstance(w, (list, tuple)) and len(w) == 2, "[start_s, end_s]")
@@ -432,18 +518,18 @@ def check_trace_spec(spec: Any, base_dir: Path) -> Path:
 def load_trace(spec: dict, base_dir: Path, lenient: bool = False) -> Trace:
     """Load and check the trace a ``trace = {...}`` table names (cached per file and options)."""
     path = check_trace_spec(spec, base_dir)
-    fmt = spec["format"]
-    require("format", fmt, fmt in LOADERS, "a per-request format (servegen is sampled, not loaded)")
+    loader = trace_loader(spec["format"])
+    require("format", spec["format"], loader.per_request, "a per-request format (servegen is sampled, not loaded)")
     opts = tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in spec.items()
                         if k not in ("window", "sample", "client")))
     key = (str(path.resolve()), path.stat().st_mtime_ns, opts, lenient)
     if key not in _CACHE:
-        _CACHE[key] = LOADERS[fmt](path, spec, lenient)
+        _CACHE[key] = loader.load(path, spec, lenient)
     tr = _CACHE[key]
     return Trace(tr.df.copy(), tr.source, tr.rows_read, tr.rows_skipped, tr.zero_lengths,
                  list(tr.skipped_examples))
 
 
-__all__ = ["Trace", "load_trace", "check_trace_spec", "resolve_path", "read_text", "bundled_names",
-           "BUNDLED", "BUNDLED_PREFIX", "DATA_DIR",
-           "FORMATS", "LOADERS"]
+__all__ = ["Trace", "TraceFormat", "TRACE_LOADERS", "register_format", "formats", "trace_loader",
+           "load_trace", "check_trace_spec", "resolve_path", "read_text", "bundled_names",
+           "BUNDLED", "BUNDLED_PREFIX", "DATA_DIR"]

@@ -4,18 +4,40 @@ A :class:`RequestSource` turns the columnar open stream into :class:`Request` ob
 clock passes their arrival (no process per request), and keeps closed-loop users' next sends on
 a heap, pushed when their previous request ends. Request ids: open requests 0..n-1 in arrival
 order, then closed-loop requests in the order they are created.
+
+:class:`RequestStream` is what the replica loop (:func:`sim.core.loop.replica_loop`) reads: a
+:class:`RequestSource` for one replica, a cluster replica's inbox behind a router.
 """
 from __future__ import annotations
 
 import heapq
 import math
 from array import array
+from typing import Protocol
 
 import numpy as np
 
 from sim.core.costs import NEVER, NS
 from sim.core.request import Request
 
+
+class RequestStream(Protocol):
+    """Where one replica's requests come from.
+
+    A cluster replica's inbox also has the hooks the loop looks up when present: ``wakeup(t)``
+    and ``finished()`` (sleep on an event until a request is routed here, or stop when none
+    will be), ``run_bound_ns()``, ``hold(now, plan, durations)`` and ``held()`` (a run of steps
+    that a routed request may cut short), ``on_run(now, durations)`` (told of each run).
+    """
+
+    def next_arrival_ns(self) -> int:
+        """When the next request may arrive (ns; NEVER when none will). A lower bound is
+        enough: it only stops a fast-forwarded run early."""
+        ...
+
+    def pop_due(self, now_ns: int) -> list[Request]:
+        """Every request that has arrived by ``now_ns``, in arrival order."""
+        ...
 
 
 class RequestSource:
