@@ -62,7 +62,7 @@ def _can_build() -> bool:
 def test_compiled_build_gives_identical_results(tmp_path):
     proj = tmp_path / "proj"
     skip = shutil.ignore_patterns("*.so", "native_build.json", "__pycache__", "build", ".hypothesis")
-    for d in ("sim", "policies", "workloads", "calibrate", "tests", "benchmarks"):
+    for d in ("sim", "policies", "workloads", "calibrate", "plumbing", "tests", "benchmarks"):
         shutil.copytree(ROOT / d, proj / d, ignore=skip)
     env = {k: v for k, v in os.environ.items() if k != "PRIOSIM_PURE_PYTHON"}
 
@@ -111,7 +111,7 @@ def _console_script_from_another_folder(proj: Path, tmp_path: Path, env: dict[st
     site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     site.mkdir()
     elsewhere.mkdir()
-    for d in ("sim", "policies", "workloads", "calibrate"):
+    for d in ("sim", "policies", "workloads", "calibrate", "plumbing"):
         (site / d).symlink_to(proj / d)
     script = Path(sys.executable).parent / "priosim"
     if not script.exists():  # (not installed: what pip writes for [project.scripts])
