@@ -113,7 +113,8 @@ SHIPPED = [(d, s, 1) for d in _SHIPPED_DEVICES for s in ("llama-3-8b", "mistral-
 #: Profiles the fidelity suite needs for published measurements of other models (calibrate/fidelity).
 FIDELITY = [("a100-80gb", "qwen2.5-14b", 1), ("a100-80gb", "qwen2.5-32b", 2), ("a100-80gb", "qwen2.5-72b", 4),
             ("h100-sxm", "qwen3-8b", 1), ("h100-sxm", "qwen3-14b", 1), ("a100-80gb", "qwen3-14b", 1),
-            ("h100-sxm", "qwen3-32b", 1), ("a100-80gb", "qwen3-32b", 1), ("h100-pcie", "qwen3-32b", 1)]
+            ("h100-sxm", "qwen3-32b", 1), ("a100-80gb", "qwen3-32b", 1), ("h100-pcie", "qwen3-32b", 1),
+            ("h100-pcie", "qwen3-14b", 1)]
 
 
 def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf16", tp: int = 1,

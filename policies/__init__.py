@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.base import BasePolicy, Policy, RequestView
+from policies.base import BasePolicy, Policy, RankingContext, RequestView
 from plumbing.registry import Registry, load_dotted
 
 POLICIES = Registry("policy")
@@ -72,5 +72,5 @@ def list_policies() -> list[tuple[str, str]]:
 
 from policies.predictors import PREDICTORS, make_predictor  # noqa: E402
 
-__all__ = ["BasePolicy", "Policy", "RequestView", "POLICIES", "make_policy", "list_policies",
+__all__ = ["BasePolicy", "Policy", "RankingContext", "RequestView", "POLICIES", "make_policy", "list_policies",
            "check_policy", "PREDICTORS", "make_predictor", "Registry", "load_dotted"]

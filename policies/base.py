@@ -18,13 +18,20 @@ ways:
   (e.g. aging promotes a class, a quantum expires). The engine never fast-forwards past it.
 
 Hooks (all optional, defaults in :class:`BasePolicy`) let stateful policies keep their books:
-``on_arrival`` when a request enters the system, ``on_scheduled`` after each step (or each
-fast-forwarded run of steps, with the total tokens and service seconds; such a policy's
-requests are stepped one by one, never in the engine's lazily-advanced decode cohort),
-``on_preempt`` and ``on_finish``.
+``bind`` once before the run (the scenario's classes and a policy-owned seed), ``on_arrival``
+when a request enters the system, ``before_ranking`` before the engine re-keys requests (with a
+:class:`RankingContext`: what the scheduler knows then, such as the queue length and, for a
+policy that declares ``needs_prefix_info``, each waiting request's cached prefix),
+``on_scheduled`` after each step (or each fast-forwarded run of steps, with the total tokens and
+service seconds; such a policy's requests are stepped one by one, never in the engine's
+lazily-advanced decode cohort), ``on_preempt``, ``on_finish``, and ``report`` at the end (figures
+for the run's summary). The engine writes nothing into a policy and nothing of its own into the
+requests a policy sees: what it tells a policy goes through these calls.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
@@ -71,17 +78,50 @@ class RequestView(Protocol):
     def true_output_tokens(self) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RankingContext:
+    """What the scheduler tells a policy before it re-keys requests (:meth:`Policy.before_ranking`).
+
+    Attributes:
+        now: the time of the re-key, seconds.
+        queue_len: requests waiting.
+        cached_prefix_tokens: request id -> prompt tokens the engine's prefix cache holds for it
+            now, for every waiting request (0 when nothing is cached or the request has already
+            computed tokens). Filled only for policies that declare ``needs_prefix_info = True``
+            (looking it up costs a pass over the waiting set); empty otherwise.
+    """
+
+    now: float
+    queue_len: int
+    cached_prefix_tokens: Mapping[int, int] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Policy(Protocol):
-    """A scheduling policy: ranks requests; may declare when its ranking changes next."""
+    """A scheduling policy: ranks requests; may declare when its ranking changes next.
+
+    Everything the engine reads or calls on a policy. Class attributes: ``name``; ``oracle``
+    (may read ``true_output_tokens``); ``dynamic`` (keys may change after any step: re-key before
+    every plan); ``needs_prefix_info`` (wants each waiting request's cached prefix in the
+    :class:`RankingContext`). :class:`BasePolicy` gives every hook a default, so a policy that
+    inherits it writes only ``key``; one that does not may omit any hook (the engine treats a
+    missing one as the default).
+
+    A policy may also keep the waiting set itself (optional, see :class:`OwnsWaitingSet`).
+    """
 
     name: ClassVar[str]
     oracle: ClassVar[bool]
     dynamic: ClassVar[bool]
+    needs_prefix_info: ClassVar[bool]
+
+    def bind(self, classes: dict[str, dict], seed: int) -> None: ...
 
     def key(self, req: RequestView, now: float) -> tuple: ...
 
     def next_change(self, now: float) -> float | None: ...
+
+    def before_ranking(self, ctx: RankingContext) -> None: ...
 
     def on_arrival(self, req: RequestView, now: float) -> None: ...
 
@@ -90,6 +130,35 @@ class Policy(Protocol):
     def on_preempt(self, req: RequestView, now: float) -> None: ...
 
     def on_finish(self, req: RequestView, now: float) -> None: ...
+
+    def report(self) -> dict: ...
+
+
+class WaitingQueues(Protocol):
+    """A waiting set a policy keeps itself, read as the engine reads its heap of ``(key, seq,
+    request)`` entries: ``push``, ``pop`` (the head), ``[0]`` (the head, its key current),
+    ``len``, iteration (every entry, keys current); ``rekey`` replaces re-keying every entry."""
+
+    def push(self, entry: tuple) -> None: ...
+
+    def pop(self) -> tuple: ...
+
+    def rekey(self) -> None: ...
+
+    def __getitem__(self, i: int) -> tuple: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[tuple]: ...
+
+
+@runtime_checkable
+class OwnsWaitingSet(Protocol):
+    """Optional: a policy that keeps the engine's waiting set in its own structure (the fairness
+    accountant's per-tenant queues) returns it, or None to let the engine keep its heap. Not
+    used with ``needs_prefix_info``."""
+
+    def waiting_queues(self) -> WaitingQueues | None: ...
 
 
 class BasePolicy:
@@ -105,6 +174,7 @@ class BasePolicy:
     description: ClassVar[str] = ""
     oracle: ClassVar[bool] = False
     dynamic: ClassVar[bool] = False
+    needs_prefix_info: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:
@@ -123,6 +193,13 @@ class BasePolicy:
 
     def next_change(self, now: float) -> float | None:
         return None
+
+    def before_ranking(self, ctx: RankingContext) -> None:
+        """Before the engine re-keys requests. The default keeps what older policies that
+        declare ``needs_prefix_info`` read: ``self.queue_len`` (deprecated: read
+        ``ctx.queue_len``)."""
+        if self.needs_prefix_info:
+            self.queue_len = ctx.queue_len
 
     def on_arrival(self, req: RequestView, now: float) -> None:
         pass

@@ -2,7 +2,9 @@
 
 Runs a policy — a registered name, a class, or an instance (deep-copied, never mutated) — through
 a small reference scheduler that calls it exactly as the engine does (``bind``; ``on_arrival``
-then ``key`` on entry; re-key when ``dynamic`` or when ``next_change`` has passed; admit in key
+then ``key`` on entry; re-key when ``dynamic`` or when ``next_change`` has passed, after
+``before_ranking`` with a :class:`~policies.base.RankingContext` (no prefix cache here: every
+waiting request's cached prefix is 0 for a policy with ``needs_prefix_info``); admit in key
 order; ``on_scheduled`` after each step; ``on_preempt`` then ``key`` on preemption; ``on_finish``),
 and checks, raising :class:`PolicyCheckError` on the first failure:
 
@@ -25,6 +27,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from policies.base import RankingContext
 
 
 class PolicyCheckError(AssertionError):
@@ -119,6 +123,8 @@ def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every:
     policy is bound with."""
     pol.bind(copy.deepcopy(CLASSES), seed)
     dynamic = bool(getattr(pol, "dynamic", False))
+    before_ranking = getattr(pol, "before_ranking", None)
+    prefix_info = bool(getattr(pol, "needs_prefix_info", False))
     log: list[tuple] = []
     waiting: dict[int, FakeRequest] = {}
     running: dict[int, FakeRequest] = {}
@@ -138,6 +144,9 @@ def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every:
             i += 1
         live = list(waiting.values()) + list(running.values())
         if dynamic or now >= change - 1e-9:  # the engine rounds the change up to a nanosecond
+            if before_ranking is not None:
+                cached = {r.request_id: 0 for r in waiting.values()} if prefix_info else {}
+                before_ranking(RankingContext(now, len(waiting), cached))
             for r in live:
                 keys[r.request_id] = _key(pol, r, now)
         else:

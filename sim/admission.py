@@ -54,7 +54,8 @@ class TokenBucket:
 
 
 class Gate:
-    """Admission gate (see module docstring). ``check`` -> reason or ''; ``on_finish`` releases."""
+    """Admission gate (see module docstring), a :class:`policies.contracts.Gate`: ``check`` ->
+    reason or ''; ``on_finish`` releases."""
 
     def __init__(self, sc, costs) -> None:
         adm = sc.admission
@@ -199,22 +200,8 @@ class Gate:
         The estimate is the sum of the two.
         """
         cfg = engine.cfg
-        costs = engine.costs
+        W, R, evictable_blocks = self._ahead(req, now, engine)
         pool = engine.pool
-        bs = pool.block_size
-        try:
-            k_new = tuple(engine.policy.key(req, now))
-        except Exception:  # a policy that needs on_arrival first: rank by class, then FIFO
-            k_new = (req.priority, math.inf)
-        evict = cfg.preempt_for_waiting != "never" and cfg.preemption != "off"
-        W = [r for key, _, r in engine.waiting if _before(key, k_new, r, req)]
-        R = []
-        evictable_blocks = 0
-        for r in engine.running:
-            if evict and r.priority > req.priority:
-                evictable_blocks += r.blocks
-            else:
-                R.append(r)
         Q = req.prompt_tokens
         need_blocks = pool.blocks_for(req.prompt_tokens + 1)
         ctx = 0
@@ -233,26 +220,52 @@ class Gate:
         steps_p = -(-Q // per)
         mean_prompt = Q / (len(W) + 1)
         l2 = chunk * min(mean_prompt, chunk)
-        t_prefill = steps_p * costs.step_s(P=chunk, D=n_dec, sum_l2=l2, sum_ctx=n_dec * mean_ctx)
+        t_prefill = steps_p * engine.costs.step_s(P=chunk, D=n_dec, sum_l2=l2, sum_ctx=n_dec * mean_ctx)
         # slots and memory
         free_slots = cfg.max_num_seqs - len(R)
         k_slots = max(0, len(W) + 1 - free_slots)
         avail = pool.available_for(req.priority) - engine.watermark_blocks + evictable_blocks
-        deficit = need_blocks - avail
-        k_mem = 0
-        if deficit > 0:
-            if cfg.preemption == "off":
-                per_req = sum(pool.blocks_for(r.prompt_tokens + r.max_tokens) for r in R) / max(1, len(R))
+        k = max(k_slots, self._finishes_for_memory(need_blocks - avail, R, engine))
+        return t_prefill + self._wait_s(k, R, mean_ctx, engine)
+
+    def _ahead(self, req, now: float, engine) -> tuple[list, list, int]:
+        """The waiting requests ranked before ``req``, the running ones it may not evict, and the
+        KV blocks of those it may."""
+        cfg = engine.cfg
+        try:
+            k_new = tuple(engine.policy.key(req, now))
+        except Exception:  # a policy that needs on_arrival first: rank by class, then FIFO
+            k_new = (req.priority, math.inf)
+        evict = cfg.preempt_for_waiting != "never" and cfg.preemption != "off"
+        W = [r for key, _, r in engine.waiting if _before(key, k_new, r, req)]
+        R = []
+        evictable_blocks = 0
+        for r in engine.running:
+            if evict and r.priority > req.priority:
+                evictable_blocks += r.blocks
             else:
-                per_req = sum(r.blocks for r in R) / max(1, len(R))
-            k_mem = math.ceil(deficit / max(1.0, per_req))
-        k = max(k_slots, k_mem)
-        t_wait = 0.0
-        if k > 0 and R:
-            L = sum(self.mean_output(r.cls, r.max_tokens) for r in R) / len(R)
-            steps = k * L / len(R)
-            t_wait = steps * costs.step_s(D=len(R), sum_ctx=len(R) * (mean_ctx + bs))
-        return t_prefill + t_wait
+                R.append(r)
+        return W, R, evictable_blocks
+
+    @staticmethod
+    def _finishes_for_memory(deficit: int, R: list, engine) -> int:
+        """Running requests (of ``R``) that must finish to free ``deficit`` KV blocks."""
+        if deficit <= 0:
+            return 0
+        pool = engine.pool
+        if engine.cfg.preemption == "off":
+            per_req = sum(pool.blocks_for(r.prompt_tokens + r.max_tokens) for r in R) / max(1, len(R))
+        else:
+            per_req = sum(r.blocks for r in R) / max(1, len(R))
+        return math.ceil(deficit / max(1.0, per_req))
+
+    def _wait_s(self, k: int, R: list, mean_ctx: float, engine) -> float:
+        """Seconds until ``k`` of the running requests ``R`` finish (decode steps of all of them)."""
+        if k <= 0 or not R:
+            return 0.0
+        L = sum(self.mean_output(r.cls, r.max_tokens) for r in R) / len(R)
+        steps = k * L / len(R)
+        return steps * engine.costs.step_s(D=len(R), sum_ctx=len(R) * (mean_ctx + engine.pool.block_size))
 
     def report(self) -> dict:
         r = sorted(self.est_ratio)

@@ -196,10 +196,18 @@ def run_to_end(env: simpy.Environment, bar) -> None:
 
 
 # ---- what a replica reports ------------------------------------------------------------------------
-def engine_run_info(engine: Engine, end_ns: int) -> dict:
+def engine_run_info(engine: Engine, end_ns: int, reports: bool = True) -> dict:
     """One replica's run facts for summary.json (events, busy and thrash time, KV, preemptions,
-    the policy's and the admission gate's reports)."""
+    the policy's and the admission gate's reports). ``reports=False`` leaves out what only a
+    replica's own summary shows (prefix attribution, speculation, the policy's and the gate's
+    reports; a policy's can take a while), for a cluster that sums the facts only."""
     pool, tel = engine.pool, engine.tel
+    if not reports:
+        return {"engine_events": engine.events, "iterations": engine.iterations, "busy_s": engine.busy_ns / NS,
+                "thrash_s": engine.thrash_ns / NS, "end_s": end_ns / NS,
+                "idle_with_work_s": tel.idle_with_work_ns / NS, "kv_blocks": pool.total,
+                "swap_blocks": pool.host_total, "preemptions_by_mode": dict(tel.preempt_by_mode),
+                "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0}
     return {
         "engine_events": engine.events,
         "engine_build": native.BUILD,  # "mypyc" (compiled hot modules) or "python"

@@ -49,29 +49,88 @@ METRIC_COLUMNS = STAT_COLUMNS  # the request columns group_metrics reads
 
 def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_slo: float | None) -> dict:
     """Metrics of one group of requests (a class, a tenant, or all). Times in seconds."""
-    g = g[[c for c in METRIC_COLUMNS if c in g.columns]]  # filter narrow copies, not the whole table
-    fin = g[g["status"] == "finished"]
-    out: dict = {
-        "arrived": int(len(g)),
-        "finished": int(len(fin)),
-        "rejected": int((g["status"] == "rejected").sum()),
-        "unfinished": int((g["status"] == "unfinished").sum()),
-        "reject_reasons": {str(k): int(v) for k, v in g.loc[g["status"] == "rejected", "reject_reason"].value_counts().sort_index().items()},
-    }
-    among = {"all": g, "finished": fin, "started": g[g["first_token_s"].notna()],
-             "admitted": g[g["admitted_s"].notna()]}
-    for st in STATS:
-        out[st.key] = _stat(st, among[st.among], span_s)
-    ok = fin
-    if ttft_slo is not None:
-        ok = ok[ok["ttft_s"] <= ttft_slo]
-    if tpot_slo is not None:
-        ok = ok[(ok["tpot_s"] <= tpot_slo) | ok["tpot_s"].isna()]
-    if ttft_slo is not None or tpot_slo is not None:
-        out["slo_attainment"] = float(len(ok) / len(g)) if len(g) else None
-        out["goodput_rps"] = float(len(ok) / span_s) if span_s > 0 else 0.0
-    out["throughput_rps"] = float(len(fin) / span_s) if span_s > 0 else 0.0
-    return out
+    return RequestGroups(g).metrics(None, span_s, ttft_slo, tpot_slo)
+
+
+class RequestGroups:
+    """A request table's metric columns as numpy arrays, so that the metrics of many groups of its
+    rows (each class, each tenant, all) are taken without a DataFrame per group. Every figure is
+    computed as pandas computes it on the group's rows (the same values, bit for bit)."""
+
+    def __init__(self, t: pd.DataFrame) -> None:
+        self.t = t
+        self.n = len(t)
+        self.cols = {c: t[c].to_numpy() for c in METRIC_COLUMNS if c in t.columns}
+        status = t["status"]
+        self.among = {"finished": (status == "finished").to_numpy(),
+                      "started": t["first_token_s"].notna().to_numpy(),
+                      "admitted": t["admitted_s"].notna().to_numpy()}
+        self.rejected = (status == "rejected").to_numpy()
+        self.unfinished = (status == "unfinished").to_numpy()
+
+    def metrics(self, rows: np.ndarray | None, span_s: float, ttft_slo: float | None,
+                tpot_slo: float | None) -> dict:
+        """The metrics of the rows selected by the boolean array ``rows`` (None: all rows)."""
+        def sel(m: np.ndarray) -> np.ndarray:
+            return m if rows is None else m & rows
+
+        n = self.n if rows is None else int(rows.sum())
+        fin = sel(self.among["finished"])
+        rej = sel(self.rejected)
+        out: dict = {
+            "arrived": n,
+            "finished": int(fin.sum()),
+            "rejected": int(rej.sum()),
+            "unfinished": int(sel(self.unfinished).sum()),
+            "reject_reasons": {},
+        }
+        if out["rejected"]:
+            vc = self.t.loc[rej, "reject_reason"].value_counts().sort_index()
+            out["reject_reasons"] = {str(k): int(v) for k, v in vc.items()}
+        among = {"all": rows, "finished": fin, "started": sel(self.among["started"]),
+                 "admitted": sel(self.among["admitted"])}
+        for st in STATS:
+            out[st.key] = self._stat(st, among[st.among], span_s)
+        ok = fin
+        if ttft_slo is not None:
+            ok = ok & (self.cols["ttft_s"] <= ttft_slo)
+        if tpot_slo is not None:
+            tpot = self.cols["tpot_s"]
+            ok = ok & ((tpot <= tpot_slo) | np.isnan(tpot))
+        if ttft_slo is not None or tpot_slo is not None:
+            good = int(ok.sum())
+            out["slo_attainment"] = float(good / n) if n else None
+            out["goodput_rps"] = float(good / span_s) if span_s > 0 else 0.0
+        out["throughput_rps"] = float(out["finished"] / span_s) if span_s > 0 else 0.0
+        return out
+
+    def _stat(self, st: Stat, rows: np.ndarray | None, span_s: float) -> float | int | None:
+        """One statistic (:class:`sim.core.columns.Stat`) of the selected rows: on the arrays
+        where pandas' result is plain arithmetic (quantiles and means of floats, sums of ints),
+        else by pandas on the rows."""
+        a = self.cols[st.column]
+        if rows is not None:
+            a = a[rows]
+        if a.dtype == np.float64 and st.how in PCTS:
+            a = a[~np.isnan(a)]
+            return None if not len(a) else float(np.quantile(a, [PCTS[st.how]])[0])
+        if a.dtype == np.float64 and st.how == "mean":  # pandas' nanmean: NaN as 0, over the count
+            nan = np.isnan(a)
+            if nan.all():
+                return None
+            v = np.where(nan, 0.0, a) if nan.any() else a
+            return float(v.sum(dtype=np.float64) / np.float64(len(a) - int(nan.sum())))
+        if a.dtype == np.int64 and st.how in ("sum", "per_s", "share"):
+            if st.how == "sum":
+                return int(a.sum())
+            if st.how == "per_s":
+                return float(a.sum() / span_s) if span_s > 0 else 0.0
+            per = self.cols[st.per] if rows is None else self.cols[st.per][rows]
+            if per.dtype == np.int64:
+                whole = int(per.sum())
+                return float(a.sum() / whole) if whole else 0.0
+        g = self.t if rows is None else self.t[rows]
+        return _stat(st, g, span_s)
 
 
 def _stat(st: Stat, g: pd.DataFrame, span_s: float) -> float | int | None:
@@ -137,9 +196,9 @@ class Results:
         classes = {}
         rows = []
         narrow = req[list(METRIC_COLUMNS) + ["class", "tenant"]]  # a million-row run copies little
+        groups = RequestGroups(narrow)
         for i, c in enumerate(sc.classes):
-            g = narrow[narrow["class"] == c.name]
-            m = group_metrics(g, span, c.ttft_slo_s, c.tpot_slo_s)
+            m = groups.metrics((narrow["class"] == c.name).to_numpy(), span, c.ttft_slo_s, c.tpot_slo_s)
             m["priority"] = c.priority
             vals, wts = tel.itl_arrays(i)
             if wts.sum() > 0:
@@ -157,18 +216,21 @@ class Results:
             m["recompute_s"] = tel.recompute_ns_class[i] / NS
             classes[c.name] = m
             rows.append({"class": c.name, **{k: v for k, v in m.items() if not isinstance(v, dict)}})
-        overall = group_metrics(narrow, span, None, None)
+        overall = groups.metrics(None, span, None, None)
         good = sum(m.get("goodput_rps", 0.0) or 0.0 for m in classes.values())
         overall["goodput_rps"] = good
         rows.append({"class": "overall", **{k: v for k, v in overall.items() if not isinstance(v, dict)}})
         tenants = {}
         tot_tokens = max(int(req["generated_tokens"].sum()), 1)
-        for t, g in narrow.groupby("tenant", sort=True):
-            m = group_metrics(g, span, None, None)
+        gen = groups.cols["generated_tokens"]
+        for t, idx in narrow.groupby("tenant", sort=True).indices.items():
+            mine = np.zeros(len(narrow), dtype=bool)
+            mine[idx] = True
+            m = groups.metrics(mine, span, None, None)
             tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
                                                  "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s",
                                                  "prefix_hit_rate", "evicted_miss_tokens")}
-            tenants[str(t)]["token_share"] = float(g["generated_tokens"].sum() / tot_tokens)
+            tenants[str(t)]["token_share"] = float(gen[mine].sum() / tot_tokens)
         # GPU-seconds (each step split by tokens processed) and priced tokens (VTC prices) come
         # from the fairness accountant's books, kept whenever [[tenants]] or [fairness] exist
         books = (run_info.get("policy") or {}).get("fairness", {}).get("tenants", {})

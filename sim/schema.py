@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_serializer, model_validator
 
-from plumbing.numbers import in_range
+from plumbing.numbers import bounds_text, in_range
 
 # (allow_inf_nan: an infinite or NaN number is never a meaningful setting)
 STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -50,13 +50,12 @@ def number(*, integer: bool = False, minimum: float | None = None, note: str = "
     """A check that the value is a finite number (``integer``: an int), at least ``minimum``, or
     > 0 without one; booleans are not numbers. The value is kept as written (an int stays an
     int). ``note`` follows the expectation in the message, e.g. ``" (GPUs per replica)"``."""
+    bound = {"ge": minimum} if minimum is not None else {"gt": 0}
 
     def check(v: Any) -> Any:
-        lower = {"ge": minimum} if minimum is not None else {"gt": 0}
-        if not in_range(v, integer=integer, **lower):
+        if not in_range(v, integer=integer, **bound):
             what = "an integer" if integer else "a number"
-            bound = f">= {minimum}" if minimum is not None else "> 0"
-            raise FieldError(f"expected {what} {bound}{note} (got {v!r})")
+            raise FieldError(f"expected {what} {bounds_text(**bound)}{note} (got {v!r})")
         return v
 
     return BeforeValidator(check)

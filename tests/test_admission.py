@@ -155,6 +155,12 @@ def _gate_and_engine(max_num_seqs):
     return Gate(sc, costs), eng
 
 
+def test_gate_meets_the_contract():
+    from policies.contracts import Gate as GateContract
+    gate, _ = _gate_and_engine(max_num_seqs=64)
+    assert isinstance(gate, GateContract)
+
+
 def test_deadline_estimate_prefill_only_hand_checked():
     gate, eng = _gate_and_engine(max_num_seqs=64)
     eng.wait(_req(0))

@@ -13,7 +13,8 @@ from tests.conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
 from sim.experiments.capacity import capacity_search, parse_slos
 from sim.cluster import ClusterResults, simulate_cluster
-from sim.cluster.routers import ROUTERS, make_router
+from policies.contracts import ReplicaView, Router
+from sim.cluster.routers import ROUTERS, BaseRouter, make_router
 
 ROUTER_NAMES = ROUTERS.names()
 
@@ -62,9 +63,44 @@ def test_one_replica_cluster_equals_simulate(closed):
 
 # ---- router conformance ------------------------------------------------------------------------------
 class View:
+    """A stand-in replica with exactly what policies.contracts.ReplicaView declares."""
+
     def __init__(self, index, outstanding, kv_used):
         self.index, self.group, self.outstanding, self.kv_used = index, "g", outstanding, kv_used
         self.running = self.waiting = 0
+        self.waiting_by_class = {"hi": 0, "lo": 0}
+
+
+def test_routers_and_views_meet_the_contracts():
+    assert isinstance(View(0, 0, 0.0), ReplicaView)
+    for name in ROUTER_NAMES:
+        assert isinstance(make_router(name), Router), name
+    with pytest.raises(KeyError, match="is not a router"):
+        make_router("collections:OrderedDict")
+
+
+class ViewCheckingRouter(BaseRouter):
+    """A router outside the simulator (loaded by ``test_cluster:ViewCheckingRouter``): it checks
+    what it reads is the declared view, consistent with itself, and joins the shortest queue."""
+
+    name = "view_checking"
+    seen = 0
+
+    def route(self, req, candidates, now_ns):
+        for c in candidates:
+            assert isinstance(c, ReplicaView)
+            assert sum(c.waiting_by_class.values()) == c.waiting
+            assert c.outstanding == c.running + c.waiting and 0.0 <= c.kv_used <= 1.0
+        ViewCheckingRouter.seen += 1
+        return min(candidates, key=lambda c: (c.outstanding, c.index))
+
+
+def test_a_router_is_one_class_reading_the_view():
+    sc = scenario_from_dict(cluster_scenario({"replicas": 3, "router": "test_cluster:ViewCheckingRouter"}))
+    res = simulate(sc, check_invariants=True)
+    assert ViewCheckingRouter.seen > 0 and sorted(res.requests["request_id"]) == list(range(len(res.requests)))
+    same = simulate(sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"router": "least_outstanding"})}))
+    pd.testing.assert_frame_equal(res.requests, same.requests)  # it is JSQ with the same tie rule
 
 
 class Req:
@@ -299,6 +335,32 @@ def test_capacity_early_stop_same_verdicts():
                 if m["slo_ratio"] is not None:
                     assert m["ok"] is False and q["classes"][c]["ok"] is False
                     assert m["slo_ratio"] <= q["classes"][c]["slo_ratio"] + 1e-12
+
+
+def test_capacity_partitions_apart_same_answers():
+    """Probing each partition alone (its class's requests on its replicas) gives the answers of
+    probing all partitions in lockstep, and each probe's verdict is its class's verdict there."""
+    from sim.experiments.capacity import partitions_apart
+
+    for sc, slo in [(scenario_from_dict(toy(6)), ["lo:done=2.5"]),
+                    (load_scenario("diurnal_two_class", overrides=["horizon_s=30.0"]), [])]:
+        slos = parse_slos(sc, slo)
+        assert partitions_apart(sc, 1.0)
+        a = capacity_search(sc, ["partitioned"], slos, workers=1, max_replicas=16)
+        b = capacity_search(sc, ["partitioned"], slos, workers=1, max_replicas=16, apart=False, early_stop=False)
+        assert a.designs == b.designs
+        assert all(None in p["counts"] for p in a.points[:-1])  # the answer alone is simulated whole
+        joint = {}
+        for p in b.points:
+            for j, c in enumerate(sc.class_names):
+                joint[(j, p["counts"][j])] = p["classes"][c]["ok"]
+        for p in a.points[:-1]:
+            j, k = next((j, k) for j, k in enumerate(p["counts"]) if k is not None)
+            if (j, k) in joint:
+                assert p["ok"] == joint[(j, k)]
+    d = toy(6)
+    d["policy"] = {"name": "sjf_rank", "predictor": "noisy"}  # draws random numbers: not apart
+    assert not partitions_apart(scenario_from_dict(d), 1.0)
 
 
 def test_capacity_limit_and_slo_parsing():

@@ -17,8 +17,10 @@ MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("of
          ("recompute", "never"), ("swap", "threshold")]
 
 
-#: engine overheads the exactness tests run with: none, and a preset (priced in the same step function)
-OVERHEADS = [None, "vllm-0.6"]
+#: engine overheads the exactness tests run with: none, a preset (priced in the same step function),
+#: one with multi-step scheduling and decode KV re-reads (decode steps priced apart from others), and
+#: one with overlap scheduling (arrivals held back a step by the replica loop)
+OVERHEADS = [None, "vllm-0.6", {"preset": "vllm-0.4", "scheduler_steps": 4}, "sglang-0.5"]
 
 
 @pytest.mark.parametrize("overhead", OVERHEADS)

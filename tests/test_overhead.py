@@ -65,6 +65,46 @@ def test_overhead_terms_add_up():
     assert abs(got - want) <= 2
 
 
+def test_kv_reread_scales_decode_context_cost_and_zero_changes_nothing():
+    """kv_reread r multiplies the per-context-token decode cost by 1 + r (heads/kv_heads - 1);
+    r = 0 prices every step exactly as without the term."""
+    o = {"step_s": 1e-3, "seq_s": 2e-5}
+    base = load_profile("h200-llama-3-8b", overhead=o)
+    zero = load_profile("h200-llama-3-8b", overhead={**o, "kv_reread": 0.0})
+    half = load_profile("h200-llama-3-8b", overhead={**o, "kv_reread": 0.5})
+    shapes = [(0, 8, 0, 0, 8 * 3000), (512, 3, 512 * 512, 0, 900), (0, 1, 0, 0, 30000)]
+    for sh in shapes:
+        assert zero.step_ns(*sh) == base.step_ns(*sh)
+    assert zero.decode_line(8) == base.decode_line(8)
+    g = half.shape.heads / half.shape.kv_heads                     # 4 for Llama-3-8B
+    got = half.step_ns(0, 1, 0, 0, 30000) - base.step_ns(0, 1, 0, 0, 30000)
+    want = base.step.decode_ctx_s * 30000 * 0.5 * (g - 1) * 1e9
+    assert abs(got - want) <= 2 and got > 0
+    a, b = half.decode_line(4)
+    assert half.step_ns(0, 4, 0, 0, 5000) == max(1, round((a + b * 5000) * 1e9))
+
+
+def test_scheduler_steps_divides_cpu_terms_of_decode_steps_only():
+    """Multi-step scheduling: a step without prefill pays step_s and seq_s once per N steps
+    (sampling and all-reduces stay per step); a step with prefill pays in full; N = 1 is
+    exactly the single-step pricing."""
+    o = {"step_s": 1e-3, "seq_s": 2e-5, "sample_s": 1e-11, "allreduce_latency_s": 1e-5}
+    none = load_profile("h200-llama-3-70b-tp4", overhead="none")
+    one = load_profile("h200-llama-3-70b-tp4", overhead=o)
+    same = load_profile("h200-llama-3-70b-tp4", overhead={**o, "scheduler_steps": 1})
+    ten = load_profile("h200-llama-3-70b-tp4", overhead={**o, "scheduler_steps": 10})
+    dec, pre = (0, 16, 0, 0, 16 * 400), (256, 4, 256 * 256, 0, 4 * 400)
+    for sh in (dec, pre):
+        assert same.step_ns(*sh, 1, 1) == one.step_ns(*sh, 1, 1)
+    assert ten.step_ns(*pre, 1, 1) == one.step_ns(*pre, 1, 1)
+    vocab = ten.shape.vocab * 4
+    got = ten.step_ns(*dec) - none.step_ns(*dec)
+    want = (1e-3 / 10 + 2 * 80 * 1e-5 + (2e-5 / 10 + 1e-11 * vocab) * 16) * 1e9
+    assert abs(got - want) <= 2
+    a, b = ten.decode_line(16)
+    assert ten.step_ns(*dec) == max(1, round((a + b * dec[4]) * 1e9))
+
+
 def test_shipped_gpu_profiles_use_the_default_preset_and_inline_profiles_none():
     from sim.core.overhead import default_preset
     for name in ("h200-llama-3-8b", "a100-80gb-llama-3-8b", "h100-sxm-llama-3-70b-tp4", "h200-qwen2.5-7b"):
@@ -85,6 +125,11 @@ def test_presets_resolve_and_inline_tables_start_from_a_preset():
     ("vllm-9", ["no overhead preset 'vllm-9'", "none", "vllm-0.6", "vllm-v1", "sglang"]),
     ({"step_s": -1e-3}, ["step_s", "-0.001", ">= 0", "seq_s"]),
     ({"stepp_s": 1e-3}, ["unknown key 'stepp_s'", "step_s"]),
+    ({"kv_reread": 1.5}, ["kv_reread", "1.5", "between 0 and 1", "scheduler_steps"]),
+    ({"kv_reread": -0.1}, ["kv_reread", "-0.1", ">= 0", "step_s"]),
+    ({"scheduler_steps": 0}, ["scheduler_steps", "0", "integer >= 1", "kv_reread"]),
+    ({"scheduler_steps": 2.5}, ["scheduler_steps", "2.5", "integer >= 1"]),
+    ({"overlap_schedule": 2}, ["overlap_schedule", "2", "0 or 1", "frontend_s"]),
 ])
 def test_bad_overhead_is_one_line_naming_the_choices(spec, words):
     with pytest.raises(OverheadError) as e:
@@ -140,6 +185,36 @@ def test_frontend_latency_delays_the_engine_not_the_arrival(tmp_path):
     assert round(b.tpot_s - a.tpot_s, 12) == 0
 
 
+def test_overlap_schedule_holds_a_mid_step_arrival_back_one_step(tmp_path, run):
+    """overlap_schedule = 1: the next batch was formed when the running step started, so a
+    request arriving during a step joins the batch after next (its TTFT grows by exactly one
+    step); a request reaching an idle engine starts at once; 0 changes nothing."""
+    from tests.explicit import run_explicit
+    # A alone at t=0: prefill step 0-20 ms, then 10 ms decode steps; B arrives at 25 ms, during
+    # the step that started at 20 ms
+    reqs = [(0.0, "c", 100, 20), (0.025, "c", 100, 20)]
+    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4, "decode_token_s": 0.0,
+                       "context_token_s": 0.0}}
+    a = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.set_index("request_id")
+    eng["overhead"] = {"overlap_schedule": 1}
+    b = run_explicit(tmp_path, reqs, [("c", 0)], eng).requests.set_index("request_id")
+    assert b.loc[0, "ttft_s"] == a.loc[0, "ttft_s"]
+    assert round(b.loc[1, "ttft_s"] - a.loc[1, "ttft_s"], 9) == 0.01
+    sc = small_scenario()
+    sc["engine"]["overhead"] = {"step_s": 2e-3, "seq_s": 1e-4}
+    x = run(sc)
+    sc["engine"]["overhead"] = {"step_s": 2e-3, "seq_s": 1e-4, "overlap_schedule": 0, "scheduler_steps": 1,
+                                "kv_reread": 0.0}
+    assert run(sc).requests.equals(x.requests)
+
+
+def test_derived_presets_follow_their_base():
+    """sglang-0.5 is the sglang fit plus overlap scheduling (calibrate.fidelity.fit keeps it so)."""
+    from calibrate.fidelity.fit import DERIVED
+    for name, (base, extra) in DERIVED.items():
+        assert resolve_overhead(name).terms() == {**resolve_overhead(base).terms(), **extra}
+
+
 def test_fidelity_command_runs_a_couple_of_rows():
     r = CliRunner().invoke(main, ["fidelity", "--rows", "ci9515-lat-8b", "--rows", "qwen25-7b-in1"],
                            catch_exceptions=False)
@@ -150,6 +225,20 @@ def test_fidelity_command_runs_a_couple_of_rows():
     r = CliRunner().invoke(main, ["fidelity", "--rows", "ci9515-lat-8b", "--overhead", "bogus"],
                            catch_exceptions=False)
     assert r.exit_code == 2 and "vllm-0.6" in r.output
+
+
+def test_fidelity_rows_declare_multi_step_scheduling_to_the_overhead_model(tmp_path):
+    """A row's num_scheduler_steps setting becomes the overhead's scheduler_steps (on the row's
+    preset, or on a fit's table of terms); rows without it keep the plain preset."""
+    from calibrate.fidelity.suite import load_table, scenario_for
+    t = load_table().set_index("id", drop=False)
+    ms = t.loc["sgl060-vllm-8b-offline-req"].to_dict()
+    eng = scenario_for(ms, tmp_path)["engine"]
+    assert eng["overhead"] == {"preset": "vllm-0.6", "scheduler_steps": 10}
+    assert "num_scheduler_steps" not in eng
+    eng = scenario_for(ms, tmp_path, overhead={"step_s": 1e-3})["engine"]
+    assert eng["overhead"] == {"step_s": 1e-3, "scheduler_steps": 10}
+    assert scenario_for(t.loc["ci9515-lat-8b"].to_dict(), tmp_path)["engine"]["overhead"] == "vllm-0.6"
 
 
 def test_fidelity_table_has_sources_and_enough_coverage():

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from policies.base import BasePolicy, RankingContext
 from sim import load_scenario, scenario_from_dict, simulate
 from sim.core.prefix_cache import PrefixCache
 from tests.conftest import small_scenario
@@ -124,3 +125,51 @@ def test_lpm_trades_order_for_hit_rate(run):
         r = res.requests
         rates[pol] = r["prefix_hit_tokens"].sum() / r.loc[r.admitted_s.notna(), "prompt_tokens"].sum()
     assert rates["lpm"] > rates["priority"] + 0.1, rates
+
+
+class PrefixSpy(BasePolicy):
+    """A user's prefix-aware policy: FCFS keys; reports what the engine told it."""
+
+    name = "prefix_spy"
+    dynamic = True
+    needs_prefix_info = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list = []  # (queue_len, {request id: cached tokens}) per re-key
+        self.wrote: list = []  # request ids whose policy-visible ``predicted`` was filled
+
+    def before_ranking(self, ctx: RankingContext) -> None:
+        self.told.append((ctx.queue_len, dict(ctx.cached_prefix_tokens)))
+
+    def key(self, req, now: float) -> tuple:
+        if req.predicted:
+            self.wrote.append(req.request_id)
+        return (req.arrival_s, req.request_id)
+
+    def report(self) -> dict:
+        return {"told": self.told, "wrote": self.wrote}
+
+
+def test_prefix_aware_policy_is_told_through_the_ranking_context(run):
+    """Before each re-key the engine passes the policy a RankingContext: the queue length and
+    every waiting request's cached prefix (some of them hit the shared system prompt); it writes
+    nothing into the policy-visible ``predicted`` dict."""
+    sc = _prefix_scenario()
+    sc["policy"] = {"name": "tests.test_prefix:PrefixSpy"}
+    rep = run(sc).summary_dict["run"]["policy"]
+    told = rep["told"]
+    assert told and all(n == len(cached) for n, cached in told)
+    assert any(v > 0 and v % 32 == 0 for _, cached in told for v in cached.values())
+    assert rep["wrote"] == []
+
+def test_older_prefix_policies_still_read_queue_len():
+    """A policy written before the ranking context (needs_prefix_info, reads ``self.queue_len``)
+    keeps working: BasePolicy's default before_ranking sets it."""
+    class Older(BasePolicy):
+        name = "older"
+        needs_prefix_info = True
+
+    p = Older()
+    p.before_ranking(RankingContext(1.0, 7, {3: 64}))
+    assert p.queue_len == 7

@@ -32,6 +32,20 @@ from sim.core.overhead import PRESETS_PATH
 #: ``sample_s`` is not fitted: across the table's models the vocabulary varies too little (128k
 #: to 152k) to tell it from ``seq_s``; it is set from an estimate (SAMPLE_S) and ``seq_s`` takes the rest.
 FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s": 1e-6, "frontend_s": 1e-6}
+#: Presets whose fit rows identify only some terms: those are fitted, the others keep the
+#: preset's current values. vllm-0.4's rows are all batch-1 runs (one sequence per step, no
+#: admissions during decode, no front end): per step and per sequence cannot be told apart,
+#: so ``seq_s`` stays the vllm-0.6 value it starts from and the step cost takes the rest; its
+#: context-dependent rows identify the decode kernel's KV re-reads.
+#: vllm-v1 has no tensor-parallel fit row, so its all-reduce latency is not fitted either.
+FITTED_BY_PRESET = {"vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread"),
+                    "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s")}
+#: Presets derived from a fitted one (no fit rows of their own): base preset and the terms added.
+#: sglang-0.5 is SGLang 0.3's fit plus the overlap scheduler SGLang 0.4 made the default.
+DERIVED = {"sglang-0.5": ("sglang", {"overlap_schedule": 1})}
+#: The optimiser's unit (order-1 values) and upper bound of terms that are not seconds.
+UNITS = {**FITTED, "kv_reread": 1e-2}
+UPPER = {"kv_reread": 1.0}
 #: s per sequence per vocabulary entry: a softmax + sampling pass reading fp32 logits once or twice
 #: at about 1 TB/s effective (about 1 us per sequence for a 128k vocabulary) - an estimate.
 SAMPLE_S = 8e-12
@@ -44,6 +58,9 @@ SOURCES = {
                  "(why per-step and per-sequence CPU terms exist)"],
     "vllm-v1": ["gpustack/gpustack docs/performance-lab (vLLM 0.11.0 default-settings runs, H100 / A100)",
                 "vLLM blog 2026-04-22 FP8 KV cache post (held out)"],
+    "vllm-0.4": ["QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst, Qwen2 tables (vLLM 0.4.2, A100)",
+                 "vLLM 0.4 decodes with its own paged-attention kernel, one thread block per query head "
+                 "(why the KV re-read term exists)"],
     "sglang": ["sgl-project/sglang benchmark/benchmark_vllm_060/README.md (SGLang 0.3.0, A100)",
                "gpustack/gpustack docs/performance-lab (SGLang 0.5, held out)"],
 }
@@ -55,8 +72,15 @@ def _rounded(terms: dict) -> dict:
     return {k: 0.0 if (v < 1e-7 and k != "sample_s") else float(f"{v:.4g}") for k, v in terms.items()}
 
 
-def _overhead(x: np.ndarray) -> dict:
-    return {"sample_s": SAMPLE_S, **{k: float(v) * u for (k, u), v in zip(FITTED.items(), x)}}
+def fitted_terms(preset: str) -> tuple[str, ...]:
+    """The terms the fit of ``preset`` moves (the others keep their current values)."""
+    return FITTED_BY_PRESET.get(preset, tuple(FITTED))
+
+
+def _overhead(x: np.ndarray, names: tuple[str, ...] = tuple(FITTED), base: dict | None = None) -> dict:
+    """An inline overhead table: ``base`` (the preset's current terms), sampling at SAMPLE_S, and
+    the fitted ``names`` from the optimiser's ``x`` (in UNITS)."""
+    return {**(base or {}), "sample_s": SAMPLE_S, **{k: float(v) * UNITS[k] for k, v in zip(names, x)}}
 
 
 def fit_preset(preset: str, df, x0: dict | None = None, verbose: bool = True) -> tuple[dict, object]:
@@ -64,20 +88,23 @@ def fit_preset(preset: str, df, x0: dict | None = None, verbose: bool = True) ->
     rows = df[(df.overhead == preset) & (df.split == "fit")]
     if rows.empty:
         raise ValueError(f"no fit rows for preset '{preset}'")
-    start = np.array([(x0 or {}).get(k, 0.0) / u for k, u in FITTED.items()])
+    names = fitted_terms(preset)
+    base = {k: v for k, v in (x0 or {}).items() if k not in names}
+    start = np.array([(x0 or {}).get(k, 0.0) / UNITS[k] for k in names])
+    upper = np.array([UPPER.get(k, np.inf) / UNITS[k] for k in names])
     n_eval = [0]
 
     def residuals(x):
-        res = run_table(rows, overhead={preset: _overhead(np.maximum(x, 0.0))})
+        res = run_table(rows, overhead={preset: _overhead(np.clip(x, 0.0, upper), names, base)})
         n_eval[0] += 1
         if verbose:
             print(f"  eval {n_eval[0]:3d}: " + " ".join(f"{v:8.3g}" for v in x)
                   + f"  median |err| {res.error.abs().median() * 100:5.1f} %", flush=True)
         return res.error.to_numpy()
 
-    sol = least_squares(residuals, np.maximum(start, 0.0), bounds=(0.0, np.inf), diff_step=0.05,
+    sol = least_squares(residuals, np.clip(start, 0.0, upper), bounds=(0.0, upper), diff_step=0.05,
                         x_scale=np.maximum(np.abs(start), 1.0), max_nfev=12, loss="soft_l1", f_scale=0.1)
-    return _overhead(sol.x), sol
+    return _overhead(sol.x, names, base), sol
 
 
 def _soft_l1(err: np.ndarray, f_scale: float = 0.1) -> float:
@@ -130,7 +157,7 @@ def main(argv=None) -> None:
         print(f"  {args.flops_efficiency}: flops_efficiency={eff:.3f}")
         return
     doc = json.loads(PRESETS_PATH.read_text())
-    for preset in args.preset or ["vllm-0.6", "vllm-v1", "sglang"]:
+    for preset in args.preset or ["vllm-0.6", "vllm-v1", "sglang", "vllm-0.4"]:
         cur = doc[preset]["terms"]
         print(f"fitting {preset} on {int(((df.overhead == preset) & (df.split == 'fit')).sum())} rows", flush=True)
         terms, sol = fit_preset(preset, df, x0=cur)
@@ -151,11 +178,15 @@ def main(argv=None) -> None:
             "held_out_worst_abs_error": round(s["held-out"]["worst"], 4),
             "method": "scipy.optimize.least_squares on relative error, terms >= 0, soft-L1 loss (f_scale 0.1)",
         })
+        meta["fitted_terms"] = list(fitted_terms(preset))
         if not (df[(df.overhead == preset) & (df.split == "fit")].tp > 1).any():
             meta["note"] = ("no tensor-parallel fit row: allreduce_latency_s is not identified by this fit "
-                            "and stays at its starting value")
+                            "and is not fitted (it keeps its value)")
         else:
             meta.pop("note", None)
+        for name, (base, extra) in DERIVED.items():
+            if base == preset:  # a derived preset follows its base's refit
+                doc[name]["terms"] = {**doc[preset]["terms"], **extra}
     if not args.dry_run:
         PRESETS_PATH.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {PRESETS_PATH}")

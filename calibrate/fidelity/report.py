@@ -87,7 +87,16 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
               "| preset | terms | fitted on |", "|---|---|---|"]
     for p in sorted(set(res.overhead)):
         o = resolve_overhead(p)
-        lines.append(f"| `{p}` | {describe(o)} | {len(o.meta.get('fit_rows', []))} rows |")
+        n = len(o.meta.get("fit_rows", []))
+        lines.append(f"| `{p}` | {describe(o)} | {f'{n} rows' if n else 'derived, not fitted (see its metadata)'} |")
+    lines += ["",
+              "Three terms change how an engine era schedules or runs its kernels rather than adding time: "
+              "`scheduler_steps` (vLLM 0.6 multi-step scheduling, declared by a row as `num_scheduler_steps`: the "
+              "per-step and per-sequence CPU terms of a decode-only step are paid once per N steps), `kv_reread` "
+              "(vLLM 0.4's paged-attention decode reads each KV head's cache once per query head; the fraction of "
+              "those repeat reads that reach memory is fitted on the 0.4-era rows) and `overlap_schedule` (SGLang "
+              "0.4+ forms the next batch while the current step runs, so a request arriving mid-step joins the "
+              "batch after next). See sim/core/overhead.py."]
     lines += ["", "## Rows", "",
               "| id | engine | GPU | model | TP | metric | published | simulated | error | split |",
               "|---|---|---|---|---|---|---|---|---|---|"]

@@ -12,6 +12,9 @@ Scenario kinds (column ``scenario``):
   all inter-token gaps).
 * ``concurrency``: ``concurrency`` closed-loop clients with no think time, the first ``n``
   requests count (``vllm bench serve --max-concurrency``).
+
+A row's ``engine_settings`` are engine keys, plus ``num_scheduler_steps`` (vLLM's multi-step
+scheduling), which goes to the overhead model as its ``scheduler_steps`` term.
 """
 from __future__ import annotations
 
@@ -70,10 +73,16 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
     ``trace_dir``); ``overhead`` overrides the row's preset (a name or a table of terms)."""
     p, o = workload.lengths(row, seed)
     n = len(p)
-    eng = {"profile": row["profile"], "overhead": row["overhead"] if overhead is None else overhead,
+    ov = row["overhead"] if overhead is None else overhead
+    settings = engine_settings(row.get("engine_settings", ""))
+    steps = settings.pop("num_scheduler_steps", 1)
+    if steps != 1:
+        # multi-step scheduling (vLLM --num-scheduler-steps) is priced by the overhead model
+        ov = {**(ov if isinstance(ov, dict) else {"preset": ov}), "scheduler_steps": steps}
+    eng = {"profile": row["profile"], "overhead": ov,
            "max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
            "preemption": "recompute", "preempt_for_waiting": "never", "timeseries_interval_s": 10.0}
-    eng.update(engine_settings(row.get("engine_settings", "")))
+    eng.update(settings)
     path = trace_dir / f"{row['id']}.csv"
     cls = [{"name": "all", "priority": 0}]
     base = {"name": f"fidelity-{row['id']}", "seed": seed, "drain": True, "engine": eng,

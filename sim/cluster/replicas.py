@@ -23,7 +23,7 @@ appends the request to that replica's inbox, waking the replica if it sleeps. Ea
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import deque
 from itertools import accumulate
 
@@ -36,7 +36,9 @@ from sim.core.loop import replica_loop
 # ---- the replicas ---------------------------------------------------------------------------------
 class Replica:
     """One replica: its engine and inbox; also the per-replica source its ``replica_loop`` reads
-    and the view a router sees (``index``, ``group``, ``outstanding``, ``kv_used``)."""
+    and the view a router reads (:class:`policies.contracts.ReplicaView`: ``index``, ``group``,
+    ``outstanding``, ``running``, ``waiting``, ``kv_used``, ``waiting_by_class``; a router is
+    typed against that view and reads nothing else)."""
 
     def __init__(self, index: int, group: str, engine, cluster: "_Cluster", trace) -> None:
         self.index = index
@@ -59,11 +61,11 @@ class Replica:
         self._durs: list[int] = []
         self._end = NEVER
         self._alloc_k = 1  # steps of the run whose blocks are allocated
-        self._ticket = 0  # which scheduled end is current (an earlier one was cut short)
         self._run_ev = None
         self._ends: list[int] | None = None
         self._early = False
-        self._first_gone_ns = -1
+        self._gone_ts: list[int] | None = None  # see ``_gone``
+        self._gone_p = 0
         if cluster.fast:
             self.run_bound_ns = self._run_bound
             self.hold = self._hold
@@ -74,11 +76,14 @@ class Replica:
         self.next_boundary = now_ns + sum(durations)
         self.in_flight = True
 
-    # -- the router's view --
+    # -- the router's view (policies.contracts.ReplicaView) --
     @property
     def outstanding(self) -> int:
         e = self.engine
-        return len(e.running) - self._gone() + len(e.waiting) + len(self.inbox)
+        n = len(e.running) + len(e.waiting) + len(self.inbox)
+        # (read for every candidate at every arrival: ``_gone`` is called only when a run in
+        # flight has members finishing inside it)
+        return n - self._gone() if self._early and self._run_ev is not None else n
 
     @property
     def running(self) -> int:
@@ -94,6 +99,16 @@ class Replica:
             self._allocate_through(self._steps_before(int(self.cluster.env.now)))
         p = self.engine.pool
         return (p.total - p.free) / p.total
+
+    @property
+    def waiting_by_class(self) -> dict[str, int]:
+        """Waiting requests (queued here or routed here, not yet taken in) per class name."""
+        counts = {c.name: 0 for c in self.engine.classes}
+        for _, _, r in self.engine.waiting:
+            counts[r.cls] += 1
+        for r in self.inbox:
+            counts[r.cls] += 1
+        return counts
 
     # -- runs that go past arrivals routed elsewhere --
     # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
@@ -122,26 +137,27 @@ class Replica:
         # members finishing before the run's last step (only in runs that go on past them)
         self._early = bool(plan.cohort and coh is not None and coh.finish
                            and coh.finish[0][0] < coh.steps + len(durations))
-        self._first_gone_ns = -1
-        self._run_ev = self.cluster.env.event()
-        self._schedule_end(now_ns + sum(durations))
-        return self._run_ev
+        self._gone_ts = None
+        self._end = end = now_ns + sum(durations)
+        # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
+        # run); a cut moves the waiting process to an earlier one (``_schedule_end``)
+        ev = self._run_ev = simpy.Event(self.cluster.env)
+        _trigger(ev, end - now_ns)
+        return ev
 
     def _schedule_end(self, end_ns: int) -> None:
+        """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there
+        takes over the old one's waiter; the old one stays in the queue with none."""
         self._end = end_ns
-        self._ticket += 1
-        env = self.cluster.env
-        env.timeout(end_ns - env.now).callbacks.append(lambda _e, t=self._ticket: self._run_done(t))
-
-    def _run_done(self, ticket: int) -> None:
-        if ticket == self._ticket and self._run_ev is not None:
-            ev, self._run_ev = self._run_ev, None
-            ev.succeed()
+        old = self._run_ev
+        ev = self._run_ev = simpy.Event(old.env)
+        ev.callbacks, old.callbacks = old.callbacks, []
+        _trigger(ev, end_ns - int(old.env.now))
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated)."""
         self._allocate_through(len(self._durs))
-        self._plan = None
+        self._plan = self._run_ev = None
         return self._durs
 
     def _step_ends(self) -> list[int]:
@@ -160,14 +176,26 @@ class Replica:
         (applied when the run ends; a stopped run would have applied them already)."""
         if self._run_ev is None or not self._early:
             return 0
-        now = int(self.cluster.env.now)
-        coh = self.engine.cohort
-        if self._first_gone_ns < 0:  # the end of the step with the run's first last token
-            self._first_gone_ns = self._step_ends()[coh.finish[0][0] - coh.steps - 1]
-        if now <= self._first_gone_ns:
-            return 0
-        done = bisect_left(self._step_ends(), now)  # steps ended before now
-        return bisect_right(coh.finish, (coh.steps + done, NEVER))
+        ts = self._gone_ts
+        if ts is None:
+            # one entry per member finishing inside the run: the end of the step that gives its
+            # last token (it is gone once the clock is past it). The clock only moves on and a
+            # cut only drops steps that end after it, so a cursor into the list is enough.
+            coh = self.engine.cohort
+            ends = self._step_ends()
+            ts = self._gone_ts = []
+            for f, _, _ in coh.finish:
+                j = f - coh.steps - 1
+                if j >= len(ends):
+                    break
+                ts.append(ends[j])
+            self._gone_p = 0
+        now = self.cluster.env.now
+        p = self._gone_p
+        while p < len(ts) and ts[p] < now:
+            p += 1
+        self._gone_p = p
+        return p
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
@@ -235,14 +263,20 @@ class Replica:
         return self.cluster.finished()
 
 
+def _trigger(ev: simpy.Event, delay: int, priority=simpy.core.NORMAL) -> None:
+    """Schedule ``ev`` to succeed ``delay`` ns from now (one SimPy event, where a timeout
+    followed by ``succeed`` is two)."""
+    ev._ok = True
+    ev._value = None
+    ev.env.schedule(ev, priority, delay)
+
+
 def _trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
     """Trigger ``ev`` ``delay`` ns from now with SimPy's URGENT priority: it is processed before
     the ordinary events of its instant. The router wakes this way, so it routes an instant's
     arrivals before any replica ends a step then, and what it reads does not depend on the order
     in which SimPy runs same-instant processes."""
-    ev._ok = True
-    ev._value = None
-    ev.env.schedule(ev, simpy.core.URGENT, delay)
+    _trigger(ev, delay, simpy.core.URGENT)
 
 
 class _Cluster:
@@ -293,9 +327,13 @@ class _Cluster:
             k = self._kick = env.event()
             self._router_until = t
             if t < NEVER:
-                w = env.event()
-                w.callbacks.append(lambda _e, k=k: self._wake(k))
-                _trigger_urgent(w, t - now)
+                if self.closed:
+                    # a request ending may send one before t, and wake the router earlier
+                    w = env.event()
+                    w.callbacks.append(lambda _e, k=k: self._wake(k))
+                    _trigger_urgent(w, t - now)
+                else:  # open arrivals only: nothing can come before t
+                    _trigger_urgent(k, t - now)
             yield k
 
     @staticmethod

@@ -7,27 +7,36 @@ at that instant: each replica's outstanding requests (running + queued + routed 
 taken in) and its KV-cache use. Routers are registered like policies (``ROUTERS``, a
 ``plumbing.registry.Registry``) and found by name or by ``pkg.mod:Class``.
 
-The contract (checked for every registered router by ``tests/test_cluster.py``):
+The contract is :class:`policies.contracts.Router` (checked for every registered router by
+``tests/test_cluster.py``):
   * ``route(req, candidates, now_ns)`` returns an element of ``candidates``;
   * deterministic: the same seed and the same sequence of calls give the same answers;
   * stateless with respect to the request (it never mutates ``req`` or a replica).
 
-``ReplicaView`` (what ``candidates`` hold) has ``index`` (global replica number), ``group``,
-``outstanding`` (int), ``kv_used`` (fraction of device KV blocks in use, 0..1) and
-``waiting``/``running`` counts.
+``candidates`` are :class:`policies.contracts.ReplicaView` s: ``index`` (global replica number),
+``group``, ``outstanding`` (int), ``kv_used`` (fraction of device KV blocks in use, 0..1),
+``waiting``/``running`` counts and ``waiting_by_class``. A new router is one class reading only
+those (this file, or a user's module loaded by ``pkg.mod:Class``).
 """
 from __future__ import annotations
+
+from operator import attrgetter
+from typing import Sequence
 
 import numpy as np
 
 from plumbing.numbers import in_range
 from plumbing.registry import Registry
+from policies import contracts
+from policies.base import RequestView
+from policies.contracts import ReplicaView
 
 ROUTERS = Registry("router")
 
 
-class Router:
-    """Base class. ``bind(n_replicas, seed)`` is called once before the first ``route``."""
+class BaseRouter:
+    """Defaults for a :class:`policies.contracts.Router`. ``bind(n_replicas, seed)`` is called
+    once before the first ``route``."""
 
     name = "router"
     class_aware = False  # True: candidates are restricted to the groups serving the class
@@ -39,14 +48,18 @@ class Router:
         self.n = n_replicas
         self.seed = seed
 
-    def route(self, req, candidates: list, now_ns: int):  # pragma: no cover - abstract
+    def route(self, req: RequestView, candidates: Sequence[ReplicaView],
+              now_ns: int) -> ReplicaView:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def report(self) -> dict:
         return {}
 
 
-def _least(candidates: list, key):
+Router = BaseRouter  # its former name
+
+
+def _least(candidates: Sequence[ReplicaView], key) -> ReplicaView:
     """The candidate with the smallest ``key``; ties go to the lowest replica index."""
     best = candidates[0]
     bk = key(best)
@@ -57,7 +70,10 @@ def _least(candidates: list, key):
     return best
 
 
-class RoundRobin(Router):
+_OUTSTANDING = attrgetter("outstanding")
+
+
+class RoundRobin(BaseRouter):
     """Each request to the next replica in turn (among its candidates)."""
 
     name = "round_robin"
@@ -76,17 +92,19 @@ class RoundRobin(Router):
         return best
 
 
-class LeastOutstanding(Router):
+class LeastOutstanding(BaseRouter):
     """Join the replica with the fewest outstanding requests (JSQ); ties to the lowest index."""
 
     name = "least_outstanding"
     reads_kv = False
 
     def route(self, req, candidates, now_ns):
-        return _least(candidates, lambda c: c.outstanding)
+        # (min keeps the first of equal keys: ties to the lowest index, as _least; read for every
+        # candidate at every arrival, so without a Python frame per candidate)
+        return min(candidates, key=_OUTSTANDING)
 
 
-class LeastKV(Router):
+class LeastKV(BaseRouter):
     """The replica with the smallest fraction of KV blocks in use (ties: fewer outstanding)."""
 
     name = "least_kv"
@@ -95,7 +113,7 @@ class LeastKV(Router):
         return _least(candidates, lambda c: (c.kv_used, c.outstanding))
 
 
-class PowerOfTwo(Router):
+class PowerOfTwo(BaseRouter):
     """Power of two choices: sample ``d`` candidates (seeded), take the least outstanding."""
 
     name = "power_of_two"
@@ -119,7 +137,7 @@ class PowerOfTwo(Router):
         return _least(picks, lambda c: c.outstanding)
 
 
-class ClassAware(Router):
+class ClassAware(BaseRouter):
     """Static partitioning: a request goes only to the groups that list its class (groups
     without ``classes`` take the classes no group lists), then by ``inner`` among them
     (default ``least_outstanding``)."""
@@ -155,6 +173,12 @@ for _cls in (RoundRobin, LeastOutstanding, LeastKV, PowerOfTwo, ClassAware):
 del _cls
 
 
-def make_router(name: str, **params) -> Router:
-    """A router by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad input)."""
-    return ROUTERS.create(name, **params)
+def make_router(name: str, **params) -> contracts.Router:
+    """A router by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad
+    input, or for an object that is not a :class:`policies.contracts.Router`)."""
+    router = ROUTERS.create(name, **params)
+    missing = [m for m in ("name", "class_aware", "reads_kv", "bind", "route", "report") if not hasattr(router, m)]
+    if missing:
+        raise KeyError(f"'{name}' is not a router: it has no {', '.join(missing)} "
+                       f"(expected a policies.contracts.Router; sim.cluster.routers.BaseRouter has the defaults)")
+    return router

@@ -14,6 +14,7 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
       + overhead(S, T, A)                    # engine overhead (sim/core/overhead.py): S sequences,
                                              # T = P + D tokens, A prefill admissions in the step
       + decode_ctx_s    * sum(ctx_j)         # ctx_j: context length (tokens in KV) of decoder j
+                                             # (times the overhead's KV re-read factor, if any)
 
 ``interp`` is linear between knots and extrapolates the last segment's slope beyond the last
 knot (0 below the first knot's value at T=0 when the first knot is 0). A profile without knots
@@ -180,21 +181,28 @@ class CostModel:
     overhead: Overhead = field(default=NO_OVERHEAD)
     #: (fixed, per sequence, per token, per admission) seconds, or None when there is no overhead
     _ov: tuple[float, float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
+    #: the same for a step without prefill (differs only under multi-step scheduling)
+    _ov_dec: tuple[float, float, float, float] | None = field(default=None, init=False, repr=False,
+                                                             compare=False)
+    #: seconds per context token per decoder: the profile's, times the overhead's KV re-read factor
+    _ctx_s: float = field(default=0.0, init=False, repr=False, compare=False)
     #: decode_line's memo: batch size -> (a, b)
     _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict, init=False, repr=False,
                                                           compare=False)
 
     def __post_init__(self) -> None:
         o = self.overhead
-        if o.is_none:
-            self._ov = None
-            return
         sh = self.shape
+        f = o.ctx_factor(sh.heads, sh.kv_heads) if sh is not None else 1.0
+        # exactly the profile's coefficient when there is no re-read (byte-identical pricing)
+        self._ctx_s = self.step.decode_ctx_s if f == 1.0 else self.step.decode_ctx_s * f
+        if o.is_none:
+            self._ov = self._ov_dec = None
+            return
         tp = int(self.meta.get("tp", 1) or 1)
-        if sh is None:
-            self._ov = o.coefficients(0, 0, 0, 0, 1)
-        else:
-            self._ov = o.coefficients(sh.vocab * tp, sh.layers, sh.hidden, sh.dtype_bytes, tp)
+        args = (0, 0, 0, 0, 1) if sh is None else (sh.vocab * tp, sh.layers, sh.hidden, sh.dtype_bytes, tp)
+        self._ov = o.coefficients(*args)
+        self._ov_dec = o.decode_coefficients(*args)
 
     def with_overhead(self, overhead: Overhead) -> "CostModel":
         """This profile priced with another engine overhead (a new CostModel)."""
@@ -211,7 +219,7 @@ class CostModel:
     def overhead_s(self, P, D, n_prefill: int = 0, n_admit: int = 0) -> float:
         """Engine overhead of a step, seconds (0.0 with no overhead): one fixed expression, so
         every caller gets bit-identical results for the same shape."""
-        ov = self._ov
+        ov = self._ov if P else self._ov_dec
         if ov is None:
             return 0.0
         return ov[0] + ov[1] * (D + n_prefill) + ov[2] * (P + D) + ov[3] * n_admit
@@ -254,7 +262,7 @@ class CostModel:
         t += c.decode_seq_s * D
         if self._ov is not None:
             t += self.overhead_s(P, D, n_prefill, n_admit)
-        t += c.decode_ctx_s * sum_ctx
+        t += self._ctx_s * sum_ctx
         ns = round(t * NS)
         return ns if ns > 1 else 1
 
@@ -275,7 +283,7 @@ class CostModel:
             t += c.decode_seq_s * D
             if self._ov is not None:
                 t += self.overhead_s(0, D)
-            line = cache[D] = (t, c.decode_ctx_s)
+            line = cache[D] = (t, self._ctx_s)
         return line
 
     def _tokens_s(self, T: float) -> float:

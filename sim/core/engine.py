@@ -28,7 +28,7 @@ from typing import Any
 
 import simpy
 
-from policies.base import BasePolicy
+from policies.base import BasePolicy, RankingContext
 from sim.core import apply as _apply
 from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
@@ -94,6 +94,11 @@ class Engine:
         self.admissions = 0  # requests admitted so far (each admission's sequence number)
         self.dynamic = bool(getattr(policy, "dynamic", False))
         self._prefix_info = bool(getattr(policy, "needs_prefix_info", False))
+        # told before each re-key when it listens (its own hook, or the default that keeps
+        # older prefix-aware policies' queue_len)
+        hook = getattr(policy, "before_ranking", None)
+        listens = getattr(type(policy), "before_ranking", None) is not BasePolicy.before_ranking
+        self._before_ranking = hook if hook is not None and (listens or self._prefix_info) else None
         self.next_change_ns = NEVER
         self.rank_order: list[Request] | None = None  # cached rank order of running non-members
         self.iterations = 0
@@ -179,15 +184,18 @@ class Engine:
             r.key = self._key(r, now_s)
         self.rank_order = None
 
-    def _tell_prefixes(self) -> None:
-        """For cache-aware policies: each waiting request's currently cached prefix, in tokens."""
-        cache = self.pool.cache
-        self.policy.queue_len = len(self.waiting)
-        for _, _, r in self.waiting:
-            hit = 0
-            if cache is not None and r.hash_ids and r.computed == 0:
-                hit = cache.hit_groups(r.prompt_tokens, r.hash_ids) * cache.group_tokens
-            r.predicted["cached_prefix_tokens"] = hit
+    def ranking_context(self, now_ns: int) -> RankingContext:
+        """What the policy is told before a re-key: the queue length and, when it declares
+        ``needs_prefix_info``, each waiting request's currently cached prefix, in tokens."""
+        cached: dict[int, int] = {}
+        if self._prefix_info:
+            cache = self.pool.cache
+            for _, _, r in self.waiting:
+                hit = 0
+                if cache is not None and r.hash_ids and r.computed == 0:
+                    hit = cache.hit_groups(r.prompt_tokens, r.hash_ids) * cache.group_tokens
+                cached[r.request_id] = hit
+        return RankingContext(now_ns / NS, len(self.waiting), cached)
 
     def refresh_ranking(self, now_ns: int) -> None:
         """Before each plan: re-key when the policy is dynamic or the change time it declared
@@ -197,8 +205,8 @@ class Engine:
         if self.static_ranking:
             return  # keys never change on their own (and next_change is always None)
         if self.dynamic or now_ns >= self.next_change_ns:
-            if self._prefix_info:
-                self._tell_prefixes()
+            if self._before_ranking is not None:
+                self._before_ranking(self.ranking_context(now_ns))
             self._rekey_all(now_ns)
         t = self.policy.next_change(now_ns / NS)
         self.next_change_ns = NEVER if t is None else max(int(math.ceil(t * NS)), now_ns + 1)
@@ -206,7 +214,7 @@ class Engine:
     # ---- arrivals --------------------------------------------------------------------------
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """Gate a new request at its arrival instant; queue it or record its rejection."""
-        req._oracle_ok = self.oracle
+        req.reveals_output = self.oracle
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         need = req.prompt_tokens + req.max_tokens + self.draft_slots
         if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:

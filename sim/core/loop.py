@@ -41,9 +41,23 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     next_sample = 0
     # next event count at which to check progress (and the max_events stop)
     check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
+    # Overlap scheduling (the overhead's overlap_schedule): the batch of the next step was formed
+    # when the step that just ended started, so a request the engine saw only after that start
+    # is held back one step (``deferred``). ``last_start`` / ``last_end``: that step's start and
+    # end; after idling (last_end != now) nothing was formed ahead and every request is taken in.
+    ahead = engine.costs.overhead.overlap_schedule == 1
+    seen_after = round(engine.costs.overhead.frontend_s * NS)
+    last_start = last_end = -1
+    deferred: list = []
     while True:
         now = int(env.now)  # (always an int: every delay is in ns)
-        for req in source.pop_due(now):
+        due = source.pop_due(now)
+        if ahead:
+            due = deferred + due
+            deferred = [r for r in due if r.arrival_ns + seen_after > last_start] if last_end == now else []
+            if deferred:
+                due = [r for r in due if r.arrival_ns + seen_after <= last_start]
+        for req in due:
             engine.admit_arrival(req, now)
         while next_sample <= now:
             tel.sample(next_sample, engine)
@@ -54,6 +68,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             break
         engine.refresh_ranking(now)
         next_arrival = source.next_arrival_ns()
+        if deferred and not engine.running and not engine.waiting:
+            last_end = -1  # nothing runs: no batch was formed ahead, take them in now
+            continue
         if not engine.running and not engine.waiting:
             if wakeup is not None:
                 if finished is not None and finished() and next_arrival >= NEVER:
@@ -71,6 +88,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             continue  # every running request gave way; admission happens in the next plan
         if plan.empty:
             # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
+            if deferred:
+                last_end = -1  # nothing can run: take them in now
+                continue
             if next_arrival >= NEVER and engine.next_change_ns >= NEVER:
                 raise StallError(f"engine.stalled: at t={now / NS:.6f}s {len(engine.waiting)} requests wait "
                                  f"and none can be admitted, and nothing will change "
@@ -82,6 +102,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
         compute = engine.compute_ns(plan)
         dur0 = compute + engine.transfer_ns(plan)
         next_event = min(next_arrival if run_bound is None else run_bound(), next_sample, stop_ns)
+        if deferred:
+            next_event = now  # they join at the next boundary: one step only
         durations = engine.run_length(plan, now, next_event, dur0)
         engine.events += 1
         if engine.events > check_at:  # (one comparison per event)
@@ -99,6 +121,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             yield hold(now, plan, durations)
             assert held is not None  # (a source that holds runs says what it held)
             durations = held()  # (the held run allocates its blocks as it goes)
+        if ahead:
+            last_end = now + sum(durations)
+            last_start = last_end - durations[-1]
         engine.apply(plan, now, durations, compute)
         if check_invariants:
             engine.check_invariants()

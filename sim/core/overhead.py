@@ -17,7 +17,31 @@ inside the one integer-nanosecond step function (fast-forward stays exact)::
 and, outside the step function, ``frontend_s``: the time from a request's arrival until the
 engine sees it (the API server's HTTP handling, chat template and tokenisation, which overlap
 with GPU work rather than occupy it); it delays admission and adds to TTFT and end-to-end time,
-never to a step. With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
+never to a step.
+
+Two terms change how the profile's own GPU work is priced rather than adding to it, for engine
+eras whose kernels or scheduler differ from what the roofline assumes:
+
+* ``kv_reread`` (a fraction, 0..1): decode attention that reads the KV cache once per *query*
+  head instead of once per KV head. A grouped-query model has ``heads / kv_heads`` query heads
+  per KV head; vLLM's own paged-attention decode kernel (vLLM up to 0.4, before decode moved to
+  FlashAttention) runs one thread block per query head, so each KV head's cache is read that many
+  times, the repeats partly served from L2. The profile's per-context-token decode cost is
+  multiplied by ``1 + kv_reread * (heads / kv_heads - 1)``: 0 reads the KV cache once (today's
+  kernels), 1 reads it once per query head.
+* ``scheduler_steps`` (an integer >= 1): multi-step scheduling (vLLM 0.6 ``--num-scheduler-steps
+  N``): the scheduler and input preparation run once and the model then runs N decode steps, so
+  the CPU terms ``step_s`` and ``seq_s`` of a step without prefill are paid once per N steps
+  (``/ N``); sampling and all-reduces are GPU work and stay per step; a step with prefill is a
+  single step and pays in full. 1 (the default) is ordinary step-by-step scheduling.
+* ``overlap_schedule`` (0 or 1): the scheduler forms the next batch while the GPU runs the
+  current one (SGLang's overlap scheduler, on by default since SGLang 0.4; TensorRT-LLM's too).
+  A request that reaches the engine after the running step started cannot join the batch already
+  formed for the next step: it waits one step more (a TTFT cost). Not a step price: the replica's
+  step loop (sim/core/loop.py) applies it. 0 (the default): the batch is formed at each step
+  boundary.
+
+With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
 (one ring all-reduce of a token's hidden state). The all-reduce terms come *on top of* the
 profile's own tensor-parallel pricing (analytic profiles charge 10 us per all-reduce and NVLink
 bandwidth at 70 %); a bandwidth of 0 means no bytes term. A profile without a model shape (the
@@ -35,12 +59,12 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from plumbing.numbers import in_range
+from plumbing.numbers import in_range, is_integer
 
 #: The preset file (located through ``sim/__init__``: a mypyc-compiled module has no __file__).
 PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core" / "overheads.json"
 
-#: The terms, in seconds (see the module docstring), with what each multiplies.
+#: The terms (seconds unless said otherwise; see the module docstring), with what each multiplies.
 TERMS = {
     "step_s": "s per step",
     "seq_s": "s per sequence in the step (decoders + prefill chunks)",
@@ -49,9 +73,13 @@ TERMS = {
     "allreduce_latency_s": "s per all-reduce (2 per layer per step), tensor parallelism only",
     "allreduce_bytes_per_s": "bytes/s of all-reduce bus bandwidth (0: no bytes term)",
     "frontend_s": "s from a request's arrival until the engine sees it (API server; not GPU time)",
+    "kv_reread": "fraction (0..1) of the per-query-head repeat KV reads of a decode step that reach memory",
+    "scheduler_steps": "decode steps per scheduler call (integer >= 1; multi-step scheduling)",
+    "overlap_schedule": "1: the next batch is formed while the current step runs (0 or 1)",
 }
-#: The terms that price steps (all but the front-end latency).
-STEP_TERMS = tuple(k for k in TERMS if k != "frontend_s")
+#: The terms that price steps (all but the front-end latency and the multi-step count, which
+#: only divides terms already counted).
+STEP_TERMS = tuple(k for k in TERMS if k not in ("frontend_s", "scheduler_steps", "overlap_schedule"))
 
 
 class OverheadError(ValueError):
@@ -70,6 +98,9 @@ class Overhead:
     allreduce_latency_s: float = 0.0
     allreduce_bytes_per_s: float = 0.0
     frontend_s: float = 0.0
+    kv_reread: float = 0.0
+    scheduler_steps: int = 1
+    overlap_schedule: int = 0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -94,8 +125,30 @@ class Overhead:
                 per_token = n_ar * hidden * dtype_bytes * 2 * (tp - 1) / tp / self.allreduce_bytes_per_s
         return fixed, self.seq_s + self.sample_s * vocab, per_token, self.admit_s
 
+    def decode_coefficients(self, vocab: int, layers: int, hidden: int, dtype_bytes: int,
+                            tp: int) -> tuple[float, float, float, float]:
+        """:meth:`coefficients` for a step without prefill: with multi-step scheduling the CPU
+        terms (``step_s``, ``seq_s``) are paid once per ``scheduler_steps`` steps. The very same
+        tuple when ``scheduler_steps`` is 1."""
+        full = self.coefficients(vocab, layers, hidden, dtype_bytes, tp)
+        n = self.scheduler_steps
+        if n == 1:
+            return full
+        fixed, per_seq, per_token, per_admit = full
+        return (fixed - self.step_s + self.step_s / n, per_seq - self.seq_s + self.seq_s / n,
+                per_token, per_admit)
+
+    def ctx_factor(self, heads: int, kv_heads: int) -> float:
+        """Multiplier of the profile's per-context-token decode cost (``kv_reread``); exactly
+        1.0 when ``kv_reread`` is 0 or the model has no grouped heads."""
+        if not self.kv_reread or heads <= kv_heads or kv_heads <= 0:
+            return 1.0
+        return 1.0 + self.kv_reread * (heads / kv_heads - 1.0)
+
 
 NONE = Overhead()
+#: Each term's neutral value (what a preset or table that leaves it out gets).
+_DEFAULTS = {k: getattr(NONE, k) for k in TERMS}
 
 
 def _presets() -> dict[str, dict]:
@@ -114,6 +167,18 @@ def default_preset() -> str:
 
 
 def _term(v, where: str, key: str) -> float:
+    if key == "scheduler_steps":
+        if not (is_integer(v, integral_floats=True) and v >= 1):
+            raise OverheadError(f"{where}.{key}: expected an integer >= 1 (got {v!r}; "
+                                f"terms: {', '.join(TERMS)})")
+        return int(v)
+    if key == "overlap_schedule":
+        if not (is_integer(v, integral_floats=True) and v in (0, 1)):
+            raise OverheadError(f"{where}.{key}: expected 0 or 1 (got {v!r}; terms: {', '.join(TERMS)})")
+        return int(v)
+    if key == "kv_reread" and in_range(v, gt=1):
+        raise OverheadError(f"{where}.{key}: expected a fraction between 0 and 1 (got {v!r}; "
+                            f"terms: {', '.join(TERMS)})")
     if not in_range(v, ge=0):
         raise OverheadError(f"{where}.{key}: expected a finite number >= 0 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
@@ -134,7 +199,8 @@ def resolve_overhead(spec, where: str = "engine.overhead") -> Overhead:
             raise OverheadError(f"{where}: no overhead preset '{spec}' (expected one of: {choices}; "
                                 "or a table of terms)")
         p = presets[spec]
-        terms = {k: _term(p.get("terms", {}).get(k, 0.0), f"{PRESETS_PATH.name}:{spec}", k) for k in TERMS}
+        terms = {k: _term(p.get("terms", {}).get(k, _DEFAULTS[k]), f"{PRESETS_PATH.name}:{spec}", k)
+                 for k in TERMS}
         return Overhead(name=spec, **terms, meta=dict(p.get("meta", {})))
     if not isinstance(spec, dict):
         raise OverheadError(f"{where}: expected a preset name ({choices}) or a table of terms (got {spec!r})")
@@ -158,6 +224,16 @@ def describe(o: Overhead) -> str:
             continue
         v = getattr(o, f.name)
         if not v:
+            continue
+        if f.name == "scheduler_steps":
+            if v > 1:
+                parts.append(f"{v} decode steps per scheduler call")
+            continue
+        if f.name == "overlap_schedule":
+            parts.append("overlap scheduling (next batch formed during the step)")
+            continue
+        if f.name == "kv_reread":
+            parts.append(f"KV re-read {v:.3g} per extra query head")
             continue
         if f.name == "allreduce_bytes_per_s":
             parts.append(f"allreduce {v / 1e9:.0f} GB/s")

@@ -32,7 +32,7 @@ class Request:
         # identity and declaration
         "request_id", "arrival_s", "arrival_ns", "tenant", "cls", "cls_idx", "priority",
         "prompt_tokens", "max_tokens", "hidden_output_tokens", "deadline_s", "stream", "user", "features",
-        "predicted", "hash_ids", "_oracle_ok",
+        "predicted", "hash_ids", "reveals_output",
         # progress
         "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
         "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
@@ -71,7 +71,7 @@ class Request:
         self.features = features if features is not None else {}
         self.predicted: dict = {}
         self.hash_ids = hash_ids
-        self._oracle_ok = False
+        self.reveals_output = False  # true_output_tokens readable: set by the engine for an oracle policy
         self.state = State.WAITING
         self.tokens = prompt_tokens
         self.computed = 0
@@ -105,7 +105,7 @@ class Request:
     @property
     def true_output_tokens(self) -> int:
         """The real output length; only oracle policies (``oracle = True``) may read it."""
-        if not self._oracle_ok:
+        if not self.reveals_output:
             raise OracleAccessError(
                 "true_output_tokens is hidden from non-oracle policies: a real scheduler "
                 "cannot know it (declare `oracle = True` on an oracle policy)"

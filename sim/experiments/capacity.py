@@ -6,7 +6,10 @@ A *design* turns a replica-count vector into a ``[cluster]`` table:
   replica; the router spreads load, ``least_outstanding`` unless ``router`` says otherwise);
 * ``partitioned``: static partitioning, one group per class (``k_c`` replicas serving only class
   ``c``, the ``class_aware`` router). The partitions do not interact, so each class's count is
-  searched independently, in lockstep (every probe simulates all partitions at once).
+  searched independently: a probe simulates one partition alone (its class's requests on ``k_c``
+  replicas), which is exact when the replicas are interchangeable (open arrivals, no speculative
+  decoding, a policy that draws no random numbers: nothing then depends on a replica's place in
+  the cluster). Otherwise the partitions are probed in lockstep, all at once.
 
 A point *meets the SLOs* when, for every class: every request finished (none rejected or left
 unfinished), ``ttft_p99_s <= ttft`` and ``tpot_p99_s <= tpot`` where the class has those SLOs, and
@@ -258,13 +261,23 @@ def _workload(sc, load_scale: float):
     return wl
 
 
+def _only(wl, classes: list[str]):
+    """The open requests of ``classes`` alone (what one partition of a partitioned cluster
+    serves), in the same order."""
+    from dataclasses import replace
+
+    df = wl.open
+    return replace(wl, open=df[df["cls"].isin(classes)].reset_index(drop=True))
+
+
 def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: float, slos: dict,
-             dims: list[list[str]] | None = None) -> dict:
+             dims: list[list[str]] | None = None, part: list[str] | None = None) -> dict:
     """Simulate the scenario dict ``base`` with ``cluster``; the SLO verdict and headline numbers.
 
     With ``dims`` (the classes of each searched dimension) the simulation stops as soon as the
     verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
-    ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound."""
+    ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound. With
+    ``part`` (classes) only those classes' requests are served (one partition, alone)."""
     from sim.cluster import simulate_cluster
     from sim.config import scenario_from_dict
 
@@ -273,6 +286,9 @@ def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: 
     d["cluster"] = cluster
     sc = scenario_from_dict(d, source=source, base_dir=base_dir)
     wl = _workload(sc, load_scale)
+    if part is not None:
+        assert wl is not None, "a partition is simulated alone only with open arrivals"
+        wl = _only(wl, part)
     watch = None
     if dims is not None and wl is not None:
         totals = {str(k): int(v) for k, v in wl.open["cls"].value_counts().items()}
@@ -298,6 +314,32 @@ def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: 
             "replicas": lay["replicas_total"], "gpus": lay["gpus_total"], "end_s": span,
             "utilisation": busy / (lay["replicas_total"] * span) if span > 0 else 0.0,
             "wall_s": time.perf_counter() - t0, "engine_events": s["run"]["engine_events"]}
+
+
+def _draws_random(obj) -> bool:
+    """Whether ``obj`` or one of its attributes (one level down) holds a random generator."""
+    import random
+
+    import numpy as np
+
+    kinds = (np.random.Generator, np.random.RandomState, random.Random)
+    for o in [obj, *vars(obj).values()] if hasattr(obj, "__dict__") else [obj]:
+        if isinstance(o, kinds) or (hasattr(o, "__dict__") and any(isinstance(v, kinds) for v in vars(o).values())):
+            return True
+    return False
+
+
+def partitions_apart(sc, load_scale: float) -> bool:
+    """Whether a partition simulated alone behaves exactly as inside the whole cluster: its
+    replicas are then numbered from 0, so nothing may depend on a replica's number (the seeds of
+    speculative decoding and of the policy are), and closed-loop users are not split."""
+    from policies import make_policy
+
+    if sc.engine.speculative is not None or _workload(sc, load_scale) is None:
+        return False
+    policy = make_policy(sc.policy.name, **sc.policy.params())
+    policy.bind({c.name: c.model_dump() for c in sc.classes}, 0)
+    return not _draws_random(policy)
 
 
 def _eval_task(args):
@@ -341,10 +383,13 @@ def _worst(point: dict) -> float:
 
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
-                    early_stop: bool = True, progress: bool | None = False) -> CapacityReport:
+                    early_stop: bool = True, progress: bool | None = False,
+                    apart: bool | None = None) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
     ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
-    counts the simulations done on stderr (see :func:`sim.progress.progress_bar`)."""
+    counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
+    probe the partitions of ``partitioned`` one at a time (default: where that is exact, see
+    :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower)."""
     base = sc.to_dict()
     base.pop("cluster", None)
     source, base_dir = sc.source, sc.base_dir
@@ -352,21 +397,35 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
     for d in designs:
         design_dims(d, sc.class_names, max_replicas)  # validates the names
     state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}
+    if apart is None:
+        apart = "partitioned" in designs and partitions_apart(sc, load_scale)
+    alone = {d for d in designs if d == "partitioned" and apart}  # designs probed a partition at a time
     cache: dict[tuple, dict] = {}
     rep = CapacityReport(sc.name, slos)
     t0 = time.perf_counter()
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     bar = progress_bar(progress, total=None, desc=f"capacity {sc.name}", unit="simulations")
 
+    def task(d: str, c: tuple) -> tuple:
+        if None in c:  # one partition alone (the other counts None): its classes' requests only
+            j = next(i for i, k in enumerate(c) if k is not None)
+            x = state[d][j]
+            return (base, source, base_dir, {"replicas": c[j], "router": "least_outstanding"}, load_scale, slos,
+                    [x.classes] if early_stop else None, x.classes)
+        return (base, source, base_dir, design_cluster(d, state[d], list(c), router), load_scale, slos,
+                [x.classes for x in state[d]] if early_stop else None)
+
     def run_all(jobs: list[tuple[str, tuple]]) -> None:
         todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in cache]
-        args = [(base, source, base_dir, design_cluster(d, state[d], list(c), router), load_scale, slos,
-                 [x.classes for x in state[d]] if early_stop else None) for d, c in todo]
+        args = [task(d, c) for d, c in todo]
         outs = pool.map(_eval_task, args) if pool is not None else map(_eval_task, args)
         for (d, c), out in zip(todo, outs):
             if out[0] != "ok":
                 raise RuntimeError(f"capacity point {d} {list(c)} failed: {out[1]}\n{out[2]}")
             r = out[1]
+            if None in c:  # one partition alone: only its classes were served
+                part = state[d][next(i for i, k in enumerate(c) if k is not None)].classes
+                r["classes"] = {k: v for k, v in r["classes"].items() if k in part}
             cache[(d, c)] = r
             if bar is not None:
                 bar.update(1)
@@ -375,7 +434,8 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
             if log is not None:
                 worst = _worst(r)
                 stop = f", stopped at {r['stopped_at_s']:.0f} s" if r.get("stopped_at_s") is not None else ""
-                log(f"  {d:12s} {list(c)!s:14s} {'meets' if r['ok'] else 'misses'} SLOs "
+                shown = "[" + ", ".join("-" if k is None else str(k) for k in c) + "]"
+                log(f"  {d:12s} {shown:14s} {'meets' if r['ok'] else 'misses'} SLOs "
                     f"(worst p99/SLO {'>= ' if stop else ''}{worst:.2f}, wall {r['wall_s']:.1f}s{stop})")
 
     try:
@@ -389,6 +449,13 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
             for d in active:
                 dims = state[d]
                 per_dim = [x.probes(m) for x in dims]
+                if d in alone:  # each partition's probes on their own
+                    for j, p in enumerate(per_dim):
+                        for k in p:
+                            counts = tuple(k if i == j else None for i in range(len(dims)))
+                            jobs.append((d, counts))
+                            plan.append((d, counts, [i == j for i in range(len(dims))]))
+                    continue
                 n = max(len(p) for p in per_dim)
                 for j in range(n):
                     counts = tuple(p[min(j, len(p) - 1)] if p else (x.hi or x.limit)
@@ -439,7 +506,7 @@ def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
     rows = []
     for p in rep.points:
         row = {k: v for k, v in p.items() if k not in ("classes", "counts")}
-        row["counts"] = ",".join(map(str, p["counts"]))
+        row["counts"] = ",".join("-" if k is None else str(k) for k in p["counts"])  # -: not in this probe
         for cname, m in p["classes"].items():
             for k in ("ok", "ttft_p99_s", "tpot_p99_s", "last_finish_s", "output_tokens_per_s", "slo_ratio"):
                 row[f"{cname}.{k}"] = m[k]
