@@ -19,9 +19,9 @@ import numpy as np
 from sim.core.columns import CONVERSIONS, FLOAT, RECORDED, SOURCES, STR
 from sim.core.request import Request
 
-# a request's raw row: its SOURCES attributes in one call (C speed, one tuple per request)
-_RAW_ROW = attrgetter(*SOURCES)
-_SOURCE_INDEX = {name: i for i, name in enumerate(SOURCES)}
+# one getter per Request attribute the table reads: a block of ended requests is read one
+# attribute at a time (map in C; several times faster than a tuple per request, then transposing)
+_GETTERS = [(name, attrgetter(name)) for name in SOURCES]
 
 
 class Telemetry:
@@ -52,7 +52,7 @@ class Telemetry:
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
-        self._rows: list[tuple] = []  # raw rows (sim.core.columns.SOURCES) not yet moved into ``cols``
+        self._rows: list[Request] = []  # ended requests whose rows are not yet in ``cols``
         self._coh_distinct: tuple | None = None  # itl_arrays' memo: (steps, distinct, inverse)
 
     @classmethod
@@ -104,9 +104,9 @@ class Telemetry:
 
     def on_end(self, req: Request) -> None:
         """Record the request's row (it finished, was rejected, or the run ended): the attributes
-        the table (:mod:`sim.core.columns`) names, buffered raw and turned into the typed columns
-        a few thousand rows at a time."""
-        self._rows.append(_RAW_ROW(req))
+        the table (:mod:`sim.core.columns`) names, read a few thousand requests at a time (an
+        ended request is not changed again) and turned into the typed columns."""
+        self._rows.append(req)
         if len(self._rows) >= 4096:
             self._flush_rows()
 
@@ -117,10 +117,11 @@ class Telemetry:
     def _flush_rows(self) -> None:
         if not self._rows:
             return
-        raw = list(zip(*self._rows))
+        ended = self._rows
+        raw = {name: list(map(get, ended)) for name, get in _GETTERS}
         for c in RECORDED:
-            values = [raw[_SOURCE_INDEX[s]] for s in c.source]
-            out = list(values[0]) if not c.convert else CONVERSIONS[c.convert](*values)
+            values = [raw[s] for s in c.source]
+            out = values[0] if not c.convert else CONVERSIONS[c.convert](*values)
             col = self.cols[c.name]
             if isinstance(col, array):
                 col.fromlist(out)  # (about twice as fast as extend from a tuple)
