@@ -80,7 +80,7 @@ def test_routers_and_views_meet_the_contracts():
 
 
 class ViewCheckingRouter(BaseRouter):
-    """A router outside the simulator (loaded by ``test_cluster:ViewCheckingRouter``): it checks
+    """A router outside the simulator (loaded by ``tests.test_cluster:ViewCheckingRouter``): it checks
     what it reads is the declared view, consistent with itself, and joins the shortest queue."""
 
     name = "view_checking"
@@ -96,7 +96,7 @@ class ViewCheckingRouter(BaseRouter):
 
 
 def test_a_router_is_one_class_reading_the_view():
-    sc = scenario_from_dict(cluster_scenario({"replicas": 3, "router": "test_cluster:ViewCheckingRouter"}))
+    sc = scenario_from_dict(cluster_scenario({"replicas": 3, "router": "tests.test_cluster:ViewCheckingRouter"}))
     res = simulate(sc, check_invariants=True)
     assert ViewCheckingRouter.seen > 0 and sorted(res.requests["request_id"]) == list(range(len(res.requests)))
     same = simulate(sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"router": "least_outstanding"})}))
