@@ -32,16 +32,15 @@ from policies.base import BasePolicy, RankingContext
 from sim.core import apply as _apply
 from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
-from sim.core.costs import NEVER, NS, CostModel
+from sim.core.costs import NEVER, NS, CostModel  # (NEVER re-exported: its home is costs, beside NS)
 from sim.core.kvpool import KVPool
-from sim.core.observe import PROGRESS_EVERY  # noqa: F401  (re-exported for the loop)
 from sim.core.plan import Scheduled, StepPlan  # noqa: F401  (re-exported)
 from sim.core.preemption import make_mode
 from sim.core.request import Request, State
 from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
 
-__all__ = ["NEVER", "PROGRESS_EVERY", "Engine", "Scheduled", "StepPlan"]
+__all__ = ["NEVER", "Engine", "Scheduled", "StepPlan"]
 
 
 class Engine:

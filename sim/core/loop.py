@@ -14,7 +14,7 @@ from sim.core.observe import PROGRESS_EVERY
 from sim.core.source import RequestStream
 
 
-# (87 lines: the SimPy process itself; its waits are yields, so it reads as one loop)
+# (112 lines: the SimPy process itself; its waits are yields, so it reads as one loop)
 def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, stop_ns: int, interval_ns: int,
                  check_invariants: bool = False, on_boundary=None):
     """The SimPy process of one replica: at each step boundary take the arrivals that are due,
