@@ -203,15 +203,7 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
     """Run every cell of ``grid`` and return the measured rows."""
     device = torch.device(device)
     g = dict(GRIDS[grid] if isinstance(grid, str) else grid)
-    if device.type == "cuda":
-        check_free_memory(estimate_weight_bytes(shape, dtype), device, what=f"{shape.name} weights")
-    model = Decoder(shape, device=str(device), dtype=dtype, slots=1, max_len=16, seed=seed)
-    if device.type == "cuda":
-        # the KV cache of any cell may use 60% of what the weights left free; larger cells are
-        # skipped (activations and CUDA-graph pools need the rest)
-        free, _ = torch.cuda.mem_get_info(device)
-        cap = int(0.6 * free // shape.kv_bytes_per_token(dtype))
-        g["max_tokens_in_cache"] = min(g["max_tokens_in_cache"], cap)
+    model = _step_model(shape, device, dtype, g, seed)
     cells = _cells(g)
     from sim.progress import progress_bar
 
@@ -225,14 +217,55 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
     if slots * max_len <= g["max_tokens_in_cache"] and not (cuda_graphs and device.type == "cuda"):
         # the whole grid fits one cache: time it round-robin (see timing.time_interleaved)
         _alloc(model, slots, max_len)
-        fns = [lambda it=items: model.forward(model.plan(it)) for _, _, items, _, _ in steps]
-        timings = time_interleaved(fns, device, warmup=g["warmup"], rounds=g["repeats"])
-        for (kind, p, items, _, _), t in zip(steps, timings):
-            rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": False,
-                         "interleaved": True, **t.as_row()})
+        rows += _time_steps_interleaved(model, steps, device, g)
         if bar is not None:
             bar.update(len(steps))
         steps = []
+    rows += _time_steps_one_by_one(model, steps, device, g, cuda_graphs, timing_kw, bar)
+    # free the step cache before the transfer pools
+    model.k_cache = model.v_cache = []
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    swaps = [p for k, p in cells if k == "swap"]
+    if swaps:
+        rows += _time_swaps(shape, device, dtype, block_size, swaps, seed, timing_kw, bar)
+    if bar is not None:
+        bar.close()
+    return rows
+
+
+def _step_model(shape: Shape, device: torch.device, dtype: str, g: dict, seed: int) -> Decoder:
+    """The model whose steps are timed; on CUDA, checks the weights fit and caps the grid's
+    ``max_tokens_in_cache`` (tokens) to what the KV cache may use."""
+    if device.type == "cuda":
+        check_free_memory(estimate_weight_bytes(shape, dtype), device, what=f"{shape.name} weights")
+    model = Decoder(shape, device=str(device), dtype=dtype, slots=1, max_len=16, seed=seed)
+    if device.type == "cuda":
+        # the KV cache of any cell may use 60% of what the weights left free; larger cells are
+        # skipped (activations and CUDA-graph pools need the rest)
+        free, _ = torch.cuda.mem_get_info(device)
+        cap = int(0.6 * free // shape.kv_bytes_per_token(dtype))
+        g["max_tokens_in_cache"] = min(g["max_tokens_in_cache"], cap)
+    return model
+
+
+def _time_steps_interleaved(model: Decoder, steps: list, device: torch.device, g: dict) -> list[dict]:
+    """Time every step cell round-robin in one cache (see timing.time_interleaved); their rows."""
+    rows = []
+    fns = [lambda it=items: model.forward(model.plan(it)) for _, _, items, _, _ in steps]
+    timings = time_interleaved(fns, device, warmup=g["warmup"], rounds=g["repeats"])
+    for (kind, p, items, _, _), t in zip(steps, timings):
+        rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": False,
+                     "interleaved": True, **t.as_row()})
+    return rows
+
+
+def _time_steps_one_by_one(model: Decoder, steps: list, device: torch.device, g: dict, cuda_graphs: bool,
+                           timing_kw: dict, bar) -> list[dict]:
+    """Time each step cell on its own, growing the cache as needed (decodes under CUDA graphs
+    when asked); their rows."""
+    rows = []
     for kind, p, items, slots, max_len in steps:
         if model.slots < slots or model.max_len < max_len:
             need = (max(slots, model.slots), max(max_len, model.max_len))
@@ -253,31 +286,29 @@ def measure_rows(shape: Shape, device: str | torch.device, dtype: str, grid: str
             del step
         if bar is not None:
             bar.update(1)
-    # free the step cache before the transfer pools
-    model.k_cache = model.v_cache = []
-    del model
+    return rows
+
+
+def _time_swaps(shape: Shape, device: torch.device, dtype: str, block_size: int, swaps: list[dict], seed: int,
+                timing_kw: dict, bar) -> list[dict]:
+    """Time each swap cell's KV block transfer between device and host pools; their rows."""
+    rows = []
+    max_blocks = max(p["blocks"] for p in swaps)
+    tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     if device.type == "cuda":
-        torch.cuda.empty_cache()
-    swaps = [p for k, p in cells if k == "swap"]
-    if swaps:
-        max_blocks = max(p["blocks"] for p in swaps)
-        tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        if device.type == "cuda":
-            blk = shape.kv_bytes_per_token(dtype) * block_size
-            check_free_memory(4 * max_blocks * blk, device, what="transfer pools")
-        pools = _Transfers(shape, device, tdtype, block_size, max_blocks, seed)
-        blk_bytes = shape.kv_bytes_per_token(dtype) * block_size
-        for p in swaps:
-            t = time_call(pools.fn(**p), device, **timing_kw)
-            rows.append({"kind": "swap", **p, "bytes": p["blocks"] * blk_bytes,
-                         "host_side": "pinned, non_blocking" if device.type == "cuda"
-                         else "host memory (CPU: plain host copy, no device transfer)",
-                         **t.as_row()})
-            if bar is not None:
-                bar.update(1)
-        del pools
-    if bar is not None:
-        bar.close()
+        blk = shape.kv_bytes_per_token(dtype) * block_size
+        check_free_memory(4 * max_blocks * blk, device, what="transfer pools")
+    pools = _Transfers(shape, device, tdtype, block_size, max_blocks, seed)
+    blk_bytes = shape.kv_bytes_per_token(dtype) * block_size
+    for p in swaps:
+        t = time_call(pools.fn(**p), device, **timing_kw)
+        rows.append({"kind": "swap", **p, "bytes": p["blocks"] * blk_bytes,
+                     "host_side": "pinned, non_blocking" if device.type == "cuda"
+                     else "host memory (CPU: plain host copy, no device transfer)",
+                     **t.as_row()})
+        if bar is not None:
+            bar.update(1)
+    del pools
     return rows
 
 
@@ -319,16 +350,7 @@ def calibrate_profile(device: str, shape: str, dtype: str | None = None, grid: s
         the profile document (as written).
     """
     t0 = time.perf_counter()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("'device' is cuda but torch sees no CUDA device (use --device cpu)")
-    dtype = dtype or ("bf16" if dev.type == "cuda" else "fp32")
-    if dtype not in ("fp32", "bf16", "fp16"):
-        raise ValueError(f"'dtype' must be fp32, bf16 or fp16 (got {dtype!r})")
-    if grid not in GRIDS:
-        raise ValueError(f"'grid' must be one of {sorted(GRIDS)} (got {grid!r})")
+    dev, dtype = _resolve_device(device, dtype, grid)
     sh = get_shape(shape)
     if dev.type == "cpu":
         threads = configure_cpu(threads)
@@ -340,12 +362,48 @@ def calibrate_profile(device: str, shape: str, dtype: str | None = None, grid: s
     rows = measure_rows(sh, dev, dtype, grid, cuda_graphs=cuda_graphs, block_size=block_size,
                         progress=progress, seed=seed)
     if kv_capacity_bytes is None:
-        if dev.type == "cuda":
-            total = torch.cuda.get_device_properties(dev).total_memory
-            kv_capacity_bytes = max(0.0, 0.9 * total - estimate_weight_bytes(sh, dtype) - 2e9)
-        else:
-            kv_capacity_bytes = 64 * 2**20
-    meta = {
+        kv_capacity_bytes = _default_kv_capacity(dev, sh, dtype)
+    meta = _profile_meta(dev, sh, dtype, grid, out_path, threads, cuda_graphs, block_size)
+    doc = build_profile(rows, sh, dtype, meta, kv_capacity_bytes, block_size)
+    doc["meta"]["wall_s"] = round(time.perf_counter() - t0, 2)
+    if out_path is not None:
+        write_profile(doc, out_path)
+    if progress:
+        f = doc["fit"]
+        print(f"fit: {f['rows']} step rows, LOO relative error median {f['loo_rel_err_median']:.1%}, "
+              f"p90 {f['loo_rel_err_p90']:.1%}, max {f['loo_rel_err_max']:.1%}; "
+              f"wall {doc['meta']['wall_s']} s" + (f" -> {out_path}" if out_path else ""))
+    return doc
+
+
+def _resolve_device(device: str, dtype: str | None, grid: str) -> tuple[torch.device, str]:
+    """The device ("auto" resolved) and dtype (its default), after checking dtype and grid."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("'device' is cuda but torch sees no CUDA device (use --device cpu)")
+    dtype = dtype or ("bf16" if dev.type == "cuda" else "fp32")
+    if dtype not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"'dtype' must be fp32, bf16 or fp16 (got {dtype!r})")
+    if grid not in GRIDS:
+        raise ValueError(f"'grid' must be one of {sorted(GRIDS)} (got {grid!r})")
+    return dev, dtype
+
+
+def _default_kv_capacity(dev: torch.device, sh: Shape, dtype: str) -> float:
+    """KV memory (bytes) a profile declares when not told: on CUDA 90% of device memory minus
+    weights minus 2 GB of activations; on CPU 64 MiB."""
+    if dev.type == "cuda":
+        total = torch.cuda.get_device_properties(dev).total_memory
+        return max(0.0, 0.9 * total - estimate_weight_bytes(sh, dtype) - 2e9)
+    return 64 * 2**20
+
+
+def _profile_meta(dev: torch.device, sh: Shape, dtype: str, grid: str, out_path, threads: int,
+                  cuda_graphs: bool | None, block_size: int) -> dict:
+    """The profile's ``meta``: what was measured, on what, how and when."""
+    return {
         "kind": "measured", "name": Path(out_path).stem if out_path else f"{dev.type}-{sh.name}",
         "device": device_name(dev), "device_type": dev.type, "torch": torch.__version__,
         "cuda": torch.version.cuda if dev.type == "cuda" else None, "dtype": dtype,
@@ -359,16 +417,6 @@ def calibrate_profile(device: str, shape: str, dtype: str | None = None, grid: s
                       else "CPU device: swap rows time a plain host-to-host copy"),
         "base_s_note": "fit: the constant of the token term is reported as base_s",
     }
-    doc = build_profile(rows, sh, dtype, meta, kv_capacity_bytes, block_size)
-    doc["meta"]["wall_s"] = round(time.perf_counter() - t0, 2)
-    if out_path is not None:
-        write_profile(doc, out_path)
-    if progress:
-        f = doc["fit"]
-        print(f"fit: {f['rows']} step rows, LOO relative error median {f['loo_rel_err_median']:.1%}, "
-              f"p90 {f['loo_rel_err_p90']:.1%}, max {f['loo_rel_err_max']:.1%}; "
-              f"wall {doc['meta']['wall_s']} s" + (f" -> {out_path}" if out_path else ""))
-    return doc
 
 
 def write_profile(doc: dict, path: str | Path) -> Path:

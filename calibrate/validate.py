@@ -239,12 +239,38 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
     ``finish_s``, ``queue_s``, ``ttft_s``, ``tpot_s``, ``e2e_s``; ``attrs["step_log"]``).
     """
     import torch
-    from calibrate.model import Decoder, Item
-    from calibrate.shapes import get_shape
-    from calibrate.timing import configure_cpu, synchronize
 
-    doc = _load(profile_path)
-    meta = doc["meta"]
+    meta = _load(profile_path)["meta"]
+    dev, clock = _device_and_clock(profile_path, meta, clock)
+    p = _engine_params(engine_params)
+    reqs0 = _requests(requests_df)
+    model = _warm_model(meta, dev, int(p["max_num_seqs"]), max(r.prompt + r.output for r in reqs0) + 1, seed)
+    gen = torch.Generator().manual_seed(seed)
+
+    from sim.progress import progress_bar
+
+    bar = progress_bar(progress, total=repeats * len(reqs0), desc=f"validate: {meta['shape']} for real", unit="requests")
+    runs = []
+    for _ in range(repeats):
+        reqs = _requests(requests_df)
+        execute, now, wait_until = _clocked(clock, _forward_fn(model, gen), busy_wait)
+        try:
+            runs.append(_serve(reqs, p, execute, now, wait_until, bar))
+        except BaseException:
+            if bar is not None:
+                bar.close()
+            raise
+    if bar is not None:
+        bar.close()
+    return _median_of_runs(runs, repeats, clock)
+
+
+def _device_and_clock(profile_path, meta: dict, clock: str) -> tuple[str, str]:
+    """The profile's device and the clock to run on ("auto" resolved); sets the CPU thread count
+    the profile was measured with."""
+    import torch
+    from calibrate.timing import configure_cpu
+
     dev = meta.get("device_type", "cpu")
     if dev == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"{profile_path}: profile was measured on CUDA but torch sees none")
@@ -254,70 +280,80 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
         raise ValueError(f"'clock' must be 'wall', or 'cpu' on a CPU device (got {clock!r} on {dev})")
     if dev == "cpu":
         configure_cpu(int(meta.get("threads", 1)))
-    p = _engine_params(engine_params)
-    reqs0 = _requests(requests_df)
-    max_len = max(r.prompt + r.output for r in reqs0) + 1
+    return dev, clock
+
+
+def _warm_model(meta: dict, dev: str, slots: int, max_len: int, seed: int):
+    """The profile's model (shape, dtype) on ``dev`` with ``slots`` KV slots of ``max_len`` tokens,
+    warmed up (allocator, kernels)."""
+    from calibrate.model import Decoder, Item
+    from calibrate.shapes import get_shape
+    from calibrate.timing import synchronize
+
     model = Decoder(get_shape(meta["shape"]), device=dev, dtype=meta.get("dtype", "fp32"),
-                    slots=int(p["max_num_seqs"]), max_len=max_len, seed=seed)
-    gen = torch.Generator().manual_seed(seed)
+                    slots=slots, max_len=max_len, seed=seed)
     # warm-up: allocator, kernels
     for _ in range(3):
         model.forward(model.plan([Item(0, min(64, max_len - 1), 0), Item(1, 1, 8)]))
     synchronize(model.device)
+    return model
 
-    from sim.progress import progress_bar
 
-    bar = progress_bar(progress, total=repeats * len(reqs0), desc=f"validate: {meta['shape']} for real", unit="requests")
-    runs = []
-    for _ in range(repeats):
-        reqs = _requests(requests_df)
-        last_tok: dict[int, int] = {}
+def _forward_fn(model, gen) -> Callable[[list[_Part]], None]:
+    """One step's forward pass: decodes feed each request's last token, prefill chunks random
+    tokens drawn from ``gen``."""
+    import torch
+    from calibrate.model import Item
 
-        def forward(parts: list[_Part]) -> None:
-            dec = [q for q in parts if q.req.prefilled >= q.req.prompt]
-            pre = [q for q in parts if q.req.prefilled < q.req.prompt]
-            toks = [last_tok.get(q.req.request_id, 1) for q in dec]
-            toks += torch.randint(0, model.shape.vocab, (sum(q.n for q in pre),), generator=gen).tolist()
-            items = [Item(q.req.slot, q.n, q.start) for q in dec + pre]
-            out = model.forward(model.plan(items, toks)).tolist()   # .tolist() synchronises
-            for q, t in zip(dec + pre, out):
-                last_tok[q.req.request_id] = int(t)
+    last_tok: dict[int, int] = {}
 
-        if clock == "wall":
-            t0 = time.perf_counter()
-            now = lambda: time.perf_counter() - t0  # noqa: E731
+    def forward(parts: list[_Part]) -> None:
+        dec = [q for q in parts if q.req.prefilled >= q.req.prompt]
+        pre = [q for q in parts if q.req.prefilled < q.req.prompt]
+        toks = [last_tok.get(q.req.request_id, 1) for q in dec]
+        toks += torch.randint(0, model.shape.vocab, (sum(q.n for q in pre),), generator=gen).tolist()
+        items = [Item(q.req.slot, q.n, q.start) for q in dec + pre]
+        out = model.forward(model.plan(items, toks)).tolist()   # .tolist() synchronises
+        for q, t in zip(dec + pre, out):
+            last_tok[q.req.request_id] = int(t)
 
-            def wait_until(t: float) -> None:
-                # Poll rather than sleep, as an engine's busy loop does: a sleeping process on a
-                # shared machine loses its core and its caches, and the next steps ran 10-25%
-                # slower than the profile, which was measured back to back.
-                if not busy_wait:
-                    time.sleep(max(0.0, t - now()))
-                while now() < t:
-                    pass
-            execute = forward
-        else:
-            state = {"t": 0.0, "cpu": time.thread_time()}
-            now = lambda: state["t"]  # noqa: E731
+    return forward
 
-            def wait_until(t: float) -> None:
-                state["t"] = max(state["t"], t)
-                state["cpu"] = time.thread_time()
 
-            def execute(parts: list[_Part]) -> None:
-                forward(parts)
-                c = time.thread_time()
-                state["t"] += c - state["cpu"]   # this step and the scheduling since the last
-                state["cpu"] = c
+def _clocked(clock: str, forward: Callable[[list[_Part]], None], busy_wait: bool) -> tuple:
+    """``(execute, now, wait_until)`` for :func:`_serve` on the wall clock or the engine thread's
+    CPU clock (see :func:`run_real`); times in s from the start of this run."""
+    if clock == "wall":
+        t0 = time.perf_counter()
+        now = lambda: time.perf_counter() - t0  # noqa: E731
 
-        try:
-            runs.append(_serve(reqs, p, execute, now, wait_until, bar))
-        except BaseException:
-            if bar is not None:
-                bar.close()
-            raise
-    if bar is not None:
-        bar.close()
+        def wait_until(t: float) -> None:
+            # Poll rather than sleep, as an engine's busy loop does: a sleeping process on a
+            # shared machine loses its core and its caches, and the next steps ran 10-25%
+            # slower than the profile, which was measured back to back.
+            if not busy_wait:
+                time.sleep(max(0.0, t - now()))
+            while now() < t:
+                pass
+        return forward, now, wait_until
+    state = {"t": 0.0, "cpu": time.thread_time()}
+    now = lambda: state["t"]  # noqa: E731
+
+    def wait_until(t: float) -> None:
+        state["t"] = max(state["t"], t)
+        state["cpu"] = time.thread_time()
+
+    def execute(parts: list[_Part]) -> None:
+        forward(parts)
+        c = time.thread_time()
+        state["t"] += c - state["cpu"]   # this step and the scheduling since the last
+        state["cpu"] = c
+
+    return execute, now, wait_until
+
+
+def _median_of_runs(runs: list[pd.DataFrame], repeats: int, clock: str) -> pd.DataFrame:
+    """The first run's table with each time column the per-request median over the runs."""
     out = runs[0].copy()
     if repeats > 1:
         for col in ("admitted_s", "first_token_s", "finish_s", "queue_s", "ttft_s", "tpot_s", "e2e_s"):

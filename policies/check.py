@@ -122,9 +122,9 @@ def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every:
     """Reference scheduler; returns the log of (step, event, request id). ``seed``: the seed the
     policy is bound with."""
     pol.bind(copy.deepcopy(CLASSES), seed)
-    dynamic = bool(getattr(pol, "dynamic", False))
-    before_ranking = getattr(pol, "before_ranking", None)
-    prefix_info = bool(getattr(pol, "needs_prefix_info", False))
+    # read once after bind, as the engine does: (dynamic, before_ranking, needs_prefix_info)
+    hooks = (bool(getattr(pol, "dynamic", False)), getattr(pol, "before_ranking", None),
+             bool(getattr(pol, "needs_prefix_info", False)))
     log: list[tuple] = []
     waiting: dict[int, FakeRequest] = {}
     running: dict[int, FakeRequest] = {}
@@ -143,68 +143,101 @@ def _run(pol, reqs: list[FakeRequest], slots: int, step_s: float, preempt_every:
             waiting[r.request_id] = r
             i += 1
         live = list(waiting.values()) + list(running.values())
-        if dynamic or now >= change - 1e-9:  # the engine rounds the change up to a nanosecond
-            if before_ranking is not None:
-                cached = {r.request_id: 0 for r in waiting.values()} if prefix_info else {}
-                before_ranking(RankingContext(now, len(waiting), cached))
-            for r in live:
-                keys[r.request_id] = _key(pol, r, now)
-        else:
-            for r in live:  # 3: the cached keys must still hold before the declared change
-                k = _key(pol, r, now)
-                if k != keys[r.request_id]:
-                    _fail(f"key of request {r.request_id} changed at t={now:.6f} from "
-                          f"{keys[r.request_id]!r} to {k!r} before the declared next change "
-                          f"({change}) and without dynamic = True")
-        nc = pol.next_change(now)
-        change = math.inf if nc is None else max(float(nc), now)
-        all_keys = [keys[r.request_id] for r in live]
-        try:
-            if len(set(all_keys)) != len(all_keys):
-                _fail("two requests have equal keys (the order is not total)")
-            order = sorted(waiting.values(), key=lambda r: keys[r.request_id])
-            sorted(all_keys)
-        except TypeError as exc:
-            _fail(f"keys are not mutually comparable: {exc}")
+        change = _refresh_keys(pol, hooks, live, waiting, keys, now, change)
+        order = _waiting_order(waiting, live, keys)
         if not waiting and not running:
             now = max(now + step_s, reqs[i].arrival_s)
             continue
         # preempt the lowest-ranked running request now and then (exercises on_preempt)
         if preempt_every and step % preempt_every == 0 and running and waiting:
-            v = max(running.values(), key=lambda r: keys[r.request_id])
-            del running[v.request_id]
-            v.preemptions += 1
-            pol.on_preempt(v, now)
-            keys[v.request_id] = _key(pol, v, now)
-            waiting[v.request_id] = v
-            log.append((step, "preempt", v.request_id))
-        for r in order:
-            if len(running) >= slots:
-                break
-            if r.request_id in running or r.request_id in finished:
-                _fail(f"request {r.request_id} admitted twice")
-            del waiting[r.request_id]
-            r.admitted_s = now
-            running[r.request_id] = r
-            log.append((step, "admit", r.request_id))
+            _preempt_lowest(pol, running, waiting, keys, now, (step, log))
+        _admit(order, waiting, running, finished, slots, now, (step, log))
         now = round(now + step_s, 9)
-        for r in list(running.values()):
-            r.generated += 1
-            r.attained_s += step_s
-            r.last_scheduled_s = now
-            pol.on_scheduled(r, 1, step_s, now)
-        for r in list(running.values()):
-            if r.generated >= r.hidden_output_tokens:
-                if r.request_id in finished:
-                    _fail(f"request {r.request_id} finished twice")
-                del running[r.request_id]
-                finished.add(r.request_id)
-                pol.on_finish(r, now)
-                log.append((step, "finish", r.request_id))
+        _decode_one_token(pol, running, finished, step_s, now, (step, log))
     bad = [r.request_id for r in reqs if r.generated != r.hidden_output_tokens]
     if bad:
         _fail(f"requests {bad[:5]} received the wrong number of tokens")
     return log
+
+
+def _refresh_keys(pol, hooks: tuple, live: list, waiting: dict, keys: dict, now: float, change: float) -> float:
+    """Re-rank at a declared change (or every step for a dynamic policy), else check the cached
+    keys still hold; returns the policy's next declared change (s, inf when none)."""
+    dynamic, before_ranking, prefix_info = hooks
+    if dynamic or now >= change - 1e-9:  # the engine rounds the change up to a nanosecond
+        if before_ranking is not None:
+            cached = {r.request_id: 0 for r in waiting.values()} if prefix_info else {}
+            before_ranking(RankingContext(now, len(waiting), cached))
+        for r in live:
+            keys[r.request_id] = _key(pol, r, now)
+    else:
+        for r in live:  # 3: the cached keys must still hold before the declared change
+            k = _key(pol, r, now)
+            if k != keys[r.request_id]:
+                _fail(f"key of request {r.request_id} changed at t={now:.6f} from "
+                      f"{keys[r.request_id]!r} to {k!r} before the declared next change "
+                      f"({change}) and without dynamic = True")
+    nc = pol.next_change(now)
+    return math.inf if nc is None else max(float(nc), now)
+
+
+def _waiting_order(waiting: dict, live: list, keys: dict) -> list:
+    """The waiting requests in key order, after checking the keys of all live requests form a
+    total order (distinct and mutually comparable)."""
+    all_keys = [keys[r.request_id] for r in live]
+    try:
+        if len(set(all_keys)) != len(all_keys):
+            _fail("two requests have equal keys (the order is not total)")
+        order = sorted(waiting.values(), key=lambda r: keys[r.request_id])
+        sorted(all_keys)
+    except TypeError as exc:
+        _fail(f"keys are not mutually comparable: {exc}")
+    return order
+
+
+def _preempt_lowest(pol, running: dict, waiting: dict, keys: dict, now: float, at: tuple) -> None:
+    """Move the lowest-ranked running request back to waiting; ``at``: (step, log)."""
+    step, log = at
+    v = max(running.values(), key=lambda r: keys[r.request_id])
+    del running[v.request_id]
+    v.preemptions += 1
+    pol.on_preempt(v, now)
+    keys[v.request_id] = _key(pol, v, now)
+    waiting[v.request_id] = v
+    log.append((step, "preempt", v.request_id))
+
+
+def _admit(order: list, waiting: dict, running: dict, finished: set, slots: int, now: float, at: tuple) -> None:
+    """Admit waiting requests in ``order`` while fewer than ``slots`` run; ``at``: (step, log)."""
+    step, log = at
+    for r in order:
+        if len(running) >= slots:
+            break
+        if r.request_id in running or r.request_id in finished:
+            _fail(f"request {r.request_id} admitted twice")
+        del waiting[r.request_id]
+        r.admitted_s = now
+        running[r.request_id] = r
+        log.append((step, "admit", r.request_id))
+
+
+def _decode_one_token(pol, running: dict, finished: set, step_s: float, now: float, at: tuple) -> None:
+    """Every running request emits one token in a ``step_s`` s step ending at ``now``; those
+    done finish. ``at``: (step, log)."""
+    step, log = at
+    for r in list(running.values()):
+        r.generated += 1
+        r.attained_s += step_s
+        r.last_scheduled_s = now
+        pol.on_scheduled(r, 1, step_s, now)
+    for r in list(running.values()):
+        if r.generated >= r.hidden_output_tokens:
+            if r.request_id in finished:
+                _fail(f"request {r.request_id} finished twice")
+            del running[r.request_id]
+            finished.add(r.request_id)
+            pol.on_finish(r, now)
+            log.append((step, "finish", r.request_id))
 
 
 def check_policy(policy: Any, *, n_requests: int = 300, seed: int = 0, slots: int = 4,

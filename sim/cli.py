@@ -270,11 +270,41 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     Each run lands in DIR/runs/<axes>/ atomically; a rerun with the same DIR skips finished runs.
     A run that fails is recorded in DIR/failures/ and the others go on. Exit status: the number of
     failed runs (at most 100; 130 when interrupted; 2 for bad input before any run)."""
-    from sim.config import scenario_from_dict
-    from sim.experiments.sweep import expand_grid, read_grid, run_sweep, summary_table
+    from sim.experiments.sweep import run_sweep
 
     sc = _load(scenario, sets, None, None)
     _workers(workers)
+    axes = _sweep_axes(sc, policies, loads, seeds, grid_file)
+    specs, repeats = _sweep_specs(sc, axes)
+    if repeats:
+        click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
+                   f"(no random workload, policy, speculation or router), so each runs once, "
+                   f"with seed {axes['seed'][0]}")
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"sweep-{sc.name}-{stamp}"
+    _check_out(out)
+    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
+               f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
+    try:
+        rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
+                        address=address, progress=progress, trace_iterations=trace_iterations,
+                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
+                              "seed_repeats_not_run": repeats})
+    except (RuntimeError, ValueError) as exc:
+        _fail(str(exc))
+    _report_sweep(out, axes, rep, no_plots)
+    if rep.interrupted:
+        click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
+        sys.exit(130)
+    sys.exit(min(len(rep.failed), 100))
+
+
+def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_file: str | None) -> dict:
+    """The sweep's axes (policy, load, seed, then the --grid file's) from the flags, the grid
+    file and the scenario's defaults; a flag and the grid naming the same axis is an error."""
+    from sim.experiments.sweep import read_grid
+
     grid: dict = {}
     if grid_file:
         try:
@@ -296,6 +326,15 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
             _fail(f"'{name}' is given both on the command line and in {grid_file}")
         axes[name] = flag if flag is not None else grid.pop(name, default)
     axes.update(grid)
+    return axes
+
+
+def _sweep_specs(sc, axes: dict) -> tuple[list, int]:
+    """Every run of the grid, each scenario validated before any run starts; returns the runs
+    and how many seed repeats were dropped (runs the seed does not change)."""
+    from sim.config import scenario_from_dict
+    from sim.experiments.sweep import expand_grid
+
     base = sc.to_dict()
     try:
         specs = expand_grid(base, axes)
@@ -311,24 +350,14 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
             specs, repeats = drop_seed_repeats(specs, scs)
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
-    if repeats:
-        click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
-                   f"(no random workload, policy, speculation or router), so each runs once, "
-                   f"with seed {axes['seed'][0]}")
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"sweep-{sc.name}-{stamp}"
-    _check_out(out)
-    click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
-               f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
-    try:
-        rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
-                        address=address, progress=progress, trace_iterations=trace_iterations,
-                        meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
-                              "seed_repeats_not_run": repeats})
-    except (RuntimeError, ValueError) as exc:
-        _fail(str(exc))
+    return specs, repeats
+
+
+def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
+    """Print the sweep's summary table and run counts, list failures, draw its figures."""
     import pandas as pd
+    from sim.experiments.sweep import summary_table
+
     df = pd.read_parquet(Path(out) / "sweep.parquet")
     click.echo(summary_table(df, list(axes)))
     click.echo(f"runs: {rep.done} done, {rep.skipped} skipped (already complete), {len(rep.failed)} failed "
@@ -339,10 +368,6 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
         from sim.experiments.plots import plot_sweep
         plot_sweep(out)
     click.echo(f"results: {Path(out) / 'sweep.parquet'}")
-    if rep.interrupted:
-        click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
-        sys.exit(130)
-    sys.exit(min(len(rep.failed), 100))
 
 
 @main.command()
@@ -377,29 +402,14 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except ImportError:
         _fail("tune needs Optuna: pip install -e '.[tune]'")
     from sim.experiments import tune as tn
-    from sim.experiments.tune_report import side_by_side, write_report
+    from sim.experiments.tune_report import write_report
 
     sc = _load(scenario, sets, None, None)
     try:
-        table = tn.tune_table(sc)
-        names = sc.class_names
-        knobs = [tn.parse_knob(s) for s in [*table["space"], *space]]
-        objs = ([tn.parse_objective(m, names, True) for m in (maximize or ())]
-                + [tn.parse_objective(m, names, False) for m in (minimize or ())])
-        if not objs:
-            objs = ([tn.parse_objective(m, names, True) for m in table["maximize"]]
-                    + [tn.parse_objective(m, names, False) for m in table["minimize"]])
-        slo = [x for s in (slos or table["slo"]) for x in tn.parse_slo(s, names)]
-        trials = trials if trials is not None else int(table.get("trials", 20))
-        k = seeds if seeds is not None else int(table.get("seeds", 1))
-        if trials < 1:
-            raise tn.TuneError(f"--trials: expected >= 1 (got {trials})")
-        if k < 1:
-            raise tn.TuneError(f"--seeds: expected >= 1 (got {k})")
-        spec = tn.TuneSpec(sc.to_dict(), sc.base_dir, sc.source, knobs, objs, slo, [sc.seed + i for i in range(k)])
-        tn.validate(spec)
+        spec, trials, k = _tune_spec(sc, space, slos, maximize, minimize, trials, seeds)
     except tn.TuneError as exc:
         _fail(str(exc))
+    knobs, objs = spec.knobs, spec.objectives
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"tune-{sc.name}-{stamp}"
@@ -411,6 +421,41 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except tn.TuneError as exc:
         _fail(str(exc))
     info = write_report(spec, out, plots=not no_plots)
+    _print_tune_report(spec, info, rep, k, out)
+    if rep.interrupted:
+        click.echo("interrupted: rerun with --resume to finish", err=True)
+        sys.exit(130)
+
+
+def _tune_spec(sc, space, slos, maximize, minimize, trials, seeds):
+    """The tune's search (knobs from [tune] and --space, objectives and SLOs from the flags or
+    else [tune]), validated; returns ``(spec, trials, seeds per trial)``. Raises TuneError."""
+    from sim.experiments import tune as tn
+
+    table = tn.tune_table(sc)
+    names = sc.class_names
+    knobs = [tn.parse_knob(s) for s in [*table["space"], *space]]
+    objs = ([tn.parse_objective(m, names, True) for m in (maximize or ())]
+            + [tn.parse_objective(m, names, False) for m in (minimize or ())])
+    if not objs:
+        objs = ([tn.parse_objective(m, names, True) for m in table["maximize"]]
+                + [tn.parse_objective(m, names, False) for m in table["minimize"]])
+    slo = [x for s in (slos or table["slo"]) for x in tn.parse_slo(s, names)]
+    trials = trials if trials is not None else int(table.get("trials", 20))
+    k = seeds if seeds is not None else int(table.get("seeds", 1))
+    if trials < 1:
+        raise tn.TuneError(f"--trials: expected >= 1 (got {trials})")
+    if k < 1:
+        raise tn.TuneError(f"--seeds: expected >= 1 (got {k})")
+    spec = tn.TuneSpec(sc.to_dict(), sc.base_dir, sc.source, knobs, objs, slo, [sc.seed + i for i in range(k)])
+    tn.validate(spec)
+    return spec, trials, k
+
+
+def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
+    """Print the best configuration beside the defaults, seed noise, importances and counts."""
+    from sim.experiments.tune_report import side_by_side
+
     click.echo(side_by_side(spec, info))
     for name, n in info["noise"].items():
         if n["median_std"] is not None:
@@ -422,9 +467,6 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     click.echo(f"trials: {rep.trials} evaluated ({rep.evaluated_now} now, {rep.simulations_now} simulations), "
                f"{info['feasible']} meet the SLOs; {info['chosen']}")
     click.echo(f"results: {out}")
-    if rep.interrupted:
-        click.echo("interrupted: rerun with --resume to finish", err=True)
-        sys.exit(130)
 
 
 @main.command()

@@ -181,75 +181,22 @@ class Results:
 
     @classmethod
     def build(cls, sc, costs, tel, run_info: dict, trace) -> "Results":
-        req = pd.DataFrame(tel.columns())
-        req = req.astype({c.name: INT for c in RECORDED if c.dtype == INT})
-        for c in RECORDED:
-            if c.dtype == FLOAT:
-                req[c.name] = req[c.name].astype(FLOAT)
-        req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
-        for c in DERIVED:
-            req[c.name] = c.derive(req)
+        req = _request_table(tel)
         span = max(run_info["end_s"], 1e-9)
         run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
         run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)
 
-        classes = {}
-        rows = []
         narrow = req[list(METRIC_COLUMNS) + ["class", "tenant"]]  # a million-row run copies little
         groups = RequestGroups(narrow)
-        for i, c in enumerate(sc.classes):
-            m = groups.metrics((narrow["class"] == c.name).to_numpy(), span, c.ttft_slo_s, c.tpot_slo_s)
-            m["priority"] = c.priority
-            vals, wts = tel.itl_arrays(i)
-            if wts.sum() > 0:
-                for p in ("p50", "p99"):
-                    m[f"itl_{p}_s"] = float(np.quantile(vals, PCTS[p], weights=wts, method="inverted_cdf")) / NS
-                mean = np.average(vals.astype(np.float64), weights=wts)
-                m["itl_std_s"] = float(np.sqrt(np.average((vals - mean) ** 2, weights=wts))) / NS
-            else:
-                m["itl_p50_s"] = m["itl_p99_s"] = m["itl_std_s"] = None
-            # prefill seconds that evicted prefix blocks pushed onto this class's requests,
-            # priced at the profile's per-token cost of a full-budget prefill step
-            budget = sc.engine.max_batched_tokens
-            m["evicted_miss_prefill_s"] = m["evicted_miss_tokens"] * costs.prefill_s(budget) / budget
-            m["swap_s"] = tel.swap_ns_class[i] / NS
-            m["recompute_s"] = tel.recompute_ns_class[i] / NS
-            classes[c.name] = m
-            rows.append({"class": c.name, **{k: v for k, v in m.items() if not isinstance(v, dict)}})
+        classes, rows = _class_metrics(sc, costs, tel, groups, narrow, span)
         overall = groups.metrics(None, span, None, None)
         good = sum(m.get("goodput_rps", 0.0) or 0.0 for m in classes.values())
         overall["goodput_rps"] = good
         rows.append({"class": "overall", **{k: v for k, v in overall.items() if not isinstance(v, dict)}})
-        tenants = {}
-        tot_tokens = max(int(req["generated_tokens"].sum()), 1)
-        gen = groups.cols["generated_tokens"]
-        for t, idx in narrow.groupby("tenant", sort=True).indices.items():
-            mine = np.zeros(len(narrow), dtype=bool)
-            mine[idx] = True
-            m = groups.metrics(mine, span, None, None)
-            tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
-                                                 "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s",
-                                                 "prefix_hit_rate", "evicted_miss_tokens")}
-            tenants[str(t)]["token_share"] = float(gen[mine].sum() / tot_tokens)
-        # GPU-seconds (each step split by tokens processed) and priced tokens (VTC prices) come
-        # from the fairness accountant's books, kept whenever [[tenants]] or [fairness] exist
-        books = (run_info.get("policy") or {}).get("fairness", {}).get("tenants", {})
-        for t in tenants:
-            b = books.get(t)
-            tenants[t]["gpu_s"] = b["gpu_s"] if b else None
-            tenants[t]["gpu_s_share"] = b["gpu_share"] if b else None
-            tenants[t]["priced_token_share"] = b["token_share"] if b else None
-
+        tenants = _tenant_metrics(req, narrow, groups, span, run_info)
         attribution = run_info.get("prefix_attribution")
         if attribution is not None:  # prefix caching on: whose evictions, and who paid for them
-            per_token_s = costs.prefill_s(sc.engine.max_batched_tokens) / sc.engine.max_batched_tokens
-            for key, groups in (("class", classes), ("tenant", tenants)):
-                for name, m in groups.items():
-                    m.update(_attributed([r for r in attribution if r[key] == name], per_token_s))
-            overall.update(_attributed(attribution, per_token_s))
-            for row in rows:  # the summary table's rows (classes and overall)
-                sel = [r for r in attribution if row["class"] in ("overall", r["class"])]
-                row.update(_attributed(sel, per_token_s))
+            _add_prefix_attribution(attribution, sc, costs, classes, tenants, overall, rows)
         summary = {
             "scenario": sc.name,
             "seed": sc.seed,
@@ -262,15 +209,7 @@ class Results:
             "run": run_info,
         }
         ts = _timeseries(sc, tel)
-        it = None
-        if trace is not None:
-            it = pd.DataFrame(trace, columns=["iteration", "start_ns", "end_ns", "request_id", "kind", "tokens"])
-            it["start_s"] = it.pop("start_ns") / NS
-            it["end_s"] = it.pop("end_ns") / NS
-            it = it[["iteration", "start_s", "end_s", "request_id", "kind", "tokens"]]
-            # fast-forwarded runs were expanded request by request: order rows by iteration
-            # (within one, rows keep the order the scheduler took the requests in)
-            it = it.sort_values("iteration", kind="stable").reset_index(drop=True)
+        it = _iteration_table(trace) if trace is not None else None
         manifest = {"priosim_version": _version(), "seed": sc.seed, "scenario": sc.name,
                     "profile": costs.name, "profile_sha256": costs.digest, "overhead": costs.overhead.name,
                     "policy": sc.policy.name}
@@ -340,3 +279,92 @@ def _timeseries(sc, tel) -> pd.DataFrame:
         bins = (df["t_s"] / iv_s).round().astype("int64")
         df[f"tenant_tokens_per_s[{t}]"] = [tel.tenant_tokens_bin.get((b, t), 0) / iv_s for b in bins]
     return df
+
+
+def _request_table(tel) -> pd.DataFrame:
+    """The per-request table: recorded columns at their declared dtypes, sorted by request id,
+    then the derived columns."""
+    req = pd.DataFrame(tel.columns())
+    req = req.astype({c.name: INT for c in RECORDED if c.dtype == INT})
+    for c in RECORDED:
+        if c.dtype == FLOAT:
+            req[c.name] = req[c.name].astype(FLOAT)
+    req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
+    for c in DERIVED:
+        req[c.name] = c.derive(req)
+    return req
+
+
+def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame, span: float) -> tuple[dict, list]:
+    """Per-class metrics (``summary["classes"]``) and the summary table's class rows; ``span`` in s."""
+    classes = {}
+    rows = []
+    for i, c in enumerate(sc.classes):
+        m = groups.metrics((narrow["class"] == c.name).to_numpy(), span, c.ttft_slo_s, c.tpot_slo_s)
+        m["priority"] = c.priority
+        vals, wts = tel.itl_arrays(i)
+        if wts.sum() > 0:
+            for p in ("p50", "p99"):
+                m[f"itl_{p}_s"] = float(np.quantile(vals, PCTS[p], weights=wts, method="inverted_cdf")) / NS
+            mean = np.average(vals.astype(np.float64), weights=wts)
+            m["itl_std_s"] = float(np.sqrt(np.average((vals - mean) ** 2, weights=wts))) / NS
+        else:
+            m["itl_p50_s"] = m["itl_p99_s"] = m["itl_std_s"] = None
+        # prefill seconds that evicted prefix blocks pushed onto this class's requests,
+        # priced at the profile's per-token cost of a full-budget prefill step
+        budget = sc.engine.max_batched_tokens
+        m["evicted_miss_prefill_s"] = m["evicted_miss_tokens"] * costs.prefill_s(budget) / budget
+        m["swap_s"] = tel.swap_ns_class[i] / NS
+        m["recompute_s"] = tel.recompute_ns_class[i] / NS
+        classes[c.name] = m
+        rows.append({"class": c.name, **{k: v for k, v in m.items() if not isinstance(v, dict)}})
+    return classes, rows
+
+
+def _tenant_metrics(req: pd.DataFrame, narrow: pd.DataFrame, groups, span: float, run_info: dict) -> dict:
+    """Per-tenant metrics (``summary["tenants"]``), with token shares and the fairness books."""
+    tenants = {}
+    tot_tokens = max(int(req["generated_tokens"].sum()), 1)
+    gen = groups.cols["generated_tokens"]
+    for t, idx in narrow.groupby("tenant", sort=True).indices.items():
+        mine = np.zeros(len(narrow), dtype=bool)
+        mine[idx] = True
+        m = groups.metrics(mine, span, None, None)
+        tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
+                                             "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s",
+                                             "prefix_hit_rate", "evicted_miss_tokens")}
+        tenants[str(t)]["token_share"] = float(gen[mine].sum() / tot_tokens)
+    # GPU-seconds (each step split by tokens processed) and priced tokens (VTC prices) come
+    # from the fairness accountant's books, kept whenever [[tenants]] or [fairness] exist
+    books = (run_info.get("policy") or {}).get("fairness", {}).get("tenants", {})
+    for t in tenants:
+        b = books.get(t)
+        tenants[t]["gpu_s"] = b["gpu_s"] if b else None
+        tenants[t]["gpu_s_share"] = b["gpu_share"] if b else None
+        tenants[t]["priced_token_share"] = b["token_share"] if b else None
+    return tenants
+
+
+def _add_prefix_attribution(attribution: list, sc, costs, classes: dict, tenants: dict, overall: dict,
+                            rows: list) -> None:
+    """Add whose prefix evictions cost whom (tokens and prefill s) to the class, tenant,
+    overall metrics and the summary table's rows."""
+    per_token_s = costs.prefill_s(sc.engine.max_batched_tokens) / sc.engine.max_batched_tokens
+    for key, groups in (("class", classes), ("tenant", tenants)):
+        for name, m in groups.items():
+            m.update(_attributed([r for r in attribution if r[key] == name], per_token_s))
+    overall.update(_attributed(attribution, per_token_s))
+    for row in rows:  # the summary table's rows (classes and overall)
+        sel = [r for r in attribution if row["class"] in ("overall", r["class"])]
+        row.update(_attributed(sel, per_token_s))
+
+
+def _iteration_table(trace: list) -> pd.DataFrame:
+    """The per-iteration trace as a table, times in s, ordered by iteration."""
+    it = pd.DataFrame(trace, columns=["iteration", "start_ns", "end_ns", "request_id", "kind", "tokens"])
+    it["start_s"] = it.pop("start_ns") / NS
+    it["end_s"] = it.pop("end_ns") / NS
+    it = it[["iteration", "start_s", "end_s", "request_id", "kind", "tokens"]]
+    # fast-forwarded runs were expanded request by request: order rows by iteration
+    # (within one, rows keep the order the scheduler took the requests in)
+    return it.sort_values("iteration", kind="stable").reset_index(drop=True)

@@ -70,6 +70,19 @@ class _Stream:
 
 def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) -> _Stream:
     path = f"streams[{i}]"
+    _check_stream_names(path, s, class_names)
+    st = _Stream(i, s["tenant"], s["class"], "synthetic")
+    _check_stream_numbers(path, s, st)
+    trace = _check_stream_sources(path, s, st, base_dir)
+    _set_stream_kind(path, s, st, trace)
+    _check_stream_assign(path, s, st, class_names)
+    if "prefix" in s:
+        st.prefix = check_prefix(f"{path}.prefix", s["prefix"])
+    return st
+
+
+def _check_stream_names(path: str, s: Any, class_names: set[str] | None) -> None:
+    """The stream is a table of known keys with a non-empty tenant and a declared class."""
     require(path, s, isinstance(s, dict), "a table")
     unknown_keys(path, s, STREAM_KEYS)
     for k in ("tenant", "class"):
@@ -78,7 +91,10 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
     if class_names is not None:
         require(f"{path}.class", s["class"], s["class"] in class_names,
                 f"one of the [[classes]] names ({', '.join(sorted(class_names))})")
-    st = _Stream(i, s["tenant"], s["class"], "synthetic")
+
+
+def _check_stream_numbers(path: str, s: dict, st: _Stream) -> None:
+    """Copy the stream's scalar settings (times in s, token caps, correlation) onto ``st``."""
     try:
         if "start_s" in s:
             st.start_s = number("start_s", s["start_s"], ge=0)
@@ -92,6 +108,10 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
             st.rho = number("correlation", s["correlation"], ge=-1, le=1)
     except WorkloadError as exc:
         raise prefixed(path, exc) from None
+
+
+def _check_stream_sources(path: str, s: dict, st: _Stream, base_dir: Path) -> dict | None:
+    """Parse the stream's trace, arrival process and length models onto ``st``; returns the trace."""
     trace = s.get("trace")
     if trace is not None:
         try:
@@ -113,6 +133,12 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
                 setattr(st, k.split("_")[0], parse_length(s[k], column_loader=loader))
             except WorkloadError as exc:
                 raise prefixed(f"{path}.{k}", exc) from None
+    return trace
+
+
+def _set_stream_kind(path: str, s: dict, st: _Stream, trace: dict | None) -> None:
+    """Decide how the stream's rows are made (synthetic, servegen, trace lengths or replay),
+    checking that it has what that kind needs and nothing it cannot use."""
     if trace is None:
         for k in ("prompt_tokens", "output_tokens"):
             require(f"{path}.{k}", None, k in s, "a length model (or give the stream a trace)")
@@ -131,6 +157,10 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
     if "correlation" in s:
         require(f"{path}.correlation", s["correlation"], trace is None,
                 "absent for trace streams (their lengths are already paired)")
+
+
+def _check_stream_assign(path: str, s: dict, st: _Stream, class_names: set[str] | None) -> None:
+    """Check the stream's ``[[assign]]`` rules (tenant / class per row) and keep them on ``st``."""
     rules = s.get("assign", [])
     require(f"{path}.assign", rules, isinstance(rules, list), "a list of tables")
     if rules:
@@ -139,9 +169,6 @@ def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) 
     for j, r in enumerate(rules):
         _check_rule(f"{path}.assign[{j}]", r, class_names)
     st.assign = rules
-    if "prefix" in s:
-        st.prefix = check_prefix(f"{path}.prefix", s["prefix"])
-    return st
 
 
 def _check_rule(path: str, r: Any, class_names: set[str] | None) -> None:
@@ -337,57 +364,91 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
     end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
     dur = max(0.0, end - st.start_s)
     r_arr, r_len, r_att = (child_rng(seed, st.index, k) for k in ("arrivals", "lengths", "attributes"))
-    trace_df = None
-    default_max = None
+    trace_df, default_max = None, None
     if st.kind in ("replay", "trace_lengths"):
-        tr = _load_stream_trace(st, base_dir, lenient)
-        meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
-                    zero_lengths_raised=tr.zero_lengths)
-        if tr.skipped_examples:
-            meta["skipped_examples"] = tr.skipped_examples
-        trace_df = tr.df
-        default_max = int(trace_df["output_tokens"].max()) if len(trace_df) else 1
+        trace_df, default_max = _read_trace_rows(st, base_dir, lenient, meta)
     if st.kind == "synthetic" or st.kind == "trace_lengths":
-        proc = st.arrival.scaled(load_scale)
-        _check_volume(st, proc, dur)
-        meta["mean_rate"] = float(proc.mean_rate)
-        t = proc.sample(r_arr, dur) + st.start_s
-        if st.kind == "synthetic":
-            df = _synthetic_lengths(st, r_len, t.size)
-            default_max = st.output.upper_bound()
-        else:
-            if len(trace_df) == 0:
-                raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {meta['source']}")
-            df = trace_df.iloc[r_len.integers(0, len(trace_df), t.size)].drop(
-                columns=["arrival_s"], errors="ignore").reset_index(drop=True)
-        df.insert(0, "arrival_s", t)
+        df, default_max = _sampled_arrival_rows(st, trace_df, default_max, dur, load_scale, r_arr, r_len, meta)
     elif st.kind == "replay":
-        w0, w1 = st.trace.get("window", [0.0, math.inf])
-        t = trace_df["arrival_s"].to_numpy()
-        inside = (t >= w0) & (t < w1)
-        meta["rows_outside_window"] = int((~inside).sum())
-        df = trace_df.loc[inside].reset_index(drop=True)
-        df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
+        df = _replayed_rows(st, trace_df, load_scale, meta)
     else:  # servegen
-        spec = st.trace
-        from workloads.traces import resolve_path
-        client = load_client(resolve_path(spec["path"], base_dir), spec.get("client"))
-        w0, w1 = spec.get("window", [0.0, math.inf])
-        w1 = min(w1, w0 + dur * load_scale)
-        df = sample_client(client, r_arr, r_len, w0, w1)
-        meta.update(source=client.name, trace_window_s=[float(w0), float(w1)])
-        df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
-        default_max = int(max((e.values.max() for e in client.outputs if e is not None), default=1))
+        df, default_max = _servegen_rows(st, base_dir, dur, load_scale, r_arr, r_len, meta)
     if st.kind in ("replay", "servegen") and st.trace is not None and "sample" in st.trace:
         keep = r_att.random(len(df)) < float(st.trace["sample"])
         meta["rows_sampled_out"] = int((~keep).sum())
         df = df.loc[keep].reset_index(drop=True)
+    df = _rows_in_window(st, df, end, meta)
+    return _finish_rows(st, df, seed, default_max, r_att, meta)
+
+
+def _read_trace_rows(st: _Stream, base_dir: Path, lenient: bool, meta: dict) -> tuple[pd.DataFrame, int]:
+    """The stream's trace rows and the default output cap (its longest output, tokens)."""
+    tr = _load_stream_trace(st, base_dir, lenient)
+    meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
+                zero_lengths_raised=tr.zero_lengths)
+    if tr.skipped_examples:
+        meta["skipped_examples"] = tr.skipped_examples
+    trace_df = tr.df
+    return trace_df, int(trace_df["output_tokens"].max()) if len(trace_df) else 1
+
+
+def _sampled_arrival_rows(st: _Stream, trace_df: pd.DataFrame | None, default_max: int | None, dur: float,
+                          load_scale: float, r_arr, r_len, meta: dict) -> tuple[pd.DataFrame, int | None]:
+    """Arrivals from the stream's process over ``dur`` s, lengths synthetic or drawn from the
+    trace's rows; returns the rows and the default output cap (tokens)."""
+    proc = st.arrival.scaled(load_scale)
+    _check_volume(st, proc, dur)
+    meta["mean_rate"] = float(proc.mean_rate)
+    t = proc.sample(r_arr, dur) + st.start_s
+    if st.kind == "synthetic":
+        df = _synthetic_lengths(st, r_len, t.size)
+        default_max = st.output.upper_bound()
+    else:
+        if len(trace_df) == 0:
+            raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {meta['source']}")
+        df = trace_df.iloc[r_len.integers(0, len(trace_df), t.size)].drop(
+            columns=["arrival_s"], errors="ignore").reset_index(drop=True)
+    df.insert(0, "arrival_s", t)
+    return df, default_max
+
+
+def _replayed_rows(st: _Stream, trace_df: pd.DataFrame, load_scale: float, meta: dict) -> pd.DataFrame:
+    """The trace's rows inside its window, their times compressed by ``load_scale`` and shifted to the start."""
+    w0, w1 = st.trace.get("window", [0.0, math.inf])
+    t = trace_df["arrival_s"].to_numpy()
+    inside = (t >= w0) & (t < w1)
+    meta["rows_outside_window"] = int((~inside).sum())
+    df = trace_df.loc[inside].reset_index(drop=True)
+    df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
+    return df
+
+
+def _servegen_rows(st: _Stream, base_dir: Path, dur: float, load_scale: float, r_arr, r_len,
+                   meta: dict) -> tuple[pd.DataFrame, int]:
+    """Rows sampled from a ServeGen client over its window; returns them and the default output cap."""
+    spec = st.trace
+    from workloads.traces import resolve_path
+    client = load_client(resolve_path(spec["path"], base_dir), spec.get("client"))
+    w0, w1 = spec.get("window", [0.0, math.inf])
+    w1 = min(w1, w0 + dur * load_scale)
+    df = sample_client(client, r_arr, r_len, w0, w1)
+    meta.update(source=client.name, trace_window_s=[float(w0), float(w1)])
+    df["arrival_s"] = (df["arrival_s"].to_numpy() - w0) / load_scale + st.start_s
+    return df, int(max((e.values.max() for e in client.outputs if e is not None), default=1))
+
+
+def _rows_in_window(st: _Stream, df: pd.DataFrame, end: float, meta: dict) -> pd.DataFrame:
+    """Drop rows arriving before the stream starts or at / after ``end`` (s)."""
     t = df["arrival_s"].to_numpy()
     late = (t >= end) | (t < st.start_s)
     if st.kind == "replay":
         meta["rows_before_start"] = int((t < st.start_s).sum())
         meta["rows_after_horizon"] = int((t >= end).sum())
-    df = df.loc[~late].reset_index(drop=True)
+    return df.loc[~late].reset_index(drop=True)
+
+
+def _finish_rows(st: _Stream, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict) -> pd.DataFrame:
+    """Cap outputs, assign tenant / class, add the per-stream columns and sort by arrival."""
     out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta)
     df["output_tokens"] = out
     tenant, cls = _apply_rules(st, df, r_att)

@@ -430,8 +430,6 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
              address: str | None = None, resume: bool = False, seed: int = 0, log=print) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
     docstring). ``workers`` trials are asked at a time; their seeds' simulations run together."""
-    from optuna.trial import TrialState
-
     from sim.experiments.sweep import RunSpec, run_sweep
 
     out = Path(out_dir)
@@ -467,31 +465,7 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
                 raise KeyboardInterrupt
             for t in batch:
                 ids = [s.run_id for s in todo[t.number]]
-                bad = [r for r in ids if r in sw.failed or not (runs_dir / r / "summary.json").exists()]
-                t.set_user_attr("evaluated", True)
-                t.set_user_attr("config", config_id(t.params))
-                if bad:
-                    err = sw.failed.get(bad[0], "run missing")
-                    rep.failed[t.number] = err
-                    t.set_user_attr("error", err)
-                    study.tell(t, state=TrialState.FAIL)
-                    log(f"trial {t.number:>{width}}: FAILED {err}")
-                    continue
-                m = measure(spec, [runs_dir / r for r in ids])
-                t.set_user_attr("measure", m)
-                for slo, c in zip(spec.slos, m["constraints"]):
-                    t.set_constraint(slo.name, c)
-                vals = [m["objectives"][o.name]["mean"] for o in spec.objectives]
-                if any(v is None for v in vals):
-                    study.tell(t, state=TrialState.FAIL)
-                    rep.failed[t.number] = "objective undefined (no requests measured)"
-                    continue
-                study.tell(t, vals)
-                rep.evaluated_now += 1
-                shown = ", ".join(f"{k}={fmt_value(t.params[k])}" for k in dists)
-                objs = ", ".join(f"{o.name}={m['objectives'][o.name]['mean']:.4g}"
-                                 f"±{m['objectives'][o.name]['std']:.2g}" for o in spec.objectives)
-                log(f"trial {t.number:>{width}}: {shown} -> {objs}{'' if m['feasible'] else '  (violates SLO)'}")
+                _tell_trial(study, spec, t, ids, sw, runs_dir, rep, dists, width, log)
             done = len(evaluated(study))
     except KeyboardInterrupt:
         rep.interrupted = True
@@ -501,6 +475,39 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
             ray.shutdown()
     rep.trials = len(evaluated(study))
     return rep
+
+
+def _tell_trial(study, spec: TuneSpec, t, ids: list[str], sw, runs_dir: Path, rep: TuneReport, dists: dict,
+                width: int, log) -> None:
+    """Measure trial ``t`` from its seeds' runs ``ids`` and tell the study its objectives and SLO
+    constraints (or that it failed: a run failed or missing, or no request measured); logs one line."""
+    from optuna.trial import TrialState
+
+    bad = [r for r in ids if r in sw.failed or not (runs_dir / r / "summary.json").exists()]
+    t.set_user_attr("evaluated", True)
+    t.set_user_attr("config", config_id(t.params))
+    if bad:
+        err = sw.failed.get(bad[0], "run missing")
+        rep.failed[t.number] = err
+        t.set_user_attr("error", err)
+        study.tell(t, state=TrialState.FAIL)
+        log(f"trial {t.number:>{width}}: FAILED {err}")
+        return
+    m = measure(spec, [runs_dir / r for r in ids])
+    t.set_user_attr("measure", m)
+    for slo, c in zip(spec.slos, m["constraints"]):
+        t.set_constraint(slo.name, c)
+    vals = [m["objectives"][o.name]["mean"] for o in spec.objectives]
+    if any(v is None for v in vals):
+        study.tell(t, state=TrialState.FAIL)
+        rep.failed[t.number] = "objective undefined (no requests measured)"
+        return
+    study.tell(t, vals)
+    rep.evaluated_now += 1
+    shown = ", ".join(f"{k}={fmt_value(t.params[k])}" for k in dists)
+    objs = ", ".join(f"{o.name}={m['objectives'][o.name]['mean']:.4g}"
+                     f"±{m['objectives'][o.name]['std']:.2g}" for o in spec.objectives)
+    log(f"trial {t.number:>{width}}: {shown} -> {objs}{'' if m['feasible'] else '  (violates SLO)'}")
 
 
 def fmt_value(v: Any) -> str:
