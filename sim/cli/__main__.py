@@ -1,0 +1,4 @@
+"""``python -m sim.cli``: the priosim command."""
+from sim.cli import main
+
+main()

@@ -1,0 +1,184 @@
+"""priosim commands about one run: run, workload, plot, compare, and the lists (policies, profiles,
+routers)."""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+import click
+
+from sim.core.errors import ScenarioError
+from sim.cli.group import _check_out, _echo_cluster, _fail, _load, main
+
+
+@main.command()
+@click.argument("scenario", required=False)
+@click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. engine.max_num_seqs=64")
+@click.option("--seed", type=int, help="override the scenario seed")
+@click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
+@click.option("--trace-iterations", is_flag=True, help="also write iterations.parquet (one row per request per iteration)")
+@click.option("--plots/--no-plots", default=False,
+              help="also draw the run's figures (PNG and SVG) into OUT/figures; off by default, as drawing "
+                   "them takes longer than the run (later: priosim plot OUT)")
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
+@click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
+def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, lenient):
+    """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
+    from sim.run import simulate
+
+    sc = _load(scenario, sets, policy, seed)
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("results") / f"{sc.name}-{stamp}"
+    _check_out(out)
+    try:
+        res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    if lenient:
+        from sim.assembly import skipped_rows
+        click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
+                   err=True)
+    try:
+        path = res.save(out)
+    except OSError as exc:
+        _fail(f"--out {out}: cannot write the results ({exc})")
+    run_info = res.summary_dict["run"]
+    click.echo(f"{sc.name}: policy={sc.policy.name} seed={sc.seed} profile={res.manifest['profile']} "
+               f"kv_blocks={run_info['kv_blocks']}")
+    click.echo(res.table())
+    click.echo(f"events={run_info['engine_events']} iterations={run_info['iterations']} "
+               f"simulated={run_info['end_s']:.1f}s wall={run_info['wall_s']:.2f}s "
+               f"thrash_ratio={run_info['thrash_ratio']:.3f}")
+    if sc.cluster:
+        _echo_cluster(res)
+    if plots:
+        from sim.experiments.plots import plot_run
+
+        click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
+    click.echo(f"results: {path}")
+
+
+@main.command()
+def policies():
+    """List registered policies with a one-line description and their parameters."""
+    import inspect
+
+    from policies import POLICIES
+
+    for e in POLICIES.entries():
+        try:
+            cls = POLICIES.resolve(e.name)
+            sig = inspect.signature(cls.__init__)
+            params = [f"{p.name}={p.default!r}" if p.default is not inspect.Parameter.empty else p.name
+                      for p in list(sig.parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
+        except Exception:  # pragma: no cover - a broken plugin must not hide the others
+            params = ["?"]
+        click.echo(f"{e.name:14s} {e.description}")
+        click.echo(f"{'':14s} parameters: {', '.join(params) if params else '(none)'}")
+
+
+@main.command()
+def profiles():
+    """List shipped and local cost profiles with their provenance."""
+    import json
+
+    from sim.core.costs import list_profiles
+
+    for name, path in list_profiles():
+        try:
+            meta = json.loads(path.read_text()).get("meta", {})
+        except Exception as exc:  # pragma: no cover
+            meta = {"kind": f"unreadable: {exc}"}
+        click.echo(f"{name:34s} {meta.get('kind', '?'):9s} {meta.get('device', '')}  [{path}]")
+    from sim.core.overhead import default_preset, describe, preset_names, resolve_overhead
+
+    click.echo(f"engine overhead presets (engine.overhead; GPU profiles default to {default_preset()}):")
+    for name in preset_names():
+        o = resolve_overhead(name)
+        click.echo(f"  {name:10s} {o.meta.get('engine', 'the profile alone')}: {describe(o)}")
+
+
+@main.command()
+@click.argument("scenario", required=False)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.option("--seed", type=int)
+@click.option("--out", type=click.Path(dir_okay=False), help="write the request stream to this parquet file")
+@click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
+def workload(scenario, sets, seed, out, lenient):
+    """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
+    from sim.core.costs import load_profile
+    from sim.assembly import build_workload, skipped_rows
+    from workloads.stats import stream_stats
+
+    sc = _load(scenario, sets, None, seed)
+    try:
+        wl = build_workload(sc, lenient=lenient)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
+    costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
+    # Offered load: engine seconds per second the stream asks for, pricing each request as a
+    # lone prefill of its mean prompt plus its mean output decoded in a full batch
+    # (max_num_seqs sequences at its mean context). 1.0 is the replica's capacity, roughly.
+    B = sc.engine.max_num_seqs
+    if len(stats):
+        def work_s(row):
+            ctx = row["prompt_mean"] + row["output_mean"] / 2
+            return (costs.prefill_s(int(row["prompt_mean"]))
+                    + row["output_mean"] * costs.step_s(D=B, sum_ctx=B * ctx) / B)
+        stats["offered_load"] = stats["rate"] * stats.apply(work_s, axis=1)
+    click.echo(stats.to_string(float_format=lambda v: f"{v:.4g}"))
+    if len(stats):
+        click.echo(f"offered load, all streams: {stats['offered_load'].sum():.3g} of one replica "
+                   f"({costs.name}, {B} sequences a step)")
+    if lenient:
+        click.echo(f"lenient: skipped {skipped_rows(wl.meta)} bad trace rows", err=True)
+    if out:
+        wl.open.drop(columns=[c for c in ("hash_ids",) if c in wl.open.columns]).to_parquet(out, index=False)
+        click.echo(f"wrote {out}")
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), help="figures folder (default PATH/figures)")
+def plot(path, out):
+    """Draw figures (PNG and SVG) for a run folder or a sweep folder."""
+    from sim.experiments.plots import plot_any
+
+    try:
+        files = plot_any(path, out)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    for f in files:
+        if f.suffix == ".png":
+            click.echo(str(f))
+
+
+@main.command()
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False))
+@click.option("--metric", "metrics", multiple=True, help="only these metrics (e.g. ttft_p99_s); repeatable")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="also write the table as CSV")
+def compare(run_a, run_b, metrics, csv_out):
+    """Side-by-side per-class metrics of two runs, with ratios B/A."""
+    from sim.experiments.compare import compare_runs, format_comparison
+
+    try:
+        df = compare_runs(run_a, run_b, list(metrics) or None)
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    click.echo(format_comparison(df, run_a, run_b), nl=False)
+    if csv_out:
+        df.to_csv(csv_out, index=False)
+
+
+@main.command()
+def routers():
+    """List registered routers (for [cluster] router = ...)."""
+    from sim.cluster.routers import ROUTERS
+
+    for e in ROUTERS.entries():
+        click.echo(f"{e.name:18s} {e.description}")
