@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import LINEAR, small_scenario
 from sim import ScenarioError, load_scenario, scenario_from_dict, simulate
-from sim.experiments.capacity import capacity_search, parse_slos
+from sim.experiments.capacity import capacity_search
+from sim.experiments.slos import parse_slos
 from sim.cluster import ClusterResults, simulate_cluster
 from policies.contracts import ReplicaView, Router
 from sim.cluster.routers import ROUTERS, BaseRouter, make_router

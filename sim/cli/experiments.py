@@ -258,7 +258,8 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
              no_plots):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
-    from sim.experiments.capacity import DESIGNS, capacity_search, parse_slos, plot_capacity, save_report
+    from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
+    from sim.experiments.slos import parse_slos
 
     sc = _load(scenario, sets, None, seed)
     _workers(workers)

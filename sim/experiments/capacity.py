@@ -26,89 +26,21 @@ needed, the batch throughput achieved, utilisation and the classes' p99 latencie
 """
 from __future__ import annotations
 
-import heapq
 import json
-import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from sim.core.errors import ScenarioError
+from sim.experiments.slos import ProbeLost, SloWatch, check_point
 from sim.progress import progress_bar
 
 DESIGNS = ("shared", "partitioned")
-SLO_KEYS = ("ttft", "tpot", "done")
-
-
-# ---- SLOs ----------------------------------------------------------------------------------------
-def parse_slo_text(text: str, classes, keys, off_words: tuple[str, ...] = ()) -> tuple[str, list]:
-    """``CLASS:key=SECONDS[,key=SECONDS]`` -> ``(CLASS, [(key, seconds or None), ...])``; a value
-    in ``off_words`` gives None (no such SLO). Raises ValueError with one line naming the text,
-    the part and what was expected (callers re-raise it as their own error)."""
-    cname, sep, rest = text.partition(":")
-    cname = cname.strip()
-    if not sep or cname not in classes:
-        raise ValueError(f"--slo {text!r}: expected CLASS:key=SECONDS[,key=SECONDS] with CLASS one of "
-                         f"{', '.join(classes)}")
-    out = []
-    for part in rest.split(","):
-        k, sep, v = part.partition("=")
-        k, v = k.strip(), v.strip()
-        if not sep or k not in keys:
-            raise ValueError(f"--slo {text!r}: '{part.strip()}': expected key=SECONDS with key one of "
-                             f"{', '.join(keys)}")
-        if v.lower() in off_words:
-            out.append((k, None))
-            continue
-        try:
-            val = float(v)
-        except ValueError:
-            raise ValueError(f"--slo {text!r}: {k}: expected a number of seconds (got {v!r})") from None
-        if not val > 0:
-            raise ValueError(f"--slo {text!r}: {k}: expected > 0 (got {v})")
-        out.append((k, val))
-    return cname, out
-
-
-def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1) -> dict[str, dict]:
-    """Per class: {'ttft': s|None, 'tpot': s|None, 'done': s|None} (see module docstring)."""
-    slos = {c.name: {"ttft": c.ttft_slo_s, "tpot": c.tpot_slo_s, "done": None} for c in sc.classes}
-    for item in items or []:
-        try:
-            cname, pairs = parse_slo_text(item, list(slos), SLO_KEYS, off_words=("none", "off", "-"))
-        except ValueError as exc:
-            raise ScenarioError(str(exc)) from None
-        slos[cname].update(pairs)
-    for s in slos.values():
-        if s["ttft"] is None and s["tpot"] is None and s["done"] is None:
-            s["done"] = sc.horizon_s * (1 + grace)
-    return slos
-
-
-def check_point(summary: dict, requests: pd.DataFrame, slos: dict[str, dict]) -> dict[str, dict]:
-    """Per class: ok plus the measured values the SLOs are judged on."""
-    out = {}
-    for cname, s in slos.items():
-        m = summary["classes"][cname]
-        g = requests[requests["class"] == cname]
-        last = float(g["finish_s"].max()) if len(g) and g["finish_s"].notna().any() else 0.0
-        ok = m["finished"] == m["arrived"]
-        ratio = 0.0
-        for key, col in (("ttft", "ttft_p99_s"), ("tpot", "tpot_p99_s")):
-            if s[key] is not None and m[col] is not None:
-                ratio = max(ratio, m[col] / s[key])
-                ok = ok and m[col] <= s[key]
-        if s["done"] is not None:
-            ratio = max(ratio, last / s["done"])
-            ok = ok and last <= s["done"]
-        out[cname] = {"ok": bool(ok), "arrived": m["arrived"], "finished": m["finished"],
-                      "ttft_p99_s": m["ttft_p99_s"], "tpot_p99_s": m["tpot_p99_s"], "last_finish_s": last,
-                      "output_tokens_per_s": m["output_tokens_per_s"], "slo_ratio": ratio}
-    return out
 
 
 # ---- designs -------------------------------------------------------------------------------------
@@ -165,79 +97,6 @@ def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str 
         return {"replicas": counts[0], "router": router or "least_outstanding"}
     return {"groups": [{"name": d.name, "replicas": k, "classes": list(d.classes)} for d, k in zip(dims, counts)],
             "router": "class_aware"}
-
-
-# ---- stopping a probe that has lost ---------------------------------------------------------------
-class ProbeLost(Exception):
-    """Raised inside a probe's simulation once it can no longer meet its SLOs."""
-
-
-class SloWatch:
-    """Told of every request that ends in a probe; raises :class:`ProbeLost` as soon as every
-    searched dimension has a class that can no longer meet its SLOs, so that a failing probe
-    stops early with the same verdict it would reach at the end.
-
-    A class is lost, for certain, when one of its requests is rejected (not every request would
-    finish), finishes after its ``done`` deadline (its last finish can only be later), or when
-    enough of its requests exceed the TTFT or TPOT SLO that the p99 must exceed it: with ``n``
-    requests in the class, pandas' linear p99 is at least the sorted value at index
-    ``floor((n - 1) * 0.99)``, so ``n - floor((n - 1) * 0.99)`` values above the SLO decide it
-    (``n`` is the class's number of requests; fewer values, e.g. TPOT of one-token answers, need no
-    more). Values are computed exactly as the requests table computes them.
-
-    Args:
-        slos: per class ``{'ttft', 'tpot', 'done'}`` (seconds or None).
-        totals: requests per class in the stream (open arrivals only).
-        dims: the classes of each searched dimension of the probe.
-    """
-
-    def __init__(self, slos: dict, totals: dict[str, int], dims: list[list[str]]) -> None:
-        self.slos = slos
-        self.dims = dims
-        self.need = {c: n - math.floor((n - 1) * 0.99) for c, n in totals.items() if n}
-        self.over: dict[tuple[str, str], list[float]] = {}  # (class, key) -> heap of the largest values
-        self.lost: dict[str, float] = {}  # class -> a lower bound of its slo_ratio
-        self.at_ns = -1
-
-    def _over(self, c: str, key: str, v: float, limit: float) -> None:
-        h = self.over.setdefault((c, key), [])
-        m = self.need.get(c, 1)
-        if len(h) < m:
-            heapq.heappush(h, v)
-        elif v > h[0]:
-            heapq.heapreplace(h, v)
-        if len(h) >= m:
-            self._lose(c, h[0] / limit)  # the p99 is at least the m-th largest value
-
-    def _lose(self, c: str, ratio: float) -> None:
-        self.lost[c] = max(self.lost.get(c, 0.0), ratio)
-
-    def __call__(self, req, now_ns: int) -> None:
-        from sim.core.costs import NS
-        from sim.core.request import State
-
-        c = req.cls
-        s = self.slos.get(c)
-        if s is None:
-            return
-        if req.state is State.REJECTED:
-            self._lose(c, 0.0)
-        elif req.state is State.FINISHED:
-            finish = req.finish_ns / NS
-            if s["done"] is not None and finish > s["done"]:
-                self._lose(c, finish / s["done"])
-            first = req.first_token_ns / NS
-            if s["ttft"] is not None:
-                v = first - req.arrival_ns / NS
-                if v > s["ttft"]:
-                    self._over(c, "ttft", v, s["ttft"])
-            if s["tpot"] is not None and req.generated > 1:
-                v = (finish - first) / (req.generated - 1)
-                if v > s["tpot"]:
-                    self._over(c, "tpot", v, s["tpot"])
-        if self.lost and all(any(x in self.lost for x in d) for d in self.dims):
-            self.at_ns = now_ns
-            raise ProbeLost(c)
 
 
 # ---- one point -----------------------------------------------------------------------------------
@@ -390,112 +249,144 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
     probe the partitions of ``partitioned`` one at a time (default: where that is exact, see
     :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower)."""
-    base = sc.to_dict()
-    base.pop("cluster", None)
-    source, base_dir = sc.source, sc.base_dir
-    workers = max(1, workers or os.cpu_count() or 1)
     for d in designs:
         design_dims(d, sc.class_names, max_replicas)  # validates the names
-    state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}
     if apart is None:
         apart = "partitioned" in designs and partitions_apart(sc, load_scale)
-    alone = {d for d in designs if d == "partitioned" and apart}  # designs probed a partition at a time
-    cache: dict[tuple, dict] = {}
-    rep = CapacityReport(sc.name, slos)
+    search = _Search(sc, designs, slos, router=router, max_replicas=max_replicas, load_scale=load_scale,
+                     workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart)
     t0 = time.perf_counter()
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
-    bar = progress_bar(progress, total=None, desc=f"capacity {sc.name}", unit="simulations")
+    with search.running(progress):
+        while search.probe_round():
+            pass
+        finals = search.answers_as_a_whole()
+    search.record_answers(finals)
+    search.rep.wall_s = time.perf_counter() - t0
+    return search.rep
 
-    def task(d: str, c: tuple) -> tuple:
+
+class _Search:
+    """One capacity search: each design's per-dimension bisection (``state``), every simulated
+    point by (design, counts) (``cache``; a partition probed alone has None for the others'
+    counts), and the workers that simulate them."""
+
+    def __init__(self, sc, designs: list[str], slos: dict, *, router, max_replicas: int, load_scale: float,
+                 workers: int, log, early_stop: bool, apart: bool) -> None:
+        self.base = sc.to_dict()
+        self.base.pop("cluster", None)
+        self.source, self.base_dir, self.name = sc.source, sc.base_dir, sc.name
+        self.designs, self.slos, self.router, self.max_replicas = designs, slos, router, max_replicas
+        self.load_scale, self.workers, self.log, self.early_stop = load_scale, workers, log, early_stop
+        self.state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}
+        self.alone = {d for d in designs if d == "partitioned" and apart}  # probed a partition at a time
+        self.cache: dict[tuple, dict] = {}
+        self.rep = CapacityReport(sc.name, slos)
+        self.pool = None
+        self.bar = None
+
+    @contextmanager
+    def running(self, progress: bool | None):
+        """The worker pool and the progress bar, for the length of the search."""
+        self.pool = ProcessPoolExecutor(max_workers=self.workers) if self.workers > 1 else None
+        self.bar = progress_bar(progress, total=None, desc=f"capacity {self.name}", unit="simulations")
+        try:
+            yield self
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+            if self.pool is not None:
+                self.pool.shutdown()
+
+    def task(self, d: str, c: tuple) -> tuple:
+        """The arguments of :func:`_eval_task` for design ``d`` at counts ``c``."""
         if None in c:  # one partition alone (the other counts None): its classes' requests only
             j = next(i for i, k in enumerate(c) if k is not None)
-            x = state[d][j]
-            return (base, source, base_dir, {"replicas": c[j], "router": "least_outstanding"}, load_scale, slos,
-                    [x.classes] if early_stop else None, x.classes)
-        return (base, source, base_dir, design_cluster(d, state[d], list(c), router), load_scale, slos,
-                [x.classes for x in state[d]] if early_stop else None)
+            x = self.state[d][j]
+            return (self.base, self.source, self.base_dir, {"replicas": c[j], "router": "least_outstanding"},
+                    self.load_scale, self.slos, [x.classes] if self.early_stop else None, x.classes)
+        return (self.base, self.source, self.base_dir, design_cluster(d, self.state[d], list(c), self.router),
+                self.load_scale, self.slos, [x.classes for x in self.state[d]] if self.early_stop else None)
 
-    def run_all(jobs: list[tuple[str, tuple]]) -> None:
-        todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in cache]
-        args = [task(d, c) for d, c in todo]
-        outs = pool.map(_eval_task, args) if pool is not None else map(_eval_task, args)
+    def run_all(self, jobs: list[tuple[str, tuple]]) -> None:
+        """Simulate the points not simulated yet (in parallel when there are workers)."""
+        todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in self.cache]
+        args = [self.task(d, c) for d, c in todo]
+        outs = self.pool.map(_eval_task, args) if self.pool is not None else map(_eval_task, args)
         for (d, c), out in zip(todo, outs):
             if out[0] != "ok":
                 raise RuntimeError(f"capacity point {d} {list(c)} failed: {out[1]}\n{out[2]}")
-            r = out[1]
-            if None in c:  # one partition alone: only its classes were served
-                part = state[d][next(i for i, k in enumerate(c) if k is not None)].classes
-                r["classes"] = {k: v for k, v in r["classes"].items() if k in part}
-            cache[(d, c)] = r
-            if bar is not None:
-                bar.update(1)
-            rep.points.append({"design": d, "counts": list(c), **{k: v for k, v in r.items() if k != "classes"},
-                               "classes": r["classes"]})
-            if log is not None:
-                worst = _worst(r)
-                stop = f", stopped at {r['stopped_at_s']:.0f} s" if r.get("stopped_at_s") is not None else ""
-                shown = "[" + ", ".join("-" if k is None else str(k) for k in c) + "]"
-                log(f"  {d:12s} {shown:14s} {'meets' if r['ok'] else 'misses'} SLOs "
-                    f"(worst p99/SLO {'>= ' if stop else ''}{worst:.2f}, wall {r['wall_s']:.1f}s{stop})")
+            self.record_point(d, c, out[1])
 
-    try:
-        while True:
-            active = [d for d in designs if not all(x.done for x in state[d])]
-            if not active:
-                break
-            m = max(1, workers // len(active))
-            jobs = []
-            plan = []
-            for d in active:
-                dims = state[d]
-                per_dim = [x.probes(m) for x in dims]
-                if d in alone:  # each partition's probes on their own
-                    for j, p in enumerate(per_dim):
-                        for k in p:
-                            counts = tuple(k if i == j else None for i in range(len(dims)))
-                            jobs.append((d, counts))
-                            plan.append((d, counts, [i == j for i in range(len(dims))]))
-                    continue
-                n = max(len(p) for p in per_dim)
-                for j in range(n):
-                    counts = tuple(p[min(j, len(p) - 1)] if p else (x.hi or x.limit)
-                                   for p, x in zip(per_dim, dims))
-                    jobs.append((d, counts))
-                    plan.append((d, counts, [bool(p) for p in per_dim]))
-            run_all(jobs)
-            for d, counts, probed in plan:
-                r = cache[(d, counts)]
-                for x, k, pr in zip(state[d], counts, probed):
-                    if pr:
-                        x.update(k, all(r["classes"][c]["ok"] for c in x.classes))
-        # the answers, simulated as a whole
-        finals = {}
-        for d in designs:
-            dims = state[d]
-            if any(x.exhausted for x in dims):
-                finals[d] = None
+    def record_point(self, d: str, c: tuple, r: dict) -> None:
+        if None in c:  # one partition alone: only its classes were served
+            part = self.state[d][next(i for i, k in enumerate(c) if k is not None)].classes
+            r["classes"] = {k: v for k, v in r["classes"].items() if k in part}
+        self.cache[(d, c)] = r
+        if self.bar is not None:
+            self.bar.update(1)
+        self.rep.points.append({"design": d, "counts": list(c), **{k: v for k, v in r.items() if k != "classes"},
+                                "classes": r["classes"]})
+        if self.log is not None:
+            worst = _worst(r)
+            stop = f", stopped at {r['stopped_at_s']:.0f} s" if r.get("stopped_at_s") is not None else ""
+            shown = "[" + ", ".join("-" if k is None else str(k) for k in c) + "]"
+            self.log(f"  {d:12s} {shown:14s} {'meets' if r['ok'] else 'misses'} SLOs "
+                     f"(worst p99/SLO {'>= ' if stop else ''}{worst:.2f}, wall {r['wall_s']:.1f}s{stop})")
+
+    def probe_round(self) -> bool:
+        """One round of probes for every design still searching, spread over the workers, then
+        each probed dimension's bisection told the verdict. False when every design is done."""
+        active = [d for d in self.designs if not all(x.done for x in self.state[d])]
+        if not active:
+            return False
+        m = max(1, self.workers // len(active))
+        plan = [step for d in active for step in self.round_plan(d, m)]
+        self.run_all([(d, counts) for d, counts, _ in plan])
+        for d, counts, probed in plan:
+            r = self.cache[(d, counts)]
+            for x, k, pr in zip(self.state[d], counts, probed):
+                if pr:
+                    x.update(k, all(r["classes"][c]["ok"] for c in x.classes))
+        return True
+
+    def round_plan(self, d: str, m: int) -> list[tuple[str, tuple, list[bool]]]:
+        """Design ``d``'s points this round (up to ``m`` probes per dimension), each with which
+        dimensions it probes; a dimension already done sits at its answer (or its limit)."""
+        dims = self.state[d]
+        per_dim = [x.probes(m) for x in dims]
+        plan = []
+        if d in self.alone:  # each partition's probes on their own
+            for j, p in enumerate(per_dim):
+                for k in p:
+                    counts = tuple(k if i == j else None for i in range(len(dims)))
+                    plan.append((d, counts, [i == j for i in range(len(dims))]))
+            return plan
+        for j in range(max(len(p) for p in per_dim)):
+            counts = tuple(p[min(j, len(p) - 1)] if p else (x.hi or x.limit) for p, x in zip(per_dim, dims))
+            plan.append((d, counts, [bool(p) for p in per_dim]))
+        return plan
+
+    def answers_as_a_whole(self) -> dict[str, tuple | None]:
+        """Each design's answer (None: some dimension found no count), simulated as a whole."""
+        finals = {d: None if any(x.exhausted for x in self.state[d]) else tuple(x.hi for x in self.state[d])
+                  for d in self.designs}
+        self.run_all([(d, c) for d, c in finals.items() if c is not None])
+        return finals
+
+    def record_answers(self, finals: dict[str, tuple | None]) -> None:
+        for d in self.designs:
+            c = finals[d]
+            if c is None:
+                bad = [x.name for x in self.state[d] if x.exhausted]
+                self.rep.designs[d] = {"ok": False, "replicas": None, "gpus": None,
+                                       "note": f"no count up to --max-replicas={self.max_replicas} meets the SLOs "
+                                               f"({', '.join(bad)})"}
                 continue
-            finals[d] = tuple(x.hi for x in dims)
-        run_all([(d, c) for d, c in finals.items() if c is not None])
-    finally:
-        if bar is not None:
-            bar.close()
-        if pool is not None:
-            pool.shutdown()
-    for d in designs:
-        c = finals[d]
-        if c is None:
-            bad = [x.name for x in state[d] if x.exhausted]
-            rep.designs[d] = {"ok": False, "replicas": None, "gpus": None,
-                              "note": f"no count up to --max-replicas={max_replicas} meets the SLOs ({', '.join(bad)})"}
-            continue
-        r = cache[(d, c)]
-        rep.designs[d] = {"ok": r["ok"], "replicas": r["replicas"], "gpus": r["gpus"],
-                          "split": {x.name: k for x, k in zip(state[d], c)}, "classes": r["classes"],
-                          "utilisation": r["utilisation"], "end_s": r["end_s"],
-                          "cluster": design_cluster(d, state[d], list(c), router)}
-    rep.wall_s = time.perf_counter() - t0
-    return rep
+            r = self.cache[(d, c)]
+            self.rep.designs[d] = {"ok": r["ok"], "replicas": r["replicas"], "gpus": r["gpus"],
+                                   "split": {x.name: k for x, k in zip(self.state[d], c)}, "classes": r["classes"],
+                                   "utilisation": r["utilisation"], "end_s": r["end_s"],
+                                   "cluster": design_cluster(d, self.state[d], list(c), self.router)}
 
 
 # ---- output --------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from plumbing.numbers import is_number
-from sim.experiments.capacity import parse_slo_text
+from sim.experiments.slos import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
 
