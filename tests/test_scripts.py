@@ -18,3 +18,13 @@ def test_sjf_tau_curve_small(tmp_path):
     table = (tmp_path / "sjf_tau_curve.md").read_text()
     assert table.count("| sjf_rank(noisy, tau=") == 4 and "| fcfs |" in table
     assert (tmp_path / "sjf_tau_curve.png").stat().st_size > 0
+
+
+def test_docs_run_scripts_and_benchmarks_as_modules():
+    """They import the project as packages from the repository root (no sys.path edits), so a
+    page that shows one shows ``python -m scripts.NAME`` / ``python -m benchmarks.NAME``."""
+    import re
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "results.md", *sorted((ROOT / "docs").glob("*.md"))]
+    bad = [f"{p.name}: {m.group(0)}" for p in pages
+           for m in re.finditer(r"python3? +(scripts|benchmarks)/\w+\.py", p.read_text())]
+    assert not bad, bad

@@ -170,6 +170,15 @@ def test_no_sys_path_edits(folder):
     assert not bad, bad
 
 
+def test_notebooks_import_the_installed_packages():
+    """The notebooks import priosim from the install (the README's setup), not by editing sys.path."""
+    import json
+    bad = [nb.name for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
+           for cell in json.loads(nb.read_text())["cells"]
+           if cell["cell_type"] == "code" and "sys.path" in "".join(cell["source"])]
+    assert not bad, bad
+
+
 def test_the_sys_path_check_sees_edits(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("import sys\nsys.path.insert(0, 'a')\nsys.path[:0] = ['b']\nCODE = 'sys.path.append(1)'\n")
