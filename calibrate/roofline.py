@@ -117,6 +117,19 @@ FIDELITY = [("a100-80gb", "qwen2.5-14b", 1), ("a100-80gb", "qwen2.5-32b", 2), ("
             ("h100-pcie", "qwen3-14b", 1)]
 
 
+def _constants(dev: Device, overrides: dict) -> dict:
+    """The device's datasheet constants and the generic assumptions (a device's own value wins),
+    with the caller's ``overrides`` applied and marked; each an entry with its value and source."""
+    consts = {**dev.constants, **ASSUMPTIONS}
+    # a device's own value (e.g. a fitted flops_efficiency) wins over the generic assumption
+    consts.update({k: c for k, c in dev.constants.items() if k in ASSUMPTIONS})
+    for k, val in overrides.items():
+        if k not in consts:
+            raise KeyError(f"unknown roofline constant {k!r} (expected one of {sorted(consts)})")
+        consts[k] = _c(float(val), "overridden by caller")
+    return consts
+
+
 def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf16", tp: int = 1,
                      **overrides: float) -> dict:
     """An analytic profile document for ``shape`` (per-GPU shard at ``tp``) on ``device``.
@@ -126,13 +139,7 @@ def roofline_profile(device: str | Device, shape: str | Shape, dtype: str = "bf1
     """
     dev = DEVICES[device] if isinstance(device, str) else device
     sh = get_shape(shape, tp) if isinstance(shape, str) else shape.shard(tp)
-    consts = {**dev.constants, **ASSUMPTIONS}
-    # a device's own value (e.g. a fitted flops_efficiency) wins over the generic assumption
-    consts.update({k: c for k, c in dev.constants.items() if k in ASSUMPTIONS})
-    for k, val in overrides.items():
-        if k not in consts:
-            raise KeyError(f"unknown roofline constant {k!r} (expected one of {sorted(consts)})")
-        consts[k] = _c(float(val), "overridden by caller")
+    consts = _constants(dev, overrides)
     v = {k: float(c["value"]) for k, c in consts.items()}
     b = DTYPE_BYTES[dtype]
     params = float(sh.params)

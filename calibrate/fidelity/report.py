@@ -82,24 +82,46 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
         v = s[k]
         lines.append(f"| {k} | {v['rows']} | {_pct(v['median'])} | {_pct(v['worst'])} | {v['within_10']} | {v['within_25']} |")
     lines += ["", "Targets: whole table median <= 10 % and worst <= 25 %; held-out median <= 12 %.", ""]
-    lines += ["## Overhead presets", "",
-              f"Shipped GPU profiles use `{default_preset()}` unless a scenario sets `engine.overhead`.", "",
-              "| preset | terms | fitted on |", "|---|---|---|"]
+    lines += _preset_lines(res)
+    lines += _row_lines(res, info, excluded)
+    lines += _columns_lines()
+    for rid, t in info.iterrows():
+        lines.append(f"* **{rid}** ({t.source}): {t.setup}. Not reproduced: {t.not_reproduced or 'nothing known'}.")
+    lines += ["", "## Reproduce", "", "```",
+              "priosim fidelity --rows ci9515        # rows whose id starts with ci9515, printed",
+              "priosim fidelity                      # every row; this report and the plot to results/fidelity/",
+              "priosim fidelity --docs               # the same, rewriting this page and docs/figures/",
+              "python -m calibrate.fidelity.fit      # refit the presets on their fit rows (sim/core/overheads.json)",
+              "```", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _preset_lines(res: pd.DataFrame) -> list[str]:
+    """The report's "Overhead presets" section: each preset the rows used, its terms and fit."""
+    lines = ["## Overhead presets", "",
+             f"Shipped GPU profiles use `{default_preset()}` unless a scenario sets `engine.overhead`.", "",
+             "| preset | terms | fitted on |", "|---|---|---|"]
     for p in sorted(set(res.overhead)):
         o = resolve_overhead(p)
         n = len(o.meta.get("fit_rows", []))
         lines.append(f"| `{p}` | {describe(o)} | {f'{n} rows' if n else 'derived, not fitted (see its metadata)'} |")
     lines += ["",
-              "Three terms change how an engine era schedules or runs its kernels rather than adding time: "
-              "`scheduler_steps` (vLLM 0.6 multi-step scheduling, declared by a row as `num_scheduler_steps`: the "
-              "per-step and per-sequence CPU terms of a decode-only step are paid once per N steps), `kv_reread` "
-              "(vLLM 0.4's paged-attention decode reads each KV head's cache once per query head; the fraction of "
-              "those repeat reads that reach memory is fitted on the 0.4-era rows) and `overlap_schedule` (SGLang "
-              "0.4+ forms the next batch while the current step runs, so a request arriving mid-step joins the "
-              "batch after next). See sim/core/overhead.py."]
-    lines += ["", "## Rows", "",
-              "| id | engine | GPU | model | TP | metric | published | simulated | error | split |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+             "Three terms change how an engine era schedules or runs its kernels rather than adding time: "
+             "`scheduler_steps` (vLLM 0.6 multi-step scheduling, declared by a row as `num_scheduler_steps`: the "
+             "per-step and per-sequence CPU terms of a decode-only step are paid once per N steps), `kv_reread` "
+             "(vLLM 0.4's paged-attention decode reads each KV head's cache once per query head; the fraction of "
+             "those repeat reads that reach memory is fitted on the 0.4-era rows) and `overlap_schedule` (SGLang "
+             "0.4+ forms the next batch while the current step runs, so a request arriving mid-step joins the "
+             "batch after next). See sim/core/overhead.py."]
+    return lines
+
+
+def _row_lines(res: pd.DataFrame, info: pd.DataFrame, excluded: pd.DataFrame | None) -> list[str]:
+    """The report's "Rows" table (published, simulated, error, split) and its excluded rows."""
+    lines = ["", "## Rows", "",
+             "| id | engine | GPU | model | TP | metric | published | simulated | error | split |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res.itertuples():
         t = info.loc[r.id]
         lines.append(f"| {r.id} | {t.engine} {t.engine_version} | {t.gpu} | {t.model} | {t.tp} | {r.metric} | "
@@ -113,31 +135,26 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
             why = info.loc[r.id].not_reproduced.split("EXCLUDED: ")[-1]
             lines.append(f"| {r.id} | {r.metric} | {r.published:.4g} {r.unit} | {r.simulated:.4g} | "
                          f"{r.error * 100:+.1f} % | {why} |")
-    lines += ["", "## The table's columns", "",
-              "`calibrate/fidelity/published.csv`, one row per published number: `id`; `source` (repository + file "
-              "and commit, issue number, or page and date); `source_kind`; `engine`, `engine_version`, `gpu`, `model`, "
-              "`dtype`, `tp`, `workload`, `metric`, `value`, `unit` (the measurement as published); then how it is "
-              "reproduced: `scenario` (fixed_batch, batch1, offline, poisson, concurrency), `dataset` (fixed, random "
-              "with +-`spread`, sharegpt), `n`, `prompt_tokens`, `output_tokens`, `rate` (req/s), `concurrency`, "
-              "`prompt_mean` / `output_mean` (ShareGPT lengths scaled to these means, from the source's token totals), "
-              "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`), "
-              "`split` (fit, held-out or excluded), `setup` (the benchmark, in short) and `not_reproduced`.",
-              "",
-              "ShareGPT rows sample the bundled length table "
-              "(`workloads/data/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz`, from Sarathi-Serve, Apache-2.0) "
-              "with the benchmark's filters (prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) "
-              "and sample count.",
-              "", "## What each row could not reproduce", ""]
-    for rid, t in info.iterrows():
-        lines.append(f"* **{rid}** ({t.source}): {t.setup}. Not reproduced: {t.not_reproduced or 'nothing known'}.")
-    lines += ["", "## Reproduce", "", "```",
-              "priosim fidelity --rows ci9515        # rows whose id starts with ci9515, printed",
-              "priosim fidelity                      # every row; this report and the plot to results/fidelity/",
-              "priosim fidelity --docs               # the same, rewriting this page and docs/figures/",
-              "python -m calibrate.fidelity.fit      # refit the presets on their fit rows (sim/core/overheads.json)",
-              "```", ""]
-    path.write_text("\n".join(lines))
-    return path
+    return lines
+
+
+def _columns_lines() -> list[str]:
+    """The report's "The table's columns" section and the heading of the next."""
+    return ["", "## The table's columns", "",
+            "`calibrate/fidelity/published.csv`, one row per published number: `id`; `source` (repository + file "
+            "and commit, issue number, or page and date); `source_kind`; `engine`, `engine_version`, `gpu`, `model`, "
+            "`dtype`, `tp`, `workload`, `metric`, `value`, `unit` (the measurement as published); then how it is "
+            "reproduced: `scenario` (fixed_batch, batch1, offline, poisson, concurrency), `dataset` (fixed, random "
+            "with +-`spread`, sharegpt), `n`, `prompt_tokens`, `output_tokens`, `rate` (req/s), `concurrency`, "
+            "`prompt_mean` / `output_mean` (ShareGPT lengths scaled to these means, from the source's token totals), "
+            "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`), "
+            "`split` (fit, held-out or excluded), `setup` (the benchmark, in short) and `not_reproduced`.",
+            "",
+            "ShareGPT rows sample the bundled length table "
+            "(`workloads/data/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz`, from Sarathi-Serve, Apache-2.0) "
+            "with the benchmark's filters (prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) "
+            "and sample count.",
+            "", "## What each row could not reproduce", ""]
 
 
 def run_suite(prefixes: tuple[str, ...] = (), overhead=None, out: str | Path | None = None, docs: bool = False,
