@@ -17,24 +17,22 @@ a stream never changes another stream's requests.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from workloads.arrivals import ClosedLoop, parse_arrival
-from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
-from workloads.contracts import ArrivalProcess, LengthModel
-from workloads.lengths import parse_length, sample_pair
-from workloads.prefix import check_prefix, synthetic_hash_ids
+from workloads.arrivals import ClosedLoop
+from workloads.errors import WorkloadError, integer, number, require
+from workloads.contracts import LengthModel
+from workloads.lengths import sample_pair
+from workloads.prefix import synthetic_hash_ids
 from workloads.servegen import load_client, sample_client
-from workloads.traces import check_trace_spec, load_trace, trace_loader
+from workloads.streams import STREAM_KEYS, StreamSpec, check_stream, check_volume, validate_streams
+from workloads.traces import load_trace
 
-STREAM_KEYS = {"prefix", "tenant", "class", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
-               "deadline_s", "start_s", "stop_s", "correlation", "trace", "assign", "name"}
-ASSIGN_KEYS = {"column", "equals", "above", "below", "fraction", "tenant", "class"}
 RNG_NAMES = {"arrivals": 0, "lengths": 1, "attributes": 2, "closed": 3, "prefix": 90}
 REQUIRED_COLUMNS = {"arrival_s": "float64", "tenant": "object", "cls": "object",
                     "prompt_tokens": "int64", "output_tokens": "int64", "max_tokens": "int64",
@@ -47,207 +45,7 @@ def child_rng(seed: int, stream: int, name: str) -> np.random.Generator:
         np.random.SeedSequence(seed, spawn_key=(stream, RNG_NAMES[name]))))
 
 
-@dataclass
-class _Stream:
-    """A checked stream table."""
-
-    index: int
-    tenant: str
-    cls: str
-    kind: str
-    arrival: ArrivalProcess | ClosedLoop | None = None
-    prompt: LengthModel | None = None
-    output: LengthModel | None = None
-    rho: float = 0.0
-    max_tokens: int | None = None
-    deadline_s: float = math.nan
-    start_s: float = 0.0
-    stop_s: float | None = None
-    trace: dict | None = None
-    assign: list[dict] = field(default_factory=list)
-    prefix: dict | None = None  # synthetic shared-prefix model (workloads.prefix)
-
-
-def _check_stream(i: int, s: Any, class_names: set[str] | None, base_dir: Path) -> _Stream:
-    path = f"streams[{i}]"
-    _check_stream_names(path, s, class_names)
-    st = _Stream(i, s["tenant"], s["class"], "synthetic")
-    _check_stream_numbers(path, s, st)
-    trace = _check_stream_sources(path, s, st, base_dir)
-    _set_stream_kind(path, s, st, trace)
-    _check_stream_assign(path, s, st, class_names)
-    if "prefix" in s:
-        st.prefix = check_prefix(f"{path}.prefix", s["prefix"])
-    return st
-
-
-def _check_stream_names(path: str, s: Any, class_names: set[str] | None) -> None:
-    """The stream is a table of known keys with a non-empty tenant and a declared class."""
-    require(path, s, isinstance(s, dict), "a table")
-    unknown_keys(path, s, STREAM_KEYS)
-    for k in ("tenant", "class"):
-        require(f"{path}.{k}", s.get(k), isinstance(s.get(k), str) and s.get(k) != "",
-                "a non-empty string")
-    if class_names is not None:
-        require(f"{path}.class", s["class"], s["class"] in class_names,
-                f"one of the [[classes]] names ({', '.join(sorted(class_names))})")
-
-
-def _check_stream_numbers(path: str, s: dict, st: _Stream) -> None:
-    """Copy the stream's scalar settings (times in s, token caps, correlation) onto ``st``."""
-    try:
-        if "start_s" in s:
-            st.start_s = number("start_s", s["start_s"], ge=0)
-        if "stop_s" in s:
-            st.stop_s = number("stop_s", s["stop_s"], gt=st.start_s)
-        if "deadline_s" in s:
-            st.deadline_s = number("deadline_s", s["deadline_s"], gt=0)
-        if "max_tokens" in s:
-            st.max_tokens = integer("max_tokens", s["max_tokens"], ge=1)
-        if "correlation" in s:
-            st.rho = number("correlation", s["correlation"], ge=-1, le=1)
-    except WorkloadError as exc:
-        raise prefixed(path, exc) from None
-
-
-def _check_stream_sources(path: str, s: dict, st: _Stream, base_dir: Path) -> dict | None:
-    """Parse the stream's trace, arrival process and length models onto ``st``; returns the trace."""
-    trace = s.get("trace")
-    if trace is not None:
-        try:
-            check_trace_spec(trace, base_dir)
-        except WorkloadError as exc:
-            raise prefixed(f"{path}.trace", exc) from None
-        st.trace = trace
-    if "arrival" in s:
-        try:
-            st.arrival = parse_arrival(s["arrival"])
-        except WorkloadError as exc:
-            raise prefixed(f"{path}.arrival", exc) from None
-    loader = _column_loader(base_dir)
-    for k in ("prompt_tokens", "output_tokens"):
-        if k in s:
-            require(f"{path}.{k}", s[k], trace is None,
-                    "absent when the stream has a trace (its lengths come from the trace)")
-            try:
-                setattr(st, k.split("_")[0], parse_length(s[k], column_loader=loader))
-            except WorkloadError as exc:
-                raise prefixed(f"{path}.{k}", exc) from None
-    return trace
-
-
-def _set_stream_kind(path: str, s: dict, st: _Stream, trace: dict | None) -> None:
-    """Decide how the stream's rows are made (synthetic, servegen, trace lengths or replay),
-    checking that it has what that kind needs and nothing it cannot use."""
-    if trace is None:
-        for k in ("prompt_tokens", "output_tokens"):
-            require(f"{path}.{k}", None, k in s, "a length model (or give the stream a trace)")
-        require(f"{path}.arrival", None, st.arrival is not None,
-                "an arrival process { process = ... } (or give the stream a trace)")
-    elif trace["format"] == "servegen":
-        st.kind = "servegen"
-        require(f"{path}.arrival", s.get("arrival"), st.arrival is None,
-                "absent for a servegen trace (it brings its own arrivals)")
-    elif st.arrival is not None:
-        st.kind = "trace_lengths"
-    else:
-        st.kind = "replay"
-        require(f"{path}.arrival", None, trace_loader(trace["format"]).has_times(trace),
-            f"an arrival process: the {trace['format']} trace has no arrival times")
-    if "correlation" in s:
-        require(f"{path}.correlation", s["correlation"], trace is None,
-                "absent for trace streams (their lengths are already paired)")
-
-
-def _check_stream_assign(path: str, s: dict, st: _Stream, class_names: set[str] | None) -> None:
-    """Check the stream's ``[[assign]]`` rules (tenant / class per row) and keep them on ``st``."""
-    rules = s.get("assign", [])
-    require(f"{path}.assign", rules, isinstance(rules, list), "a list of tables")
-    if rules:
-        require(f"{path}.assign", rules, not isinstance(st.arrival, ClosedLoop),
-                "absent for closed-loop streams (one tenant and class per stream)")
-    for j, r in enumerate(rules):
-        _check_rule(f"{path}.assign[{j}]", r, class_names)
-    st.assign = rules
-
-
-def _check_rule(path: str, r: Any, class_names: set[str] | None) -> None:
-    require(path, r, isinstance(r, dict), "a table")
-    unknown_keys(path, r, ASSIGN_KEYS)
-    has_col, has_frac = "column" in r, "fraction" in r
-    require(path, r, has_col != has_frac, "a table with either 'column' (and equals/above/below) "
-            "or 'fraction'")
-    if has_col:
-        c = r["column"]
-        require(f"{path}.column", c, isinstance(c, str) and (
-            c in ("prompt_tokens", "output_tokens") or c.startswith("f_")),
-            "prompt_tokens, output_tokens or a feature column f_*")
-        conds = [k for k in ("equals", "above", "below") if k in r]
-        require(path, r, len(conds) >= 1, "a condition: equals, above or below")
-        for k in ("above", "below"):
-            if k in r:
-                number(f"{path}.{k}", r[k])
-    else:
-        number(f"{path}.fraction", r["fraction"], ge=0, le=1)
-    require(path, r, "tenant" in r or "class" in r, "a target: tenant and/or class")
-    if "tenant" in r:
-        require(f"{path}.tenant", r["tenant"], isinstance(r["tenant"], str) and r["tenant"],
-                "a non-empty string")
-    if "class" in r and class_names is not None:
-        require(f"{path}.class", r["class"], r["class"] in class_names,
-                f"one of the [[classes]] names ({', '.join(sorted(class_names))})")
-
-
-def _column_loader(base_dir: Path) -> Callable[[Any, str], np.ndarray]:
-    def load(trace: Any, column: str) -> np.ndarray:
-        try:
-            tr = load_trace(trace, base_dir)
-        except WorkloadError as exc:
-            raise prefixed("trace", exc) from None
-        require("column", column, column in tr.df.columns,
-                f"a column of the trace ({', '.join(tr.df.columns)})")
-        return tr.df[column].to_numpy(dtype=float)
-    return load
-
-
-#: the most requests one stream may make (or closed-loop users it may have): a guard against
-#: absurd rates or counts, checked before any array is allocated (about 1 GB of workload)
-MAX_REQUESTS = 20_000_000
-
-
-def _check_volume(st: _Stream, arrival: Any, duration_s: float) -> None:
-    """Refuse a stream whose arrival process would make more than MAX_REQUESTS requests."""
-    if arrival is None:
-        return
-    path = f"streams[{st.index}].arrival"
-    limit = f"at most {MAX_REQUESTS:,} requests per stream: lower it, or horizon_s"
-    if isinstance(arrival, ClosedLoop):
-        n, key, what = arrival.users, "users", f"{arrival.users} users"
-    elif hasattr(arrival, "n"):
-        n, key, what = arrival.n, "n", f"{arrival.n} requests"
-    else:
-        rate = float(arrival.mean_rate)
-        n = rate * duration_s
-        key = "rate" if hasattr(arrival, "rate") else "(mean rate)"
-        what = f"{rate:g} requests/s over {duration_s:g} s is about {n:.3g} requests"
-    if n > MAX_REQUESTS:
-        raise WorkloadError(f"{path}.{key}: {what} (expected {limit})")
-
-
-def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path,
-                     horizon_s: float | None = None, load_scale: float = 1.0) -> None:
-    """Check every stream table before any work; raise :class:`WorkloadError` naming the key.
-    With ``horizon_s``, also refuse streams that would make absurdly many requests (at
-    ``load_scale`` times their rates)."""
-    require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
-    for i, s in enumerate(streams):
-        st = _check_stream(i, s, set(class_names), Path(base_dir))
-        if horizon_s is not None and st.arrival is not None:
-            arrival = st.arrival if load_scale == 1.0 else st.arrival.scaled(load_scale)
-            _check_volume(st, arrival, _duration(st, horizon_s))
-
-
-def _load_stream_trace(st: _Stream, base_dir: Path, lenient: bool):
+def _load_stream_trace(st: StreamSpec, base_dir: Path, lenient: bool):
     """The stream's trace; an error in it names the stream."""
     try:
         return load_trace(st.trace, base_dir, lenient)
@@ -255,10 +53,6 @@ def _load_stream_trace(st: _Stream, base_dir: Path, lenient: bool):
         raise WorkloadError(f"streams[{st.index}].trace: {exc}") from None
 
 
-def _duration(st: _Stream, horizon_s: float) -> float:
-    """Seconds the stream's arrival process runs for."""
-    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
-    return max(0.0, end - st.start_s)
 
 
 class ClosedLoopStream:
@@ -314,7 +108,7 @@ def empty_frame() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in REQUIRED_COLUMNS.items()})
 
 
-def _apply_rules(st: _Stream, df: pd.DataFrame, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _apply_rules(st: StreamSpec, df: pd.DataFrame, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     n = len(df)
     tenant = np.full(n, st.tenant, dtype=object)
     cls = np.full(n, st.cls, dtype=object)
@@ -344,7 +138,7 @@ def _apply_rules(st: _Stream, df: pd.DataFrame, rng: np.random.Generator) -> tup
     return tenant, cls
 
 
-def _cap(st: _Stream, out: np.ndarray, default_max: int, meta: dict) -> tuple[np.ndarray, np.ndarray]:
+def _cap(st: StreamSpec, out: np.ndarray, default_max: int, meta: dict) -> tuple[np.ndarray, np.ndarray]:
     """Declared ``max_tokens`` caps outputs (generation stops there); else max(default, output)."""
     if st.max_tokens is not None:
         meta["outputs_capped"] = int((out > st.max_tokens).sum())
@@ -354,12 +148,12 @@ def _cap(st: _Stream, out: np.ndarray, default_max: int, meta: dict) -> tuple[np
     return out, np.maximum(out, default_max).astype(np.int64)
 
 
-def _synthetic_lengths(st: _Stream, rng: np.random.Generator, n: int) -> pd.DataFrame:
+def _synthetic_lengths(st: StreamSpec, rng: np.random.Generator, n: int) -> pd.DataFrame:
     p, o = sample_pair(rng, n, st.prompt, st.output, st.rho)
     return pd.DataFrame({"prompt_tokens": p.astype(np.int64), "output_tokens": o.astype(np.int64)})
 
 
-def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
+def _build_open(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
                 lenient: bool, meta: dict) -> pd.DataFrame:
     end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
     dur = max(0.0, end - st.start_s)
@@ -381,7 +175,7 @@ def _build_open(st: _Stream, seed: int, horizon_s: float, load_scale: float, bas
     return _finish_rows(st, df, seed, default_max, r_att, meta)
 
 
-def _read_trace_rows(st: _Stream, base_dir: Path, lenient: bool, meta: dict) -> tuple[pd.DataFrame, int]:
+def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict) -> tuple[pd.DataFrame, int]:
     """The stream's trace rows and the default output cap (its longest output, tokens)."""
     tr = _load_stream_trace(st, base_dir, lenient)
     meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
@@ -392,12 +186,12 @@ def _read_trace_rows(st: _Stream, base_dir: Path, lenient: bool, meta: dict) -> 
     return trace_df, int(trace_df["output_tokens"].max()) if len(trace_df) else 1
 
 
-def _sampled_arrival_rows(st: _Stream, trace_df: pd.DataFrame | None, default_max: int | None, dur: float,
+def _sampled_arrival_rows(st: StreamSpec, trace_df: pd.DataFrame | None, default_max: int | None, dur: float,
                           load_scale: float, r_arr, r_len, meta: dict) -> tuple[pd.DataFrame, int | None]:
     """Arrivals from the stream's process over ``dur`` s, lengths synthetic or drawn from the
     trace's rows; returns the rows and the default output cap (tokens)."""
     proc = st.arrival.scaled(load_scale)
-    _check_volume(st, proc, dur)
+    check_volume(st, proc, dur)
     meta["mean_rate"] = float(proc.mean_rate)
     t = proc.sample(r_arr, dur) + st.start_s
     if st.kind == "synthetic":
@@ -412,7 +206,7 @@ def _sampled_arrival_rows(st: _Stream, trace_df: pd.DataFrame | None, default_ma
     return df, default_max
 
 
-def _replayed_rows(st: _Stream, trace_df: pd.DataFrame, load_scale: float, meta: dict) -> pd.DataFrame:
+def _replayed_rows(st: StreamSpec, trace_df: pd.DataFrame, load_scale: float, meta: dict) -> pd.DataFrame:
     """The trace's rows inside its window, their times compressed by ``load_scale`` and shifted to the start."""
     w0, w1 = st.trace.get("window", [0.0, math.inf])
     t = trace_df["arrival_s"].to_numpy()
@@ -423,7 +217,7 @@ def _replayed_rows(st: _Stream, trace_df: pd.DataFrame, load_scale: float, meta:
     return df
 
 
-def _servegen_rows(st: _Stream, base_dir: Path, dur: float, load_scale: float, r_arr, r_len,
+def _servegen_rows(st: StreamSpec, base_dir: Path, dur: float, load_scale: float, r_arr, r_len,
                    meta: dict) -> tuple[pd.DataFrame, int]:
     """Rows sampled from a ServeGen client over its window; returns them and the default output cap."""
     spec = st.trace
@@ -437,7 +231,7 @@ def _servegen_rows(st: _Stream, base_dir: Path, dur: float, load_scale: float, r
     return df, int(max((e.values.max() for e in client.outputs if e is not None), default=1))
 
 
-def _rows_in_window(st: _Stream, df: pd.DataFrame, end: float, meta: dict) -> pd.DataFrame:
+def _rows_in_window(st: StreamSpec, df: pd.DataFrame, end: float, meta: dict) -> pd.DataFrame:
     """Drop rows arriving before the stream starts or at / after ``end`` (s)."""
     t = df["arrival_s"].to_numpy()
     late = (t >= end) | (t < st.start_s)
@@ -447,7 +241,7 @@ def _rows_in_window(st: _Stream, df: pd.DataFrame, end: float, meta: dict) -> pd
     return df.loc[~late].reset_index(drop=True)
 
 
-def _finish_rows(st: _Stream, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict) -> pd.DataFrame:
+def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict) -> pd.DataFrame:
     """Cap outputs, assign tenant / class, add the per-stream columns and sort by arrival."""
     out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta)
     df["output_tokens"] = out
@@ -466,7 +260,7 @@ def _finish_rows(st: _Stream, df: pd.DataFrame, seed: int, default_max: int, r_a
     return df.iloc[order].reset_index(drop=True)
 
 
-def _build_closed(st: _Stream, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
+def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
                   lenient: bool, meta: dict) -> ClosedLoopStream:
     proc = st.arrival.scaled(load_scale)
     end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
@@ -513,7 +307,7 @@ def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir
     number("load_scale", load_scale, gt=0)
     require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
     base_dir = Path(base_dir)
-    checked = [_check_stream(i, s, None, base_dir) for i, s in enumerate(streams)]
+    checked = [check_stream(i, s, None, base_dir) for i, s in enumerate(streams)]
     frames, closed, metas = [], [], []
     for st in checked:
         m: dict[str, Any] = {"stream": st.index, "kind": st.kind, "tenant": st.tenant,

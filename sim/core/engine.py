@@ -67,7 +67,7 @@ class Engine:
     admission), ``spec`` / ``spec_k`` (speculative decoding, None / 0 when off).
     """
 
-    # (66 lines: the engine's state, one field at a time, each with why it is kept)
+    # (71 lines: the engine's state, one field at a time, each with why it is kept)
     def __init__(self, env: simpy.Environment, cfg, costs: CostModel, policy, classes, pool: KVPool,
                  telemetry: Telemetry, gate=None, trace=None, spec_seed: int = 0) -> None:
         self.env = env
