@@ -26,6 +26,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from workloads.library import shipped_scenarios
+
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("requests", "timeseries", "summary")
 #: runs beyond the shipped scenarios: key -> (scenario, overrides)
@@ -64,7 +66,7 @@ for key, name, sets in json.loads(sys.argv[1]):
 def runs(names: list[str] | None, sets: list[str]) -> list[tuple[str, str, list[str]]]:
     """(key, scenario, overrides) of every run: the shipped scenarios and EXTRA, or only ``names``
     (scenario names or EXTRA keys); ``sets`` is appended to every run's overrides."""
-    shipped = sorted(p.stem for p in (ROOT / "workloads" / "scenarios").glob("*.toml"))
+    shipped = shipped_scenarios()
     table = {n: (n, []) for n in shipped} | EXTRA
     unknown = [n for n in names or [] if n not in table]
     if unknown:

@@ -25,6 +25,7 @@ from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError
 from sim.schema import STRICT, format_error
 from sim.tables import AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_tables, check_tenant_names
+from workloads.library import DEFAULT_SCENARIO, shipped_scenario
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -316,11 +317,11 @@ def _validate_parts(sc: Scenario) -> None:
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
     """Read and validate a scenario file (None: the shipped default scenario)."""
     if path is None:
-        path = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / "chat_vs_batch.toml"
+        path = shipped_scenario(DEFAULT_SCENARIO)
     p = Path(path)
     if not p.is_file():
-        shipped = Path(__file__).resolve().parent.parent / "workloads" / "scenarios" / f"{p.stem}.toml"
-        if p.suffix in ("", ".toml") and not p.parent.parts and shipped.is_file():
+        shipped = shipped_scenario(p.stem)
+        if p.suffix in ("", ".toml") and not p.parent.parts and shipped is not None:
             p = shipped
         else:
             raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path or a "

@@ -139,6 +139,16 @@ def test_sim_reads_no_file_under_calibrate():
                     f"{f.relative_to(ROOT)}:{node.lineno}: {v[:60]!r}"
 
 
+def test_sim_finds_scenarios_through_workloads():
+    """sim asks workloads.library for shipped scenarios; no path into workloads' folders in sim."""
+    for f in sorted((ROOT / "sim").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                v = node.value  # (a path piece, not prose: docstrings may name the folder)
+                assert v not in ("scenarios", "workloads") and not (v.startswith("workloads/") and " " not in v), \
+                    f"{f.relative_to(ROOT)}:{node.lineno}: {v[:60]!r}"
+
+
 def _sys_path_edits(path: Path) -> list[int]:
     """Lines that change ``sys.path`` (a call of its insert/append/extend/..., or an assignment)."""
     def is_sys_path(n):

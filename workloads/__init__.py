@@ -16,10 +16,12 @@ from workloads.build import (REQUIRED_COLUMNS, ClosedLoopStream, Workload, build
 from workloads.contracts import ArrivalProcess, LengthLaw, LengthModel, TraceLoader
 from workloads.errors import WorkloadError
 from workloads.lengths import LENGTHS, ClippedLength, parse_length
+from workloads.library import DEFAULT_SCENARIO, SCENARIO_DIR, shipped_scenario, shipped_scenarios
 from workloads.stats import stream_stats
 from workloads.traces import BUNDLED, TRACE_LOADERS, TraceFormat, load_trace
 
 __all__ = ["WorkloadError", "Workload", "ClosedLoopStream", "validate_streams", "build_workload",
            "stream_stats", "ARRIVALS", "LENGTHS", "TRACE_LOADERS", "ArrivalProcess", "LengthLaw",
            "LengthModel", "TraceLoader", "ClippedLength", "TraceFormat", "parse_arrival", "parse_length",
-           "load_trace", "BUNDLED", "REQUIRED_COLUMNS"]
+           "load_trace", "BUNDLED", "REQUIRED_COLUMNS", "SCENARIO_DIR", "DEFAULT_SCENARIO", "shipped_scenario",
+           "shipped_scenarios"]
