@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError
-from sim.cli.group import _fail, _load, main
+from sim.cli.group import fail, load, main
 
 
 @main.command()
@@ -26,11 +26,11 @@ def fidelity(prefixes, overhead, out, docs):
         try:
             resolve_overhead(overhead, "--overhead")
         except OverheadError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     try:
         run_suite(tuple(prefixes), overhead=overhead, out=out, docs=docs, echo=click.echo)
     except (ValueError, ScenarioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @main.command()
@@ -45,17 +45,17 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs):
     try:
         from calibrate.measure import calibrate_profile
     except ImportError as exc:  # torch is the `calibrate` extra
-        _fail(f"calibrate needs torch: pip install -e '.[calibrate]' ({exc})")
+        fail(f"calibrate needs torch: pip install -e '.[calibrate]' ({exc})")
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            _fail("--device cuda: no CUDA device is available on this machine (expected cpu or auto here)")
+            fail("--device cuda: no CUDA device is available on this machine (expected cpu or auto here)")
     try:
         doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
     except (KeyError, ValueError, RuntimeError) as exc:
-        _fail(str(exc.args[0] if exc.args else exc))
+        fail(str(exc.args[0] if exc.args else exc))
     fit = doc.get("fit", {})
     click.echo(f"wrote {out}: {doc['meta'].get('device')} {shape} {doc['meta'].get('dtype')}, "
                f"{len(doc.get('rows', []))} rows, fit leave-one-out error median "
@@ -74,19 +74,19 @@ def validate(profile, scenario, n, repeats, out):
     try:
         from calibrate.against_sim import validate as run_validation
     except ImportError as exc:
-        _fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
+        fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
     from sim.core.costs import ProfileError, load_profile
 
     try:  # a file that is not a profile fails here, in one line, before any measurement
         load_profile(str(profile), where=f"--profile {profile}")
     except ProfileError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     trace = None
     engine = None
     if scenario:
         from sim.assembly import build_workload
 
-        sc = _load(scenario, (), None, None)
+        sc = load(scenario, (), None, None)
         trace = build_workload(sc).open[["arrival_s", "cls", "prompt_tokens", "output_tokens"]].copy()
         trace.insert(0, "request_id", range(len(trace)))
         engine = {"token_budget": sc.engine.max_batched_tokens, "max_num_seqs": sc.engine.max_num_seqs,

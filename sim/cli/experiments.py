@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError
-from sim.cli.group import _check_load, _check_out, _csv, _fail, _load, _workers, main
+from sim.cli.group import check_load, check_out, csv_list, fail, load, check_workers, main
 
 
 @main.command()
@@ -38,8 +38,8 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     failed runs (at most 100; 130 when interrupted; 2 for bad input before any run)."""
     from sim.experiments.sweep import run_sweep
 
-    sc = _load(scenario, sets, None, None)
-    _workers(workers)
+    sc = load(scenario, sets, None, None)
+    check_workers(workers)
     axes = _sweep_axes(sc, policies, loads, seeds, grid_file)
     specs, repeats = _sweep_specs(sc, axes)
     if repeats:
@@ -49,7 +49,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"sweep-{sc.name}-{stamp}"
-    _check_out(out)
+    check_out(out)
     click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
                f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
@@ -58,7 +58,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
                         meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
                               "seed_repeats_not_run": repeats})
     except (RuntimeError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _report_sweep(out, axes, rep, no_plots)
     if rep.interrupted:
         click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
@@ -76,20 +76,20 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
         try:
             grid = read_grid(grid_file)
         except ValueError as exc:
-            _fail(str(exc))
-    pol = _csv(policies, str, "policies")
-    lds = _csv(loads, float, "loads")
+            fail(str(exc))
+    pol = csv_list(policies, str, "policies")
+    lds = csv_list(loads, float, "loads")
     if seeds.strip().isdigit() and "," not in seeds:
         n = int(seeds)
         if n < 1:
-            _fail(f"--seeds: must be at least 1 (got {n})")
+            fail(f"--seeds: must be at least 1 (got {n})")
         sds = [sc.seed + i for i in range(n)]
     else:
-        sds = _csv(seeds, int, "seeds")
+        sds = csv_list(seeds, int, "seeds")
     axes: dict = {}
     for name, flag, default in (("policy", pol, [sc.policy.name]), ("load", lds, [1.0]), ("seed", sds, None)):
         if flag is not None and name in grid:
-            _fail(f"'{name}' is given both on the command line and in {grid_file}")
+            fail(f"'{name}' is given both on the command line and in {grid_file}")
         axes[name] = flag if flag is not None else grid.pop(name, default)
     axes.update(grid)
     return axes
@@ -109,13 +109,13 @@ def _sweep_specs(sc, axes: dict) -> tuple[list, int]:
                for s in specs]
         for s, sc_s in zip(specs, scs):
             if s.load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
-                _check_load(sc_s, s.load_scale)
+                check_load(sc_s, s.load_scale)
         repeats = 0
         if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
             from sim.experiments.seeds import drop_seed_repeats
             specs, repeats = drop_seed_repeats(specs, scs)
     except (ValueError, ScenarioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     return specs, repeats
 
 
@@ -166,15 +166,15 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         import optuna  # noqa: F401
         import tomli_w  # noqa: F401
     except ImportError:
-        _fail("tune needs Optuna: pip install -e '.[tune]'")
+        fail("tune needs Optuna: pip install -e '.[tune]'")
     from sim.experiments import tune as tn
     from sim.experiments.tune_report import write_report
 
-    sc = _load(scenario, sets, None, None)
+    sc = load(scenario, sets, None, None)
     try:
         spec, trials, k = _tune_spec(sc, space, slos, maximize, minimize, trials, seeds)
     except tn.TuneError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     knobs, objs = spec.knobs, spec.objectives
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -185,7 +185,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
                           resume=resume, seed=sampler_seed, log=click.echo)
     except tn.TuneError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     info = write_report(spec, out, plots=not no_plots)
     _print_tune_report(spec, info, rep, k, out)
     if rep.interrupted:
@@ -261,25 +261,25 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.experiments.slos import parse_slos
 
-    sc = _load(scenario, sets, None, seed)
-    _workers(workers)
-    names = _csv(designs, str, "designs")
+    sc = load(scenario, sets, None, seed)
+    check_workers(workers)
+    names = csv_list(designs, str, "designs")
     for d in names:
         if d not in DESIGNS:
-            _fail(f"--designs: unknown design {d!r} (expected one of {', '.join(DESIGNS)})")
+            fail(f"--designs: unknown design {d!r} (expected one of {', '.join(DESIGNS)})")
     if max_replicas < 1:
-        _fail(f"--max-replicas: expected >= 1 (got {max_replicas})")
+        fail(f"--max-replicas: expected >= 1 (got {max_replicas})")
     if grace < 0:
-        _fail(f"--grace: expected >= 0 (got {grace})")
+        fail(f"--grace: expected >= 0 (got {grace})")
     try:
         slo = parse_slos(sc, list(slos), grace)
         if router is not None:
             from sim.cluster.routers import make_router
             try:
                 if make_router(router).class_aware:
-                    _fail(f"--router: the shared design needs a router that is not class-aware (got {router!r})")
+                    fail(f"--router: the shared design needs a router that is not class-aware (got {router!r})")
             except (KeyError, ValueError, TypeError) as exc:
-                _fail(f"--router: {exc.args[0] if exc.args else exc}")
+                fail(f"--router: {exc.args[0] if exc.args else exc}")
         # validate one point before the search starts
         from sim.experiments.capacity import design_cluster, design_dims
         from sim.config import with_cluster
@@ -287,14 +287,14 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             dims = design_dims(d, sc.class_names, max_replicas)
             with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
                               workers=workers, log=click.echo, progress=None)
     except (RuntimeError, ScenarioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"capacity-{sc.name}-{stamp}"

@@ -10,7 +10,7 @@ import click
 from sim.core.errors import ScenarioError
 
 
-def _fail(msg: str) -> None:
+def fail(msg: str) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(2)
 
@@ -21,47 +21,47 @@ def main() -> None:
     """priosim: simulate an LLM serving replica under priority scheduling."""
 
 
-def _load(scenario, sets, policy, seed):
+def load(scenario, sets, policy, seed):
     from sim.config import load_scenario
 
     overrides = list(sets)
     if policy:
-        overrides.append(f"policy.name={_toml_str(policy)}")
+        overrides.append(f"policy.name={toml_str(policy)}")
     if seed is not None:
         overrides.append(f"seed={seed}")
     try:
         return load_scenario(scenario, overrides=overrides)
     except ScenarioError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
-def _check_out(out, flag: str = "--out") -> None:
+def check_out(out, flag: str = "--out") -> None:
     """Fail in one line, before any work, when results could not be written under ``out``: a
     probe file is made and removed in the nearest existing folder (nothing is left behind)."""
     import tempfile
 
     p = Path(out)
     if p.exists() and not p.is_dir():
-        _fail(f"{flag} {out}: exists and is not a folder (expected a folder for the results)")
+        fail(f"{flag} {out}: exists and is not a folder (expected a folder for the results)")
     probe = p
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        _fail(f"{flag} {out}: {probe} is a file (expected a folder for the results)")
+        fail(f"{flag} {out}: {probe} is a file (expected a folder for the results)")
     try:
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as exc:
-        _fail(f"{flag} {out}: cannot write in {probe} ({exc.strerror or exc}) (expected a writable folder)")
+        fail(f"{flag} {out}: cannot write in {probe} ({exc.strerror or exc}) (expected a writable folder)")
 
 
-def _workers(value, flag: str = "--workers"):
+def check_workers(value, flag: str = "--workers"):
     if value is not None and value < 1:
-        _fail(f"{flag}: must be at least 1 (got {value})")
+        fail(f"{flag}: must be at least 1 (got {value})")
     return value
 
 
-def _check_load(sc, load: float) -> None:
+def check_load(sc, load: float) -> None:
     import workloads
 
     try:
@@ -71,23 +71,23 @@ def _check_load(sc, load: float) -> None:
         raise ScenarioError(f"{sc.source}: --loads {load:g}: {exc}") from None
 
 
-def _toml_str(s: str) -> str:
+def toml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _csv(text: str | None, kind, what: str) -> list | None:
+def csv_list(text: str | None, kind, what: str) -> list | None:
     if text is None:
         return None
     try:
         vals = [kind(v.strip()) for v in text.split(",") if v.strip()]
     except ValueError:
-        _fail(f"--{what}: expected a comma-separated list of {kind.__name__} values (got {text!r})")
+        fail(f"--{what}: expected a comma-separated list of {kind.__name__} values (got {text!r})")
     if not vals:
-        _fail(f"--{what}: empty list")
+        fail(f"--{what}: empty list")
     return vals
 
 
-def _echo_cluster(res) -> None:
+def echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""
     lay = res.summary_dict["cluster"]
     click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs), router={lay['router']}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError
-from sim.cli.group import _check_out, _echo_cluster, _fail, _load, main
+from sim.cli.group import check_out, echo_cluster, fail, load, main
 
 
 @main.command()
@@ -28,15 +28,15 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
-    sc = _load(scenario, sets, policy, seed)
+    sc = load(scenario, sets, policy, seed)
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path("results") / f"{sc.name}-{stamp}"
-    _check_out(out)
+    check_out(out)
     try:
         res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
     except ScenarioError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if lenient:
         from sim.assembly import skipped_rows
         click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
@@ -44,7 +44,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
     try:
         path = res.save(out)
     except OSError as exc:
-        _fail(f"--out {out}: cannot write the results ({exc})")
+        fail(f"--out {out}: cannot write the results ({exc})")
     run_info = res.summary_dict["run"]
     click.echo(f"{sc.name}: policy={sc.policy.name} seed={sc.seed} profile={res.manifest['profile']} "
                f"kv_blocks={run_info['kv_blocks']}")
@@ -53,7 +53,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
                f"simulated={run_info['end_s']:.1f}s wall={run_info['wall_s']:.2f}s "
                f"thrash_ratio={run_info['thrash_ratio']:.3f}")
     if sc.cluster:
-        _echo_cluster(res)
+        echo_cluster(res)
     if plots:
         from sim.experiments.plots import plot_run
 
@@ -113,11 +113,11 @@ def workload(scenario, sets, seed, out, lenient):
     from sim.assembly import build_workload, skipped_rows
     from workloads.stats import stream_stats
 
-    sc = _load(scenario, sets, None, seed)
+    sc = load(scenario, sets, None, seed)
     try:
         wl = build_workload(sc, lenient=lenient)
     except ScenarioError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
     costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
     # Offered load: engine seconds per second the stream asks for, pricing each request as a
@@ -151,7 +151,7 @@ def plot(path, out):
     try:
         files = plot_any(path, out)
     except FileNotFoundError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for f in files:
         if f.suffix == ".png":
             click.echo(str(f))
@@ -169,7 +169,7 @@ def compare(run_a, run_b, metrics, csv_out):
     try:
         df = compare_runs(run_a, run_b, list(metrics) or None)
     except (FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     click.echo(format_comparison(df, run_a, run_b), nl=False)
     if csv_out:
         df.to_csv(csv_out, index=False)

@@ -265,7 +265,8 @@ class Replica:
 
 def _trigger(ev: simpy.Event, delay: int, priority=simpy.core.NORMAL) -> None:
     """Schedule ``ev`` to succeed ``delay`` ns from now (one SimPy event, where a timeout
-    followed by ``succeed`` is two)."""
+    followed by ``succeed`` is two). It sets what ``Event.succeed`` sets, as SimPy's own
+    ``Timeout.__init__`` does, and schedules with the delay that ``succeed`` lacks."""
     ev._ok = True
     ev._value = None
     ev.env.schedule(ev, priority, delay)
