@@ -11,6 +11,7 @@ from sim.core.errors import ScenarioError
 
 
 def fail(msg: str) -> None:
+    """Print ``error: msg`` (one line) on stderr and exit with status 2: bad input, before any work."""
     click.echo(f"error: {msg}", err=True)
     sys.exit(2)
 
@@ -22,6 +23,8 @@ def main() -> None:
 
 
 def load(scenario, sets, policy, seed):
+    """The scenario (a file or a shipped name; None: the default) with the command's ``--set``,
+    ``--policy`` and ``--seed`` applied; bad input fails in one line."""
     from sim.config import load_scenario
 
     overrides = list(sets)
