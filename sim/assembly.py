@@ -22,8 +22,8 @@ import workloads
 from policies import make_policy
 from sim import native
 from sim.config import EngineConfig, Scenario
-from sim.core.costs import NS, CostModel, load_profile
-from sim.core.engine import NEVER, Engine
+from sim.core.costs import NEVER, NS, CostModel, load_profile
+from sim.core.engine import Engine
 from sim.core.errors import ScenarioError
 from sim.core.kvpool import KVPool
 from sim.core.prefix_cache import PrefixCache
@@ -241,7 +241,7 @@ def _attribution(engine: Engine) -> list[dict]:
 def _spec_report(engine: Engine) -> dict | None:
     if not engine.spec_k:
         return None
-    st = dict(engine.spec_stats)
+    st = dict(engine.spec.stats)
     n = max(st["sequence_steps"], 1)
     st.update(k=engine.spec_k, mean_accepted_per_sequence_step=st["accepted"] / n,
               mean_emitted_per_sequence_step=st["emitted"] / n,

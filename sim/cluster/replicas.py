@@ -29,7 +29,7 @@ from itertools import accumulate
 
 import simpy
 
-from sim.core.engine import NEVER
+from sim.core.costs import NEVER
 from sim.core.loop import replica_loop
 
 

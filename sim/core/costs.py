@@ -40,7 +40,7 @@ import hashlib
 from bisect import bisect_right
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from plumbing.numbers import in_range
@@ -206,10 +206,7 @@ class CostModel:
 
     def with_overhead(self, overhead: Overhead) -> "CostModel":
         """This profile priced with another engine overhead (a new CostModel)."""
-        return CostModel(name=self.name, meta=self.meta, shape=self.shape, step=self.step,
-                         kv_capacity_bytes=self.kv_capacity_bytes, swap_latency_s=self.swap_latency_s,
-                         swap_block_s=self.swap_block_s, swap_bytes_per_s=self.swap_bytes_per_s,
-                         digest=self.digest, raw=self.raw, tables=self.tables, overhead=overhead)
+        return replace(self, overhead=overhead)  # (its derived fields are derived anew)
 
     @property
     def overhead_on(self) -> bool:

@@ -32,15 +32,15 @@ from policies.base import BasePolicy, RankingContext
 from sim.core import apply as _apply
 from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
-from sim.core.costs import NEVER, NS, CostModel  # (NEVER re-exported: its home is costs, beside NS)
+from sim.core.costs import NEVER, NS, CostModel
 from sim.core.kvpool import KVPool
-from sim.core.plan import Scheduled, StepPlan  # noqa: F401  (re-exported)
+from sim.core.plan import StepPlan
 from sim.core.preemption import make_mode
 from sim.core.request import Request, State
 from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
 
-__all__ = ["NEVER", "Engine", "Scheduled", "StepPlan"]
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -84,15 +84,15 @@ class Engine:
         self.waiting: Any = []
         # a policy may keep the waiting set in its own structure (the fairness accountant's
         # per-tenant queues): then pushes and pops go to it and a re-key is its own
+        self._prefix_info = bool(getattr(policy, "needs_prefix_info", False))
         queues = getattr(policy, "waiting_queues", None)
-        self.own_queues = queues() if queues is not None and not getattr(policy, "needs_prefix_info", False) else None
+        self.own_queues = queues() if queues is not None and not self._prefix_info else None
         if self.own_queues is not None:
             self.waiting = self.own_queues
         self.running: list[Request] = []
         self._seq = 0
         self.admissions = 0  # requests admitted so far (each admission's sequence number)
         self.dynamic = bool(getattr(policy, "dynamic", False))
-        self._prefix_info = bool(getattr(policy, "needs_prefix_info", False))
         # told before each re-key when it listens (its own hook, or the default that keeps
         # older prefix-aware policies' queue_len)
         hook = getattr(policy, "before_ranking", None)
@@ -113,14 +113,10 @@ class Engine:
         self.class_priority = [getattr(c, "priority", 0) for c in classes]
         self.preemption = make_mode(cfg.preemption)
         self.grows_blocks = self.preemption.grows_blocks
-        if not cfg.chunked_prefill:
-            self.chunk_cap = NEVER
         self.oracle = bool(getattr(policy, "oracle", False))
         spec = cfg.speculative
         self.spec = Speculation(spec, classes, spec_seed, cfg.overhead) if spec is not None else None
         self.spec_k = spec.k if spec is not None else 0
-        self.spec_stats = self.spec.stats if self.spec is not None else {
-            "steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
         # KV slots a decode step's drafts take beyond its token (blocks grow only when
         # preemption is on; drafts need a budget above k): counted when sizing requests up
         self.draft_slots = (self.spec_k if self.spec_k and self.grows_blocks
@@ -151,12 +147,21 @@ class Engine:
     def push_waiting(self, req: Request, now_ns: int) -> None:
         req.key = self._key(req, now_ns / NS)
         self._seq += 1
-        if self.own_queues is not None:
-            self.own_queues.push((req.key, self._seq, req))
-        else:
-            heapq.heappush(self.waiting, (req.key, self._seq, req))
+        self.push_entry((req.key, self._seq, req))
         if req.tokens - req.computed > 1:
             self.waiting_prefills[req.cls_idx] += 1
+
+    def push_entry(self, entry: tuple) -> None:
+        """Put a ``(key, seq, request)`` entry into the waiting set (the policy's own queues when
+        it keeps them, else the heap)."""
+        if self.own_queues is not None:
+            self.own_queues.push(entry)
+        else:
+            heapq.heappush(self.waiting, entry)
+
+    def pop_entry(self) -> tuple:
+        """Take the first-ranked ``(key, seq, request)`` entry out of the waiting set."""
+        return self.own_queues.pop() if self.own_queues is not None else heapq.heappop(self.waiting)
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
@@ -165,20 +170,17 @@ class Engine:
         now_s = now_ns / NS
         if self.own_queues is not None:
             self.own_queues.rekey()
-            for r in self.running:
-                r.key = self._key(r, now_s)
-            self.rank_order = None
-            return
-        key = self._key
-        seq = self._seq
-        items = []
-        for _, _, r in self.waiting:
-            r.key = k = key(r, now_s)
-            seq += 1
-            items.append((k, seq, r))
-        self._seq = seq
-        heapq.heapify(items)
-        self.waiting = items
+        else:
+            key = self._key
+            seq = self._seq
+            items = []
+            for _, _, r in self.waiting:
+                r.key = k = key(r, now_s)
+                seq += 1
+                items.append((k, seq, r))
+            self._seq = seq
+            heapq.heapify(items)
+            self.waiting = items
         for r in self.running:
             r.key = self._key(r, now_s)
         self.rank_order = None

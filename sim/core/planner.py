@@ -17,7 +17,6 @@ running set; the step is then priced and applied (:mod:`sim.core.apply`).
 """
 from __future__ import annotations
 
-import heapq
 from bisect import insort
 from typing import TYPE_CHECKING
 
@@ -116,17 +115,11 @@ def cohort_step_blocks(eng: Engine) -> list[int] | None:
     return need if blocks <= 0 or blocks <= eng.pool.available_for(worst) else None
 
 
-def dissolve_cohort(eng: Engine, plan: StepPlan | None = None, scheduled: dict | None = None) -> None:
-    """Make every cohort member an ordinary running request again (synced). Inside a plan
-    whose step the cohort already joined, each gets its decode item for that step."""
+def dissolve_cohort(eng: Engine) -> None:
+    """Make every cohort member an ordinary running request again (synced)."""
     assert eng.cohort is not None
-    members = eng.cohort.dissolve()
+    eng.cohort.dissolve()
     eng.rank_order = None
-    if plan is not None and plan.cohort:
-        assert scheduled is not None
-        plan.cohort = 0
-        for r in sorted(members, key=rank):
-            scheduled[r.request_id] = Scheduled(r, 1, r.computed, True)
 
 
 def _cohort_share(eng: Engine, plan: StepPlan) -> None:
@@ -203,10 +196,6 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
 
 
 # ---- admission ---------------------------------------------------------------------------------
-def pop_waiting(eng: Engine) -> tuple:
-    return eng.own_queues.pop() if eng.own_queues is not None else heapq.heappop(eng.waiting)
-
-
 def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
     """Admit waiting requests in rank order while they fit; returns the budget left."""
     throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
@@ -216,7 +205,7 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
         key, _, w = eng.waiting[0]
         fit, n, need_blocks, hit = fits(eng, w, budget)
         if not fit and class_capped(eng, w):
-            throttled.append(pop_waiting(eng))
+            throttled.append(eng.pop_entry())
             held[w.cls_idx] += 1
             if eng.pool.cache is None:
                 # every waiter left is a prefill of a class whose cap is used up: each would
@@ -236,14 +225,11 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
             fit, n, need_blocks, hit = fits(eng, w, budget)
             if not fit:
                 break
-        pop_waiting(eng)
+        eng.pop_entry()
         _admit(eng, w, n, need_blocks, hit, plan, scheduled, now_ns)
         budget -= n
     for entry in throttled:
-        if eng.own_queues is not None:
-            eng.own_queues.push(entry)
-        else:
-            heapq.heappush(eng.waiting, entry)
+        eng.push_entry(entry)
     return budget
 
 
