@@ -249,10 +249,6 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
     probe the partitions of ``partitioned`` one at a time (default: where that is exact, see
     :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower)."""
-    for d in designs:
-        design_dims(d, sc.class_names, max_replicas)  # validates the names
-    if apart is None:
-        apart = "partitioned" in designs and partitions_apart(sc, load_scale)
     search = _Search(sc, designs, slos, router=router, max_replicas=max_replicas, load_scale=load_scale,
                      workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart)
     t0 = time.perf_counter()
@@ -271,13 +267,15 @@ class _Search:
     counts), and the workers that simulate them."""
 
     def __init__(self, sc, designs: list[str], slos: dict, *, router, max_replicas: int, load_scale: float,
-                 workers: int, log, early_stop: bool, apart: bool) -> None:
+                 workers: int, log, early_stop: bool, apart: bool | None) -> None:
         self.base = sc.to_dict()
         self.base.pop("cluster", None)
         self.source, self.base_dir, self.name = sc.source, sc.base_dir, sc.name
         self.designs, self.slos, self.router, self.max_replicas = designs, slos, router, max_replicas
         self.load_scale, self.workers, self.log, self.early_stop = load_scale, workers, log, early_stop
-        self.state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}
+        self.state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}  # (checks the names)
+        if apart is None:
+            apart = "partitioned" in designs and partitions_apart(sc, load_scale)
         self.alone = {d for d in designs if d == "partitioned" and apart}  # probed a partition at a time
         self.cache: dict[tuple, dict] = {}
         self.rep = CapacityReport(sc.name, slos)

@@ -247,6 +247,14 @@ def fig_timeline(d: dict, max_requests: int = 40) -> Figure | None:
     return fig
 
 
+def _save_all(figs: dict[str, Figure], out: Path) -> list[Path]:
+    """Save every figure of ``figs`` (name -> figure) into ``out``; the files written."""
+    paths: list[Path] = []
+    for name, fig in figs.items():
+        paths += _save(fig, out, name)
+    return paths
+
+
 def run_figures(run_dir: str | Path) -> dict[str, Figure]:
     """The run's figures by name, not saved (for notebooks)."""
     d = _load_run(Path(run_dir))
@@ -261,11 +269,7 @@ def run_figures(run_dir: str | Path) -> dict[str, Figure]:
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
     """Draw a run's figures into ``out_dir`` (default ``run_dir/figures``); returns the files."""
     run_dir = Path(run_dir)
-    out = Path(out_dir) if out_dir else run_dir / "figures"
-    paths: list[Path] = []
-    for name, fig in run_figures(run_dir).items():
-        paths += _save(fig, out, name)
-    return paths
+    return _save_all(run_figures(run_dir), Path(out_dir) if out_dir else run_dir / "figures")
 
 
 # ---- a sweep --------------------------------------------------------------------------------
@@ -403,11 +407,7 @@ def sweep_figures(sweep_dir: str | Path) -> dict[str, Figure]:
 def plot_sweep(sweep_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
     """Draw a sweep's figures from ``sweep.parquet`` into ``out_dir`` (default ``sweep_dir/figures``)."""
     sweep_dir = Path(sweep_dir)
-    out = Path(out_dir) if out_dir else sweep_dir / "figures"
-    paths: list[Path] = []
-    for name, fig in sweep_figures(sweep_dir).items():
-        paths += _save(fig, out, name)
-    return paths
+    return _save_all(sweep_figures(sweep_dir), Path(out_dir) if out_dir else sweep_dir / "figures")
 
 
 def plot_any(path: str | Path, out_dir: str | Path | None = None) -> list[Path]:
