@@ -41,14 +41,12 @@ def seed_for(seed: int, name: str) -> int:
 
 # ---- the parts ----------------------------------------------------------------------------------
 def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None = None, *,
-                 trace: list | None = None, gate=None, engine_cfg: EngineConfig | None = None,
-                 seed_tag: str = "") -> Engine:
-    """One replica's engine (KV pool, policy, admission gate, telemetry) for scenario ``sc``.
-
-    ``engine_cfg`` overrides ``sc.engine`` (a cluster's replica groups may differ in hardware);
+                 trace: list | None = None, gate=None, seed_tag: str = "") -> Engine:
+    """One replica's engine (KV pool, policy, admission gate, telemetry) for scenario ``sc``
+    (a cluster's replica group passes its own scenario: the group's engine and policy).
     ``seed_tag`` separates the random streams of several replicas.
     """
-    cfg = engine_cfg or sc.engine
+    cfg = sc.engine
     costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead)
     pool = _kv_pool(sc, cfg, costs)
     policy = make_policy(sc.policy.name, **sc.policy.params())
@@ -202,16 +200,10 @@ def engine_run_info(engine: Engine, end_ns: int, reports: bool = True) -> dict:
     replica's own summary shows (prefix attribution, speculation, the policy's and the gate's
     reports; a policy's can take a while), for a cluster that sums the facts only."""
     pool, tel = engine.pool, engine.tel
-    if not reports:
-        return {"engine_events": engine.events, "iterations": engine.iterations, "busy_s": engine.busy_ns / NS,
-                "thrash_s": engine.thrash_ns / NS, "end_s": end_ns / NS,
-                "idle_with_work_s": tel.idle_with_work_ns / NS, "kv_blocks": pool.total,
-                "swap_blocks": pool.host_total, "preemptions_by_mode": dict(tel.preempt_by_mode),
-                "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0}
-    return {
+    info = {
         "engine_events": engine.events,
-        "engine_build": native.BUILD,  # "mypyc" (compiled hot modules) or "python"
-        "lazy_batch": engine.cohort is not None,  # steady decoders advanced as one cohort
+        **({"engine_build": native.BUILD,  # "mypyc" (compiled hot modules) or "python"
+            "lazy_batch": engine.cohort is not None} if reports else {}),  # steady decoders as one cohort
         "iterations": engine.iterations,
         "busy_s": engine.busy_ns / NS,
         "thrash_s": engine.thrash_ns / NS,
@@ -221,11 +213,12 @@ def engine_run_info(engine: Engine, end_ns: int, reports: bool = True) -> dict:
         "swap_blocks": pool.host_total,
         "preemptions_by_mode": dict(tel.preempt_by_mode),
         "prefix_evictions": pool.cache.evictions if pool.cache is not None else 0,
-        "prefix_attribution": _attribution(engine) if pool.cache is not None else None,
-        "speculative": _spec_report(engine),
-        "policy": getattr(engine.policy, "report", lambda: {})(),
-        **({"admission": engine.gate.report()} if getattr(engine.gate, "report", None) else {}),
     }
+    if reports:
+        info.update(prefix_attribution=_attribution(engine) if pool.cache is not None else None,
+                    speculative=_spec_report(engine), policy=getattr(engine.policy, "report", lambda: {})(),
+                    **({"admission": engine.gate.report()} if getattr(engine.gate, "report", None) else {}))
+    return info
 
 
 def _attribution(engine: Engine) -> list[dict]:

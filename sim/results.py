@@ -28,11 +28,16 @@ from sim.core.costs import NS
 PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
+def _nanquantile(a: np.ndarray, q: float) -> float | None:
+    """The ``q`` quantile of the float array ``a`` without its NaNs (None when none are left):
+    what Series.quantile computes (linear), without its overhead."""
+    a = a[~np.isnan(a)]
+    return None if not len(a) else float(np.quantile(a, [q])[0])
+
+
 def _q(s: pd.Series, q: float) -> float | None:
-    if s.dtype == np.float64:  # what Series.quantile computes (linear), without its overhead
-        a = s.to_numpy()
-        a = a[~np.isnan(a)]
-        return None if not len(a) else float(np.quantile(a, [q])[0])
+    if s.dtype == np.float64:
+        return _nanquantile(s.to_numpy(), q)
     s = s.dropna()
     return None if s.empty else float(s.quantile(q))
 
@@ -112,8 +117,7 @@ class RequestGroups:
         if rows is not None:
             a = a[rows]
         if a.dtype == np.float64 and st.how in PCTS:
-            a = a[~np.isnan(a)]
-            return None if not len(a) else float(np.quantile(a, [PCTS[st.how]])[0])
+            return _nanquantile(a, PCTS[st.how])
         if a.dtype == np.float64 and st.how == "mean":  # pandas' nanmean: NaN as 0, over the count
             nan = np.isnan(a)
             if nan.all():

@@ -10,9 +10,7 @@ share is :func:`sim.assembly.prepare`.
 """
 from __future__ import annotations
 
-from sim.assembly import (  # noqa: F401 - build_workload, skipped_rows, ...: public names kept here too
-    build_engine, build_workload, engine_run_info, prepare, quiet_gc, run_to_end, seed_for, sim_seconds_bar,
-    skipped_rows)
+from sim.assembly import build_engine, engine_run_info, prepare
 from sim.config import Scenario
 from sim.core.errors import ScenarioError
 from sim.core.loop import replica_loop

@@ -72,7 +72,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
         for _ in range(g.replicas):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None
-            eng = build_engine(scg, setup.env, costs, trace=trace, engine_cfg=g.engine, seed_tag=f"/replica{i}")
+            eng = build_engine(scg, setup.env, costs, trace=trace, seed_tag=f"/replica{i}")
             eng.on_request_end = cl.on_request_end
             # runs may go on past decoders' last tokens (what a router reads is adjusted for
             # them, except KV use, which they would release)

@@ -369,17 +369,3 @@ class _Cluster:
         rep.in_flight = False
         for o in self.replicas:
             o.notify()  # idle replicas re-check finished()
-
-
-_MOVED = {"ClusterResults": "sim.cluster.results", "cluster_json": "sim.cluster.results",
-          "ClusterSpec": "sim.cluster.spec", "GroupSpec": "sim.cluster.spec", "parse_cluster": "sim.cluster.spec",
-          "simulate_cluster": "sim.cluster.driver"}
-
-
-def __getattr__(name: str):
-    """Names that lived here before the cluster was split into spec, driver and results modules
-    (``from sim.cluster.replicas import simulate_cluster`` keeps working; prefer ``sim.cluster``)."""
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

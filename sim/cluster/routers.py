@@ -56,20 +56,7 @@ class BaseRouter:
         return {}
 
 
-Router = BaseRouter  # its former name
-
-
-def _least(candidates: Sequence[ReplicaView], key) -> ReplicaView:
-    """The candidate with the smallest ``key``; ties go to the lowest replica index."""
-    best = candidates[0]
-    bk = key(best)
-    for c in candidates[1:]:
-        k = key(c)
-        if k < bk:
-            best, bk = c, k
-    return best
-
-
+# The routers pick with min(): it keeps the first of equal keys, so ties go to the lowest index.
 _OUTSTANDING = attrgetter("outstanding")
 
 
@@ -99,8 +86,7 @@ class LeastOutstanding(BaseRouter):
     reads_kv = False
 
     def route(self, req, candidates, now_ns):
-        # (min keeps the first of equal keys: ties to the lowest index, as _least; read for every
-        # candidate at every arrival, so without a Python frame per candidate)
+        # (read for every candidate at every arrival, so without a Python frame per candidate)
         return min(candidates, key=_OUTSTANDING)
 
 
@@ -110,7 +96,7 @@ class LeastKV(BaseRouter):
     name = "least_kv"
 
     def route(self, req, candidates, now_ns):
-        return _least(candidates, lambda c: (c.kv_used, c.outstanding))
+        return min(candidates, key=lambda c: (c.kv_used, c.outstanding))
 
 
 class PowerOfTwo(BaseRouter):
@@ -134,7 +120,7 @@ class PowerOfTwo(BaseRouter):
         else:
             idx = sorted(self.rng.choice(len(candidates), size=self.d, replace=False).tolist())
             picks = [candidates[i] for i in idx]
-        return _least(picks, lambda c: c.outstanding)
+        return min(picks, key=_OUTSTANDING)
 
 
 class ClassAware(BaseRouter):
