@@ -107,17 +107,14 @@ def _workload(sc, load_scale: float):
     """The scenario's request stream, generated once per process and shared by every probe
     (probes differ only in the cluster; the stream is not modified by a run). None with
     closed-loop users, whose state a run advances."""
-    from sim.run import build_workload
+    from sim.assembly import build_workload
 
     key = json.dumps([sc.streams, sc.horizon_s, sc.seed, sc.base_dir, load_scale], sort_keys=True, default=str)
-    wl = _WORKLOADS.get(key)
-    if wl is None:
+    if key not in _WORKLOADS:  # (a closed-loop stream is remembered as None: not built again to be dropped)
         wl = build_workload(sc, load_scale)
-        if wl.closed:
-            return None
         _WORKLOADS.clear()
-        _WORKLOADS[key] = wl
-    return wl
+        _WORKLOADS[key] = None if wl.closed else wl
+    return _WORKLOADS[key]
 
 
 def _only(wl, classes: list[str]):

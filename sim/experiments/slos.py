@@ -12,7 +12,9 @@ import math
 
 import pandas as pd
 
+from sim.core.costs import NS
 from sim.core.errors import ScenarioError
+from sim.core.request import State
 
 SLO_KEYS = ("ttft", "tpot", "done")
 
@@ -130,9 +132,6 @@ class SloWatch:
         self.lost[c] = max(self.lost.get(c, 0.0), ratio)
 
     def __call__(self, req, now_ns: int) -> None:
-        from sim.core.costs import NS
-        from sim.core.request import State
-
         c = req.cls
         s = self.slos.get(c)
         if s is None:
