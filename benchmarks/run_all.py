@@ -116,7 +116,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only the 10k cases, no sweep cases (a few seconds)")
-    quick = ap.parse_args().quick
+    ap.add_argument("--no-servegen", action="store_true", help="leave out the 16-replica ServeGen row (minutes)")
+    args = ap.parse_args()
+    quick = args.quick
     sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
     compiled = ensure_compiled()
     rows = [run_case("core", n, True) for n in sizes]
@@ -162,7 +164,7 @@ def main() -> None:
         md += ["", f"Parallel efficiency with 2 workers: {eff:.2f}."]
     if not quick:  # the commands users wait on (bench_paths.py), against the yardstick
         from benchmarks.bench_paths import measure as measure_paths
-        md += [""] + measure_paths(servegen="--no-servegen" not in sys.argv)
+        md += [""] + measure_paths(servegen=not args.no_servegen)
     out = HERE / "results.md"
     notes = ""  # a hand-written "## Notes" section at the end survives re-measuring
     if out.exists() and "\n## Notes" in out.read_text():

@@ -251,17 +251,14 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
 
     bar = progress_bar(progress, total=repeats * len(reqs0), desc=f"validate: {meta['shape']} for real", unit="requests")
     runs = []
-    for _ in range(repeats):
-        reqs = _requests(requests_df)
-        execute, now, wait_until = _clocked(clock, _forward_fn(model, gen), busy_wait)
-        try:
+    try:
+        for _ in range(repeats):
+            reqs = _requests(requests_df)
+            execute, now, wait_until = _clocked(clock, _forward_fn(model, gen), busy_wait)
             runs.append(_serve(reqs, p, execute, now, wait_until, bar))
-        except BaseException:
-            if bar is not None:
-                bar.close()
-            raise
-    if bar is not None:
-        bar.close()
+    finally:
+        if bar is not None:
+            bar.close()
     return _median_of_runs(runs, repeats, clock)
 
 

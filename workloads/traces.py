@@ -494,9 +494,10 @@ def check_trace_spec(spec: Any, base_dir: Path) -> Path:
     path = resolve_path(spec.get("path"), base_dir)
     if not loader.per_request:
         return path
-    require("path", str(path), path.is_file(), "an existing file (bundled: "
-            f"{', '.join([*BUNDLED, *bundled_names()])}; other paths are relative to the "
-            "scenario's directory)")
+    if not path.is_file():  # (the message lists the bundled files: a walk of the data folder)
+        require("path", str(path), False, "an existing file (bundled: "
+                f"{', '.join([*BUNDLED, *bundled_names()])}; other paths are relative to the "
+                "scenario's directory)")
     loader.check(spec)
     unit = spec.get("time_unit", "s")
     require("time_unit", unit, unit in TIME_UNITS or unit == "datetime",

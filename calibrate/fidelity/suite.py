@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,16 +56,6 @@ def engine_settings(text: str) -> dict:
             k, _, v = part.partition("=")
             out[k.strip()] = parse_value(v.strip())
     return out
-
-
-@dataclass
-class RowRun:
-    """One row's simulated value and what it took."""
-
-    id: str
-    simulated: float
-    requests: int
-    sim_s: float
 
 
 def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> dict:
@@ -144,20 +134,12 @@ def metric_value(row: dict, res) -> float:
     return float(fin[col].quantile(q)) * 1e3
 
 
-def run_row(row: dict, overhead=None, seed: int = 0) -> RowRun:
-    """Simulate one row (with the row's preset, or ``overhead``)."""
-    with tempfile.TemporaryDirectory(prefix="priosim-fidelity-") as d:
-        sc = scenario_from_dict(scenario_for(row, Path(d), overhead, seed), base_dir=d)
-        res = simulate(sc)
-    return RowRun(row["id"], metric_value(row, res), len(res.requests), float(res.summary_dict["run"]["end_s"]))
-
-
 def run_table(df: pd.DataFrame, overhead=None, progress=None) -> pd.DataFrame:
     """Every reproducible row of ``df``: published, simulated and relative error (simulated /
     published - 1). Rows whose ``split`` is ``excluded`` are skipped. ``overhead``: a preset for
     every row, or a dict {preset name: overhead} replacing the rows' presets."""
     out = []
-    cache: dict[tuple, RowRun] = {}
+    cache: dict[tuple, Any] = {}  # run key -> the simulation's Results
     for row in df.to_dict("records"):
         if row["split"] == "excluded":
             continue
@@ -166,11 +148,11 @@ def run_table(df: pd.DataFrame, overhead=None, progress=None) -> pd.DataFrame:
         key = (row["profile"], row["scenario"], row["dataset"], row["n"], row["prompt_tokens"],
                row["output_tokens"], row["rate"], row["concurrency"], row["engine_settings"],
                row["prompt_mean"], row["output_mean"], row["overhead"], repr(ov))
-        with tempfile.TemporaryDirectory(prefix="priosim-fidelity-") as d:
-            if key not in cache:
+        if key not in cache:
+            with tempfile.TemporaryDirectory(prefix="priosim-fidelity-") as d:
                 sc = scenario_from_dict(scenario_for(row, Path(d), ov), base_dir=d)
                 cache[key] = simulate(sc)
-            res = cache[key]
+        res = cache[key]
         sim = metric_value(row, res)
         out.append({"id": row["id"], "metric": row["metric"], "unit": row["unit"], "split": row["split"],
                     "overhead": row["overhead"], "published": float(row["value"]), "simulated": sim,

@@ -16,14 +16,14 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from workloads.traces import DATA_DIR
+
 #: The bundled ShareGPT length table (gzip; see workloads/data/README.md).
-SHAREGPT = Path(__file__).resolve().parents[2] / "workloads" / "data" / \
-    "sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz"
+SHAREGPT = DATA_DIR / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz"
 
 
 @lru_cache(maxsize=1)
