@@ -11,13 +11,13 @@ This package imports nothing from ``sim`` or ``calibrate``. See docs/workloads.m
 from __future__ import annotations
 
 from workloads.arrivals import ARRIVALS, parse_arrival
-from workloads.build import (REQUIRED_COLUMNS, ClosedLoopStream, Workload, build_workload,
-                             validate_streams)
+from workloads.build import REQUIRED_COLUMNS, ClosedLoopStream, Workload, build_workload
 from workloads.contracts import ArrivalProcess, LengthLaw, LengthModel, TraceLoader
 from workloads.errors import WorkloadError
 from workloads.lengths import LENGTHS, ClippedLength, parse_length
 from workloads.library import DEFAULT_SCENARIO, SCENARIO_DIR, shipped_scenario, shipped_scenarios
 from workloads.stats import stream_stats
+from workloads.streams import validate_streams
 from workloads.traces import BUNDLED, TRACE_LOADERS, TraceFormat, load_trace
 
 __all__ = ["WorkloadError", "Workload", "ClosedLoopStream", "validate_streams", "build_workload",

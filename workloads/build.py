@@ -30,7 +30,7 @@ from workloads.contracts import LengthModel
 from workloads.lengths import sample_pair
 from workloads.prefix import synthetic_hash_ids
 from workloads.servegen import load_client, sample_client
-from workloads.streams import STREAM_KEYS, StreamSpec, check_stream, check_volume, validate_streams
+from workloads.streams import StreamSpec, check_stream, check_volume, stream_duration, stream_end
 from workloads.traces import load_trace
 
 RNG_NAMES = {"arrivals": 0, "lengths": 1, "attributes": 2, "closed": 3, "prefix": 90}
@@ -155,8 +155,8 @@ def _synthetic_lengths(st: StreamSpec, rng: np.random.Generator, n: int) -> pd.D
 
 def _build_open(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
                 lenient: bool, meta: dict) -> pd.DataFrame:
-    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
-    dur = max(0.0, end - st.start_s)
+    end = stream_end(st, horizon_s)
+    dur = stream_duration(st, horizon_s)
     r_arr, r_len, r_att = (child_rng(seed, st.index, k) for k in ("arrivals", "lengths", "attributes"))
     trace_df, default_max = None, None
     if st.kind in ("replay", "trace_lengths"):
@@ -263,7 +263,7 @@ def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, 
 def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
                   lenient: bool, meta: dict) -> ClosedLoopStream:
     proc = st.arrival.scaled(load_scale)
-    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
+    end = stream_end(st, horizon_s)
     meta.update(users=proc.users, think_mean_s=proc.think.mean, mean_rate_bound=proc.mean_rate)
     deadline = st.deadline_s
     if st.trace is not None:
@@ -341,5 +341,4 @@ def _assemble(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return df
 
 
-__all__ = ["Workload", "ClosedLoopStream", "validate_streams", "build_workload", "child_rng",
-           "empty_frame", "REQUIRED_COLUMNS", "STREAM_KEYS"]
+__all__ = ["Workload", "ClosedLoopStream", "build_workload", "child_rng", "empty_frame", "REQUIRED_COLUMNS"]

@@ -226,7 +226,11 @@ def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path,
             arrival = st.arrival if load_scale == 1.0 else st.arrival.scaled(load_scale)
             check_volume(st, arrival, stream_duration(st, horizon_s))
 
+def stream_end(st: StreamSpec, horizon_s: float) -> float:
+    """When the stream stops sending, seconds: its ``stop_s``, at most the horizon."""
+    return min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
+
+
 def stream_duration(st: StreamSpec, horizon_s: float) -> float:
     """Seconds the stream's arrival process runs for."""
-    end = min(st.stop_s if st.stop_s is not None else horizon_s, horizon_s)
-    return max(0.0, end - st.start_s)
+    return max(0.0, stream_end(st, horizon_s) - st.start_s)
