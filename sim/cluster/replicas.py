@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
+from heapq import heappop, heappush
 from itertools import accumulate
 
 import simpy
 
 from sim.core.costs import NEVER
+from sim.core.fastforward import OpenRun
 from sim.core.loop import replica_loop
 
 
@@ -57,18 +59,28 @@ class Replica:
         self.on_run = self.record_run if cluster.closed else None  # replica_loop calls it
         # the run in flight when runs go past arrivals routed elsewhere (see ``hold``)
         self._plan = None
+        self._run: OpenRun | None = None  # while it may be priced further (not cut)
         self._start = 0
         self._durs: list[int] = []
         self._end = NEVER
         self._alloc_k = 1  # steps of the run whose blocks are allocated
         self._run_ev = None
-        self._ends: list[int] | None = None
-        self._early = False
-        self._gone_ts: list[int] | None = None  # see ``_gone``
+        self._ends: list[int] | None = None  # end of each step of ``_durs`` priced so far
+        # The router's view, kept up to date by the cluster (``_Cluster.refresh_views``) rather
+        # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
+        # (running + waiting + routed here, counted when the replica last changed, plus what
+        # was routed here since) less the members of the run in flight whose last token ended
+        # a step before now (``_gone_p`` of them, a cursor into the cohort's finish order;
+        # the next such instant, ``_next_gone``, waits in the cluster's heap).
+        self.outstanding = 0
+        self._base = 0
+        self._dirty = False  # the replica changed since its view was counted
         self._gone_p = 0
+        self._next_gone = NEVER
+        self._gone_ver = 0  # which heap entry is current
         if cluster.fast:
-            self.run_bound_ns = self._run_bound
             self.hold = self._hold
+            self.run_on = self._run_on
 
     def record_run(self, now_ns: int, durations: list[int]) -> None:
         """A run of steps starts at ``now_ns``: with closed-loop users, remember when it ends
@@ -77,17 +89,11 @@ class Replica:
         self.in_flight = True
 
     # -- the router's view (policies.contracts.ReplicaView) --
-    @property
-    def outstanding(self) -> int:
-        e = self.engine
-        n = len(e.running) + len(e.waiting) + len(self.inbox)
-        # (read for every candidate at every arrival: ``_gone`` is called only when a run in
-        # flight has members finishing inside it)
-        return n - self._gone() if self._early and self._run_ev is not None else n
-
+    # ``outstanding`` is a plain attribute (above), exact whenever a router runs.
     @property
     def running(self) -> int:
-        return len(self.engine.running) - self._gone()
+        self._count(int(self.cluster.env.now))
+        return len(self.engine.running) - self._gone_p
 
     @property
     def waiting(self) -> int:
@@ -110,9 +116,54 @@ class Replica:
             counts[r.cls] += 1
         return counts
 
+    def _changed(self) -> None:
+        """The replica's process runs (its engine may change): recount its view before the next
+        routing decision. (Only its own process changes its engine, and every step of that
+        process passes through ``pop_due``.)"""
+        if not self._dirty:
+            self._dirty = True
+            self.cluster.dirty.append(self)
+
+    def _count(self, now_ns: int) -> None:
+        """Bring ``outstanding`` up to ``now_ns``."""
+        if self._dirty:
+            e = self.engine
+            self._dirty = False
+            self._base = len(e.running) + len(e.waiting) + len(self.inbox)
+            self._gone_p = 0
+        self._pass_gone(now_ns)
+
+    def _pass_gone(self, now_ns: int) -> None:
+        """Move the cursor past the run's members whose last token ended a step before
+        ``now_ns`` (applied when the run ends; a stopped run would have applied them already)
+        and put the next such instant into the cluster's heap."""
+        p = self._gone_p
+        nxt = NEVER
+        if self._run_ev is not None and self._plan.cohort:
+            fin = self.engine.cohort.finish
+            base = self.engine.cohort.steps + 1
+            ends = self._step_ends()
+            n = len(ends)
+            while p < len(fin):
+                j = fin[p][0] - base  # the step of the run that gives its last token
+                if j >= n:
+                    break
+                t = ends[j]
+                if t >= now_ns:
+                    nxt = t
+                    break
+                p += 1
+        self._gone_p = p
+        self.outstanding = self._base - p
+        if nxt != self._next_gone:
+            self._next_gone = nxt
+            self._gone_ver += 1
+            if nxt < NEVER:
+                heappush(self.cluster.gone, (nxt, self._gone_ver, self.index))
+
     # -- runs that go past arrivals routed elsewhere --
     # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
-    # possible arrival). Instead a run is planned up to the replica's own next change and cut
+    # possible arrival). Instead a run is bounded by the replica's own next change and cut
     # short only when a request is routed here: it then ends where the stopped run would have,
     # at the end of the first step that does not start before the arrival. That is exact because
     # a fast-forwarded run cut anywhere equals stepping (the engine's guarantee), and because
@@ -120,29 +171,45 @@ class Replica:
     # only at a run's end, except for decoders whose last token ends a step inside the run (runs
     # go on past them only when the router does not read KV use), which are not counted from
     # then on; the KV blocks a stopped run would hold by now are allocated when read.
-    #: a run is planned at most until this many arrivals per replica have come anywhere (a
-    #: request is likely routed here by then, which cuts the run; planning steps further ahead
-    #: is wasted work). Where a run ends changes nothing in the results, only the work.
+    # A run is priced a stretch at a time (``OpenRun``): as far as the next LOOKAHEAD arrivals
+    # per replica anywhere (a request is likely routed here by then, which cuts the run; pricing
+    # steps further ahead would be wasted work), and on from there when the clock reaches the
+    # stretch's end without a cut. Where a stretch ends changes nothing in the results.
     LOOKAHEAD = 3
 
     def _run_bound(self) -> int:
         s = self.cluster.source
-        j = s.i + self.LOOKAHEAD * len(self.cluster.replicas) - 1
+        j = s.i + max(int(self.LOOKAHEAD * len(self.cluster.replicas)), 1) - 1
         return s.arr_ns[j] if j < s.n_open else NEVER
 
-    def _hold(self, now_ns: int, plan, durations: list[int]):
-        self._plan, self._start, self._durs, self._alloc_k = plan, now_ns, durations, 1
+    def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
+        self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
+        if run is not None:
+            run.extend(self._run_bound())
+            self._durs = run.durs  # (the same list: a stretch appends to it, a cut truncates it)
+        else:
+            self._durs = [dur0]
         self._ends = None
-        coh = self.engine.cohort
-        # members finishing before the run's last step (only in runs that go on past them)
-        self._early = bool(plan.cohort and coh is not None and coh.finish
-                           and coh.finish[0][0] < coh.steps + len(durations))
-        self._gone_ts = None
-        self._end = end = now_ns + sum(durations)
+        self._end = end = now_ns + sum(self._durs)
+        # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
         # run); a cut moves the waiting process to an earlier one (``_schedule_end``)
         ev = self._run_ev = simpy.Event(self.cluster.env)
         _trigger(ev, end - now_ns)
+        return ev
+
+    def _run_on(self):
+        """The stretch in flight has ended: the event that ends the next one, or None when the
+        run ends here (cut, or priced to its end)."""
+        run = self._run
+        if run is None or not run.extend(self._run_bound()):
+            return None
+        now = self._end
+        self._end = end = self._start + sum(self._durs)
+        ev = self._run_ev = simpy.Event(self.cluster.env)
+        _trigger(ev, end - now)
+        if self._next_gone >= NEVER and not self._dirty:
+            self._pass_gone(now)  # a member may finish in the new steps
         return ev
 
     def _schedule_end(self, end_ns: int) -> None:
@@ -157,45 +224,26 @@ class Replica:
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated)."""
         self._allocate_through(len(self._durs))
-        self._plan = self._run_ev = None
+        self._plan = self._run_ev = self._run = None
         return self._durs
 
     def _step_ends(self) -> list[int]:
-        if self._ends is None:
-            self._ends = list(accumulate(self._durs, initial=self._start))[1:]
-        return self._ends
+        ends = self._ends
+        durs = self._durs
+        if ends is None:
+            ends = self._ends = list(accumulate(durs, initial=self._start))
+            del ends[0]
+        elif len(ends) < len(durs):  # the run went on
+            n = len(ends)
+            ends.extend(accumulate(durs[n:], initial=ends[-1]))
+            del ends[n]  # (the initial value, repeated)
+        return ends
 
     def _steps_before(self, t_ns: int) -> int:
         """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
         if t_ns >= self._end:
             return len(self._durs)
         return min(bisect_left(self._step_ends(), t_ns) + 1, len(self._durs))
-
-    def _gone(self) -> int:
-        """Running requests whose last token ended a step of the run in flight before now
-        (applied when the run ends; a stopped run would have applied them already)."""
-        if self._run_ev is None or not self._early:
-            return 0
-        ts = self._gone_ts
-        if ts is None:
-            # one entry per member finishing inside the run: the end of the step that gives its
-            # last token (it is gone once the clock is past it). The clock only moves on and a
-            # cut only drops steps that end after it, so a cursor into the list is enough.
-            coh = self.engine.cohort
-            ends = self._step_ends()
-            ts = self._gone_ts = []
-            for f, _, _ in coh.finish:
-                j = f - coh.steps - 1
-                if j >= len(ends):
-                    break
-                ts.append(ends[j])
-            self._gone_p = 0
-        now = self.cluster.env.now
-        p = self._gone_p
-        while p < len(ts) and ts[p] < now:
-            p += 1
-        self._gone_p = p
-        return p
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
@@ -205,17 +253,26 @@ class Replica:
     def cut(self, t_ns: int) -> None:
         """A request was routed here at ``t_ns``: the run in flight ends with the first step that
         does not start before it (its next boundary would have been there)."""
-        if self._run_ev is None or t_ns >= self._end:
+        if self._run_ev is None:
+            return
+        self._run = None  # priced no further
+        if t_ns >= self._end:
             return
         k = self._steps_before(t_ns)
         if k < len(self._durs):
-            self._durs = self._durs[:k]
+            del self._durs[k:]
             if self._ends is not None:
-                self._ends = self._ends[:k]
+                del self._ends[k:]
             self._schedule_end(self._start + sum(self._durs))
+            if self._next_gone > self._end:
+                self._next_gone = NEVER  # (its step was dropped)
+                self._gone_ver += 1
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
+        if not self._dirty:
+            self._dirty = True  # (``_changed``, inline: once per engine event)
+            self.cluster.dirty.append(self)
         self.cluster.route_until(now_ns)
         if not self.inbox:
             return []
@@ -293,6 +350,10 @@ class _Cluster:
         self.stop_ns = stop_ns
         self.closed = closed
         self.assign: dict[int, int] = {}
+        # the routers' views: replicas changed since counted, and (instant, version, replica)
+        # of the next member finishing inside a replica's run (``Replica._pass_gone``)
+        self.dirty: list[Replica] = []
+        self.gone: list[tuple[int, int, int]] = []
         self._kick = None
         self._router_until = NEVER
 
@@ -302,6 +363,7 @@ class _Cluster:
         due = self.source.pop_due(now_ns)
         if not due:
             return
+        self.refresh_views(int(self.env.now))
         router = self.router
         for req in due:
             cands = self.candidates[req.cls_idx]
@@ -310,10 +372,28 @@ class _Cluster:
                 raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
                                    f"{req.cls!r} to replica {rep.index}, not one of its candidates")
             rep.inbox.append(req)
+            rep._base += 1
+            rep.outstanding += 1
             rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
             rep.notify()
+
+    def refresh_views(self, now_ns: int) -> None:
+        """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,
+        and pass members that finished inside runs in flight."""
+        dirty = self.dirty
+        if dirty:
+            for r in dirty:
+                if r._dirty:
+                    r._count(now_ns)
+            dirty.clear()
+        heap = self.gone
+        while heap and heap[0][0] < now_ns:
+            _, ver, i = heappop(heap)
+            r = self.replicas[i]
+            if r._gone_ver == ver:
+                r._pass_gone(now_ns)
 
     def router_proc(self):
         env = self.env

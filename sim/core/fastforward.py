@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from sim.core.costs import NEVER, NS
 from sim.core.plan import StepPlan
+from sim.core.request import Request
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
@@ -31,25 +32,129 @@ def run_length(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur
     A run may start with prefills (last chunks, so that every running request decodes from
     step 2 on) and admissions when no request waits (a waiter could be admitted once the
     prefill's budget is free again)."""
+    run = start_run(eng, plan, now_ns, next_event_ns, dur0)
+    if run is None:
+        return [dur0]
+    run.extend(NEVER)
+    return run.durs
+
+
+def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> OpenRun | None:
+    """The run of this plan (:class:`OpenRun`, not priced yet beyond its first step), whose
+    steps start before ``next_event_ns`` (and the policy's next change); None when it is the
+    planned step alone."""
     # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
     # if it starts before the next event (an arrival at a step's start is seen by it).
     limit = min(next_event_ns, eng.next_change_ns)
     if now_ns + dur0 >= limit or not _may_run(eng, plan):
-        return [dur0]  # (often: an arrival comes during an admission's prefill step)
-    k = min((s.req.hidden_output_tokens - s.req.generated for s in plan.items), default=NEVER)
+        return None  # (often: an arrival comes during an admission's prefill step)
+    # at most up to the first running request's last token (or past cohort members' last
+    # tokens, see :func:`through_finishes`)
+    k = NEVER
+    for s in plan.items:
+        r = s.req
+        if r.hidden_output_tokens - r.generated < k:
+            k = r.hidden_output_tokens - r.generated
     coh = eng.cohort if plan.cohort else None
-    through = coh is not None and through_finishes(eng)
     if coh is not None:
+        through = through_finishes(eng)
         # past members' last tokens only when nothing else could change at those instants
         k = min(k, coh.steps_to_empty() if through and not plan.items else
                 NEVER if through else coh.steps_to_last_token())
-    if k <= 1:
-        return [dur0]
-    durs = _decode_durations(eng, plan, now_ns, dur0, k, limit)
-    k = len(durs)
-    if k > 1 and eng.grows_blocks:
-        k = block_limited(eng, plan, k, through)
-    return durs[:k]
+    return OpenRun(eng, plan, now_ns, dur0, k, limit) if k > 1 else None
+
+
+class OpenRun:
+    """A fast-forwarded run of a plan: the planned step, then up to ``k - 1`` pure decode
+    steps of every running request with no transfers (preemptions and swaps, the only sources
+    of transfers, are excluded) that start before ``limit``, as far as their KV blocks allow.
+    Cohort members drop out of the batch after their last token.
+
+    Its steps are priced a stretch at a time (:meth:`extend`): a cluster replica's run is
+    likely cut short by a request routed to it soon, so it prices steps only as the clock
+    reaches them. Priced at once (``extend(NEVER)``) it is :func:`run_length`'s run; cut
+    anywhere, a run equals stepping, so where the stretches end changes nothing.
+
+    ``durs``: the durations (ns) priced so far, the planned step's first.
+    """
+
+    def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
+        self.eng = eng
+        self.plan = plan
+        self.durs = [dur0]
+        self.k = k
+        self.limit = limit
+        self.done = False  # True: priced to its end (k, the limit or the KV blocks)
+        # KV blocks the run may take (counted at its start, before it takes any of them)
+        self.avail = block_avail(eng, plan) if eng.grows_blocks else 0
+        # the pricing's state before the next step (the loop in ``extend`` reads and writes it)
+        items = plan.items
+        coh = eng.cohort if plan.cohort else None
+        n_exp = len(items)
+        ctx_exp = 0  # decode contexts of step 1, less n_exp
+        for s in items:
+            ctx_exp += s.computed_before + s.tokens
+        self.n_exp = n_exp
+        self.ctx_exp = ctx_exp
+        self.g = coh.steps if coh is not None else 0
+        self.fin: list[tuple[int, int, Request]] = coh.finish if coh is not None else []
+        self.fi = 0  # members gone so far
+        self.ctx_off = coh.ctx_off if coh is not None else 0
+        self.d_coh = plan.cohort
+        self.start = now_ns + dur0  # of the next step
+        self.ctx = ctx_exp + n_exp + self.ctx_off + self.d_coh * (self.g + 2)  # decode contexts of the next step
+        self.line = eng.costs.decode_line(n_exp + self.d_coh)
+
+    def extend(self, bound_ns: int) -> bool:
+        """Price the steps that start before ``bound_ns`` (within the run's own caps); False
+        when none could be added."""
+        if self.done:
+            return False
+        eng, durs = self.eng, self.durs
+        n = len(durs)
+        limit = self.limit
+        if bound_ns >= limit:
+            self.done = True  # (priced up to where the next step would start at or after the limit)
+        else:
+            limit = bound_ns
+        costs = eng.costs
+        g, fin, fi, n_exp, ctx_exp = self.g, self.fin, self.fi, self.n_exp, self.ctx_exp
+        ctx_off, d_coh, start, ctx, line = self.ctx_off, self.d_coh, self.start, self.ctx, self.line
+        D = n_exp + d_coh
+        next_gone = fin[fi][0] if fi < len(fin) else -1
+        k = self.k
+        for i in range(n, k):
+            if start >= limit:
+                break
+            if g + i == next_gone:  # members whose last token ended step i-1 are gone
+                while fi < len(fin) and fin[fi][0] == next_gone:
+                    m = fin[fi][2]
+                    ctx_off -= m.computed - m.cohort_base_step
+                    d_coh -= 1
+                    fi += 1
+                next_gone = fin[fi][0] if fi < len(fin) else -1
+                D = n_exp + d_coh
+                ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
+                line = costs.decode_line(D)
+            if line is None:
+                d = costs.step_ns(0, D, 0, 0, ctx)
+            else:
+                d = round((line[0] + line[1] * ctx) * NS)
+                if d < 1:
+                    d = 1
+            durs.append(d)
+            start += d
+            ctx += D
+        self.fi, self.ctx_off, self.d_coh, self.start, self.ctx, self.line = fi, ctx_off, d_coh, start, ctx, line
+        m_ = len(durs)
+        if m_ >= k:
+            self.done = True
+        if m_ > n and eng.grows_blocks:
+            kb = block_limited(eng, self.plan, m_, self.avail, n)
+            if kb < m_:
+                del durs[kb:]
+                self.done = True
+        return len(durs) > n
 
 
 def _may_run(eng: Engine, plan: StepPlan) -> bool:
@@ -62,16 +167,22 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
     D = len(items) + plan.cohort
     if not D or D != len(eng.running) or D > eng.cfg.max_batched_tokens:
         return False
-    if plan.admitted or not all(s.decode for s in items):
+    prefills = plan.admitted > 0
+    for s in items:
+        if not s.decode:
+            prefills = True
+    if prefills:
         # the policy would see the new decoders only at the next boundary
         if eng.waiting or not eng.static_ranking:
             return False
-        if not all(s.computed_before + s.tokens == s.req.tokens for s in items):
-            return False
-        if eng.pool.cache is not None and any(not s.decode and s.req.hash_ids for s in items):
-            # a prefill publishes its prompt to the prefix cache at the step's end, which
-            # moves blocks out of its class's count and can shrink what others may take
-            return False
+        cache = eng.pool.cache is not None
+        for s in items:
+            if s.computed_before + s.tokens != s.req.tokens:
+                return False
+            if cache and not s.decode and s.req.hash_ids:
+                # a prefill publishes its prompt to the prefix cache at the step's end, which
+                # moves blocks out of its class's count and can shrink what others may take
+                return False
     if eng.waiting and eng.dynamic:
         # the policy re-ranks before every step (e.g. by what the prefix cache holds now):
         # another waiter could head the queue, and fit, at the next boundary
@@ -82,52 +193,6 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
         if eng.waiting[0][0] < lowest:
             return False
     return True
-
-
-def _decode_durations(eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> list[int]:
-    """dur0 (this plan's price), then the durations of up to k-1 pure decode steps of every
-    running request with no transfers (preemptions and swaps, the only sources of transfers,
-    are excluded), those that start before ``limit``; cohort members drop out of the batch
-    after their last token."""
-    items = plan.items
-    coh = eng.cohort if plan.cohort else None
-    costs = eng.costs
-    n_exp = len(items)
-    ctx_exp = sum(s.computed_before + s.tokens for s in items)  # decode contexts of step 1, less n_exp
-    ctx_off = coh.ctx_off if coh is not None else 0
-    g = coh.steps if coh is not None else 0
-    fin = coh.finish if coh is not None else []
-    fi = 0
-    D_coh = plan.cohort
-    durs = [dur0]
-    start = now_ns + dur0
-    D = n_exp + D_coh
-    ctx = ctx_exp + n_exp + ctx_off + D_coh * (g + 2)  # decode contexts of step 1
-    line = costs.decode_line(D)
-    next_gone = fin[0][0] if fin else -1
-    for i in range(1, k):
-        if start >= limit:
-            break
-        if g + i == next_gone:  # members whose last token ended step i-1 are gone
-            while fi < len(fin) and fin[fi][0] == next_gone:
-                m = fin[fi][2]
-                ctx_off -= m.computed - m.cohort_base_step
-                D_coh -= 1
-                fi += 1
-            next_gone = fin[fi][0] if fi < len(fin) else -1
-            D = n_exp + D_coh
-            ctx = ctx_exp + n_exp * i + ctx_off + D_coh * (g + i + 1)
-            line = costs.decode_line(D)
-        if line is None:
-            d = costs.step_ns(0, D, 0, 0, ctx)
-        else:
-            d = round((line[0] + line[1] * ctx) * NS)
-            if d < 1:
-                d = 1
-        durs.append(d)
-        start += d
-        ctx += D
-    return durs
 
 
 def through_finishes(eng: Engine) -> bool:
@@ -148,26 +213,33 @@ def run_need(eng: Engine, plan: StepPlan, k: int) -> int:
     return n
 
 
-def block_limited(eng: Engine, plan: StepPlan, k: int, through: bool) -> int:
-    """Largest k' <= k such that steps 2..k' of the run can allocate their blocks.
+def block_avail(eng: Engine, plan: StepPlan) -> int:
+    """KV blocks a run of this plan may take after its first step (counted before any).
 
     The run takes those blocks up front. With a prefix cache that is the same as taking them
     step by step only if no cached group is evicted for them while a request waits (an
     eviction can change what the waiter would reuse, and so whether it fits) or while
     finishing members release groups (which reorders the LRU): then the run stays within
     the free blocks."""
-    bs = eng.bs
     coh = eng.cohort if plan.cohort else None
     prios = [s.req.priority for s in plan.items]
     if coh is not None:
         prios += [p for p, n in zip(eng.class_priority, coh.n_cls) if n]
     avail = eng.pool.available_for(max(prios))
+    through = coh is not None and through_finishes(eng)
     if eng.pool.cache is not None and (through or eng.waiting):
         avail = min(avail, eng.pool.free)
+    return avail
+
+
+def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) -> int:
+    """Largest k' <= k such that steps 2..k' of the run can allocate their blocks within
+    ``avail`` (:func:`block_avail`); steps 2..lo are known to."""
+    bs = eng.bs
     D = len(eng.running)
     if D * ((k + bs - 1) // bs + 1) <= avail:
         return k
-    lo, hi = 1, k
+    hi = k
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if run_need(eng, plan, mid) <= avail:

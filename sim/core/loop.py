@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import simpy
 
+from sim.core import fastforward
 from sim.core.costs import NEVER, NS
 from sim.core.engine import Engine
 from sim.core.errors import StallError
@@ -30,11 +31,14 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     tel = engine.tel
     cfg = engine.cfg
     on_run = getattr(source, "on_run", None)
-    # A cluster replica's source may let a run go past arrivals routed elsewhere: ``run_bound_ns()``
-    # replaces the next arrival as the run's bound and ``hold(now, durations)`` is the event that
-    # ends the run, cut short (``held()``) when a request is routed here meanwhile.
-    run_bound = getattr(source, "run_bound_ns", None)
+    # A cluster replica's source may let a run go past arrivals routed elsewhere: ``hold(now, plan,
+    # dur0, run)`` takes the run (a :class:`~sim.core.fastforward.OpenRun` bounded by the
+    # replica's own next change, not the next arrival, or None for the planned step alone),
+    # prices it as far ahead as it likes and returns the event that ends that stretch;
+    # ``run_on()``, once it fires, the event of the next stretch, or None where the run ends
+    # (cut short when a request was routed here meanwhile); ``held()`` the durations it took.
     hold = getattr(source, "hold", None)
+    run_on = getattr(source, "run_on", None)
     held = getattr(source, "held", None)
     wakeup = getattr(source, "wakeup", None)
     finished = getattr(source, "finished", None)
@@ -101,10 +105,11 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             continue
         compute = engine.compute_ns(plan)
         dur0 = compute + engine.transfer_ns(plan)
-        next_event = min(next_arrival if run_bound is None else run_bound(), next_sample, stop_ns)
+        next_event = min(next_arrival if hold is None else NEVER, next_sample, stop_ns)
         if deferred:
             next_event = now  # they join at the next boundary: one step only
-        durations = engine.run_length(plan, now, next_event, dur0)
+        if hold is None:
+            durations = engine.run_length(plan, now, next_event, dur0)
         engine.events += 1
         if engine.events > check_at:  # (one comparison per event)
             if cfg.max_events and engine.events > cfg.max_events:
@@ -118,8 +123,11 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                 on_run(now, durations)
             yield env.timeout(sum(durations))
         else:
-            yield hold(now, plan, durations)
-            assert held is not None  # (a source that holds runs says what it held)
+            assert run_on is not None and held is not None  # (a source that holds runs says what it held)
+            ev = hold(now, plan, dur0, fastforward.start_run(engine, plan, now, next_event, dur0))
+            while ev is not None:
+                yield ev
+                ev = run_on()
             durations = held()  # (the held run allocates its blocks as it goes)
         if ahead:
             last_end = now + sum(durations)
