@@ -70,11 +70,12 @@ class Replica:
         # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
         # (running + waiting + routed here, counted when the replica last changed, plus what
         # was routed here since) less the members of the run in flight whose last token ended
-        # a step before now (``_gone_p`` of them, a cursor into the cohort's finish order;
-        # the next such instant, ``_next_gone``, waits in the cluster's heap).
+        # a step before now (``_gone_p`` of them, a cursor into the run's ``gone_ns``; the next
+        # such instant, ``_next_gone``, waits in the cluster's heap).
         self.outstanding = 0
         self._base = 0
         self._dirty = False  # the replica changed since its view was counted
+        self._gone_ns: list[int] = []  # the run in flight's (``OpenRun.gone_ns``)
         self._gone_p = 0
         self._next_gone = NEVER
         self._gone_ver = 0  # which heap entry is current
@@ -139,16 +140,12 @@ class Replica:
         and put the next such instant into the cluster's heap."""
         p = self._gone_p
         nxt = NEVER
-        if self._run_ev is not None and self._plan.cohort:
-            fin = self.engine.cohort.finish
-            base = self.engine.cohort.steps + 1
-            ends = self._step_ends()
-            n = len(ends)
-            while p < len(fin):
-                j = fin[p][0] - base  # the step of the run that gives its last token
-                if j >= n:
-                    break
-                t = ends[j]
+        ts = self._gone_ns
+        if p < len(ts) and self._run_ev is not None:
+            # (after a cut, instants past the run's new end stay listed: they are never before
+            # now while it is in flight, and the replica is recounted when it ends)
+            while p < len(ts):
+                t = ts[p]
                 if t >= now_ns:
                     nxt = t
                     break
@@ -179,7 +176,7 @@ class Replica:
 
     def _run_bound(self) -> int:
         s = self.cluster.source
-        j = s.i + max(int(self.LOOKAHEAD * len(self.cluster.replicas)), 1) - 1
+        j = s.i + self.cluster.ahead
         return s.arr_ns[j] if j < s.n_open else NEVER
 
     def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
@@ -187,8 +184,10 @@ class Replica:
         if run is not None:
             run.extend(self._run_bound())
             self._durs = run.durs  # (the same list: a stretch appends to it, a cut truncates it)
+            self._gone_ns = run.gone_ns
         else:
             self._durs = [dur0]
+            self._gone_ns = []
         self._ends = None
         self._end = end = now_ns + sum(self._durs)
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
@@ -264,9 +263,6 @@ class Replica:
             if self._ends is not None:
                 del self._ends[k:]
             self._schedule_end(self._start + sum(self._durs))
-            if self._next_gone > self._end:
-                self._next_gone = NEVER  # (its step was dropped)
-                self._gone_ver += 1
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
@@ -353,6 +349,7 @@ class _Cluster:
         # the routers' views: replicas changed since counted, and (instant, version, replica)
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
+        self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._run_bound``)
         self.gone: list[tuple[int, int, int]] = []
         self._kick = None
         self._router_until = NEVER

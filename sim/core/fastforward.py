@@ -75,13 +75,16 @@ class OpenRun:
     reaches them. Priced at once (``extend(NEVER)``) it is :func:`run_length`'s run; cut
     anywhere, a run equals stepping, so where the stretches end changes nothing.
 
-    ``durs``: the durations (ns) priced so far, the planned step's first.
+    ``durs``: the durations (ns) priced so far, the planned step's first; ``gone_ns``: for each
+    member whose last token ends a step of the run before the last priced one, when that step
+    ends (ascending; a router no longer counts it from then on).
     """
 
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
         self.plan = plan
         self.durs = [dur0]
+        self.gone_ns: list[int] = []
         self.k = k
         self.limit = limit
         self.done = False  # True: priced to its end (k, the limit or the KV blocks)
@@ -123,15 +126,17 @@ class OpenRun:
         D = n_exp + d_coh
         next_gone = fin[fi][0] if fi < len(fin) else -1
         k = self.k
+        gone_ns = self.gone_ns
         for i in range(n, k):
             if start >= limit:
                 break
-            if g + i == next_gone:  # members whose last token ended step i-1 are gone
+            if g + i == next_gone:  # members whose last token ended step i-1 (at ``start``) are gone
                 while fi < len(fin) and fin[fi][0] == next_gone:
                     m = fin[fi][2]
                     ctx_off -= m.computed - m.cohort_base_step
                     d_coh -= 1
                     fi += 1
+                    gone_ns.append(start)
                 next_gone = fin[fi][0] if fi < len(fin) else -1
                 D = n_exp + d_coh
                 ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
