@@ -178,10 +178,15 @@ def test_fast_forward_exact_in_cluster(closed):
 
 @pytest.mark.parametrize("name", ROUTER_NAMES)
 @pytest.mark.parametrize("rate", [3.0, 12.0])
-def test_cluster_runs_past_other_replicas_arrivals_exact(name, rate):
+@pytest.mark.parametrize("lookahead", [None, 0.01, 100.0])
+def test_cluster_runs_past_other_replicas_arrivals_exact(monkeypatch, name, rate, lookahead):
     """Replicas whose runs go past arrivals routed elsewhere (cut short only when a request is
-    routed to them; KV blocks allocated as far as a router reads them) give the same request
-    table and time series as stopping every replica at every arrival, with fewer events."""
+    routed to them; KV blocks allocated as far as a router reads them; priced a stretch at a
+    time, short or long) give the same request table and time series as stopping every replica
+    at every arrival, with fewer events."""
+    if lookahead is not None:
+        from sim.cluster.replicas import Replica
+        monkeypatch.setattr(Replica, "LOOKAHEAD", lookahead)
     d = cluster_scenario(layout_for(name))
     d["streams"][0]["arrival"]["rate"] = rate
     d["streams"][1]["arrival"]["rate"] = 2 * rate
@@ -206,6 +211,98 @@ def test_cluster_runs_past_arrivals_exact_on_the_h200_workload(router):
     pd.testing.assert_frame_equal(slow.requests, fast.requests)
     pd.testing.assert_frame_equal(slow.timeseries, fast.timeseries)
     assert fast.summary_dict["run"]["engine_events"] < slow.summary_dict["run"]["engine_events"]
+
+
+class RecordingRouter(BaseRouter):
+    """JSQ that records what it reads at every call (loaded by ``tests.test_cluster:RecordingRouter``):
+    each candidate's ``outstanding`` and, with ``full``, ``running`` and ``waiting`` too. With
+    ``oracle``, it also checks ``outstanding`` against the replica's engine (exact when every run
+    stops at every arrival, ``fast=False``)."""
+
+    name = "recording"
+    reads_kv = False
+    log: list = []
+    full = False
+    oracle = False
+
+    def route(self, req, candidates, now_ns):
+        row = [c.outstanding for c in candidates]
+        if self.full:
+            row += [(c.running, c.waiting) for c in candidates]
+        if self.oracle:
+            for c in candidates:
+                assert c.outstanding == len(c.engine.running) + len(c.engine.waiting) + len(c.inbox)
+        RecordingRouter.log.append((now_ns, req.request_id, row))
+        return min(candidates, key=lambda c: (c.outstanding, c.index))
+
+
+class PathCounts:
+    """Counts, over a cluster run, the fast paths taken: runs resumed past a stretch's end,
+    requests routed to a replica with a run in flight (``routed``; ``cut``: its steps priced
+    past the arrival were dropped), and members not counted by a router read because their last
+    token ended a step of a run in flight."""
+
+    def __init__(self, monkeypatch):
+        from sim.cluster.replicas import Replica
+        self.resumed = self.routed = self.cut = self.gone = 0
+        run_on, cut, pass_gone = Replica._run_on, Replica.cut, Replica._pass_gone
+
+        def _run_on(rep):
+            ev = run_on(rep)
+            self.resumed += ev is not None
+            return ev
+
+        def _cut(rep, t_ns):
+            n = len(rep._durs)
+            cut(rep, t_ns)
+            self.routed += rep._run_ev is not None
+            self.cut += rep._run_ev is not None and len(rep._durs) < n
+
+        def _pass_gone(rep, now_ns):
+            p = rep._gone_p
+            pass_gone(rep, now_ns)
+            self.gone += rep._gone_p - p
+
+        monkeypatch.setattr(Replica, "_run_on", _run_on)
+        monkeypatch.setattr(Replica, "cut", _cut)
+        monkeypatch.setattr(Replica, "_pass_gone", _pass_gone)
+
+
+@pytest.mark.parametrize("lookahead", [0.01, 1.0, 100.0])
+@pytest.mark.parametrize("rate", [1.5, 12.0])
+@pytest.mark.parametrize("full", [False, True])
+def test_views_a_router_reads_are_those_of_stopped_replicas(monkeypatch, lookahead, rate, full):
+    """What a router reads of every candidate at every arrival (``outstanding`` kept by the
+    cluster, members finishing inside runs in flight, runs priced a stretch at a time and
+    resumed, or cut by a routed request that is admitted or waits) is what it reads when every
+    replica stops at every arrival; and so are the tables."""
+    from sim.cluster.replicas import Replica
+    monkeypatch.setattr(Replica, "LOOKAHEAD", lookahead)
+    monkeypatch.setattr(RecordingRouter, "full", full)
+    d = cluster_scenario({"replicas": 3, "router": "tests.test_cluster:RecordingRouter"})
+    d["streams"][0]["arrival"]["rate"] = rate
+    d["streams"][1]["arrival"]["rate"] = rate
+    sc = scenario_from_dict(d)
+    RecordingRouter.log = []
+    monkeypatch.setattr(RecordingRouter, "oracle", True)
+    slow = simulate_cluster(sc, fast=False, check_invariants=True)
+    slow_log = RecordingRouter.log
+    RecordingRouter.log = []
+    monkeypatch.setattr(RecordingRouter, "oracle", False)
+    counts = PathCounts(monkeypatch)
+    fast = simulate_cluster(sc, check_invariants=True)
+    assert len(slow_log) == len(slow.requests) and RecordingRouter.log == slow_log
+    pd.testing.assert_frame_equal(slow.requests, fast.requests)
+    pd.testing.assert_frame_equal(slow.timeseries, fast.timeseries)
+    assert counts.routed > 0
+    if lookahead >= 1:
+        assert counts.cut > 0  # (steps priced past a routed request's arrival were dropped)
+    if lookahead <= 1:
+        assert counts.resumed > 0  # (runs went on past a stretch's end)
+    if rate < 2:
+        assert counts.gone > 0  # (light load: nobody waits, runs go past members' last tokens)
+    else:
+        assert (fast.requests["queue_wait_s"] > 0.5).any()  # (heavy: routed requests wait)
 
 
 def test_no_drain_nothing_lost():
