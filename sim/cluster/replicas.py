@@ -304,12 +304,14 @@ class Replica:
         return ev
 
     def _fire(self, ev) -> None:
+        if self._wake is ev:
+            self._wake = None  # (fired: ``notify`` has nothing to do until the next ``wakeup``)
         if not ev.triggered:
             self.next_boundary = self.cluster.env.now
             ev.succeed()
 
     def notify(self) -> None:
-        if self._wake is not None and not self._wake.triggered:
+        if self._wake is not None:
             self._fire(self._wake)
 
     def finished(self) -> bool:

@@ -227,10 +227,15 @@ def block_avail(eng: Engine, plan: StepPlan) -> int:
     finishing members release groups (which reorders the LRU): then the run stays within
     the free blocks."""
     coh = eng.cohort if plan.cohort else None
-    prios = [s.req.priority for s in plan.items]
+    top = -NEVER  # the least urgent priority running
+    for s in plan.items:
+        if s.req.priority > top:
+            top = s.req.priority
     if coh is not None:
-        prios += [p for p, n in zip(eng.class_priority, coh.n_cls) if n]
-    avail = eng.pool.available_for(max(prios))
+        for p, n in zip(eng.class_priority, coh.n_cls):
+            if n and p > top:
+                top = p
+    avail = eng.pool.available_for(top)
     through = coh is not None and through_finishes(eng)
     if eng.pool.cache is not None and (through or eng.waiting):
         avail = min(avail, eng.pool.free)

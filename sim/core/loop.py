@@ -71,7 +71,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
         if now >= stop_ns:
             break
         engine.refresh_ranking(now)
-        next_arrival = source.next_arrival_ns()
+        # (a source that holds runs bounds them itself: it is asked only when nothing runs)
+        next_arrival = source.next_arrival_ns() if hold is None or not engine.running else NEVER
         if deferred and not engine.running and not engine.waiting:
             last_end = -1  # nothing runs: no batch was formed ahead, take them in now
             continue
@@ -95,6 +96,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             if deferred:
                 last_end = -1  # nothing can run: take them in now
                 continue
+            if hold is not None:
+                next_arrival = source.next_arrival_ns()
             if next_arrival >= NEVER and engine.next_change_ns >= NEVER:
                 raise StallError(f"engine.stalled: at t={now / NS:.6f}s {len(engine.waiting)} requests wait "
                                  f"and none can be admitted, and nothing will change "
