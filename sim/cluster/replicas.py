@@ -26,7 +26,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from heapq import heappop, heappush
-from itertools import accumulate
 
 import simpy
 
@@ -65,7 +64,7 @@ class Replica:
         self._end = NEVER
         self._alloc_k = 1  # steps of the run whose blocks are allocated
         self._run_ev = None
-        self._ends: list[int] | None = None  # end of each step of ``_durs`` priced so far
+        self._ends: list[int] = []  # when each step of ``_durs`` ends
         # The router's view, kept up to date by the cluster (``_Cluster.refresh_views``) rather
         # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
         # (running + waiting + routed here, counted when the replica last changed, plus what
@@ -116,14 +115,6 @@ class Replica:
         for r in self.inbox:
             counts[r.cls] += 1
         return counts
-
-    def _changed(self) -> None:
-        """The replica's process runs (its engine may change): recount its view before the next
-        routing decision. (Only its own process changes its engine, and every step of that
-        process passes through ``pop_due``.)"""
-        if not self._dirty:
-            self._dirty = True
-            self.cluster.dirty.append(self)
 
     def _count(self, now_ns: int) -> None:
         """Bring ``outstanding`` up to ``now_ns``."""
@@ -183,13 +174,11 @@ class Replica:
         self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
         if run is not None:
             run.extend(self._run_bound())
-            self._durs = run.durs  # (the same list: a stretch appends to it, a cut truncates it)
-            self._gone_ns = run.gone_ns
+            # (the same lists: a stretch appends to them, a cut truncates them)
+            self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
         else:
-            self._durs = [dur0]
-            self._gone_ns = []
-        self._ends = None
-        self._end = end = now_ns + sum(self._durs)
+            self._durs, self._ends, self._gone_ns = [dur0], [now_ns + dur0], []
+        self._end = end = self._ends[-1]
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
         # run); a cut moves the waiting process to an earlier one (``_schedule_end``)
@@ -204,7 +193,7 @@ class Replica:
         if run is None or not run.extend(self._run_bound()):
             return None
         now = self._end
-        self._end = end = self._start + sum(self._durs)
+        self._end = end = self._ends[-1]
         ev = self._run_ev = simpy.Event(self.cluster.env)
         _trigger(ev, end - now)
         if self._next_gone >= NEVER and not self._dirty:
@@ -226,23 +215,11 @@ class Replica:
         self._plan = self._run_ev = self._run = None
         return self._durs
 
-    def _step_ends(self) -> list[int]:
-        ends = self._ends
-        durs = self._durs
-        if ends is None:
-            ends = self._ends = list(accumulate(durs, initial=self._start))
-            del ends[0]
-        elif len(ends) < len(durs):  # the run went on
-            n = len(ends)
-            ends.extend(accumulate(durs[n:], initial=ends[-1]))
-            del ends[n]  # (the initial value, repeated)
-        return ends
-
     def _steps_before(self, t_ns: int) -> int:
         """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
         if t_ns >= self._end:
             return len(self._durs)
-        return min(bisect_left(self._step_ends(), t_ns) + 1, len(self._durs))
+        return bisect_left(self._ends, t_ns) + 1
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
@@ -257,17 +234,20 @@ class Replica:
         self._run = None  # priced no further
         if t_ns >= self._end:
             return
-        k = self._steps_before(t_ns)
+        # (t_ns < the run's end: the steps up to the first that ends at or after it)
+        k = bisect_left(self._ends, t_ns) + 1
         if k < len(self._durs):
             del self._durs[k:]
-            if self._ends is not None:
-                del self._ends[k:]
-            self._schedule_end(self._start + sum(self._durs))
+            del self._ends[k:]
+            self._schedule_end(self._ends[-1])
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
+        # The replica's process runs (its engine may change): recount its view before the next
+        # routing decision. (Only its own process changes its engine, and every step of that
+        # process passes through here.)
         if not self._dirty:
-            self._dirty = True  # (``_changed``, inline: once per engine event)
+            self._dirty = True
             self.cluster.dirty.append(self)
         self.cluster.route_until(now_ns)
         if not self.inbox:

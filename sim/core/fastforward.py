@@ -75,7 +75,8 @@ class OpenRun:
     reaches them. Priced at once (``extend(NEVER)``) it is :func:`run_length`'s run; cut
     anywhere, a run equals stepping, so where the stretches end changes nothing.
 
-    ``durs``: the durations (ns) priced so far, the planned step's first; ``gone_ns``: for each
+    ``durs``: the durations (ns) priced so far, the planned step's first; ``ends``: when each
+    of those steps ends (ns); ``gone_ns``: for each
     member whose last token ends a step of the run before the last priced one, when that step
     ends (ascending; a router no longer counts it from then on).
     """
@@ -84,6 +85,7 @@ class OpenRun:
         self.eng = eng
         self.plan = plan
         self.durs = [dur0]
+        self.ends = [now_ns + dur0]
         self.gone_ns: list[int] = []
         self.k = k
         self.limit = limit
@@ -124,31 +126,37 @@ class OpenRun:
         g, fin, fi, n_exp, ctx_exp = self.g, self.fin, self.fi, self.n_exp, self.ctx_exp
         ctx_off, d_coh, start, ctx, line = self.ctx_off, self.d_coh, self.start, self.ctx, self.line
         D = n_exp + d_coh
-        next_gone = fin[fi][0] if fi < len(fin) else -1
+        # the step before which the next members are gone (their last token ended the one before)
+        i_gone = fin[fi][0] - g if fi < len(fin) else -1
+        a, b = line if line is not None else (0.0, 0.0)
+        ns = NS
         k = self.k
         gone_ns = self.gone_ns
+        ends = self.ends
         for i in range(n, k):
             if start >= limit:
                 break
-            if g + i == next_gone:  # members whose last token ended step i-1 (at ``start``) are gone
-                while fi < len(fin) and fin[fi][0] == next_gone:
+            if i == i_gone:  # members whose last token ended step i-1 (at ``start``) are gone
+                while fi < len(fin) and fin[fi][0] == g + i:
                     m = fin[fi][2]
                     ctx_off -= m.computed - m.cohort_base_step
                     d_coh -= 1
                     fi += 1
                     gone_ns.append(start)
-                next_gone = fin[fi][0] if fi < len(fin) else -1
+                i_gone = fin[fi][0] - g if fi < len(fin) else -1
                 D = n_exp + d_coh
                 ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
                 line = costs.decode_line(D)
+                a, b = line if line is not None else (0.0, 0.0)
             if line is None:
                 d = costs.step_ns(0, D, 0, 0, ctx)
             else:
-                d = round((line[0] + line[1] * ctx) * NS)
+                d = round((a + b * ctx) * ns)
                 if d < 1:
                     d = 1
             durs.append(d)
             start += d
+            ends.append(start)
             ctx += D
         self.fi, self.ctx_off, self.d_coh, self.start, self.ctx, self.line = fi, ctx_off, d_coh, start, ctx, line
         m_ = len(durs)
@@ -158,6 +166,7 @@ class OpenRun:
             kb = block_limited(eng, self.plan, m_, self.avail, n)
             if kb < m_:
                 del durs[kb:]
+                del ends[kb:]
                 self.done = True
         return len(durs) > n
 
