@@ -45,7 +45,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     cl = _Cluster(setup.env, setup.source, [], router, [], setup.stop_ns, closed=closed, fast=fast and not closed)
     cl.on_end = on_end
     group_sc = _add_replicas(sc, spec, setup, cl, trace_iterations)
-    setup.env.process(cl.router_proc())
+    cl.start_router()
     for rep in cl.replicas:
         setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))
     end_ns = setup.run()
@@ -73,7 +73,8 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
             i = len(cl.replicas)
             trace = [] if trace_iterations else None
             eng = build_engine(scg, setup.env, costs, trace=trace, seed_tag=f"/replica{i}")
-            eng.on_request_end = cl.on_request_end
+            if cl.closed or cl.on_end is not None:  # (else nobody listens to a request's end)
+                eng.on_request_end = cl.on_request_end
             # runs may go on past decoders' last tokens (what a router reads is adjusted for
             # them, except KV use, which they would release)
             eng.through_finishes = cl.fast and not getattr(cl.router, "reads_kv", True)
