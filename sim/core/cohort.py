@@ -40,6 +40,7 @@ from array import array
 from bisect import bisect_left, insort
 
 from sim.core.costs import NS
+from sim.core.plan import rank
 from sim.core.request import Request
 
 NOT_MEMBER = -1  # Request.cohort_base_step of a request outside the cohort
@@ -80,6 +81,7 @@ class DecodeCohort:
         self.finish: list[tuple[int, int, Request]] = []
         self._max_step: list[int] = []  # monotone stack of step durations: step index (increasing) ...
         self._max_dur: list[int] = []  # ... and duration (decreasing): max of steps >= index
+        self._last: Request | None = None  # the member ranked last; None: not known
 
     def __len__(self) -> int:
         return len(self.members)
@@ -98,6 +100,11 @@ class DecodeCohort:
             self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
+        last = self._last
+        if len(self.members) == 1:
+            self._last = r
+        elif last is not None and rank(r) > rank(last):
+            self._last = r
 
     def leave(self, r: Request) -> None:
         """Member ``r`` leaves alone (synced; its blocks cover the steps allocated so far)."""
@@ -119,6 +126,8 @@ class DecodeCohort:
         self.ctx_off -= r.computed - r.cohort_base_step
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
+        if r is self._last:
+            self._last = None
 
     def _log_span(self, r: Request) -> None:
         """``r`` emitted a token at the end of cohort steps cohort_join_step .. g-1."""
@@ -129,6 +138,17 @@ class DecodeCohort:
         if tid is None:
             tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
         self.log_tenant.append(tid)
+
+    def last_member(self) -> Request:
+        """The member ranked last (largest rank key); the cohort must not be empty."""
+        last = self._last
+        if last is None:
+            last = self._last = max(self.members.values(), key=rank)
+        return last
+
+    def keys_changed(self) -> None:
+        """The policy re-keyed the running requests: the member ranked last is not known."""
+        self._last = None
 
     def sync(self, r: Request, blocks_ahead: bool = True) -> None:
         """Bring member ``r``'s fields up to date and rebase it at the current step; its blocks

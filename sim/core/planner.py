@@ -101,7 +101,7 @@ def cohort_step_blocks(eng: Engine) -> list[int] | None:
                 # the budget cuts this chunk: the walk gives it the same only when every
                 # member ranks above it (their tokens come before it either way)
                 if last_member is None:
-                    last_member = max(rank(m) for m in coh.members.values())
+                    last_member = rank(coh.last_member())
                 if rank(req) < last_member:
                     return None
             used[req.cls_idx] += n
@@ -259,7 +259,7 @@ def _admit(eng: Engine, w: Request, n: int, need_blocks: int, hit: int, plan: St
     w.admitted_s = now_ns / NS
     if w.first_admit_ns < 0:
         w.first_admit_ns = now_ns
-    eng.running.append(w)
+    eng.add_running(w)
     if eng.rank_order is not None:  # keep the rank order without re-sorting
         insort(eng.rank_order, w, key=rank)
     decode = w.tokens - w.computed == 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from operator import attrgetter
 from typing import TYPE_CHECKING, ClassVar
 
 from sim.core.costs import NS
@@ -28,8 +27,6 @@ from sim.core.request import Request, State
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
-
-_priority = attrgetter("priority")
 
 
 # ---- how a victim gives up its blocks ---------------------------------------------------------
@@ -165,7 +162,7 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
     a preemption counted, recorded by how it was released. The policy is told.
     """
     how = eng.preemption.release(eng, v, plan)
-    eng.running.remove(v)
+    eng.remove_running(v)
     if eng.rank_order is not None:
         eng.rank_order.remove(v)
     scheduled.pop(v.request_id, None)
@@ -179,7 +176,7 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
 # ---- whom to preempt --------------------------------------------------------------------------
 def lowest_running(eng: Engine) -> Request:
     # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
-    return max(eng.running, key=rank)
+    return eng.lowest_running()
 
 
 def victim_for(eng: Engine, req: Request, short: int) -> Request:
@@ -259,8 +256,8 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
         return []
     if mode in ("priority", "strict") and eng.running:
         # a waiter of the least urgent class running (the common head of a full replica's
-        # queue) has no victim: the max, a loop in C, says so without building the list
-        top = max(map(_priority, eng.running))
+        # queue) has no victim: the running counts per class say so without building the list
+        top = eng.top_running_priority()
         if top < w.priority or (top == w.priority and mode == "strict"):
             return []
     if mode == "priority":

@@ -228,15 +228,11 @@ class Telemetry:
 
     # ---- time series ---------------------------------------------------------------------
     def sample(self, t_ns: int, engine) -> None:
-        nc = len(self.class_names)
-        waiting = [0] * nc
-        running = [0] * nc
-        for _, _, r in engine.waiting:
-            waiting[r.cls_idx] += 1
-        for r in engine.running:
-            running[r.cls_idx] += 1
+        """Record the waiting and running requests per class and the KV use at ``t_ns`` (the
+        engine's counts, kept as requests enter and leave each set)."""
         pool = engine.pool
-        self.samples.append((t_ns, waiting, running, pool.total - pool.free, pool.host_used))
+        self.samples.append((t_ns, list(engine.waiting_count), list(engine.running_count),
+                             pool.total - pool.free, pool.host_used))
 
     def columns(self) -> dict[str, object]:
         self._flush_rows()
