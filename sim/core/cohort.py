@@ -116,6 +116,16 @@ class DecodeCohort:
             # does): a later joiner must not count a step ahead that nobody allocated
             self.steps_allocated = self.steps
 
+    def leave_all(self, rs: list[Request]) -> None:
+        """Members ``rs`` leave together (each as :meth:`leave`; the finish order is rebuilt
+        once)."""
+        for r in rs:
+            self.sync(r)
+            self._leave(r)
+        self.finish = [f for f in self.finish if f[2].cohort_base_step != NOT_MEMBER]
+        if not self.members:
+            self.steps_allocated = self.steps
+
     def _leave(self, r: Request) -> None:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
         del self.members[r.request_id]
