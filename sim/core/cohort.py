@@ -101,9 +101,7 @@ class DecodeCohort:
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
         last = self._last
-        if len(self.members) == 1:
-            self._last = r
-        elif last is not None and rank(r) > rank(last):
+        if last is not None and rank(r) > rank(last):
             self._last = r
 
     def leave(self, r: Request) -> None:
@@ -134,6 +132,38 @@ class DecodeCohort:
         if self.grows:
             self.residues[ci][(r.cohort_base_step - r.computed) % self.bs] -= 1
         self.ctx_off -= r.computed - r.cohort_base_step
+        self._log_span(r)
+        r.cohort_base_step = NOT_MEMBER
+        if r is self._last:
+            self._last = None
+
+    def _done(self, r: Request) -> None:
+        """Member ``r`` emitted its last token at the end of the current step: :meth:`sync` (its
+        blocks cover its computed tokens) and :meth:`_leave` in one (the engine's most frequent
+        way out; its finish entry is the caller's)."""
+        g = self.steps
+        g0 = r.cohort_base_step
+        c0 = r.computed
+        d = g - g0
+        c = c0 + d
+        if d:
+            r.computed = c
+            r.generated += d
+            r.tokens += d
+            r.attained_ns += self.svc_ns - r.cohort_base_svc_ns
+            r.last_token_ns = self.end_ns
+            r.last_scheduled_s = self.end_ns / NS
+            m = self.max_duration_since(g0 + 1)
+            if m > r.max_itl_ns:
+                r.max_itl_ns = m
+            r.cohort_base_svc_ns = self.svc_ns
+        del self.members[r.request_id]
+        ci = r.cls_idx
+        self.n_cls[ci] -= 1
+        if self.grows:
+            r.blocks = -(-c // self.bs) - r.base_blocks
+            self.residues[ci][(g0 - c0) % self.bs] -= 1
+        self.ctx_off -= c0 - g0
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
         if r is self._last:
@@ -268,27 +298,44 @@ class DecodeCohort:
         self.log_run_at.append(len(self.log_durs))
         self.log_run_ns.append(start_ns)
         self.log_durs.extend(durations)
-        g, t = self.steps, start_ns
+        g0, t, n = self.steps, start_ns, len(durations)
         svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
-        for i, d in enumerate(durations):
-            g += 1
-            while md and md[-1] <= d:
-                md.pop()
-                mg.pop()
-            mg.append(g)
-            md.append(d)
-            t += d
-            if g == g_next:
-                self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
+        i = 0
+        while i < n:
+            # steps i .. e-1 of the run: up to the end of the next member's last, or the run's end
+            e = n if g_next < 0 or g_next - g0 > n else g_next - g0
+            seg = durations if i == 0 and e == n else durations[i:e]
+            d = seg[-1]
+            if len(seg) == 1 or max(seg) <= d:
+                # the segment's last step is its longest (decode steps grow with the context):
+                # it hides every step before it in the stack
+                while md and md[-1] <= d:
+                    md.pop()
+                    mg.pop()
+                mg.append(g0 + e)
+                md.append(d)
+                t += d if len(seg) == 1 else sum(seg)
+            else:
+                g = g0 + i
+                for d in seg:
+                    g += 1
+                    while md and md[-1] <= d:
+                        md.pop()
+                        mg.pop()
+                    mg.append(g)
+                    md.append(d)
+                    t += d
+            i = e
+            if g0 + e == g_next:
+                self.steps, self.end_ns, self.svc_ns = g_next, t, svc0 + t
                 leavers = []
-                while fin and fin[0][0] == g:
+                while fin and fin[0][0] == g_next:
                     r = fin.pop(0)[2]
-                    self.sync(r, blocks_ahead=False)
-                    self._leave(r)
+                    self._done(r)
                     leavers.append(r)
-                changes.append((i + 1, t, leavers))
+                changes.append((e, t, leavers))
                 g_next = fin[0][0] if fin else -1
-        self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
+        self.steps, self.end_ns, self.svc_ns = g0 + n, t, svc0 + t
         if not self.members:
             mg.clear()
             md.clear()

@@ -183,10 +183,9 @@ class Engine:
         self.running_count[r.cls_idx] += 1
         if r.priority != self.class_priority[r.cls_idx]:
             self.priority_by_class = False
+        # (its admit_seq is the newest: it ranks last unless a running key is larger)
         low = self._lowest
-        if len(self.running) == 1:
-            self._lowest = r
-        elif low is not None and rank(r) > rank(low):
+        if low is not None and r.key >= low.key:
             self._lowest = r
 
     def remove_running(self, r: Request) -> None:
