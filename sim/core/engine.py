@@ -42,6 +42,8 @@ from sim.core.telemetry import Telemetry
 
 __all__ = ["Engine"]
 
+NO_PRIORITY = -(1 << 62)  # below every class priority: "no request running"
+
 
 class Engine:
     """A replica's scheduler and executor; :func:`sim.core.loop.replica_loop` drives it.
@@ -120,6 +122,7 @@ class Engine:
         # every running request has its class's priority (as the request source makes them):
         # the least urgent priority running is then read from the class counts
         self.priority_by_class = True
+        self._top = NO_PRIORITY  # ... the largest of them (kept while priority_by_class)
         self.preemption = make_mode(cfg.preemption)
         self.grows_blocks = self.preemption.grows_blocks
         self.oracle = bool(getattr(policy, "oracle", False))
@@ -182,6 +185,8 @@ class Engine:
         self.running_count[r.cls_idx] += 1
         if r.priority != self.class_priority[r.cls_idx]:
             self.priority_by_class = False
+        if r.priority > self._top:
+            self._top = r.priority
         # (its admit_seq is the newest: it ranks last unless a running key is larger)
         low = self._lowest
         if low is not None and r.key >= low.key:
@@ -190,7 +195,11 @@ class Engine:
     def remove_running(self, r: Request) -> None:
         """``r`` leaves the running set (finished or preempted)."""
         self.running.remove(r)
-        self.running_count[r.cls_idx] -= 1
+        ci = r.cls_idx
+        n = self.running_count[ci] - 1
+        self.running_count[ci] = n
+        if not n and r.priority == self._top:  # its class was the least urgent running
+            self._top = self._top_class_priority()
         if r is self._lowest:
             self._lowest = None
 
@@ -206,7 +215,11 @@ class Engine:
         """The least urgent (largest) priority of a running request; the set must not be empty."""
         if not self.priority_by_class:
             return max(r.priority for r in self.running)
-        top = -1 << 62
+        return self._top
+
+    def _top_class_priority(self) -> int:
+        """The largest priority of a class with running requests (NO_PRIORITY when none)."""
+        top = NO_PRIORITY
         for p, n in zip(self.class_priority, self.running_count):
             if n and p > top:
                 top = p

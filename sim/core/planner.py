@@ -238,12 +238,13 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
                     break
             continue
         if not fit:
-            if not preempt_for(eng, w, plan, scheduled, budget, now_ns):
+            after = preempt_for(eng, w, plan, scheduled, budget, now_ns)
+            if after is None:
                 break
             budget = budget_left(eng, scheduled, plan.cohort)
             if eng.waiting[0][2] is not w:
                 continue  # a victim re-keyed on preemption now heads the queue: re-decide
-            fit, n, need_blocks, hit = fits(eng, w, budget)
+            fit, n, need_blocks, hit = after  # (what fits says now, taken after the last eviction)
             if not fit:
                 break
         eng.pop_entry()
@@ -350,16 +351,18 @@ def use_prefix(eng: Engine, w: Request, hit: int) -> None:
     w.evicted_miss_tokens += missed * cache.group_tokens
 
 
-def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> bool:
+def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int,
+                now_ns: int) -> tuple[bool, int, int, int] | None:
     """Evict lowest-ranked eligible running requests so that waiting ``w`` fits.
 
     Evicts only if evicting every eligible victim would make room (all-or-nothing on the
     outcome, as SGLang does; never a pointless eviction), then evicts the fewest needed,
-    lowest rank first.
+    lowest rank first. Returns None when it evicted nothing, else :func:`fits` of ``w`` after
+    the last eviction (with the budget then left).
     """
     victims = eligible_victims(eng, w)
     if not victims:
-        return False
+        return None
     coh = eng.cohort
     members = coh is not None and bool(coh.members)
     freed_tokens = freed_blocks = 0
@@ -376,7 +379,8 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     n, need, _ = admission(eng, w, budget + freed_tokens)
     avail = eng.pool.available_for(w.priority) - eng.watermark_blocks + freed_blocks
     if not (slots_ok and n > 0 and need <= avail):
-        return False
+        return None
+    now_fits = (False, 0, 0, 0)
     for v in victims:
         if members and v.cohort_base_step != NOT_MEMBER:
             # it leaves the cohort alone (the others decode on in it), as an ordinary
@@ -389,6 +393,7 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
             if eng.rank_order is not None:
                 insort(eng.rank_order, v, key=rank)
         preempt(eng, v, plan, scheduled, now_ns)
-        if fits(eng, w, budget_left(eng, scheduled, plan.cohort))[0]:
+        now_fits = fits(eng, w, budget_left(eng, scheduled, plan.cohort))
+        if now_fits[0]:
             break
-    return True
+    return now_fits
