@@ -12,8 +12,9 @@ Order, as in vLLM's V1 scheduler:
 
 The lazily-advanced cohort of steady decoders (:mod:`sim.core.cohort`) takes its tokens first,
 as one count, when that changes nothing any other request gets (:func:`cohort_step_blocks`);
-otherwise it dissolves into ordinary running requests. :func:`plan` mutates blocks and the
-running set; the step is then priced and applied (:mod:`sim.core.apply`).
+when the budget cuts a request some members rank below, those members leave it (they get
+nothing in this step); otherwise it dissolves into ordinary running requests. :func:`plan`
+mutates blocks and the running set; the step is then priced and applied (:mod:`sim.core.apply`).
 """
 from __future__ import annotations
 
