@@ -1,7 +1,7 @@
 """``python -m calibrate``: measure a profile without the priosim CLI (same arguments).
 
     python -m calibrate --device cpu --shape tiny --grid quick --out p.json
-    python -m calibrate roofline [--out-dir DIR]
+    python -m calibrate roofline [--grid shipped|fidelity|all] [--out-dir DIR]
 """
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["roofline"]:
+        from calibrate.roofline import GRIDS, PROFILE_DIR, write_roofline_profiles
         ap = argparse.ArgumentParser(prog="python -m calibrate roofline")
         ap.add_argument("--out-dir", default=None)
+        ap.add_argument("--grid", default="shipped", choices=list(GRIDS),
+                        help="shipped: the profiles scenarios name; fidelity: those the fidelity suite "
+                             "needs for other models' published measurements; all: both")
         a = ap.parse_args(argv[1:])
-        from calibrate.roofline import PROFILE_DIR, write_roofline_profiles
-        for p in write_roofline_profiles(a.out_dir or PROFILE_DIR):
+        for p in write_roofline_profiles(a.out_dir or PROFILE_DIR, grid=GRIDS[a.grid]):
             print(p)
         return 0
     ap = argparse.ArgumentParser(prog="python -m calibrate")

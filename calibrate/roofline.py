@@ -115,6 +115,8 @@ FIDELITY = [("a100-80gb", "qwen2.5-14b", 1), ("a100-80gb", "qwen2.5-32b", 2), ("
             ("h100-sxm", "qwen3-8b", 1), ("h100-sxm", "qwen3-14b", 1), ("a100-80gb", "qwen3-14b", 1),
             ("h100-sxm", "qwen3-32b", 1), ("a100-80gb", "qwen3-32b", 1), ("h100-pcie", "qwen3-32b", 1),
             ("h100-pcie", "qwen3-14b", 1)]
+#: The grids ``python -m calibrate roofline --grid NAME`` writes.
+GRIDS = {"shipped": SHIPPED, "fidelity": FIDELITY, "all": SHIPPED + FIDELITY}
 
 
 def _constants(dev: Device, overrides: dict) -> dict:

@@ -216,3 +216,11 @@ class BasePolicy:
     def report(self) -> dict:
         """Per-run figures the policy wants in summary.json (e.g. predictor tau)."""
         return {}
+
+
+def listens_before_ranking(policy: object) -> bool:
+    """Whether ``policy`` has a ``before_ranking`` of its own rather than BasePolicy's default.
+    Read from the bound hook, not the type: a wrapper (the fairness accountant) may hand on its
+    inner policy's hook as an instance attribute."""
+    hook = getattr(policy, "before_ranking", None)
+    return hook is not None and getattr(hook, "__func__", hook) is not BasePolicy.before_ranking

@@ -8,7 +8,7 @@ Run: python -m scripts.prefix_victim [--quick] [--set KEY=VALUE ...]
 (--set is passed to the scenario, e.g. the trace's path when the data is kept elsewhere.)"""
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import matplotlib
@@ -44,11 +44,13 @@ def measure(kv_list, horizon, sets):
 
 
 def main():
-    args = sys.argv[1:]
-    quick = "--quick" in args
-    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-    kv_list = [10000, 20000, 40000] if not quick else [20000]
-    rows = measure(kv_list, 120.0 if quick else 300.0, sets)
+    ap = argparse.ArgumentParser(prog="python -m scripts.prefix_victim", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one pool size, a 120 s horizon")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario override, e.g. the trace's path when the data is kept elsewhere")
+    args = ap.parse_args()
+    kv_list = [10000, 20000, 40000] if not args.quick else [20000]
+    rows = measure(kv_list, 120.0 if args.quick else 300.0, args.set)
     print("| KV blocks | victim | hit rate | preemptions | prefix evictions: by preemption / by pressure "
           "| re-prefill from preemption evictions: victim's own / pushed onto others (tokens) "
           "| re-prefill pushed onto others, all evictions | TTFT p99 (s) |")

@@ -2,12 +2,14 @@
 
 Runs fcfs, srpt_oracle, sjf_rank(oracle) and sjf_rank(noisy, tau) for tau in 0.3/0.5/0.7/0.9
 over several seeds at a high load, prints a table (also as Markdown to docs/sjf_tau_curve.md)
-and draws docs/sjf_tau_curve.png. Usage:
-``python -m scripts.sjf_tau_curve [--seeds 3] [--horizon-s 300] [--out docs]``.
+and draws docs/sjf_tau_curve.png, priced at the profile's declared engine overhead unless
+``--overhead`` names another preset (``none``: the profile alone). Usage:
+``python -m scripts.sjf_tau_curve [--seeds 3] [--horizon-s 300] [--overhead NAME] [--out docs]``.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +36,14 @@ def policies() -> list[tuple[str, list[str]]]:
     return out
 
 
+#: the engine overhead preset the last run() was priced with (the summary's profile.overhead)
+PRICED_WITH: list[str] = []
+
+
 def run(overrides: list[str], seed: int, horizon_s: float = 300.0) -> tuple[float, float, float | None]:
     sc = load_scenario(SCENARIO, overrides=HIGH_LOAD + overrides + [f"seed={seed}", f"horizon_s={horizon_s}"])
     res = simulate(sc)
+    PRICED_WITH[:] = [str(res.summary_dict["profile"].get("overhead"))]
     d = res.requests
     d = d[d["status"] == "finished"]
     return float(d["e2e_s"].mean()), float(d["e2e_s"].quantile(0.99)), res.summary_dict["run"]["policy"].get("srpt_order_tau")
@@ -46,20 +53,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--horizon-s", type=float, default=300.0, help="arrivals stop here (s); smaller for a quick look")
+    ap.add_argument("--overhead", default=None,
+                    help="engine overhead preset for every run (default: the profile's declared preset)")
     ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for sjf_tau_curve.md and .png")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.seeds))
+    pricing = [f'engine.overhead="{args.overhead}"'] if args.overhead else []
     table = []
     for name, ov in policies():
-        r = np.array([run(ov, s, args.horizon_s) for s in seeds], dtype=float)
+        r = np.array([run(pricing + ov, s, args.horizon_s) for s in seeds], dtype=float)
         table.append((name, *r.mean(axis=0)))
         print(f"{name:28s} mean e2e {table[-1][1]:8.3f} s  p99 {table[-1][2]:8.2f} s  srpt-order tau {table[-1][3]:.3f}", flush=True)
     lines = ["| policy | mean e2e (s) | p99 e2e (s) | admission-order tau vs SRPT |", "|---|---:|---:|---:|"]
     lines += [f"| {n} | {m:.3f} | {p:.2f} | {t:.3f} |" for n, m, p, t in table]
+    flag = f" --overhead {args.overhead}" if args.overhead else ""
+    load = [f"horizon_s={args.horizon_s:g}"] + [x for x in HIGH_LOAD if not x.startswith("horizon_s=")]
     (out / "sjf_tau_curve.md").write_text(
-        f"Seeds {seeds}; scenario `{SCENARIO.relative_to(ROOT)}` with {' '.join(HIGH_LOAD)}; produced by `python -m scripts.sjf_tau_curve`.\n\n"
+        f"Seeds {seeds}; scenario `{SCENARIO.relative_to(ROOT)}` with {' '.join(load)}; engine overhead "
+        f"`{PRICED_WITH[0]}`; produced by `python -m scripts.sjf_tau_curve{flag}` on {datetime.date.today()}.\n\n"
         + "\n".join(lines) + "\n")
     import matplotlib
     matplotlib.use("Agg")

@@ -338,3 +338,17 @@ def test_measured_profile_prices_pure_batches_from_its_tables():
     mixed = [r for r in rows if r["kind"] == "mixed"][0]
     fitted = cm.step_s(mixed["P"], mixed["D"], mixed["sum_l2"], mixed["sum_lc"], mixed["sum_ctx"])
     assert fitted > 0 and fitted != mixed["time_s"]
+
+
+@pytest.mark.parametrize("grid", ["shipped", "fidelity"])
+def test_every_shipped_roofline_profile_is_regenerated_by_the_command(tmp_path, grid):
+    """``python -m calibrate roofline --grid NAME`` writes each profile of the grid as shipped
+    (all but the date it was written)."""
+    from calibrate.__main__ import main
+    from calibrate.roofline import GRIDS, PROFILE_DIR, profile_filename
+    assert main(["roofline", "--grid", grid, "--out-dir", str(tmp_path)]) == 0
+    for d, s, tp in GRIDS[grid]:
+        name = profile_filename(d, s, tp)
+        made, shipped = (json.loads(p.read_text()) for p in (tmp_path / name, Path(PROFILE_DIR) / name))
+        made["meta"].pop("date"), shipped["meta"].pop("date")
+        assert made == shipped, name

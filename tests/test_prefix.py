@@ -173,3 +173,16 @@ def test_older_prefix_policies_still_read_queue_len():
     p = Older()
     p.before_ranking(RankingContext(1.0, 7, {3: 64}))
     assert p.queue_len == 7
+
+
+def test_prefix_aware_policy_under_the_fairness_accountant_is_told_too(run):
+    """Wrapped by the fairness accountant (the scenario has tenants), a prefix-aware policy is
+    told the same ranking context as unwrapped."""
+    sc = _prefix_scenario()
+    sc["policy"] = {"name": "tests.test_prefix:PrefixSpy"}
+    sc["fairness"] = {"enabled": True}
+    rep = run(sc).summary_dict["run"]["policy"]
+    assert "fairness" in rep
+    told = rep["told"]
+    assert told and all(n == len(cached) for n, cached in told)
+    assert any(v > 0 and v % 32 == 0 for _, cached in told for v in cached.values())

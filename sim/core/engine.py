@@ -28,7 +28,7 @@ from typing import Any
 
 import simpy
 
-from policies.base import BasePolicy, RankingContext
+from policies.base import BasePolicy, RankingContext, listens_before_ranking
 from sim.core import apply as _apply
 from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
@@ -96,8 +96,7 @@ class Engine:
         # told before each re-key when it listens (its own hook, or the default that keeps
         # older prefix-aware policies' queue_len)
         hook = getattr(policy, "before_ranking", None)
-        listens = getattr(type(policy), "before_ranking", None) is not BasePolicy.before_ranking
-        self._before_ranking = hook if hook is not None and (listens or self._prefix_info) else None
+        self._before_ranking = hook if listens_before_ranking(policy) or (hook is not None and self._prefix_info) else None
         self.next_change_ns = NEVER
         self.rank_order: list[Request] | None = None  # cached rank order of running non-members
         self.iterations = 0

@@ -34,7 +34,7 @@ import heapq
 import math
 from collections import defaultdict
 
-from policies.base import BasePolicy
+from policies.base import BasePolicy, listens_before_ranking
 
 
 class FairShare(BasePolicy):
@@ -51,6 +51,12 @@ class FairShare(BasePolicy):
             self.dynamic = bool(getattr(inner, "dynamic", False))
         self.name = f"fair({getattr(inner, 'name', type(inner).__name__)})"
         self.oracle = bool(getattr(inner, "oracle", False))
+        # a prefix-aware inner policy is told what it would be told unwrapped: the engine reads
+        # these two from the policy it holds, which is this wrapper
+        self.needs_prefix_info = bool(getattr(inner, "needs_prefix_info", False))
+        hook = getattr(inner, "before_ranking", None)
+        if hook is not None and (self.needs_prefix_info or listens_before_ranking(inner)):
+            self.before_ranking = hook
         self.shares = dict(shares or {})
         self.measure = measure
         self.window_s = float(window_s)
