@@ -1,6 +1,7 @@
-"""Start-up: the command line and the simulator import scipy only when a run needs it (a length
-law or arrival process that uses scipy.special imports it on first use), and that lazy import
-changes no result."""
+"""Start-up and exit: the command line and the simulator import scipy only when a run needs it (a
+length law or arrival process that uses scipy.special imports it on first use), that lazy import
+changes no result, and the program's quick exit (no garbage collection of what is left) loses
+nothing and keeps the exit status."""
 from __future__ import annotations
 
 import json
@@ -48,3 +49,22 @@ def test_lazily_imported_laws_draw_the_same_numbers_as_scipy_directly():
     z1 = rng.standard_normal(50)
     z2 = 0.4 * z1 + np.sqrt(1 - 0.16) * rng.standard_normal(50)
     assert np.array_equal(a, special.ndtr(z1)) and np.array_equal(b, special.ndtr(z2))
+
+
+def test_the_program_writes_the_same_files_as_the_command_in_process_and_keeps_exit_statuses(tmp_path):
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    args = ["run", "chat_vs_batch", "--set", "horizon_s=5", "--no-progress"]
+    done = subprocess.run([sys.executable, "-m", "sim.cli", *args, "--out", str(tmp_path / "a")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "results:" in done.stdout
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b")], catch_exceptions=False)
+    assert res.exit_code == 0
+    for f in ("requests.parquet", "timeseries.parquet", "summary.json", "scenario.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    bad = subprocess.run([sys.executable, "-m", "sim.cli", "run", "chat_vs_batch", "--set", "engine.max_num_seqs=0"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
