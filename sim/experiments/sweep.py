@@ -422,8 +422,13 @@ def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) ->
 
     # imported once here, inherited by forked workers (scipy.special: the length laws and arrival
     # processes import it on first use)
+    import gc
+
     import scipy.special  # noqa: F401
     import sim.run  # noqa: F401
+    # what the workers inherit is left out of their garbage collections (which would walk it, and
+    # copy its memory pages, in every worker)
+    gc.freeze()
     pool = ProcessPoolExecutor(max_workers=workers)
     try:
         pending = {pool.submit(_local_task, s, str(runs_dir), bd, source, trace_iterations): s
@@ -440,6 +445,7 @@ def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) ->
                 record(s, outcome)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        gc.unfreeze()
 
 
 def ray_runtime_env() -> dict:
