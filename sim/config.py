@@ -24,7 +24,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_seria
 from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError
 from sim.schema import STRICT, format_error
-from sim.tables import AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_tables, check_tenant_names
+from sim.tables import (AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_policy, check_profile,
+                        check_tables, check_tenant_names)
 from workloads.library import DEFAULT_SCENARIO, shipped_scenario
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -292,25 +293,13 @@ def _validate_parts(sc: Scenario) -> None:
     """Validate the pieces owned by other packages (streams, profile, policy) and the tables
     against the rest of the scenario (:func:`sim.tables.check_tables`)."""
     import workloads
-    from policies import make_policy
-
-    from sim.core.costs import ProfileError, load_profile
 
     try:
         workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s)
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
-    try:
-        load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
-    except ProfileError as exc:
-        raise ScenarioError(f"{sc.source}: {exc}") from None
-    try:
-        policy = make_policy(sc.policy.name, **sc.policy.params())
-        if hasattr(policy, "bind"):  # parameters that name classes are checked against them here
-            policy.bind({c.name: c.model_dump() for c in sc.classes}, 0)
-    except (KeyError, ValueError, TypeError) as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        raise ScenarioError(f"{sc.source}: policy: {msg}") from None
+    check_profile(sc, sc.engine)
+    check_policy(sc, sc.policy, "policy")
     check_tables(sc)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, error_message
 from sim.schema import FieldError, Table, checked, format_error, number, one_of
 
 Positive = Annotated[int | float, number()]
@@ -188,6 +188,28 @@ def group_policy(sc, g: GroupConfig):
     return sc.policy if g.policy is None else type(sc.policy).model_validate(g.policy)
 
 
+def check_profile(sc, eng, key: str | None = None) -> None:
+    """Engine settings ``eng``'s profile loads with its overhead (a ScenarioError naming ``key``
+    when given; the profile's own message names the profile)."""
+    from sim.core.costs import ProfileError, load_profile
+    try:
+        load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
+    except ProfileError as exc:
+        raise ScenarioError(f"{sc.source}: {f'{key}: ' if key else ''}{exc}") from None
+
+
+def check_policy(sc, pol, key: str) -> None:
+    """Policy settings ``pol`` make a policy, and the parameters that name classes name the
+    scenario's (a ScenarioError naming ``key``)."""
+    from policies import make_policy
+    try:
+        policy = make_policy(pol.name, **pol.params())
+        if hasattr(policy, "bind"):
+            policy.bind({c.name: c.model_dump() for c in sc.classes}, 0)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ScenarioError(f"{sc.source}: {key}: {error_message(exc)}") from None
+
+
 def _check_group(sc, i: int, g: GroupConfig) -> None:
     src = sc.source
     key = f"cluster.groups.{i}"
@@ -200,21 +222,13 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
                             f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "
                             f"(got {eng.timeseries_interval_s!r})")
     if "profile" in g.engine or "overhead" in g.engine:
-        from sim.core.costs import ProfileError, load_profile
-        try:
-            load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
-        except ProfileError as exc:
-            raise ScenarioError(f"{src}: {key}.engine.profile: {exc}") from None
+        check_profile(sc, eng, f"{key}.engine.profile")
     if g.policy is not None:
-        from policies import make_policy
         try:
             pol = group_policy(sc, g)
-            make_policy(pol.name, **pol.params())
         except ValidationError as err:
             raise ScenarioError(format_error(src, err, prefix=f"{key}.policy")) from None
-        except (KeyError, ValueError, TypeError) as exc:
-            msg = exc.args[0] if exc.args else str(exc)
-            raise ScenarioError(f"{src}: {key}.policy: {msg}") from None
+        check_policy(sc, pol, f"{key}.policy")
     bad = [x for x in g.classes or [] if x not in sc.class_names]
     if bad:
         raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
@@ -228,8 +242,7 @@ def _check_router(sc) -> None:
     try:
         router = make_router(c.router_name, **c.router_params)
     except (KeyError, ValueError, TypeError) as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        raise ScenarioError(f"{src}: cluster.router: {msg}") from None
+        raise ScenarioError(f"{src}: cluster.router: {error_message(exc)}") from None
     if c.partitioned and not router.class_aware:
         raise ScenarioError(f"{src}: cluster.router: groups list 'classes', which only the class_aware "
                             f"router honours (got {c.router_name!r})")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, error_message
 from sim.cli.group import fail, load, main
 
 
@@ -55,7 +55,7 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs):
         doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
     except (KeyError, ValueError, RuntimeError) as exc:
-        fail(str(exc.args[0] if exc.args else exc))
+        fail(error_message(exc))
     fit = doc.get("fit", {})
     click.echo(f"wrote {out}: {doc['meta'].get('device')} {shape} {doc['meta'].get('dtype')}, "
                f"{len(doc.get('rows', []))} rows, fit leave-one-out error median "

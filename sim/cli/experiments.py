@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sim.core.errors import ScenarioError
+from sim.core.errors import ScenarioError, error_message
 from sim.cli.group import check_load, check_out, csv_list, fail, load, check_workers, main
 
 
@@ -279,7 +279,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                 if make_router(router).class_aware:
                     fail(f"--router: the shared design needs a router that is not class-aware (got {router!r})")
             except (KeyError, ValueError, TypeError) as exc:
-                fail(f"--router: {exc.args[0] if exc.args else exc}")
+                fail(f"--router: {error_message(exc)}")
         # validate one point before the search starts
         from sim.experiments.capacity import design_cluster, design_dims
         from sim.config import with_cluster

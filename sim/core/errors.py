@@ -3,6 +3,11 @@ broken invariants found while one runs."""
 from __future__ import annotations
 
 
+def error_message(exc: BaseException) -> str:
+    """An exception's message as raised (``str`` of a KeyError would quote it)."""
+    return str(exc.args[0]) if exc.args else str(exc)
+
+
 class ScenarioError(ValueError):
     """Bad input. ``str(err)`` is one line naming the file, the key, the value and what was
     expected; the CLI prints it and exits non-zero."""
