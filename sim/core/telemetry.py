@@ -198,10 +198,13 @@ class Telemetry:
         span = np.repeat(np.arange(len(j0)), reps)
         k = k0[span] + np.arange(len(span)) - np.repeat(np.cumsum(reps) - reps, reps)
         steps = np.minimum(j1[span], first[k + 1]) - np.maximum(j0[span], first[k])
-        pairs, inverse = np.unique(np.stack([k, ten[span]], axis=1), axis=0, return_inverse=True)
-        sums = np.bincount(inverse.ravel(), weights=steps, minlength=len(pairs))
+        # the distinct (interval, tenant) pairs in (interval, tenant) order, as one integer each
+        # (np.unique(axis=0) sorts rows as raw bytes: 30 times slower)
+        nt = max(len(names), 1)
+        keys, inverse = np.unique(k * nt + ten[span], return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=steps, minlength=len(keys))
         interval = uniq_bins.tolist()
-        for (kb, t), m in zip(pairs.tolist(), sums.tolist()):
+        for kb, t, m in zip((keys // nt).tolist(), (keys % nt).tolist(), sums.tolist()):
             self.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
 
     def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
