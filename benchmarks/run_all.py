@@ -6,8 +6,9 @@ Cases: the core scenario (Poisson, two classes, lognormal lengths, load 0.75 of 
 saturation rate, strict priority with recompute preemption, default H200 profile) at 10k, 100k
 and 1M requests; the 10k case again with fast-forward forced off (the speed-up is the ratio);
 a real-trace replay (the bundled Azure code + conversation hour); and sweep throughput for a
-24-cell sweep of 10k-request runs with 1 and 2 local workers. Each case runs in a fresh
-process so peak memory (ru_maxrss) is its own.
+24-cell sweep of 10k-request runs with 1 and 2 local workers (pure Python, measured once for
+this table and the "Where users wait" one). Each case runs in a fresh process so peak memory
+(ru_maxrss) is its own.
 
 The cases run on the compiled engine (``priosim native build``; built first if missing or stale,
 which needs ``pip install -e ".[native]"``), and the core cases again on pure Python
@@ -73,7 +74,10 @@ def sweep_rate(workers: int, n: int) -> dict:
                         "--out", str(Path(d) / "out"), "--no-plots", "--no-progress"],
                        check=True, capture_output=True, cwd=ROOT)
         wall = time.perf_counter() - t0
-    return {"workers": workers, "runs": 24, "wall_s": wall, "runs_per_min": 24 / wall * 60}
+        info = json.loads((Path(d) / "out" / "sweep.json").read_text())
+    # outside_s: the command's time outside its runs (start-up, validating the grid, the summary)
+    return {"workers": workers, "runs": 24, "wall_s": wall, "runs_per_min": 24 / wall * 60,
+            "outside_s": wall - info["wall_s"], "busy_share": info.get("time_s", {}).get("busy_share")}
 
 
 def _toml(d: dict, prefix: str = "") -> str:
@@ -128,7 +132,9 @@ def main() -> None:
     if compiled:  # the same engine, interpreted: the compiled build's speed-up
         rows += [run_case("core", n, True, pure=True) for n in sizes]
         rows.append(run_case("core", 10_000, False, lazy=False, pure=True))
-    sweeps = [] if quick else [sweep_rate(1, 10_000), sweep_rate(2, 10_000)]
+    # the sweep pair is measured once, pure Python (the figure "Where users wait" reports too)
+    from benchmarks.bench_paths import sweep_pair
+    sweeps = [] if quick else sweep_pair()
     cpu = platform.processor() or platform.machine()
     try:
         model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
@@ -159,12 +165,12 @@ def main() -> None:
             for n, r in zip(sizes, rows) if r["requests"] in pure) + "."]
     if sweeps:
         eff = sweeps[1]["runs_per_min"] / (2 * sweeps[0]["runs_per_min"])
-        md += ["", "| sweep (24 cells of 10k-request runs) | wall (s) | runs / min |", "|---|---|---|"]
+        md += ["", "| sweep (24 cells of 10k-request runs, pure Python) | wall (s) | runs / min |", "|---|---|---|"]
         md += [f"| {s['workers']} worker(s) | {s['wall_s']:.1f} | {s['runs_per_min']:.1f} |" for s in sweeps]
         md += ["", f"Parallel efficiency with 2 workers: {eff:.2f}."]
     if not quick:  # the commands users wait on (bench_paths.py), against the yardstick
         from benchmarks.bench_paths import measure as measure_paths
-        md += [""] + measure_paths(servegen=not args.no_servegen)
+        md += [""] + measure_paths(servegen=not args.no_servegen, sweeps=sweeps)
     out = HERE / "results.md"
     notes = ""  # a hand-written "## Notes" section at the end survives re-measuring
     if out.exists() and "\n## Notes" in out.read_text():

@@ -66,10 +66,14 @@ def srpt_order_tau(arrival: np.ndarray, admitted: np.ndarray, size: np.ndarray,
     # every pair (i, j), i in rows, i < j < hi[i], as two index arrays (at most ~max_pairs long)
     rows = rows[counts[rows] > 0]
     reps = counts[rows]
-    i = np.repeat(rows, reps)
-    j = i + 1 + np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
-    prod = np.sign(t[j] - t[i]) * np.sign(s[j] - s[i])
-    conc, disc = int((prod > 0).sum()), int((prod < 0).sum())
+    # the k-th pair of row i has j = i + 1 + k; rows' own values repeated (contiguous, not
+    # gathered), signs as int8: a third less time than float signs of gathered pairs
+    first = np.cumsum(reps) - reps
+    j = np.arange(int(reps.sum())) + np.repeat(rows + 1 - first, reps)
+    dt = t[j] - np.repeat(t[rows], reps)
+    ds = s[j] - np.repeat(s[rows], reps)
+    prod = ((dt > 0).view(np.int8) - (dt < 0).view(np.int8)) * ((ds > 0).view(np.int8) - (ds < 0).view(np.int8))
+    conc, disc = int(np.count_nonzero(prod > 0)), int(np.count_nonzero(prod < 0))
     pairs = conc + disc
     return ((conc - disc) / pairs if pairs else math.nan), pairs
 

@@ -16,6 +16,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def _q(s: pd.Series, q: float) -> float | None:
     return None if s.empty else float(s.quantile(q))
 
 
+@cache  # (reading the installed distribution's metadata takes 2 ms, once per Results)
 def _version() -> str:
     try:
         return metadata.version("priosim")
@@ -50,6 +52,11 @@ def _version() -> str:
 
 
 METRIC_COLUMNS = STAT_COLUMNS  # the request columns group_metrics reads
+# the quantiles STATS takes of each column over each selection of rows
+QUANTILES: dict[tuple[str, str], list[float]] = {}
+for _st in STATS:
+    if _st.how in PCTS:
+        QUANTILES.setdefault((_st.column, _st.among), []).append(PCTS[_st.how])
 
 
 def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_slo: float | None) -> dict:
@@ -94,8 +101,9 @@ class RequestGroups:
             out["reject_reasons"] = {str(k): int(v) for k, v in vc.items()}
         among = {"all": rows, "finished": fin, "started": sel(self.among["started"]),
                  "admitted": sel(self.among["admitted"])}
+        pcts: dict[tuple[str, str], dict | None] = {}  # (column, among) -> quantile -> value, taken together
         for st in STATS:
-            out[st.key] = self._stat(st, among[st.among], span_s)
+            out[st.key] = self._stat(st, among[st.among], span_s, pcts)
         ok = fin
         if ttft_slo is not None:
             ok = ok & (self.cols["ttft_s"] <= ttft_slo)
@@ -109,11 +117,23 @@ class RequestGroups:
         out["throughput_rps"] = float(out["finished"] / span_s) if span_s > 0 else 0.0
         return out
 
-    def _stat(self, st: Stat, rows: np.ndarray | None, span_s: float) -> float | int | None:
+    def _stat(self, st: Stat, rows: np.ndarray | None, span_s: float,
+              pcts: dict | None = None) -> float | int | None:
         """One statistic (:class:`sim.core.columns.Stat`) of the selected rows: on the arrays
         where pandas' result is plain arithmetic (quantiles and means of floats, sums of ints),
-        else by pandas on the rows."""
+        else by pandas on the rows. ``pcts``: the quantiles of float columns already taken (every
+        quantile ``STATS`` asks of a column over the same rows comes from one ``np.quantile``
+        call, each the value a call of its own gives)."""
         a = self.cols[st.column]
+        if a.dtype == np.float64 and st.how in PCTS and pcts is not None:
+            key = (st.column, st.among)
+            if key not in pcts:
+                v = a if rows is None else a[rows]
+                v = v[~np.isnan(v)]
+                qs = QUANTILES[key]
+                pcts[key] = dict(zip(qs, np.quantile(v, qs).tolist())) if len(v) else None
+            got = pcts[key]
+            return None if got is None else got[PCTS[st.how]]
         if rows is not None:
             a = a[rows]
         if a.dtype == np.float64 and st.how in PCTS:

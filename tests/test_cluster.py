@@ -547,3 +547,43 @@ def test_simulate_is_the_one_driver():
     assert isinstance(a, ClusterResults)
     pd.testing.assert_frame_equal(a.requests, b.requests)
     assert a.summary_dict["cluster"]["replicas"] == b.summary_dict["cluster"]["replicas"]
+
+
+def test_capacity_probe_scenario_is_the_validated_one_with_its_cluster():
+    """A probe sets [cluster] on the scenario validated once (with_cluster), which crosses the
+    process pool by pickling: the same scenario as validating the whole dict with that table."""
+    import pickle
+
+    from sim.config import with_cluster
+
+    d = toy(6)
+    sc = scenario_from_dict(d, source="toy.toml", base_dir="/x")
+    for table in ({"replicas": 3, "router": "least_outstanding"},
+                  {"groups": [{"name": "hi", "replicas": 2, "classes": ["hi"]},
+                              {"name": "lo", "replicas": 1, "classes": ["lo"]}], "router": "class_aware"}):
+        probe = pickle.loads(pickle.dumps(with_cluster(sc, table)))
+        whole = scenario_from_dict({**d, "cluster": table}, source="toy.toml", base_dir="/x")
+        assert probe == whole and (probe.source, probe.base_dir) == (whole.source, whole.base_dir)
+
+
+def test_groups_priced_alike_share_one_cost_model(monkeypatch):
+    """The driver loads a profile once per distinct pricing (profile and overhead), not once per
+    group after the first."""
+    import sim.cluster.driver as driver
+
+    loads = []
+    real = driver.load_profile
+
+    def counting(*a, **k):
+        loads.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(driver, "load_profile", counting)
+    same = layout_for("class_aware")
+    same["groups"][1]["engine"] = {"kv_blocks": 96}  # other settings, the same pricing
+    res = simulate_cluster(scenario_from_dict(cluster_scenario(same)))
+    assert loads == [] and len(res.requests)  # the first group's came with the setup; the second shares it
+    other = layout_for("class_aware")
+    other["groups"][1]["engine"] = {"overhead": "vllm-0.6"}
+    simulate_cluster(scenario_from_dict(cluster_scenario(other)))
+    assert len(loads) == 1

@@ -149,6 +149,26 @@ def test_srpt_order_tau_extremes():
     assert math.isnan(srpt_order_tau(np.arange(3.0), np.arange(3.0), np.array([3.0, 2, 1]))[0])
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_srpt_order_tau_counts_every_competing_pair(seed):
+    """Against the definition pair by pair: ties in arrival, admission and size included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    arrival = np.round(rng.random(n) * 10, int(rng.integers(0, 2)))
+    admitted = arrival + np.round(rng.exponential(3, n), int(rng.integers(0, 2)))
+    size = rng.integers(1, 6, n).astype(float)
+    conc = disc = 0
+    for x in range(n):
+        for y in range(n):
+            # y arrived after x (arrival order, ties by index) and before x was first admitted
+            if (arrival[y], y) > (arrival[x], x) and arrival[y] < admitted[x]:
+                p = np.sign(admitted[y] - admitted[x]) * np.sign(size[y] - size[x])
+                conc, disc = conc + (p > 0), disc + (p < 0)
+    tau, pairs = srpt_order_tau(arrival, admitted, size)
+    assert pairs == conc + disc
+    assert (math.isnan(tau) and not pairs) or tau == (conc - disc) / pairs
+
+
 @pytest.mark.parametrize("policy,low,high", [
     ({"name": "fcfs"}, -0.15, 0.15), ({"name": "srpt_oracle"}, 0.99, 1.0),
     ({"name": "sjf_rank", "predictor": "noisy", "tau": 0.5}, 0.3, 0.75),

@@ -65,7 +65,7 @@ def _req(eng, rid, cls_idx, prompt, computed, shared=(), hash_ids=None, admit=0,
     r.admit_seq = admit
     if admit:
         r.state = State.RUNNING
-        eng.running.append(r)
+        eng.add_running(r)
     return r
 
 

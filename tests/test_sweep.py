@@ -209,3 +209,41 @@ def test_compare_prints_per_class_metrics_with_ratios(tmp_path):
     assert row["a"] == row["b"] and row["ratio"] == 1.0  # same seed, same arrivals
     res = _cli(["compare", str(out), b])
     assert res.exit_code == 2 and "sweep folder" in res.output
+
+
+# ---- the order runs execute in -------------------------------------------------------------
+def test_longest_first_orders_by_expected_work_and_keeps_ties_in_grid_order():
+    from sim.experiments.sweep import longest_first
+
+    base = small_scenario()
+    specs = expand_grid(base, {"policy": ["fcfs", "priority"], "load": [0.5, 1.0, 0.7], "seed": [1, 2]})
+    order = longest_first(specs)
+    assert sorted(s.run_id for s in order) == sorted(s.run_id for s in specs)
+    assert [s.load_scale for s in order] == sorted((s.load_scale for s in specs), reverse=True)
+    heavy = [s.run_id for s in order if s.load_scale == 1.0]
+    assert heavy == [s.run_id for s in specs if s.load_scale == 1.0]  # ties: the grid's order
+    longer = expand_grid(base, {"horizon_s": [5.0, 50.0], "load": [1.0, 2.0]})
+    assert [s.axes for s in longest_first(longer)] == [
+        {"horizon_s": 50.0, "load": 2.0}, {"horizon_s": 50.0, "load": 1.0},
+        {"horizon_s": 5.0, "load": 2.0}, {"horizon_s": 5.0, "load": 1.0}]
+
+
+def test_run_order_changes_neither_the_runs_nor_the_table(tmp_path):
+    """Two workers (longest first, rows gathered as runs finish) and one worker (grid order, in
+    this process) write the same run folders and the same sweep.parquet, rows in grid order."""
+    args = ["sweep", "chat_vs_batch", "--policies", "fcfs,priority", "--loads", "0.5,1.1,0.8", *SMALL,
+            "--no-plots"]
+    for w in (1, 2):
+        res = _cli(args + ["--workers", str(w), "--out", str(tmp_path / f"w{w}")])
+        assert res.exit_code == 0, res.output
+    a, b = (pd.read_parquet(tmp_path / f"w{w}" / "sweep.parquet") for w in (1, 2))
+    pd.testing.assert_frame_equal(a, b)
+    specs = expand_grid({}, {"policy": ["fcfs", "priority"], "load": [0.5, 1.1, 0.8], "seed": [1]})
+    assert list(dict.fromkeys(a["run_id"])) == [s.run_id for s in specs]
+    for s in specs:
+        for f in ("requests.parquet", "timeseries.parquet", "summary.json"):
+            assert (tmp_path / "w1" / "runs" / s.run_id / f).read_bytes() == \
+                   (tmp_path / "w2" / "runs" / s.run_id / f).read_bytes(), (s.run_id, f)
+    info = json.loads((tmp_path / "w2" / "sweep.json").read_text())["time_s"]
+    assert info["workers"] == 2 and 0 < info["busy_share"] <= 1.0
+    assert {"wall", "simulate", "tables", "save", "sweep", "collect"} <= set(info)

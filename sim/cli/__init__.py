@@ -9,4 +9,17 @@ from sim.cli import calibration, experiments, runs  # noqa: F401  (registers the
 from sim.cli.calibration import fidelity
 from sim.cli.group import main
 
-__all__ = ["fidelity", "main"]
+__all__ = ["fidelity", "main", "console"]
+
+
+def console() -> None:
+    """The ``priosim`` program (and ``python -m sim.cli``): :data:`main`, then an exit that skips
+    the garbage collector's passes over everything still alive (imports, a run's engines and
+    tables: 0.15-0.2 s after a 5-replica run). Nothing is lost: the results are written and
+    closed by then, and the process's memory goes back to the system as a whole."""
+    import gc
+
+    try:
+        main()
+    finally:
+        gc.freeze()

@@ -1,4 +1,4 @@
 """``python -m sim.cli``: the priosim command."""
-from sim.cli import main
+from sim.cli import console
 
-main()
+console()

@@ -7,6 +7,7 @@ scenario with a ``[cluster]`` table.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sim.assembly import Setup, build_engine, prepare, seed_for
@@ -64,11 +65,15 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
     each group's scenario (the cluster's with the group's engine and policy)."""
     group_sc: dict[str, Scenario] = {}
     group_of: list[int] = []
+    # one cost model per distinct pricing (profile and overhead), not one per group
+    priced = {_pricing(spec.groups[0].engine): setup.costs}
     for gi, g in enumerate(spec.groups):
         scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": None})
         group_sc[g.name] = scg
-        costs = setup.costs if gi == 0 else load_profile(g.engine.profile, Path(sc.base_dir),
-                                                        overhead=g.engine.overhead)
+        key = _pricing(g.engine)
+        if key not in priced:
+            priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead)
+        costs = priced[key]
         for _ in range(g.replicas):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None
@@ -89,3 +94,8 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
     cl.allowed = [{r.index for r in c} for c in cl.candidates]
     cl.ahead = max(int(Replica.LOOKAHEAD * len(cl.replicas)), 1) - 1
     return group_sc
+
+
+def _pricing(engine) -> str:
+    """What a group's cost model is made from: its profile and overhead settings."""
+    return json.dumps([engine.profile, engine.overhead], sort_keys=True, default=str)

@@ -190,7 +190,7 @@ def publish_prefix(eng: Engine, r: Request, before: int) -> None:
 
 def finish(eng: Engine, r: Request, now_ns: int, in_order: bool = True) -> None:
     """``r`` emitted its last token at ``now_ns``: it leaves, its blocks are freed, all are told."""
-    eng.running.remove(r)
+    eng.remove_running(r)
     if in_order and eng.rank_order is not None:  # (cohort members are not in it)
         eng.rank_order.remove(r)
     eng.release_blocks(r)

@@ -40,6 +40,7 @@ from array import array
 from bisect import bisect_left, insort
 
 from sim.core.costs import NS
+from sim.core.plan import rank
 from sim.core.request import Request
 
 NOT_MEMBER = -1  # Request.cohort_base_step of a request outside the cohort
@@ -80,6 +81,7 @@ class DecodeCohort:
         self.finish: list[tuple[int, int, Request]] = []
         self._max_step: list[int] = []  # monotone stack of step durations: step index (increasing) ...
         self._max_dur: list[int] = []  # ... and duration (decreasing): max of steps >= index
+        self._last: Request | None = None  # the member ranked last; None: not known
 
     def __len__(self) -> int:
         return len(self.members)
@@ -98,6 +100,9 @@ class DecodeCohort:
             self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
+        last = self._last
+        if last is not None and rank(r) > rank(last):
+            self._last = r
 
     def leave(self, r: Request) -> None:
         """Member ``r`` leaves alone (synced; its blocks cover the steps allocated so far)."""
@@ -107,6 +112,16 @@ class DecodeCohort:
         if not self.members:
             # the last member took the blocks of the step in progress with it (as dissolve
             # does): a later joiner must not count a step ahead that nobody allocated
+            self.steps_allocated = self.steps
+
+    def leave_all(self, rs: list[Request]) -> None:
+        """Members ``rs`` leave together (each as :meth:`leave`; the finish order is rebuilt
+        once)."""
+        for r in rs:
+            self.sync(r)
+            self._leave(r)
+        self.finish = [f for f in self.finish if f[2].cohort_base_step != NOT_MEMBER]
+        if not self.members:
             self.steps_allocated = self.steps
 
     def _leave(self, r: Request) -> None:
@@ -119,6 +134,40 @@ class DecodeCohort:
         self.ctx_off -= r.computed - r.cohort_base_step
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
+        if r is self._last:
+            self._last = None
+
+    def _done(self, r: Request) -> None:
+        """Member ``r`` emitted its last token at the end of the current step: :meth:`sync` (its
+        blocks cover its computed tokens) and :meth:`_leave` in one (the engine's most frequent
+        way out; its finish entry is the caller's)."""
+        g = self.steps
+        g0 = r.cohort_base_step
+        c0 = r.computed
+        d = g - g0
+        c = c0 + d
+        if d:
+            r.computed = c
+            r.generated += d
+            r.tokens += d
+            r.attained_ns += self.svc_ns - r.cohort_base_svc_ns
+            r.last_token_ns = self.end_ns
+            r.last_scheduled_s = self.end_ns / NS
+            m = self.max_duration_since(g0 + 1)
+            if m > r.max_itl_ns:
+                r.max_itl_ns = m
+            r.cohort_base_svc_ns = self.svc_ns
+        del self.members[r.request_id]
+        ci = r.cls_idx
+        self.n_cls[ci] -= 1
+        if self.grows:
+            r.blocks = -(-c // self.bs) - r.base_blocks
+            self.residues[ci][(g0 - c0) % self.bs] -= 1
+        self.ctx_off -= c0 - g0
+        self._log_span(r)
+        r.cohort_base_step = NOT_MEMBER
+        if r is self._last:
+            self._last = None
 
     def _log_span(self, r: Request) -> None:
         """``r`` emitted a token at the end of cohort steps cohort_join_step .. g-1."""
@@ -129,6 +178,17 @@ class DecodeCohort:
         if tid is None:
             tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
         self.log_tenant.append(tid)
+
+    def last_member(self) -> Request:
+        """The member ranked last (largest rank key); the cohort must not be empty."""
+        last = self._last
+        if last is None:
+            last = self._last = max(self.members.values(), key=rank)
+        return last
+
+    def keys_changed(self) -> None:
+        """The policy re-keyed the running requests: the member ranked last is not known."""
+        self._last = None
 
     def sync(self, r: Request, blocks_ahead: bool = True) -> None:
         """Bring member ``r``'s fields up to date and rebase it at the current step; its blocks
@@ -238,27 +298,44 @@ class DecodeCohort:
         self.log_run_at.append(len(self.log_durs))
         self.log_run_ns.append(start_ns)
         self.log_durs.extend(durations)
-        g, t = self.steps, start_ns
+        g0, t, n = self.steps, start_ns, len(durations)
         svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
-        for i, d in enumerate(durations):
-            g += 1
-            while md and md[-1] <= d:
-                md.pop()
-                mg.pop()
-            mg.append(g)
-            md.append(d)
-            t += d
-            if g == g_next:
-                self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
+        i = 0
+        while i < n:
+            # steps i .. e-1 of the run: up to the end of the next member's last, or the run's end
+            e = n if g_next < 0 or g_next - g0 > n else g_next - g0
+            seg = durations if i == 0 and e == n else durations[i:e]
+            d = seg[-1]
+            if len(seg) == 1 or max(seg) <= d:
+                # the segment's last step is its longest (decode steps grow with the context):
+                # it hides every step before it in the stack
+                while md and md[-1] <= d:
+                    md.pop()
+                    mg.pop()
+                mg.append(g0 + e)
+                md.append(d)
+                t += d if len(seg) == 1 else sum(seg)
+            else:
+                g = g0 + i
+                for d in seg:
+                    g += 1
+                    while md and md[-1] <= d:
+                        md.pop()
+                        mg.pop()
+                    mg.append(g)
+                    md.append(d)
+                    t += d
+            i = e
+            if g0 + e == g_next:
+                self.steps, self.end_ns, self.svc_ns = g_next, t, svc0 + t
                 leavers = []
-                while fin and fin[0][0] == g:
+                while fin and fin[0][0] == g_next:
                     r = fin.pop(0)[2]
-                    self.sync(r, blocks_ahead=False)
-                    self._leave(r)
+                    self._done(r)
                     leavers.append(r)
-                changes.append((i + 1, t, leavers))
+                changes.append((e, t, leavers))
                 g_next = fin[0][0] if fin else -1
-        self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
+        self.steps, self.end_ns, self.svc_ns = g0 + n, t, svc0 + t
         if not self.members:
             mg.clear()
             md.clear()

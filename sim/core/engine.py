@@ -34,13 +34,15 @@ from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
 from sim.core.costs import NEVER, NS, CostModel
 from sim.core.kvpool import KVPool
-from sim.core.plan import StepPlan
+from sim.core.plan import StepPlan, rank
 from sim.core.preemption import make_mode
 from sim.core.request import Request, State
 from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
 
 __all__ = ["Engine"]
+
+NO_PRIORITY = -(1 << 62)  # below every class priority: "no request running"
 
 
 class Engine:
@@ -90,6 +92,13 @@ class Engine:
         if self.own_queues is not None:
             self.waiting = self.own_queues
         self.running: list[Request] = []
+        # requests per class in the waiting and the running set, counted as they enter and leave
+        # (the time series reads them every interval: a count, not a walk of the queue)
+        self.waiting_count = [0] * len(classes)
+        self.running_count = [0] * len(classes)
+        # the running request ranked last (the first victim; its key is the largest running),
+        # kept as requests start and leave: None when not known (recomputed on demand)
+        self._lowest: Request | None = None
         self._seq = 0
         self.admissions = 0  # requests admitted so far (each admission's sequence number)
         self.dynamic = bool(getattr(policy, "dynamic", False))
@@ -110,6 +119,10 @@ class Engine:
         self.counting_prefill = any(self.class_prefill_cap)
         self.waiting_prefills = [0] * len(classes)  # waiting requests due a prefill, per class
         self.class_priority = [getattr(c, "priority", 0) for c in classes]
+        # every running request has its class's priority (as the request source makes them):
+        # the least urgent priority running is then read from the class counts
+        self.priority_by_class = True
+        self._top = NO_PRIORITY  # ... the largest of them (kept while priority_by_class)
         self.preemption = make_mode(cfg.preemption)
         self.grows_blocks = self.preemption.grows_blocks
         self.oracle = bool(getattr(policy, "oracle", False))
@@ -157,10 +170,60 @@ class Engine:
             self.own_queues.push(entry)
         else:
             heapq.heappush(self.waiting, entry)
+        self.waiting_count[entry[2].cls_idx] += 1
 
     def pop_entry(self) -> tuple:
         """Take the first-ranked ``(key, seq, request)`` entry out of the waiting set."""
-        return self.own_queues.pop() if self.own_queues is not None else heapq.heappop(self.waiting)
+        entry = self.own_queues.pop() if self.own_queues is not None else heapq.heappop(self.waiting)
+        self.waiting_count[entry[2].cls_idx] -= 1
+        return entry
+
+    # ---- the running set -------------------------------------------------------------------
+    def add_running(self, r: Request) -> None:
+        """``r`` (admitted, its ``admit_seq`` the newest) joins the running set."""
+        self.running.append(r)
+        self.running_count[r.cls_idx] += 1
+        if r.priority != self.class_priority[r.cls_idx]:
+            self.priority_by_class = False
+        if r.priority > self._top:
+            self._top = r.priority
+        # (its admit_seq is the newest: it ranks last unless a running key is larger)
+        low = self._lowest
+        if low is not None and r.key >= low.key:
+            self._lowest = r
+
+    def remove_running(self, r: Request) -> None:
+        """``r`` leaves the running set (finished or preempted)."""
+        self.running.remove(r)
+        ci = r.cls_idx
+        n = self.running_count[ci] - 1
+        self.running_count[ci] = n
+        if not n and r.priority == self._top:  # its class was the least urgent running
+            self._top = self._top_class_priority()
+        if r is self._lowest:
+            self._lowest = None
+
+    def lowest_running(self) -> Request:
+        """The running request ranked last (largest key; ties: the most recently admitted).
+        The running set must not be empty."""
+        low = self._lowest
+        if low is None:
+            low = self._lowest = max(self.running, key=rank)
+        return low
+
+    def top_running_priority(self) -> int:
+        """The least urgent (largest) priority of a running request; the set must not be empty."""
+        if not self.priority_by_class:
+            return max(r.priority for r in self.running)
+        return self._top
+
+    def _top_class_priority(self) -> int:
+        """The largest priority of a class with running requests (NO_PRIORITY when none)."""
+        top = NO_PRIORITY
+        for p, n in zip(self.class_priority, self.running_count):
+            if n and p > top:
+                top = p
+        return top
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
@@ -183,6 +246,9 @@ class Engine:
         for r in self.running:
             r.key = self._key(r, now_s)
         self.rank_order = None
+        self._lowest = None
+        if self.cohort is not None:
+            self.cohort.keys_changed()
 
     def ranking_context(self, now_ns: int) -> RankingContext:
         """What the policy is told before a re-key: the queue length and, when it declares

@@ -12,7 +12,6 @@ fast-forwarded.
 """
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from sim.core.costs import NEVER, NS
@@ -21,8 +20,6 @@ from sim.core.request import Request
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
-
-_key = attrgetter("key")
 
 
 def run_length(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> list[int]:
@@ -203,8 +200,7 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
         return False
     if eng.waiting and eng.cfg.preempt_for_waiting != "never" and eng.grows_blocks:
         # a waiter that outranks a running request could evict it once victims grow
-        lowest = max(map(_key, eng.running))  # (map: the loop runs in C)
-        if eng.waiting[0][0] < lowest:
+        if eng.waiting[0][0] < eng.lowest_running().key:  # (kept by the engine, not a walk)
             return False
     return True
 

@@ -52,6 +52,30 @@ def check_invariants(eng: Engine) -> None:
     if used != pool.used or host != pool.host_used:
         raise AssertionError(f"KV not conserved: requests hold {used} (host {host}), pool says "
                              f"{pool.used} (host {pool.host_used})")
+    check_counts(eng)
+
+
+def check_counts(eng: Engine) -> None:
+    """What the engine keeps as requests come and go equals a recount: requests per class
+    waiting and running, the running request ranked last, the least urgent running priority,
+    and the cohort member ranked last."""
+    waiting = [0] * len(eng.classes)
+    running = [0] * len(eng.classes)
+    for _, _, r in eng.waiting:
+        waiting[r.cls_idx] += 1
+    for r in eng.running:
+        running[r.cls_idx] += 1
+    if waiting != eng.waiting_count or running != eng.running_count:
+        raise AssertionError(f"requests per class: waiting {eng.waiting_count}, running {eng.running_count} "
+                             f"kept, {waiting} and {running} counted")
+    if eng.running:
+        if eng.lowest_running() is not max(eng.running, key=rank):
+            raise AssertionError("the running request ranked last is out of date")
+        if eng.top_running_priority() != max(r.priority for r in eng.running):
+            raise AssertionError("the least urgent running priority is out of date")
+    coh = eng.cohort
+    if coh is not None and coh.members and coh.last_member() is not max(coh.members.values(), key=rank):
+        raise AssertionError("the cohort member ranked last is out of date")
 
 
 class ProgressGuard:

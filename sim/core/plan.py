@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from sim.core.request import Request
 
@@ -15,9 +16,9 @@ def age(r: Request) -> tuple:
     return (r.arrival_ns, r.request_id)
 
 
-def rank(r: Request) -> tuple:
-    """Rank order of running requests: policy key, then admission order."""
-    return (r.key, r.admit_seq)
+#: Rank order of running requests: ``(key, admit_seq)``, the policy key, then admission order
+#: (an attrgetter: sorts, bisections and maxima keyed by it read both fields in C).
+rank = attrgetter("key", "admit_seq")
 
 
 @dataclass(slots=True)
@@ -31,7 +32,7 @@ class Scheduled:
     admitted: bool = False  # taken from the waiting set in this step
 
 
-@dataclass
+@dataclass(slots=True)
 class StepPlan:
     """Who runs in a step and what moves: items (explicitly scheduled requests), the lazily-advanced
     cohort's decoders, admissions, preemptions and swaps (blocks each way, and who)."""

@@ -12,8 +12,9 @@ Order, as in vLLM's V1 scheduler:
 
 The lazily-advanced cohort of steady decoders (:mod:`sim.core.cohort`) takes its tokens first,
 as one count, when that changes nothing any other request gets (:func:`cohort_step_blocks`);
-otherwise it dissolves into ordinary running requests. :func:`plan` mutates blocks and the
-running set; the step is then priced and applied (:mod:`sim.core.apply`).
+when the budget cuts a request some members rank below, those members leave it (they get
+nothing in this step); otherwise it dissolves into ordinary running requests. :func:`plan`
+mutates blocks and the running set; the step is then priced and applied (:mod:`sim.core.apply`).
 """
 from __future__ import annotations
 
@@ -63,48 +64,55 @@ def budget_left(eng: Engine, scheduled: dict, cohort: int = 0) -> int:
 
 
 # ---- the cohort's share of a step ------------------------------------------------------------
-def cohort_step_blocks(eng: Engine) -> list[int] | None:
+def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
     """Can the cohort's decoders all take their token in the next step without changing what
     any other running request gets, and with no preemption? Returns the KV blocks per class
-    the cohort needs for it, or None when it cannot.
+    the cohort needs for it (and None), or None and, when members ranked below it are what
+    stops it, the first explicit request whose share the budget cuts (else None).
 
-    Yes when, with the cohort's D tokens taken first, no running request's chunk is cut by
-    the budget and every block the step needs (cohort and others) is available to the least
+    Yes when, with the cohort's D tokens taken first, every running request whose share the
+    budget cuts (a chunk shortened, a decoder left without its token) ranks below every
+    member, and every block the step needs (cohort and others) is available to the least
     favoured class present. Then the rank-order walk gives every running request exactly
-    what this walk gives it, wherever the cohort's members sit in the order.
+    what this walk gives it, wherever the cohort's members sit in the order: everyone ranked
+    above the first cut request gets its whole share either way, and that one and those
+    below it see the same budget left.
     """
     coh = eng.cohort
     assert coh is not None
     budget = eng.cfg.max_batched_tokens - len(coh)
     if budget < 0:
-        return None
+        return None, None
     need = coh.next_step_blocks()
     blocks = sum(need)
     explicit = ranked_running(eng)
     if not explicit and not blocks:
-        return need
+        return need, None
     used = [0] * len(eng.classes)
     # the least favoured class present has the fewest blocks available (reservations of
     # every more urgent class are held back from it)
-    worst = max(p for p, n in zip(eng.class_priority, coh.n_cls) if n)
+    worst = -(1 << 62)
+    for p, n in zip(eng.class_priority, coh.n_cls):
+        if n and p > worst:
+            worst = p
     bs = eng.bs
     grows = eng.grows_blocks
     last_member = None
     for req in explicit:
         if req.tokens - req.computed == 1:
-            if budget < 1:
-                return None
-            n = 1
+            n = 1 if budget >= 1 else 0
+            cut = n == 0
         else:
             n = chunk(eng, req, budget, used)
-            if n < chunk(eng, req, NEVER, used):
-                # the budget cuts this chunk: the walk gives it the same only when every
-                # member ranks above it (their tokens come before it either way)
-                if last_member is None:
-                    last_member = max(rank(m) for m in coh.members.values())
-                if rank(req) < last_member:
-                    return None
+            cut = n < chunk(eng, req, NEVER, used)
             used[req.cls_idx] += n
+        if cut:
+            # the budget cuts this share: the walk gives it the same only when every
+            # member ranks above it (their tokens come before it either way)
+            if last_member is None:
+                last_member = rank(coh.last_member())
+            if rank(req) < last_member:
+                return None, req
         if grows:
             new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
             if new > 0:
@@ -112,7 +120,9 @@ def cohort_step_blocks(eng: Engine) -> list[int] | None:
         budget -= n
         if req.priority > worst:
             worst = req.priority
-    return need if blocks <= 0 or blocks <= eng.pool.available_for(worst) else None
+    if blocks <= 0 or blocks <= eng.pool.available_for(worst):
+        return need, None
+    return None, None
 
 
 def dissolve_cohort(eng: Engine) -> None:
@@ -123,11 +133,23 @@ def dissolve_cohort(eng: Engine) -> None:
 
 
 def _cohort_share(eng: Engine, plan: StepPlan) -> None:
-    """The cohort joins the step as one count when it can (its blocks taken), else dissolves."""
+    """The cohort joins the step as one count when it can (its blocks taken), else dissolves.
+    When the budget cuts a request that members rank below, those members (who get nothing
+    after it in the walk) leave the cohort alone and the rest take the step when they can."""
     coh = eng.cohort
     if coh is None or not coh.members:
         return
-    need = cohort_step_blocks(eng)
+    need, cut = cohort_step_blocks(eng)
+    if cut is not None:
+        at = rank(cut)
+        below = [m for m in coh.members.values() if rank(m) > at]
+        if len(below) < len(coh):
+            coh.leave_all(below)
+            order = eng.rank_order
+            if order is not None:
+                for m in below:
+                    insort(order, m, key=rank)
+            need, cut = cohort_step_blocks(eng)
     if need is None:
         dissolve_cohort(eng)
         return
@@ -217,12 +239,13 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
                     break
             continue
         if not fit:
-            if not preempt_for(eng, w, plan, scheduled, budget, now_ns):
+            after = preempt_for(eng, w, plan, scheduled, budget, now_ns)
+            if after is None:
                 break
             budget = budget_left(eng, scheduled, plan.cohort)
             if eng.waiting[0][2] is not w:
                 continue  # a victim re-keyed on preemption now heads the queue: re-decide
-            fit, n, need_blocks, hit = fits(eng, w, budget)
+            fit, n, need_blocks, hit = after  # (what fits says now, taken after the last eviction)
             if not fit:
                 break
         eng.pop_entry()
@@ -259,7 +282,7 @@ def _admit(eng: Engine, w: Request, n: int, need_blocks: int, hit: int, plan: St
     w.admitted_s = now_ns / NS
     if w.first_admit_ns < 0:
         w.first_admit_ns = now_ns
-    eng.running.append(w)
+    eng.add_running(w)
     if eng.rank_order is not None:  # keep the rank order without re-sorting
         insort(eng.rank_order, w, key=rank)
     decode = w.tokens - w.computed == 1
@@ -329,16 +352,18 @@ def use_prefix(eng: Engine, w: Request, hit: int) -> None:
     w.evicted_miss_tokens += missed * cache.group_tokens
 
 
-def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> bool:
+def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int,
+                now_ns: int) -> tuple[bool, int, int, int] | None:
     """Evict lowest-ranked eligible running requests so that waiting ``w`` fits.
 
     Evicts only if evicting every eligible victim would make room (all-or-nothing on the
     outcome, as SGLang does; never a pointless eviction), then evicts the fewest needed,
-    lowest rank first.
+    lowest rank first. Returns None when it evicted nothing, else :func:`fits` of ``w`` after
+    the last eviction (with the budget then left).
     """
     victims = eligible_victims(eng, w)
     if not victims:
-        return False
+        return None
     coh = eng.cohort
     members = coh is not None and bool(coh.members)
     freed_tokens = freed_blocks = 0
@@ -355,7 +380,8 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     n, need, _ = admission(eng, w, budget + freed_tokens)
     avail = eng.pool.available_for(w.priority) - eng.watermark_blocks + freed_blocks
     if not (slots_ok and n > 0 and need <= avail):
-        return False
+        return None
+    now_fits = (False, 0, 0, 0)
     for v in victims:
         if members and v.cohort_base_step != NOT_MEMBER:
             # it leaves the cohort alone (the others decode on in it), as an ordinary
@@ -368,6 +394,7 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
             if eng.rank_order is not None:
                 insort(eng.rank_order, v, key=rank)
         preempt(eng, v, plan, scheduled, now_ns)
-        if fits(eng, w, budget_left(eng, scheduled, plan.cohort))[0]:
+        now_fits = fits(eng, w, budget_left(eng, scheduled, plan.cohort))
+        if now_fits[0]:
             break
-    return True
+    return now_fits

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from operator import attrgetter
 from typing import TYPE_CHECKING, ClassVar
 
 from sim.core.costs import NS
@@ -28,8 +27,6 @@ from sim.core.request import Request, State
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
-
-_priority = attrgetter("priority")
 
 
 # ---- how a victim gives up its blocks ---------------------------------------------------------
@@ -165,7 +162,7 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
     a preemption counted, recorded by how it was released. The policy is told.
     """
     how = eng.preemption.release(eng, v, plan)
-    eng.running.remove(v)
+    eng.remove_running(v)
     if eng.rank_order is not None:
         eng.rank_order.remove(v)
     scheduled.pop(v.request_id, None)
@@ -179,7 +176,7 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
 # ---- whom to preempt --------------------------------------------------------------------------
 def lowest_running(eng: Engine) -> Request:
     # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
-    return max(eng.running, key=rank)
+    return eng.lowest_running()
 
 
 def victim_for(eng: Engine, req: Request, short: int) -> Request:
@@ -198,11 +195,12 @@ def victim_for(eng: Engine, req: Request, short: int) -> Request:
     if len(cands) < 2:
         return lowest
     reuse = about_to_reuse(eng, None)
+    sole = {r.request_id: sole_groups(eng, r) for r in cands}  # (each candidate's, found once)
     # a victim that frees too little is followed by another preemption
-    enough = [r for r in cands if frees_blocks(eng, r) >= short]
+    enough = [r for r in cands if frees_blocks(eng, r, sole[r.request_id]) >= short]
     if enough:
-        return min(enough, key=lambda r: victim_cost_ns(eng, r, reuse))
-    return min(cands, key=lambda r: victim_score(eng, r, reuse))
+        return min(enough, key=lambda r: victim_cost_ns(eng, r, reuse, sole[r.request_id]))
+    return min(cands, key=lambda r: victim_score(eng, r, reuse, sole[r.request_id]))
 
 
 def about_to_reuse(eng: Engine, exclude: Request | None) -> set:
@@ -217,32 +215,45 @@ def about_to_reuse(eng: Engine, exclude: Request | None) -> set:
     return out
 
 
-def victim_score(eng: Engine, v: Request, reuse: set) -> float:
+def victim_score(eng: Engine, v: Request, reuse: set, sole: list[int] | None = None) -> float:
     """A preemption's cost per KV block it makes available, ns per block: its own blocks
     plus the cached groups only it holds (they become evictable). A victim whose tokens sit
-    in groups other running requests pin frees little, and more preemptions would follow."""
-    freed = frees_blocks(eng, v)
-    return victim_cost_ns(eng, v, reuse) / freed if freed > 0 else math.inf
+    in groups other running requests pin frees little, and more preemptions would follow.
+    ``sole``: :func:`sole_groups` of ``v`` when the caller has them."""
+    if sole is None:
+        sole = sole_groups(eng, v)
+    freed = frees_blocks(eng, v, sole)
+    return victim_cost_ns(eng, v, reuse, sole) / freed if freed > 0 else math.inf
 
 
-def frees_blocks(eng: Engine, v: Request) -> int:
+def sole_groups(eng: Engine, v: Request) -> list[int]:
+    """The cached prefix groups only ``v`` holds (preempting it makes them evictable)."""
+    cache = eng.pool.cache
+    if cache is None or not v.shared:
+        return []
+    refs = cache.refs
+    return [h for h in v.shared if refs[h] == 1]
+
+
+def frees_blocks(eng: Engine, v: Request, sole: list[int] | None = None) -> int:
     """Blocks preempting ``v`` makes available: its own, plus the cached groups only it holds
     (they become evictable, which admission counts as available)."""
     cache = eng.pool.cache
     freed = v.blocks
     if cache is not None:
-        freed += cache.group_blocks * sum(1 for h in v.shared if cache.refs[h] == 1)
+        freed += cache.group_blocks * len(sole_groups(eng, v) if sole is None else sole)
     return freed
 
 
-def victim_cost_ns(eng: Engine, v: Request, reuse: set) -> int:
+def victim_cost_ns(eng: Engine, v: Request, reuse: set, sole: list[int] | None = None) -> int:
     """Engine time a preemption of ``v`` is expected to cost, ns: its own (the mode's
     :meth:`PreemptionMode.cost_ns`; cached groups another running request also holds stay
     pinned, the groups only ``v`` holds become evictable, and a pool short of blocks evicts
     them) plus the re-prefill pushed onto others: the groups only ``v`` holds that a waiting
     request in ``reuse`` is about to use, priced as one re-prefill at the current batch."""
     cache = eng.pool.cache
-    sole = [h for h in v.shared if cache.refs[h] == 1] if cache is not None else []
+    if sole is None:
+        sole = sole_groups(eng, v)
     pinned = (len(v.shared) - len(sole)) * cache.group_tokens if cache is not None else 0
     own = eng.preemption.cost_ns(eng, v, pinned)
     if cache is None or not reuse:
@@ -259,8 +270,8 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
         return []
     if mode in ("priority", "strict") and eng.running:
         # a waiter of the least urgent class running (the common head of a full replica's
-        # queue) has no victim: the max, a loop in C, says so without building the list
-        top = max(map(_priority, eng.running))
+        # queue) has no victim: the running counts per class say so without building the list
+        top = eng.top_running_priority()
         if top < w.priority or (top == w.priority and mode == "strict"):
             return []
     if mode == "priority":

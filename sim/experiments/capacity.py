@@ -126,21 +126,21 @@ def _only(wl, classes: list[str]):
     return replace(wl, open=df[df["cls"].isin(classes)].reset_index(drop=True))
 
 
-def evaluate(base: dict, source: str, base_dir: str, cluster: dict, load_scale: float, slos: dict,
+def evaluate(base, cluster: dict, load_scale: float, slos: dict,
              dims: list[list[str]] | None = None, part: list[str] | None = None) -> dict:
-    """Simulate the scenario dict ``base`` with ``cluster``; the SLO verdict and headline numbers.
+    """Simulate the validated scenario ``base`` (a :class:`sim.config.Scenario`) with the
+    ``[cluster]`` table ``cluster``; the SLO verdict and headline numbers.
 
     With ``dims`` (the classes of each searched dimension) the simulation stops as soon as the
     verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
     ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound. With
     ``part`` (classes) only those classes' requests are served (one partition, alone)."""
     from sim.cluster import simulate_cluster
-    from sim.config import scenario_from_dict
+    from sim.config import with_cluster
 
     t0 = time.perf_counter()
-    d = dict(base)
-    d["cluster"] = cluster
-    sc = scenario_from_dict(d, source=source, base_dir=base_dir)
+    # probes differ only in [cluster]: the rest was validated once (streams, profile, policy)
+    sc = with_cluster(base, cluster)
     wl = _workload(sc, load_scale)
     if part is not None:
         assert wl is not None, "a partition is simulated alone only with open arrivals"
@@ -265,9 +265,8 @@ class _Search:
 
     def __init__(self, sc, designs: list[str], slos: dict, *, router, max_replicas: int, load_scale: float,
                  workers: int, log, early_stop: bool, apart: bool | None) -> None:
-        self.base = sc.to_dict()
-        self.base.pop("cluster", None)
-        self.source, self.base_dir, self.name = sc.source, sc.base_dir, sc.name
+        self.base = sc  # validated once; each probe only sets its [cluster] (it pickles to the workers)
+        self.name = sc.name
         self.designs, self.slos, self.router, self.max_replicas = designs, slos, router, max_replicas
         self.load_scale, self.workers, self.log, self.early_stop = load_scale, workers, log, early_stop
         self.state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}  # (checks the names)
@@ -297,9 +296,9 @@ class _Search:
         if None in c:  # one partition alone (the other counts None): its classes' requests only
             j = next(i for i, k in enumerate(c) if k is not None)
             x = self.state[d][j]
-            return (self.base, self.source, self.base_dir, {"replicas": c[j], "router": "least_outstanding"},
+            return (self.base, {"replicas": c[j], "router": "least_outstanding"},
                     self.load_scale, self.slos, [x.classes] if self.early_stop else None, x.classes)
-        return (self.base, self.source, self.base_dir, design_cluster(d, self.state[d], list(c), self.router),
+        return (self.base, design_cluster(d, self.state[d], list(c), self.router),
                 self.load_scale, self.slos, [x.classes for x in self.state[d]] if self.early_stop else None)
 
     def run_all(self, jobs: list[tuple[str, tuple]]) -> None:

@@ -220,16 +220,35 @@ def write_run(spec: RunSpec, res, runs_dir: Path) -> Path:
 
 
 def _local_task(spec: RunSpec, runs_dir: str, base_dir: str, source: str, trace_iterations: bool) -> dict:
+    """One run on a local worker: its outcome, with where its wall time went (``wall_s``; for a
+    finished run also ``simulate_s``: the workload and the engine loop, ``tables_s``: validating the
+    scenario and building the result tables, ``save_s``: writing the folder)."""
     t0 = time.perf_counter()
     out = execute(spec, base_dir, source, trace_iterations)
+    t1 = time.perf_counter()
     if out[0] == "ok":
         try:
             write_run(spec, out[1], Path(runs_dir))
         except Exception as exc:  # noqa: BLE001
             return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                     "wall_s": time.perf_counter() - t0}
-        return {"status": "ok", "wall_s": time.perf_counter() - t0}
+        t2 = time.perf_counter()
+        sim_s = out[1].summary_dict["run"].get("wall_s", 0.0)
+        return {"status": "ok", "wall_s": t2 - t0, "simulate_s": sim_s, "tables_s": max(t1 - t0 - sim_s, 0.0),
+                "save_s": t2 - t1}
     return {"status": "failed", "error": out[1], "traceback": out[2], "wall_s": time.perf_counter() - t0}
+
+
+def longest_first(specs: Sequence[RunSpec]) -> list[RunSpec]:
+    """``specs`` in the order a pool of workers should start them: the most expected work first
+    (a run's requests grow with its load and its horizon), so that the runs left at the end, when
+    workers fall idle one by one, are the shortest. Equal ones keep their order. Only the order
+    the runs execute in changes: their folders and the sweep's table do not depend on it."""
+    def work(s: RunSpec) -> float:
+        h = s.scenario.get("horizon_s")
+        return s.load_scale * (float(h) if isinstance(h, (int, float)) and h > 0 else 1.0)
+
+    return sorted(specs, key=work, reverse=True)  # (sorted is stable, also reversed)
 
 
 def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
@@ -325,11 +344,19 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
     bar = progress_bar(progress, total=len(specs), initial=report.skipped, unit="runs", desc="sweep", leave=True)
     bd = _portable(base_dir)
 
+    rows: dict[str, list[dict]] = {}  # each finished run's table rows, read as it finishes
+    times: dict[str, float] = {}
+
     def record(spec: RunSpec, outcome: dict) -> None:
         ff = fail_dir / f"{spec.run_id}.json"
         if outcome["status"] == "ok":
             report.done += 1
             ff.unlink(missing_ok=True)
+            # (while the other workers still run, rather than all at the end)
+            rows[spec.run_id] = run_rows(runs_dir / spec.run_id, spec.axes)
+            for k in ("wall_s", "simulate_s", "tables_s", "save_s"):
+                if outcome.get(k) is not None:
+                    times[k] = times.get(k, 0.0) + outcome[k]
         else:
             report.failed[spec.run_id] = outcome["error"]
             fail_dir.mkdir(exist_ok=True)
@@ -353,27 +380,59 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
         report.wall_s = time.perf_counter() - t0
         if bar is not None:
             bar.close()
-    collect(specs, out)
+    t1 = time.perf_counter()
+    collect(specs, out, rows)
     info = {"source": source, "base_dir": str(base_dir), "backend": backend, "runs": report.total,
             "done_now": report.done, "skipped": report.skipped, "failed": report.failed,
             "interrupted": report.interrupted, "wall_s": round(report.wall_s, 3),
-            "runs_per_minute": round(report.runs_per_minute, 2), **(meta or {})}
+            "runs_per_minute": round(report.runs_per_minute, 2),
+            "time_s": _time_report(times, report, _n_workers(backend, workers, len(todo)),
+                                   time.perf_counter() - t1),
+            **(meta or {})}
     (out / "sweep.json").write_text(json.dumps(info, indent=1, default=str))
     return report
 
 
+def _n_workers(backend: str, workers: int | None, n_runs: int) -> int | None:
+    """The local pool's size (None for Ray: the cluster decides)."""
+    return max(1, min(workers or os.cpu_count() or 1, n_runs)) if backend == "local" else None
+
+
+def _time_report(times: dict, report: SweepReport, workers: int | None, collect_s: float) -> dict:
+    """``sweep.json``'s ``time_s``: the runs' wall seconds summed over the runs done now, by phase
+    (``simulate``: workload and engine loop, ``tables``: validation and result tables, ``save``:
+    writing), the sweep's ``wall_s`` (first run started to last run recorded), ``collect_s``
+    (sweep.parquet), and with local workers ``busy_share``: the runs' share of the workers'
+    time (1.0: no worker ever waited; what is missing went to start-up, handing runs out and
+    workers idle at the end)."""
+    out = {k.removesuffix("_s"): round(v, 3) for k, v in times.items()}
+    out.update(sweep=round(report.wall_s, 3), collect=round(collect_s, 3))
+    if workers and report.wall_s > 0 and "wall_s" in times:
+        out.update(workers=workers, busy_share=round(times["wall_s"] / (workers * report.wall_s), 3))
+    return out
+
+
 def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) -> None:
-    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    workers = _n_workers("local", workers, len(todo))
     if workers == 1:
         for s in todo:
             record(s, _local_task(s, str(runs_dir), bd, source, trace_iterations))
         return
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    import sim.run  # noqa: F401 - imported once here, inherited by forked workers
+    # imported once here, inherited by forked workers (scipy.special: the length laws and arrival
+    # processes import it on first use)
+    import gc
+
+    import scipy.special  # noqa: F401
+    import sim.run  # noqa: F401
+    # what the workers inherit is left out of their garbage collections (which would walk it, and
+    # copy its memory pages, in every worker)
+    gc.freeze()
     pool = ProcessPoolExecutor(max_workers=workers)
     try:
-        pending = {pool.submit(_local_task, s, str(runs_dir), bd, source, trace_iterations): s for s in todo}
+        pending = {pool.submit(_local_task, s, str(runs_dir), bd, source, trace_iterations): s
+                   for s in longest_first(todo)}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
@@ -386,6 +445,7 @@ def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) ->
                 record(s, outcome)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        gc.unfreeze()
 
 
 def ray_runtime_env() -> dict:
@@ -413,7 +473,7 @@ def _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record) -> N
     # working_dir only at ray.init, e.g. ray.init(runtime_env=sim.experiments.sweep.ray_runtime_env()).)
     task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=False)(execute)
     try:
-        refs = {task.remote(s, bd, source, trace_iterations): s for s in todo}
+        refs = {task.remote(s, bd, source, trace_iterations): s for s in longest_first(todo)}
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
             for r in ready:
@@ -470,13 +530,18 @@ def run_rows(run_dir: str | Path, axes: Mapping[str, Any] | None = None) -> list
     return rows
 
 
-def collect(specs: Sequence[RunSpec], out_dir: str | Path) -> pd.DataFrame:
+def collect(specs: Sequence[RunSpec], out_dir: str | Path,
+            known: Mapping[str, list[dict]] | None = None) -> pd.DataFrame:
     """Write ``out_dir/sweep.parquet`` from the complete runs among ``specs`` (atomically) and
-    return it. Axis columns come first; grid keys keep their dotted names."""
+    return it, in the order of ``specs``. Axis columns come first; grid keys keep their dotted
+    names. ``known``: run id -> :func:`run_rows` of runs known complete (read as they finished)."""
     out = Path(out_dir)
+    known = known or {}
     rows: list[dict] = []
     for s in specs:
-        if is_complete(s, out / "runs"):
+        if s.run_id in known:
+            rows.extend(known[s.run_id])
+        elif is_complete(s, out / "runs"):
             rows.extend(run_rows(out / "runs" / s.run_id, s.axes))
     df = pd.DataFrame(rows)
     if len(df):

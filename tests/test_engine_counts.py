@@ -1,0 +1,152 @@
+"""What the engine keeps as requests come and go instead of walking its sets each time: requests
+per class waiting and running (the time series reads them), the running request ranked last
+(the first victim; fast-forward's waiter check), the least urgent running priority (whether a
+waiter has victims) and the cohort member ranked last (the cohort's budget check). At every event
+each equals a recount (``check_invariants`` compares them), under every preemption mode, swap,
+recompute, prefix caching, per-tenant fairness queues and in a cluster; and the cohort that sheds
+only the members a budget cut leaves without a token gives the outputs of stepping every request.
+"""
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+import simpy
+
+from sim import load_scenario, scenario_from_dict, simulate
+from sim.assembly import build_engine
+from sim.cluster import simulate_cluster
+from sim.core import observe
+from sim.core.cohort import DecodeCohort
+from sim.core.request import Request
+from tests.conftest import small_scenario
+
+MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("off", "never"),
+         ("recompute", "policy"), ("swap", "threshold")]
+
+
+def _same(a, b) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert a.summary_dict["classes"] == b.summary_dict["classes"]
+
+
+@pytest.mark.parametrize("preemption,pfw", MODES)
+def test_kept_counts_equal_a_recount_under_preemption(run, preemption, pfw):
+    """Requests move between waiting and running by admission, finish, recompute and swap:
+    the kept counts and the last-ranked requests match a recount after every event."""
+    sc = small_scenario(horizon_s=30.0)
+    sc["engine"].update(preemption=preemption, preempt_for_waiting=pfw)
+    res = run(sc, check_invariants=True)  # raises at the first event where one is off
+    if preemption != "off":
+        assert res.requests.preemptions.sum() > 0  # the preemption paths ran
+    ts = res.timeseries
+    assert (ts["running"] > 0).any() and (ts["waiting"] > 0).any()
+
+
+@pytest.mark.parametrize("policy", ["priority", "wfq", "mlfq", "lpm"])
+def test_kept_counts_equal_a_recount_with_prefix_cache_and_rekeying(run, policy):
+    """Policies that re-key (the cached last-ranked requests are dropped and found again), the
+    prefix-aware victim choice and a prefix cache."""
+    sc = small_scenario(horizon_s=20.0)
+    sc["engine"].update(prefix_caching=True, prefix_block_tokens=32, victim="prefix_aware")
+    for s in sc["streams"]:
+        s["prefix"] = {"system_tokens": 64, "conversations": 3, "block_tokens": 32}
+    sc["policy"] = {"name": policy}
+    run(sc, check_invariants=True)
+
+
+def test_kept_counts_equal_a_recount_in_fairness_queues():
+    """The fairness accountant keeps the waiting set in its own per-tenant queues."""
+    res = simulate(load_scenario("tenant_flood", overrides=["horizon_s=20.0"]), check_invariants=True)
+    assert len(res.requests)
+
+
+def test_kept_counts_equal_a_recount_in_a_cluster():
+    """Replicas whose runs go past arrivals routed elsewhere (and are cut short) keep theirs too."""
+    sc = load_scenario("diurnal_two_class", overrides=["horizon_s=40.0", "cluster={replicas=3}"])
+    simulate_cluster(sc, check_invariants=True)
+
+
+def test_check_counts_catches_a_stale_count():
+    """The recount is a real check: a count or a remembered request that is off raises."""
+    eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
+    reqs = [Request(i, 100 + i, "a", c, ci, ci, 50, 10, 20) for i, (c, ci) in
+            enumerate([("hi", 0), ("lo", 1), ("lo", 1), ("hi", 0)])]
+    for i, r in enumerate(reqs[:3]):
+        r.key = eng._key(r, 0.0)
+        r.admit_seq = i + 1
+        eng.add_running(r)
+    eng.push_waiting(reqs[3], 0)
+    observe.check_counts(eng)
+    assert eng.lowest_running() is reqs[2] and eng.top_running_priority() == 1
+    eng.running_count[0] += 1
+    with pytest.raises(AssertionError, match="per class"):
+        observe.check_counts(eng)
+    eng.running_count[0] -= 1
+    eng.waiting_count[1] += 1
+    with pytest.raises(AssertionError, match="per class"):
+        observe.check_counts(eng)
+    eng.waiting_count[1] -= 1
+    eng._lowest = reqs[0]
+    with pytest.raises(AssertionError, match="ranked last"):
+        observe.check_counts(eng)
+    eng._lowest = None
+    eng.remove_running(reqs[2])
+    eng.remove_running(reqs[1])
+    assert eng.lowest_running() is reqs[0] and eng.top_running_priority() == 0
+    observe.check_counts(eng)
+
+
+def test_priorities_apart_from_the_class_fall_back_to_a_walk():
+    """A request whose priority is not its class's (only tests make them): the least urgent
+    running priority is then taken over the running requests."""
+    eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
+    r = Request(0, 0, "a", "hi", 0, 5, 50, 10, 20)
+    r.key, r.admit_seq = (5,), 1
+    eng.add_running(r)
+    assert not eng.priority_by_class
+    assert eng.top_running_priority() == 5
+    observe.check_counts(eng)
+
+
+def _cut_scenario() -> dict:
+    """A token budget so small that urgent prompts' chunks are cut while less urgent decoders
+    sit in the cohort: the cohort sheds those ranked below the cut (37 times here)."""
+    sc = small_scenario(horizon_s=30.0)
+    sc["engine"].update(max_batched_tokens=64, max_num_seqs=16, kv_blocks=4000)
+    for s in sc["streams"]:
+        s["arrival"]["rate"] = 3.0
+    return sc
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_cohort_sheds_members_below_a_cut_exactly(monkeypatch, fast_forward):
+    """Members ranked below a request whose share the budget cuts get no token in the walk:
+    they leave the cohort alone and the rest go on as one count. Outputs equal stepping every
+    request one iteration at a time, and the shedding happened."""
+    shed = []
+    leave_all = DecodeCohort.leave_all
+
+    def spy(self, rs):
+        shed.append((len(rs), len(self.members) - len(rs)))
+        return leave_all(self, rs)
+
+    monkeypatch.setattr(DecodeCohort, "leave_all", spy)
+    sc = _cut_scenario()
+    sc["engine"]["fast_forward"] = fast_forward
+    a = simulate(scenario_from_dict(copy.deepcopy(sc)), check_invariants=True)
+    assert len(shed) > 10 and all(left and stayed for left, stayed in shed)
+    sc["engine"].update(fast_forward=False, lazy_batch=False)
+    _same(a, simulate(scenario_from_dict(sc)))
+
+
+def test_cohort_sheds_members_exactly_in_the_diurnal_cluster():
+    """The 5-replica diurnal run's situation (long batch prompts, interactive prefills cut by the
+    budget above batch decoders), three replicas: the cluster's outputs equal stepping."""
+    over = ["horizon_s=40.0", "cluster={replicas=3}"]
+    a = simulate_cluster(load_scenario("diurnal_two_class", overrides=over), check_invariants=True)
+    b = simulate_cluster(load_scenario("diurnal_two_class", overrides=over + ["engine.lazy_batch=false",
+                                                                              "engine.fast_forward=false"]))
+    _same(a, b)

@@ -1,0 +1,54 @@
+"""Result tables taken faster stay the same numbers: the quantiles every class's, tenant's and
+the overall metrics take of one column together equal those taken one at a time (and pandas')."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.results import PCTS, QUANTILES, RequestGroups, _nanquantile
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_quantiles_taken_together_equal_each_alone_and_pandas(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    a = rng.lognormal(0.0, 2.0, n) * rng.choice([1e-3, 1.0, 7.0], n)
+    a[rng.random(n) < 0.2] = np.nan
+    together = np.quantile(a[~np.isnan(a)], list(PCTS.values())).tolist() if (~np.isnan(a)).any() else None
+    for i, q in enumerate(PCTS.values()):
+        alone = _nanquantile(a, q)
+        assert (together is None and alone is None) or together[i] == alone
+        s = pd.Series(a).dropna()
+        assert alone is None if s.empty else alone == float(s.quantile(q))
+
+
+def test_group_metrics_with_and_without_the_shared_quantiles_are_identical():
+    rng = np.random.default_rng(1)
+    n = 500
+    arrival = np.sort(rng.random(n) * 100)
+    first = np.where(rng.random(n) < 0.9, arrival + rng.exponential(0.5, n), np.nan)
+    finish = np.where(np.isnan(first) | (rng.random(n) < 0.1), np.nan, first + rng.exponential(5, n))
+    gen = rng.integers(1, 300, n)
+    t = pd.DataFrame({
+        "arrival_s": arrival, "admitted_s": first - 0.01, "first_token_s": first, "finish_s": finish,
+        "generated_tokens": gen, "preemptions": rng.integers(0, 3, n), "prefix_hit_tokens": rng.integers(0, 50, n),
+        "prompt_tokens": rng.integers(50, 500, n), "evicted_miss_tokens": rng.integers(0, 5, n),
+        "max_itl_s": np.where(gen > 1, rng.random(n), np.nan),
+        "status": np.where(np.isnan(finish), "unfinished", "finished"), "reject_reason": "",
+    })
+    t["queue_wait_s"] = t["admitted_s"] - t["arrival_s"]
+    t["ttft_s"] = t["first_token_s"] - t["arrival_s"]
+    t["e2e_s"] = t["finish_s"] - t["arrival_s"]
+    t["tpot_s"] = (t["finish_s"] - t["first_token_s"]) / (t["generated_tokens"] - 1).where(t["generated_tokens"] > 1)
+    g = RequestGroups(t)
+    rows = rng.random(n) < 0.4
+    for sel in (None, rows):
+        shared = g.metrics(sel, 100.0, 0.5, 0.05)
+        among = {"all": sel, "finished": g.among["finished"] if sel is None else g.among["finished"] & sel,
+                 "started": g.among["started"] if sel is None else g.among["started"] & sel,
+                 "admitted": g.among["admitted"] if sel is None else g.among["admitted"] & sel}
+        from sim.core.columns import STATS
+        alone = {st.key: g._stat(st, among[st.among], 100.0) for st in STATS}  # one quantile per call
+        assert {k: shared[k] for k in alone} == alone
+    assert set(QUANTILES) >= {("ttft_s", "started"), ("e2e_s", "finished")}
