@@ -163,7 +163,7 @@ class Replica:
     # per replica anywhere (a request is likely routed here by then, which cuts the run; pricing
     # steps further ahead would be wasted work), and on from there when the clock reaches the
     # stretch's end without a cut. Where a stretch ends changes nothing in the results.
-    LOOKAHEAD = 3
+    LOOKAHEAD = 1
 
     def _run_bound(self) -> int:
         s = self.cluster.source
