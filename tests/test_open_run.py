@@ -1,0 +1,68 @@
+"""A fast-forwarded run priced a stretch at a time (:class:`sim.core.fastforward.OpenRun`, what a
+cluster replica does) is the run priced at once (:func:`sim.core.fastforward.run_length`): the
+same durations, step ends and instants of members' last tokens, whatever the stretches."""
+from __future__ import annotations
+
+from itertools import accumulate
+
+import numpy as np
+import pytest
+
+from tests.conftest import small_scenario
+from sim import scenario_from_dict, simulate
+from sim.core import fastforward
+from sim.core.costs import NEVER
+
+
+def _gone_ns(eng, plan, now_ns: int, durs: list[int]) -> list[int]:
+    """When each cohort member whose last token ends a step before the run's last leaves it."""
+    if not plan.cohort or eng.cohort is None:
+        return []
+    ends = list(accumulate(durs, initial=now_ns))[1:]
+    g = eng.cohort.steps
+    return [ends[f - g - 1] for f, _, _ in eng.cohort.finish if f - g - 1 < len(durs) - 1]
+
+
+@pytest.mark.parametrize("kv, rate, mode", [(64, 2.0, "recompute"), (40, 6.0, "swap"), (400, 0.5, "off"),
+                                            (400, 0.5, "recompute")])
+def test_run_priced_in_stretches_is_the_run_priced_at_once(monkeypatch, kv, rate, mode):
+    rng = np.random.default_rng(7)
+    seen = {"runs": 0, "stretches": 0, "gone": 0, "cut_by_blocks": 0}
+    whole = fastforward.run_length
+
+    def checked(eng, plan, now_ns, next_event_ns, dur0):
+        durs = whole(eng, plan, now_ns, next_event_ns, dur0)
+        run = fastforward.start_run(eng, plan, now_ns, next_event_ns, dur0)
+        if run is None:
+            assert durs == [dur0]
+            return durs
+        seen["runs"] += 1
+        bound = now_ns
+        while not run.done:
+            bound += int(rng.integers(1, 3 * dur0 + 2))
+            seen["stretches"] += run.extend(bound)
+        assert run.durs == durs
+        assert run.ends == list(accumulate(durs, initial=now_ns))[1:]
+        assert run.gone_ns == _gone_ns(eng, plan, now_ns, durs)
+        assert not run.extend(NEVER)  # (priced to its end)
+        seen["gone"] += len(run.gone_ns)
+        return durs
+
+    limited = fastforward.block_limited
+
+    def counted(eng, plan, k, avail, lo=1):
+        kb = limited(eng, plan, k, avail, lo)
+        seen["cut_by_blocks"] += kb < k
+        return kb
+
+    monkeypatch.setattr(fastforward, "run_length", checked)
+    monkeypatch.setattr(fastforward, "block_limited", counted)
+    d = small_scenario(horizon_s=15.0)
+    d["engine"].update(kv_blocks=kv, preemption=mode)
+    d["streams"][1]["arrival"]["rate"] = rate
+    simulate(scenario_from_dict(d), check_invariants=True)
+    assert seen["runs"] > 20 and seen["stretches"] > seen["runs"]
+    if mode == "off":
+        assert seen["gone"] > 0  # (runs went on past members' last tokens)
+    if kv == 40:
+        assert seen["cut_by_blocks"] > 0  # (KV blocks ended runs, some in a later stretch)
