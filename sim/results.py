@@ -51,17 +51,16 @@ def _version() -> str:
         return "0+unknown"
 
 
-METRIC_COLUMNS = STAT_COLUMNS  # the request columns group_metrics reads
+#: the scalar metrics of a group of requests (a class, a tenant, all), in summary.json's order:
+#: counts, the ``STATS``, the SLO figures (when the class has an SLO) and throughput
+COUNTS = ("arrived", "finished", "rejected", "unfinished")
+SLO_METRICS = ("slo_attainment", "goodput_rps")
+GROUP_METRICS: tuple[str, ...] = COUNTS + tuple(st.key for st in STATS) + SLO_METRICS + ("throughput_rps",)
 # the quantiles STATS takes of each column over each selection of rows
 QUANTILES: dict[tuple[str, str], list[float]] = {}
 for _st in STATS:
     if _st.how in PCTS:
         QUANTILES.setdefault((_st.column, _st.among), []).append(PCTS[_st.how])
-
-
-def group_metrics(g: pd.DataFrame, span_s: float, ttft_slo: float | None, tpot_slo: float | None) -> dict:
-    """Metrics of one group of requests (a class, a tenant, or all). Times in seconds."""
-    return RequestGroups(g).metrics(None, span_s, ttft_slo, tpot_slo)
 
 
 class RequestGroups:
@@ -72,7 +71,7 @@ class RequestGroups:
     def __init__(self, t: pd.DataFrame) -> None:
         self.t = t
         self.n = len(t)
-        self.cols = {c: t[c].to_numpy() for c in METRIC_COLUMNS if c in t.columns}
+        self.cols = {c: t[c].to_numpy() for c in STAT_COLUMNS if c in t.columns}
         status = t["status"]
         self.among = {"finished": (status == "finished").to_numpy(),
                       "started": t["first_token_s"].notna().to_numpy(),
@@ -210,7 +209,7 @@ class Results:
         run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
         run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)
 
-        narrow = req[list(METRIC_COLUMNS) + ["class", "tenant"]]  # a million-row run copies little
+        narrow = req[list(STAT_COLUMNS) + ["class", "tenant"]]  # a million-row run copies little
         groups = RequestGroups(narrow)
         classes, rows = _class_metrics(sc, costs, tel, groups, narrow, span)
         overall = groups.metrics(None, span, None, None)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.results import PCTS, QUANTILES, RequestGroups, _nanquantile
+from sim.results import GROUP_METRICS, PCTS, QUANTILES, RequestGroups, _nanquantile
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -52,3 +52,15 @@ def test_group_metrics_with_and_without_the_shared_quantiles_are_identical():
         alone = {st.key: g._stat(st, among[st.among], 100.0) for st in STATS}  # one quantile per call
         assert {k: shared[k] for k in alone} == alone
     assert set(QUANTILES) >= {("ttft_s", "started"), ("e2e_s", "finished")}
+
+
+def test_declared_group_metrics_are_the_scalar_keys_a_group_gets_in_order():
+    """GROUP_METRICS (what ``priosim tune`` accepts as a metric) lists every scalar a class's
+    row of summary.json has, in its order, and nothing else."""
+    from sim import load_scenario, simulate
+    res = simulate(load_scenario("chat_vs_batch", overrides=["horizon_s=20"]))
+    for row in res.summary_dict["classes"].values():
+        scalars = [k for k, v in row.items() if not isinstance(v, dict)]
+        assert [k for k in scalars if k in GROUP_METRICS] == [k for k in GROUP_METRICS if k in row]
+    interactive = res.summary_dict["classes"]["interactive"]  # a class with SLOs has them all
+    assert [k for k in interactive if k in GROUP_METRICS] == list(GROUP_METRICS)
