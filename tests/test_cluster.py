@@ -305,6 +305,22 @@ def test_views_a_router_reads_are_those_of_stopped_replicas(monkeypatch, lookahe
         assert (fast.requests["queue_wait_s"] > 0.5).any()  # (heavy: routed requests wait)
 
 
+def test_views_with_closed_loop_users_and_rejections(monkeypatch):
+    """Closed-loop users with no think time whose requests are often too large (rejected at
+    admission, and sent again at once): requests are routed while a replica's own process is
+    taking requests in; what a router reads is still the replica's engine."""
+    d = cluster_scenario({"replicas": 3, "router": "tests.test_cluster:RecordingRouter"})
+    users = closed_stream()
+    users["arrival"]["think"] = {"dist": "constant", "value": 0.0}
+    users["prompt_tokens"] = {"dist": "uniform", "low": 10, "high": 1400}
+    d["streams"].append(users)
+    monkeypatch.setattr(RecordingRouter, "oracle", True)
+    monkeypatch.setattr(RecordingRouter, "full", True)
+    RecordingRouter.log = []
+    res = simulate_cluster(scenario_from_dict(d), check_invariants=True)
+    assert (res.requests["status"] == "rejected").sum() > 10 and len(RecordingRouter.log) == len(res.requests)
+
+
 def test_no_drain_nothing_lost():
     d = cluster_scenario({"replicas": 2, "router": "round_robin"})
     d["drain"] = False

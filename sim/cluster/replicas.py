@@ -250,6 +250,9 @@ class Replica:
             self._dirty = True
             self.cluster.dirty.append(self)
         self.cluster.route_until(now_ns)
+        if not self._dirty:  # (routing just counted it; it goes on changing: admissions, rejections)
+            self._dirty = True
+            self.cluster.dirty.append(self)
         if not self.inbox:
             return []
         out = list(self.inbox)
