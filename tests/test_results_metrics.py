@@ -101,3 +101,21 @@ def test_tables_built_column_wise_equal_the_row_wise_reference(monkeypatch, scen
         assert any(kind == "requests" and unsorted for kind, _, unsorted in seen)
     else:
         assert any(kind == "timeseries" and tenants for kind, _, tenants in seen)
+
+
+@pytest.mark.parametrize("rows", [0, 7, 50_000])
+def test_write_parquet_writes_to_parquets_bytes(tmp_path, rows):
+    """The results' parquet writer gives byte for byte the file ``to_parquet(index=False)`` gives
+    (ints, floats with NaN, strings; a table large enough for pandas to convert it on threads)."""
+    from sim.results import write_parquet
+
+    rng = np.random.default_rng(rows)
+    x = rng.random(rows)
+    x[rng.random(rows) < 0.1] = np.nan
+    df = pd.DataFrame({"request_id": np.arange(rows, dtype=np.int64), "class": ["a", "bb"] * (rows // 2) + ["a"] * (rows % 2),
+                       "ttft_s": x, "tokens": rng.integers(0, 9, rows)})
+    df = df.iloc[::-1].reset_index(drop=True)
+    write_parquet(df, tmp_path / "ours.parquet")
+    df.to_parquet(tmp_path / "pandas.parquet", index=False)
+    assert (tmp_path / "ours.parquet").read_bytes() == (tmp_path / "pandas.parquet").read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ours.parquet"), df)
