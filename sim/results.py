@@ -370,19 +370,6 @@ def _request_table(tel) -> pd.DataFrame:
     return req
 
 
-def _request_table_rows(tel) -> pd.DataFrame:
-    """:func:`_request_table` through pandas conversions (the reference its tests compare with)."""
-    req = pd.DataFrame(tel.columns())
-    req = req.astype({c.name: INT for c in RECORDED if c.dtype == INT})
-    for c in RECORDED:
-        if c.dtype == FLOAT:
-            req[c.name] = req[c.name].astype(FLOAT)
-    req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
-    for c in DERIVED:
-        req[c.name] = c.derive(req)
-    return req
-
-
 def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame, span: float) -> tuple[dict, list]:
     """Per-class metrics (``summary["classes"]``) and the summary table's class rows; ``span`` in s."""
     classes = {}
