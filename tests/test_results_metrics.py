@@ -64,3 +64,73 @@ def test_declared_group_metrics_are_the_scalar_keys_a_group_gets_in_order():
         assert [k for k in scalars if k in GROUP_METRICS] == [k for k in GROUP_METRICS if k in row]
     interactive = res.summary_dict["classes"]["interactive"]  # a class with SLOs has them all
     assert [k for k in interactive if k in GROUP_METRICS] == list(GROUP_METRICS)
+
+
+def _request_table_rows(tel) -> pd.DataFrame:
+    """The request table through pandas conversions: the reference the column-wise builder
+    (``sim.results._request_table``) must equal exactly."""
+    from sim.core.columns import DERIVED, FLOAT, INT, RECORDED
+    req = pd.DataFrame(tel.columns())
+    req = req.astype({c.name: INT for c in RECORDED if c.dtype == INT})
+    for c in RECORDED:
+        if c.dtype == FLOAT:
+            req[c.name] = req[c.name].astype(FLOAT)
+    req = req.sort_values("request_id", kind="stable").reset_index(drop=True)
+    for c in DERIVED:
+        req[c.name] = c.derive(req)
+    return req
+
+
+@pytest.mark.parametrize("scenario,sets", [
+    ("diurnal_two_class", ["horizon_s=30.0", "drain=false", "cluster={replicas=3}"]),  # replicas' ids out of order
+    ("azure_two_tenants", ["horizon_s=30.0"]),  # tenants: their tokens-per-s columns
+])
+def test_tables_built_column_wise_equal_the_row_wise_reference(monkeypatch, scenario, sets):
+    """The request table and the time series built as numpy columns are exactly the tables the
+    pandas conversions and row-by-row construction give: values, dtypes, column order."""
+    import sim.results as sr
+    from sim import load_scenario, simulate
+
+    seen = []
+    fast_req, fast_ts = sr._request_table, sr._timeseries
+
+    def req(tel):
+        a, b = fast_req(tel), _request_table_rows(tel)
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+        assert list(a.dtypes) == list(b.dtypes)
+        seen.append(("requests", len(a), bool((np.diff(tel.columns()["request_id"]) < 0).any())))
+        return a
+
+    def ts(sc, tel):
+        a, b = fast_ts(sc, tel), sr._timeseries_rows(sc, tel)
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+        assert list(a.dtypes) == list(b.dtypes)
+        seen.append(("timeseries", len(a), any(c.startswith("tenant_") for c in a.columns)))
+        return a
+
+    monkeypatch.setattr(sr, "_request_table", req)
+    monkeypatch.setattr(sr, "_timeseries", ts)
+    simulate(load_scenario(scenario, overrides=sets))
+    assert seen and all(n > 0 for _, n, _ in seen)
+    if "cluster" in sets[-1]:
+        assert any(kind == "requests" and unsorted for kind, _, unsorted in seen)
+    else:
+        assert any(kind == "timeseries" and tenants for kind, _, tenants in seen)
+
+
+@pytest.mark.parametrize("rows", [0, 7, 50_000])
+def test_write_parquet_writes_to_parquets_bytes(tmp_path, rows):
+    """The results' parquet writer gives byte for byte the file ``to_parquet(index=False)`` gives
+    (ints, floats with NaN, strings; a table large enough for pandas to convert it on threads)."""
+    from sim.results import write_parquet
+
+    rng = np.random.default_rng(rows)
+    x = rng.random(rows)
+    x[rng.random(rows) < 0.1] = np.nan
+    df = pd.DataFrame({"request_id": np.arange(rows, dtype=np.int64), "class": ["a", "bb"] * (rows // 2) + ["a"] * (rows % 2),
+                       "ttft_s": x, "tokens": rng.integers(0, 9, rows)})
+    df = df.iloc[::-1].reset_index(drop=True)
+    write_parquet(df, tmp_path / "ours.parquet")
+    df.to_parquet(tmp_path / "pandas.parquet", index=False)
+    assert (tmp_path / "ours.parquet").read_bytes() == (tmp_path / "pandas.parquet").read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ours.parquet"), df)
