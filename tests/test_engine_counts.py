@@ -150,3 +150,39 @@ def test_cohort_sheds_members_exactly_in_the_diurnal_cluster():
     b = simulate_cluster(load_scenario("diurnal_two_class", overrides=over + ["engine.lazy_batch=false",
                                                                               "engine.fast_forward=false"]))
     _same(a, b)
+
+
+def _members(n: int) -> list[Request]:
+    """Steady decoders (each just emitted a token) with staggered output lengths and contexts."""
+    out = []
+    for i in range(n):
+        r = Request(i, 0, f"t{i % 3}", "hi", i % 2, 0, 17 + 5 * i, 2 + (i * 7) % 13, 40)
+        r.computed, r.generated, r.tokens = r.prompt_tokens, 1, r.prompt_tokens + 1
+        r.blocks = -(-r.computed // 16)
+        r.key, r.admit_seq = (i % 4,), i
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("grows", [True, False])
+def test_cohort_single_steps_equal_one_run(grows):
+    """The cohort's one-step advance (most runs) leaves members, leavers and the log exactly
+    as advancing the same steps as one run does."""
+    durs = [900 + (37 * j) % 250 for j in range(16)]
+    results = []
+    for runs in ([[d] for d in durs], [durs[:5], durs[5:6], durs[6:]]):
+        coh = DecodeCohort(2, 16, grows)
+        rs = _members(9)
+        for r in rs:
+            coh.join(r)
+        t, left = 1000, []
+        for run in runs:
+            for done, end, leavers in coh.advance(run, t):
+                left += [(end, r.request_id) for r in leavers]
+            t += sum(run)
+        coh.dissolve()
+        fields = [(r.computed, r.generated, r.tokens, r.attained_ns, r.last_token_ns, r.max_itl_ns, r.blocks)
+                  for r in rs]
+        log = [list(a) for a in (coh.log_durs, coh.log_j0, coh.log_j1, coh.log_cls, coh.log_tenant)]
+        results.append((fields, left, log, coh.steps, coh.end_ns, coh.svc_ns))
+    assert results[0][1] and results[0] == results[1]

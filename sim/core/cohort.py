@@ -153,9 +153,12 @@ class DecodeCohort:
             r.attained_ns += self.svc_ns - r.cohort_base_svc_ns
             r.last_token_ns = self.end_ns
             r.last_scheduled_s = self.end_ns / NS
-            m = self.max_duration_since(g0 + 1)
-            if m > r.max_itl_ns:
-                r.max_itl_ns = m
+            mg = self._max_step  # (max_duration_since, inlined: once per finished request)
+            i = bisect_left(mg, g0 + 1)
+            if i < len(mg):
+                m = self._max_dur[i]
+                if m > r.max_itl_ns:
+                    r.max_itl_ns = m
             r.cohort_base_svc_ns = self.svc_ns
         del self.members[r.request_id]
         ci = r.cls_idx
@@ -294,11 +297,36 @@ class DecodeCohort:
         mg, md = self._max_step, self._max_dur
         fin = self.finish
         g_next = fin[0][0] if fin else -1  # cohort count at which the next member is done
-        changes = []
+        changes: list[tuple[int, int, list[Request]]] = []
         self.log_run_at.append(len(self.log_durs))
         self.log_run_ns.append(start_ns)
+        g0, n = self.steps, len(durations)
+        if n == 1:  # a single step (most runs): the loop below, without its segments
+            d = durations[0]
+            self.log_durs.append(d)
+            while md and md[-1] <= d:
+                md.pop()
+                mg.pop()
+            g = g0 + 1
+            mg.append(g)
+            md.append(d)
+            t = start_ns + d
+            self.steps, self.end_ns, self.svc_ns = g, t, self.svc_ns + d
+            if g == g_next:
+                leavers = []
+                while fin and fin[0][0] == g:
+                    r = fin.pop(0)[2]
+                    self._done(r)
+                    leavers.append(r)
+                changes.append((1, t, leavers))
+            if not self.members:
+                mg.clear()
+                md.clear()
+            elif len(mg) > 4096:
+                self._trim_max()
+            return changes
         self.log_durs.extend(durations)
-        g0, t, n = self.steps, start_ns, len(durations)
+        t = start_ns
         svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
         i = 0
         while i < n:
@@ -339,10 +367,15 @@ class DecodeCohort:
         if not self.members:
             mg.clear()
             md.clear()
-        elif len(mg) > 4096:  # keep only what a current member can ask for
-            del mg[:bisect_left(mg, min(r.cohort_base_step for r in self.members.values()) + 1)]
-            del md[:len(md) - len(mg)]
+        elif len(mg) > 4096:
+            self._trim_max()
         return changes
+
+    def _trim_max(self) -> None:
+        """Keep only the part of the step-duration stack a current member can ask for."""
+        mg, md = self._max_step, self._max_dur
+        del mg[:bisect_left(mg, min(r.cohort_base_step for r in self.members.values()) + 1)]
+        del md[:len(md) - len(mg)]
 
     def max_duration_since(self, j: int) -> int:
         """Largest duration of cohort steps j .. g (0 when there are none)."""

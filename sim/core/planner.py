@@ -220,6 +220,8 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
 # ---- admission ---------------------------------------------------------------------------------
 def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
     """Admit waiting requests in rank order while they fit; returns the budget left."""
+    if not eng.waiting or budget <= 0:
+        return budget  # (most events: nobody waits)
     throttled = []  # waiters whose class used up its prefill cap this step: skipped, kept
     held = [0] * len(eng.classes)  # ... per class
     caps = eng.class_prefill_cap
