@@ -167,7 +167,14 @@ class DecodeCohort:
             r.blocks = -(-c // self.bs) - r.base_blocks
             self.residues[ci][(g0 - c0) % self.bs] -= 1
         self.ctx_off -= c0 - g0
-        self._log_span(r)
+        # (_log_span, inlined: once per finished request)
+        self.log_j0.append(r.cohort_join_step)
+        self.log_j1.append(g)
+        self.log_cls.append(ci)
+        tid = self.tenant_ids.get(r.tenant)
+        if tid is None:
+            tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
+        self.log_tenant.append(tid)
         r.cohort_base_step = NOT_MEMBER
         if r is self._last:
             self._last = None
