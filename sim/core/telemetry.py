@@ -19,11 +19,12 @@ import numpy as np
 from sim.core.columns import CONVERSIONS, FLOAT, RECORDED, SOURCES, STR
 from sim.core.request import Request
 
-# one getter per Request attribute the table reads: a block of ended requests is read one
-# attribute at a time (map in C; several times faster than a tuple per request, then transposing)
-_GETTERS = [(name, attrgetter(name)) for name in SOURCES]
-# requests read per block: the last few hundred to end are still in the CPU's caches (a block of
-# 4096 read a third slower: most of a block's time is fetching the requests' attributes)
+# a request's raw row: every attribute the table reads, in one C call while the request is
+# still in the CPU's caches (it just ended). Blocks of rows are then transposed into columns:
+# reading 512 ended requests one attribute at a time later fetched each request from memory
+# again (A/B on a 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU)
+_ROW = attrgetter(*SOURCES)
+# raw rows moved into the typed columns per block (a few hundred stay in the CPU's caches)
 ROW_BLOCK = 512
 
 
@@ -55,7 +56,7 @@ class Telemetry:
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
-        self._rows: list[Request] = []  # ended requests whose rows are not yet in ``cols``
+        self._rows: list[tuple] = []  # raw rows (SOURCES) of ended requests not yet in ``cols``
         self._coh_distinct: tuple | None = None  # itl_arrays' memo: (steps, distinct, inverse)
 
     @classmethod
@@ -107,9 +108,9 @@ class Telemetry:
 
     def on_end(self, req: Request) -> None:
         """Record the request's row (it finished, was rejected, or the run ended): the attributes
-        the table (:mod:`sim.core.columns`) names, read ROW_BLOCK requests at a time (an
-        ended request is not changed again) and turned into the typed columns."""
-        self._rows.append(req)
+        the table (:mod:`sim.core.columns`) names, read now (an ended request is not changed
+        again) and turned into the typed columns ROW_BLOCK rows at a time."""
+        self._rows.append(_ROW(req))
         if len(self._rows) >= ROW_BLOCK:
             self._flush_rows()
 
@@ -120,8 +121,7 @@ class Telemetry:
     def _flush_rows(self) -> None:
         if not self._rows:
             return
-        ended = self._rows
-        raw = {name: list(map(get, ended)) for name, get in _GETTERS}
+        raw = dict(zip(SOURCES, map(list, zip(*self._rows))))
         for c in RECORDED:
             values = [raw[s] for s in c.source]
             out = values[0] if not c.convert else CONVERSIONS[c.convert](*values)
