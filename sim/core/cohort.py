@@ -320,17 +320,8 @@ class DecodeCohort:
             t = start_ns + d
             self.steps, self.end_ns, self.svc_ns = g, t, self.svc_ns + d
             if g == g_next:
-                leavers = []
-                while fin and fin[0][0] == g:
-                    r = fin.pop(0)[2]
-                    self._done(r)
-                    leavers.append(r)
-                changes.append((1, t, leavers))
-            if not self.members:
-                mg.clear()
-                md.clear()
-            elif len(mg) > 4096:
-                self._trim_max()
+                changes.append((1, t, self._finish_step(g)))
+            self._tidy_max()
             return changes
         self.log_durs.extend(durations)
         t = start_ns
@@ -363,20 +354,31 @@ class DecodeCohort:
             i = e
             if g0 + e == g_next:
                 self.steps, self.end_ns, self.svc_ns = g_next, t, svc0 + t
-                leavers = []
-                while fin and fin[0][0] == g_next:
-                    r = fin.pop(0)[2]
-                    self._done(r)
-                    leavers.append(r)
-                changes.append((e, t, leavers))
+                changes.append((e, t, self._finish_step(g_next)))
                 g_next = fin[0][0] if fin else -1
         self.steps, self.end_ns, self.svc_ns = g0 + n, t, svc0 + t
+        self._tidy_max()
+        return changes
+
+    def _finish_step(self, g: int) -> list[Request]:
+        """The members whose last token ended cohort step ``g``: synced and removed."""
+        fin = self.finish
+        leavers = []
+        while fin and fin[0][0] == g:
+            r = fin.pop(0)[2]
+            self._done(r)
+            leavers.append(r)
+        return leavers
+
+    def _tidy_max(self) -> None:
+        """After a run: the step-duration stack emptied when no member is left, else trimmed to
+        what a current member can ask for once it grows long."""
+        mg, md = self._max_step, self._max_dur
         if not self.members:
             mg.clear()
             md.clear()
         elif len(mg) > 4096:
             self._trim_max()
-        return changes
 
     def _trim_max(self) -> None:
         """Keep only the part of the step-duration stack a current member can ask for."""
