@@ -153,12 +153,9 @@ class DecodeCohort:
             r.attained_ns += self.svc_ns - r.cohort_base_svc_ns
             r.last_token_ns = self.end_ns
             r.last_scheduled_s = self.end_ns / NS
-            mg = self._max_step  # (max_duration_since, inlined: once per finished request)
-            i = bisect_left(mg, g0 + 1)
-            if i < len(mg):
-                m = self._max_dur[i]
-                if m > r.max_itl_ns:
-                    r.max_itl_ns = m
+            m = self.max_duration_since(g0 + 1)
+            if m > r.max_itl_ns:
+                r.max_itl_ns = m
             r.cohort_base_svc_ns = self.svc_ns
         del self.members[r.request_id]
         ci = r.cls_idx
@@ -167,14 +164,7 @@ class DecodeCohort:
             r.blocks = -(-c // self.bs) - r.base_blocks
             self.residues[ci][(g0 - c0) % self.bs] -= 1
         self.ctx_off -= c0 - g0
-        # (_log_span, inlined: once per finished request)
-        self.log_j0.append(r.cohort_join_step)
-        self.log_j1.append(g)
-        self.log_cls.append(ci)
-        tid = self.tenant_ids.get(r.tenant)
-        if tid is None:
-            tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
-        self.log_tenant.append(tid)
+        self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
         if r is self._last:
             self._last = None

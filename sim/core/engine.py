@@ -113,7 +113,6 @@ class Engine:
         self.busy_ns = 0
         self.thrash_ns = 0
         self.watermark_blocks = int(math.ceil(cfg.watermark * pool.total))
-        self._limit: dict[int, int] = {}  # per priority: the most blocks a request may ever hold
         self.chunk_cap = cfg.max_prefill_chunk or NEVER
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self.class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
@@ -158,14 +157,9 @@ class Engine:
         return k if type(k) is tuple else tuple(k)
 
     def push_waiting(self, req: Request, now_ns: int) -> None:
-        k = self.policy.key(req, now_ns / NS)
-        req.key = k = k if type(k) is tuple else tuple(k)
+        req.key = self._key(req, now_ns / NS)
         self._seq += 1
-        if self.own_queues is not None:
-            self.own_queues.push((k, self._seq, req))
-        else:  # (push_entry, inlined: once per arrival)
-            heapq.heappush(self.waiting, (k, self._seq, req))
-        self.waiting_count[req.cls_idx] += 1
+        self.push_entry((req.key, self._seq, req))
         if req.tokens - req.computed > 1:
             self.waiting_prefills[req.cls_idx] += 1
 
@@ -289,10 +283,7 @@ class Engine:
         req.reveals_output = self.oracle
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         need = req.prompt_tokens + req.max_tokens + self.draft_slots
-        limit = self._limit.get(req.priority)
-        if limit is None:
-            limit = self._limit[req.priority] = self.pool.capacity_for(req.priority) - self.watermark_blocks
-        if -(-need // self.bs) > limit:  # (pool.blocks_for, inlined: once per arrival)
+        if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:
             return self._reject(req, "too_large", now_ns)
         if not self.cfg.chunked_prefill and need > self.cfg.max_batched_tokens:
             # without chunking a (re-)prefill must fit one step's budget (as vLLM V0 requires

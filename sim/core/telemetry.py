@@ -137,22 +137,16 @@ class Telemetry:
         """Count tokens emitted per class and tenant per interval (by each step's end time);
         ``emitted`` and ``by_tenant`` are tokens per step, the same in each of the steps."""
         iv = self.interval_ns
-        tokens_bin, tenant_bin = self.tokens_bin, self.tenant_tokens_bin
         b_first = (start_ns + durations[0]) // iv
-        k = len(durations)
-        if k == 1 or b_first == (start_ns + sum(durations)) // iv:
-            # every step ends in the same interval (nearly always)
-            for ci, m in enumerate(emitted):
-                if m:
-                    tokens_bin[(b_first, ci)] += m * k
-            for tenant, m in by_tenant.items():
-                tenant_bin[(b_first, tenant)] += m * k
-            return
-        per_bin: dict[int, int] = {}
-        t = start_ns
-        for d in durations:
-            t += d
-            per_bin[t // iv] = per_bin.get(t // iv, 0) + 1
+        if len(durations) == 1 or b_first == (start_ns + sum(durations)) // iv:
+            per_bin = {b_first: len(durations)}  # every step ends in the same interval (nearly always)
+        else:
+            per_bin = {}
+            t = start_ns
+            for d in durations:
+                t += d
+                per_bin[t // iv] = per_bin.get(t // iv, 0) + 1
+        tokens_bin, tenant_bin = self.tokens_bin, self.tenant_tokens_bin
         for b, cnt in per_bin.items():
             for ci, m in enumerate(emitted):
                 if m:
