@@ -34,15 +34,13 @@ from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
 from sim.core.costs import NEVER, NS, CostModel
 from sim.core.kvpool import KVPool
-from sim.core.plan import StepPlan, rank
+from sim.core.plan import NO_PRIORITY, StepPlan, least_urgent, rank
 from sim.core.preemption import make_mode
 from sim.core.request import Request, State
 from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
 
 __all__ = ["Engine"]
-
-NO_PRIORITY = -(1 << 62)  # below every class priority: "no request running"
 
 
 class Engine:
@@ -199,7 +197,7 @@ class Engine:
         n = self.running_count[ci] - 1
         self.running_count[ci] = n
         if not n and r.priority == self._top:  # its class was the least urgent running
-            self._top = self._top_class_priority()
+            self._top = least_urgent(self.class_priority, self.running_count)
         if r is self._lowest:
             self._lowest = None
 
@@ -216,14 +214,6 @@ class Engine:
         if not self.priority_by_class:
             return max(r.priority for r in self.running)
         return self._top
-
-    def _top_class_priority(self) -> int:
-        """The largest priority of a class with running requests (NO_PRIORITY when none)."""
-        top = NO_PRIORITY
-        for p, n in zip(self.class_priority, self.running_count):
-            if n and p > top:
-                top = p
-        return top
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sim.core.costs import NEVER, NS
-from sim.core.plan import StepPlan
+from sim.core.plan import NO_PRIORITY, StepPlan, least_urgent
 from sim.core.request import Request
 
 if TYPE_CHECKING:
@@ -232,14 +232,12 @@ def block_avail(eng: Engine, plan: StepPlan) -> int:
     finishing members release groups (which reorders the LRU): then the run stays within
     the free blocks."""
     coh = eng.cohort if plan.cohort else None
-    top = -NEVER  # the least urgent priority running
+    top = NO_PRIORITY  # the least urgent priority running
     for s in plan.items:
         if s.req.priority > top:
             top = s.req.priority
     if coh is not None:
-        for p, n in zip(eng.class_priority, coh.n_cls):
-            if n and p > top:
-                top = p
+        top = least_urgent(eng.class_priority, coh.n_cls, top)
     avail = eng.pool.available_for(top)
     through = coh is not None and through_finishes(eng)
     if eng.pool.cache is not None and (through or eng.waiting):

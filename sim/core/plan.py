@@ -16,6 +16,18 @@ def age(r: Request) -> tuple:
     return (r.arrival_ns, r.request_id)
 
 
+NO_PRIORITY = -(1 << 62)  # below every class priority: "no class present"
+
+
+def least_urgent(class_priority: list[int], counts: list[int], top: int = NO_PRIORITY) -> int:
+    """The largest (least urgent) of ``top`` and the priorities of the classes whose count is
+    not zero (``counts`` per class, e.g. running requests or cohort members)."""
+    for p, n in zip(class_priority, counts):
+        if n and p > top:
+            top = p
+    return top
+
+
 #: Rank order of running requests: ``(key, admit_seq)``, the policy key, then admission order
 #: (an attrgetter: sorts, bisections and maxima keyed by it read both fields in C).
 rank = attrgetter("key", "admit_seq")

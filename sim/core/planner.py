@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
-from sim.core.plan import Scheduled, StepPlan, rank
+from sim.core.plan import Scheduled, StepPlan, least_urgent, rank
 from sim.core.preemption import eligible_victims, preempt, victim_for
 from sim.core.request import Request, State
 
@@ -91,10 +91,7 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
     used = [0] * len(eng.classes)
     # the least favoured class present has the fewest blocks available (reservations of
     # every more urgent class are held back from it)
-    worst = -(1 << 62)
-    for p, n in zip(eng.class_priority, coh.n_cls):
-        if n and p > worst:
-            worst = p
+    worst = least_urgent(eng.class_priority, coh.n_cls)
     bs = eng.bs
     grows = eng.grows_blocks
     last_member = None

@@ -174,11 +174,6 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
 
 
 # ---- whom to preempt --------------------------------------------------------------------------
-def lowest_running(eng: Engine) -> Request:
-    # Lowest rank = largest key; ties: most recently admitted (vLLM pops the newest).
-    return eng.lowest_running()
-
-
 def victim_for(eng: Engine, req: Request, short: int) -> Request:
     """Whom to preempt so that running ``req`` gets the ``short`` blocks it lacks.
     ``engine.victim = "rank"``: the lowest-ranked running request (vLLM; may be ``req``
@@ -186,7 +181,7 @@ def victim_for(eng: Engine, req: Request, short: int) -> Request:
     ranked below ``req``, the cheapest to preempt (:func:`victim_cost_ns`) of those that free
     ``short`` blocks; when none does alone, the cheapest per block it frees
     (:func:`victim_score`). Ties go to the lower rank."""
-    lowest = lowest_running(eng)
+    lowest = eng.lowest_running()  # (largest key; ties: the most recently admitted, as vLLM pops)
     if eng.cfg.victim == "rank" or lowest is req:
         return lowest
     rk = rank(req)
