@@ -109,9 +109,8 @@ class Replica:
     @property
     def waiting_by_class(self) -> dict[str, int]:
         """Waiting requests (queued here or routed here, not yet taken in) per class name."""
-        counts = {c.name: 0 for c in self.engine.classes}
-        for _, _, r in self.engine.waiting:
-            counts[r.cls] += 1
+        e = self.engine
+        counts = {c.name: n for c, n in zip(e.classes, e.waiting_count)}  # (kept by the engine)
         for r in self.inbox:
             counts[r.cls] += 1
         return counts
