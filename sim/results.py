@@ -299,6 +299,10 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
+TIMESERIES_COLUMNS = ["t_s", "class", "waiting", "running", "tokens_per_s", "kv_blocks_used",
+                      "swap_blocks_used", "preemptions"]
+
+
 def _timeseries(sc, tel) -> pd.DataFrame:
     """One row per sample and class (sample order, then class order): the waiting and running
     requests, the tokens emitted per s in the sample's interval, the KV blocks in use and the
@@ -307,8 +311,13 @@ def _timeseries(sc, tel) -> pd.DataFrame:
     iv_s = tel.interval_ns / NS
     names = [c.name for c in sc.classes]
     nc, samples = len(names), tel.samples
-    if not samples or not nc:
-        return _timeseries_rows(sc, tel)
+    got = tel.tenant_tokens_bin
+    tenants = sorted({t for _, t in got})
+    if not samples or not nc:  # an empty table: untyped columns, the tenants' as float
+        df = pd.DataFrame([], columns=TIMESERIES_COLUMNS)
+        for t in tenants:
+            df[f"tenant_tokens_per_s[{t}]"] = np.zeros(0)
+        return df
     n = len(samples)
     t_ns = np.fromiter((s[0] for s in samples), np.int64, n)
     bins = (t_ns // tel.interval_ns).tolist()  # tokens emitted in [t, t + interval)
@@ -324,32 +333,11 @@ def _timeseries(sc, tel) -> pd.DataFrame:
         "swap_blocks_used": np.repeat(np.array([s[4] for s in samples], dtype=np.int64), nc),
         "preemptions": np.repeat(np.array([pre.get(b, 0) for b in bins], dtype=np.int64), nc),
     })
-    got = tel.tenant_tokens_bin
-    tenants = sorted({t for _, t in got})
     if tenants:
         near = np.round(t_ns / NS / iv_s).astype(np.int64).tolist()  # the nearest bin, as the rows' t_s give
         for t in tenants:
             df[f"tenant_tokens_per_s[{t}]"] = np.repeat(
                 np.array([got.get((b, t), 0) for b in near], dtype=np.int64) / iv_s, nc)
-    return df
-
-
-def _timeseries_rows(sc, tel) -> pd.DataFrame:
-    """:func:`_timeseries` row by row (kept for a run with no samples: its empty table's dtypes)."""
-    iv_s = tel.interval_ns / NS
-    rows = []
-    preempt = tel.preempt_bin
-    for t_ns, waiting, running, kv_used, swap_used in tel.samples:
-        b = t_ns // tel.interval_ns  # tokens emitted in [t, t + interval)
-        for i, c in enumerate(sc.classes):
-            rows.append((t_ns / NS, c.name, waiting[i], running[i],
-                         tel.tokens_bin.get((b, i), 0) / iv_s, kv_used, swap_used, preempt.get(b, 0)))
-    df = pd.DataFrame(rows, columns=["t_s", "class", "waiting", "running", "tokens_per_s",
-                                     "kv_blocks_used", "swap_blocks_used", "preemptions"])
-    tenants = sorted({t for _, t in tel.tenant_tokens_bin})
-    for t in tenants:
-        bins = (df["t_s"] / iv_s).round().astype("int64")
-        df[f"tenant_tokens_per_s[{t}]"] = [tel.tenant_tokens_bin.get((b, t), 0) / iv_s for b in bins]
     return df
 
 

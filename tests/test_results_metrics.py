@@ -81,6 +81,27 @@ def _request_table_rows(tel) -> pd.DataFrame:
     return req
 
 
+def _timeseries_rows(sc, tel) -> pd.DataFrame:
+    """The time series row by row: the reference the column-wise builder
+    (``sim.results._timeseries``) must equal exactly."""
+    from sim.core.costs import NS
+    iv_s = tel.interval_ns / NS
+    rows = []
+    preempt = tel.preempt_bin
+    for t_ns, waiting, running, kv_used, swap_used in tel.samples:
+        b = t_ns // tel.interval_ns  # tokens emitted in [t, t + interval)
+        for i, c in enumerate(sc.classes):
+            rows.append((t_ns / NS, c.name, waiting[i], running[i],
+                         tel.tokens_bin.get((b, i), 0) / iv_s, kv_used, swap_used, preempt.get(b, 0)))
+    df = pd.DataFrame(rows, columns=["t_s", "class", "waiting", "running", "tokens_per_s",
+                                     "kv_blocks_used", "swap_blocks_used", "preemptions"])
+    tenants = sorted({t for _, t in tel.tenant_tokens_bin})
+    for t in tenants:
+        bins = (df["t_s"] / iv_s).round().astype("int64")
+        df[f"tenant_tokens_per_s[{t}]"] = [tel.tenant_tokens_bin.get((b, t), 0) / iv_s for b in bins]
+    return df
+
+
 @pytest.mark.parametrize("scenario,sets", [
     ("diurnal_two_class", ["horizon_s=30.0", "drain=false", "cluster={replicas=3}"]),  # replicas' ids out of order
     ("azure_two_tenants", ["horizon_s=30.0"]),  # tenants: their tokens-per-s columns
@@ -102,7 +123,7 @@ def test_tables_built_column_wise_equal_the_row_wise_reference(monkeypatch, scen
         return a
 
     def ts(sc, tel):
-        a, b = fast_ts(sc, tel), sr._timeseries_rows(sc, tel)
+        a, b = fast_ts(sc, tel), _timeseries_rows(sc, tel)
         pd.testing.assert_frame_equal(a, b, check_exact=True)
         assert list(a.dtypes) == list(b.dtypes)
         seen.append(("timeseries", len(a), any(c.startswith("tenant_") for c in a.columns)))
@@ -134,3 +155,18 @@ def test_write_parquet_writes_to_parquets_bytes(tmp_path, rows):
     df.to_parquet(tmp_path / "pandas.parquet", index=False)
     assert (tmp_path / "ours.parquet").read_bytes() == (tmp_path / "pandas.parquet").read_bytes()
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ours.parquet"), df)
+
+
+@pytest.mark.parametrize("tenant_bins", [{}, {(0, "a"): 5, (1, "b"): 2}])
+def test_empty_time_series_equals_the_row_wise_reference(tenant_bins):
+    """A run without samples gets the table the row-wise builder gives: the same columns,
+    untyped, and float tenant columns."""
+    from types import SimpleNamespace
+
+    import sim.results as sr
+    sc = SimpleNamespace(classes=[SimpleNamespace(name="hi"), SimpleNamespace(name="lo")])
+    tel = SimpleNamespace(interval_ns=10**9, samples=[], preempt_bin={}, tokens_bin={},
+                          tenant_tokens_bin=tenant_bins)
+    a, b = sr._timeseries(sc, tel), _timeseries_rows(sc, tel)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert list(a.dtypes) == list(b.dtypes) and list(a.columns) == list(b.columns)
