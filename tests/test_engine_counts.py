@@ -9,6 +9,7 @@ only the members a budget cut leaves without a token gives the outputs of steppi
 from __future__ import annotations
 
 import copy
+import random
 
 import pandas as pd
 import pytest
@@ -186,3 +187,29 @@ def test_cohort_single_steps_equal_one_run(grows):
         log = [list(a) for a in (coh.log_durs, coh.log_j0, coh.log_j1, coh.log_cls, coh.log_tenant)]
         results.append((fields, left, log, coh.steps, coh.end_ns, coh.svc_ns))
     assert results[0][1] and results[0] == results[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cohort_duration_stack_equals_pushing_step_by_step(seed):
+    """A run's steps go on the cohort's step-duration stack at once; the stack (and so every
+    member's largest gap) equals pushing them one at a time, ties and falls included."""
+    rnd = random.Random(seed)
+    coh = DecodeCohort(2, 16, True)
+    for r in _members(3):
+        r.hidden_output_tokens = 10**6  # nobody leaves: only the stack moves
+        coh.join(r)
+    ref_g: list[int] = []
+    ref_d: list[int] = []
+    g, t = 0, 0
+    for _ in range(40):
+        run = [rnd.choice((5, 7, 7, 9, 12)) + rnd.randrange(3) for _ in range(rnd.randrange(1, 9))]
+        coh.advance(run, t)
+        t += sum(run)
+        for d in run:
+            g += 1
+            while ref_d and ref_d[-1] <= d:
+                ref_d.pop()
+                ref_g.pop()
+            ref_g.append(g)
+            ref_d.append(d)
+        assert (coh._max_step, coh._max_dur) == (ref_g, ref_d)
