@@ -329,43 +329,35 @@ class DecodeCohort:
                 t += sum(durations[i:])
             self.svc_ns = svc0 + t
         else:
-            t += sum(durations)
+            t += durations[0] if n == 1 else sum(durations)
             self.svc_ns += t - start_ns
         self.steps, self.end_ns = g0 + n, t
-        if self.members:
-            self._push_max(durations, g0)
-            if len(self._max_step) > 4096:
-                self._trim_max()
-        else:  # nobody left to ask
-            self._max_step.clear()
-            self._max_dur.clear()
-        return changes
-
-    def _push_max(self, durations: list[int], g0: int) -> None:
-        """Cohort steps g0+1 .. g0+len(durations) took these durations: push them on the
-        step-duration stack. What stepping one at a time leaves there (each step popping the
-        entries not longer than it) is: the entries longer than all of them, then each step
-        longer than every step after it. Found by maxima in C: usually one (decode steps grow
-        with the context) or two (a longer first step with a prefill)."""
         mg, md = self._max_step, self._max_dur
-        n = len(durations)
-        m = max(durations)
+        if not self.members:  # nobody left to ask
+            mg.clear()
+            md.clear()
+            return changes
+        # The run's steps go on the step-duration stack. What pushing them one at a time leaves
+        # there (each popping the entries not longer than it) is: the entries longer than all of
+        # them, then each step longer than every step after it, found by maxima in C: usually
+        # just the last step (decode steps grow with the context), or a longer first one (with
+        # a prefill) before it.
+        last = durations[-1]
+        m = max(durations) if n > 1 else last
         while md and md[-1] <= m:
             md.pop()
             mg.pop()
-        j = 0  # the records among steps j .. n-1
-        while True:
-            last = durations[-1]
-            if last >= m:  # (then last == m: the step ending the run is the last record)
-                mg.append(g0 + n)
-                md.append(last)
-                return
-            # the last step of largest duration m (not the last step): a record
+        while last < m:
+            # the last step of largest duration m among those left (not the run's last): a record
             p = n - 1 - durations[::-1].index(m)
             mg.append(g0 + p + 1)
             md.append(m)
-            j = p + 1
-            m = max(durations[j:])
+            m = max(durations[p + 1:])
+        mg.append(g0 + n)  # the run's last step: the last record
+        md.append(last)
+        if len(mg) > 4096:
+            self._trim_max()
+        return changes
 
     def _trim_max(self) -> None:
         """Keep only the part of the step-duration stack a current member can ask for."""
