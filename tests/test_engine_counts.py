@@ -20,6 +20,8 @@ from sim.assembly import build_engine
 from sim.cluster import simulate_cluster
 from sim.core import observe
 from sim.core.cohort import DecodeCohort
+from sim.core.kvpool import KVPool
+from sim.core.prefix_cache import PrefixCache
 from sim.core.request import Request
 from tests.conftest import small_scenario
 
@@ -213,3 +215,25 @@ def test_cohort_duration_stack_equals_pushing_step_by_step(seed):
             ref_g.append(g)
             ref_d.append(d)
         assert (coh._max_step, coh._max_dur) == (ref_g, ref_d)
+
+
+@pytest.mark.parametrize("blocks", [[0, 0, 0], [3, 0, 2], [0, 7, 0], [5, 6, 4]])
+def test_pool_allocate_each_equals_allocating_class_by_class(blocks):
+    """The cohort takes a step's blocks for all classes at once: the pool (and the prefix
+    groups evicted for them) ends as allocating class by class leaves it."""
+    def pool() -> KVPool:
+        p = KVPool(20, 16, [0, 1, 2], [0, 0, 0], cache=PrefixCache(32, 16))
+        for h in range(4):  # 4 unreferenced cached groups of 2 blocks, 12 blocks free
+            p.cache.publish(h)
+            p.allocate(0, 2)
+            p.publish(0, 2)
+            p.cache.release((h,))
+        return p
+
+    a, b = pool(), pool()
+    a.allocate_each(blocks)
+    for c, n in enumerate(blocks):
+        b.allocate(c, n)
+    assert (a.free, a.used, list(a.cache.lru), a.cache.evictions) == (
+        b.free, b.used, list(b.cache.lru), b.cache.evictions)
+    a.check()
