@@ -1,6 +1,8 @@
-"""The end of a run's telemetry read faster stays the same numbers: a merged Telemetry (a cluster's
-replicas) reads its parts' records in place, and the inter-token gaps tallied by hashing
-(``pandas.factorize``) equal those tallied by sorting and the plain reference."""
+"""The end of a run, done faster, gives the same tables: a merged Telemetry (a cluster's replicas)
+reads its parts' records in place; the inter-token gaps tallied by hashing (``pandas.factorize``)
+equal those tallied by sorting and the plain reference; string columns converted by Arrow equal
+pandas' conversion (and keep its dtypes where Arrow is not used); each request's replica is
+looked up as ``Series.map`` did."""
 from __future__ import annotations
 
 from array import array
@@ -9,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.cluster.results import _replica_of
 from sim.core.telemetry import Telemetry
+from sim.results import _strings
 
 CLASSES = ["a", "b", "c"]
 
@@ -78,3 +82,30 @@ def test_one_replicas_gaps_are_the_same_by_hashing_and_sorting():
         for factorize in (None, pd.factorize):
             vals, counts = t.itl_arrays(ci, factorize)
             assert vals.tolist() == ref[0].tolist() and counts.tolist() == ref[1].tolist()
+
+
+@pytest.mark.parametrize("values", [["x", "y", "x", "z"], ["x", None, "y", "y"], [None, None], [1, "a", 2.5, "b"], []])
+@pytest.mark.parametrize("moved", [False, True])
+def test_string_columns_equal_pandas_conversion_of_the_values(values, moved):
+    order = np.arange(len(values))[::-1].copy() if moved else None
+    plain = values if order is None else np.array(values, dtype=object)[order]
+    want = pd.DataFrame({"s": plain})["s"]
+    got = pd.DataFrame({"s": _strings(values, order)}, copy=False)["s"]
+    assert got.dtype == want.dtype
+    pd.testing.assert_series_equal(got, want)
+
+
+def test_replica_lookup_equals_series_map_and_refuses_an_unrouted_request():
+    rng = np.random.default_rng(3)
+    ids = rng.permutation(1000)[:700]
+    assign = {int(i): int(rng.integers(0, 16)) for i in ids}
+    table = np.sort(rng.choice(ids, 300, replace=False))
+    want = pd.Series(table).map(assign).astype("int64").to_numpy()
+    got = _replica_of(table, assign)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    assert _replica_of(np.zeros(0, dtype=np.int64), {}).tolist() == []
+    for bad in (np.array([1000]), np.array([-1]), np.sort(np.append(table, 5000))):
+        with pytest.raises(ValueError):
+            _replica_of(bad, assign)
+    with pytest.raises(ValueError):
+        _replica_of(np.array([0]), {})
