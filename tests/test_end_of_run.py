@@ -109,3 +109,75 @@ def test_replica_lookup_equals_series_map_and_refuses_an_unrouted_request():
             _replica_of(bad, assign)
     with pytest.raises(ValueError):
         _replica_of(np.array([0]), {})
+
+
+def _reference_add_cohort(tel: Telemetry, coh) -> None:
+    """add_cohort as first written (a search per step, np.unique of intervals and pairs)."""
+    as64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731
+    durs = as64(coh.log_durs)
+    n = len(durs)
+    at, t0 = as64(coh.log_run_at), as64(coh.log_run_ns)
+    cs = np.cumsum(durs)
+    run = np.searchsorted(at, np.arange(n), side="right") - 1
+    bins = (t0[run] + cs - (cs[at] - durs[at])[run]) // tel.interval_ns
+    j0, j1, cls, ten = as64(coh.log_j0), as64(coh.log_j1), as64(coh.log_cls), as64(coh.log_tenant)
+    tel.coh_itl_vals.frombytes(durs.tobytes())
+    uniq_bins, step_bin = np.unique(bins, return_inverse=True)
+    for ci in range(len(tel.class_names)):
+        mine = cls == ci
+        members = np.cumsum(np.bincount(j0[mine], minlength=n + 1) - np.bincount(j1[mine], minlength=n + 1))[:n]
+        tel.coh_itl_wts[ci].frombytes(members.tobytes())
+        tokens = np.bincount(step_bin, weights=members, minlength=len(uniq_bins))
+        for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
+            if m:
+                tel.tokens_bin[(b, ci)] += int(m)
+    names = list(coh.tenant_ids)
+    spans = j1 > j0
+    j0, j1, ten = j0[spans], j1[spans], ten[spans]
+    first = np.searchsorted(step_bin, np.arange(len(uniq_bins) + 1))
+    k0 = step_bin[j0]
+    reps = step_bin[j1 - 1] - k0 + 1
+    span = np.repeat(np.arange(len(j0)), reps)
+    k = k0[span] + np.arange(len(span)) - np.repeat(np.cumsum(reps) - reps, reps)
+    steps = np.minimum(j1[span], first[k + 1]) - np.maximum(j0[span], first[k])
+    nt = max(len(names), 1)
+    keys, inverse = np.unique(k * nt + ten[span], return_inverse=True)
+    sums = np.bincount(inverse.ravel(), weights=steps, minlength=len(keys))
+    interval = uniq_bins.tolist()
+    for kb, t, m in zip((keys // nt).tolist(), (keys % nt).tolist(), sums.tolist()):
+        tel.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
+
+
+class _CohortLog:
+    """A decode cohort's log (the attributes add_cohort reads): runs of steps one after another
+    in time, some runs empty, and members' spans of steps with a class and a tenant."""
+
+    def __init__(self, rng: np.random.Generator, tenants: int) -> None:
+        self.log_durs, self.log_run_at, self.log_run_ns = array("q"), array("q"), array("q")
+        t = int(rng.integers(0, 10**9))
+        for _ in range(int(rng.integers(1, 60))):
+            k = int(rng.integers(0, 30)) if self.log_durs else int(rng.integers(1, 30))
+            self.log_run_at.append(len(self.log_durs))
+            self.log_run_ns.append(t)
+            d = rng.integers(10**6, 4 * 10**8, k).tolist()
+            self.log_durs.extend(d)
+            t += sum(d) + int(rng.integers(0, 2 * 10**9))
+        n, m = len(self.log_durs), int(rng.integers(1, 300))
+        j0 = rng.integers(0, n + 1, m)
+        self.log_j0 = array("q", j0.tolist())
+        self.log_j1 = array("q", (j0 + rng.integers(0, 40, m)).clip(0, n).tolist())
+        self.log_cls = array("q", rng.integers(0, len(CLASSES), m).tolist())
+        self.log_tenant = array("q", rng.integers(0, tenants, m).tolist())
+        self.tenant_ids = {f"t{i}": i for i in range(tenants)}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("tenants", [1, 3, 50_000])  # (50k: more (interval, tenant) pairs than are counted in bins)
+def test_cohort_log_folds_into_the_same_counts_as_first_written(seed, tenants):
+    coh = _CohortLog(np.random.default_rng(seed), tenants)
+    got, want = Telemetry(CLASSES, 10**9), Telemetry(CLASSES, 10**9)
+    got.add_cohort(coh)
+    _reference_add_cohort(want, coh)
+    assert list(got.tokens_bin.items()) == list(want.tokens_bin.items())
+    assert list(got.tenant_tokens_bin.items()) == list(want.tenant_tokens_bin.items())
+    assert got.coh_itl_vals == want.coh_itl_vals and got.coh_itl_wts == want.coh_itl_wts

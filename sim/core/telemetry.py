@@ -167,13 +167,19 @@ class Telemetry:
             return
         at, t0 = _int64(coh.log_run_at), _int64(coh.log_run_ns)
         cs = np.cumsum(durs)
-        run = np.searchsorted(at, np.arange(n), side="right") - 1
-        ends = t0[run] + cs - (cs[at] - durs[at])[run]  # each step's end, ns
+        # each step's end (ns): its run's start plus the run's steps so far. Every step belongs to
+        # the run logged last before it (the log starts with a run), run r's being at[r] ..
+        # at[r + 1] - 1: repeated per run, not searched for per step
+        ends = cs + np.repeat(t0 - (cs[at] - durs[at]), np.diff(at, append=n))
         bins = ends // self.interval_ns
         j0, j1, cls, ten = _int64(coh.log_j0), _int64(coh.log_j1), _int64(coh.log_cls), _int64(coh.log_tenant)
-        del cs, run, ends
+        del cs, ends
         self.coh_itl_vals.frombytes(durs.tobytes())
-        uniq_bins, step_bin = np.unique(bins, return_inverse=True)
+        # Step end times ascend, so each interval's steps are a contiguous range: first[k] <=
+        # step < first[k + 1] (found where the interval changes: np.unique sorted them again)
+        first = np.append(np.flatnonzero(np.diff(bins, prepend=bins[0] - 1)), n)
+        uniq_bins = bins[first[:-1]]
+        step_bin = np.repeat(np.arange(len(uniq_bins)), np.diff(first))
         for ci in range(len(self.class_names)):
             # members of the class in each step: +1 at a span's first step, -1 after its last
             mine = cls == ci
@@ -184,12 +190,10 @@ class Telemetry:
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
                 if m:
                     self.tokens_bin[(b, ci)] += int(m)
-        # per tenant: a span's steps in each interval it touches. Step end times ascend, so each
-        # interval's steps are a contiguous range: first[k] <= step < first[k + 1].
+        # per tenant: a span's steps in each interval it touches
         names = list(coh.tenant_ids)
         spans = j1 > j0
         j0, j1, ten = j0[spans], j1[spans], ten[spans]
-        first = np.searchsorted(step_bin, np.arange(len(uniq_bins) + 1))
         k0 = step_bin[j0]
         reps = step_bin[j1 - 1] - k0 + 1  # intervals each span touches
         span = np.repeat(np.arange(len(j0)), reps)
@@ -198,8 +202,7 @@ class Telemetry:
         # the distinct (interval, tenant) pairs in (interval, tenant) order, as one integer each
         # (np.unique(axis=0) sorts rows as raw bytes: 30 times slower)
         nt = max(len(names), 1)
-        keys, inverse = np.unique(k * nt + ten[span], return_inverse=True)
-        sums = np.bincount(inverse.ravel(), weights=steps, minlength=len(keys))
+        keys, sums = _sums_by_key(k * nt + ten[span], steps, len(uniq_bins) * nt)
         interval = uniq_bins.tolist()
         for kb, t, m in zip((keys // nt).tolist(), (keys % nt).tolist(), sums.tolist()):
             self.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
@@ -277,6 +280,18 @@ def _joined(arrays: list, dtype: type = np.int64) -> np.ndarray:
     if len(arrays) == 1:
         return np.frombuffer(arrays[0], dtype=dtype)
     return np.concatenate([np.frombuffer(a, dtype=dtype) for a in arrays])
+
+
+def _sums_by_key(key: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``key`` (ints in [0, size)), ascending, and the sum of ``weights``
+    over each (float64, added in ``key``'s order). Counted into ``size`` bins when that is not
+    much more than ``key`` is long (no sort: 1 h ServeGen cluster, 16 cohorts' logs, 0.18 ->
+    0.03 s), else by np.unique."""
+    if size <= 4 * len(key) + 4096:
+        keys = np.flatnonzero(np.bincount(key, minlength=size))
+        return keys, np.bincount(key, weights=weights, minlength=size)[keys]
+    keys, inverse = np.unique(key, return_inverse=True)
+    return keys, np.bincount(inverse.ravel(), weights=weights, minlength=len(keys))
 
 
 def _np_factorize(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
