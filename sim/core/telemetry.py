@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
+from itertools import chain
 from operator import attrgetter
 from typing import Callable
 
@@ -266,7 +267,7 @@ class Telemetry:
             if isinstance(v, array):
                 out[k] = _joined([t.cols[k] for t in parts], np.float64 if v.typecode == "d" else np.int64)
             else:
-                out[k] = v if len(parts) == 1 and parts[0] is self else [x for t in parts for x in t.cols[k]]
+                out[k] = v if len(parts) == 1 and parts[0] is self else list(chain.from_iterable(t.cols[k] for t in parts))
         return out
 
 
