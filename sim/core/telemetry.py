@@ -187,7 +187,7 @@ class Telemetry:
             members = np.cumsum(np.bincount(j0[mine], minlength=n + 1)
                                 - np.bincount(j1[mine], minlength=n + 1))[:n]
             self.coh_itl_wts[ci].frombytes(members.tobytes())
-            tokens = np.bincount(step_bin, weights=members, minlength=len(uniq_bins))
+            tokens = np.add.reduceat(members, first[:-1])  # (an interval's steps are contiguous)
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
                 if m:
                     self.tokens_bin[(b, ci)] += int(m)
