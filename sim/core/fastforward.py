@@ -78,6 +78,9 @@ class OpenRun:
     ends (ascending; a router no longer counts it from then on).
     """
 
+    __slots__ = ("eng", "plan", "durs", "ends", "gone_ns", "k", "limit", "done", "avail", "n_exp", "ctx_exp",
+                 "g", "fin", "fi", "ctx_off", "d_coh", "start", "ctx", "line")
+
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
         self.plan = plan
@@ -232,16 +235,18 @@ def block_avail(eng: Engine, plan: StepPlan) -> int:
     finishing members release groups (which reorders the LRU): then the run stays within
     the free blocks."""
     coh = eng.cohort if plan.cohort else None
+    pool = eng.pool
     top = NO_PRIORITY  # the least urgent priority running
-    for s in plan.items:
-        if s.req.priority > top:
-            top = s.req.priority
-    if coh is not None:
-        top = least_urgent(eng.class_priority, coh.n_cls, top)
-    avail = eng.pool.available_for(top)
+    if pool.reserves:  # (else every priority may take the same blocks)
+        for s in plan.items:
+            if s.req.priority > top:
+                top = s.req.priority
+        if coh is not None:
+            top = least_urgent(eng.class_priority, coh.n_cls, top)
+    avail = pool.available_for(top)
     through = coh is not None and through_finishes(eng)
     if eng.pool.cache is not None and (through or eng.waiting):
-        avail = min(avail, eng.pool.free)
+        avail = min(avail, pool.free)
     return avail
 
 
@@ -267,20 +272,25 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
     theirs: a cluster replica allocates a run piecewise, as far as a router reads it)."""
     if k <= done or not eng.grows_blocks:
         return
-    for s in plan.items:
-        r = s.req
-        target = eng.pool.blocks_for(s.computed_before + s.tokens + k - 1) - r.base_blocks
-        extra = target - r.blocks
-        if extra > 0:
-            eng.pool.allocate(r.cls_idx, extra)
-            r.blocks = target
+    pool = eng.pool
+    # every class's blocks in one allocate_each call (the same blocks, and the same cached
+    # groups evicted, as class by class)
     if plan.cohort:
         coh = eng.cohort
         assert coh is not None
-        before = coh.run_blocks(done) if done > 1 else None
-        for ci, n in enumerate(coh.run_blocks(k)):
-            if before is not None:
-                n -= before[ci]
-            if n:
-                eng.pool.allocate(ci, n)
+        need = coh.run_blocks(k)
+        if done > 1:
+            for ci, n in enumerate(coh.run_blocks(done)):
+                need[ci] -= n
+    else:
+        need = [0] * len(pool.used)
+    for s in plan.items:
+        r = s.req
+        target = pool.blocks_for(s.computed_before + s.tokens + k - 1) - r.base_blocks
+        extra = target - r.blocks
+        if extra > 0:
+            need[r.cls_idx] += extra
+            r.blocks = target
+    pool.allocate_each(need)
+    if plan.cohort:
         coh.steps_allocated = coh.steps + k

@@ -31,6 +31,7 @@ class KVPool:
         self.free = total
         self.prio = list(class_priorities)
         self.reserved = list(reserved)
+        self.reserves = any(r > 0 for r in self.reserved)  # else ``available_for`` is the same for every priority
         self.used = [0] * len(class_priorities)
         self.host_total = host_total
         self.host_used = 0
