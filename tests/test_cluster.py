@@ -245,12 +245,15 @@ class PathCounts:
     def __init__(self, monkeypatch):
         from sim.cluster.replicas import Replica
         self.resumed = self.routed = self.cut = self.gone = 0
-        run_on, cut, pass_gone = Replica._run_on, Replica.cut, Replica._pass_gone
+        hold, price, cut, pass_gone = Replica._hold, Replica._price, Replica.cut, Replica._pass_gone
 
-        def _run_on(rep):
-            ev = run_on(rep)
-            self.resumed += ev is not None
-            return ev
+        def _hold(rep, now_ns, plan, dur0, run):
+            self.resumed -= run is not None  # (its first stretch is priced here, not resumed)
+            return hold(rep, now_ns, plan, dur0, run)
+
+        def _price(rep, now_ns):
+            self.resumed += 1
+            price(rep, now_ns)
 
         def _cut(rep, t_ns):
             n = len(rep._durs)
@@ -263,7 +266,8 @@ class PathCounts:
             pass_gone(rep, now_ns)
             self.gone += rep._gone_p - p
 
-        monkeypatch.setattr(Replica, "_run_on", _run_on)
+        monkeypatch.setattr(Replica, "_hold", _hold)
+        monkeypatch.setattr(Replica, "_price", _price)
         monkeypatch.setattr(Replica, "cut", _cut)
         monkeypatch.setattr(Replica, "_pass_gone", _pass_gone)
 

@@ -61,7 +61,8 @@ class Replica:
         self._run: OpenRun | None = None  # while it may be priced further (not cut)
         self._start = 0
         self._durs: list[int] = []
-        self._end = NEVER
+        self._end = NEVER  # when the run in flight ends; NEVER while that is not known yet
+        self._bound = NEVER  # the run is priced through the steps that start before this
         self._alloc_k = 1  # steps of the run whose blocks are allocated
         self._run_ev = None
         self._ends: list[int] = []  # when each step of ``_durs`` ends
@@ -160,44 +161,56 @@ class Replica:
     # then on; the KV blocks a stopped run would hold by now are allocated when read.
     # A run is priced a stretch at a time (``OpenRun``): as far as the next LOOKAHEAD arrivals
     # per replica anywhere (a request is likely routed here by then, which cuts the run; pricing
-    # steps further ahead would be wasted work), and on from there when the clock reaches the
-    # stretch's end without a cut. Where a stretch ends changes nothing in the results.
+    # steps further ahead would be wasted work), and on from there when the router reaches that
+    # arrival without a cut (``_Cluster.price_on``). Where a stretch ends changes nothing in the
+    # results. The event the replica's process waits on is scheduled once the run's end is
+    # known: when a cut ends it, or when it is priced to its end. (A router reads the run only
+    # at arrival instants, never past the arrival its stretch reaches, and the steps that start
+    # before an instant are what a cut or a view needs there.) So a run costs one SimPy event,
+    # with no event per stretch, and a cut leaves one in the queue only for a run that was
+    # priced to its end (``_schedule_end``).
     LOOKAHEAD = 1
 
     def _run_bound(self) -> int:
+        """When the router routes the open arrival ``ahead`` after the next (NEVER if none)."""
         s = self.cluster.source
         j = s.i + self.cluster.ahead
-        return s.arr_ns[j] if j < s.n_open else NEVER
+        return s.arr_ns[j] + s.delay if j < s.n_open else NEVER
 
     def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
         self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
-        if run is not None:
-            run.extend(self._run_bound())
-            # (the same lists: a stretch appends to them, a cut truncates them)
-            self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
-        else:
-            self._durs, self._ends, self._gone_ns = [dur0], [now_ns + dur0], []
-        self._end = end = self._ends[-1]
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
-        # run); a cut moves the waiting process to an earlier one (``_schedule_end``)
+        # run), once that is known
         ev = self._run_ev = simpy.Event(self.cluster.env)
-        _trigger(ev, end - now_ns)
+        if run is not None:
+            # (the same lists: a stretch appends to them, a cut truncates them)
+            self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
+            self._price(now_ns)
+        else:
+            self._durs, self._ends, self._gone_ns = [dur0], [now_ns + dur0], []
+            self._end = now_ns + dur0
+            _trigger(ev, dur0)
         return ev
 
-    def _run_on(self):
-        """The stretch in flight has ended: the event that ends the next one, or None when the
-        run ends here (cut, or priced to its end)."""
+    def _price(self, now_ns: int) -> None:
+        """Price the run in flight on to its next bound (the clock is at its last bound, or
+        its start), and schedule its end if that is now known, else come back at the bound."""
         run = self._run
-        if run is None or not run.extend(self._run_bound()):
-            return None
-        now = self._end
-        self._end = end = self._ends[-1]
-        ev = self._run_ev = simpy.Event(self.cluster.env)
-        _trigger(ev, end - now)
-        if self._next_gone >= NEVER and not self._dirty:
-            self._pass_gone(now)  # a member may finish in the new steps
-        return ev
+        bound = self._run_bound()
+        run.extend(bound)
+        if run.done:
+            self._run = None
+            self._end = end = self._ends[-1]
+            _trigger(self._run_ev, end - now_ns)
+        else:
+            self._end = NEVER
+            self._bound = bound
+            heappush(self.cluster.pricing, (bound, self.index))
+
+    def _run_on(self):
+        """The run's event fired: it ends here (cut, or priced to its end)."""
+        return None
 
     def _schedule_end(self, end_ns: int) -> None:
         """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there
@@ -233,9 +246,16 @@ class Replica:
         self._run = None  # priced no further
         if t_ns >= self._end:
             return
-        # (t_ns < the run's end: the steps up to the first that ends at or after it)
+        # (t_ns < the run's end: the steps up to the first that ends at or after it; they are
+        # priced, as every step that starts before the run's bound, and t_ns <= the bound)
         k = bisect_left(self._ends, t_ns) + 1
-        if k < len(self._durs):
+        if self._end >= NEVER:  # (its end was not known: schedule it now)
+            if k < len(self._durs):
+                del self._durs[k:]
+                del self._ends[k:]
+            self._end = end = self._ends[-1]
+            _trigger(self._run_ev, end - int(self._run_ev.env.now))
+        elif k < len(self._durs):
             del self._durs[k:]
             del self._ends[k:]
             self._schedule_end(self._ends[-1])
@@ -338,6 +358,7 @@ class _Cluster:
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
         self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._run_bound``)
+        self.pricing: list[tuple[int, int]] = []  # (bound, replica) of runs priced up to an arrival
         self.gone: list[tuple[int, int, int]] = []
         self._kick = None
         self._router_until = NEVER
@@ -380,6 +401,18 @@ class _Cluster:
             if r._gone_ver == ver:
                 r._pass_gone(now_ns)
 
+    def price_on(self, now_ns: int) -> None:
+        """Price on the runs in flight whose stretch reaches this arrival instant (after its
+        arrivals were routed: a run cut now needs no more steps)."""
+        heap = self.pricing
+        while heap and heap[0][0] <= now_ns:
+            bound, i = heappop(heap)
+            r = self.replicas[i]
+            if r._run is not None and r._bound == bound:  # (else cut, or an older run's entry)
+                r._price(now_ns)
+                if r._next_gone >= NEVER and not r._dirty:
+                    r._pass_gone(now_ns)  # a member may finish in the new steps
+
     def start_router(self) -> None:
         """Route each arrival at its instant: with closed-loop users a process (a request ending
         may wake it early); with open arrivals only a callback of one event per arrival instant
@@ -397,6 +430,8 @@ class _Cluster:
         env = self.env
         now = env.now
         self.route_until(now)
+        if self.pricing and self.pricing[0][0] <= now:
+            self.price_on(now)
         if now >= self.stop_ns:
             return
         t = min(self.source.next_arrival_ns(), self.stop_ns)
