@@ -251,9 +251,9 @@ class PathCounts:
             self.resumed -= run is not None  # (its first stretch is priced here, not resumed)
             return hold(rep, now_ns, plan, dur0, run)
 
-        def _price(rep, now_ns):
+        def _price(rep):
             self.resumed += 1
-            price(rep, now_ns)
+            price(rep)
 
         def _cut(rep, t_ns):
             n = len(rep._durs)

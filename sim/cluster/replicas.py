@@ -186,23 +186,24 @@ class Replica:
         if run is not None:
             # (the same lists: a stretch appends to them, a cut truncates them)
             self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
-            self._price(now_ns)
+            self._price()
         else:
             self._durs, self._ends, self._gone_ns = [dur0], [now_ns + dur0], []
             self._end = now_ns + dur0
             _trigger(ev, dur0)
         return ev
 
-    def _price(self, now_ns: int) -> None:
-        """Price the run in flight on to its next bound (the clock is at its last bound, or
-        its start), and schedule its end if that is now known, else come back at the bound."""
+    def _price(self) -> None:
+        """Price the run in flight on to its next bound (from its last bound, or its start),
+        and schedule its end if that is now known, else come back at the bound."""
         run = self._run
         bound = self._run_bound()
         run.extend(bound)
         if run.done:
             self._run = None
             self._end = end = self._ends[-1]
-            _trigger(self._run_ev, end - now_ns)
+            ev = self._run_ev
+            _trigger(ev, end - int(ev.env.now))  # (the clock: the router may price ahead of it)
         else:
             self._end = NEVER
             self._bound = bound
@@ -409,7 +410,7 @@ class _Cluster:
             bound, i = heappop(heap)
             r = self.replicas[i]
             if r._run is not None and r._bound == bound:  # (else cut, or an older run's entry)
-                r._price(now_ns)
+                r._price()
                 if r._next_gone >= NEVER and not r._dirty:
                     r._pass_gone(now_ns)  # a member may finish in the new steps
 
