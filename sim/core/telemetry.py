@@ -26,6 +26,9 @@ from sim.core.request import Request
 _ROW = attrgetter(*SOURCES)
 # raw rows moved into the typed columns per block (a few hundred stay in the CPU's caches)
 ROW_BLOCK = 512
+# explicit runs logged (Telemetry.log_run) before they are folded into the counters: a block's
+# numpy temporaries (a few per step of the block's runs) stay a few MB
+RUN_BLOCK = 4096
 
 
 class Telemetry:
@@ -45,14 +48,25 @@ class Telemetry:
         # (weight 1), and per-step gaps with a weight (how many requests had that gap: one entry
         # per step, not per token).
         self.itl_scalars: list[array] = [array("q") for _ in range(nc)]
-        self.itl_step_vals: list[array] = [array("q") for _ in range(nc)]
-        self.itl_step_wts: list[array] = [array("q") for _ in range(nc)]
+        self._itl_step_vals: list[array] = [array("q") for _ in range(nc)]
+        self._itl_step_wts: list[array] = [array("q") for _ in range(nc)]
         # the decode cohort's steps (see add_cohort): every duration once, and per class how
         # many members had that gap
         self.coh_itl_vals = array("q")
         self.coh_itl_wts: list[array] = [array("q") for _ in range(nc)]
-        self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
-        self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
+        self._tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
+        self._tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
+        # the explicit runs' raw log (see log_run), folded into the counters above and the
+        # per-step gaps RUN_BLOCK runs at a time (or when one of them is read)
+        self._run_start = array("q")  # each run's start, ns
+        self._run_k = array("q")  # its steps
+        self._run_durs = array("q")  # every step's duration, ns, run after run
+        self._run_emitted = array("q")  # per run, per class: requests that emitted each step
+        self._run_steady = array("q")  # ... of which emitted at the previous step's end too
+        self._run_extra = array("q")  # per run, per class: tokens beyond those (speculation only)
+        self._run_tenants: list[str] = []  # per run, its tenants (by_tenant's keys) ...
+        self._run_tenant_tokens = array("q")  # ... their tokens per step ...
+        self._run_tenant_n = array("q")  # ... and how many there were
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
@@ -133,26 +147,104 @@ class Telemetry:
         self._rows.clear()
 
     # ---- steps ---------------------------------------------------------------------------
-    def on_step(self, start_ns: int, durations: list[int], emitted: list[int], by_tenant: dict) -> None:
-        """Count tokens emitted per class and tenant per interval (by each step's end time);
-        ``emitted`` and ``by_tenant`` are tokens per step, the same in each of the steps."""
-        iv = self.interval_ns
-        b_first = (start_ns + durations[0]) // iv
-        if len(durations) == 1 or b_first == (start_ns + sum(durations)) // iv:
-            per_bin = {b_first: len(durations)}  # every step ends in the same interval (nearly always)
-        else:
-            per_bin = {}
-            t = start_ns
-            for d in durations:
-                t += d
-                per_bin[t // iv] = per_bin.get(t // iv, 0) + 1
-        tokens_bin, tenant_bin = self.tokens_bin, self.tenant_tokens_bin
-        for b, cnt in per_bin.items():
-            for ci, m in enumerate(emitted):
-                if m:
-                    tokens_bin[(b, ci)] += m * cnt
-            for tenant, m in by_tenant.items():
-                tenant_bin[(b, tenant)] += m * cnt
+    def log_run(self, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],
+                by_tenant: dict[str, int], extra: list[int] | None = None) -> None:
+        """Log a run of ``len(durations)`` explicit steps (ns) from ``start_ns``: per class, the
+        requests that emitted a token at the end of each step (``emitted``) and those of them
+        that emitted at the end of the step before it too (``steady``); tokens per step per
+        tenant (``by_tenant``); with speculation, tokens per step per class beyond one per
+        emitting request (``extra``, given at every run or none). Kept raw in typed arrays and
+        folded a block of runs at a time (:meth:`_fold_runs`): a few C calls a run instead of
+        Python loops over its classes, tenants and steps (A/B in the commit that added it)."""
+        self._run_start.append(start_ns)
+        self._run_k.append(len(durations))
+        self._run_durs.extend(durations)
+        self._run_emitted.extend(emitted)
+        self._run_steady.extend(steady)
+        self._run_tenants.extend(by_tenant)
+        self._run_tenant_tokens.extend(by_tenant.values())
+        self._run_tenant_n.append(len(by_tenant))
+        if extra is not None:
+            self._run_extra.extend(extra)
+        if len(self._run_k) >= RUN_BLOCK:
+            self._fold_runs()
+
+    def _fold_runs(self) -> None:
+        """Fold the logged runs (:meth:`log_run`) into tokens per interval per class and per
+        tenant (each step's tokens counted in the interval its end falls in) and the per-class
+        step gaps (a run's first step: a gap for each steady request; every later step: a gap
+        for each request that emitted), then clear the log. The gaps keep the order in which
+        they were logged (the order of the runs, then of their steps)."""
+        n = len(self._run_k)
+        if n == 0:
+            return
+        self._fold_log(n)  # (its numpy views of the log are gone when it returns)
+        for a in (self._run_start, self._run_k, self._run_durs, self._run_emitted, self._run_steady,
+                  self._run_extra, self._run_tenant_tokens, self._run_tenant_n):
+            del a[:]
+        self._run_tenants.clear()
+
+    def _fold_log(self, n: int) -> None:
+        nc = len(self.class_names)
+        k, durs = _int64(self._run_k), _int64(self._run_durs)
+        emitted = _int64(self._run_emitted).reshape(n, nc)
+        steady = _int64(self._run_steady).reshape(n, nc)
+        tokens = emitted + _int64(self._run_extra).reshape(n, nc) if len(self._run_extra) else emitted
+        run = np.repeat(np.arange(n), k)  # each step's run
+        first = np.cumsum(k) - k  # each run's first step
+        is_first = np.zeros(len(durs), dtype=bool)
+        is_first[first] = True
+        cs = np.cumsum(durs)
+        ends = _int64(self._run_start)[run] + cs - (cs[first] - durs[first])[run]
+        bins, step_bin = np.unique(ends // self.interval_ns, return_inverse=True)
+        interval = bins.tolist()
+        tokens_bin = self._tokens_bin
+        for ci in range(nc):
+            w = np.where(is_first, steady[run, ci], emitted[run, ci])
+            keep = w > 0
+            self._itl_step_vals[ci].frombytes(durs[keep].tobytes())
+            self._itl_step_wts[ci].frombytes(w[keep].tobytes())
+            per_bin = np.bincount(step_bin, weights=tokens[run, ci], minlength=len(bins))
+            for b in np.flatnonzero(per_bin).tolist():
+                tokens_bin[(interval[b], ci)] += int(per_bin[b])
+        # per tenant: each logged (run, tenant, tokens per step) counts in every step of its run
+        names = self._run_tenants
+        if names:
+            ids = {t: i for i, t in enumerate(dict.fromkeys(names))}
+            nt = len(ids)
+            entry_run = np.repeat(np.arange(n), _int64(self._run_tenant_n))
+            ek = k[entry_run]  # steps of each entry's run
+            step = np.repeat(first[entry_run] - (np.cumsum(ek) - ek), ek) + np.arange(int(ek.sum()))
+            key = step_bin[step] * nt + np.repeat(np.fromiter(map(ids.__getitem__, names), np.int64, len(names)), ek)
+            sums = np.bincount(key, weights=np.repeat(_int64(self._run_tenant_tokens), ek), minlength=len(bins) * nt)
+            tenant_bin, tenants = self._tenant_tokens_bin, list(ids)
+            for x in np.flatnonzero(sums).tolist():
+                tenant_bin[(interval[x // nt], tenants[x % nt])] += int(sums[x])
+
+    # the counters a run adds to, read (by results, merging, the progress guard) with the log folded in
+    @property
+    def tokens_bin(self) -> dict[tuple[int, int], int]:
+        """Tokens emitted per (interval, class index)."""
+        self._fold_runs()
+        return self._tokens_bin
+
+    @property
+    def tenant_tokens_bin(self) -> dict[tuple[int, str], int]:
+        """Tokens emitted per (interval, tenant)."""
+        self._fold_runs()
+        return self._tenant_tokens_bin
+
+    @property
+    def itl_step_vals(self) -> list[array]:
+        """Per class: gaps of steady steps (ns), one entry per step (weights: ``itl_step_wts``)."""
+        self._fold_runs()
+        return self._itl_step_vals
+
+    @property
+    def itl_step_wts(self) -> list[array]:
+        """Per class: how many requests had each gap of ``itl_step_vals``."""
+        self._fold_runs()
+        return self._itl_step_wts
 
     def add_cohort(self, coh) -> None:
         """Fold the decode cohort's log (:mod:`sim.core.cohort`) into tokens per interval and
@@ -200,19 +292,6 @@ class Telemetry:
         interval = uniq_bins.tolist()
         for kb, t, m in zip((keys // nt).tolist(), (keys % nt).tolist(), sums.tolist()):
             self.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
-
-    def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
-        """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
-        too have gap = the first step's duration; every request has the k-1 inner gaps."""
-        k = len(durations)
-        for ci, em in enumerate(emitted):
-            vals, wts = self.itl_step_vals[ci], self.itl_step_wts[ci]
-            if steady[ci]:
-                vals.append(durations[0])
-                wts.append(steady[ci])
-            if k > 1 and em:
-                vals.extend(durations[1:])
-                wts.extend([em] * (k - 1))
 
     def itl_arrays(self, cls_idx: int) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
