@@ -26,8 +26,8 @@ from sim.core.request import Request
 _ROW = attrgetter(*SOURCES)
 # raw rows moved into the typed columns per block (a few hundred stay in the CPU's caches)
 ROW_BLOCK = 512
-# explicit runs logged (Telemetry.log_run) before they are folded into the counters: a block's
-# numpy temporaries (a few per step of the block's runs) stay a few MB
+# explicit runs logged (Telemetry.log_run) before they are folded into the counters: the log and
+# a block's numpy temporaries (a few per step of the block's runs) stay a few MB
 RUN_BLOCK = 4096
 
 
@@ -64,9 +64,8 @@ class Telemetry:
         self._run_emitted = array("q")  # per run, per class: requests that emitted each step
         self._run_steady = array("q")  # ... of which emitted at the previous step's end too
         self._run_extra = array("q")  # per run, per class: tokens beyond those (speculation only)
-        self._run_tenants: list[str] = []  # per run, its tenants (by_tenant's keys) ...
-        self._run_tenant_tokens = array("q")  # ... their tokens per step ...
-        self._run_tenant_n = array("q")  # ... and how many there were
+        self._run_tenants: list[tuple[str, int]] = []  # per run, (tenant, tokens per step) ...
+        self._run_tenant_n = array("q")  # ... and how many of them
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
@@ -155,17 +154,18 @@ class Telemetry:
         tenant (``by_tenant``); with speculation, tokens per step per class beyond one per
         emitting request (``extra``, given at every run or none). Kept raw in typed arrays and
         folded a block of runs at a time (:meth:`_fold_runs`): a few C calls a run instead of
-        Python loops over its classes, tenants and steps (A/B in the commit that added it)."""
+        Python loops over its classes, tenants and steps. (``fromlist``: the values are
+        converted while they are in the CPU's caches; converting a block's Python lists later
+        cost more than the whole log.)"""
         self._run_start.append(start_ns)
         self._run_k.append(len(durations))
-        self._run_durs.extend(durations)
-        self._run_emitted.extend(emitted)
-        self._run_steady.extend(steady)
-        self._run_tenants.extend(by_tenant)
-        self._run_tenant_tokens.extend(by_tenant.values())
+        self._run_durs.fromlist(durations)
+        self._run_emitted.fromlist(emitted)
+        self._run_steady.fromlist(steady)
+        self._run_tenants.extend(by_tenant.items())
         self._run_tenant_n.append(len(by_tenant))
         if extra is not None:
-            self._run_extra.extend(extra)
+            self._run_extra.fromlist(extra)
         if len(self._run_k) >= RUN_BLOCK:
             self._fold_runs()
 
@@ -178,9 +178,9 @@ class Telemetry:
         n = len(self._run_k)
         if n == 0:
             return
-        self._fold_log(n)  # (its numpy views of the log are gone when it returns)
+        self._fold_log(n)  # (the numpy views of the log it takes are gone when it returns)
         for a in (self._run_start, self._run_k, self._run_durs, self._run_emitted, self._run_steady,
-                  self._run_extra, self._run_tenant_tokens, self._run_tenant_n):
+                  self._run_extra, self._run_tenant_n):
             del a[:]
         self._run_tenants.clear()
 
@@ -190,36 +190,57 @@ class Telemetry:
         emitted = _int64(self._run_emitted).reshape(n, nc)
         steady = _int64(self._run_steady).reshape(n, nc)
         tokens = emitted + _int64(self._run_extra).reshape(n, nc) if len(self._run_extra) else emitted
-        run = np.repeat(np.arange(n), k)  # each step's run
         first = np.cumsum(k) - k  # each run's first step
-        is_first = np.zeros(len(durs), dtype=bool)
-        is_first[first] = True
-        cs = np.cumsum(durs)
-        ends = _int64(self._run_start)[run] + cs - (cs[first] - durs[first])[run]
-        bins, step_bin = np.unique(ends // self.interval_ns, return_inverse=True)
-        interval = bins.tolist()
-        tokens_bin = self._tokens_bin
         for ci in range(nc):
-            w = np.where(is_first, steady[run, ci], emitted[run, ci])
+            w = np.repeat(emitted[:, ci], k)
+            w[first] = steady[:, ci]
             keep = w > 0
             self._itl_step_vals[ci].frombytes(durs[keep].tobytes())
             self._itl_step_wts[ci].frombytes(w[keep].tobytes())
-            per_bin = np.bincount(step_bin, weights=tokens[run, ci], minlength=len(bins))
+        # each step's end: a cumulative sum of the durations, each run's first step also
+        # jumping from the previous run's end to the run's start
+        start = _int64(self._run_start)
+        cs = np.cumsum(durs)
+        run_end = start + cs[first + k - 1] - (cs[first] - durs[first])
+        jump = durs.copy()
+        jump[first] += start - np.concatenate(([0], run_end[:-1]))
+        ends = np.cumsum(jump)
+        step_bin = ends // self.interval_ns
+        b0 = int(step_bin.min())
+        rel = step_bin - b0
+        nb = int(rel.max()) + 1
+        # segments: a run's steps in one interval (one per run unless the run crosses one)
+        new = np.empty(len(rel), dtype=bool)
+        new[0] = True
+        np.not_equal(rel[1:], rel[:-1], out=new[1:])
+        new[first] = True
+        seg = np.flatnonzero(new)
+        seg_steps = np.diff(seg, append=len(rel))
+        seg_run = np.searchsorted(first, seg, side="right") - 1
+        seg_bin = rel[seg]
+        tokens_bin = self._tokens_bin
+        for ci in range(nc):
+            per_bin = np.bincount(seg_bin, weights=tokens[seg_run, ci] * seg_steps, minlength=nb)
             for b in np.flatnonzero(per_bin).tolist():
-                tokens_bin[(interval[b], ci)] += int(per_bin[b])
-        # per tenant: each logged (run, tenant, tokens per step) counts in every step of its run
-        names = self._run_tenants
-        if names:
+                tokens_bin[(b0 + b, ci)] += int(per_bin[b])
+        # per tenant: each logged (run, tenant, tokens per step) counts in every segment of its run
+        logged = self._run_tenants
+        if logged:
+            names, per_step = zip(*logged)
             ids = {t: i for i, t in enumerate(dict.fromkeys(names))}
             nt = len(ids)
             entry_run = np.repeat(np.arange(n), _int64(self._run_tenant_n))
-            ek = k[entry_run]  # steps of each entry's run
-            step = np.repeat(first[entry_run] - (np.cumsum(ek) - ek), ek) + np.arange(int(ek.sum()))
-            key = step_bin[step] * nt + np.repeat(np.fromiter(map(ids.__getitem__, names), np.int64, len(names)), ek)
-            sums = np.bincount(key, weights=np.repeat(_int64(self._run_tenant_tokens), ek), minlength=len(bins) * nt)
+            segs_of_run = np.bincount(seg_run, minlength=n)
+            reps = segs_of_run[entry_run]  # segments of each entry's run
+            seg_lo = np.cumsum(segs_of_run) - segs_of_run
+            pair = np.repeat(seg_lo[entry_run] - (np.cumsum(reps) - reps), reps) + np.arange(int(reps.sum()))
+            tid = np.array([ids[t] for t in names], dtype=np.int64)
+            sums = np.bincount(seg_bin[pair] * nt + np.repeat(tid, reps),
+                               weights=np.repeat(np.array(per_step, dtype=np.int64), reps) * seg_steps[pair],
+                               minlength=nb * nt)
             tenant_bin, tenants = self._tenant_tokens_bin, list(ids)
             for x in np.flatnonzero(sums).tolist():
-                tenant_bin[(interval[x // nt], tenants[x % nt])] += int(sums[x])
+                tenant_bin[(b0 + x // nt, tenants[x % nt])] += int(sums[x])
 
     # the counters a run adds to, read (by results, merging, the progress guard) with the log folded in
     @property
