@@ -350,12 +350,37 @@ def _request_table(tel) -> pd.DataFrame:
     for k, dt in dtypes.items():
         cols[k] = np.asarray(cols[k], dtype=dt)
     order = np.argsort(cols["request_id"], kind="stable")
-    if (order != np.arange(order.size)).any():
-        cols = {k: (v if isinstance(v, np.ndarray) else np.array(v, dtype=object))[order] for k, v in cols.items()}
-    req = pd.DataFrame(cols)
+    moved = bool((order != np.arange(order.size)).any())
+    for k, v in cols.items():
+        if isinstance(v, np.ndarray):
+            # (a view of the telemetry's buffers is copied: the table owns its arrays)
+            cols[k] = v[order] if moved else v if v.flags.owndata else v.copy()
+        else:
+            cols[k] = _strings(v, order if moved else None)
+    # each column stays its own array: gathering them into 2-D blocks copied them all again
+    # (1 h ServeGen cluster, 815k rows: 0.7 -> 0.3 s)
+    req = pd.DataFrame(cols, copy=False)
     for c in DERIVED:
         req[c.name] = c.derive(req)
     return req
+
+
+def _strings(values: list, order: np.ndarray | None):
+    """A recorded string column (a list, in ``order`` when given) as the table's column: pandas'
+    ``str`` array, converted by Arrow and put in order there (pandas checks and converts an
+    object array's every value first: 1 h ServeGen cluster, 4 columns of 815k rows, 0.6 -> 0.3 s).
+    What Arrow cannot take as it is (an empty column, missing or non-string values) goes the
+    way it went before, so the table's dtypes stay pandas' inference."""
+    import pyarrow as pa
+
+    if values:
+        try:
+            arr = pa.array(values, type=pa.large_string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arr = None
+        if arr is not None and not arr.null_count:
+            return pd.array(arr if order is None else arr.take(order), dtype="str")
+    return values if order is None else np.array(values, dtype=object)[order]
 
 
 def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame, span: float) -> tuple[dict, list]:
@@ -365,7 +390,7 @@ def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame, span: float) ->
     for i, c in enumerate(sc.classes):
         m = groups.metrics((narrow["class"] == c.name).to_numpy(), span, c.ttft_slo_s, c.tpot_slo_s)
         m["priority"] = c.priority
-        vals, wts = tel.itl_arrays(i)
+        vals, wts = tel.itl_arrays(i, pd.factorize)  # (hashing, not sorting, millions of gaps)
         if wts.sum() > 0:
             for p in ("p50", "p99"):
                 m[f"itl_{p}_s"] = float(np.quantile(vals, PCTS[p], weights=wts, method="inverted_cdf")) / NS

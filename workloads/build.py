@@ -246,7 +246,10 @@ def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, 
     out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta)
     df["output_tokens"] = out
     tenant, cls = _apply_rules(st, df, r_att)
-    df["tenant"], df["cls"] = tenant, cls
+    # kept as objects (the workload's dtype, see REQUIRED_COLUMNS): assigned as they are, pandas
+    # would make them strings here and _assemble objects again, a million rows each way
+    df["tenant"] = pd.Series(tenant, index=df.index, dtype=object)
+    df["cls"] = pd.Series(cls, index=df.index, dtype=object)
     df["max_tokens"] = mx
     df["deadline_s"] = np.full(len(df), st.deadline_s, dtype=np.float64)
     df["stream"] = np.full(len(df), st.index, dtype=np.int64)

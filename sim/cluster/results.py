@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sim.assembly import engine_run_info
@@ -115,8 +116,10 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
                                   copy.deepcopy(comb.summary_dict), group_sc[g.name].to_dict(), None,
                                   dict(comb.manifest))
     req = comb.requests
-    req.insert(1, "replica", req["request_id"].map(assign).astype("int64"))
-    req.insert(2, "group", [replicas[i].group for i in req["replica"]])
+    replica = _replica_of(req["request_id"].to_numpy(), assign)
+    req.insert(1, "replica", replica)
+    names = [r.group for r in replicas]
+    req.insert(2, "group", [names[i] for i in replica.tolist()])
     if per_replica and trace_iterations:
         its = [r.iterations for r in rep_res if r.iterations is not None]
         comb.iterations = pd.concat(its, ignore_index=True) if its else None
@@ -126,6 +129,21 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
     comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas}
     return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
                           comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
+
+
+def _replica_of(request_ids: np.ndarray, assign: dict[int, int]) -> np.ndarray:
+    """Each request's replica index (int64) from ``assign`` (request id -> replica), looked up by
+    numpy: Series.map with a dict first makes a Series of the whole dict (1 h ServeGen cluster,
+    815k requests: 0.18 -> 0.04 s). A request never routed is an error, as it was for map."""
+    if not len(request_ids):
+        return np.zeros(0, dtype=np.int64)
+    ids = np.fromiter(assign, np.int64, len(assign))
+    reps = np.fromiter(assign.values(), np.int64, len(assign))
+    by_id = np.argsort(ids, kind="stable")
+    at = by_id[np.searchsorted(ids, request_ids, sorter=by_id).clip(0, len(ids) - 1)] if len(ids) else None
+    if at is None or (ids[at] != request_ids).any():
+        raise ValueError("a request in the table was never routed to a replica")
+    return reps[at]
 
 
 def _replica_result(b: _Builder, scg: Scenario, rep, info: dict) -> Results:
