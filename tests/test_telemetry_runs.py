@@ -18,7 +18,8 @@ IV = 1000  # ns per interval: runs often cross intervals
 class RowWise:
     """The per-run counting of tokens and gaps, one Python loop per run (the reference)."""
 
-    def __init__(self, nc: int) -> None:
+    def __init__(self, nc: int, iv: int = IV) -> None:
+        self.iv = iv
         self.tokens_bin: dict = defaultdict(int)
         self.tenant_tokens_bin: dict = defaultdict(int)
         self.vals: list[list[int]] = [[] for _ in range(nc)]
@@ -39,9 +40,9 @@ class RowWise:
             t += d
             for ci, m in enumerate(tokens):
                 if m:
-                    self.tokens_bin[(t // IV, ci)] += m
+                    self.tokens_bin[(t // self.iv, ci)] += m
             for tenant, m in by_tenant.items():
-                self.tenant_tokens_bin[(t // IV, tenant)] += m
+                self.tenant_tokens_bin[(t // self.iv, tenant)] += m
 
 
 def _runs(seed: int, n: int, spec: bool):
@@ -64,9 +65,10 @@ def _runs(seed: int, n: int, spec: bool):
 
 @pytest.mark.parametrize("block", [1, 7, 4096])
 @pytest.mark.parametrize("spec", [False, True])
-def test_logged_runs_fold_to_the_row_wise_counts(monkeypatch, block, spec):
+@pytest.mark.parametrize("iv", [IV, 3])  # (3 ns: far more intervals than steps, counted sparsely)
+def test_logged_runs_fold_to_the_row_wise_counts(monkeypatch, block, spec, iv):
     monkeypatch.setattr(telemetry, "RUN_BLOCK", block)
-    tel, ref = Telemetry(CLASSES, IV), RowWise(len(CLASSES))
+    tel, ref = Telemetry(CLASSES, iv), RowWise(len(CLASSES), iv)
     for i, args in enumerate(_runs(block, 300, spec)):
         tel.log_run(*args) if spec else tel.log_run(*args[:-1])
         ref.run(*args)

@@ -233,9 +233,10 @@ class Telemetry:
         seg_bin = rel[seg]
         tokens_bin = self._tokens_bin
         for ci in range(nc):
-            per_bin = np.bincount(seg_bin, weights=tokens[seg_run, ci] * seg_steps, minlength=nb)
-            for b in np.flatnonzero(per_bin).tolist():
-                tokens_bin[(b0 + b, ci)] += int(per_bin[b])
+            keys, sums = _sums_by_key(seg_bin, tokens[seg_run, ci] * seg_steps, nb)
+            for b, m in zip(keys.tolist(), sums.tolist()):
+                if m:
+                    tokens_bin[(b0 + b, ci)] += int(m)
         # per tenant: each logged (run, tenant, tokens per step) counts in every segment of its run
         names = self._run_tenants
         if names:
@@ -247,13 +248,13 @@ class Telemetry:
             seg_lo = np.cumsum(segs_of_run) - segs_of_run
             pair = np.repeat(seg_lo[entry_run] - (np.cumsum(reps) - reps), reps) + np.arange(int(reps.sum()))
             tid = np.array([ids[t] for t in names], dtype=np.int64)
-            sums = np.bincount(seg_bin[pair] * nt + np.repeat(tid, reps),
-                               weights=np.repeat(np.array(self._run_tenant_tokens, dtype=np.int64), reps)
-                               * seg_steps[pair],
-                               minlength=nb * nt)
+            per_step = np.array(self._run_tenant_tokens, dtype=np.int64)
+            keys, sums = _sums_by_key(seg_bin[pair] * nt + np.repeat(tid, reps),
+                                      np.repeat(per_step, reps) * seg_steps[pair], nb * nt)
             tenant_bin, tenants = self._tenant_tokens_bin, list(ids)
-            for x in np.flatnonzero(sums).tolist():
-                tenant_bin[(b0 + x // nt, tenants[x % nt])] += int(sums[x])
+            for x, m in zip(keys.tolist(), sums.tolist()):
+                if m:
+                    tenant_bin[(b0 + x // nt, tenants[x % nt])] += int(m)
 
     # the counters a run adds to, read (by results, merging, the progress guard) with the log folded in
     @property
