@@ -1,12 +1,14 @@
 """Telemetry: per-request records, per-class counters and the time series.
 
-Per-request rows are kept columnar (typed arrays, one per column; rows are buffered as tuples
-and moved in blocks), written when a request *ends* (finished, rejected or unfinished), so live
+Per-request rows are kept columnar (typed arrays, one per column; rows are buffered flat and
+moved in blocks), written when a request *ends* (finished, rejected or unfinished), so live
 state stays small however long the run. Inter-token gaps are kept per class as weighted
 samples — a fast-forwarded run of k steps adds its k-1 step durations once, weighted by how
 many of the class's requests decoded in it — so percentiles are exact without one entry per
-token. The engine's decode cohort logs its steps and members' spans instead, folded in once at
-the end (:meth:`Telemetry.add_cohort`).
+token. Each run of explicitly scheduled steps is logged raw (:meth:`Telemetry.log_run`) and
+folded into the gaps and the tokens per interval a block of runs at a time; the engine's decode
+cohort logs its steps and members' spans instead, folded in once at the end
+(:meth:`Telemetry.add_cohort`).
 """
 from __future__ import annotations
 
