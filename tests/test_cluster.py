@@ -603,3 +603,30 @@ def test_groups_priced_alike_share_one_cost_model(monkeypatch):
     other["groups"][1]["engine"] = {"overhead": "vllm-0.6"}
     simulate_cluster(scenario_from_dict(cluster_scenario(other)))
     assert len(loads) == 1
+
+
+@pytest.mark.parametrize("name", ROUTER_NAMES)
+@pytest.mark.parametrize("frontend_s", [0.0, 0.013])
+def test_open_arrivals_are_routed_before_a_replica_reaches_their_instant(monkeypatch, name, frontend_s):
+    """With open arrivals only, the router routes each instant's arrivals before any replica
+    reaches that instant, so a replica's boundary never finds one due (it skips the router call;
+    the tables stay those of routing at every boundary)."""
+    from sim.cluster.replicas import Replica
+    pop_due = Replica.pop_due
+    seen = {"boundaries": 0}
+
+    def checked(self, now_ns):
+        cl = self.cluster
+        assert cl.source.next_arrival_ns() > min(now_ns, cl.stop_ns)  # (nothing left to route)
+        seen["boundaries"] += 1
+        return pop_due(self, now_ns)
+
+    d = cluster_scenario(layout_for(name))
+    d["engine"]["overhead"] = {"frontend_s": frontend_s}
+    sc = scenario_from_dict(d)
+    plain = simulate_cluster(sc)
+    monkeypatch.setattr(Replica, "pop_due", checked)
+    for fast in (True, False):
+        res = simulate_cluster(sc, fast=fast)
+        pd.testing.assert_frame_equal(plain.requests, res.requests)
+    assert seen["boundaries"] > 100

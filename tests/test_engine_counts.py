@@ -9,6 +9,7 @@ only the members a budget cut leaves without a token gives the outputs of steppi
 from __future__ import annotations
 
 import copy
+import random
 
 import pandas as pd
 import pytest
@@ -19,6 +20,8 @@ from sim.assembly import build_engine
 from sim.cluster import simulate_cluster
 from sim.core import observe
 from sim.core.cohort import DecodeCohort
+from sim.core.kvpool import KVPool
+from sim.core.prefix_cache import PrefixCache
 from sim.core.request import Request
 from tests.conftest import small_scenario
 
@@ -186,3 +189,51 @@ def test_cohort_single_steps_equal_one_run(grows):
         log = [list(a) for a in (coh.log_durs, coh.log_j0, coh.log_j1, coh.log_cls, coh.log_tenant)]
         results.append((fields, left, log, coh.steps, coh.end_ns, coh.svc_ns))
     assert results[0][1] and results[0] == results[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cohort_duration_stack_equals_pushing_step_by_step(seed):
+    """A run's steps go on the cohort's step-duration stack at once; the stack (and so every
+    member's largest gap) equals pushing them one at a time, ties and falls included."""
+    rnd = random.Random(seed)
+    coh = DecodeCohort(2, 16, True)
+    for r in _members(3):
+        r.hidden_output_tokens = 10**6  # nobody leaves: only the stack moves
+        coh.join(r)
+    ref_g: list[int] = []
+    ref_d: list[int] = []
+    g, t = 0, 0
+    for _ in range(40):
+        run = [rnd.choice((5, 7, 7, 9, 12)) + rnd.randrange(3) for _ in range(rnd.randrange(1, 9))]
+        coh.advance(run, t)
+        t += sum(run)
+        for d in run:
+            g += 1
+            while ref_d and ref_d[-1] <= d:
+                ref_d.pop()
+                ref_g.pop()
+            ref_g.append(g)
+            ref_d.append(d)
+        assert (coh._max_step, coh._max_dur) == (ref_g, ref_d)
+
+
+@pytest.mark.parametrize("blocks", [[0, 0, 0], [3, 0, 2], [0, 7, 0], [5, 6, 4]])
+def test_pool_allocate_each_equals_allocating_class_by_class(blocks):
+    """The cohort takes a step's blocks for all classes at once: the pool (and the prefix
+    groups evicted for them) ends as allocating class by class leaves it."""
+    def pool() -> KVPool:
+        p = KVPool(20, 16, [0, 1, 2], [0, 0, 0], cache=PrefixCache(32, 16))
+        for h in range(4):  # 4 unreferenced cached groups of 2 blocks, 12 blocks free
+            p.cache.publish(h)
+            p.allocate(0, 2)
+            p.publish(0, 2)
+            p.cache.release((h,))
+        return p
+
+    a, b = pool(), pool()
+    a.allocate_each(blocks)
+    for c, n in enumerate(blocks):
+        b.allocate(c, n)
+    assert (a.free, a.used, list(a.cache.lru), a.cache.evictions) == (
+        b.free, b.used, list(b.cache.lru), b.cache.evictions)
+    a.check()

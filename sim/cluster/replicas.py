@@ -245,13 +245,17 @@ class Replica:
         # The replica's process runs (its engine may change): recount its view before the next
         # routing decision. (Only its own process changes its engine, and every step of that
         # process passes through here.)
+        cl = self.cluster
         if not self._dirty:
             self._dirty = True
-            self.cluster.dirty.append(self)
-        self.cluster.route_until(now_ns)
-        if not self._dirty:  # (routing just counted it; it goes on changing: admissions, rejections)
-            self._dirty = True
-            self.cluster.dirty.append(self)
+            cl.dirty.append(self)
+        # (with open arrivals only, the router has always routed this instant's arrivals first:
+        # it wakes before any replica at an arrival instant; the check skips the call then)
+        if cl.closed or cl.source.next_arrival_ns() <= now_ns:
+            cl.route_until(now_ns)
+            if not self._dirty:  # (routing just counted it; it goes on changing: admissions, rejections)
+                self._dirty = True
+                cl.dirty.append(self)
         if not self.inbox:
             return []
         out = list(self.inbox)

@@ -35,13 +35,14 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
         changes = eng.cohort.advance(durations, start_ns)  # (its log feeds telemetry)
         ordered = not finished  # leavers come in time order; ties need sorting
         for _, t, leavers in changes:
-            finished += [(t, r, False) for r in leavers]  # (not in the rank order)
+            for r in leavers:
+                finished.append((t, r, False))  # (not in the rank order)
             ordered = ordered and len(leavers) == 1
     else:
-        ordered = len(finished) <= 1
+        ordered = False  # (sorted below when two or more finished)
     if eng.trace is not None:
         eng.trace_run(plan, start_ns, durations)
-    if not ordered:
+    if not ordered and len(finished) > 1:  # (one alone is in order)
         # the order a step-by-step walk meets them: by time, then running in rank order,
         # then admitted in this step in admission order
         admitted = {s.req.request_id for s in plan.items if s.admitted}

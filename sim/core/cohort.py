@@ -137,10 +137,11 @@ class DecodeCohort:
         if r is self._last:
             self._last = None
 
-    def _done(self, r: Request) -> None:
-        """Member ``r`` emitted its last token at the end of the current step: :meth:`sync` (its
-        blocks cover its computed tokens) and :meth:`_leave` in one (the engine's most frequent
-        way out; its finish entry is the caller's)."""
+    def _done(self, r: Request, run_max: int) -> None:
+        """Member ``r`` emitted its last token at the end of the current step, inside a run whose
+        steps so far lasted at most ``run_max`` and are not on the step-duration stack yet:
+        :meth:`sync` (its blocks cover its computed tokens) and :meth:`_leave` in one (the
+        engine's most frequent way out; its finish entry is the caller's)."""
         g = self.steps
         g0 = r.cohort_base_step
         c0 = r.computed
@@ -154,6 +155,8 @@ class DecodeCohort:
             r.last_token_ns = self.end_ns
             r.last_scheduled_s = self.end_ns / NS
             m = self.max_duration_since(g0 + 1)
+            if run_max > m:
+                m = run_max
             if m > r.max_itl_ns:
                 r.max_itl_ns = m
             r.cohort_base_svc_ns = self.svc_ns
@@ -291,84 +294,70 @@ class DecodeCohort:
         """Members took part in these steps (from ``start_ns``), each emitting a token at the end
         of every step up to its last. Returns where membership changed, as ``(steps done, end
         ns, leavers)``: the leavers' last token ended that step; they are synced and removed."""
-        mg, md = self._max_step, self._max_dur
-        fin = self.finish
-        g_next = fin[0][0] if fin else -1  # cohort count at which the next member is done
-        changes: list[tuple[int, int, list[Request]]] = []
+        g0, n = self.steps, len(durations)
         self.log_run_at.append(len(self.log_durs))
         self.log_run_ns.append(start_ns)
-        g0, n = self.steps, len(durations)
-        if n == 1:  # a single step (most runs): the loop below, without its segments
-            d = durations[0]
-            self.log_durs.append(d)
-            while md and md[-1] <= d:
-                md.pop()
-                mg.pop()
-            g = g0 + 1
-            mg.append(g)
-            md.append(d)
-            t = start_ns + d
-            self.steps, self.end_ns, self.svc_ns = g, t, self.svc_ns + d
-            if g == g_next:
-                changes.append((1, t, self._finish_step(g)))
-            self._tidy_max()
-            return changes
-        self.log_durs.extend(durations)
-        t = start_ns
-        svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
-        i = 0
-        while i < n:
-            # steps i .. e-1 of the run: up to the end of the next member's last, or the run's end
-            e = n if g_next < 0 or g_next - g0 > n else g_next - g0
-            seg = durations if i == 0 and e == n else durations[i:e]
-            d = seg[-1]
-            if len(seg) == 1 or max(seg) <= d:
-                # the segment's last step is its longest (decode steps grow with the context):
-                # it hides every step before it in the stack
-                while md and md[-1] <= d:
-                    md.pop()
-                    mg.pop()
-                mg.append(g0 + e)
-                md.append(d)
-                t += d if len(seg) == 1 else sum(seg)
-            else:
-                g = g0 + i
-                for d in seg:
-                    g += 1
-                    while md and md[-1] <= d:
-                        md.pop()
-                        mg.pop()
-                    mg.append(g)
-                    md.append(d)
-                    t += d
-            i = e
-            if g0 + e == g_next:
-                self.steps, self.end_ns, self.svc_ns = g_next, t, svc0 + t
-                changes.append((e, t, self._finish_step(g_next)))
-                g_next = fin[0][0] if fin else -1
-        self.steps, self.end_ns, self.svc_ns = g0 + n, t, svc0 + t
-        self._tidy_max()
-        return changes
-
-    def _finish_step(self, g: int) -> list[Request]:
-        """The members whose last token ended cohort step ``g``: synced and removed."""
+        self.log_durs.fromlist(durations)  # (fromlist: half the time of extend on a list)
         fin = self.finish
-        leavers = []
-        while fin and fin[0][0] == g:
-            r = fin.pop(0)[2]
-            self._done(r)
-            leavers.append(r)
-        return leavers
-
-    def _tidy_max(self) -> None:
-        """After a run: the step-duration stack emptied when no member is left, else trimmed to
-        what a current member can ask for once it grows long."""
+        changes: list[tuple[int, int, list[Request]]] = []
+        t = start_ns
+        i = 0  # steps of the run accounted for in t
+        if fin and fin[0][0] - g0 <= n:
+            # members leave inside the run: each group synced at the end of its last step, when
+            # the step-duration stack still holds only steps before the run (it takes the
+            # run's steps below, at once): a leaver's largest gap is the larger of the stack's
+            # answer for its steps before the run and the largest of the run's steps so far
+            svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
+            top = 0  # largest duration of the run's steps 0 .. e-1
+            while fin and fin[0][0] - g0 <= n:
+                g = fin[0][0]
+                e = g - g0
+                seg = durations[i:e]
+                t += sum(seg)
+                m = max(seg)
+                if m > top:
+                    top = m
+                i = e
+                self.steps, self.end_ns, self.svc_ns = g, t, svc0 + t
+                leavers = []
+                while fin and fin[0][0] == g:
+                    r = fin.pop(0)[2]
+                    self._done(r, top)
+                    leavers.append(r)
+                changes.append((e, t, leavers))
+            if i < n:
+                t += sum(durations[i:])
+            self.svc_ns = svc0 + t
+        else:
+            t += durations[0] if n == 1 else sum(durations)
+            self.svc_ns += t - start_ns
+        self.steps, self.end_ns = g0 + n, t
         mg, md = self._max_step, self._max_dur
-        if not self.members:
+        if not self.members:  # nobody left to ask
             mg.clear()
             md.clear()
-        elif len(mg) > 4096:
+            return changes
+        # The run's steps go on the step-duration stack. What pushing them one at a time leaves
+        # there (each popping the entries not longer than it) is: the entries longer than all of
+        # them, then each step longer than every step after it, found by maxima in C: usually
+        # just the last step (decode steps grow with the context), or a longer first one (with
+        # a prefill) before it.
+        last = durations[-1]
+        m = max(durations) if n > 1 else last
+        while md and md[-1] <= m:
+            md.pop()
+            mg.pop()
+        while last < m:
+            # the last step of largest duration m among those left (not the run's last): a record
+            p = n - 1 - durations[::-1].index(m)
+            mg.append(g0 + p + 1)
+            md.append(m)
+            m = max(durations[p + 1:])
+        mg.append(g0 + n)  # the run's last step: the last record
+        md.append(last)
+        if len(mg) > 4096:
             self._trim_max()
+        return changes
 
     def _trim_max(self) -> None:
         """Keep only the part of the step-duration stack a current member can ask for."""

@@ -268,19 +268,20 @@ class CostModel:
         ``max(1, round((a + b * ctx) * NS))`` bit for bit (the zero prefill terms add exactly
         nothing), so fast-forwarded runs price a step with one multiply-add. None when measured
         tables price decode steps."""
-        if self.tables is not None and self.tables.decode is not None:
-            return None
         cache = self._decode_lines
         line = cache.get(D)
-        if line is None:
-            c = self.step
-            t = c.base_s
-            if c.token_knots:
-                t += self._tokens_s(D)
-            t += c.decode_seq_s * D
-            if self._ov is not None:
-                t += self.overhead_s(0, D)
-            line = cache[D] = (t, self._ctx_s)
+        if line is not None:  # (first: a fast-forwarded run asks again at every member's last token)
+            return line
+        if self.tables is not None and self.tables.decode is not None:
+            return None  # (and the memo stays empty)
+        c = self.step
+        t = c.base_s
+        if c.token_knots:
+            t += self._tokens_s(D)
+        t += c.decode_seq_s * D
+        if self._ov is not None:
+            t += self.overhead_s(0, D)
+        line = cache[D] = (t, self._ctx_s)
         return line
 
     def _tokens_s(self, T: float) -> float:

@@ -70,6 +70,21 @@ class KVPool:
         self.free -= n
         self.used[cls_idx] += n
 
+    def allocate_each(self, blocks: list[int]) -> None:
+        """Take ``blocks[c]`` blocks for each class ``c`` at once: the same as :meth:`allocate`
+        class by class (the same cached groups evicted, as few as let the total fit), in one
+        call (the decode cohort takes blocks for several classes every step)."""
+        n = sum(blocks)
+        while n > self.free and self.cache is not None and self.cache.lru:
+            self.free += self.cache.evict_one()
+        if n > self.free or min(blocks) < 0:
+            raise KVInvariantError(f"allocate {blocks} blocks with {self.free} free")
+        self.free -= n
+        used = self.used
+        for c, b in enumerate(blocks):
+            if b:
+                used[c] += b
+
     def release(self, cls_idx: int, n: int) -> None:
         if n < 0 or n > self.used[cls_idx]:
             raise KVInvariantError(f"release {n} blocks, class {cls_idx} holds {self.used[cls_idx]}")

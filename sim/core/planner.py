@@ -80,7 +80,7 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
     """
     coh = eng.cohort
     assert coh is not None
-    budget = eng.cfg.max_batched_tokens - len(coh)
+    budget = eng.cfg.max_batched_tokens - len(coh.members)
     if budget < 0:
         return None, None
     need = coh.next_step_blocks()
@@ -88,10 +88,12 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
     explicit = ranked_running(eng)
     if not explicit and not blocks:
         return need, None
-    used = [0] * len(eng.classes)
     # the least favoured class present has the fewest blocks available (reservations of
     # every more urgent class are held back from it)
     worst = least_urgent(eng.class_priority, coh.n_cls)
+    if not explicit:  # (most plans: every running request is a member)
+        return (need, None) if blocks <= eng.pool.available_for(worst) else (None, None)
+    used = [0] * len(eng.classes)
     bs = eng.bs
     grows = eng.grows_blocks
     last_member = None
@@ -150,10 +152,8 @@ def _cohort_share(eng: Engine, plan: StepPlan) -> None:
     if need is None:
         dissolve_cohort(eng)
         return
-    plan.cohort = len(coh)
-    for ci, n in enumerate(need):
-        if n:
-            eng.pool.allocate(ci, n)
+    plan.cohort = len(coh.members)
+    eng.pool.allocate_each(need)
     coh.steps_allocated = coh.steps + 1
 
 

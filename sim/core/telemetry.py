@@ -82,7 +82,7 @@ class Telemetry:
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
         self._rows: list = []  # raw rows (SOURCES) of ended requests not yet in ``cols``, one after another
-        self._coh_distinct: tuple | None = None  # itl_arrays' memo: (steps, distinct, inverse)
+        self._gap_codes: tuple | None = None  # itl_arrays' memo (see there)
         # a merged Telemetry's replicas: their records (the request columns, the gaps) are read
         # from them at the end (:meth:`columns`, :meth:`itl_arrays`), not copied into this one
         self.parts: list[Telemetry] = []
@@ -339,26 +339,34 @@ class Telemetry:
         ``factorize``: finds the distinct gaps, as ``pandas.factorize`` does (codes, distinct
         values in any order); the default, ``np.unique``, sorts every gap, which the results
         layer avoids by passing pandas' hashing one (the core does not import pandas)."""
-        factorize = factorize or _np_factorize
         parts = self.parts or [self]
-        # the cohort's step durations (long): shared by the classes
-        n = sum(len(t.coh_itl_vals) for t in parts)
-        if self._coh_distinct is None or self._coh_distinct[0] != n:
-            coh_of_step, coh_vals = factorize(_joined([t.coh_itl_vals for t in parts]))
-            self._coh_distinct = (n, coh_vals, coh_of_step)
-        _, coh_vals, coh_of_step = self._coh_distinct
-        coh_wts = np.bincount(coh_of_step, weights=_joined([t.coh_itl_wts[cls_idx] for t in parts]),
-                              minlength=len(coh_vals))
-        scalars = _joined([t.itl_scalars[cls_idx] for t in parts])
-        vals = np.concatenate([scalars] + [_int64(t.itl_step_vals[cls_idx]) for t in parts] + [coh_vals])
-        wts = np.concatenate([np.ones(len(scalars), dtype=np.int64)]
-                             + [_int64(t.itl_step_wts[cls_idx]) for t in parts] + [coh_wts.astype(np.int64)])
-        keep = wts > 0
-        codes, distinct = factorize(vals[keep])
-        # each count adds the same weights in the same order whatever the codes' numbering
-        counts = np.bincount(codes, weights=wts[keep], minlength=len(distinct)).astype(np.int64)
-        order = np.argsort(distinct)
-        return distinct[order], counts[order]
+        # every class's gaps found distinct at once (the cohort's step durations, millions, are
+        # shared by the classes): a class's count of each is then a sum of weights per code
+        sizes = [len(t.coh_itl_vals) for t in parts] + [len(t.itl_scalars[c]) + len(t.itl_step_vals[c])
+                                                        for t in parts for c in range(len(self.class_names))]
+        if self._gap_codes is None or self._gap_codes[0] != sizes:
+            pieces = [t.coh_itl_vals for t in parts]
+            spans = []  # per class: where its single gaps start, its per-step gaps start and end
+            for c in range(len(self.class_names)):
+                at = sum(map(len, pieces))
+                pieces += [t.itl_scalars[c] for t in parts]
+                mid = sum(map(len, pieces))
+                pieces += [t.itl_step_vals[c] for t in parts]
+                spans.append((at, mid, sum(map(len, pieces))))
+            codes, distinct = (factorize or _np_factorize)(_joined(pieces))
+            order = np.argsort(distinct)
+            self._gap_codes = (sizes, codes, distinct[order], order, spans)
+        _, codes, distinct, order, spans = self._gap_codes
+        a, b, e = spans[cls_idx]
+        d = len(distinct)
+        # (the weights are whole numbers: their float sums are exact, in any order)
+        counts = (np.bincount(codes[:spans[0][0]], weights=_joined([t.coh_itl_wts[cls_idx] for t in parts]),
+                              minlength=d)
+                  + np.bincount(codes[a:b], minlength=d)
+                  + np.bincount(codes[b:e], weights=_joined([t.itl_step_wts[cls_idx] for t in parts]),
+                                minlength=d))[order]
+        seen = counts > 0
+        return distinct[seen], counts[seen].astype(np.int64)
 
     # ---- time series ---------------------------------------------------------------------
     def sample(self, t_ns: int, engine) -> None:
