@@ -306,6 +306,8 @@ class Telemetry:
         first = np.append(np.flatnonzero(np.diff(bins, prepend=bins[0] - 1)), n)
         uniq_bins = bins[first[:-1]]
         step_bin = np.repeat(np.arange(len(uniq_bins)), np.diff(first))
+        # the counters, read once (each read of the public names folds the run log first)
+        tokens_bin, tenant_tokens_bin = self.tokens_bin, self.tenant_tokens_bin
         for ci in range(len(self.class_names)):
             # members of the class in each step: +1 at a span's first step, -1 after its last
             mine = cls == ci
@@ -315,7 +317,7 @@ class Telemetry:
             tokens = np.add.reduceat(members, first[:-1])  # (an interval's steps are contiguous)
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
                 if m:
-                    self.tokens_bin[(b, ci)] += int(m)
+                    tokens_bin[(b, ci)] += int(m)
         # per tenant: a span's steps in each interval it touches
         names = list(coh.tenant_ids)
         spans = j1 > j0
@@ -331,7 +333,7 @@ class Telemetry:
         keys, sums = _sums_by_key(k * nt + ten[span], steps, len(uniq_bins) * nt)
         interval = uniq_bins.tolist()
         for kb, t, m in zip((keys // nt).tolist(), (keys % nt).tolist(), sums.tolist()):
-            self.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
+            tenant_tokens_bin[(interval[kb], names[t])] += int(m)
 
     def itl_arrays(self, cls_idx: int, factorize: Factorize | None = None) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
