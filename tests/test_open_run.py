@@ -6,6 +6,7 @@ from __future__ import annotations
 from itertools import accumulate
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import small_scenario
@@ -66,3 +67,17 @@ def test_run_priced_in_stretches_is_the_run_priced_at_once(monkeypatch, kv, rate
         assert seen["gone"] > 0  # (runs went on past members' last tokens)
     if kv == 40:
         assert seen["cut_by_blocks"] > 0  # (KV blocks ended runs, some in a later stretch)
+
+
+def test_run_priced_from_measured_tables_is_stepping():
+    """A profile with measured decode tables has no cost line (``decode_line`` is None): a
+    fast-forwarded run prices each step with the cost function, and equals stepping."""
+    d = small_scenario()
+    d["engine"]["profile"] = "cpu-tiny"
+    d["engine"]["lazy_batch"] = True
+    a = simulate(scenario_from_dict(d))
+    d["engine"]["fast_forward"] = False
+    b = simulate(scenario_from_dict(d))
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"]

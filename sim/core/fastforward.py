@@ -133,9 +133,9 @@ class OpenRun:
         k = self.k
         gone_ns = self.gone_ns
         ends = self.ends
-        for i in range(n, k):
-            if start >= limit:
-                break
+        rnd = round  # (a local: looked up once a call rather than once a step)
+        i = n
+        while i < k and start < limit:
             if i == i_gone:  # members whose last token ended step i-1 (at ``start``) are gone
                 while fi < len(fin) and fin[fi][0] == g + i:
                     m = fin[fi][2]
@@ -148,16 +148,27 @@ class OpenRun:
                 ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
                 line = costs.decode_line(D)
                 a, b = line if line is not None else (0.0, 0.0)
+            # the steps before the next members' last tokens have one batch size and cost line:
+            # priced in a loop that checks neither (runs go through ~6 steps between finishes)
+            seg = i_gone if i < i_gone < k else k
             if line is None:
-                d = costs.step_ns(0, D, 0, 0, ctx)
+                while i < seg and start < limit:
+                    d = costs.step_ns(0, D, 0, 0, ctx)
+                    durs.append(d)
+                    start += d
+                    ends.append(start)
+                    ctx += D
+                    i += 1
             else:
-                d = round((a + b * ctx) * ns)
-                if d < 1:
-                    d = 1
-            durs.append(d)
-            start += d
-            ends.append(start)
-            ctx += D
+                while i < seg and start < limit:
+                    d = rnd((a + b * ctx) * ns)
+                    if d < 1:
+                        d = 1
+                    durs.append(d)
+                    start += d
+                    ends.append(start)
+                    ctx += D
+                    i += 1
         self.fi, self.ctx_off, self.d_coh, self.start, self.ctx, self.line = fi, ctx_off, d_coh, start, ctx, line
         m_ = len(durs)
         if m_ >= k:
