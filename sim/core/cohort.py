@@ -40,7 +40,7 @@ from array import array
 from bisect import bisect_left, insort
 
 from sim.core.costs import NS
-from sim.core.plan import rank
+from sim.core.plan import NO_PRIORITY, least_urgent, rank
 from sim.core.request import Request
 
 NOT_MEMBER = -1  # Request.cohort_base_step of a request outside the cohort
@@ -53,9 +53,11 @@ class DecodeCohort:
         n_classes: number of scenario classes.
         block_size: tokens per KV block.
         grows_blocks: False when preemption is off (blocks are taken whole at admission).
+        class_priority: each class's priority (default: all equal), for :meth:`least_urgent`.
     """
 
-    def __init__(self, n_classes: int, block_size: int, grows_blocks: bool) -> None:
+    def __init__(self, n_classes: int, block_size: int, grows_blocks: bool,
+                 class_priority: list[int] | None = None) -> None:
         self.bs = block_size
         self.grows = grows_blocks
         self.steps = 0  # cohort steps taken
@@ -63,6 +65,7 @@ class DecodeCohort:
         self.end_ns = -1  # end of the last cohort step
         self.svc_ns = 0  # total duration of cohort steps, ns
         self.n_classes = n_classes
+        self.class_priority = list(class_priority) if class_priority is not None else [0] * n_classes
         self._no_members()
         # the log (see the module docstring): step h of the cohort is log_durs[h]
         self.log_durs = array("q")
@@ -82,6 +85,9 @@ class DecodeCohort:
         self._max_step: list[int] = []  # monotone stack of step durations: step index (increasing) ...
         self._max_dur: list[int] = []  # ... and duration (decreasing): max of steps >= index
         self._last: Request | None = None  # the member ranked last; None: not known
+        # the least urgent priority of the members' classes; None: not known (it changes only
+        # when a class's member count becomes or stops being zero)
+        self._top: int | None = NO_PRIORITY
 
     def __len__(self) -> int:
         return len(self.members)
@@ -95,7 +101,9 @@ class DecodeCohort:
         r.cohort_base_svc_ns = self.svc_ns
         self.members[r.request_id] = r
         ci = r.cls_idx
-        self.n_cls[ci] += 1
+        n = self.n_cls[ci] = self.n_cls[ci] + 1
+        if n == 1:
+            self._top = None
         if self.grows:
             self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
@@ -128,7 +136,9 @@ class DecodeCohort:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
         del self.members[r.request_id]
         ci = r.cls_idx
-        self.n_cls[ci] -= 1
+        n = self.n_cls[ci] = self.n_cls[ci] - 1
+        if not n:
+            self._top = None
         if self.grows:
             self.residues[ci][(r.cohort_base_step - r.computed) % self.bs] -= 1
         self.ctx_off -= r.computed - r.cohort_base_step
@@ -162,7 +172,9 @@ class DecodeCohort:
             r.cohort_base_svc_ns = self.svc_ns
         del self.members[r.request_id]
         ci = r.cls_idx
-        self.n_cls[ci] -= 1
+        n = self.n_cls[ci] = self.n_cls[ci] - 1
+        if not n:
+            self._top = None
         if self.grows:
             r.blocks = -(-c // self.bs) - r.base_blocks
             self.residues[ci][(g0 - c0) % self.bs] -= 1
@@ -188,6 +200,14 @@ class DecodeCohort:
         if last is None:
             last = self._last = max(self.members.values(), key=rank)
         return last
+
+    def least_urgent(self) -> int:
+        """The least urgent (largest) priority of the members' classes (NO_PRIORITY when the
+        cohort is empty): :func:`sim.core.plan.least_urgent` of the class counts, kept."""
+        top = self._top
+        if top is None:
+            top = self._top = least_urgent(self.class_priority, self.n_cls)
+        return top
 
     def keys_changed(self) -> None:
         """The policy re-keyed the running requests: the member ranked last is not known."""
