@@ -71,7 +71,8 @@ class DecodeCohort:
         self.log_durs = array("q")
         self.log_run_at = array("q")  # first step of each run ...
         self.log_run_ns = array("q")  # ... and when it started
-        self.log_j0, self.log_j1, self.log_cls, self.log_tenant = (array("q") for _ in range(4))
+        # each member's span (:meth:`_log_span`): four values a span, read as log_j0 .. log_tenant
+        self.log_spans = array("q")
         self.tenant_ids: dict[str, int] = {}
 
     def _no_members(self) -> None:
@@ -186,13 +187,31 @@ class DecodeCohort:
 
     def _log_span(self, r: Request) -> None:
         """``r`` emitted a token at the end of cohort steps cohort_join_step .. g-1."""
-        self.log_j0.append(r.cohort_join_step)
-        self.log_j1.append(self.steps)
-        self.log_cls.append(r.cls_idx)
         tid = self.tenant_ids.get(r.tenant)
         if tid is None:
             tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
-        self.log_tenant.append(tid)
+        # (one extend of a flat array: a member's span in one call, not four appends)
+        self.log_spans.extend((r.cohort_join_step, self.steps, r.cls_idx, tid))
+
+    @property
+    def log_j0(self) -> array:
+        """Each logged span's first step (the member joined at it)."""
+        return self.log_spans[0::4]
+
+    @property
+    def log_j1(self) -> array:
+        """Each logged span's end: the member emitted a token at the end of steps j0 .. j1-1."""
+        return self.log_spans[1::4]
+
+    @property
+    def log_cls(self) -> array:
+        """Each logged span's class index."""
+        return self.log_spans[2::4]
+
+    @property
+    def log_tenant(self) -> array:
+        """Each logged span's tenant, as its index in ``tenant_ids``."""
+        return self.log_spans[3::4]
 
     def last_member(self) -> Request:
         """The member ranked last (largest rank key); the cohort must not be empty."""
