@@ -319,12 +319,13 @@ class DecodeCohort:
         if not self.grows:
             return need
         bs, g = self.bs, self.steps
+        b = g + k
         for g_f, _, r in self.finish:
-            if g_f >= g + k:
+            if g_f >= b:
                 break
             # cohort steps starting at counts h in [max(g_f, g+1), g+k) that it sits out
             res = (r.cohort_base_step - r.computed) % bs
-            a, b = max(g_f, g + 1), g + k
+            a = g_f if g_f > g else g + 1
             need[r.cls_idx] -= (b - 1 - res) // bs - (a - 1 - res) // bs
         return need
 
