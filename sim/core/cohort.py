@@ -190,8 +190,8 @@ class DecodeCohort:
         tid = self.tenant_ids.get(r.tenant)
         if tid is None:
             tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
-        # (one extend of a flat array: a member's span in one call, not four appends)
-        self.log_spans.extend((r.cohort_join_step, self.steps, r.cls_idx, tid))
+        # (one call on a flat array, not four appends; fromlist: faster than extend)
+        self.log_spans.fromlist([r.cohort_join_step, self.steps, r.cls_idx, tid])
 
     @property
     def log_j0(self) -> array:
