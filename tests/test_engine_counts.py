@@ -243,8 +243,8 @@ def test_pool_allocate_each_equals_allocating_class_by_class(blocks):
 @pytest.mark.parametrize("seed", range(4))
 def test_cohort_kept_counts_equal_a_recount(seed):
     """Members join, leave alone, finish inside runs and leave together: the cohort's least
-    urgent class priority (kept, not walked) and the blocks a run takes (its ``run_blocks``)
-    equal a recount over the members after every change."""
+    urgent class priority (kept, not walked) and the blocks its next step and a run take
+    (``next_step_blocks``, ``run_blocks``) equal a recount over the members after every change."""
     rnd = random.Random(seed)
     prio = [2, 0, 1]
     coh = DecodeCohort(3, 16, True, prio)
@@ -260,6 +260,10 @@ def test_cohort_kept_counts_equal_a_recount(seed):
         present = [prio[m.cls_idx] for m in members]
         assert coh.least_urgent() == (max(present) if present else NO_PRIORITY)
         g = coh.steps
+        step = [0, 0, 0]  # blocks the next step takes: members starting a block in it
+        for m in members:
+            step[m.cls_idx] += (g - m.cohort_base_step + m.computed) % 16 == 0
+        assert coh.next_step_blocks() == step
         for k in (2, 3, 17, 40):
             need = [0, 0, 0]
             for m in members:
