@@ -239,13 +239,19 @@ class RecordingRouter(BaseRouter):
 class PathCounts:
     """Counts, over a cluster run, the fast paths taken: runs resumed past a stretch's end,
     requests routed to a replica with a run in flight (``routed``; ``cut``: its steps priced
-    past the arrival were dropped), and members not counted by a router read because their last
-    token ended a step of a run in flight."""
+    past the arrival were dropped), members not counted by a router read because their last
+    token ended a step of a run in flight, and arrival instants routed ahead of the clock
+    (``ahead``: nothing else happened before them)."""
 
     def __init__(self, monkeypatch):
-        from sim.cluster.replicas import Replica
-        self.resumed = self.routed = self.cut = self.gone = 0
+        from sim.cluster.replicas import Replica, _Cluster
+        self.resumed = self.routed = self.cut = self.gone = self.ahead = 0
         run_on, cut, pass_gone = Replica._run_on, Replica.cut, Replica._pass_gone
+        route_until = _Cluster.route_until
+
+        def _route_until(cl, now_ns):
+            self.ahead += now_ns > cl.env.now
+            route_until(cl, now_ns)
 
         def _run_on(rep):
             ev = run_on(rep)
@@ -266,6 +272,7 @@ class PathCounts:
         monkeypatch.setattr(Replica, "_run_on", _run_on)
         monkeypatch.setattr(Replica, "cut", _cut)
         monkeypatch.setattr(Replica, "_pass_gone", _pass_gone)
+        monkeypatch.setattr(_Cluster, "route_until", _route_until)
 
 
 @pytest.mark.parametrize("lookahead", [0.01, 1.0, 100.0])
@@ -303,6 +310,8 @@ def test_views_a_router_reads_are_those_of_stopped_replicas(monkeypatch, lookahe
         assert counts.gone > 0  # (light load: nobody waits, runs go past members' last tokens)
     else:
         assert (fast.requests["queue_wait_s"] > 0.5).any()  # (heavy: routed requests wait)
+        if lookahead >= 1:  # (long runs go past arrivals: some are routed ahead of the clock)
+            assert counts.ahead > 0
 
 
 def test_views_with_closed_loop_users_and_rejections(monkeypatch):
