@@ -370,7 +370,9 @@ class _Cluster:
         if not due:
             return
         self.route_ns = view_ns
-        self.refresh_views(view_ns)
+        gone = self.gone
+        if self.dirty or (gone and gone[0][0] < view_ns):  # (often nothing changed since the last arrival)
+            self.refresh_views(view_ns)
         router = self.router
         for req in due:
             cands = self.candidates[req.cls_idx]
@@ -384,7 +386,8 @@ class _Cluster:
             rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
-            rep.notify(view_ns)
+            if rep._wake is not None:  # (it sleeps: seldom, under load)
+                rep.notify(view_ns)
 
     def refresh_views(self, now_ns: int) -> None:
         """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,
