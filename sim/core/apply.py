@@ -156,12 +156,11 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
             steady: list[int], extra_tokens: list[int], by_tenant: dict[str, int]) -> None:
     """Telemetry of the run's explicit items (tokens per class and tenant, inter-token gaps)
     and the policy's per-step books."""
-    tel = eng.tel
-    tel.itl_steps(emitted, steady, durations)
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-        emitted = [m + x for m, x in zip(emitted, extra_tokens)]
-    tel.on_step(start_ns, durations, emitted, by_tenant)
+        eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant, extra_tokens)
+    else:
+        eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant)
     if eng.hooks_scheduled:
         k = len(durations)
         total = sum(durations)

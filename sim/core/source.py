@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from itertools import repeat
 from typing import Protocol
 
 import numpy as np
@@ -63,7 +64,17 @@ class RequestSource:
         self.feats = {c: df[c].tolist() for c in df.columns if c.startswith("f_")}
         self.cls_idx = class_index
         self.cls_prio = class_priority
-        self.i = 0
+        # the open requests, made one at a time as they become due (``next``): one map over
+        # the columns, each request's class index and priority looked up as it is made, instead
+        # of a method call indexing every column per request
+        prio_of = {c: class_priority[ci] for c, ci in class_index.items()}
+        feats = ((dict(zip(self.feats, vals)) for vals in zip(*self.feats.values())) if self.feats
+                 else repeat(None))
+        self._open = map(Request, range(self.n_open), self.arr_ns, self.tenants, self.clss,
+                         map(class_index.__getitem__, self.clss), map(prio_of.__getitem__, self.clss),
+                         self.prompts, self.outputs, self.maxtoks, self.deadlines, self.streams, repeat(-1),
+                         feats, repeat(None) if self.hashes is None else self.hashes)
+        self.i = 0  # open requests made so far
         self.next_id = self.n_open
         self._seq = 0
         self.closed = {c.stream: c for c in workload.closed}
@@ -89,9 +100,11 @@ class RequestSource:
         out = []
         arr = self.arr_ns
         seen = now_ns - self.delay  # requests that arrived by then are visible now
-        while self.i < self.n_open and arr[self.i] <= seen:
-            out.append(self._make_open(self.i))
-            self.i += 1
+        i, n = self.i, self.n_open
+        while i < n and arr[i] <= seen:
+            out.append(next(self._open))  # (request i)
+            i += 1
+        self.i = i
         while self.closed_heap and self.closed_heap[0][0] <= now_ns:
             _, _, stream, user, row, t = heapq.heappop(self.closed_heap)
             out.append(self._make_closed(t, stream, user, row))
@@ -106,14 +119,6 @@ class RequestSource:
         if nxt is not None:
             t_s, row = nxt
             self._push_closed(max(int(round(t_s * NS)), now_ns), req.stream, req.user, row)
-
-    def _make_open(self, i: int) -> Request:
-        c = self.clss[i]
-        ci = self.cls_idx[c]
-        return Request(i, self.arr_ns[i], self.tenants[i], c, ci, self.cls_prio[ci], self.prompts[i],
-                       self.outputs[i], self.maxtoks[i], self.deadlines[i], self.streams[i], -1,
-                       {k: v[i] for k, v in self.feats.items()} if self.feats else None,
-                       self.hashes[i] if self.hashes is not None else None)
 
     def _make_closed(self, t_ns: int, stream: int, user: int, row: dict) -> Request:
         cl = self.closed[stream]

@@ -1,12 +1,14 @@
 """Telemetry: per-request records, per-class counters and the time series.
 
-Per-request rows are kept columnar (typed arrays, one per column; rows are buffered as tuples
-and moved in blocks), written when a request *ends* (finished, rejected or unfinished), so live
+Per-request rows are kept columnar (typed arrays, one per column; rows are buffered flat and
+moved in blocks), written when a request *ends* (finished, rejected or unfinished), so live
 state stays small however long the run. Inter-token gaps are kept per class as weighted
 samples — a fast-forwarded run of k steps adds its k-1 step durations once, weighted by how
 many of the class's requests decoded in it — so percentiles are exact without one entry per
-token. The engine's decode cohort logs its steps and members' spans instead, folded in once at
-the end (:meth:`Telemetry.add_cohort`).
+token. Each run of explicitly scheduled steps is logged raw (:meth:`Telemetry.log_run`) and
+folded into the gaps and the tokens per interval a block of runs at a time; the engine's decode
+cohort logs its steps and members' spans instead, folded in once at the end
+(:meth:`Telemetry.add_cohort`).
 """
 from __future__ import annotations
 
@@ -27,10 +29,17 @@ Factorize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 # a request's raw row: every attribute the table reads, in one C call while the request is
 # still in the CPU's caches (it just ended). Blocks of rows are then transposed into columns:
 # reading 512 ended requests one attribute at a time later fetched each request from memory
-# again (A/B on a 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU)
+# again (A/B on a 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU). The rows are
+# kept as one flat list (source j of every row: a slice with step _WIDTH), not a tuple each: a
+# tuple kept until the flush is an object the cyclic GC walks at every collection until then,
+# and the flat list's columns are slices rather than a transposition.
 _ROW = attrgetter(*SOURCES)
+_WIDTH = len(SOURCES)
 # raw rows moved into the typed columns per block (a few hundred stay in the CPU's caches)
 ROW_BLOCK = 512
+# explicit runs logged (Telemetry.log_run) before they are folded into the counters: the log and
+# a block's numpy temporaries (a few per step of the block's runs) stay a few MB
+RUN_BLOCK = 4096
 
 
 class Telemetry:
@@ -50,18 +59,29 @@ class Telemetry:
         # (weight 1), and per-step gaps with a weight (how many requests had that gap: one entry
         # per step, not per token).
         self.itl_scalars: list[array] = [array("q") for _ in range(nc)]
-        self.itl_step_vals: list[array] = [array("q") for _ in range(nc)]
-        self.itl_step_wts: list[array] = [array("q") for _ in range(nc)]
+        self._itl_step_vals: list[array] = [array("q") for _ in range(nc)]
+        self._itl_step_wts: list[array] = [array("q") for _ in range(nc)]
         # the decode cohort's steps (see add_cohort): every duration once, and per class how
         # many members had that gap
         self.coh_itl_vals = array("q")
         self.coh_itl_wts: list[array] = [array("q") for _ in range(nc)]
-        self.tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
-        self.tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
+        self._tokens_bin: dict[tuple[int, int], int] = defaultdict(int)
+        self._tenant_tokens_bin: dict[tuple[int, str], int] = defaultdict(int)
+        # the explicit runs' raw log (see log_run), folded into the counters above and the
+        # per-step gaps RUN_BLOCK runs at a time (or when one of them is read)
+        self._run_start = array("q")  # each run's start, ns
+        self._run_k = array("q")  # its steps
+        self._run_durs = array("q")  # every step's duration, ns, run after run
+        self._run_emitted = array("q")  # per run, per class: requests that emitted each step
+        self._run_steady = array("q")  # ... of which emitted at the previous step's end too
+        self._run_extra = array("q")  # per run, per class: tokens beyond those (speculation only)
+        self._run_tenants: list[str] = []  # per run, its tenants ...
+        self._run_tenant_tokens: list[int] = []  # ... their tokens per step ...
+        self._run_tenant_n = array("q")  # ... and how many of them
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
-        self._rows: list[tuple] = []  # raw rows (SOURCES) of ended requests not yet in ``cols``
+        self._rows: list = []  # raw rows (SOURCES) of ended requests not yet in ``cols``, one after another
         self._gap_codes: tuple | None = None  # itl_arrays' memo (see there)
         # a merged Telemetry's replicas: their records (the request columns, the gaps) are read
         # from them at the end (:meth:`columns`, :meth:`itl_arrays`), not copied into this one
@@ -114,18 +134,20 @@ class Telemetry:
         """Record the request's row (it finished, was rejected, or the run ended): the attributes
         the table (:mod:`sim.core.columns`) names, read now (an ended request is not changed
         again) and turned into the typed columns ROW_BLOCK rows at a time."""
-        self._rows.append(_ROW(req))
-        if len(self._rows) >= ROW_BLOCK:
+        rows = self._rows
+        rows += _ROW(req)
+        if len(rows) >= ROW_BLOCK * _WIDTH:
             self._flush_rows()
 
     def rows_recorded(self) -> int:
         """Requests whose row has been recorded (finished, rejected or ended by the horizon)."""
-        return sum(len(t._rows) + len(t.cols["request_id"]) for t in self.parts or [self])
+        return sum(len(t._rows) // _WIDTH + len(t.cols["request_id"]) for t in self.parts or [self])
 
     def _flush_rows(self) -> None:
         if not self._rows:
             return
-        raw = dict(zip(SOURCES, map(list, zip(*self._rows))))
+        rows = self._rows
+        raw = {s: rows[j::_WIDTH] for j, s in enumerate(SOURCES)}
         for c in RECORDED:
             values = [raw[s] for s in c.source]
             out = values[0] if not c.convert else CONVERSIONS[c.convert](*values)
@@ -137,26 +159,129 @@ class Telemetry:
         self._rows.clear()
 
     # ---- steps ---------------------------------------------------------------------------
-    def on_step(self, start_ns: int, durations: list[int], emitted: list[int], by_tenant: dict) -> None:
-        """Count tokens emitted per class and tenant per interval (by each step's end time);
-        ``emitted`` and ``by_tenant`` are tokens per step, the same in each of the steps."""
-        iv = self.interval_ns
-        b_first = (start_ns + durations[0]) // iv
-        if len(durations) == 1 or b_first == (start_ns + sum(durations)) // iv:
-            per_bin = {b_first: len(durations)}  # every step ends in the same interval (nearly always)
-        else:
-            per_bin = {}
-            t = start_ns
-            for d in durations:
-                t += d
-                per_bin[t // iv] = per_bin.get(t // iv, 0) + 1
-        tokens_bin, tenant_bin = self.tokens_bin, self.tenant_tokens_bin
-        for b, cnt in per_bin.items():
-            for ci, m in enumerate(emitted):
+    def log_run(self, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],
+                by_tenant: dict[str, int], extra: list[int] | None = None) -> None:
+        """Log a run of ``len(durations)`` explicit steps (ns) from ``start_ns``: per class, the
+        requests that emitted a token at the end of each step (``emitted``) and those of them
+        that emitted at the end of the step before it too (``steady``); tokens per step per
+        tenant (``by_tenant``); with speculation, tokens per step per class beyond one per
+        emitting request (``extra``, given at every run or none). Kept raw in typed arrays and
+        folded a block of runs at a time (:meth:`_fold_runs`): a few C calls a run instead of
+        Python loops over its classes, tenants and steps. (``fromlist``: the values are
+        converted while they are in the CPU's caches; converting a block's Python lists later
+        cost more than the whole log.)"""
+        self._run_start.append(start_ns)
+        self._run_k.append(len(durations))
+        self._run_durs.fromlist(durations)
+        self._run_emitted.fromlist(emitted)
+        self._run_steady.fromlist(steady)
+        self._run_tenants.extend(by_tenant)  # (no pairs: a new tuple each is work for the GC)
+        self._run_tenant_tokens.extend(by_tenant.values())
+        self._run_tenant_n.append(len(by_tenant))
+        if extra is not None:
+            self._run_extra.fromlist(extra)
+        if len(self._run_k) >= RUN_BLOCK:
+            self._fold_runs()
+
+    def _fold_runs(self) -> None:
+        """Fold the logged runs (:meth:`log_run`) into tokens per interval per class and per
+        tenant (each step's tokens counted in the interval its end falls in) and the per-class
+        step gaps (a run's first step: a gap for each steady request; every later step: a gap
+        for each request that emitted), then clear the log. The gaps keep the order in which
+        they were logged (the order of the runs, then of their steps)."""
+        n = len(self._run_k)
+        if n == 0:
+            return
+        self._fold_log(n)  # (the numpy views of the log it takes are gone when it returns)
+        for a in (self._run_start, self._run_k, self._run_durs, self._run_emitted, self._run_steady,
+                  self._run_extra, self._run_tenant_n):
+            del a[:]
+        self._run_tenants.clear()
+        self._run_tenant_tokens.clear()
+
+    def _fold_log(self, n: int) -> None:
+        nc = len(self.class_names)
+        k, durs = _int64(self._run_k), _int64(self._run_durs)
+        emitted = _int64(self._run_emitted).reshape(n, nc)
+        steady = _int64(self._run_steady).reshape(n, nc)
+        tokens = emitted + _int64(self._run_extra).reshape(n, nc) if len(self._run_extra) else emitted
+        first = np.cumsum(k) - k  # each run's first step
+        for ci in range(nc):
+            w = np.repeat(emitted[:, ci], k)
+            w[first] = steady[:, ci]
+            keep = w > 0
+            self._itl_step_vals[ci].frombytes(durs[keep].tobytes())
+            self._itl_step_wts[ci].frombytes(w[keep].tobytes())
+        # each step's end: a cumulative sum of the durations, each run's first step also
+        # jumping from the previous run's end to the run's start
+        start = _int64(self._run_start)
+        cs = np.cumsum(durs)
+        run_end = start + cs[first + k - 1] - (cs[first] - durs[first])
+        jump = durs.copy()
+        jump[first] += start - np.concatenate(([0], run_end[:-1]))
+        ends = np.cumsum(jump)
+        step_bin = ends // self.interval_ns
+        b0 = int(step_bin.min())
+        rel = step_bin - b0
+        nb = int(rel.max()) + 1
+        # segments: a run's steps in one interval (one per run unless the run crosses one)
+        new = np.empty(len(rel), dtype=bool)
+        new[0] = True
+        np.not_equal(rel[1:], rel[:-1], out=new[1:])
+        new[first] = True
+        seg = np.flatnonzero(new)
+        seg_steps = np.diff(seg, append=len(rel))
+        seg_run = np.searchsorted(first, seg, side="right") - 1
+        seg_bin = rel[seg]
+        tokens_bin = self._tokens_bin
+        for ci in range(nc):
+            keys, sums = _sums_by_key(seg_bin, tokens[seg_run, ci] * seg_steps, nb)
+            for b, m in zip(keys.tolist(), sums.tolist()):
                 if m:
-                    tokens_bin[(b, ci)] += m * cnt
-            for tenant, m in by_tenant.items():
-                tenant_bin[(b, tenant)] += m * cnt
+                    tokens_bin[(b0 + b, ci)] += int(m)
+        # per tenant: each logged (run, tenant, tokens per step) counts in every segment of its run
+        names = self._run_tenants
+        if names:
+            ids = {t: i for i, t in enumerate(dict.fromkeys(names))}
+            nt = len(ids)
+            entry_run = np.repeat(np.arange(n), _int64(self._run_tenant_n))
+            segs_of_run = np.bincount(seg_run, minlength=n)
+            reps = segs_of_run[entry_run]  # segments of each entry's run
+            seg_lo = np.cumsum(segs_of_run) - segs_of_run
+            pair = np.repeat(seg_lo[entry_run] - (np.cumsum(reps) - reps), reps) + np.arange(int(reps.sum()))
+            tid = np.array([ids[t] for t in names], dtype=np.int64)
+            per_step = np.array(self._run_tenant_tokens, dtype=np.int64)
+            keys, sums = _sums_by_key(seg_bin[pair] * nt + np.repeat(tid, reps),
+                                      np.repeat(per_step, reps) * seg_steps[pair], nb * nt)
+            tenant_bin, tenants = self._tenant_tokens_bin, list(ids)
+            for x, m in zip(keys.tolist(), sums.tolist()):
+                if m:
+                    tenant_bin[(b0 + x // nt, tenants[x % nt])] += int(m)
+
+    # the counters a run adds to, read (by results, merging, the progress guard) with the log folded in
+    @property
+    def tokens_bin(self) -> dict[tuple[int, int], int]:
+        """Tokens emitted per (interval, class index)."""
+        self._fold_runs()
+        return self._tokens_bin
+
+    @property
+    def tenant_tokens_bin(self) -> dict[tuple[int, str], int]:
+        """Tokens emitted per (interval, tenant)."""
+        self._fold_runs()
+        return self._tenant_tokens_bin
+
+    @property
+    def itl_step_vals(self) -> list[array]:
+        """Per class: gaps of steady steps (ns), one entry per step (weights: ``itl_step_wts``)."""
+        self._fold_runs()
+        return self._itl_step_vals
+
+    @property
+    def itl_step_wts(self) -> list[array]:
+        """Per class: how many requests had each gap of ``itl_step_vals``."""
+        self._fold_runs()
+        return self._itl_step_wts
 
     def add_cohort(self, coh) -> None:
         """Fold the decode cohort's log (:mod:`sim.core.cohort`) into tokens per interval and
@@ -181,6 +306,8 @@ class Telemetry:
         first = np.append(np.flatnonzero(np.diff(bins, prepend=bins[0] - 1)), n)
         uniq_bins = bins[first[:-1]]
         step_bin = np.repeat(np.arange(len(uniq_bins)), np.diff(first))
+        # the counters, read once (each read of the public names folds the run log first)
+        tokens_bin, tenant_tokens_bin = self.tokens_bin, self.tenant_tokens_bin
         for ci in range(len(self.class_names)):
             # members of the class in each step: +1 at a span's first step, -1 after its last
             mine = cls == ci
@@ -190,7 +317,7 @@ class Telemetry:
             tokens = np.add.reduceat(members, first[:-1])  # (an interval's steps are contiguous)
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
                 if m:
-                    self.tokens_bin[(b, ci)] += int(m)
+                    tokens_bin[(b, ci)] += int(m)
         # per tenant: a span's steps in each interval it touches
         names = list(coh.tenant_ids)
         spans = j1 > j0
@@ -206,20 +333,7 @@ class Telemetry:
         keys, sums = _sums_by_key(k * nt + ten[span], steps, len(uniq_bins) * nt)
         interval = uniq_bins.tolist()
         for kb, t, m in zip((keys // nt).tolist(), (keys % nt).tolist(), sums.tolist()):
-            self.tenant_tokens_bin[(interval[kb], names[t])] += int(m)
-
-    def itl_steps(self, emitted: list[int], steady: list[int], durations: list[int]) -> None:
-        """Gaps of a step (or run of k steps): requests that emitted at the previous step's end
-        too have gap = the first step's duration; every request has the k-1 inner gaps."""
-        k = len(durations)
-        for ci, em in enumerate(emitted):
-            vals, wts = self.itl_step_vals[ci], self.itl_step_wts[ci]
-            if steady[ci]:
-                vals.append(durations[0])
-                wts.append(steady[ci])
-            if k > 1 and em:
-                vals.extend(durations[1:])
-                wts.extend([em] * (k - 1))
+            tenant_tokens_bin[(interval[kb], names[t])] += int(m)
 
     def itl_arrays(self, cls_idx: int, factorize: Factorize | None = None) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
