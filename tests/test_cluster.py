@@ -639,3 +639,23 @@ def test_open_arrivals_are_routed_before_a_replica_reaches_their_instant(monkeyp
         res = simulate_cluster(sc, fast=fast)
         pd.testing.assert_frame_equal(plain.requests, res.requests)
     assert seen["boundaries"] > 100
+
+
+def test_dead_events_dropped_only_at_the_queue_head():
+    """``_next_event_ns`` drops only the events at the queue's head that would do nothing when
+    processed (succeeded, no callback); an event with a waiter or a failed one stays."""
+    import simpy
+
+    from sim.cluster.replicas import _next_event_ns, _trigger
+    env = simpy.Environment()
+    dead, waited, later_dead = env.event(), env.event(), env.event()
+    _trigger(dead, 5)
+    _trigger(waited, 7)
+    waited.callbacks.append(lambda _e: None)
+    _trigger(later_dead, 9)
+    assert _next_event_ns(env) == 7 and len(env._queue) == 2  # (the one at 9 is not at the head)
+    env.step()
+    assert _next_event_ns(env) == float("inf") and not env._queue
+    failed = env.event()
+    failed.fail(ValueError("x"))
+    assert _next_event_ns(env) == 7 and len(env._queue) == 1  # (processing it raises: kept)

@@ -318,9 +318,10 @@ def _trigger(ev: simpy.Event, delay: int, priority=simpy.core.NORMAL) -> None:
 
 def _next_event_ns(env: simpy.Environment) -> float:
     """When the next event in ``env``'s queue happens (inf if none), first dropping the dead
-    events at its head: a run's end event left with no waiter when the run was cut
-    (``Replica._schedule_end``). Processing one would only move the clock: it has no callback,
-    and none can be added before its instant as nothing else runs until then."""
+    events at its head: those that succeed with no callback, mostly a run's end event left with
+    no waiter when the run was cut (``Replica._schedule_end``). Processing one would only move
+    the clock: no callback can be added to it before its instant, as nothing else runs until
+    then (every event of a cluster run is waited on, if at all, as soon as it is made)."""
     q = env._queue  # (SimPy's event heap: (time, priority, id, event))
     while q:
         ev = q[0][3]
@@ -407,8 +408,8 @@ class _Cluster:
 
     def start_router(self) -> None:
         """Route each arrival at its instant: with closed-loop users a process (a request ending
-        may wake it early); with open arrivals only a callback of one event per arrival instant
-        (the same order of events, without resuming a process each time)."""
+        may wake it early); with open arrivals only a callback of one event per arrival instant,
+        or fewer (``_route_open``: the same order of events, without resuming a process)."""
         if self.closed:
             self.env.process(self.router_proc())
         else:
