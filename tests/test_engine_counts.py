@@ -21,6 +21,7 @@ from sim.cluster import simulate_cluster
 from sim.core import observe
 from sim.core.cohort import DecodeCohort
 from sim.core.kvpool import KVPool
+from sim.core.plan import NO_PRIORITY
 from sim.core.prefix_cache import PrefixCache
 from sim.core.request import Request
 from tests.conftest import small_scenario
@@ -237,3 +238,71 @@ def test_pool_allocate_each_equals_allocating_class_by_class(blocks):
     assert (a.free, a.used, list(a.cache.lru), a.cache.evictions) == (
         b.free, b.used, list(b.cache.lru), b.cache.evictions)
     a.check()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cohort_kept_counts_equal_a_recount(seed):
+    """Members join, leave alone, finish inside runs and leave together: the cohort's least
+    urgent class priority (kept, not walked) and the blocks its next step and a run take
+    (``next_step_blocks``, ``run_blocks``) equal a recount over the members after every change."""
+    rnd = random.Random(seed)
+    prio = [2, 0, 1]
+    coh = DecodeCohort(3, 16, True, prio)
+    pool = _members(40)
+    for r in pool:
+        r.cls_idx = r.priority = rnd.randrange(3)
+        r.hidden_output_tokens = r.generated + rnd.randrange(1, 30)
+    waiting = list(pool)
+    t = 0
+
+    def check():
+        members = list(coh.members.values())
+        present = [prio[m.cls_idx] for m in members]
+        assert coh.least_urgent() == (max(present) if present else NO_PRIORITY)
+        g = coh.steps
+        step = [0, 0, 0]  # blocks the next step takes: members starting a block in it
+        for m in members:
+            step[m.cls_idx] += (g - m.cohort_base_step + m.computed) % 16 == 0
+        assert coh.next_step_blocks() == step
+        for k in (2, 3, 17, 40):
+            need = [0, 0, 0]
+            for m in members:
+                last = g + m.hidden_output_tokens - m.generated - (g - m.cohort_base_step)
+                for h in range(g + 1, min(g + k, last)):
+                    need[m.cls_idx] += h % 16 == (m.cohort_base_step - m.computed) % 16
+            assert coh.run_blocks(k) == need
+
+    for _ in range(60):
+        op = rnd.random()
+        if waiting and op < 0.5:
+            coh.join(waiting.pop(rnd.randrange(len(waiting))))
+        elif coh.members and op < 0.6:
+            coh.leave(rnd.choice(list(coh.members.values())))
+        elif coh.members and op < 0.65:
+            coh.leave_all(rnd.sample(list(coh.members.values()), min(3, len(coh.members))))
+        elif coh.members:
+            run = [rnd.randrange(900, 1200) for _ in range(rnd.randrange(1, 12))]
+            coh.advance(run, t)
+            t += sum(run)
+        coh.steps_allocated = coh.steps
+        check()
+    coh.dissolve()
+    check()
+
+
+def test_check_counts_catches_a_stale_cohort_count():
+    """The recount covers the cohort's kept counts: members per class and its least urgent
+    priority."""
+    eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
+    coh = eng.cohort
+    for r in _members(4):
+        r.cls_idx = r.priority = r.request_id % 2
+        coh.join(r)
+    observe.check_counts(eng)
+    coh.n_cls[0] += 1
+    with pytest.raises(AssertionError, match="members per class"):
+        observe.check_counts(eng)
+    coh.n_cls[0] -= 1
+    coh._top = -1
+    with pytest.raises(AssertionError, match="least urgent"):
+        observe.check_counts(eng)

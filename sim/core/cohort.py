@@ -40,7 +40,7 @@ from array import array
 from bisect import bisect_left, insort
 
 from sim.core.costs import NS
-from sim.core.plan import rank
+from sim.core.plan import NO_PRIORITY, least_urgent, rank
 from sim.core.request import Request
 
 NOT_MEMBER = -1  # Request.cohort_base_step of a request outside the cohort
@@ -53,9 +53,11 @@ class DecodeCohort:
         n_classes: number of scenario classes.
         block_size: tokens per KV block.
         grows_blocks: False when preemption is off (blocks are taken whole at admission).
+        class_priority: each class's priority (default: all equal), for :meth:`least_urgent`.
     """
 
-    def __init__(self, n_classes: int, block_size: int, grows_blocks: bool) -> None:
+    def __init__(self, n_classes: int, block_size: int, grows_blocks: bool,
+                 class_priority: list[int] | None = None) -> None:
         self.bs = block_size
         self.grows = grows_blocks
         self.steps = 0  # cohort steps taken
@@ -63,12 +65,14 @@ class DecodeCohort:
         self.end_ns = -1  # end of the last cohort step
         self.svc_ns = 0  # total duration of cohort steps, ns
         self.n_classes = n_classes
+        self.class_priority = list(class_priority) if class_priority is not None else [0] * n_classes
         self._no_members()
         # the log (see the module docstring): step h of the cohort is log_durs[h]
         self.log_durs = array("q")
         self.log_run_at = array("q")  # first step of each run ...
         self.log_run_ns = array("q")  # ... and when it started
-        self.log_j0, self.log_j1, self.log_cls, self.log_tenant = (array("q") for _ in range(4))
+        # each member's span (:meth:`_log_span`): four values a span, read as log_j0 .. log_tenant
+        self.log_spans = array("q")
         self.tenant_ids: dict[str, int] = {}
 
     def _no_members(self) -> None:
@@ -76,12 +80,18 @@ class DecodeCohort:
         self.members: dict[int, Request] = {}
         self.n_cls = [0] * self.n_classes
         self.residues = [[0] * self.bs for _ in range(self.n_classes)]
+        # the same counts by residue (by_residue[x][c] == residues[c][x]): a step's blocks per
+        # class are then one row, copied (a comprehension over the classes cost more)
+        self.by_residue = [[0] * self.n_classes for _ in range(self.bs)]
         self.ctx_off = 0  # sum over members of (computed0 - g0)
         # (cohort step that ends with the member's last token, admit_seq, member), ascending
         self.finish: list[tuple[int, int, Request]] = []
         self._max_step: list[int] = []  # monotone stack of step durations: step index (increasing) ...
         self._max_dur: list[int] = []  # ... and duration (decreasing): max of steps >= index
         self._last: Request | None = None  # the member ranked last; None: not known
+        # the least urgent priority of the members' classes; None: not known (it changes only
+        # when a class's member count becomes or stops being zero)
+        self._top: int | None = NO_PRIORITY
 
     def __len__(self) -> int:
         return len(self.members)
@@ -95,9 +105,13 @@ class DecodeCohort:
         r.cohort_base_svc_ns = self.svc_ns
         self.members[r.request_id] = r
         ci = r.cls_idx
-        self.n_cls[ci] += 1
+        n = self.n_cls[ci] = self.n_cls[ci] + 1
+        if n == 1:
+            self._top = None
         if self.grows:
-            self.residues[ci][(g - r.computed) % self.bs] += 1
+            x = (g - r.computed) % self.bs
+            self.residues[ci][x] += 1
+            self.by_residue[x][ci] += 1
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
         last = self._last
@@ -128,9 +142,13 @@ class DecodeCohort:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
         del self.members[r.request_id]
         ci = r.cls_idx
-        self.n_cls[ci] -= 1
+        n = self.n_cls[ci] = self.n_cls[ci] - 1
+        if not n:
+            self._top = None
         if self.grows:
-            self.residues[ci][(r.cohort_base_step - r.computed) % self.bs] -= 1
+            x = (r.cohort_base_step - r.computed) % self.bs
+            self.residues[ci][x] -= 1
+            self.by_residue[x][ci] -= 1
         self.ctx_off -= r.computed - r.cohort_base_step
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
@@ -162,10 +180,14 @@ class DecodeCohort:
             r.cohort_base_svc_ns = self.svc_ns
         del self.members[r.request_id]
         ci = r.cls_idx
-        self.n_cls[ci] -= 1
+        n = self.n_cls[ci] = self.n_cls[ci] - 1
+        if not n:
+            self._top = None
         if self.grows:
             r.blocks = -(-c // self.bs) - r.base_blocks
-            self.residues[ci][(g0 - c0) % self.bs] -= 1
+            x = (g0 - c0) % self.bs
+            self.residues[ci][x] -= 1
+            self.by_residue[x][ci] -= 1
         self.ctx_off -= c0 - g0
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
@@ -174,13 +196,31 @@ class DecodeCohort:
 
     def _log_span(self, r: Request) -> None:
         """``r`` emitted a token at the end of cohort steps cohort_join_step .. g-1."""
-        self.log_j0.append(r.cohort_join_step)
-        self.log_j1.append(self.steps)
-        self.log_cls.append(r.cls_idx)
         tid = self.tenant_ids.get(r.tenant)
         if tid is None:
             tid = self.tenant_ids[r.tenant] = len(self.tenant_ids)
-        self.log_tenant.append(tid)
+        # (one call on a flat array, not four appends; fromlist: faster than extend)
+        self.log_spans.fromlist([r.cohort_join_step, self.steps, r.cls_idx, tid])
+
+    @property
+    def log_j0(self) -> array:
+        """Each logged span's first step (the member joined at it)."""
+        return self.log_spans[0::4]
+
+    @property
+    def log_j1(self) -> array:
+        """Each logged span's end: the member emitted a token at the end of steps j0 .. j1-1."""
+        return self.log_spans[1::4]
+
+    @property
+    def log_cls(self) -> array:
+        """Each logged span's class index."""
+        return self.log_spans[2::4]
+
+    @property
+    def log_tenant(self) -> array:
+        """Each logged span's tenant, as its index in ``tenant_ids``."""
+        return self.log_spans[3::4]
 
     def last_member(self) -> Request:
         """The member ranked last (largest rank key); the cohort must not be empty."""
@@ -188,6 +228,14 @@ class DecodeCohort:
         if last is None:
             last = self._last = max(self.members.values(), key=rank)
         return last
+
+    def least_urgent(self) -> int:
+        """The least urgent (largest) priority of the members' classes (NO_PRIORITY when the
+        cohort is empty): :func:`sim.core.plan.least_urgent` of the class counts, kept."""
+        top = self._top
+        if top is None:
+            top = self._top = least_urgent(self.class_priority, self.n_cls)
+        return top
 
     def keys_changed(self) -> None:
         """The policy re-keyed the running requests: the member ranked last is not known."""
@@ -251,8 +299,7 @@ class DecodeCohort:
         """KV blocks, per class, that the next cohort step needs."""
         if not self.grows:
             return [0] * len(self.n_cls)
-        i = self.steps % self.bs
-        return [res[i] for res in self.residues]
+        return self.by_residue[self.steps % self.bs][:]
 
     def blocks_needed(self, j0: int, j1: int) -> list[int]:
         """KV blocks, per class, that steps j0 .. j1-1 of a run starting now need if every
@@ -280,12 +327,13 @@ class DecodeCohort:
         if not self.grows:
             return need
         bs, g = self.bs, self.steps
+        b = g + k
         for g_f, _, r in self.finish:
-            if g_f >= g + k:
+            if g_f >= b:
                 break
             # cohort steps starting at counts h in [max(g_f, g+1), g+k) that it sits out
             res = (r.cohort_base_step - r.computed) % bs
-            a, b = max(g_f, g + 1), g + k
+            a = g_f if g_f > g else g + 1
             need[r.cls_idx] -= (b - 1 - res) // bs - (a - 1 - res) // bs
         return need
 

@@ -139,7 +139,7 @@ class Engine:
         # step), or the iteration trace (a row per request per step).
         lazy = (cfg.lazy_batch and not self.dynamic and not self.hooks_scheduled and not self.spec_k
                 and trace is None)
-        self.cohort = DecodeCohort(len(classes), self.bs, self.grows_blocks) if lazy else None
+        self.cohort = DecodeCohort(len(classes), self.bs, self.grows_blocks, self.class_priority) if lazy else None
         # set by the runner when a finish can create no new arrival (no closed-loop users)
         self.through_finishes = False
         # the policy never re-ranks on its own (keys change only when a request's do)

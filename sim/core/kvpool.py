@@ -39,12 +39,17 @@ class KVPool:
         self._more_urgent = {p: [c for c, q in enumerate(self.prio) if q < p and self.reserved[c] > 0]
                              for p in set(self.prio)}
         self._capacity: dict[int, int] = {}
+        # no reservation and no cached groups: every free block is available to every class
+        self._plain = cache is None and not any(r > 0 for r in self.reserved)
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` tokens (ceil division)."""
         return -(-tokens // self.block_size)
 
     def available_for(self, priority: int) -> int:
+        """Blocks a request of this priority may take now (see the module docstring)."""
+        if self._plain:
+            return self.free
         held = -self.cache.evictable_blocks if self.cache is not None else 0
         for c in self._more_urgent.get(priority, ()):
             r = self.reserved[c] - self.used[c]

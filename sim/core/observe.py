@@ -14,7 +14,7 @@ import numpy as np
 
 from sim.core.costs import NS
 from sim.core.errors import StallError
-from sim.core.plan import StepPlan, rank
+from sim.core.plan import StepPlan, least_urgent, rank
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
@@ -58,7 +58,8 @@ def check_invariants(eng: Engine) -> None:
 def check_counts(eng: Engine) -> None:
     """What the engine keeps as requests come and go equals a recount: requests per class
     waiting and running, the running request ranked last, the least urgent running priority,
-    and the cohort member ranked last."""
+    and the cohort's member ranked last, members per class (and per block residue) and least
+    urgent priority."""
     waiting = [0] * len(eng.classes)
     running = [0] * len(eng.classes)
     for _, _, r in eng.waiting:
@@ -76,6 +77,18 @@ def check_counts(eng: Engine) -> None:
     coh = eng.cohort
     if coh is not None and coh.members and coh.last_member() is not max(coh.members.values(), key=rank):
         raise AssertionError("the cohort member ranked last is out of date")
+    if coh is not None:
+        n_cls = [0] * len(eng.classes)
+        residues = [[0] * coh.bs for _ in eng.classes]
+        for m in coh.members.values():
+            n_cls[m.cls_idx] += 1
+            if coh.grows:
+                residues[m.cls_idx][(m.cohort_base_step - m.computed) % coh.bs] += 1
+        by_residue = [list(x) for x in zip(*residues)]
+        if n_cls != coh.n_cls or residues != coh.residues or by_residue != coh.by_residue:
+            raise AssertionError(f"cohort members per class {coh.n_cls} (and per residue) kept, {n_cls} counted")
+        if coh.least_urgent() != least_urgent(eng.class_priority, n_cls):
+            raise AssertionError("the cohort's least urgent priority is out of date")
 
 
 class ProgressGuard:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
-from sim.core.plan import Scheduled, StepPlan, least_urgent, rank
+from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import eligible_victims, preempt, victim_for
 from sim.core.request import Request, State
 
@@ -90,7 +90,7 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
         return need, None
     # the least favoured class present has the fewest blocks available (reservations of
     # every more urgent class are held back from it)
-    worst = least_urgent(eng.class_priority, coh.n_cls)
+    worst = coh.least_urgent()
     if not explicit:  # (most plans: every running request is a member)
         return (need, None) if blocks <= eng.pool.available_for(worst) else (None, None)
     used = [0] * len(eng.classes)
