@@ -239,13 +239,19 @@ class RecordingRouter(BaseRouter):
 class PathCounts:
     """Counts, over a cluster run, the fast paths taken: runs resumed past a stretch's end,
     requests routed to a replica with a run in flight (``routed``; ``cut``: its steps priced
-    past the arrival were dropped), and members not counted by a router read because their last
-    token ended a step of a run in flight."""
+    past the arrival were dropped), members not counted by a router read because their last
+    token ended a step of a run in flight, and arrival instants routed ahead of the clock
+    (``ahead``: nothing else happened before them)."""
 
     def __init__(self, monkeypatch):
-        from sim.cluster.replicas import Replica
-        self.resumed = self.routed = self.cut = self.gone = 0
+        from sim.cluster.replicas import Replica, _Cluster
+        self.resumed = self.routed = self.cut = self.gone = self.ahead = 0
         hold, price, cut, pass_gone = Replica._hold, Replica._price, Replica.cut, Replica._pass_gone
+        route_until = _Cluster.route_until
+
+        def _route_until(cl, now_ns):
+            self.ahead += now_ns > cl.env.now
+            route_until(cl, now_ns)
 
         def _hold(rep, now_ns, plan, dur0, run):
             self.resumed -= run is not None  # (its first stretch is priced here, not resumed)
@@ -270,6 +276,7 @@ class PathCounts:
         monkeypatch.setattr(Replica, "_price", _price)
         monkeypatch.setattr(Replica, "cut", _cut)
         monkeypatch.setattr(Replica, "_pass_gone", _pass_gone)
+        monkeypatch.setattr(_Cluster, "route_until", _route_until)
 
 
 @pytest.mark.parametrize("lookahead", [0.01, 1.0, 100.0])
@@ -307,6 +314,8 @@ def test_views_a_router_reads_are_those_of_stopped_replicas(monkeypatch, lookahe
         assert counts.gone > 0  # (light load: nobody waits, runs go past members' last tokens)
     else:
         assert (fast.requests["queue_wait_s"] > 0.5).any()  # (heavy: routed requests wait)
+        if lookahead >= 1:  # (long runs go past arrivals: some are routed ahead of the clock)
+            assert counts.ahead > 0
 
 
 def test_views_with_closed_loop_users_and_rejections(monkeypatch):
@@ -634,3 +643,23 @@ def test_open_arrivals_are_routed_before_a_replica_reaches_their_instant(monkeyp
         res = simulate_cluster(sc, fast=fast)
         pd.testing.assert_frame_equal(plain.requests, res.requests)
     assert seen["boundaries"] > 100
+
+
+def test_dead_events_dropped_only_at_the_queue_head():
+    """``_next_event_ns`` drops only the events at the queue's head that would do nothing when
+    processed (succeeded, no callback); an event with a waiter or a failed one stays."""
+    import simpy
+
+    from sim.cluster.replicas import _next_event_ns, _trigger
+    env = simpy.Environment()
+    dead, waited, later_dead = env.event(), env.event(), env.event()
+    _trigger(dead, 5)
+    _trigger(waited, 7)
+    waited.callbacks.append(lambda _e: None)
+    _trigger(later_dead, 9)
+    assert _next_event_ns(env) == 7 and len(env._queue) == 2  # (the one at 9 is not at the head)
+    env.step()
+    assert _next_event_ns(env) == float("inf") and not env._queue
+    failed = env.event()
+    failed.fail(ValueError("x"))
+    assert _next_event_ns(env) == 7 and len(env._queue) == 1  # (processing it raises: kept)

@@ -91,9 +91,10 @@ class Replica:
 
     # -- the router's view (policies.contracts.ReplicaView) --
     # ``outstanding`` is a plain attribute (above), exact whenever a router runs.
+    # (read at the routing instant, ``route_ns``: the router may route ahead of the clock)
     @property
     def running(self) -> int:
-        self._count(int(self.cluster.env.now))
+        self._count(self.cluster.route_ns)
         return len(self.engine.running) - self._gone_p
 
     @property
@@ -103,7 +104,7 @@ class Replica:
     @property
     def kv_used(self) -> float:
         if self._run_ev is not None:
-            self._allocate_through(self._steps_before(int(self.cluster.env.now)))
+            self._allocate_through(self._steps_before(self.cluster.route_ns))
         p = self.engine.pool
         return (p.total - p.free) / p.total
 
@@ -310,16 +311,18 @@ class Replica:
             env.timeout(max(stop - env.now, 0)).callbacks.append(lambda _e, ev=ev: self._fire(ev))
         return ev
 
-    def _fire(self, ev) -> None:
+    def _fire(self, ev, delay_ns: int = 0) -> None:
+        """Wake the replica ``delay_ns`` from now (later than now when the router routes ahead)."""
         if self._wake is ev:
             self._wake = None  # (fired: ``notify`` has nothing to do until the next ``wakeup``)
         if not ev.triggered:
-            self.next_boundary = self.cluster.env.now
-            ev.succeed()
+            self.next_boundary = self.cluster.env.now + delay_ns
+            _trigger(ev, delay_ns)  # (``ev.succeed()`` with a delay)
 
-    def notify(self) -> None:
+    def notify(self, now_ns: int | None = None) -> None:
+        """A request was routed here at ``now_ns`` (default: now): wake the replica then if it sleeps."""
         if self._wake is not None:
-            self._fire(self._wake)
+            self._fire(self._wake, 0 if now_ns is None else now_ns - self.cluster.env.now)
 
     def finished(self) -> bool:
         return self.cluster.finished()
@@ -332,6 +335,21 @@ def _trigger(ev: simpy.Event, delay: int, priority=simpy.core.NORMAL) -> None:
     ev._ok = True
     ev._value = None
     ev.env.schedule(ev, priority, delay)
+
+
+def _next_event_ns(env: simpy.Environment) -> float:
+    """When the next event in ``env``'s queue happens (inf if none), first dropping the dead
+    events at its head: those that succeed with no callback, mostly a run's end event left with
+    no waiter when the run was cut (``Replica._schedule_end``). Processing one would only move
+    the clock: no callback can be added to it before its instant, as nothing else runs until
+    then (every event of a cluster run is waited on, if at all, as soon as it is made)."""
+    q = env._queue  # (SimPy's event heap: (time, priority, id, event))
+    while q:
+        ev = q[0][3]
+        if ev.callbacks or not ev._ok:
+            return q[0][0]
+        heappop(q)
+    return simpy.core.Infinity
 
 
 def _trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
@@ -363,14 +381,21 @@ class _Cluster:
         self.gone: list[tuple[int, int, int]] = []
         self._kick = None
         self._router_until = NEVER
+        self.route_ns = 0  # the instant the router routes at (the clock's, or later: ``_route_open``)
 
     def route_until(self, now_ns: int) -> None:
+        """Route the arrivals due at ``now_ns``: the clock's instant, or a later one at which
+        ``_route_open`` routes ahead of the clock (nothing else happens before it)."""
+        view_ns = now_ns
         if now_ns > self.stop_ns:
             now_ns = self.stop_ns
         due = self.source.pop_due(now_ns)
         if not due:
             return
-        self.refresh_views(int(self.env.now))
+        self.route_ns = view_ns
+        gone = self.gone
+        if self.dirty or (gone and gone[0][0] < view_ns):  # (often nothing changed since the last arrival)
+            self.refresh_views(view_ns)
         router = self.router
         for req in due:
             cands = self.candidates[req.cls_idx]
@@ -384,7 +409,8 @@ class _Cluster:
             rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
-            rep.notify()
+            if rep._wake is not None:  # (it sleeps: seldom, under load)
+                rep.notify(view_ns)
 
     def refresh_views(self, now_ns: int) -> None:
         """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,
@@ -416,8 +442,8 @@ class _Cluster:
 
     def start_router(self) -> None:
         """Route each arrival at its instant: with closed-loop users a process (a request ending
-        may wake it early); with open arrivals only a callback of one event per arrival instant
-        (the same order of events, without resuming a process each time)."""
+        may wake it early); with open arrivals only a callback of one event per arrival instant,
+        or fewer (``_route_open``: the same order of events, without resuming a process)."""
         if self.closed:
             self.env.process(self.router_proc())
         else:
@@ -427,20 +453,34 @@ class _Cluster:
 
     def _route_open(self, _ev) -> None:
         """Open arrivals only (nothing can come before the next one): route what is due now, and
-        come back at the next arrival (as ``router_proc`` does)."""
+        come back at the next arrival (as ``router_proc`` does); or route that arrival at once
+        when no other event comes before it.
+
+        Routing ahead is exact: nothing runs between now and the next arrival, so what the
+        router reads then is what it reads now, brought to that instant (the views are counted
+        at the routing instant, ``route_ns``), and what it schedules (a cut run's end, a
+        replica's wakeup) it schedules at the same instants, in the same order, as the router
+        event at that arrival would. It saves an event per arrival routed ahead. (A held run whose
+        end is not scheduled yet ends at or after the arrival its stretch reaches, where this
+        loop prices it on: ``price_on``.)"""
         env = self.env
         now = env.now
-        self.route_until(now)
-        if self.pricing and self.pricing[0][0] <= now:
-            self.price_on(now)
-        if now >= self.stop_ns:
-            return
-        t = min(self.source.next_arrival_ns(), self.stop_ns)
-        if t >= NEVER:
-            return
+        stop = self.stop_ns
+        while True:
+            self.route_until(now)
+            if self.pricing and self.pricing[0][0] <= now:
+                self.price_on(now)
+            if now >= stop:
+                return
+            t = min(self.source.next_arrival_ns(), stop)
+            if t >= NEVER:
+                return
+            if t >= _next_event_ns(env):
+                break
+            now = t
         ev = env.event()
         ev.callbacks.append(self._route_open)
-        _trigger_urgent(ev, t - now)
+        _trigger_urgent(ev, t - env.now)
 
     def router_proc(self):
         env = self.env
