@@ -286,9 +286,8 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
     pool = eng.pool
     # every class's blocks in one allocate_each call (the same blocks, and the same cached
     # groups evicted, as class by class)
-    if plan.cohort:
-        coh = eng.cohort
-        assert coh is not None
+    coh = eng.cohort if plan.cohort else None
+    if coh is not None:
         need = coh.run_blocks(k)
         if done > 1:
             for ci, n in enumerate(coh.run_blocks(done)):
@@ -303,5 +302,5 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
             need[r.cls_idx] += extra
             r.blocks = target
     pool.allocate_each(need)
-    if plan.cohort:
+    if coh is not None:
         coh.steps_allocated = coh.steps + k
