@@ -81,7 +81,6 @@ class Replica:
         self._gone_ver = 0  # which heap entry is current
         if cluster.fast:
             self.hold = self._hold
-            self.run_on = self._run_on
 
     def record_run(self, now_ns: int, durations: list[int]) -> None:
         """A run of steps starts at ``now_ns``: with closed-loop users, remember when it ends
@@ -209,10 +208,6 @@ class Replica:
             self._end = NEVER
             self._bound = bound
             heappush(self.cluster.pricing, (bound, self.index))
-
-    def _run_on(self):
-        """The run's event fired: it ends here (cut, or priced to its end)."""
-        return None
 
     def _schedule_end(self, end_ns: int) -> None:
         """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there

@@ -34,11 +34,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     # A cluster replica's source may let a run go past arrivals routed elsewhere: ``hold(now, plan,
     # dur0, run)`` takes the run (a :class:`~sim.core.fastforward.OpenRun` bounded by the
     # replica's own next change, not the next arrival, or None for the planned step alone),
-    # prices it as far ahead as it likes and returns the event that ends that stretch;
-    # ``run_on()``, once it fires, the event of the next stretch, or None where the run ends
-    # (cut short when a request was routed here meanwhile); ``held()`` the durations it took.
+    # prices it as it likes and returns the event that fires where the run ends (cut short when
+    # a request is routed here meanwhile); ``held()`` the durations it took.
     hold = getattr(source, "hold", None)
-    run_on = getattr(source, "run_on", None)
     held = getattr(source, "held", None)
     wakeup = getattr(source, "wakeup", None)
     finished = getattr(source, "finished", None)
@@ -126,11 +124,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                 on_run(now, durations)
             yield env.timeout(sum(durations))
         else:
-            assert run_on is not None and held is not None  # (a source that holds runs says what it held)
-            ev = hold(now, plan, dur0, fastforward.start_run(engine, plan, now, next_event, dur0))
-            while ev is not None:
-                yield ev
-                ev = run_on()
+            assert held is not None  # (a source that holds runs says what it held)
+            yield hold(now, plan, dur0, fastforward.start_run(engine, plan, now, next_event, dur0))
             durations = held()  # (the held run allocates its blocks as it goes)
         if ahead:
             last_end = now + sum(durations)

@@ -27,7 +27,7 @@ class RequestStream(Protocol):
 
     A cluster replica's inbox also has the hooks the loop looks up when present: ``wakeup(t)``
     and ``finished()`` (sleep on an event until a request is routed here, or stop when none
-    will be), ``hold(now, plan, dur0, run)``, ``run_on()`` and ``held()`` (a run of steps priced
+    will be), ``hold(now, plan, dur0, run)`` and ``held()`` (a run of steps priced
     a stretch at a time, that a routed request may cut short), ``on_run(now, durations)`` (told
     of each run).
     """
