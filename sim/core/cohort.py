@@ -80,9 +80,6 @@ class DecodeCohort:
         self.members: dict[int, Request] = {}
         self.n_cls = [0] * self.n_classes
         self.residues = [[0] * self.bs for _ in range(self.n_classes)]
-        # the same counts by residue (by_residue[x][c] == residues[c][x]): a step's blocks per
-        # class are then one row, copied (a comprehension over the classes cost more)
-        self.by_residue = [[0] * self.n_classes for _ in range(self.bs)]
         self.ctx_off = 0  # sum over members of (computed0 - g0)
         # (cohort step that ends with the member's last token, admit_seq, member), ascending
         self.finish: list[tuple[int, int, Request]] = []
@@ -109,9 +106,7 @@ class DecodeCohort:
         if n == 1:
             self._top = None
         if self.grows:
-            x = (g - r.computed) % self.bs
-            self.residues[ci][x] += 1
-            self.by_residue[x][ci] += 1
+            self.residues[ci][(g - r.computed) % self.bs] += 1
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
         last = self._last
@@ -146,9 +141,7 @@ class DecodeCohort:
         if not n:
             self._top = None
         if self.grows:
-            x = (r.cohort_base_step - r.computed) % self.bs
-            self.residues[ci][x] -= 1
-            self.by_residue[x][ci] -= 1
+            self.residues[ci][(r.cohort_base_step - r.computed) % self.bs] -= 1
         self.ctx_off -= r.computed - r.cohort_base_step
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
@@ -185,9 +178,7 @@ class DecodeCohort:
             self._top = None
         if self.grows:
             r.blocks = -(-c // self.bs) - r.base_blocks
-            x = (g0 - c0) % self.bs
-            self.residues[ci][x] -= 1
-            self.by_residue[x][ci] -= 1
+            self.residues[ci][(g0 - c0) % self.bs] -= 1
         self.ctx_off -= c0 - g0
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
@@ -299,7 +290,8 @@ class DecodeCohort:
         """KV blocks, per class, that the next cohort step needs."""
         if not self.grows:
             return [0] * len(self.n_cls)
-        return self.by_residue[self.steps % self.bs][:]
+        i = self.steps % self.bs
+        return [res[i] for res in self.residues]
 
     def blocks_needed(self, j0: int, j1: int) -> list[int]:
         """KV blocks, per class, that steps j0 .. j1-1 of a run starting now need if every
