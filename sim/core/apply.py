@@ -158,9 +158,8 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
     and the policy's per-step books."""
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-        eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant, extra_tokens)
-    else:
-        eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant)
+    eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
+                    extra_tokens if eng.spec is not None else None)
     if eng.hooks_scheduled:
         k = len(durations)
         total = sum(durations)

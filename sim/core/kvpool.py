@@ -41,7 +41,7 @@ class KVPool:
                              for p in set(self.prio)}
         self._capacity: dict[int, int] = {}
         # no reservation and no cached groups: every free block is available to every class
-        self._plain = cache is None and not any(r > 0 for r in self.reserved)
+        self._plain = cache is None and not self.reserves
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` tokens (ceil division)."""
