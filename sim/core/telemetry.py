@@ -212,15 +212,7 @@ class Telemetry:
             keep = w > 0
             self._itl_step_vals[ci].frombytes(durs[keep].tobytes())
             self._itl_step_wts[ci].frombytes(w[keep].tobytes())
-        # each step's end: a cumulative sum of the durations, each run's first step also
-        # jumping from the previous run's end to the run's start
-        start = _int64(self._run_start)
-        cs = np.cumsum(durs)
-        run_end = start + cs[first + k - 1] - (cs[first] - durs[first])
-        jump = durs.copy()
-        jump[first] += start - np.concatenate(([0], run_end[:-1]))
-        ends = np.cumsum(jump)
-        step_bin = ends // self.interval_ns
+        step_bin = _step_ends(durs, first, _int64(self._run_start)) // self.interval_ns
         b0 = int(step_bin.min())
         rel = step_bin - b0
         nb = int(rel.max()) + 1
@@ -292,14 +284,8 @@ class Telemetry:
         if n == 0:
             return
         at, t0 = _int64(coh.log_run_at), _int64(coh.log_run_ns)
-        cs = np.cumsum(durs)
-        # each step's end (ns): its run's start plus the run's steps so far. Every step belongs to
-        # the run logged last before it (the log starts with a run), run r's being at[r] ..
-        # at[r + 1] - 1: repeated per run, not searched for per step
-        ends = cs + np.repeat(t0 - (cs[at] - durs[at]), np.diff(at, append=n))
-        bins = ends // self.interval_ns
+        bins = _step_ends(durs, at, t0) // self.interval_ns
         j0, j1, cls, ten = _int64(coh.log_j0), _int64(coh.log_j1), _int64(coh.log_cls), _int64(coh.log_tenant)
-        del cs, ends
         self.coh_itl_vals.frombytes(durs.tobytes())
         # Step end times ascend, so each interval's steps are a contiguous range: first[k] <=
         # step < first[k + 1] (found where the interval changes: np.unique sorted them again)
@@ -403,6 +389,15 @@ def _joined(arrays: list, dtype: type = np.int64) -> np.ndarray:
     if len(arrays) == 1:
         return np.frombuffer(arrays[0], dtype=dtype)
     return np.concatenate([np.frombuffer(a, dtype=dtype) for a in arrays])
+
+
+def _step_ends(durs: np.ndarray, first: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Each step's end (ns) in a log of runs, one after another: run r's steps are
+    ``durs[first[r]:first[r + 1]]`` (every run has at least one) and it started at ``start[r]``.
+    A step ends at its run's start plus the run's steps so far: the cumulative sum, shifted per
+    run (repeated per run, not searched for per step)."""
+    cs = np.cumsum(durs)
+    return cs + np.repeat(start - (cs[first] - durs[first]), np.diff(first, append=len(durs)))
 
 
 def _sums_by_key(key: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
