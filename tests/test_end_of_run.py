@@ -75,6 +75,24 @@ def test_merged_telemetry_reads_its_parts_records_as_one(seed):
                 assert vals.tolist() == ref[0].tolist() and counts.tolist() == ref[1].tolist()
 
 
+@pytest.mark.parametrize("factorize", [None, pd.factorize])
+def test_replicas_without_gaps_count_as_none(factorize):
+    """Parts are tallied one by one, then merged: a replica with no gaps (or no replica with
+    any) adds nothing, and the arrays keep their dtypes."""
+    rng = np.random.default_rng(5)
+    empty = Telemetry(CLASSES, 10**9)
+    tels = [empty, _telemetry(rng, 3, 50), Telemetry(CLASSES, 10**9)]
+    m = Telemetry.merged(tels, CLASSES, 10**9)
+    none = Telemetry.merged([empty, Telemetry(CLASSES, 10**9)], CLASSES, 10**9)
+    for ci in range(len(CLASSES)):
+        ref = _reference_gaps(tels, ci)
+        vals, counts = m.itl_arrays(ci, factorize)
+        assert vals.tolist() == ref[0].tolist() and counts.tolist() == ref[1].tolist()
+        for t in (empty, none):
+            vals, counts = t.itl_arrays(ci, factorize)
+            assert vals.dtype == counts.dtype == np.int64 and len(vals) == len(counts) == 0
+
+
 def test_one_replicas_gaps_are_the_same_by_hashing_and_sorting():
     t = _telemetry(np.random.default_rng(9), 5, 500)
     for ci in range(len(CLASSES)):
