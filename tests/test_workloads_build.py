@@ -128,6 +128,17 @@ def test_assign_rules_by_threshold_column_and_fraction(tmp_path):
     assert w.open["tenant"].tolist() == ["x", "B"] and w.open["f_src"].tolist() == ["a", "b"]
 
 
+def test_tenant_and_class_cells_share_one_string_per_value():
+    """Every row of a stream refers to the same tenant and class string objects (a million
+    requests are not a million copies of a name), with the values as assigned."""
+    df = build([poisson_stream(assign=[{"fraction": 0.5, "tenant": "half"}]),
+                poisson_stream(tenant="tenant u", **{"class": "class d"})], horizon_s=200).open
+    for col in ("tenant", "cls"):
+        cells = df[col].tolist()
+        assert len({id(v) for v in cells}) == len(set(cells))
+    assert set(df["tenant"]) == {"t", "half", "tenant u"} and set(df["cls"]) == {"c", "class d"}
+
+
 def test_max_tokens_rules():
     w = build([poisson_stream(output_tokens={"dist": "exponential", "mean": 100, "max": 300})])
     assert (w.open["max_tokens"] == 300).all()

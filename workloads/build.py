@@ -110,8 +110,13 @@ def empty_frame() -> pd.DataFrame:
 
 def _apply_rules(st: StreamSpec, df: pd.DataFrame, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     n = len(df)
-    tenant = np.full(n, st.tenant, dtype=object)
-    cls = np.full(n, st.cls, dtype=object)
+    # every row holds the stream's one tenant and class string (np.full would make a new copy of
+    # the string per row: converted through a fixed-width string array): a million rows convert
+    # and hash as a few shared objects all the way to the request table
+    tenant = np.empty(n, dtype=object)
+    tenant.fill(st.tenant)
+    cls = np.empty(n, dtype=object)
+    cls.fill(st.cls)
     free = np.ones(n, dtype=bool)
     for j, r in enumerate(st.assign):
         if "fraction" in r:
