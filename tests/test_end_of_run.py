@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from array import array
 
+import gc
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from sim import load_scenario
+from sim.cluster import simulate_cluster
 from sim.cluster.results import _replica_of
 from sim.core.telemetry import Telemetry
 from sim.results import _strings
@@ -199,3 +203,12 @@ def test_cohort_log_folds_into_the_same_counts_as_first_written(seed, tenants):
     assert list(got.tokens_bin.items()) == list(want.tokens_bin.items())
     assert list(got.tenant_tokens_bin.items()) == list(want.tenant_tokens_bin.items())
     assert got.coh_itl_vals == want.coh_itl_vals and got.coh_itl_wts == want.coh_itl_wts
+
+
+def test_a_cluster_run_leaves_the_collector_as_it_found_it():
+    """The setup and the end of a run keep the collector quiet too: its settings come back."""
+    before = gc.get_threshold()
+    sc = load_scenario("diurnal_two_class", overrides=["horizon_s=30", "cluster={replicas=2}"])
+    res = simulate_cluster(sc)
+    assert len(res.requests) and gc.isenabled()
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
