@@ -54,6 +54,41 @@ def test_group_metrics_with_and_without_the_shared_quantiles_are_identical():
     assert set(QUANTILES) >= {("ttft_s", "started"), ("e2e_s", "finished")}
 
 
+def test_the_same_rows_selected_again_get_the_same_metrics_as_a_fresh_table():
+    """A group whose rows equal an earlier group's (a tenant that is exactly one class) gets its
+    figures from the memo: equal, in the same key order, to those taken afresh, with its own SLO
+    figures and its own dicts."""
+    rng = np.random.default_rng(4)
+    n = 400
+    arrival = np.sort(rng.random(n) * 50)
+    first = np.where(rng.random(n) < 0.9, arrival + rng.exponential(0.5, n), np.nan)
+    finish = np.where(np.isnan(first), np.nan, first + rng.exponential(5, n))
+    gen = rng.integers(1, 100, n)
+    status = np.where(np.isnan(first), "rejected", np.where(np.isnan(finish), "unfinished", "finished"))
+    t = pd.DataFrame({
+        "arrival_s": arrival, "admitted_s": first - 0.01, "first_token_s": first, "finish_s": finish,
+        "generated_tokens": gen, "preemptions": rng.integers(0, 3, n), "prefix_hit_tokens": rng.integers(0, 50, n),
+        "prompt_tokens": rng.integers(50, 500, n), "evicted_miss_tokens": rng.integers(0, 5, n),
+        "max_itl_s": np.where(gen > 1, rng.random(n), np.nan), "status": status,
+        "reject_reason": np.where(status == "rejected", "queue_full", ""),
+    })
+    t["queue_wait_s"] = t["admitted_s"] - t["arrival_s"]
+    t["ttft_s"] = t["first_token_s"] - t["arrival_s"]
+    t["e2e_s"] = t["finish_s"] - t["arrival_s"]
+    t["tpot_s"] = (t["finish_s"] - t["first_token_s"]) / (t["generated_tokens"] - 1).where(t["generated_tokens"] > 1)
+    cls = rng.random(n) < 0.5
+    g = RequestGroups(t)
+    first_time = g.metrics(cls, 50.0, 0.5, 0.05)
+    again = g.metrics(cls.copy(), 50.0, None, None)  # equal rows, another array: no SLO figures
+    everyone = g.metrics(None, 50.0, None, None)
+    other_span = g.metrics(cls.copy(), 60.0, None, None)
+    for got, (rows, span, ttft, tpot) in ((first_time, (cls, 50.0, 0.5, 0.05)), (again, (cls, 50.0, None, None)),
+                                          (everyone, (None, 50.0, None, None)), (other_span, (cls, 60.0, None, None))):
+        want = RequestGroups(t).metrics(rows, span, ttft, tpot)
+        assert list(got) == list(want) and got == want
+    assert first_time["reject_reasons"] and first_time["reject_reasons"] is not again["reject_reasons"]
+
+
 def test_declared_group_metrics_are_the_scalar_keys_a_group_gets_in_order():
     """GROUP_METRICS (what ``priosim tune`` accepts as a metric) lists every scalar a class's
     row of summary.json has, in its order, and nothing else."""
