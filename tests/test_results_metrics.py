@@ -174,6 +174,44 @@ def test_tables_built_column_wise_equal_the_row_wise_reference(monkeypatch, scen
         assert any(kind == "timeseries" and tenants for kind, _, tenants in seen)
 
 
+def _recorded(ids: list[int], rng: np.random.Generator, strings: list) -> "Telemetry":
+    """A Telemetry whose request columns hold random values for requests ``ids``, in that order."""
+    from sim.core.telemetry import Telemetry
+    t = Telemetry(["a", "b"], 10**9)
+    for k, col in t.cols.items():
+        if k == "request_id":
+            col.fromlist(ids)
+        elif isinstance(col, list):
+            col.extend(rng.choice(np.array(strings, dtype=object), len(ids)).tolist())
+        elif col.typecode == "d":
+            col.fromlist(np.where(rng.random(len(ids)) < 0.2, np.nan, rng.random(len(ids))).tolist())
+        else:
+            col.fromlist(rng.integers(0, 5, len(ids)).tolist())
+    return t
+
+
+@pytest.mark.parametrize("ids", ["in order", "shuffled", "duplicates", "gaps", "negative", "none"])
+@pytest.mark.parametrize("strings", [["x", "yy"], ["x", None]])
+def test_request_table_of_parts_equals_the_row_wise_reference(ids, strings):
+    """Rows written straight to their place (request ids 0..n-1 across the parts) or sorted
+    (any other ids) give the table pandas' conversions and stable sort give."""
+    from sim.core.telemetry import Telemetry
+    from sim.results import _request_table
+
+    rng = np.random.default_rng(len(ids) + len(strings))
+    n = 0 if ids == "none" else 300
+    every = {"in order": np.arange(n), "shuffled": rng.permutation(n),
+             "duplicates": rng.integers(0, n // 2, n) if n else np.arange(0),
+             "gaps": np.sort(rng.choice(3 * n, n, replace=False)) if n else np.arange(0),
+             "negative": rng.permutation(n) - 1, "none": np.arange(0)}[ids].tolist()
+    cuts = sorted(rng.integers(0, n + 1, 2).tolist())
+    parts = [_recorded(every[a:b], rng, strings) for a, b in ((0, cuts[0]), (cuts[0], cuts[1]), (cuts[1], n))]
+    for tel in (parts[1], Telemetry.merged(parts, ["a", "b"], 10**9)):
+        got, want = _request_table(tel), _request_table_rows(tel)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert list(got.dtypes) == list(want.dtypes)
+
+
 @pytest.mark.parametrize("rows", [0, 7, 50_000])
 def test_write_parquet_writes_to_parquets_bytes(tmp_path, rows):
     """The results' parquet writer gives byte for byte the file ``to_parquet(index=False)`` gives

@@ -359,6 +359,18 @@ class Telemetry:
                 out[k] = v if len(parts) == 1 and parts[0] is self else list(chain.from_iterable(t.cols[k] for t in parts))
         return out
 
+    def part_columns(self) -> list[dict[str, object]]:
+        """Each part's recorded request columns (a merged Telemetry's replicas, in order; else
+        this one's): numbers as numpy views of the typed arrays (float64 or int64; to be read
+        before anything more is recorded), strings as the lists themselves."""
+        parts = self.parts or [self]
+        out: list[dict[str, object]] = []
+        for t in parts:
+            t._flush_rows()
+            out.append({k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
+                        if isinstance(v, array) else v for k, v in t.cols.items()})
+        return out
+
 
 def _int64(a: array) -> np.ndarray:
     """A typed array of ints ("q") as a numpy view, no copy."""
