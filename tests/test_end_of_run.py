@@ -97,6 +97,24 @@ def test_replicas_without_gaps_count_as_none(factorize):
             assert vals.dtype == counts.dtype == np.int64 and len(vals) == len(counts) == 0
 
 
+@pytest.mark.parametrize("scale", [10**6, 10**8])  # (gaps up to 0.05 s hash as 32-bit ints; up to 5 s cannot)
+def test_long_gaps_are_tallied_the_same(scale):
+    rng = np.random.default_rng(11)
+    tels = [_telemetry(rng, 2, 300) for _ in range(2)]
+    for t in tels:
+        for a in [t.coh_itl_vals, *t.itl_scalars, *t.itl_step_vals]:
+            a[:] = array("q", [v * scale + 7 for v in a])
+    assert max(max(t.coh_itl_vals) for t in tels) >= (2**31 if scale > 10**6 else 0)
+    m = Telemetry.merged(tels, CLASSES, 10**9)
+    for ci in range(len(CLASSES)):
+        ref = _reference_gaps(tels, ci)
+        for factorize in (None, pd.factorize):
+            m._gap_codes = None
+            vals, counts = m.itl_arrays(ci, factorize)
+            assert vals.dtype == counts.dtype == np.int64
+            assert vals.tolist() == ref[0].tolist() and counts.tolist() == ref[1].tolist()
+
+
 def test_one_replicas_gaps_are_the_same_by_hashing_and_sorting():
     t = _telemetry(np.random.default_rng(9), 5, 500)
     for ci in range(len(CLASSES)):
