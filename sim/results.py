@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.core.columns import DERIVED, FLOAT, INT, RECORDED, STAT_COLUMNS, STATS, Stat
+from sim.core.columns import DERIVED, FLOAT, INT, RECORDED, STAT_COLUMNS, STATS, STR, Stat
 from sim.core.costs import NS
 
 PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+_STRING_COLUMNS = {c.name for c in RECORDED if c.dtype == STR}
 
 
 def _nanquantile(a: np.ndarray, q: float) -> float | None:
@@ -72,7 +73,9 @@ class RequestGroups:
     def __init__(self, t: pd.DataFrame) -> None:
         self.t = t
         self.n = len(t)
-        self.cols = {c: t[c].to_numpy() for c in STAT_COLUMNS if c in t.columns}
+        # the columns statistics are taken of (the status and reject reason are read as strings
+        # where needed: as numpy they would be arrays of a million Python objects)
+        self.cols = {c: t[c].to_numpy() for c in STAT_COLUMNS if c in t.columns and c not in _STRING_COLUMNS}
         status = t["status"]
         self.among = {"finished": (status == "finished").to_numpy(),
                       "started": t["first_token_s"].notna().to_numpy(),
