@@ -151,6 +151,19 @@ def test_replica_lookup_equals_series_map_and_refuses_an_unrouted_request():
         _replica_of(np.array([0]), {})
 
 
+@pytest.mark.parametrize("rows", [0, 1, 500])
+def test_group_column_equals_the_list_of_names(rows):
+    """Each request's group name, taken by Arrow from the replicas' names, is the column a list
+    of the names gives: values and dtype."""
+    names = ["prefill-pool", "decode", "decode", "small"]
+    replica = np.random.default_rng(rows).integers(0, len(names), rows)
+    want, got = pd.DataFrame({"a": np.arange(rows)}), pd.DataFrame({"a": np.arange(rows)})
+    want.insert(1, "group", [names[i] for i in replica.tolist()])
+    got.insert(1, "group", _strings(names, replica) if len(replica) else [])
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert list(got.dtypes) == list(want.dtypes)
+
+
 def _reference_add_cohort(tel: Telemetry, coh) -> None:
     """add_cohort as first written (a search per step, np.unique of intervals and pairs)."""
     as64 = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731

@@ -20,7 +20,7 @@ from sim.cluster.spec import ClusterSpec
 from sim.config import Scenario
 from sim.core.costs import NS
 from sim.core.telemetry import Telemetry
-from sim.results import Results, atomic_dir
+from sim.results import Results, _strings, atomic_dir
 
 
 @dataclass
@@ -119,7 +119,8 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
     replica = _replica_of(req["request_id"].to_numpy(), assign)
     req.insert(1, "replica", replica)
     names = [r.group for r in replicas]
-    req.insert(2, "group", [names[i] for i in replica.tolist()])
+    # (each replica's group name taken by Arrow, not a list of 815k names converted one by one)
+    req.insert(2, "group", _strings(names, replica) if len(replica) else [])
     if per_replica and trace_iterations:
         its = [r.iterations for r in rep_res if r.iterations is not None]
         comb.iterations = pd.concat(its, ignore_index=True) if its else None
