@@ -256,3 +256,53 @@ def test_mooncake_unsorted_names_line(tmp_path):
                  '{"timestamp": 0, "input_length": 5, "output_length": 1}\n')
     with pytest.raises(WorkloadError, match=r"m.jsonl line 2: timestamp '0' is earlier"):
         load_trace({"format": "mooncake", "path": str(f)}, Path("."))
+
+
+def _pdf_by_pattern(text: str):
+    """A ServeGen length PDF read by the pattern alone (as before the plain tables' fast path)."""
+    from workloads.lengths import Empirical
+    from workloads.servegen import _PAIR
+    pairs = _PAIR.findall(text)
+    if not pairs and text.strip() == "{}":
+        return None
+    if not pairs:
+        raise WorkloadError("not a value -> probability table")
+    arr = np.array(pairs, dtype=float)
+    return Empirical(arr[:, 0], arr[:, 1])
+
+
+def _same_pdf(text: str) -> None:
+    from workloads.servegen import _pdf
+    try:
+        want = _pdf_by_pattern(text)
+    except (WorkloadError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            _pdf(text, "here")
+        return
+    got = _pdf(text, "here")
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert got.values.tobytes() == want.values.tobytes() and got.probs.tobytes() == want.probs.tobytes()
+
+
+@pytest.mark.parametrize("text", [
+    "{}", " {} ", "{ }", "", "{572: 1.0}", "{1: 0.25, 2: 0.75}", "{1:0.25,2:0.75}", "{ 1 : 0.5 ,\n 2 : 0.5 }",
+    "{1e3: 0.5, 2E-1: 0.5}", "{+1: .5, 2.: 0.5}", "{1: 0.5, 2: 0.5,}", "{1 2: 3}", "{1:2:3}", "{1: 2, 3}",
+    "{a: 1, 2: 3}", "{1: e}", "{1: 0.5, nan: 0.5}", "1: 0.5, 2: 0.5", "{1: 0.5}}", "{-1: 1}", "{1: 0.5, 2: -0.5}",
+    "{1: 0.5\t, 2: 0.5}", "{1.0.0: 1}",
+])
+def test_servegen_pdf_tables_read_as_the_pattern_reads_them(text):
+    """A plain table is split by str methods; every table gives what the pattern gives (or the
+    same kind of error)."""
+    _same_pdf(text)
+
+
+def test_bundled_servegen_pdfs_read_as_the_pattern_reads_them():
+    import json
+
+    from workloads.traces import read_text
+    for name in [n for n in bundled_names() if n.startswith("bundled:servegen/")]:
+        path = DATA_DIR / (name.removeprefix("bundled:") + "-dataset.json.gz")
+        for entry in json.loads(read_text(path)).values():
+            for key in ("input_tokens", "output_tokens"):
+                _same_pdf(str(entry[key]))

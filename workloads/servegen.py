@@ -58,13 +58,44 @@ def client_paths(path: Path, client: object = None) -> tuple[Path, Path]:
 
 def _pdf(text: str, where: str) -> Empirical | None:
     """An empirical PDF; ``None`` for ``{}`` (the client sent nothing in that 6 h window)."""
-    pairs = _PAIR.findall(text)
-    if not pairs and text.strip() == "{}":
+    arr = _plain_pairs(text)
+    if arr is None:
+        pairs = _PAIR.findall(text)
+        if not pairs and text.strip() == "{}":
+            return None
+        if not pairs:
+            raise WorkloadError(f"{where}: not a value -> probability table")
+        arr = np.array(pairs, dtype=float)
+    elif not len(arr):
         return None
-    if not pairs:
-        raise WorkloadError(f"{where}: not a value -> probability table")
-    arr = np.array(pairs, dtype=float)
     return Empirical(arr[:, 0], arr[:, 1])
+
+
+# characters of a plain table: the numbers (what _PAIR takes), the separators and blanks
+_NOT_PLAIN = str.maketrans("", "", "0123456789.eE+-:, \t\n\r")
+_NOT_SEPARATOR = str.maketrans("", "", "0123456789.eE+- \t\n\r")
+
+
+def _plain_pairs(text: str) -> np.ndarray | None:
+    """The (value, probability) rows of a plain table ``{v: p, v: p, ...}``, as _PAIR finds them,
+    split by str methods and converted in one call (the bundled PDFs, 5.6 MB of text: 0.16 ->
+    0.10 s); None for anything else (then _PAIR decides, as before)."""
+    s = text.strip()
+    if len(s) < 2 or s[0] != "{" or s[-1] != "}":
+        return None
+    inner = s[1:-1]
+    if inner.translate(_NOT_PLAIN):
+        return None
+    if not inner.strip():
+        return np.zeros((0, 2)) if s == "{}" else None
+    seps = inner.translate(_NOT_SEPARATOR)
+    k = len(seps) // 2 + 1
+    if seps != ":," * (k - 1) + ":":  # (each pair one value and one probability)
+        return None
+    try:
+        return np.array(inner.replace(":", ",").split(","), dtype=float).reshape(k, 2)
+    except ValueError:  # (a token _PAIR would take that is no number: as before, from there)
+        return None
 
 
 def load_client(path: Path, client: object = None) -> ServeGenClient:
