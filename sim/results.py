@@ -34,8 +34,8 @@ _STRING_COLUMNS = {c.name for c in RECORDED if c.dtype == STR}
 def _nanquantile(a: np.ndarray, q: float) -> float | None:
     """The ``q`` quantile of the float array ``a`` without its NaNs (None when none are left):
     what Series.quantile computes (linear), without its overhead."""
-    a = a[~np.isnan(a)]
-    return None if not len(a) else float(np.quantile(a, [q])[0])
+    a = a[~np.isnan(a)]  # (a new array: quantile may partition it in place rather than copy it)
+    return None if not len(a) else float(np.quantile(a, [q], overwrite_input=True)[0])
 
 
 def _q(s: pd.Series, q: float) -> float | None:
@@ -157,9 +157,9 @@ class RequestGroups:
                 a = picked[key] = a[rows]
         if a.dtype == np.float64 and st.how in PCTS and pcts is not None:
             if key not in pcts:
-                v = a[~np.isnan(a)]
+                v = a[~np.isnan(a)]  # (a new array: partitioned in place, not copied again)
                 qs = QUANTILES[key]
-                pcts[key] = dict(zip(qs, np.quantile(v, qs).tolist())) if len(v) else None
+                pcts[key] = dict(zip(qs, np.quantile(v, qs, overwrite_input=True).tolist())) if len(v) else None
             got = pcts[key]
             return None if got is None else got[PCTS[st.how]]
         if a.dtype == np.float64 and st.how in PCTS:
