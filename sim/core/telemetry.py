@@ -381,7 +381,7 @@ def _raw(a: np.ndarray) -> memoryview:
     """A contiguous numpy array's bytes, not copied, for ``array.frombytes`` (which takes only
     a byte buffer: ``tobytes`` copied every cohort log once more, 4.5 MB per class per replica
     at 1 h ServeGen)."""
-    return memoryview(np.ascontiguousarray(a)).cast("B")
+    return np.ascontiguousarray(a).data.cast("B")
 
 
 def _joined(arrays: list, dtype: type = np.int64) -> np.ndarray:
