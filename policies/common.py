@@ -99,21 +99,30 @@ class RankedPolicy(BasePolicy):
     """BasePolicy that records each finished request's first admission and true length (known
     once it has finished) and reports ``srpt_order_tau`` (see :func:`srpt_order_tau`)."""
 
+    # the records, made at first use (subclasses need not call an __init__): per finished
+    # request its arrival, first admission and size (three lists), and the first admission of
+    # each preempted request not finished yet
+    _lists: tuple[list, list, list] | None = None
+
     def _records(self) -> dict:
-        if "_rec" not in self.__dict__:
-            self._rec = {"arrival": [], "admitted": [], "size": []}
+        if self._lists is None:
+            self._lists = ([], [], [])
             self._first_admit: dict[int, float] = {}
-        return self._rec
+        return dict(zip(("arrival", "admitted", "size"), self._lists))
 
     def on_preempt(self, req: RequestView, now: float) -> None:
         self._records()
         self._first_admit.setdefault(req.request_id, req.admitted_s)
 
     def on_finish(self, req: RequestView, now: float) -> None:
-        rec = self._records()
-        rec["arrival"].append(req.arrival_s)
-        rec["admitted"].append(self._first_admit.pop(req.request_id, req.admitted_s))
-        rec["size"].append(req.generated)  # the true length, known now that it has finished
+        # (once per request: the lists read in one attribute, without a call)
+        if self._lists is None:
+            self._records()
+        arrival, admitted, size = self._lists  # type: ignore[misc]
+        arrival.append(req.arrival_s)
+        admitted.append(self._first_admit.pop(req.request_id, req.admitted_s) if self._first_admit
+                        else req.admitted_s)
+        size.append(req.generated)  # the true length, known now that it has finished
 
     def report(self) -> dict:
         rec = self._records()

@@ -108,6 +108,19 @@ def test_too_large_by_limit_and_by_pool():
     assert list(rejected(res)["reject_reason"]) == ["too_large"]
 
 
+@pytest.mark.parametrize("engine, most", [
+    ({"kv_blocks": 16}, 256),  # 16 blocks x 16 tokens
+    ({"kv_blocks": 20, "watermark": 0.2}, 256),  # 4 blocks kept free
+    ({"kv_blocks": 100, "chunked_prefill": False, "max_batched_tokens": 300}, 300),  # one step's budget
+])
+def test_too_large_at_the_boundary(engine, most):
+    # the largest request that could ever be served is queued; one token more is rejected at arrival
+    for total in (most - 1, most, most + 1):
+        res = simulate(scenario([batch_stream(n=1, prompt=total - 10, max_tokens=10)], engine=engine))
+        assert list(rejected(res)["reject_reason"]) == ([] if total <= most else ["too_large"])
+        assert len(res.requests) == 1
+
+
 def test_memory_budget_refuses_less_urgent_work_first():
     # pool 100 blocks x 16 tokens, budget 1.0x = 100 blocks; each request promises
     # ceil((100 + 60) / 16) = 10 blocks. 8 batch at t=0 (80 blocks), then at t=0.001

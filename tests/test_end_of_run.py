@@ -16,6 +16,8 @@ import pytest
 from sim import load_scenario
 from sim.cluster import simulate_cluster
 from sim.cluster.results import _replica_of
+from sim.core.columns import FLOAT, RECORDED, STR
+from sim.core.states import State
 from sim.core.telemetry import Telemetry
 from sim.results import _strings
 
@@ -26,13 +28,15 @@ def _telemetry(rng: np.random.Generator, rows: int, steps: int) -> Telemetry:
     """A replica's Telemetry with random records: request columns, single gaps, per-step gaps
     and cohort steps (few distinct durations, some weights zero)."""
     t = Telemetry(CLASSES, 10**9)
-    for k, col in t.cols.items():
+    for k, col in t.raw.items():
         if isinstance(col, list):
             col.extend(rng.choice(["x", "y", "z"], rows).tolist())
         elif col.typecode == "d":
             col.fromlist(rng.random(rows).tolist())
+        elif k == "state":  # (an ended request's)
+            col.fromlist(rng.choice([State.FINISHED, State.REJECTED, State.UNFINISHED], rows).tolist())
         else:
-            col.fromlist(rng.integers(0, 10**6, rows).tolist())
+            col.fromlist(rng.integers(-1, 10**6, rows).tolist())
     for ci in range(len(CLASSES)):
         t.itl_scalars[ci].fromlist(rng.integers(1, 50, int(rng.integers(0, 20))).tolist())
         k = int(rng.integers(0, steps))
@@ -61,14 +65,15 @@ def test_merged_telemetry_reads_its_parts_records_as_one(seed):
     tels = [_telemetry(rng, int(rng.integers(0, 40)), int(rng.integers(1, 200))) for _ in range(3)]
     m = Telemetry.merged(tels, CLASSES, 10**9)
     nested = Telemetry.merged([Telemetry.merged(tels[:2], CLASSES, 10**9), tels[2]], CLASSES, 10**9)
+    own = [t.columns() for t in tels]
     for got in (m.columns(), nested.columns()):
-        for k, col in tels[0].cols.items():
-            whole = [x for t in tels for x in t.cols[k]]
-            if isinstance(col, array):
-                assert got[k].dtype == (np.float64 if col.typecode == "d" else np.int64)
-                assert got[k].tolist() == whole
+        for c in RECORDED:
+            whole = [x for cols in own for x in list(cols[c.name])]
+            if c.dtype == STR:
+                assert got[c.name] == whole
             else:
-                assert got[k] == whole
+                assert got[c.name].dtype == (np.float64 if c.dtype == FLOAT else np.int64)
+                np.testing.assert_array_equal(got[c.name], whole)
     assert m.rows_recorded() == sum(t.rows_recorded() for t in tels)
     for ci in range(len(CLASSES)):
         ref = _reference_gaps(tels, ci)

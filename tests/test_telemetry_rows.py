@@ -51,3 +51,14 @@ def test_rows_reach_the_columns_in_end_order(monkeypatch, block):
                                                       for r in reqs])
     np.testing.assert_array_equal(cols["deadline_s"], [r.deadline_s for r in reqs])
     assert cols["reject_reason"] == [r.reject_reason for r in reqs]
+
+
+def test_seconds_beyond_exact_floats_round_as_python():
+    # clocks past 2**53 ns (104 days) do not convert to floats exactly: Python's int / int rounds once
+    tel = Telemetry(["c"], NS)
+    reqs = _ended(40)
+    for j, r in enumerate(reqs):
+        r.arrival_ns = 2**53 + 2 * j + 1 if j % 2 else j
+        tel.on_end(r)
+    assert tel.columns()["arrival_s"].tolist() == [r.arrival_ns / NS for r in reqs]
+

@@ -19,6 +19,8 @@ from sim.core.request import Request, State
 if TYPE_CHECKING:
     from sim.core.engine import Engine
 
+FINISHED = State.FINISHED  # (a module global reads about 8 times faster than an enum member, Python 3.11)
+
 
 def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
     """Apply a run of ``len(durations)`` steps of ``plan`` (see the module docstring);
@@ -193,11 +195,12 @@ def finish(eng: Engine, r: Request, now_ns: int, in_order: bool = True) -> None:
     if in_order and eng.rank_order is not None:  # (cohort members are not in it)
         eng.rank_order.remove(r)
     eng.release_blocks(r)
-    r.state = State.FINISHED
+    r.state = FINISHED
     r.finish_ns = now_ns
-    eng.policy.on_finish(r, now_ns / NS)
+    now_s = now_ns / NS
+    eng.policy.on_finish(r, now_s)
     if eng.gate is not None:
-        eng.gate.on_finish(r, now_ns / NS)
+        eng.gate.on_finish(r, now_s)
     eng.tel.on_end(r)
     if eng.on_request_end is not None:
         eng.on_request_end(r, now_ns)

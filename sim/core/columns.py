@@ -4,8 +4,8 @@ where its value comes from, and every per-class summary statistic drawn from tho
 Three readers, one table:
 
 * :mod:`sim.core.telemetry` records a row when a request ends by reading the :class:`Request`
-  attributes the ``RECORDED`` columns name (``source``), and turns the raw values into the
-  column's values (``convert``) a block of rows at a time;
+  attributes the ``RECORDED`` columns name (``source``), kept raw, and turns them into the
+  column's values (``convert``) when the table is read;
 * :mod:`sim.results` gives the table its dtypes, adds the ``DERIVED`` columns (``derive``) and
   computes each class's, tenant's and the overall ``STATS``;
 * :mod:`sim.experiments.compare` lists the ``STATS`` marked ``compare`` with their units.
@@ -17,7 +17,9 @@ seconds (``*_s``), counts are tokens, blocks or events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
+
+import numpy as np
 
 from sim.core.costs import NS
 from sim.core.states import State
@@ -46,34 +48,46 @@ class Column:
 
 
 # How raw request attributes (ns clocks, the state) become column values; each takes the raw
-# values (one sequence per source attribute) and returns a list (NaN marks "did not happen").
+# values (one int64 array per source attribute, every ended request's) and returns the column
+# (NaN marks "did not happen"). Done once on whole columns when the table is read, not a Python
+# loop per value as requests end.
 NAN = float("nan")
 STATUS = {State.FINISHED: "finished", State.REJECTED: "rejected", State.UNFINISHED: "unfinished"}
+# below it an int converts to a float exactly, so ``ns / NS`` rounds once, as Python's int / int
+_EXACT = 2**53
 
 
-def _seconds(ns: Sequence) -> list:
-    return [t / NS for t in ns]
+def _seconds(ns: np.ndarray) -> np.ndarray:
+    if ns.size and (int(ns.max()) >= _EXACT or int(ns.min()) <= -_EXACT):
+        return np.array([t / NS for t in ns.tolist()], dtype=np.float64)  # (Python's exact rounding)
+    return ns / NS
 
 
-def _seconds_if_set(ns: Sequence) -> list:
+def _seconds_if_set(ns: np.ndarray) -> np.ndarray:
     """ns -> s; a clock that never ran (negative) is NaN."""
-    return [t / NS if t >= 0 else NAN for t in ns]
+    s = _seconds(ns)
+    s[ns < 0] = NAN
+    return s
 
 
-def _seconds_if_finished(ns: Sequence, state: Sequence) -> list:
-    return [t / NS if s == State.FINISHED else NAN for t, s in zip(ns, state)]
+def _seconds_if_finished(ns: np.ndarray, state: np.ndarray) -> np.ndarray:
+    s = _seconds(ns)
+    s[state != State.FINISHED] = NAN
+    return s
 
 
-def _seconds_if_two_tokens(ns: Sequence, generated: Sequence) -> list:
+def _seconds_if_two_tokens(ns: np.ndarray, generated: np.ndarray) -> np.ndarray:
     """A largest inter-token gap exists once a request has two tokens."""
-    return [t / NS if g > 1 else NAN for t, g in zip(ns, generated)]
+    s = _seconds(ns)
+    s[generated <= 1] = NAN
+    return s
 
 
-def _status(state: Sequence) -> list:
-    return [STATUS[s] for s in state]
+def _status(state: np.ndarray) -> list:
+    return [STATUS[s] for s in state.tolist()]  # type: ignore[index]  # (an IntEnum is keyed by its int)
 
 
-CONVERSIONS: dict[str, Callable[..., list]] = {
+CONVERSIONS: dict[str, Callable[..., Any]] = {
     "seconds": _seconds, "seconds_if_set": _seconds_if_set, "seconds_if_finished": _seconds_if_finished,
     "seconds_if_two_tokens": _seconds_if_two_tokens, "status": _status,
 }

@@ -112,6 +112,9 @@ class Engine:
         self.thrash_ns = 0
         self.watermark_blocks = int(math.ceil(cfg.watermark * pool.total))
         self.chunk_cap = cfg.max_prefill_chunk or NEVER
+        # settings read at every admission (a plain attribute reads faster than the config's)
+        self.chunked_prefill = cfg.chunked_prefill
+        self.max_num_seqs = cfg.max_num_seqs
         self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
         self.class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
         self.counting_prefill = any(self.class_prefill_cap)
@@ -132,8 +135,10 @@ class Engine:
         self.draft_slots = (self.spec_k if self.spec_k and self.grows_blocks
                             and cfg.max_batched_tokens > self.spec_k else 0)
         self.guard = observe.ProgressGuard()
-        # skip the per-request hook when the policy keeps no books (most policies)
+        # skip the per-request hooks when the policy keeps no books (most policies)
         self.hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
+        self.hooks_arrival = getattr(type(policy), "on_arrival", None) is not BasePolicy.on_arrival
+        self._need_limits: dict[int, int] = {}  # per priority: the largest request not too large
         # Steady decoders advance as one cohort unless something must see every request every
         # step: a policy re-keying or keeping books per step, speculation (random tokens per
         # step), or the iteration trace (a row per request per step).
@@ -273,11 +278,10 @@ class Engine:
         req.reveals_output = self.oracle
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         need = req.prompt_tokens + req.max_tokens + self.draft_slots
-        if self.pool.blocks_for(need) > self.pool.capacity_for(req.priority) - self.watermark_blocks:
-            return self._reject(req, "too_large", now_ns)
-        if not self.cfg.chunked_prefill and need > self.cfg.max_batched_tokens:
-            # without chunking a (re-)prefill must fit one step's budget (as vLLM V0 requires
-            # max_num_batched_tokens >= max_model_len)
+        limit = self._need_limits.get(req.priority)
+        if limit is None:
+            limit = self._need_limit(req.priority)
+        if need > limit:
             return self._reject(req, "too_large", now_ns)
         if self.gate is not None:
             if self.cohort is not None:
@@ -285,9 +289,23 @@ class Engine:
             reason = self.gate.check(req, now_ns / NS, self)
             if reason:
                 return self._reject(req, reason, now_ns)
-        self.policy.on_arrival(req, now_ns / NS)
+        if self.hooks_arrival:
+            self.policy.on_arrival(req, now_ns / NS)
         self.push_waiting(req, now_ns)
         return True
+
+    def _need_limit(self, priority: int) -> int:
+        """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
+        being rejected as too large, kept per priority (one comparison an arrival): its blocks
+        within what it could ever hold above the watermark (``blocks_for(need) <= C`` exactly
+        when ``need <= C * block_size``), and without chunked prefill, one step's budget (a
+        (re-)prefill must fit one step, as vLLM V0 requires max_num_batched_tokens >=
+        max_model_len)."""
+        limit = (self.pool.capacity_for(priority) - self.watermark_blocks) * self.pool.block_size
+        if not self.chunked_prefill:
+            limit = min(limit, self.cfg.max_batched_tokens)
+        self._need_limits[priority] = limit
+        return limit
 
     def _reject(self, req: Request, reason: str, now_ns: int) -> bool:
         # Admission answers at the arrival instant (the gate runs in front of the scheduler);

@@ -19,6 +19,7 @@ from sim.core.errors import OracleAccessError  # noqa: F401  (re-exported)
 from sim.core.states import State  # noqa: F401  (re-exported)
 
 NAN = math.nan
+WAITING = State.WAITING  # (a module global reads about 8 times faster than an enum member, Python 3.11)
 
 
 class Request:
@@ -72,7 +73,7 @@ class Request:
         self.predicted: dict = {}
         self.hash_ids = hash_ids
         self.reveals_output = False  # true_output_tokens readable: set by the engine for an oracle policy
-        self.state = State.WAITING
+        self.state = WAITING
         self.tokens = prompt_tokens
         self.computed = 0
         self.generated = 0

@@ -75,6 +75,9 @@ class RequestSource:
                          self.prompts, self.outputs, self.maxtoks, self.deadlines, self.streams, repeat(-1),
                          feats, repeat(None) if self.hashes is None else self.hashes)
         self.i = 0  # open requests made so far
+        # when the next open request becomes visible (ns; NEVER after the last): read at every
+        # arrival instant, kept as the requests are made
+        self._next_open = self.arr_ns[0] + delay_ns if self.n_open else NEVER
         self.next_id = self.n_open
         self._seq = 0
         self.closed = {c.stream: c for c in workload.closed}
@@ -89,7 +92,7 @@ class RequestSource:
 
     def next_arrival_ns(self) -> int:
         """Time of the next arrival known now (NEVER when none)."""
-        a = self.arr_ns[self.i] + self.delay if self.i < self.n_open else NEVER
+        a = self._next_open
         if self.closed_heap and self.closed_heap[0][0] < a:
             return self.closed_heap[0][0]
         return a
@@ -98,13 +101,15 @@ class RequestSource:
         """Every request that has arrived by ``now_ns``, in arrival order (open ones first on
         ties, then closed-loop sends)."""
         out = []
-        arr = self.arr_ns
-        seen = now_ns - self.delay  # requests that arrived by then are visible now
-        i, n = self.i, self.n_open
-        while i < n and arr[i] <= seen:
-            out.append(next(self._open))  # (request i)
-            i += 1
-        self.i = i
+        if self._next_open <= now_ns:
+            arr = self.arr_ns
+            seen = now_ns - self.delay  # requests that arrived by then are visible now
+            i, n = self.i, self.n_open
+            while i < n and arr[i] <= seen:
+                out.append(next(self._open))  # (request i)
+                i += 1
+            self.i = i
+            self._next_open = arr[i] + self.delay if i < n else NEVER
         while self.closed_heap and self.closed_heap[0][0] <= now_ns:
             _, _, stream, user, row, t = heapq.heappop(self.closed_heap)
             out.append(self._make_closed(t, stream, user, row))

@@ -20,21 +20,27 @@ from typing import Callable
 
 import numpy as np
 
-from sim.core.columns import CONVERSIONS, FLOAT, RECORDED, SOURCES, STR
+from sim.core.columns import CONVERSIONS, FLOAT, INT, RECORDED, SOURCES, STR
 from sim.core.request import Request
 
 # finds distinct values: (codes, distinct values) of an array, as pandas.factorize returns them
 Factorize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 # a request's raw row: every attribute the table reads, in one C call while the request is
-# still in the CPU's caches (it just ended). Blocks of rows are then transposed into columns:
-# reading 512 ended requests one attribute at a time later fetched each request from memory
-# again (A/B on a 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU). The rows are
-# kept as one flat list (source j of every row: a slice with step _WIDTH), not a tuple each: a
-# tuple kept until the flush is an object the cyclic GC walks at every collection until then,
-# and the flat list's columns are slices rather than a transposition.
+# still in the CPU's caches (it just ended). Blocks of rows are then moved into one typed
+# array per attribute, raw (the ns clocks, the state as its int): the columns are converted
+# (:data:`sim.core.columns.CONVERSIONS`) once, by numpy, when the table is read (a Python loop
+# per value at every block cost about 0.6 % of a 16-replica ServeGen run). Reading 512 ended
+# requests one attribute at a time later fetched each request from memory again (A/B on a
+# 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU). The rows are kept as one
+# flat list (source j of every row: a slice with step _WIDTH), not a tuple each: a tuple kept
+# until the flush is an object the cyclic GC walks at every collection until then, and the
+# flat list's columns are slices rather than a transposition.
 _ROW = attrgetter(*SOURCES)
 _WIDTH = len(SOURCES)
+# how a source is kept: as the column that takes it unconverted is (a string list, floats), else
+# as int64 (the ns clocks and the state, which only conversions read)
+_RAW_TYPE = {s: next((c.dtype for c in RECORDED if c.source == (s,) and not c.convert), INT) for s in SOURCES}
 # raw rows moved into the typed columns per block (a few hundred stay in the CPU's caches)
 ROW_BLOCK = 512
 # explicit runs logged (Telemetry.log_run) before they are folded into the counters: the log and
@@ -48,9 +54,11 @@ class Telemetry:
         self.interval_ns = interval_ns
         self.costs = costs
         self.block_size = block_size
-        # numbers in typed arrays (8 bytes a value), strings as references to shared objects
-        self.cols: dict[str, list | array] = {
-            c.name: ([] if c.dtype == STR else array("d" if c.dtype == FLOAT else "q")) for c in RECORDED}
+        # the ended requests' raw values per source attribute (SOURCES), in the order they
+        # ended: numbers in typed arrays (8 bytes a value), strings as references to shared objects
+        self.raw: dict[str, list | array] = {
+            s: ([] if t == STR else array("d" if t == FLOAT else "q")) for s, t in _RAW_TYPE.items()}
+        self._raw_cols = list(self.raw.values())  # (in SOURCES order, as a row holds them)
         nc = len(class_names)
         self.preempt_by_mode: dict[str, int] = defaultdict(int)
         self.swap_ns_class = [0] * nc
@@ -81,7 +89,7 @@ class Telemetry:
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
         self.idle_with_work_ns = 0
-        self._rows: list = []  # raw rows (SOURCES) of ended requests not yet in ``cols``, one after another
+        self._rows: list = []  # raw rows (SOURCES) of ended requests not yet in ``raw``, one after another
         self._gap_codes: tuple | None = None  # itl_arrays' memo: sizes, distinct gaps, counts per class
         # a merged Telemetry's replicas: their records (the request columns, the gaps) are read
         # from them at the end (:meth:`columns`, :meth:`itl_arrays`), not copied into this one
@@ -133,7 +141,7 @@ class Telemetry:
     def on_end(self, req: Request) -> None:
         """Record the request's row (it finished, was rejected, or the run ended): the attributes
         the table (:mod:`sim.core.columns`) names, read now (an ended request is not changed
-        again) and turned into the typed columns ROW_BLOCK rows at a time."""
+        again) and moved into the raw typed columns ROW_BLOCK rows at a time."""
         rows = self._rows
         rows += _ROW(req)
         if len(rows) >= ROW_BLOCK * _WIDTH:
@@ -141,22 +149,18 @@ class Telemetry:
 
     def rows_recorded(self) -> int:
         """Requests whose row has been recorded (finished, rejected or ended by the horizon)."""
-        return sum(len(t._rows) // _WIDTH + len(t.cols["request_id"]) for t in self.parts or [self])
+        return sum(len(t._rows) // _WIDTH + len(t.raw["request_id"]) for t in self.parts or [self])
 
     def _flush_rows(self) -> None:
-        if not self._rows:
-            return
         rows = self._rows
-        raw = {s: rows[j::_WIDTH] for j, s in enumerate(SOURCES)}
-        for c in RECORDED:
-            values = [raw[s] for s in c.source]
-            out = values[0] if not c.convert else CONVERSIONS[c.convert](*values)
-            col = self.cols[c.name]
+        if not rows:
+            return
+        for j, col in enumerate(self._raw_cols):
             if isinstance(col, array):
-                col.fromlist(out)  # (about twice as fast as extend from a tuple)
+                col.fromlist(rows[j::_WIDTH])  # (about twice as fast as extend from a tuple)
             else:
-                col.extend(out)
-        self._rows.clear()
+                col.extend(rows[j::_WIDTH])
+        rows.clear()
 
     # ---- steps ---------------------------------------------------------------------------
     def log_run(self, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],
@@ -346,30 +350,38 @@ class Telemetry:
                              pool.total - pool.free, pool.host_used))
 
     def columns(self) -> dict[str, object]:
-        """The recorded request columns: numbers as numpy arrays (float64 or int64), strings as
-        lists; a merged Telemetry's are its parts' joined, in part order."""
+        """The recorded request columns (:data:`sim.core.columns.RECORDED`): numbers as numpy
+        arrays (float64 or int64), strings as lists; a merged Telemetry's are its parts' joined,
+        in part order."""
         parts = self.parts or [self]
         for t in parts:
             t._flush_rows()
-        out: dict[str, object] = {}
-        for k, v in self.cols.items():
+        raw: dict[str, object] = {}
+        for s, v in self.raw.items():
             if isinstance(v, array):
-                out[k] = _joined([t.cols[k] for t in parts], np.float64 if v.typecode == "d" else np.int64)
+                raw[s] = _joined([t.raw[s] for t in parts], np.float64 if v.typecode == "d" else np.int64)
             else:
-                out[k] = v if len(parts) == 1 and parts[0] is self else list(chain.from_iterable(t.cols[k] for t in parts))
-        return out
+                raw[s] = v if len(parts) == 1 and parts[0] is self else list(chain.from_iterable(t.raw[s] for t in parts))
+        return _converted(raw)
 
     def part_columns(self) -> list[dict[str, object]]:
         """Each part's recorded request columns (a merged Telemetry's replicas, in order; else
-        this one's): numbers as numpy views of the typed arrays (float64 or int64; to be read
-        before anything more is recorded), strings as the lists themselves."""
+        this one's), as :meth:`columns` gives them for one part: raw numbers read as numpy views
+        of the typed arrays (a converted column is a new array), strings as the lists themselves."""
         parts = self.parts or [self]
         out: list[dict[str, object]] = []
         for t in parts:
             t._flush_rows()
-            out.append({k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
-                        if isinstance(v, array) else v for k, v in t.cols.items()})
+            out.append(_converted({s: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
+                                   if isinstance(v, array) else v for s, v in t.raw.items()}))
         return out
+
+
+def _converted(raw: dict[str, object]) -> dict[str, object]:
+    """The recorded request columns (:data:`sim.core.columns.RECORDED`, in order) from the raw
+    values of their sources (SOURCES: a numpy array, or a list of strings, each)."""
+    return {c.name: CONVERSIONS[c.convert](*(raw[s] for s in c.source)) if c.convert else raw[c.source[0]]
+            for c in RECORDED}
 
 
 def _int64(a: array) -> np.ndarray:
