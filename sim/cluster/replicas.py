@@ -29,6 +29,7 @@ from heapq import heappop, heappush
 
 import simpy
 
+from sim.cluster.routers import counts_router
 from sim.core.costs import NEVER
 from sim.core.fastforward import OpenRun
 from sim.core.loop import replica_loop
@@ -73,6 +74,7 @@ class Replica:
         # a step before now (``_gone_p`` of them, a cursor into the run's ``gone_ns``; the next
         # such instant, ``_next_gone``, waits in the cluster's heap).
         self.outstanding = 0
+        self._outs = cluster.outs  # (every replica's ``outstanding``, by index: kept alike)
         self._base = 0
         self._dirty = False  # the replica changed since its view was counted
         self._gone_ns: list[int] = []  # the run in flight's (``OpenRun.gone_ns``)
@@ -142,7 +144,7 @@ class Replica:
                     break
                 p += 1
         self._gone_p = p
-        self.outstanding = self._base - p
+        self.outstanding = self._outs[self.index] = self._base - p
         if nxt != self._next_gone:
             self._next_gone = nxt
             self._gone_ver += 1
@@ -368,6 +370,12 @@ class _Cluster:
         self.stop_ns = stop_ns
         self.closed = closed
         self.assign: dict[int, int] = {}
+        # every replica's ``outstanding`` by index, for a router that chooses from those counts
+        # alone (``routers.counts_router``); ``by_counts[c]``: whether requests of class c are
+        # routed so (their candidates are every replica, in order). Set by ``routing_ready``.
+        self.outs: list[int] = []
+        self.by_counts: list[bool] = []
+        self.route_counts = None
         # the routers' views: replicas changed since counted, and (instant, version, replica)
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
@@ -392,20 +400,35 @@ class _Cluster:
         if self.dirty or (gone and gone[0][0] < view_ns):  # (often nothing changed since the last arrival)
             self.refresh_views(view_ns)
         router = self.router
+        outs, by_counts, route_counts = self.outs, self.by_counts, self.route_counts
         for req in due:
-            cands = self.candidates[req.cls_idx]
-            rep = router.route(req, cands, now_ns) if len(cands) > 1 else cands[0]
-            if rep.index not in self.allowed[req.cls_idx]:
-                raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
-                                   f"{req.cls!r} to replica {rep.index}, not one of its candidates")
+            ci = req.cls_idx
+            if by_counts[ci]:
+                i = route_counts(outs)
+                rep = self.replicas[i]
+            else:
+                cands = self.candidates[ci]
+                rep = router.route(req, cands, now_ns) if len(cands) > 1 else cands[0]
+                i = rep.index
+                if i not in self.allowed[ci]:
+                    raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
+                                       f"{req.cls!r} to replica {i}, not one of its candidates")
             rep.inbox.append(req)
             rep._base += 1
             rep.outstanding += 1
+            outs[i] += 1
             rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
             if rep._wake is not None:  # (it sleeps: seldom, under load)
                 rep.notify(view_ns)
+
+    def routing_ready(self) -> None:
+        """The replicas and each class's candidates are final: set up routing by counts."""
+        self.outs[:] = [r.outstanding for r in self.replicas]
+        self.route_counts = counts_router(self.router)
+        self.by_counts = [self.route_counts is not None and len(c) > 1 and c == self.replicas
+                          for c in self.candidates]
 
     def refresh_views(self, now_ns: int) -> None:
         """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,
