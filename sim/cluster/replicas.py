@@ -80,7 +80,6 @@ class Replica:
         self._gone_ns: list[int] = []  # the run in flight's (``OpenRun.gone_ns``)
         self._gone_p = 0
         self._next_gone = NEVER
-        self._gone_ver = 0  # which heap entry is current
         if cluster.fast:
             self.hold = self._hold
 
@@ -147,9 +146,9 @@ class Replica:
         self.outstanding = self._outs[self.index] = self._base - p
         if nxt != self._next_gone:
             self._next_gone = nxt
-            self._gone_ver += 1
             if nxt < NEVER:
-                heappush(self.cluster.gone, (nxt, self._gone_ver, self.index))
+                cl = self.cluster
+                heappush(cl.gone, (nxt << cl.shift) | self.index)
 
     # -- runs that go past arrivals routed elsewhere --
     # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
@@ -209,7 +208,8 @@ class Replica:
         else:
             self._end = NEVER
             self._bound = bound
-            heappush(self.cluster.pricing, (bound, self.index))
+            cl = self.cluster
+            heappush(cl.pricing, (bound << cl.shift) | self.index)
 
     def _schedule_end(self, end_ns: int) -> None:
         """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there
@@ -270,7 +270,7 @@ class Replica:
             cl.dirty.append(self)
         # (with open arrivals only, the router has always routed this instant's arrivals first:
         # it wakes before any replica at an arrival instant; the check skips the call then)
-        if cl.closed or cl.source.next_arrival_ns() <= now_ns:
+        if cl.closed or cl.next_open_ns <= now_ns:
             cl.route_until(now_ns)
             if not self._dirty:  # (routing just counted it; it goes on changing: admissions, rejections)
                 self._dirty = True
@@ -380,8 +380,17 @@ class _Cluster:
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
         self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._run_bound``)
-        self.pricing: list[tuple[int, int]] = []  # (bound, replica) of runs priced up to an arrival
-        self.gone: list[tuple[int, int, int]] = []
+        # Two heaps of (instant, replica) as one int each, ``instant << shift | replica`` (cheaper
+        # to push, pop and compare than tuples; set by ``routing_ready``): runs priced up to an
+        # arrival instant, and each replica's next member finishing inside its run (an entry is
+        # current while it is the replica's ``_bound`` / ``_next_gone``; one left over from an
+        # earlier run that happens to be equal only repeats a call that then does nothing).
+        self.shift = 0
+        self.pricing: list[int] = []
+        self.gone: list[int] = []
+        # open arrivals only: the source's next arrival, kept by ``route_until`` (only routing
+        # pops the source, and with no closed-loop users nothing else changes its next arrival)
+        self.next_open_ns = 0
         self._kick = None
         self._router_until = NEVER
         self.route_ns = 0  # the instant the router routes at (the clock's, or later: ``_route_open``)
@@ -396,8 +405,10 @@ class _Cluster:
         if not due:
             return
         self.route_ns = view_ns
+        if not self.closed:
+            self.next_open_ns = self.source.next_arrival_ns()
         gone = self.gone
-        if self.dirty or (gone and gone[0][0] < view_ns):  # (often nothing changed since the last arrival)
+        if self.dirty or (gone and gone[0] < view_ns << self.shift):  # (often nothing changed since the last arrival)
             self.refresh_views(view_ns)
         router = self.router
         outs, by_counts, route_counts = self.outs, self.by_counts, self.route_counts
@@ -426,6 +437,7 @@ class _Cluster:
     def routing_ready(self) -> None:
         """The replicas and each class's candidates are final: set up routing by counts."""
         self.outs[:] = [r.outstanding for r in self.replicas]
+        self.shift = max(len(self.replicas) - 1, 1).bit_length()
         self.route_counts = counts_router(self.router)
         self.by_counts = [self.route_counts is not None and len(c) > 1 and c == self.replicas
                           for c in self.candidates]
@@ -440,20 +452,24 @@ class _Cluster:
                     r._count(now_ns)
             dirty.clear()
         heap = self.gone
-        while heap and heap[0][0] < now_ns:
-            _, ver, i = heappop(heap)
-            r = self.replicas[i]
-            if r._gone_ver == ver:
+        shift = self.shift
+        lim = now_ns << shift  # (entries of instants before now_ns)
+        while heap and heap[0] < lim:
+            x = heappop(heap)
+            r = self.replicas[x & ((1 << shift) - 1)]
+            if r._next_gone == x >> shift:
                 r._pass_gone(now_ns)
 
     def price_on(self, now_ns: int) -> None:
         """Price on the runs in flight whose stretch reaches this arrival instant (after its
         arrivals were routed: a run cut now needs no more steps)."""
         heap = self.pricing
-        while heap and heap[0][0] <= now_ns:
-            bound, i = heappop(heap)
-            r = self.replicas[i]
-            if r._run is not None and r._bound == bound:  # (else cut, or an older run's entry)
+        shift = self.shift
+        lim = (now_ns + 1) << shift  # (entries of instants up to now_ns)
+        while heap and heap[0] < lim:
+            x = heappop(heap)
+            r = self.replicas[x & ((1 << shift) - 1)]
+            if r._run is not None and r._bound == x >> shift:  # (else cut, or an older run's entry)
                 r._price()
                 if r._next_gone >= NEVER and not r._dirty:
                     r._pass_gone(now_ns)  # a member may finish in the new steps
@@ -465,6 +481,7 @@ class _Cluster:
         if self.closed:
             self.env.process(self.router_proc())
         else:
+            self.next_open_ns = self.source.next_arrival_ns()
             ev = self.env.event()
             ev.callbacks.append(self._route_open)
             _trigger_urgent(ev)
@@ -486,11 +503,11 @@ class _Cluster:
         stop = self.stop_ns
         while True:
             self.route_until(now)
-            if self.pricing and self.pricing[0][0] <= now:
+            if self.pricing and self.pricing[0] < (now + 1) << self.shift:
                 self.price_on(now)
             if now >= stop:
                 return
-            t = min(self.source.next_arrival_ns(), stop)
+            t = min(self.next_open_ns, stop)
             if t >= NEVER:
                 return
             if t >= _next_event_ns(env):
