@@ -172,12 +172,6 @@ class Replica:
     # priced to its end (``_schedule_end``).
     LOOKAHEAD = 1
 
-    def _run_bound(self) -> int:
-        """When the router routes the open arrival ``ahead`` after the next (NEVER if none)."""
-        s = self.cluster.source
-        j = s.i + self.cluster.ahead
-        return s.arr_ns[j] + s.delay if j < s.n_open else NEVER
-
     def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
         self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
@@ -196,19 +190,21 @@ class Replica:
 
     def _price(self) -> None:
         """Price the run in flight on to its next bound (from its last bound, or its start),
-        and schedule its end if that is now known, else come back at the bound."""
+        and schedule its end if that is now known, else come back at the bound. The bound: when
+        the router routes the open arrival ``ahead`` after the next (NEVER if none)."""
         run = self._run
-        bound = self._run_bound()
+        cl = self.cluster
+        s = cl.source
+        j = s.i + cl.ahead
+        bound = s.arr_ns[j] + s.delay if j < s.n_open else NEVER
         run.extend(bound)
         if run.done:
             self._run = None
             self._end = end = self._ends[-1]
-            ev = self._run_ev
-            _trigger(ev, end - int(ev.env.now))  # (the clock: the router may price ahead of it)
+            _trigger(self._run_ev, end - int(cl.env._now))  # (the clock: the router may price ahead of it)
         else:
             self._end = NEVER
             self._bound = bound
-            cl = self.cluster
             heappush(cl.pricing, (bound << cl.shift) | self.index)
 
     def _schedule_end(self, end_ns: int) -> None:
@@ -222,7 +218,9 @@ class Replica:
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated)."""
-        self._allocate_through(len(self._durs))
+        k = len(self._durs)
+        if k > self._alloc_k:  # (``_allocate_through``, inline: at every engine event)
+            self.engine.allocate_run(self._plan, k, self._alloc_k)
         self._plan = self._run_ev = self._run = None
         return self._durs
 
@@ -247,17 +245,18 @@ class Replica:
             return
         # (t_ns < the run's end: the steps up to the first that ends at or after it; they are
         # priced, as every step that starts before the run's bound, and t_ns <= the bound)
-        k = bisect_left(self._ends, t_ns) + 1
+        ends = self._ends
+        k = bisect_left(ends, t_ns) + 1
         if self._end >= NEVER:  # (its end was not known: schedule it now)
-            if k < len(self._durs):
+            if k < len(ends):
                 del self._durs[k:]
-                del self._ends[k:]
-            self._end = end = self._ends[-1]
-            _trigger(self._run_ev, end - int(self._run_ev.env.now))
-        elif k < len(self._durs):
+                del ends[k:]
+            self._end = end = ends[-1]
+            _trigger(self._run_ev, end - int(self.cluster.env._now))
+        elif k < len(ends):
             del self._durs[k:]
-            del self._ends[k:]
-            self._schedule_end(self._ends[-1])
+            del ends[k:]
+            self._schedule_end(ends[-1])
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
@@ -379,7 +378,7 @@ class _Cluster:
         # the routers' views: replicas changed since counted, and (instant, version, replica)
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
-        self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._run_bound``)
+        self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._price``)
         # Two heaps of (instant, replica) as one int each, ``instant << shift | replica`` (cheaper
         # to push, pop and compare than tuples; set by ``routing_ready``): runs priced up to an
         # arrival instant, and each replica's next member finishing inside its run (an entry is
@@ -448,8 +447,12 @@ class _Cluster:
         dirty = self.dirty
         if dirty:
             for r in dirty:
-                if r._dirty:
-                    r._count(now_ns)
+                if r._dirty:  # (``Replica._count``, inline: for nearly every engine event)
+                    e = r.engine
+                    r._dirty = False
+                    r._base = len(e.running) + len(e.waiting) + len(r.inbox)
+                    r._gone_p = 0
+                    r._pass_gone(now_ns)
             dirty.clear()
         heap = self.gone
         shift = self.shift
