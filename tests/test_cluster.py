@@ -675,6 +675,38 @@ def test_open_arrivals_are_routed_before_a_replica_reaches_their_instant(monkeyp
     assert seen["boundaries"] > 100
 
 
+def test_run_end_and_router_events_reused(monkeypatch):
+    """A replica's run waits on its last run's end event, re-armed (it fired and left the
+    queue), and the router's event is re-armed at each wakeup: new events only for a replica's
+    first run and for a cut run's new end (``_schedule_end``); the tables are those of stopping
+    at every arrival."""
+    import simpy
+
+    from sim.cluster import replicas
+    made = {"events": 0, "replaced": 0}
+
+    class Counted(simpy.Event):
+        def __init__(self, env):
+            made["events"] += 1
+            super().__init__(env)
+
+    schedule_end = replicas.Replica._schedule_end
+
+    def counted_end(rep, end_ns):
+        made["replaced"] += 1
+        schedule_end(rep, end_ns)
+
+    d = cluster_scenario({"replicas": 3, "router": "least_outstanding"})
+    d["streams"][0]["arrival"]["rate"] = 12.0
+    sc = scenario_from_dict(d)
+    slow = simulate_cluster(sc, fast=False)
+    monkeypatch.setattr(replicas.simpy, "Event", Counted)
+    monkeypatch.setattr(replicas.Replica, "_schedule_end", counted_end)
+    fast = simulate_cluster(sc)
+    pd.testing.assert_frame_equal(slow.requests, fast.requests)
+    assert made["events"] == 3 + made["replaced"] and fast.summary_dict["run"]["engine_events"] > 200
+
+
 def test_dead_events_dropped_only_at_the_queue_head():
     """``_next_event_ns`` drops only the events at the queue's head that would do nothing when
     processed (succeeded, no callback); an event with a waiter or a failed one stays."""

@@ -28,6 +28,7 @@ from collections import deque
 from heapq import heappop, heappush
 
 import simpy
+from simpy.events import PENDING
 
 from sim.cluster.routers import counts_router
 from sim.core.costs import NEVER
@@ -66,6 +67,7 @@ class Replica:
         self._bound = NEVER  # the run is priced through the steps that start before this
         self._alloc_k = 1  # steps of the run whose blocks are allocated
         self._run_ev = None
+        self._spare = None  # the last run's end event, processed: the next run's (``_hold``)
         self._ends: list[int] = []  # when each step of ``_durs`` ends
         # The router's view, kept up to date by the cluster (``_Cluster.refresh_views``) rather
         # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
@@ -177,7 +179,14 @@ class Replica:
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
         # run), once that is known
-        ev = self._run_ev = simpy.Event(self.cluster.env)
+        ev = self._spare
+        if ev is None:
+            ev = simpy.Event(self.cluster.env)
+        else:  # (re-armed as a new event: it has fired and left the queue; cheaper than a new one)
+            self._spare = None
+            ev.callbacks = []
+            ev._value = PENDING
+        self._run_ev = ev
         if run is not None:
             # (the same lists: a stretch appends to them, a cut truncates them)
             self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
@@ -221,6 +230,7 @@ class Replica:
         k = len(self._durs)
         if k > self._alloc_k:  # (``_allocate_through``, inline: at every engine event)
             self.engine.allocate_run(self._plan, k, self._alloc_k)
+        self._spare = self._run_ev  # (it just fired: ``_schedule_end``'s replaced ones never do)
         self._plan = self._run_ev = self._run = None
         return self._durs
 
@@ -489,7 +499,7 @@ class _Cluster:
             ev.callbacks.append(self._route_open)
             _trigger_urgent(ev)
 
-    def _route_open(self, _ev) -> None:
+    def _route_open(self, ev) -> None:
         """Open arrivals only (nothing can come before the next one): route what is due now, and
         come back at the next arrival (as ``router_proc`` does); or route that arrival at once
         when no other event comes before it.
@@ -516,8 +526,8 @@ class _Cluster:
             if t >= _next_event_ns(env):
                 break
             now = t
-        ev = env.event()
-        ev.callbacks.append(self._route_open)
+        # (the event that called this, re-armed: it has fired and left the queue)
+        ev.callbacks = [self._route_open]
         _trigger_urgent(ev, t - env.now)
 
     def router_proc(self):
