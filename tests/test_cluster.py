@@ -139,6 +139,36 @@ def test_router_rules():
         make_router("power_of_two", d=0)
 
 
+def test_routing_by_counts_is_routing_by_views(monkeypatch):
+    """least_outstanding's ``route_counts`` picks what its ``route`` picks (ties to the lowest
+    index); a cluster asks it instead of ``route`` (never called) when every replica is a
+    candidate, with the same tables as asking ``route``; a subclass overriding ``route`` keeps it."""
+    from sim.cluster import replicas
+    from sim.cluster.routers import LeastOutstanding, counts_router
+    rng = np.random.default_rng(3)
+    lo = make_router("least_outstanding")
+    for _ in range(300):
+        vs = [View(i, int(rng.integers(0, 4)), 0.0) for i in range(int(rng.integers(1, 17)))]
+        assert lo.route_counts([v.outstanding for v in vs]) == lo.route(Req(0), vs, 0).index
+
+    class Mine(LeastOutstanding):
+        def route(self, req, candidates, now_ns):
+            return candidates[-1]
+
+    assert counts_router(lo) is not None and counts_router(Mine()) is None
+    assert counts_router(make_router("round_robin")) is None
+    sc = scenario_from_dict(cluster_scenario({"replicas": 4, "router": "least_outstanding"}))
+    monkeypatch.setattr(replicas, "counts_router", lambda router: None)
+    by_views = simulate_cluster(sc)
+    monkeypatch.undo()
+    calls = []
+    monkeypatch.setattr(LeastOutstanding, "route", lambda *a: calls.append(a))
+    by_counts = simulate_cluster(sc)
+    assert not calls and len(by_counts.requests) > 50
+    pd.testing.assert_frame_equal(by_views.requests, by_counts.requests)
+    pd.testing.assert_frame_equal(by_views.timeseries, by_counts.timeseries)
+
+
 @pytest.mark.parametrize("name", ROUTER_NAMES)
 def test_router_in_cluster_deterministic_nothing_lost(name):
     sc = scenario_from_dict(cluster_scenario(layout_for(name)))
@@ -643,6 +673,38 @@ def test_open_arrivals_are_routed_before_a_replica_reaches_their_instant(monkeyp
         res = simulate_cluster(sc, fast=fast)
         pd.testing.assert_frame_equal(plain.requests, res.requests)
     assert seen["boundaries"] > 100
+
+
+def test_run_end_and_router_events_reused(monkeypatch):
+    """A replica's run waits on its last run's end event, re-armed (it fired and left the
+    queue), and the router's event is re-armed at each wakeup: new events only for a replica's
+    first run and for a cut run's new end (``_schedule_end``); the tables are those of stopping
+    at every arrival."""
+    import simpy
+
+    from sim.cluster import replicas
+    made = {"events": 0, "replaced": 0}
+
+    class Counted(simpy.Event):
+        def __init__(self, env):
+            made["events"] += 1
+            super().__init__(env)
+
+    schedule_end = replicas.Replica._schedule_end
+
+    def counted_end(rep, end_ns):
+        made["replaced"] += 1
+        schedule_end(rep, end_ns)
+
+    d = cluster_scenario({"replicas": 3, "router": "least_outstanding"})
+    d["streams"][0]["arrival"]["rate"] = 12.0
+    sc = scenario_from_dict(d)
+    slow = simulate_cluster(sc, fast=False)
+    monkeypatch.setattr(replicas.simpy, "Event", Counted)
+    monkeypatch.setattr(replicas.Replica, "_schedule_end", counted_end)
+    fast = simulate_cluster(sc)
+    pd.testing.assert_frame_equal(slow.requests, fast.requests)
+    assert made["events"] == 3 + made["replaced"] and fast.summary_dict["run"]["engine_events"] > 200
 
 
 def test_dead_events_dropped_only_at_the_queue_head():

@@ -96,6 +96,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
     else:
         cl.candidates = [list(cl.replicas) for _ in sc.class_names]
     cl.allowed = [{r.index for r in c} for c in cl.candidates]
+    cl.routing_ready()
     cl.ahead = max(int(Replica.LOOKAHEAD * len(cl.replicas)), 1) - 1
     return group_sc
 

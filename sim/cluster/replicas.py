@@ -28,7 +28,9 @@ from collections import deque
 from heapq import heappop, heappush
 
 import simpy
+from simpy.events import PENDING
 
+from sim.cluster.routers import counts_router
 from sim.core.costs import NEVER
 from sim.core.fastforward import OpenRun
 from sim.core.loop import replica_loop
@@ -65,6 +67,7 @@ class Replica:
         self._bound = NEVER  # the run is priced through the steps that start before this
         self._alloc_k = 1  # steps of the run whose blocks are allocated
         self._run_ev = None
+        self._spare = None  # the last run's end event, processed: the next run's (``_hold``)
         self._ends: list[int] = []  # when each step of ``_durs`` ends
         # The router's view, kept up to date by the cluster (``_Cluster.refresh_views``) rather
         # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
@@ -73,12 +76,12 @@ class Replica:
         # a step before now (``_gone_p`` of them, a cursor into the run's ``gone_ns``; the next
         # such instant, ``_next_gone``, waits in the cluster's heap).
         self.outstanding = 0
+        self._outs = cluster.outs  # (every replica's ``outstanding``, by index: kept alike)
         self._base = 0
         self._dirty = False  # the replica changed since its view was counted
         self._gone_ns: list[int] = []  # the run in flight's (``OpenRun.gone_ns``)
         self._gone_p = 0
         self._next_gone = NEVER
-        self._gone_ver = 0  # which heap entry is current
         if cluster.fast:
             self.hold = self._hold
 
@@ -142,12 +145,12 @@ class Replica:
                     break
                 p += 1
         self._gone_p = p
-        self.outstanding = self._base - p
+        self.outstanding = self._outs[self.index] = self._base - p
         if nxt != self._next_gone:
             self._next_gone = nxt
-            self._gone_ver += 1
             if nxt < NEVER:
-                heappush(self.cluster.gone, (nxt, self._gone_ver, self.index))
+                cl = self.cluster
+                heappush(cl.gone, (nxt << cl.shift) | self.index)
 
     # -- runs that go past arrivals routed elsewhere --
     # Without this, every replica's run stops at every arrival anywhere in the cluster (its next
@@ -171,18 +174,19 @@ class Replica:
     # priced to its end (``_schedule_end``).
     LOOKAHEAD = 1
 
-    def _run_bound(self) -> int:
-        """When the router routes the open arrival ``ahead`` after the next (NEVER if none)."""
-        s = self.cluster.source
-        j = s.i + self.cluster.ahead
-        return s.arr_ns[j] + s.delay if j < s.n_open else NEVER
-
     def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
         self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
         # run), once that is known
-        ev = self._run_ev = simpy.Event(self.cluster.env)
+        ev = self._spare
+        if ev is None:
+            ev = simpy.Event(self.cluster.env)
+        else:  # (re-armed as a new event: it has fired and left the queue; cheaper than a new one)
+            self._spare = None
+            ev.callbacks = []
+            ev._value = PENDING
+        self._run_ev = ev
         if run is not None:
             # (the same lists: a stretch appends to them, a cut truncates them)
             self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
@@ -195,19 +199,22 @@ class Replica:
 
     def _price(self) -> None:
         """Price the run in flight on to its next bound (from its last bound, or its start),
-        and schedule its end if that is now known, else come back at the bound."""
+        and schedule its end if that is now known, else come back at the bound. The bound: when
+        the router routes the open arrival ``ahead`` after the next (NEVER if none)."""
         run = self._run
-        bound = self._run_bound()
+        cl = self.cluster
+        s = cl.source
+        j = s.i + cl.ahead
+        bound = s.arr_ns[j] + s.delay if j < s.n_open else NEVER
         run.extend(bound)
         if run.done:
             self._run = None
             self._end = end = self._ends[-1]
-            ev = self._run_ev
-            _trigger(ev, end - int(ev.env.now))  # (the clock: the router may price ahead of it)
+            _trigger(self._run_ev, end - int(cl.env._now))  # (the clock: the router may price ahead of it)
         else:
             self._end = NEVER
             self._bound = bound
-            heappush(self.cluster.pricing, (bound, self.index))
+            heappush(cl.pricing, (bound << cl.shift) | self.index)
 
     def _schedule_end(self, end_ns: int) -> None:
         """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there
@@ -220,7 +227,10 @@ class Replica:
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated)."""
-        self._allocate_through(len(self._durs))
+        k = len(self._durs)
+        if k > self._alloc_k:  # (``_allocate_through``, inline: at every engine event)
+            self.engine.allocate_run(self._plan, k, self._alloc_k)
+        self._spare = self._run_ev  # (it just fired: ``_schedule_end``'s replaced ones never do)
         self._plan = self._run_ev = self._run = None
         return self._durs
 
@@ -245,17 +255,18 @@ class Replica:
             return
         # (t_ns < the run's end: the steps up to the first that ends at or after it; they are
         # priced, as every step that starts before the run's bound, and t_ns <= the bound)
-        k = bisect_left(self._ends, t_ns) + 1
+        ends = self._ends
+        k = bisect_left(ends, t_ns) + 1
         if self._end >= NEVER:  # (its end was not known: schedule it now)
-            if k < len(self._durs):
+            if k < len(ends):
                 del self._durs[k:]
-                del self._ends[k:]
-            self._end = end = self._ends[-1]
-            _trigger(self._run_ev, end - int(self._run_ev.env.now))
-        elif k < len(self._durs):
+                del ends[k:]
+            self._end = end = ends[-1]
+            _trigger(self._run_ev, end - int(self.cluster.env._now))
+        elif k < len(ends):
             del self._durs[k:]
-            del self._ends[k:]
-            self._schedule_end(self._ends[-1])
+            del ends[k:]
+            self._schedule_end(ends[-1])
 
     # -- the source replica_loop reads --
     def pop_due(self, now_ns: int) -> list:
@@ -268,7 +279,7 @@ class Replica:
             cl.dirty.append(self)
         # (with open arrivals only, the router has always routed this instant's arrivals first:
         # it wakes before any replica at an arrival instant; the check skips the call then)
-        if cl.closed or cl.source.next_arrival_ns() <= now_ns:
+        if cl.closed or cl.next_open_ns <= now_ns:
             cl.route_until(now_ns)
             if not self._dirty:  # (routing just counted it; it goes on changing: admissions, rejections)
                 self._dirty = True
@@ -368,12 +379,27 @@ class _Cluster:
         self.stop_ns = stop_ns
         self.closed = closed
         self.assign: dict[int, int] = {}
+        # every replica's ``outstanding`` by index, for a router that chooses from those counts
+        # alone (``routers.counts_router``); ``by_counts[c]``: whether requests of class c are
+        # routed so (their candidates are every replica, in order). Set by ``routing_ready``.
+        self.outs: list[int] = []
+        self.by_counts: list[bool] = []
+        self.route_counts = None
         # the routers' views: replicas changed since counted, and (instant, version, replica)
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
-        self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._run_bound``)
-        self.pricing: list[tuple[int, int]] = []  # (bound, replica) of runs priced up to an arrival
-        self.gone: list[tuple[int, int, int]] = []
+        self.ahead = 0  # a run is priced up to the arrival this many after the next (``Replica._price``)
+        # Two heaps of (instant, replica) as one int each, ``instant << shift | replica`` (cheaper
+        # to push, pop and compare than tuples; set by ``routing_ready``): runs priced up to an
+        # arrival instant, and each replica's next member finishing inside its run (an entry is
+        # current while it is the replica's ``_bound`` / ``_next_gone``; one left over from an
+        # earlier run that happens to be equal only repeats a call that then does nothing).
+        self.shift = 0
+        self.pricing: list[int] = []
+        self.gone: list[int] = []
+        # open arrivals only: the source's next arrival, kept by ``route_until`` (only routing
+        # pops the source, and with no closed-loop users nothing else changes its next arrival)
+        self.next_open_ns = 0
         self._kick = None
         self._router_until = NEVER
         self.route_ns = 0  # the instant the router routes at (the clock's, or later: ``_route_open``)
@@ -388,24 +414,42 @@ class _Cluster:
         if not due:
             return
         self.route_ns = view_ns
+        if not self.closed:
+            self.next_open_ns = self.source.next_arrival_ns()
         gone = self.gone
-        if self.dirty or (gone and gone[0][0] < view_ns):  # (often nothing changed since the last arrival)
+        if self.dirty or (gone and gone[0] < view_ns << self.shift):  # (often nothing changed since the last arrival)
             self.refresh_views(view_ns)
         router = self.router
+        outs, by_counts, route_counts = self.outs, self.by_counts, self.route_counts
         for req in due:
-            cands = self.candidates[req.cls_idx]
-            rep = router.route(req, cands, now_ns) if len(cands) > 1 else cands[0]
-            if rep.index not in self.allowed[req.cls_idx]:
-                raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
-                                   f"{req.cls!r} to replica {rep.index}, not one of its candidates")
+            ci = req.cls_idx
+            if by_counts[ci]:
+                i = route_counts(outs)
+                rep = self.replicas[i]
+            else:
+                cands = self.candidates[ci]
+                rep = router.route(req, cands, now_ns) if len(cands) > 1 else cands[0]
+                i = rep.index
+                if i not in self.allowed[ci]:
+                    raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
+                                       f"{req.cls!r} to replica {i}, not one of its candidates")
             rep.inbox.append(req)
             rep._base += 1
             rep.outstanding += 1
+            outs[i] += 1
             rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
             if rep._wake is not None:  # (it sleeps: seldom, under load)
                 rep.notify(view_ns)
+
+    def routing_ready(self) -> None:
+        """The replicas and each class's candidates are final: set up routing by counts."""
+        self.outs[:] = [r.outstanding for r in self.replicas]
+        self.shift = max(len(self.replicas) - 1, 1).bit_length()
+        self.route_counts = counts_router(self.router)
+        self.by_counts = [self.route_counts is not None and len(c) > 1 and c == self.replicas
+                          for c in self.candidates]
 
     def refresh_views(self, now_ns: int) -> None:
         """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,
@@ -413,24 +457,32 @@ class _Cluster:
         dirty = self.dirty
         if dirty:
             for r in dirty:
-                if r._dirty:
-                    r._count(now_ns)
+                if r._dirty:  # (``Replica._count``, inline: for nearly every engine event)
+                    e = r.engine
+                    r._dirty = False
+                    r._base = len(e.running) + len(e.waiting) + len(r.inbox)
+                    r._gone_p = 0
+                    r._pass_gone(now_ns)
             dirty.clear()
         heap = self.gone
-        while heap and heap[0][0] < now_ns:
-            _, ver, i = heappop(heap)
-            r = self.replicas[i]
-            if r._gone_ver == ver:
+        shift = self.shift
+        lim = now_ns << shift  # (entries of instants before now_ns)
+        while heap and heap[0] < lim:
+            x = heappop(heap)
+            r = self.replicas[x & ((1 << shift) - 1)]
+            if r._next_gone == x >> shift:
                 r._pass_gone(now_ns)
 
     def price_on(self, now_ns: int) -> None:
         """Price on the runs in flight whose stretch reaches this arrival instant (after its
         arrivals were routed: a run cut now needs no more steps)."""
         heap = self.pricing
-        while heap and heap[0][0] <= now_ns:
-            bound, i = heappop(heap)
-            r = self.replicas[i]
-            if r._run is not None and r._bound == bound:  # (else cut, or an older run's entry)
+        shift = self.shift
+        lim = (now_ns + 1) << shift  # (entries of instants up to now_ns)
+        while heap and heap[0] < lim:
+            x = heappop(heap)
+            r = self.replicas[x & ((1 << shift) - 1)]
+            if r._run is not None and r._bound == x >> shift:  # (else cut, or an older run's entry)
                 r._price()
                 if r._next_gone >= NEVER and not r._dirty:
                     r._pass_gone(now_ns)  # a member may finish in the new steps
@@ -442,11 +494,12 @@ class _Cluster:
         if self.closed:
             self.env.process(self.router_proc())
         else:
+            self.next_open_ns = self.source.next_arrival_ns()
             ev = self.env.event()
             ev.callbacks.append(self._route_open)
             _trigger_urgent(ev)
 
-    def _route_open(self, _ev) -> None:
+    def _route_open(self, ev) -> None:
         """Open arrivals only (nothing can come before the next one): route what is due now, and
         come back at the next arrival (as ``router_proc`` does); or route that arrival at once
         when no other event comes before it.
@@ -463,18 +516,18 @@ class _Cluster:
         stop = self.stop_ns
         while True:
             self.route_until(now)
-            if self.pricing and self.pricing[0][0] <= now:
+            if self.pricing and self.pricing[0] < (now + 1) << self.shift:
                 self.price_on(now)
             if now >= stop:
                 return
-            t = min(self.source.next_arrival_ns(), stop)
+            t = min(self.next_open_ns, stop)
             if t >= NEVER:
                 return
             if t >= _next_event_ns(env):
                 break
             now = t
-        ev = env.event()
-        ev.callbacks.append(self._route_open)
+        # (the event that called this, re-armed: it has fired and left the queue)
+        ev.callbacks = [self._route_open]
         _trigger_urgent(ev, t - env.now)
 
     def router_proc(self):

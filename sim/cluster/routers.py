@@ -21,7 +21,7 @@ those (this file, or a user's module loaded by ``pkg.mod:Class``).
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -89,6 +89,14 @@ class LeastOutstanding(BaseRouter):
         # (read for every candidate at every arrival, so without a Python frame per candidate)
         return min(candidates, key=_OUTSTANDING)
 
+    @staticmethod
+    def route_counts(outstanding: list[int]) -> int:
+        """``route``'s choice from the candidates' ``outstanding`` counts, in candidate order:
+        the position of the first smallest (ties to the lowest, as ``route``). A cluster that
+        keeps those counts in a list asks this instead of ``route`` (``min`` over a list of ints
+        is several times cheaper than an attribute read per candidate, at every arrival)."""
+        return outstanding.index(min(outstanding))
+
 
 class LeastKV(BaseRouter):
     """The replica with the smallest fraction of KV blocks in use (ties: fewer outstanding)."""
@@ -147,6 +155,16 @@ class ClassAware(BaseRouter):
 
     def route(self, req, candidates, now_ns):
         return self.inner.route(req, candidates, now_ns)
+
+
+def counts_router(router) -> Callable[[list[int]], int] | None:
+    """The router's ``route_counts`` (its choice from the candidates' ``outstanding`` counts
+    alone, the same as ``route``'s), or None: also when the class whose ``route`` the router
+    runs does not define ``route_counts`` beside it (a subclass that overrides ``route`` only)."""
+    for klass in type(router).__mro__:
+        if "route" in vars(klass):
+            return getattr(router, "route_counts", None) if "route_counts" in vars(klass) else None
+    return None
 
 
 def _summary(cls: type) -> str:
