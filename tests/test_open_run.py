@@ -81,3 +81,13 @@ def test_run_priced_from_measured_tables_is_stepping():
     pd.testing.assert_frame_equal(a.requests, b.requests)
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
     assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"]
+
+
+def test_steps_are_rounded_as_round_does():
+    """A run rounds ``(a + b * ctx) * NS`` with the function ``round`` would call for it (ties to
+    even); with integer cost terms (an all-integer profile) it is ``round`` itself."""
+    rnd = fastforward._rounder(0.5, 0.25)
+    for x in (0.5, 1.5, 2.5, 12_345_678.5, 12_345_679.5, 0.49999999999999994, 7.2e6 + 0.4999):
+        assert rnd(x) == round(x) and type(rnd(x)) is int
+    assert fastforward._rounder(1, 0) is round
+    assert fastforward._rounder(1, 0)(12) == 12
