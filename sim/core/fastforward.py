@@ -100,8 +100,10 @@ class OpenRun:
         self.k = k
         self.limit = limit
         self.done = False  # True: priced to its end (k, the limit or the KV blocks)
-        # KV blocks the run may take (counted at its start, before it takes any of them)
-        self.avail = block_avail(eng, plan) if eng.grows_blocks else 0
+        # KV blocks the run may take (counted at its start, before it takes any of them; with
+        # a plain pool that is every free block, read without block_avail's call)
+        pool = eng.pool
+        self.avail = (pool.free if pool.plain else block_avail(eng, plan)) if eng.grows_blocks else 0
         # the pricing's state before the next step (the loop in ``extend`` reads and writes it)
         items = plan.items
         coh = eng.cohort if plan.cohort else None
