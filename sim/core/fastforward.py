@@ -52,7 +52,9 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
     planned step alone."""
     # Step i (0-based) starts at now + sum of durations 0..i-1; it belongs to the run only
     # if it starts before the next event (an arrival at a step's start is seen by it).
-    limit = min(next_event_ns, eng.next_change_ns)
+    limit = eng.next_change_ns
+    if next_event_ns < limit:  # (not min(): a call, once per event)
+        limit = next_event_ns
     if now_ns + dur0 >= limit or not _may_run(eng, plan):
         return None  # (often: an arrival comes during an admission's prefill step)
     # at most up to the first running request's last token (or past cohort members' last
@@ -173,9 +175,7 @@ class OpenRun:
             else:
                 i0, c, dc = i, float(ctx), float(D)  # (see _round_float)
                 while i < seg and start < limit:
-                    d = rnd((a + b * c) * ns)
-                    if d < 1:
-                        d = 1
+                    d = rnd((a + b * c) * ns)  # (>= 1 ns: see CostModel.decode_line)
                     durs.append(d)
                     start += d
                     ends.append(start)
