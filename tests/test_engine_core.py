@@ -242,8 +242,26 @@ def test_decode_line_prices_exactly_like_step_ns(overhead):
             ctx = D * rng.randint(1, 32_000)
             line = cm.decode_line(D)
             want = cm.step_ns(0, D, 0, 0, ctx)
-            got = cm.step_ns(0, D, 0, 0, ctx) if line is None else max(1, round((line[0] + line[1] * ctx) * NS))
+            got = cm.step_ns(0, D, 0, 0, ctx) if line is None else round((line[0] + line[1] * ctx) * NS)
             assert got == want, (path.name, D, ctx)
+
+
+def test_no_decode_line_when_a_step_could_round_below_one_ns():
+    """``step_ns`` prices a step at 1 ns at least; a line is offered only when it never rounds
+    below that (fast-forwarded runs then need no clamp): a profile whose decode steps cost
+    nothing or well under a nanosecond, or whose context term is negative, has none (its runs
+    are priced by ``step_ns``)."""
+    from dataclasses import replace
+    from sim.core.costs import CostModel, StepCoefficients
+    free = CostModel(name="free", meta={}, shape=None, step=StepCoefficients())
+    assert free.decode_line(4) is None and free.step_ns(0, 4, 0, 0, 100) == 1
+    odd = replace(free, step=StepCoefficients(base_s=0.01, decode_ctx_s=-1e-9))
+    assert odd.decode_line(4) is None
+    tiny = replace(free, step=StepCoefficients(base_s=4e-10, decode_ctx_s=1e-12))
+    assert tiny.decode_line(1) is None  # (0.4 ns rounds to 0: step_ns says 1)
+    fine = replace(free, step=StepCoefficients(base_s=6e-10, decode_ctx_s=1e-12))
+    a, b = fine.decode_line(1)
+    assert all(round((a + b * c) * 1e9) == fine.step_ns(0, 1, 0, 0, c) >= 1 for c in (0, 1, 10**6))
 
 
 def test_lazy_cohort_exact_with_long_prompts_cut_by_the_budget():

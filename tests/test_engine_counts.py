@@ -291,8 +291,8 @@ def test_cohort_kept_counts_equal_a_recount(seed):
 
 
 def test_check_counts_catches_a_stale_cohort_count():
-    """The recount covers the cohort's kept counts: members per class and its least urgent
-    priority."""
+    """The recount covers the cohort's kept counts: members per class (and per residue) and its
+    least urgent priority."""
     eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
     coh = eng.cohort
     for r in _members(4):
@@ -303,6 +303,12 @@ def test_check_counts_catches_a_stale_cohort_count():
     with pytest.raises(AssertionError, match="members per class"):
         observe.check_counts(eng)
     coh.n_cls[0] -= 1
+    if coh.grows:  # (the per-residue counts, kept twice: per class and per residue)
+        coh.by_residue[0][1] += 1
+        with pytest.raises(AssertionError, match="per residue"):
+            observe.check_counts(eng)
+        coh.by_residue[0][1] -= 1
+    observe.check_counts(eng)
     coh._top = -1
     with pytest.raises(AssertionError, match="least urgent"):
         observe.check_counts(eng)

@@ -81,3 +81,17 @@ def test_run_priced_from_measured_tables_is_stepping():
     pd.testing.assert_frame_equal(a.requests, b.requests)
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
     assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"]
+
+
+def test_steps_are_priced_as_step_ns_prices_them():
+    """A run prices a step in floats (context and NS as floats) and rounds with the function
+    ``round`` calls for a float (ties to even): bit for bit ``step_ns``, over contexts far
+    larger than any batch holds, and for integer cost terms."""
+    rnd = fastforward._round_float
+    for x in (0.5, 1.5, 2.5, 12_345_678.5, 12_345_679.5, 0.49999999999999994, 7.2e6 + 0.4999):
+        assert rnd(x) == round(x) and type(rnd(x)) is int
+    for a, b in ((0.0071234, 3.1e-10), (0.001, 3.4133333333333335e-08), (1, 0), (0, 2), (3, 0.5)):
+        for ctx in (0, 1, 77_777, 10**6 + 3, 2**40 + 1):
+            exact = (a + b * ctx) * 1_000_000_000
+            if exact < 2**53:  # (integer terms: steps shorter than 104 days)
+                assert rnd((a + b * float(ctx)) * fastforward._NS_F) == round(exact)

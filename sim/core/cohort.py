@@ -80,6 +80,8 @@ class DecodeCohort:
         self.members: dict[int, Request] = {}
         self.n_cls = [0] * self.n_classes
         self.residues = [[0] * self.bs for _ in range(self.n_classes)]
+        # the same counts per (residue, class): the next step's blocks per class in one copy
+        self.by_residue = [[0] * self.n_classes for _ in range(self.bs)]
         self.ctx_off = 0  # sum over members of (computed0 - g0)
         # (cohort step that ends with the member's last token, admit_seq, member), ascending
         self.finish: list[tuple[int, int, Request]] = []
@@ -106,7 +108,9 @@ class DecodeCohort:
         if n == 1:
             self._top = None
         if self.grows:
-            self.residues[ci][(g - r.computed) % self.bs] += 1
+            h = (g - r.computed) % self.bs
+            self.residues[ci][h] += 1
+            self.by_residue[h][ci] += 1
         self.ctx_off += r.computed - g
         insort(self.finish, (g + r.hidden_output_tokens - r.generated, r.admit_seq, r))
         last = self._last
@@ -141,7 +145,9 @@ class DecodeCohort:
         if not n:
             self._top = None
         if self.grows:
-            self.residues[ci][(r.cohort_base_step - r.computed) % self.bs] -= 1
+            h = (r.cohort_base_step - r.computed) % self.bs
+            self.residues[ci][h] -= 1
+            self.by_residue[h][ci] -= 1
         self.ctx_off -= r.computed - r.cohort_base_step
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
@@ -178,7 +184,9 @@ class DecodeCohort:
             self._top = None
         if self.grows:
             r.blocks = -(-c // self.bs) - r.base_blocks
-            self.residues[ci][(g0 - c0) % self.bs] -= 1
+            h = (g0 - c0) % self.bs
+            self.residues[ci][h] -= 1
+            self.by_residue[h][ci] -= 1
         self.ctx_off -= c0 - g0
         self._log_span(r)
         r.cohort_base_step = NOT_MEMBER
@@ -290,8 +298,7 @@ class DecodeCohort:
         """KV blocks, per class, that the next cohort step needs."""
         if not self.grows:
             return [0] * len(self.n_cls)
-        i = self.steps % self.bs
-        return [res[i] for res in self.residues]
+        return self.by_residue[self.steps % self.bs][:]
 
     def blocks_needed(self, j0: int, j1: int) -> list[int]:
         """KV blocks, per class, that steps j0 .. j1-1 of a run starting now need if every
@@ -335,7 +342,7 @@ class DecodeCohort:
         of every step up to its last. Returns where membership changed, as ``(steps done, end
         ns, leavers)``: the leavers' last token ended that step; they are synced and removed."""
         g0, n = self.steps, len(durations)
-        self.log_run_at.append(len(self.log_durs))
+        self.log_run_at.append(g0)  # (== len(log_durs): one logged duration a step)
         self.log_run_ns.append(start_ns)
         self.log_durs.fromlist(durations)  # (fromlist: half the time of extend on a list)
         fin = self.finish

@@ -265,9 +265,10 @@ class CostModel:
 
     def decode_line(self, D: int) -> tuple[float, float] | None:
         """For pure decode steps of D sequences: ``(a, b)`` with ``step_ns(0, D, 0, 0, ctx)`` ==
-        ``max(1, round((a + b * ctx) * NS))`` bit for bit (the zero prefill terms add exactly
-        nothing), so fast-forwarded runs price a step with one multiply-add. None when measured
-        tables price decode steps."""
+        ``round((a + b * ctx) * NS)`` bit for bit for every context ``ctx >= 0`` (the zero prefill
+        terms add exactly nothing), so fast-forwarded runs price a step with one multiply-add.
+        None when measured tables price decode steps, or when a step could round below 1 ns
+        (``step_ns`` raises those to 1; a line with ``b >= 0`` and ``a * NS > 0.5`` never does)."""
         cache = self._decode_lines
         line = cache.get(D)
         if line is not None:  # (first: a fast-forwarded run asks again at every member's last token)
@@ -281,6 +282,8 @@ class CostModel:
         t += c.decode_seq_s * D
         if self._ov is not None:
             t += self.overhead_s(0, D)
+        if self._ctx_s < 0 or t * NS <= 0.5:
+            return None  # (a degenerate profile: priced by step_ns, and the memo stays empty)
         line = cache[D] = (t, self._ctx_s)
         return line
 

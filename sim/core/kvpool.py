@@ -41,7 +41,7 @@ class KVPool:
                              for p in set(self.prio)}
         self._capacity: dict[int, int] = {}
         # no reservation and no cached groups: every free block is available to every class
-        self._plain = cache is None and not self.reserves
+        self.plain = cache is None and not self.reserves
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` tokens (ceil division)."""
@@ -49,7 +49,7 @@ class KVPool:
 
     def available_for(self, priority: int) -> int:
         """Blocks a request of this priority may take now (see the module docstring)."""
-        if self._plain:
+        if self.plain:
             return self.free
         held = -self.cache.evictable_blocks if self.cache is not None else 0
         for c in self._more_urgent.get(priority, ()):

@@ -84,7 +84,8 @@ def check_counts(eng: Engine) -> None:
             n_cls[m.cls_idx] += 1
             if coh.grows:
                 residues[m.cls_idx][(m.cohort_base_step - m.computed) % coh.bs] += 1
-        if n_cls != coh.n_cls or residues != coh.residues:
+        by_residue = [[res[h] for res in residues] for h in range(coh.bs)]
+        if n_cls != coh.n_cls or residues != coh.residues or by_residue != coh.by_residue:
             raise AssertionError(f"cohort members per class {coh.n_cls} (and per residue) kept, {n_cls} counted")
         if coh.least_urgent() != least_urgent(eng.class_priority, n_cls):
             raise AssertionError("the cohort's least urgent priority is out of date")

@@ -97,9 +97,11 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
         return need, None
     # the least favoured class present has the fewest blocks available (reservations of
     # every more urgent class are held back from it)
-    worst = coh.least_urgent()
     if not explicit:  # (most plans: every running request is a member)
-        return (need, None) if blocks <= eng.pool.available_for(worst) else (None, None)
+        pool = eng.pool  # (a plain pool offers every class all its free blocks)
+        avail = pool.free if pool.plain else pool.available_for(coh.least_urgent())
+        return (need, None) if blocks <= avail else (None, None)
+    worst = coh.least_urgent()
     used = [0] * len(eng.classes)
     bs = eng.bs
     grows = eng.grows_blocks
