@@ -175,12 +175,15 @@ def test_tables_built_column_wise_equal_the_row_wise_reference(monkeypatch, scen
 
 
 def _recorded(ids: list[int], rng: np.random.Generator, strings: list) -> "Telemetry":
-    """A Telemetry whose request columns hold random values for requests ``ids``, in that order."""
+    """A Telemetry whose raw request columns hold random values for requests ``ids``, in that order."""
+    from sim.core.columns import STATUS
     from sim.core.telemetry import Telemetry
     t = Telemetry(["a", "b"], 10**9)
-    for k, col in t.cols.items():
+    for k, col in t.raw.items():
         if k == "request_id":
             col.fromlist(ids)
+        elif k == "state":  # (a request's state, as its int: one the table names)
+            col.fromlist(rng.choice(sorted(int(v) for v in STATUS), len(ids)).tolist())
         elif isinstance(col, list):
             col.extend(rng.choice(np.array(strings, dtype=object), len(ids)).tolist())
         elif col.typecode == "d":
