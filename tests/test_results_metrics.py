@@ -2,11 +2,16 @@
 the overall metrics take of one column together equal those taken one at a time (and pandas')."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from sim.results import GROUP_METRICS, PCTS, QUANTILES, RequestGroups, _nanquantile
+
+if TYPE_CHECKING:
+    from sim.core.telemetry import Telemetry
 
 
 @pytest.mark.parametrize("seed", range(5))
