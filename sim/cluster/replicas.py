@@ -227,9 +227,7 @@ class Replica:
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated)."""
-        k = len(self._durs)
-        if k > self._alloc_k:  # (``_allocate_through``, inline: at every engine event)
-            self.engine.allocate_run(self._plan, k, self._alloc_k)
+        self._allocate_through(len(self._durs))
         self._spare = self._run_ev  # (it just fired: ``_schedule_end``'s replaced ones never do)
         self._plan = self._run_ev = self._run = None
         return self._durs
@@ -457,12 +455,8 @@ class _Cluster:
         dirty = self.dirty
         if dirty:
             for r in dirty:
-                if r._dirty:  # (``Replica._count``, inline: for nearly every engine event)
-                    e = r.engine
-                    r._dirty = False
-                    r._base = len(e.running) + len(e.waiting) + len(r.inbox)
-                    r._gone_p = 0
-                    r._pass_gone(now_ns)
+                if r._dirty:
+                    r._count(now_ns)
             dirty.clear()
         heap = self.gone
         shift = self.shift
