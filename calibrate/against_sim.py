@@ -2,8 +2,10 @@
 trace with priosim's engine on the measured profile, compare per class.
 
 ``validate(profile_path, out_dir, scenario=None, n=300, repeats=3)`` writes
-``validation.json`` (``{"metrics": [{"class", "metric", "real", "sim", "rel_error"}, ...]}``),
-``real.parquet``, ``sim.parquet`` and ``validation_cdf.png`` (real vs simulated CDFs of TTFT and
+``validation.json`` (``{"metrics": [{"class", "metric", "real", "sim", "rel_error"}, ...]}``,
+and ``steps``: per kind of step, measured against priced), ``real.parquet``, ``sim.parquet``,
+``real_steps.parquet`` (every step of the first real run, see
+:func:`calibrate.validate.step_report`) and ``validation_cdf.png`` (real vs simulated CDFs of TTFT and
 end-to-end latency per class). The simulated run uses the real loop's semantics: FCFS,
 continuous batching with the same token budget, slot count and chunked prefill, no preemption
 (the built-in trace never fills the KV cache), a first token at the end of the step that
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.validate import DEFAULT_ENGINE, builtin_trace, compare, run_real
+from calibrate.validate import DEFAULT_ENGINE, builtin_trace, compare, run_real, step_report
 
 
 def simulate_trace(profile_path: str | Path, trace: pd.DataFrame, engine_params: dict, work_dir: Path) -> pd.DataFrame:
@@ -87,6 +89,9 @@ def validate(profile_path: str | Path, out_dir: str | Path, trace: pd.DataFrame 
     report = compare(real, sim)
     report["meta"] = {"profile": str(profile_path), "requests": int(len(trace)), "repeats": repeats,
                       "engine": params, "real_executor": real.attrs.get("executor", "real")}
+    if real.attrs.get("step_log") is not None:   # the first real run's steps, against their prices
+        steps, report["steps"] = step_report(real.attrs["step_log"], profile_path)
+        steps.to_parquet(out / "real_steps.parquet")
     (out / "validation.json").write_text(json.dumps(report, indent=1))
     for df, name in ((real, "real.parquet"), (sim, "sim.parquet")):
         table = df.drop(columns=[c for c in df.columns if df[c].dtype == object and c != "cls"])

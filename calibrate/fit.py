@@ -6,6 +6,7 @@ Each measured row describes one engine step by the aggregates the cost model rea
 median time ``time_s``. The model is linear in its coefficients::
 
     t = base_s + interp(T; knots, token_s) + prefill_token_s*P [or decode_seq_s*D]
+        + [P > 0]*(prefill_step_s + prefill_chunk_s*chunks + [D > 0]*mixed_step_s)
         + prefill_attn_s*sum_l2 + chunk_attn_s*sum_lc + decode_ctx_s*sum_ctx,   T = P + D
 
 so it is fitted by non-negative least squares (``scipy.optimize.nnls``) on *relative* error
@@ -21,6 +22,12 @@ the other is 0. Likewise a constant lies in the token term's span, so the consta
 With those choices the design has full column rank on any grid that mixes prefill and decode
 rows at equal T, so the fit is unique and recovers the coefficients that generated an exact
 synthetic table (tests/test_calibrate.py checks this).
+
+The eager-step terms are told apart from the constant by the decode rows (P = 0): on a GPU the
+decode rows run under CUDA graphs and every step with prefill runs eagerly, so a step that
+prefills pays a fixed launch cost that a decode step does not, plus launches per prefill
+chunk (``chunks``: prefill rows of several prompts) and for decode attention when decoders
+share the step (mixed rows).
 
 Knots of the token term are chosen from the measured T values so that every segment has data.
 The leave-one-out error (each row predicted by a fit without it) is the number a profile
@@ -60,11 +67,31 @@ def choose_knots(T, ladder=KNOT_LADDER, min_points: int = 3) -> list[float]:
     return knots
 
 
-def _matrix(rows: list[dict], knots, extra: str) -> np.ndarray:
+def chunks(row: dict) -> int:
+    """Prefill chunks of a row's step: its ``chunks`` aggregate, or for rows written before it
+    was recorded, the prompts of a prefill row and one chunk in any other row with prefill."""
+    if "chunks" in row:
+        return int(row["chunks"])
+    if float(row["P"]) <= 0:
+        return 0
+    return int(row.get("batch", 1)) if row.get("kind") == "prefill" else 1
+
+
+def _features(rows: list[dict]) -> dict[str, np.ndarray]:
     f = {k: np.array([float(r[k]) for r in rows]) for k in FEATURES}
+    pre = (f["P"] > 0).astype(float)
+    f["prefill_step"] = pre
+    f["chunks"] = pre * np.array([float(chunks(r)) for r in rows])
+    f["mixed_step"] = pre * (f["D"] > 0)
+    return f
+
+
+def _matrix(rows: list[dict], knots, extra: str) -> np.ndarray:
+    f = _features(rows)
     T = f["P"] + f["D"]
     hats = [interp_extrapolate(T, knots, np.eye(len(knots))[i]) for i in range(len(knots))]
-    cols = hats + [f[extra], f["sum_l2"], f["sum_lc"], f["sum_ctx"]]
+    cols = hats + [f[extra], f["sum_l2"], f["sum_lc"], f["sum_ctx"], f["prefill_step"], f["chunks"],
+                   f["mixed_step"]]
     return np.column_stack(cols)
 
 
@@ -85,18 +112,20 @@ def _coeffs(x: np.ndarray, knots, extra: str) -> dict:
             "prefill_token_s": float(x[n]) if extra == "P" else 0.0,
             "decode_seq_s": float(x[n]) if extra == "D" else 0.0,
             "prefill_attn_s": float(x[n + 1]), "chunk_attn_s": float(x[n + 2]),
-            "decode_ctx_s": float(x[n + 3])}
+            "decode_ctx_s": float(x[n + 3]), "prefill_step_s": float(x[n + 4]),
+            "prefill_chunk_s": float(x[n + 5]), "mixed_step_s": float(x[n + 6])}
 
 
 def predict(step: dict, rows: list[dict]) -> np.ndarray:
     """Step times (s) the coefficients ``step`` give for ``rows`` (the sim's formula, in float)."""
-    f = {k: np.array([float(r[k]) for r in rows]) for k in FEATURES}
+    f = _features(rows)
     t = np.full(len(rows), step.get("base_s", 0.0))
     if step.get("token_knots"):
         t = t + interp_extrapolate(f["P"] + f["D"], step["token_knots"], step["token_s"])
     return (t + step.get("prefill_token_s", 0.0) * f["P"] + step.get("prefill_attn_s", 0.0) * f["sum_l2"]
             + step.get("chunk_attn_s", 0.0) * f["sum_lc"] + step.get("decode_seq_s", 0.0) * f["D"]
-            + step.get("decode_ctx_s", 0.0) * f["sum_ctx"])
+            + step.get("decode_ctx_s", 0.0) * f["sum_ctx"] + step.get("prefill_step_s", 0.0) * f["prefill_step"]
+            + step.get("prefill_chunk_s", 0.0) * f["chunks"] + step.get("mixed_step_s", 0.0) * f["mixed_step"])
 
 
 def fit_step(rows: list[dict], knots=None, loo: bool = True) -> tuple[dict, dict]:

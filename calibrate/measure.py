@@ -41,7 +41,9 @@ from calibrate.timing import configure_cpu, time_call, time_interleaved
 SCHEMA = "priosim.profile/1"
 
 #: Grids: ``quick`` finishes in well under a minute for ``tiny`` on one CPU thread; ``full`` is
-#: sized for a 7-8B model on an 80-141 GB GPU (cells whose KV cache would not fit are skipped).
+#: sized for a 7-8B model on an 80-141 GB GPU, about 3 minutes on an H200 (cells whose KV cache
+#: would not fit are skipped): prefill 128..8k tokens, chunks on prefixes up to 8k, decode at
+#: batch 1..256 x context 32..8k, mixed steps, and transfers of 1..512 blocks.
 GRIDS: dict[str, dict] = {
     "quick": dict(
         prefill=dict(batch=[1, 2, 4], length=[16, 64, 128]),
@@ -54,12 +56,13 @@ GRIDS: dict[str, dict] = {
         warmup=2, repeats=25, min_time_s=0.08, max_tokens_in_cache=1 << 15,
     ),
     "full": dict(
-        prefill=dict(batch=[1, 2, 4, 8], length=[128, 256, 512, 1024, 2048, 4096]),
-        chunk=dict(chunk=[64, 256, 512, 1024, 2048], prefix=[256, 1024, 2048, 4096, 8192]),
-        decode=dict(batch=[1, 8, 16, 32, 64, 128, 256], context=[128, 512, 1024, 2048, 4096, 8192]),
+        prefill=dict(batch=[1, 2, 4, 8], length=[128, 256, 512, 1024, 2048, 4096, 8192]),
+        chunk=dict(chunk=[64, 256, 1024, 2048], prefix=[256, 1024, 4096, 8192]),
+        decode=dict(batch=[1, 4, 8, 16, 32, 64, 128, 256], context=[32, 128, 512, 2048, 8192]),
         dense=dict(tokens=[1, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096, 8192]),
-        mixed=dict(cells=[(32, 1024, 512), (64, 2048, 256), (128, 1024, 1024), (16, 4096, 2048)]),
-        swap=dict(blocks=[1, 4, 16, 64, 256, 1024]),
+        mixed=dict(cells=[(4, 64, 16), (8, 128, 64), (16, 256, 128), (12, 128, 256), (32, 1024, 512),
+                          (64, 2048, 256), (128, 1024, 1024), (16, 4096, 2048)]),
+        swap=dict(blocks=[1, 4, 16, 64, 256, 512]),
         warmup=3, repeats=10, min_time_s=0.2, max_tokens_in_cache=1 << 19,
     ),
 }
@@ -130,7 +133,8 @@ def aggregates(items: list[Item]) -> dict:
     pre = [it for it in items if not (it.n == 1 and it.start > 0)]
     return {"P": sum(it.n for it in pre), "D": len(dec),
             "sum_l2": sum(it.n * it.n for it in pre), "sum_lc": sum(it.n * it.start for it in pre),
-            "sum_ctx": sum(it.start + 1 for it in dec)}   # keys attended, as sim/core/engine.py counts
+            "sum_ctx": sum(it.start + 1 for it in dec),   # keys attended, as sim/core/engine.py counts
+            "chunks": len(pre)}
 
 
 def _alloc(model: Decoder, slots: int, max_len: int) -> None:
@@ -250,10 +254,17 @@ def _step_model(shape: Shape, device: torch.device, dtype: str, g: dict, seed: i
     return model
 
 
+def _eager_step(model: Decoder, items: list[Item]) -> list[int]:
+    """One step as the serving loop (calibrate.validate) runs it: an engine prepares its inputs
+    every step and reads the sampled tokens back, so planning, the forward pass and the read-back
+    are timed together."""
+    return model.forward(model.plan(items)).tolist()
+
+
 def _time_steps_interleaved(model: Decoder, steps: list, device: torch.device, g: dict) -> list[dict]:
     """Time every step cell round-robin in one cache (see timing.time_interleaved); their rows."""
     rows = []
-    fns = [lambda it=items: model.forward(model.plan(it)) for _, _, items, _, _ in steps]
+    fns = [lambda it=items: _eager_step(model, it) for _, _, items, _, _ in steps]
     timings = time_interleaved(fns, device, warmup=g["warmup"], rounds=g["repeats"])
     for (kind, p, items, _, _), t in zip(steps, timings):
         rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": False,
@@ -275,10 +286,9 @@ def _time_steps_one_by_one(model: Decoder, steps: list, device: torch.device, g:
         graphed = cuda_graphs and device.type == "cuda" and kind == "decode"
         if graphed:
             step = GraphedStep(model, model.plan(items))
-            fn = step.replay
+            fn = lambda it=items: step.run(it).tolist()  # noqa: E731  (inputs built, loaded, replayed)
         else:
-            # an engine prepares its inputs every step: time planning + forward together
-            fn = lambda it=items: model.forward(model.plan(it))  # noqa: E731
+            fn = lambda it=items: _eager_step(model, it)  # noqa: E731
         t = time_call(fn, device, **timing_kw)
         rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": graphed,
                      "interleaved": False, **t.as_row()})
@@ -406,7 +416,8 @@ def _profile_meta(dev: torch.device, sh: Shape, dtype: str, grid: str, out_path,
     return {
         "kind": "measured", "name": Path(out_path).stem if out_path else f"{dev.type}-{sh.name}",
         "device": device_name(dev), "device_type": dev.type, "torch": torch.__version__,
-        "cuda": torch.version.cuda if dev.type == "cuda" else None, "dtype": dtype,
+        "cuda": torch.version.cuda if dev.type == "cuda" else None,
+        "driver": _cuda_driver() if dev.type == "cuda" else None, "dtype": dtype,
         "threads": threads, "cuda_graphs": bool(cuda_graphs), "shape": sh.name,
         "block_size": block_size, "grid": grid, "grid_spec": GRIDS[grid],
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -417,6 +428,17 @@ def _profile_meta(dev: torch.device, sh: Shape, dtype: str, grid: str, out_path,
                       else "CPU device: swap rows time a plain host-to-host copy"),
         "base_s_note": "fit: the constant of the token term is reported as base_s",
     }
+
+
+def _cuda_driver() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it (None where it cannot be read)."""
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def write_profile(doc: dict, path: str | Path) -> Path:

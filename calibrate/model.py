@@ -25,8 +25,16 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from calibrate.shapes import Shape
+
+#: Attention kernels the decoder may use: FlashAttention, memory-efficient and the math
+#: fallback, not cuDNN's fused attention. On an H200 (torch 2.11, cuDNN 9) PyTorch picks cuDNN
+#: first, and each call spent about 0.67 ms of host time on the execution plan of its shape:
+#: 42 ms of a 78 ms mixed step, whose two attention calls per layer meet new shapes at nearly
+#: every step of a serving loop. Serving engines run FlashAttention-style kernels.
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -134,11 +142,15 @@ class Decoder:
         self._cos, self._sin = ang.cos().to(self.dtype), ang.sin().to(self.dtype)
 
     # ---- planning ---------------------------------------------------------------------------
-    def plan(self, items: list[Item], tokens: list[int] | torch.Tensor | None = None) -> Batch:
+    def plan(self, items: list[Item], tokens: list[int] | torch.Tensor | None = None,
+             dec_len: int | None = None) -> Batch:
         """Build the device tensors of one step (decoders, ``n == 1 and start > 0``, go first).
 
         ``tokens`` are the new token ids in the order of the reordered items (random if None).
         Items keep their given order otherwise; ``Batch.items`` is the order used.
+        ``dec_len`` pads the decoders' keys to that many (masked), so that every decode step of
+        a batch size has the same tensor shapes and one captured CUDA graph serves them all
+        (:class:`GraphedStep`); None reads exactly the longest context.
         """
         dec = [it for it in items if it.n == 1 and it.start > 0]
         pre = [it for it in items if not (it.n == 1 and it.start > 0)]
@@ -167,6 +179,11 @@ class Decoder:
         if dec:
             ctx = [it.start + 1 for it in dec]
             b.dec_len = max(ctx)
+            if dec_len is not None:
+                if not b.dec_len <= dec_len <= self.max_len:
+                    raise ValueError(f"dec_len {dec_len} must hold the longest context ({b.dec_len}) "
+                                     f"and fit the cache ({self.max_len})")
+                b.dec_len = dec_len
             b.dec_slots = torch.tensor([it.slot for it in dec], dtype=torch.long, device=dev)
             if min(ctx) != b.dec_len:
                 ar = torch.arange(b.dec_len, device=dev)
@@ -197,6 +214,10 @@ class Decoder:
     @torch.inference_mode()
     def forward(self, b: Batch) -> torch.Tensor:
         """Run one step; writes K/V into the cache and returns each item's next token id."""
+        with sdpa_kernel(SDPA_BACKENDS):
+            return self._forward(b)
+
+    def _forward(self, b: Batch) -> torch.Tensor:
         s = self.shape
         H, KV, hd = s.heads, s.kv_heads, s.head_dim
         T = b.tokens.shape[0]
@@ -272,9 +293,23 @@ def estimate_weight_bytes(shape: Shape, dtype: str) -> int:
 
 
 class GraphedStep:
-    """A planned step captured in a CUDA graph; ``replay()`` reruns it (decode, as servers do)."""
+    """A decode step captured in a CUDA graph, replayed with each step's own inputs (as serving
+    engines run decode).
+
+    The graph is captured on ``batch`` (a planned step: its tensor shapes are fixed from then
+    on). :meth:`run` plans the next step's items with the same shapes (same number of
+    decoders, keys padded to the captured ``dec_len``), copies its inputs into the captured
+    tensors and replays: the host work an engine does every step (building the inputs) is
+    part of the step, as it is in eager steps.
+    """
+
+    #: the Batch tensors a step's inputs live in (copied into the captured ones at each run)
+    INPUTS = ("tokens", "cos", "sin", "slot_t", "pos_t", "last_t", "dec_slots", "dec_mask")
 
     def __init__(self, model: Decoder, batch: Batch, warmup: int = 3):
+        if batch.chunks:
+            raise ValueError("GraphedStep captures decode steps only (the batch has prefill chunks)")
+        self.model, self.batch = model, batch
         s = torch.cuda.Stream(device=model.device)
         s.wait_stream(torch.cuda.current_stream(model.device))
         with torch.cuda.stream(s):
@@ -286,6 +321,34 @@ class GraphedStep:
             self.out = model.forward(batch)
         torch.cuda.synchronize(model.device)
 
+    def load(self, batch: Batch) -> None:
+        """Copy ``batch``'s inputs into the captured tensors (shapes must match the capture)."""
+        load_inputs(self.batch, batch)
+
     def replay(self) -> torch.Tensor:
         self.graph.replay()
         return self.out
+
+    def run(self, items: list[Item], tokens: list[int] | torch.Tensor | None = None) -> torch.Tensor:
+        """Plan ``items`` with the captured shapes, load them and replay; next token per item."""
+        self.load(self.model.plan(items, tokens, dec_len=self.batch.dec_len))
+        return self.replay()
+
+
+def load_inputs(dst: Batch, src: Batch) -> None:
+    """Copy the step inputs of ``src`` into ``dst``'s tensors in place (equal shapes required):
+    what a captured graph reads at replay. A decode batch planned with a ``dec_len`` always
+    has a mask when padded; one without is all keys (filled with True)."""
+    if src.n_dec != dst.n_dec or src.dec_len != dst.dec_len or src.chunks or dst.chunks:
+        raise ValueError(f"step of {src.n_dec} decoders x {src.dec_len} keys does not fit the captured "
+                         f"{dst.n_dec} x {dst.dec_len} decode step")
+    for name in GraphedStep.INPUTS:
+        d, s = getattr(dst, name), getattr(src, name)
+        if d is None:
+            if s is not None:
+                raise ValueError(f"captured step has no '{name}' (capture it with a padded dec_len)")
+            continue
+        if s is None:   # (dec_mask: every key is attended)
+            d.fill_(True)
+        else:
+            d.copy_(s, non_blocking=True)

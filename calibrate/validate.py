@@ -181,7 +181,6 @@ def _serve(reqs: list[_Req], params: dict, execute: Callable[[list[_Part]], None
             continue
         sch.admit(parts, t)
         agg = _aggregates(parts)   # before apply: what the step computes
-        chunks = sum(1 for q in parts if q.req.prefilled < q.req.prompt)
         t1 = now()
         execute(parts)
         t2 = now()
@@ -191,7 +190,7 @@ def _serve(reqs: list[_Req], params: dict, execute: Callable[[list[_Part]], None
             bar.update(done)
         steps += 1
         log.append((t, t1, t2, agg["P"], agg["D"], agg["sum_l2"], agg["sum_lc"], agg["sum_ctx"],
-                    chunks))
+                    agg["n_prefill"]))
     rows = []
     for r in reqs:
         tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else float("nan")
@@ -213,7 +212,8 @@ def _aggregates(parts: list[_Part]) -> dict:
     pre = [q for q in parts if q.req.prefilled < q.req.prompt]
     dec = [q for q in parts if q.req.prefilled >= q.req.prompt]
     return {"P": sum(q.n for q in pre), "D": len(dec), "sum_l2": sum(q.n * q.n for q in pre),
-            "sum_lc": sum(q.n * q.start for q in pre), "sum_ctx": sum(q.start + 1 for q in dec)}
+            "sum_lc": sum(q.n * q.start for q in pre), "sum_ctx": sum(q.start + 1 for q in dec),
+            "n_prefill": len(pre)}
 
 
 def _load(profile_path) -> dict:
@@ -222,7 +222,7 @@ def _load(profile_path) -> dict:
 
 def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params: dict | None = None,
              repeats: int = 1, seed: int = 0, clock: str = "auto",
-             busy_wait: bool = True, progress: bool | None = False) -> pd.DataFrame:
+             busy_wait: bool = True, progress: bool | None = False, warmup: bool = True) -> pd.DataFrame:
     """Execute the trace for real on the profile's device, shape and dtype; per-request times.
 
     ``engine_params``: ``token_budget`` (tokens per step), ``max_num_seqs``, ``chunked_prefill``.
@@ -232,6 +232,7 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
     arrival, so the other tenants of a shared CPU do not count (the profile is clocked the same
     way, see calibrate.timing). "auto": "cpu" on a CPU device, "wall" on CUDA.
     ``busy_wait`` (wall clock only): poll for the next arrival instead of sleeping.
+    ``warmup``: first execute the trace's steps once, untimed (see :func:`_warm_on_the_trace`).
     ``progress``: requests finished, over all repeats (see :func:`sim.progress.progress_bar`).
     With ``repeats > 1`` the trace runs that many times and each time column is the per-request
     median (the machine is noisy). Returns the requests table (columns: ``request_id``, ``cls``,
@@ -245,21 +246,95 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
     p = _engine_params(engine_params)
     reqs0 = _requests(requests_df)
     model = _warm_model(meta, dev, int(p["max_num_seqs"]), max(r.prompt + r.output for r in reqs0) + 1, seed)
+    graphs = _decode_graphs(model, int(p["max_num_seqs"])) if _graphed(meta, dev) else None
     gen = torch.Generator().manual_seed(seed)
 
     from sim.progress import progress_bar
 
     bar = progress_bar(progress, total=repeats * len(reqs0), desc=f"validate: {meta['shape']} for real", unit="requests")
     runs = []
+    if warmup:
+        _warm_on_the_trace(profile_path, requests_df, p, _forward_fn(model, gen, graphs))
     try:
         for _ in range(repeats):
             reqs = _requests(requests_df)
-            execute, now, wait_until = _clocked(clock, _forward_fn(model, gen), busy_wait)
+            execute, now, wait_until = _clocked(clock, _forward_fn(model, gen, graphs), busy_wait)
             runs.append(_serve(reqs, p, execute, now, wait_until, bar))
     finally:
         if bar is not None:
             bar.close()
-    return _median_of_runs(runs, repeats, clock)
+    out = _median_of_runs(runs, repeats, clock)
+    if graphs:
+        out.attrs["executor"] += ", decode-only steps under CUDA graphs"
+    return out
+
+
+def _warm_on_the_trace(profile_path, requests_df: pd.DataFrame, params: dict,
+                       forward: Callable[[list[_Part]], None]) -> None:
+    """Execute the trace's steps once for real, untimed, in the profile's virtual time.
+
+    The first step of each new shape is slow on a GPU (library kernels chosen and loaded,
+    allocator growth): up to a second each on an H200, against milliseconds once warm. The
+    profile's cells were each warmed before being timed; this gives the serving loop the same
+    start, on steps of the shapes it will meet (the trace as the profile prices it).
+    """
+    from sim.core.costs import load_profile
+    cm = load_profile(str(profile_path))
+    clock = [0.0]
+
+    def execute(parts: list[_Part]) -> None:
+        forward(parts)
+        clock[0] += int(cm.step_ns(**_aggregates(parts))) / 1e9
+
+    def wait_until(t: float) -> None:
+        clock[0] = max(clock[0], t)
+
+    _serve(_requests(requests_df), params, execute, lambda: clock[0], wait_until)
+
+
+def step_report(step_log: pd.DataFrame, profile_path) -> tuple[pd.DataFrame, dict]:
+    """Each real step's measured duration next to the profile's price for its aggregates.
+
+    Returns the step table (the log plus ``measured_s`` = t_end - t_start, ``priced_s``,
+    ``gap_s`` = host time from this step's end to the next step's planning, ``kind`` decode |
+    prefill | mixed) and a summary per kind: steps, median measured and priced seconds and the
+    median of priced / measured - 1.
+    """
+    from sim.core.costs import load_profile
+    cm = load_profile(str(profile_path))
+    st = step_log.copy()
+    st["measured_s"] = st["t_end"] - st["t_start"]
+    st["priced_s"] = [cm.step_ns(int(r.P), int(r.D), int(r.sum_l2), int(r.sum_lc), int(r.sum_ctx),
+                                 int(r.chunks)) / 1e9 for r in st.itertuples()]
+    st["gap_s"] = st["t_plan"].shift(-1) - st["t_end"]
+    st["kind"] = np.where(st["P"] == 0, "decode", np.where(st["D"] == 0, "prefill", "mixed"))
+    summary = {}
+    for kind, g in st.groupby("kind"):
+        summary[str(kind)] = {"steps": int(len(g)), "measured_s_p50": float(g["measured_s"].median()),
+                              "priced_s_p50": float(g["priced_s"].median()),
+                              "rel_error_p50": float((g["priced_s"] / g["measured_s"] - 1).median()),
+                              "gap_s_p50": float(g["gap_s"].median())}
+    return st, summary
+
+
+def _graphed(meta: dict, dev: str) -> bool:
+    """Run decode-only steps under CUDA graphs? As the profile measured its decode rows."""
+    return dev == "cuda" and bool(meta.get("cuda_graphs"))
+
+
+def _decode_graphs(model, max_seqs: int) -> dict:
+    """One captured decode step per batch size 1..``max_seqs``, keys padded to the cache's length.
+
+    As serving engines do (vLLM captures decode graphs per batch size and pads the batch): a
+    decode-only step replays the graph of its size with its own inputs; a step with any
+    prefill runs eagerly. Padding the keys to the cache length keeps one graph per size; the
+    padded keys are masked, and their cost is small next to reading the weights.
+    """
+    from calibrate.model import GraphedStep, Item
+
+    L = model.max_len
+    return {d: GraphedStep(model, model.plan([Item(i, 1, 1) for i in range(d)], dec_len=L))
+            for d in range(1, max_seqs + 1)}
 
 
 def _device_and_clock(profile_path, meta: dict, clock: str) -> tuple[str, str]:
@@ -296,9 +371,10 @@ def _warm_model(meta: dict, dev: str, slots: int, max_len: int, seed: int):
     return model
 
 
-def _forward_fn(model, gen) -> Callable[[list[_Part]], None]:
+def _forward_fn(model, gen, graphs: dict | None = None) -> Callable[[list[_Part]], None]:
     """One step's forward pass: decodes feed each request's last token, prefill chunks random
-    tokens drawn from ``gen``."""
+    tokens drawn from ``gen``. With ``graphs`` (batch size -> GraphedStep), a step of decoders
+    only replays the graph of its size; any other step runs eagerly."""
     import torch
     from calibrate.model import Item
 
@@ -310,7 +386,10 @@ def _forward_fn(model, gen) -> Callable[[list[_Part]], None]:
         toks = [last_tok.get(q.req.request_id, 1) for q in dec]
         toks += torch.randint(0, model.shape.vocab, (sum(q.n for q in pre),), generator=gen).tolist()
         items = [Item(q.req.slot, q.n, q.start) for q in dec + pre]
-        out = model.forward(model.plan(items, toks)).tolist()   # .tolist() synchronises
+        if graphs and not pre:
+            out = graphs[len(dec)].run(items, toks).tolist()   # .tolist() synchronises
+        else:
+            out = model.forward(model.plan(items, toks)).tolist()
         for q, t in zip(dec + pre, out):
             last_tok[q.req.request_id] = int(t)
 

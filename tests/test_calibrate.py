@@ -94,13 +94,35 @@ def test_logits_match_transformers_llama_when_installed():
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
 
 
+def test_padded_decode_step_loaded_into_a_captured_batch_matches_a_fresh_step():
+    """A decode step planned with its keys padded to the cache length and copied into another
+    planned batch of the same shapes (what a captured CUDA graph replays) gives the same next
+    tokens as the step planned exactly; mismatched shapes are refused."""
+    from calibrate.model import Decoder, Item, load_inputs
+    torch.set_num_threads(1)
+    m = Decoder(get_shape("tiny"), slots=4, max_len=48, seed=2)
+    g = torch.Generator().manual_seed(1)
+    for slot, n in ((0, 9), (1, 21), (2, 30)):
+        m.forward(m.plan([Item(slot, n, 0)], torch.randint(0, m.shape.vocab, (n,), generator=g)))
+    items = [Item(0, 1, 9), Item(1, 1, 21), Item(2, 1, 30)]
+    toks = [5, 7, 11]
+    exact = m.forward(m.plan(items, toks)).tolist()
+    captured = m.plan([Item(i, 1, 1) for i in range(3)], dec_len=48)
+    load_inputs(captured, m.plan(items, toks, dec_len=48))
+    assert m.forward(captured).tolist() == exact
+    with pytest.raises(ValueError, match="does not fit the captured"):
+        load_inputs(captured, m.plan(items[:2], toks[:2], dec_len=48))
+    with pytest.raises(ValueError, match="must hold the longest context"):
+        m.plan(items, toks, dec_len=20)
+
+
 # ---- fitting --------------------------------------------------------------------------------
 
 def _synthetic_rows():
     rows = []
     for B in (1, 2, 4):
         for L in (16, 64, 128):
-            rows.append(dict(kind="prefill", P=B * L, D=0, sum_l2=B * L * L, sum_lc=0, sum_ctx=0))
+            rows.append(dict(kind="prefill", batch=B, P=B * L, D=0, sum_l2=B * L * L, sum_lc=0, sum_ctx=0))
     for c in (16, 64):
         for p in (64, 192):
             rows.append(dict(kind="chunk", P=c, D=0, sum_l2=c * c, sum_lc=c * p, sum_ctx=0))
@@ -109,6 +131,8 @@ def _synthetic_rows():
             rows.append(dict(kind="decode", P=0, D=B, sum_l2=0, sum_lc=0, sum_ctx=B * ctx))
     for T in (8, 32, 96, 192, 256, 512):
         rows.append(dict(kind="dense", P=T, D=0, sum_l2=T * T, sum_lc=0, sum_ctx=0))
+    for D, ctx, L in ((4, 128, 64), (8, 64, 32), (16, 128, 128), (2, 256, 16), (12, 128, 16)):
+        rows.append(dict(kind="mixed", P=L, D=D, sum_l2=L * L, sum_lc=0, sum_ctx=D * ctx, chunks=1))
     return rows
 
 
@@ -118,7 +142,8 @@ def test_fit_recovers_known_coefficients_exactly(extra):
     are fitted back to the same coefficients, and the leave-one-out error is ~0."""
     truth = {"base_s": 2e-3, "token_knots": [0.0, 16.0, 64.0, 256.0],
              "token_s": [0.0, 1e-3, 3e-3, 1.2e-2], "prefill_token_s": 0.0, "decode_seq_s": 0.0,
-             "prefill_attn_s": 5e-9, "chunk_attn_s": 6e-8, "decode_ctx_s": 1.7e-6}
+             "prefill_attn_s": 5e-9, "chunk_attn_s": 6e-8, "decode_ctx_s": 1.7e-6,
+             "prefill_step_s": 4e-3, "prefill_chunk_s": 1.2e-3, "mixed_step_s": 2.5e-3}
     truth[extra] = 1.5e-5
     rows = _synthetic_rows()
     for r, t in zip(rows, F.predict(truth, rows)):
@@ -131,13 +156,24 @@ def test_fit_recovers_known_coefficients_exactly(extra):
 
 
 def test_fitted_step_prices_like_the_simulator():
+    """The simulator's step_ns, given each row's chunks, prices a fitted step as the fit does,
+    eager-step terms included; a profile without them prices exactly as before."""
     rows = _synthetic_rows()
     for r in rows:
-        r["time_s"] = 1e-3 + 1e-5 * (r["P"] + r["D"]) + 1e-9 * r["sum_l2"] + 1e-7 * r["sum_ctx"]
+        r["time_s"] = (1e-3 + 1e-5 * (r["P"] + r["D"]) + 1e-9 * r["sum_l2"] + 1e-7 * r["sum_ctx"]
+                       + (r["P"] > 0) * (3e-3 + 1e-3 * F.chunks(r) + 2e-3 * (r["D"] > 0)))
     step, _ = F.fit_step(rows)
+    assert min(step["prefill_step_s"], step["prefill_chunk_s"], step["mixed_step_s"]) > 0
     cm = profile_from_dict({"schema": "priosim.profile/1", "meta": {}, "step": step}, "t", "t")
-    sim = [cm.step_s(r["P"], r["D"], r["sum_l2"], r["sum_lc"], r["sum_ctx"]) for r in rows]
+    sim = [cm.step_ns(r["P"], r["D"], r["sum_l2"], r["sum_lc"], r["sum_ctx"], F.chunks(r)) / 1e9 for r in rows]
     np.testing.assert_allclose(sim, F.predict(step, rows), rtol=1e-6)
+    plain = {k: v for k, v in step.items() if k not in ("prefill_step_s", "prefill_chunk_s", "mixed_step_s")}
+    cm0 = profile_from_dict({"schema": "priosim.profile/1", "meta": {}, "step": plain}, "t", "t")
+    zero = {**plain, "prefill_step_s": 0.0, "prefill_chunk_s": 0.0, "mixed_step_s": 0.0}
+    cmz = profile_from_dict({"schema": "priosim.profile/1", "meta": {}, "step": zero}, "t", "t")
+    for r in rows:
+        args = (r["P"], r["D"], r["sum_l2"], r["sum_lc"], r["sum_ctx"], F.chunks(r))
+        assert cm0.step_ns(*args) == cmz.step_ns(*args)
 
 
 def test_swap_fit_is_latency_plus_per_block():

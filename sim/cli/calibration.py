@@ -95,6 +95,10 @@ def validate(profile, scenario, n, repeats, out):
     click.echo(f"{'class':12s} {'metric':12s} {'real':>10s} {'sim':>10s} {'rel_error':>10s}")
     for m in report["metrics"]:
         click.echo(f"{m['class']:12s} {m['metric']:12s} {m['real']:10.4g} {m['sim']:10.4g} {m['rel_error']:+10.1%}")
+    for kind, st in report.get("steps", {}).items():
+        click.echo(f"{kind} steps: {st['steps']}, measured p50 {st['measured_s_p50'] * 1e3:.2f} ms, priced p50 "
+                   f"{st['priced_s_p50'] * 1e3:.2f} ms, priced/measured - 1 p50 {st['rel_error_p50']:+.1%}, "
+                   f"host gap after a step p50 {st['gap_s_p50'] * 1e3:.2f} ms")
     click.echo(f"wrote {Path(out) / 'validation.json'}")
 
 

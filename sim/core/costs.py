@@ -8,6 +8,9 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
     t = base_s
       + interp(T; token_knots, token_s)      # piecewise-linear in T = P + D tokens in the step
       + prefill_token_s * P                  # P: prompt (and recompute) tokens in the step
+      + [P > 0] * (prefill_step_s            # a step that runs any prefill (eager, not graphed)
+                   + prefill_chunk_s * n_prefill   # per prefill chunk (each attends on its own)
+                   + [D > 0] * mixed_step_s)     # prefill and decoders in one step
       + prefill_attn_s  * sum(l_i ** 2)      # l_i: tokens of prefill chunk i
       + chunk_attn_s    * sum(l_i * c_i)     # c_i: tokens already cached before chunk i
       + decode_seq_s    * D                  # D: sequences decoding one token
@@ -15,6 +18,13 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
                                              # T = P + D tokens, A prefill admissions in the step
       + decode_ctx_s    * sum(ctx_j)         # ctx_j: context length (tokens in KV) of decoder j
                                              # (times the overhead's KV re-read factor, if any)
+
+The three terms of a step with prefill describe an engine that replays decode-only steps from
+captured CUDA graphs and runs every step with prefill eagerly (vLLM V0, whose graphs cover
+decode batches only; the calibration harness's serving loop): such a step pays a fixed launch
+cost (``prefill_step_s``), a cost per prefill chunk (``prefill_chunk_s``: each chunk's attention
+is launched on its own) and, when decoders share the step, the decode attention's launches too
+(``mixed_step_s``). Measured GPU profiles fit them; analytic profiles leave them 0.
 
 ``interp`` is linear between knots and extrapolates the last segment's slope beyond the last
 knot (0 below the first knot's value at T=0 when the first knot is 0). A profile without knots
@@ -98,6 +108,9 @@ class StepCoefficients:
     token_knots: tuple[float, ...] = ()
     token_s: tuple[float, ...] = ()
     prefill_token_s: float = 0.0
+    prefill_step_s: float = 0.0
+    prefill_chunk_s: float = 0.0
+    mixed_step_s: float = 0.0
     prefill_attn_s: float = 0.0
     chunk_attn_s: float = 0.0
     decode_seq_s: float = 0.0
@@ -186,6 +199,9 @@ class CostModel:
                                                              compare=False)
     #: seconds per context token per decoder: the profile's, times the overhead's KV re-read factor
     _ctx_s: float = field(default=0.0, init=False, repr=False, compare=False)
+    #: does a step with prefill pay the eager-step terms? (False: none set, the arithmetic of
+    #: every other profile is untouched)
+    _eager: bool = field(default=False, init=False, repr=False, compare=False)
     #: decode_line's memo: batch size -> (a, b)
     _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict, init=False, repr=False,
                                                           compare=False)
@@ -196,6 +212,8 @@ class CostModel:
         f = o.ctx_factor(sh.heads, sh.kv_heads) if sh is not None else 1.0
         # exactly the profile's coefficient when there is no re-read (byte-identical pricing)
         self._ctx_s = self.step.decode_ctx_s if f == 1.0 else self.step.decode_ctx_s * f
+        c = self.step
+        self._eager = bool(c.prefill_step_s or c.prefill_chunk_s or c.mixed_step_s)
         if o.is_none:
             self._ov = self._ov_dec = None
             return
@@ -254,6 +272,10 @@ class CostModel:
         if c.token_knots:
             t += self._tokens_s(P + D)
         t += c.prefill_token_s * P
+        if P and self._eager:
+            t += c.prefill_step_s + c.prefill_chunk_s * n_prefill
+            if D:
+                t += c.mixed_step_s
         t += c.prefill_attn_s * sum_l2
         t += c.chunk_attn_s * sum_lc
         t += c.decode_seq_s * D
@@ -302,7 +324,10 @@ class CostModel:
         return ys[i] + (ys[i + 1] - ys[i]) * (T - xs[i]) / (xs[i + 1] - xs[i])
 
     def step_s(self, P=0, D=0, sum_l2=0, sum_lc=0, sum_ctx=0) -> float:
-        """One step's duration in seconds (convenience for reports and admission estimates)."""
+        """One step's duration in seconds (convenience for reports and admission estimates; a
+        step with prefill counts as one chunk for the per-chunk term of an eager profile)."""
+        if P and self._eager:
+            return self.step_ns(P, D, sum_l2, sum_lc, sum_ctx, 1) / NS
         return self.step_ns(P, D, sum_l2, sum_lc, sum_ctx) / NS
 
     def prefill_s(self, tokens: int, cached: int = 0) -> float:
@@ -395,6 +420,9 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
     step = StepCoefficients(
         base_s=_num(s, "base_s", sw, 0.0), token_knots=knots, token_s=vals,
         prefill_token_s=_num(s, "prefill_token_s", sw, 0.0),
+        prefill_step_s=_num(s, "prefill_step_s", sw, 0.0),
+        prefill_chunk_s=_num(s, "prefill_chunk_s", sw, 0.0),
+        mixed_step_s=_num(s, "mixed_step_s", sw, 0.0),
         prefill_attn_s=_num(s, "prefill_attn_s", sw, 0.0),
         chunk_attn_s=_num(s, "chunk_attn_s", sw, 0.0),
         decode_seq_s=_num(s, "decode_seq_s", sw, 0.0),
