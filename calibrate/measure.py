@@ -34,7 +34,7 @@ import torch
 
 from calibrate import fit as _fit
 from calibrate import timing
-from calibrate.model import Decoder, GraphedStep, Item, check_free_memory, estimate_weight_bytes
+from calibrate.model import Decoder, GraphedStep, Item, check_free_memory, estimate_weight_bytes, key_bucket
 from calibrate.shapes import DTYPE_BYTES, Shape, get_shape
 from calibrate.timing import configure_cpu, time_call, time_interleaved
 
@@ -285,7 +285,9 @@ def _time_steps_one_by_one(model: Decoder, steps: list, device: torch.device, g:
             _alloc(model, *need)
         graphed = cuda_graphs and device.type == "cuda" and kind == "decode"
         if graphed:
-            step = GraphedStep(model, model.plan(items))
+            # keys padded to their bucket and masked, as the serving loop's graphs run them
+            keys = key_bucket(max(it.start for it in items) + 1, model.max_len)
+            step = GraphedStep(model, model.plan(items, dec_len=keys))
             fn = lambda it=items: step.run(it).tolist()  # noqa: E731  (inputs built, loaded, replayed)
         else:
             fn = lambda it=items: _eager_step(model, it)  # noqa: E731

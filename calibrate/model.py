@@ -148,9 +148,11 @@ class Decoder:
 
         ``tokens`` are the new token ids in the order of the reordered items (random if None).
         Items keep their given order otherwise; ``Batch.items`` is the order used.
-        ``dec_len`` pads the decoders' keys to that many (masked), so that every decode step of
-        a batch size has the same tensor shapes and one captured CUDA graph serves them all
-        (:class:`GraphedStep`); None reads exactly the longest context.
+        ``dec_len`` pads the decoders' keys to that many and always masks them, so that the
+        decode steps of a batch size whose contexts fall in one bucket (:func:`key_bucket`)
+        have the same tensor shapes and kernels, and one captured CUDA graph serves them all
+        (:class:`GraphedStep`); None reads exactly the longest context (masked only when the
+        contexts differ).
         """
         dec = [it for it in items if it.n == 1 and it.start > 0]
         pre = [it for it in items if not (it.n == 1 and it.start > 0)]
@@ -185,7 +187,7 @@ class Decoder:
                                      f"and fit the cache ({self.max_len})")
                 b.dec_len = dec_len
             b.dec_slots = torch.tensor([it.slot for it in dec], dtype=torch.long, device=dev)
-            if min(ctx) != b.dec_len:
+            if dec_len is not None or min(ctx) != b.dec_len:
                 ar = torch.arange(b.dec_len, device=dev)
                 b.dec_mask = (ar[None, :] < torch.tensor(ctx, device=dev)[:, None])[:, None, None, :]
         off = len(dec)
@@ -292,21 +294,36 @@ def estimate_weight_bytes(shape: Shape, dtype: str) -> int:
     return shape.params * (torch.finfo(TORCH_DTYPES[dtype]).bits // 8)
 
 
+def key_bucket(context: int, max_len: int) -> int:
+    """Keys a graphed decode step reads for a longest context of ``context`` keys: the next
+    multiple of 64 up to 512 keys, of 512 beyond, at most the cache's ``max_len``.
+
+    Serving engines' decode kernels read each sequence's own context; a captured graph needs
+    fixed shapes, so the keys are padded to a bucket and masked. The calibration rows and the
+    serving loop pad alike, and the buckets keep the graphs few (16 batch sizes x 15 buckets
+    for a 4k cache) while padding a short context by at most 63 keys.
+    """
+    step = 64 if context <= 512 else 512
+    return min(max_len, -(-context // step) * step)
+
+
 class GraphedStep:
     """A decode step captured in a CUDA graph, replayed with each step's own inputs (as serving
     engines run decode).
 
-    The graph is captured on ``batch`` (a planned step: its tensor shapes are fixed from then
-    on). :meth:`run` plans the next step's items with the same shapes (same number of
-    decoders, keys padded to the captured ``dec_len``), copies its inputs into the captured
-    tensors and replays: the host work an engine does every step (building the inputs) is
-    part of the step, as it is in eager steps.
+    The graph is captured on ``batch`` (a planned step, normally with its keys padded to a
+    :func:`key_bucket`: its tensor shapes are fixed from then on). :meth:`run` plans the next
+    step's items with the same shapes (same number of decoders, keys padded to the captured
+    ``dec_len``), copies its inputs into the captured tensors and replays: the host work an engine does every step (building the inputs) is
+    part of the step, as it is in eager steps. ``pool`` (``torch.cuda.graph_pool_handle()``)
+    shares one memory pool among graphs that are replayed one at a time, as vLLM's decode
+    graphs share theirs; each graph's output must be read before another graph replays.
     """
 
     #: the Batch tensors a step's inputs live in (copied into the captured ones at each run)
     INPUTS = ("tokens", "cos", "sin", "slot_t", "pos_t", "last_t", "dec_slots", "dec_mask")
 
-    def __init__(self, model: Decoder, batch: Batch, warmup: int = 3):
+    def __init__(self, model: Decoder, batch: Batch, warmup: int = 3, pool=None):
         if batch.chunks:
             raise ValueError("GraphedStep captures decode steps only (the batch has prefill chunks)")
         self.model, self.batch = model, batch
@@ -317,7 +334,7 @@ class GraphedStep:
                 model.forward(batch)
         torch.cuda.current_stream(model.device).wait_stream(s)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, pool=pool):
             self.out = model.forward(batch)
         torch.cuda.synchronize(model.device)
 

@@ -110,10 +110,63 @@ def test_padded_decode_step_loaded_into_a_captured_batch_matches_a_fresh_step():
     captured = m.plan([Item(i, 1, 1) for i in range(3)], dec_len=48)
     load_inputs(captured, m.plan(items, toks, dec_len=48))
     assert m.forward(captured).tolist() == exact
+    # padded means masked, even where every context fills the keys (the same kernels)
+    assert m.plan([Item(0, 1, 47)], dec_len=48).dec_mask is not None
+    assert m.plan([Item(0, 1, 47)]).dec_mask is None
     with pytest.raises(ValueError, match="does not fit the captured"):
         load_inputs(captured, m.plan(items[:2], toks[:2], dec_len=48))
     with pytest.raises(ValueError, match="must hold the longest context"):
         m.plan(items, toks, dec_len=20)
+
+
+def test_key_buckets_pad_by_less_than_a_step_and_stay_few():
+    from calibrate.model import key_bucket
+    assert [key_bucket(c, 321) for c in (2, 64, 65, 320, 321)] == [64, 64, 128, 320, 321]
+    assert key_bucket(513, 4096) == 1024 and key_bucket(4000, 4096) == 4096
+    assert len({key_bucket(c, 4096) for c in range(2, 4097)}) == 15
+    assert all(0 <= key_bucket(c, 8192) - c < (64 if c <= 512 else 512) for c in range(2, 8193))
+
+
+def test_serving_loop_replays_decode_only_steps_from_their_bucket_with_the_eager_tokens(tmp_path):
+    """The serving loop's decode-only steps go to the runner of their batch size and key
+    bucket (on a GPU, a captured graph); a stand-in that loads the step into the captured
+    batch and runs it gives the next tokens the eager step gives, for every such step."""
+    from calibrate.model import Decoder, load_inputs
+    from calibrate.validate import _decode_graphs, _forward_fn, _requests, _serve
+
+    torch.set_num_threads(1)
+    m = Decoder(get_shape("tiny"), slots=4, max_len=150, seed=3)
+    calls = []
+
+    class StandIn:   # what GraphedStep does, without CUDA: load the inputs, run the captured batch
+        def __init__(self, model, batch):
+            self.batch = batch
+
+        def run(self, items, tokens):
+            calls.append((self.batch.n_dec, self.batch.dec_len))
+            fresh = m.plan(items, tokens)
+            load_inputs(self.batch, m.plan(items, tokens, dec_len=self.batch.dec_len))
+            out = m.forward(self.batch)
+            assert out.tolist() == m.forward(fresh).tolist()
+            return out
+
+    graphs = _decode_graphs(m, 4, capture=StandIn)
+    assert set(graphs) == {(d, k) for d in range(1, 5) for k in (64, 128, 150)}
+    trace = pd.DataFrame({"arrival_s": [0.0, 0.0, 0.001, 0.5], "prompt_tokens": [40, 70, 20, 90],
+                          "output_tokens": [30, 60, 12, 40]})
+    clock = [0.0]
+    forward = _forward_fn(m, torch.Generator().manual_seed(0), graphs)
+
+    def execute(parts):
+        forward(parts)
+        clock[0] += 0.01
+
+    def wait_until(t):
+        clock[0] = max(clock[0], t)
+
+    out = _serve(_requests(trace), {"token_budget": 64, "max_num_seqs": 4}, execute, lambda: clock[0], wait_until)
+    assert out["finish_s"].notna().all()
+    assert {k for _, k in calls} >= {128, 150} and len(calls) > 50
 
 
 # ---- fitting --------------------------------------------------------------------------------
