@@ -441,3 +441,42 @@ def test_every_shipped_roofline_profile_is_regenerated_by_the_command(tmp_path, 
         made, shipped = (json.loads(p.read_text()) for p in (tmp_path / name, Path(PROFILE_DIR) / name))
         made["meta"].pop("date"), shipped["meta"].pop("date")
         assert made == shipped, name
+
+
+def test_gpu_script_runs_its_whole_path_on_cpu(tmp_path):
+    """scripts/gpu_calibrate.sh in smoke mode with DEVICE=cpu SHAPE=tiny: calibrate, then
+    validate on that profile, everything in the one folder, the step report included."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "DEVICE": "cpu", "SHAPE": "tiny", "PY": sys.executable, "MPLBACKEND": "Agg"}
+    done = subprocess.run(["bash", "scripts/gpu_calibrate.sh", str(tmp_path), "smoke"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = (tmp_path / "log.txt").read_text()
+    assert "calibrate: exit 0" in log and "validate: exit 0" in log, log[-3000:]
+    report = json.loads((tmp_path / "validate" / "validation.json").read_text())
+    assert {m["metric"] for m in report["metrics"]} >= {"ttft_p50", "tpot_p50", "e2e_p50", "throughput"}
+    assert set(report["steps"]) >= {"decode"} and report["steps"]["decode"]["steps"] > 0
+    steps = pd.read_parquet(tmp_path / "validate" / "real_steps.parquet")
+    assert {"measured_s", "priced_s", "kind", "chunks"} <= set(steps.columns)
+    assert load_profile(str(tmp_path / "h200-tiny-measured.json")).meta["grid"] == "quick"
+
+
+def test_shipped_h200_measurement_is_listed_and_runs_a_scenario(tmp_path):
+    """The measured H200 profile is a shipped name with its provenance, and a scenario runs on it."""
+    from click.testing import CliRunner
+    from sim.cli import main
+
+    cm = load_profile("h200-llama-3-8b-measured")
+    meta = cm.meta
+    assert meta["kind"] == "measured" and meta["device"] == "NVIDIA H200" and meta["cuda_graphs"] is True
+    for key in ("driver", "torch", "cuda", "dtype", "grid", "grid_spec", "date", "shape"):
+        assert meta.get(key), key
+    assert cm.step.prefill_step_s > 0   # eager steps with prefill cost more than graphed decode steps
+    r = CliRunner().invoke(main, ["profiles"])
+    assert "h200-llama-3-8b-measured" in r.output
+    r = CliRunner().invoke(main, ["run", "--set", 'engine.profile="h200-llama-3-8b-measured"', "--set",
+                                  "horizon_s=20", "--no-plots", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    assert "profile=h200-llama-3-8b-measured" in r.output

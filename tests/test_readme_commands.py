@@ -27,6 +27,7 @@ NOT_RUN = {
     "priosim calibrate ": "calibration (torch timing on this machine): tests/test_calibrate.py",
     'priosim run --set engine.profile="p.json"': "needs the p.json priosim calibrate writes: tests/test_calibrate.py",
     "priosim validate ": "real execution against the simulator: tests/test_calibrate.py",
+    "bash scripts/gpu_calibrate.sh ": "needs a CUDA GPU; tests/test_calibrate.py runs its CPU path (tiny shape)",
     "jupyter nbconvert ": "tests/test_notebooks.py runs this very line and checks the executed notebooks",
 }
 SYNOPSIS = re.compile(r"\[(--|[A-Z])")

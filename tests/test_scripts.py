@@ -28,3 +28,13 @@ def test_docs_run_scripts_and_benchmarks_as_modules():
     bad = [f"{p.name}: {m.group(0)}" for p in pages
            for m in re.finditer(r"python3? +(scripts|benchmarks)/\w+\.py", p.read_text())]
     assert not bad, bad
+
+
+def test_measured_vs_roofline_compares_every_decode_and_prefill_row(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-m", "scripts.measured_vs_roofline", "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "measured_vs_roofline.md").read_text()
+    assert table.count("| decode |") == 36 and table.count("| prefill |") == 14
+    assert (tmp_path / "measured_vs_roofline.png").stat().st_size > 0
