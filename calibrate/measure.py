@@ -24,9 +24,11 @@ The rows go into the profile's ``rows`` key, the fitted coefficients (calibrate.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import math
 import platform
+import random
 import time
 from pathlib import Path
 
@@ -254,6 +256,46 @@ def _step_model(shape: Shape, device: torch.device, dtype: str, g: dict, seed: i
     return model
 
 
+#: Each decode and mixed cell is timed over this many batches (see :func:`_variants`).
+VARIANTS = 8
+
+
+def _variants(items: list[Item], n: int = VARIANTS, seed: int = 0) -> list[list[Item]]:
+    """``n`` batches of the same step: ``items`` and ``n - 1`` others whose decoders' contexts
+    are moved between them (same sum, within the cell's shortest and longest context).
+
+    A serving batch never repeats: its contexts change every step, and with them the attention
+    tensors' shapes. A cell timed on one batch alone measured low against the serving loop
+    (15-35 % on one CPU host; GPU steps of new shapes likewise cost more), so a cell's calls
+    cycle through batches with the cell's aggregates (D, sum of contexts, the prefill chunk).
+    Cells with fewer than two decoders have one batch.
+    """
+    dec = [it for it in items if it.n == 1 and it.start > 0]
+    if len(dec) < 2:
+        return [items]
+    rest = [it for it in items if not (it.n == 1 and it.start > 0)]
+    lo, hi = min(it.start for it in dec), max(it.start for it in dec)
+    rng = random.Random(seed)
+    out = [items]
+    for _ in range(n - 1):
+        ctx = [it.start for it in dec]
+        for _ in range(len(ctx)):
+            i, j = rng.randrange(len(ctx)), rng.randrange(len(ctx))
+            d = rng.randint(0, min(ctx[i] - lo, hi - ctx[j]))
+            ctx[i] -= d
+            ctx[j] += d
+        out.append([Item(it.slot, 1, c) for it, c in zip(dec, ctx)] + rest)
+    return out
+
+
+def _cycling(call, items: list[Item]):
+    """A no-argument function calling ``call(batch)`` on the next of the cell's batches, and
+    how many batches it cycles through."""
+    batches = _variants(items)
+    it = itertools.cycle(batches)
+    return (lambda: call(next(it))), len(batches)
+
+
 def _eager_step(model: Decoder, items: list[Item]) -> list[int]:
     """One step as the serving loop (calibrate.validate) runs it: an engine prepares its inputs
     every step and reads the sampled tokens back, so planning, the forward pass and the read-back
@@ -264,8 +306,9 @@ def _eager_step(model: Decoder, items: list[Item]) -> list[int]:
 def _time_steps_interleaved(model: Decoder, steps: list, device: torch.device, g: dict) -> list[dict]:
     """Time every step cell round-robin in one cache (see timing.time_interleaved); their rows."""
     rows = []
-    fns = [lambda it=items: _eager_step(model, it) for _, _, items, _, _ in steps]
-    timings = time_interleaved(fns, device, warmup=g["warmup"], rounds=g["repeats"])
+    fns = [_cycling(lambda it: _eager_step(model, it), items)[0] for _, _, items, _, _ in steps]
+    # (warm-up: every batch of every cell at least once)
+    timings = time_interleaved(fns, device, warmup=max(g["warmup"], VARIANTS), rounds=g["repeats"])
     for (kind, p, items, _, _), t in zip(steps, timings):
         rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": False,
                      "interleaved": True, **t.as_row()})
@@ -288,10 +331,11 @@ def _time_steps_one_by_one(model: Decoder, steps: list, device: torch.device, g:
             # keys padded to their bucket and masked, as the serving loop's graphs run them
             keys = key_bucket(max(it.start for it in items) + 1, model.max_len)
             step = GraphedStep(model, model.plan(items, dec_len=keys))
-            fn = lambda it=items: step.run(it).tolist()  # noqa: E731  (inputs built, loaded, replayed)
+            fn, n = _cycling(lambda it: step.run(it).tolist(), items)   # inputs built, loaded, replayed
         else:
-            fn = lambda it=items: _eager_step(model, it)  # noqa: E731
-        t = time_call(fn, device, **timing_kw)
+            fn, n = _cycling(lambda it: _eager_step(model, it), items)
+        # (warm-up: every batch of the cell at least once)
+        t = time_call(fn, device, **{**timing_kw, "warmup": max(timing_kw["warmup"], n)})
         rows.append({"kind": kind, **p, **aggregates(items), "cuda_graph": graphed,
                      "interleaved": False, **t.as_row()})
         if graphed:

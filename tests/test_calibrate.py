@@ -119,6 +119,22 @@ def test_padded_decode_step_loaded_into_a_captured_batch_matches_a_fresh_step():
         m.plan(items, toks, dec_len=20)
 
 
+def test_a_cells_batches_keep_its_aggregates_and_bounds_but_not_its_shapes():
+    """A decode or mixed cell is timed over several batches with the cell's aggregates (as a
+    serving batch's contexts change every step); a single decoder has one batch."""
+    from calibrate.measure import VARIANTS, _items, _variants, aggregates
+    for kind, p in (("decode", dict(batch=16, context=128)), ("mixed", dict(batch=8, context=64, chunk=32))):
+        items = _items(kind, p)[0]
+        batches = _variants(items)
+        assert len(batches) == VARIANTS and batches[0] == items
+        starts = [it.start for it in items if it.n == 1]
+        for b in batches:
+            assert aggregates(b) == aggregates(items)
+            assert all(min(starts) <= it.start <= max(starts) for it in b if it.n == 1)
+        assert len({tuple(it.start for it in b) for b in batches}) == VARIANTS
+    assert _variants(_items("decode", dict(batch=1, context=128))[0]) == [_items("decode", dict(batch=1, context=128))[0]]
+
+
 def test_key_buckets_pad_by_less_than_a_step_and_stay_few():
     from calibrate.model import key_bucket
     assert [key_bucket(c, 321) for c in (2, 64, 65, 320, 321)] == [64, 64, 128, 320, 321]
