@@ -6,7 +6,7 @@ Each measured row describes one engine step by the aggregates the cost model rea
 median time ``time_s``. The model is linear in its coefficients::
 
     t = base_s + interp(T; knots, token_s) + prefill_token_s*P [or decode_seq_s*D]
-        + [P > 0]*(prefill_step_s + prefill_chunk_s*chunks + [D > 0]*mixed_step_s)
+        + [chunks > 0]*(prefill_step_s + prefill_chunk_s*chunks + [D > 0]*mixed_step_s)
         + prefill_attn_s*sum_l2 + chunk_attn_s*sum_lc + decode_ctx_s*sum_ctx,   T = P + D
 
 so it is fitted by non-negative least squares (``scipy.optimize.nnls``) on *relative* error
@@ -79,10 +79,9 @@ def chunks(row: dict) -> int:
 
 def _features(rows: list[dict]) -> dict[str, np.ndarray]:
     f = {k: np.array([float(r[k]) for r in rows]) for k in FEATURES}
-    pre = (f["P"] > 0).astype(float)
-    f["prefill_step"] = pre
-    f["chunks"] = pre * np.array([float(chunks(r)) for r in rows])
-    f["mixed_step"] = pre * (f["D"] > 0)
+    f["chunks"] = np.array([float(chunks(r)) for r in rows])
+    f["prefill_step"] = (f["chunks"] > 0).astype(float)
+    f["mixed_step"] = f["prefill_step"] * (f["D"] > 0)
     return f
 
 

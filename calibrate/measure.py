@@ -37,7 +37,7 @@ import torch
 from calibrate import fit as _fit
 from calibrate import timing
 from calibrate.model import Decoder, GraphedStep, Item, check_free_memory, estimate_weight_bytes, key_bucket
-from calibrate.shapes import DTYPE_BYTES, Shape, get_shape
+from calibrate.shapes import Shape, get_shape
 from calibrate.timing import configure_cpu, time_call, time_interleaved
 
 SCHEMA = "priosim.profile/1"

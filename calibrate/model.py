@@ -314,8 +314,9 @@ class GraphedStep:
     The graph is captured on ``batch`` (a planned step, normally with its keys padded to a
     :func:`key_bucket`: its tensor shapes are fixed from then on). :meth:`run` plans the next
     step's items with the same shapes (same number of decoders, keys padded to the captured
-    ``dec_len``), copies its inputs into the captured tensors and replays: the host work an engine does every step (building the inputs) is
-    part of the step, as it is in eager steps. ``pool`` (``torch.cuda.graph_pool_handle()``)
+    ``dec_len``), copies its inputs into the captured tensors and replays: the host work an
+    engine does every step (building the inputs) is part of the step, as it is in eager steps.
+    ``pool`` (``torch.cuda.graph_pool_handle()``)
     shares one memory pool among graphs that are replayed one at a time, as vLLM's decode
     graphs share theirs; each graph's output must be read before another graph replays.
     """

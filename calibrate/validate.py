@@ -384,8 +384,9 @@ def _warm_model(meta: dict, dev: str, slots: int, max_len: int, seed: int):
 
 def _forward_fn(model, gen, graphs: dict | None = None) -> Callable[[list[_Part]], None]:
     """One step's forward pass: decodes feed each request's last token, prefill chunks random
-    tokens drawn from ``gen``. With ``graphs`` (batch size -> GraphedStep), a step of decoders
-    only replays the graph of its size; any other step runs eagerly."""
+    tokens drawn from ``gen``. With ``graphs`` ((batch size, key bucket) -> GraphedStep, see
+    :func:`_decode_graphs`), a step of decoders only replays the graph of its size and bucket;
+    any other step runs eagerly."""
     import torch
     from calibrate.model import Item, key_bucket
 

@@ -8,7 +8,7 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
     t = base_s
       + interp(T; token_knots, token_s)      # piecewise-linear in T = P + D tokens in the step
       + prefill_token_s * P                  # P: prompt (and recompute) tokens in the step
-      + [P > 0] * (prefill_step_s            # a step that runs any prefill (eager, not graphed)
+      + [n_prefill > 0] * (prefill_step_s    # a step that runs any prefill chunk (eager, not graphed)
                    + prefill_chunk_s * n_prefill   # per prefill chunk (each attends on its own)
                    + [D > 0] * mixed_step_s)     # prefill and decoders in one step
       + prefill_attn_s  * sum(l_i ** 2)      # l_i: tokens of prefill chunk i
@@ -272,7 +272,7 @@ class CostModel:
         if c.token_knots:
             t += self._tokens_s(P + D)
         t += c.prefill_token_s * P
-        if P and self._eager:
+        if n_prefill and self._eager:   # (speculative decoders' draft tokens count in P, not here)
             t += c.prefill_step_s + c.prefill_chunk_s * n_prefill
             if D:
                 t += c.mixed_step_s
