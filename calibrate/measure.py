@@ -36,7 +36,8 @@ import torch
 
 from calibrate import fit as _fit
 from calibrate import timing
-from calibrate.model import Decoder, GraphedStep, Item, check_free_memory, estimate_weight_bytes, key_bucket
+from calibrate.model import (Decoder, GraphedStep, Item, check_free_memory, estimate_weight_bytes, key_bucket,
+                             split_items)
 from calibrate.shapes import Shape, get_shape
 from calibrate.timing import configure_cpu, time_call, time_interleaved
 
@@ -131,8 +132,7 @@ def _spread(batch: int, context: int) -> list[int]:
 def aggregates(items: list[Item]) -> dict:
     """The step's aggregates as sim/core/costs.py and sim/core/engine.py define them (P, D, sum_l2,
     sum_lc, sum_ctx); a decoder's context is the keys it attends: its cached tokens + 1."""
-    dec = [it for it in items if it.n == 1 and it.start > 0]
-    pre = [it for it in items if not (it.n == 1 and it.start > 0)]
+    dec, pre = split_items(items)
     return {"P": sum(it.n for it in pre), "D": len(dec),
             "sum_l2": sum(it.n * it.n for it in pre), "sum_lc": sum(it.n * it.start for it in pre),
             "sum_ctx": sum(it.start + 1 for it in dec),   # keys attended, as sim/core/engine.py counts
@@ -270,10 +270,9 @@ def _variants(items: list[Item], n: int = VARIANTS, seed: int = 0) -> list[list[
     cycle through batches with the cell's aggregates (D, sum of contexts, the prefill chunk).
     Cells with fewer than two decoders have one batch.
     """
-    dec = [it for it in items if it.n == 1 and it.start > 0]
+    dec, rest = split_items(items)
     if len(dec) < 2:
         return [items]
-    rest = [it for it in items if not (it.n == 1 and it.start > 0)]
     lo, hi = min(it.start for it in dec), max(it.start for it in dec)
     rng = random.Random(seed)
     out = [items]

@@ -51,6 +51,14 @@ class Item:
     start: int = 0
 
 
+def split_items(items: list[Item]) -> tuple[list[Item], list[Item]]:
+    """``(decoders, prefill chunks)`` of a step, each in the given order: a decoder is one new
+    token on a cached context (``n == 1 and start > 0``), anything else is a prefill chunk."""
+    dec = [it for it in items if it.n == 1 and it.start > 0]
+    pre = [it for it in items if not (it.n == 1 and it.start > 0)]
+    return dec, pre
+
+
 @dataclass
 class Batch:
     """A planned step: device tensors and static metadata (see :meth:`Decoder.plan`)."""
@@ -154,8 +162,7 @@ class Decoder:
         (:class:`GraphedStep`); None reads exactly the longest context (masked only when the
         contexts differ).
         """
-        dec = [it for it in items if it.n == 1 and it.start > 0]
-        pre = [it for it in items if not (it.n == 1 and it.start > 0)]
+        dec, pre = split_items(items)
         order = dec + pre
         for it in order:
             if not (0 <= it.slot < self.slots) or it.start + it.n > self.max_len or it.n < 1:

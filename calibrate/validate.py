@@ -271,25 +271,15 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
 
 def _warm_on_the_trace(profile_path, requests_df: pd.DataFrame, params: dict,
                        forward: Callable[[list[_Part]], None]) -> None:
-    """Execute the trace's steps once for real, untimed, in the profile's virtual time.
+    """Execute the trace's steps once for real, untimed, in the profile's virtual time
+    (:func:`run_priced` with ``forward``).
 
     The first step of each new shape is slow on a GPU (library kernels chosen and loaded,
     allocator growth): up to a second each on an H200, against milliseconds once warm. The
     profile's cells were each warmed before being timed; this gives the serving loop the same
     start, on steps of the shapes it will meet (the trace as the profile prices it).
     """
-    from sim.core.costs import load_profile
-    cm = load_profile(str(profile_path))
-    clock = [0.0]
-
-    def execute(parts: list[_Part]) -> None:
-        forward(parts)
-        clock[0] += int(cm.step_ns(**_aggregates(parts))) / 1e9
-
-    def wait_until(t: float) -> None:
-        clock[0] = max(clock[0], t)
-
-    _serve(_requests(requests_df), params, execute, lambda: clock[0], wait_until)
+    run_priced(profile_path, requests_df, params, forward=forward)
 
 
 def step_report(step_log: pd.DataFrame, profile_path) -> tuple[pd.DataFrame, dict]:
@@ -454,13 +444,17 @@ def _median_of_runs(runs: list[pd.DataFrame], repeats: int, clock: str) -> pd.Da
 
 
 def run_priced(profile_path: str | Path, requests_df: pd.DataFrame,
-               engine_params: dict | None = None) -> pd.DataFrame:
-    """The same loop in virtual time, each step priced by the profile (sim.core.costs.CostModel)."""
+               engine_params: dict | None = None,
+               forward: Callable[[list[_Part]], None] | None = None) -> pd.DataFrame:
+    """The same loop in virtual time, each step priced by the profile (sim.core.costs.CostModel);
+    ``forward`` (optional) also executes each step, untimed."""
     from sim.core.costs import load_profile
     cm = load_profile(str(profile_path))
     clock = [0.0]
 
     def execute(parts: list[_Part]) -> None:
+        if forward is not None:
+            forward(parts)
         clock[0] += int(cm.step_ns(**_aggregates(parts))) / 1e9
 
     def wait_until(t: float) -> None:
