@@ -38,3 +38,20 @@ def test_measured_vs_roofline_compares_every_decode_and_prefill_row(tmp_path):
     table = (tmp_path / "measured_vs_roofline.md").read_text()
     assert table.count("| decode |") == 36 and table.count("| prefill |") == 14
     assert (tmp_path / "measured_vs_roofline.png").stat().st_size > 0
+
+
+def test_instruction_count_harness_reads_callgrind_and_refuses_bad_input(tmp_path, monkeypatch, capsys):
+    """benchmarks.instructions (valgrind, run by hand): its reading of callgrind's report, and one
+    line with exit status 2 for a missing valgrind or a folder that is no checkout."""
+    import pytest
+
+    from benchmarks import instructions
+    assert instructions.collected("==1== Events    : Ir\n==1== Collected : 7014751201\n==1==\n") == 7014751201
+    with pytest.raises(RuntimeError, match="no 'Collected' count"):
+        instructions.collected("valgrind: command failed")
+    assert instructions.main(["--tree", str(tmp_path)]) == 2  # (no valgrind, or no sim/ there)
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
+    assert instructions.main([]) == 2
+    assert "valgrind is not on the PATH" in capsys.readouterr().err
