@@ -43,11 +43,8 @@ SERVEGEN = r'''
 import json, time
 from sim import load_scenario
 from sim.cluster import simulate_cluster
-# pricing pinned to no engine overhead, as the core cases: the row measures the engine's speed
-# (the default preset's longer steps make a heavier workload, see results.md)
-sets = ["horizon_s=3600", "cluster={{replicas=16}}", 'engine.overhead="none"'] + [f"streams.{{i}}.trace.sample=1.0" for i in range(3)] \
-     + [f"streams.{{i}}.trace.window=[0.0, 86400.0]" for i in range(3)]
-sc = load_scenario("servegen_multitenant", overrides=sets)
+from benchmarks.core_scenario import servegen_overrides
+sc = load_scenario("servegen_multitenant", overrides=servegen_overrides(3600))
 t0 = time.perf_counter()
 res = simulate_cluster(sc, load_scale=2.0, per_replica=False)
 wall = time.perf_counter() - t0

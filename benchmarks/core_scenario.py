@@ -1,5 +1,7 @@
 """The benchmark scenario shared by benchmarks: Poisson arrivals, two classes, lognormal
-lengths, strict priority with recompute preemption, on the default H200 / Llama-3-8B profile.
+lengths, strict priority with recompute preemption, on the default H200 / Llama-3-8B profile;
+and the overrides that make the shipped ``servegen_multitenant`` scenario the 16-replica
+ServeGen cluster the speed rows measure (:func:`servegen_overrides`).
 
 ``SATURATION_RPS_MEASURED`` is the replica's sustainable request rate for this length mix, measured by
 ``python -m benchmarks.core_scenario`` (a saturated run: arrivals far above capacity, completions
@@ -38,6 +40,17 @@ def scenario(n_requests: int, load: float = 0.8, fast_forward: bool = True, sat_
 
 SATURATION_RPS_MEASURED = 28.0  # measured 2026-11-29: 27.97 completions/s
 
+
+def servegen_overrides(horizon_s: float) -> list[str]:
+    """``--set`` overrides of ``servegen_multitenant`` for the 16-replica ServeGen cluster over
+    ``horizon_s`` seconds: the whole day's traces, unsampled, and the pricing pinned to no engine
+    overhead, as the core cases (the rows measure the engine's speed; the default preset's longer
+    steps make a heavier workload, see results.md). Run at ``load_scale=2.0``."""
+    return ([f"horizon_s={horizon_s:g}", "cluster={replicas=16}", 'engine.overhead="none"']
+            + [f"streams.{i}.trace.sample=1.0" for i in range(3)]
+            + [f"streams.{i}.trace.window=[0.0, 86400.0]" for i in range(3)])
+
+
 if __name__ == "__main__":
     from sim import scenario_from_dict, simulate
 
@@ -47,3 +60,4 @@ if __name__ == "__main__":
     fin = r[r.status == "finished"]
     half = res.summary_dict["run"]["end_s"] / 2
     print("saturation completions/s (second half):", (fin.finish_s > half).sum() / half)
+

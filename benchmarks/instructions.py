@@ -33,18 +33,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = {
     "servegen16": '''
 import sys
+from benchmarks.core_scenario import servegen_overrides
 from sim import load_scenario
 from sim.cluster import simulate_cluster
-sets = [f"horizon_s={sys.argv[1]}", "cluster={replicas=16}", 'engine.overhead="none"'] \\
-     + [f"streams.{i}.trace.sample=1.0" for i in range(3)] + [f"streams.{i}.trace.window=[0.0, 86400.0]" for i in range(3)]
-simulate_cluster(load_scenario("servegen_multitenant", overrides=sets), load_scale=2.0, per_replica=False)
+sc = load_scenario("servegen_multitenant", overrides=servegen_overrides(float(sys.argv[1])))
+simulate_cluster(sc, load_scale=2.0, per_replica=False)
 ''',
     "core": '''
 import sys
-from benchmarks.core_scenario import scenario
+from benchmarks.core_scenario import SATURATION_RPS_MEASURED, scenario
 from sim import scenario_from_dict, simulate
-d = scenario(int(float(sys.argv[1]) * 21), load=0.75)  # (about 21 requests a second at load 0.75)
-simulate(scenario_from_dict(d))
+load = 0.75  # (the benchmarks' core case: its horizon is the requests over load x the saturation rate)
+simulate(scenario_from_dict(scenario(int(float(sys.argv[1]) * load * SATURATION_RPS_MEASURED), load=load)))
 ''',
 }
 
