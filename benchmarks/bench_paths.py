@@ -8,7 +8,8 @@ reported as a ratio to the yardstick: the core 10k-request case with fast-forwar
 cohort off, pure Python (``run_all.py``'s slowest core row), measured before and after the rows
 (their mean). Each command runs in a fresh process with ``PRIOSIM_PURE_PYTHON=1``; "wall" is the
 whole command as a user waits for it (start-up, workload, engine, writing results), "engine" the
-simulation alone where the run reports it.
+simulation alone where the run reports it. The project's bytecode is written first
+(``run_all.warm_bytecode``), as a user's machine has it after the first command.
 
 The 16-replica, one-hour ServeGen row (815k requests, the run in docs/cluster.md) takes minutes;
 ``--no-servegen`` leaves it out. The table replaces the "Where users wait" section of
@@ -90,21 +91,32 @@ def yardstick() -> float:
     return run_case("core", 10_000, False, lazy=False, pure=True)["wall_s"]
 
 
-def sweep_pair(repeats: int = 2) -> list[dict]:
-    """The 24-run sweep of 10k-request runs on 1 and on 2 local workers, pure Python: each
+def sweep_pair(repeats: int = 2, n: int = 10_000) -> list[dict]:
+    """The 24-run sweep of ``n``-request runs on 1 and on 2 local workers, pure Python: each
     ``repeats`` times, alternating, the quickest of each kept (``benchmarks.run_all.sweep_rate``
     rows): on a shared machine a single pair measures the other jobs' load as much as ours."""
     from benchmarks.run_all import sweep_rate
     before = os.environ.get("PRIOSIM_PURE_PYTHON")
     os.environ["PRIOSIM_PURE_PYTHON"] = "1"  # the sweep's processes inherit it
     try:
-        tries = [[sweep_rate(w, 10_000) for w in (1, 2)] for _ in range(repeats)]
+        tries = [[sweep_rate(w, n) for w in (1, 2)] for _ in range(repeats)]
     finally:
         if before is None:
             del os.environ["PRIOSIM_PURE_PYTHON"]
         else:
             os.environ["PRIOSIM_PURE_PYTHON"] = before
-    return [min((t[i] for t in tries), key=lambda r: r["wall_s"]) | {"tries": repeats} for i in range(2)]
+    return [min((t[i] for t in tries), key=lambda r: r["wall_s"]) | {"tries": repeats, "n": n} for i in range(2)]
+
+
+# The sweep grid again with runs five times as long (about 1.3 s each): the command's start-up
+# (imports, validating the grid, the seed check: about 0.6 s, the same in every process) is then
+# a smaller share, as in most sweeps people run, whose runs take seconds to minutes.
+LONG_SWEEP_REQUESTS = 50_000
+
+
+def sweep_efficiency(pair: list[dict]) -> float:
+    """Parallel efficiency of a :func:`sweep_pair`: the 1-worker wall over twice the 2-worker one."""
+    return pair[0]["wall_s"] / (2 * pair[1]["wall_s"])
 
 
 def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str]:
@@ -134,6 +146,7 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
                            "classes.1.max_prefill_tokens_per_step=512"], tmp)))
     if sweeps is None:
         sweeps = sweep_pair()
+    long_sweeps = sweep_pair(repeats=1, n=LONG_SWEEP_REQUESTS)
     y1 = yardstick()
     y = (y0 + y1) / 2
     md = [SECTION, "",
@@ -149,15 +162,18 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
         md.append(f"| {name} | {f'{n:,}' if n else '-'} | {r['wall_s']:.1f} | {r['wall_s'] / y:.2f} | "
                   f"{f'{eng:.1f}' if eng is not None else '-'} | {f'{eng / y:.2f}' if eng is not None else '-'} | "
                   f"{f'{ev / n:.2f}' if ev and n else '-'} |")
-    for sw in sweeps:
-        md.append(f"| a 24-run sweep of 10k-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
-                  f"24 x 10k | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
-    md += ["", f"Sweep parallel efficiency with 2 workers: {sweeps[0]['wall_s'] / (2 * sweeps[1]['wall_s']):.2f} "
-           f"(the quickest of {sweeps[0].get('tries', 1)} alternating tries of each; on a machine whose 2 cores "
-           f"are shared with other jobs, this measures their load as much as ours). Outside the runs (start-up, "
-           f"validating the grid, the summary): {sweeps[0]['outside_s']:.2f} s with 1 worker, "
-           f"{sweeps[1]['outside_s']:.2f} s with 2, whose workers were busy "
-           f"{sweeps[1]['busy_share'] or float('nan'):.0%} of the runs' wall time."]
+    for sw in sweeps + long_sweeps:
+        k = f"{sw.get('n', 10_000) // 1000}k"
+        md.append(f"| a 24-run sweep of {k}-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
+                  f"24 x {k} | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
+    md += ["", f"Sweep parallel efficiency with 2 workers: {sweep_efficiency(sweeps):.2f} with 10k-request runs "
+           f"(about 0.27 s each; the quickest of {sweeps[0].get('tries', 1)} alternating tries of each; on a "
+           f"machine whose 2 cores are shared with other jobs, this measures their load as much as ours), "
+           f"{sweep_efficiency(long_sweeps):.2f} with {LONG_SWEEP_REQUESTS // 1000}k-request runs (one try). "
+           f"Outside the runs (start-up, validating the grid, the seed check, the summary): "
+           f"{sweeps[0]['outside_s']:.2f} s with 1 worker, {sweeps[1]['outside_s']:.2f} s with 2, whose workers "
+           f"were busy {sweeps[1]['busy_share'] or float('nan'):.0%} of the runs' wall time "
+           f"({long_sweeps[1]['busy_share'] or float('nan'):.0%} with the longer runs)."]
     cl, one = rows[0][1], rows[1][1]
     if cl.get("requests") and one.get("requests"):
         md += ["", f"Requests per engine second: 5-replica cluster {cl['requests'] / cl['engine_s']:,.0f}, one replica "
@@ -184,6 +200,8 @@ def write_section(md: list[str]) -> None:
 
 
 def main() -> None:
+    from benchmarks.run_all import warm_bytecode
+    warm_bytecode()
     md = measure(servegen="--no-servegen" not in sys.argv)
     write_section(md)
     print("\n".join(md))
