@@ -2,8 +2,9 @@
 
 Wall and CPU times of the same run move by a few per cent between tries on a shared 2-core
 machine (more within an hour), which hides the 0.5-2 % that one change to the event loop is
-worth. Instructions executed, counted by valgrind's callgrind with hash randomisation off, repeat
-to about 0.1 %: this is how the engine's speed rounds were measured (benchmarks/results.md).
+worth. Instructions executed, counted by valgrind's callgrind with hash randomisation off and
+one thread per numerical library, repeat to about 0.1 %: this is how the engine's speed rounds
+were measured (benchmarks/results.md).
 
 Run by hand from the repository root (needs ``valgrind`` on the PATH; about 55 s for the default
 case, 30 s of the 16-replica ServeGen cluster, of which some 20 s are imports and the workload)::
@@ -59,7 +60,10 @@ def collected(stderr: str) -> int:
 
 def count(tree: Path, case: str, horizon: float) -> int:
     """Instructions executed by ``case`` over ``horizon`` simulated seconds with ``tree``'s code."""
-    env = dict(os.environ, PYTHONHASHSEED="0", PRIOSIM_PURE_PYTHON="1",
+    # one thread in each numerical library: their worker threads' start-up and spinning under
+    # valgrind moved the count of an unchanged tree by 1.2 % between tries; pinned, 0.07 %
+    env = dict(os.environ, PYTHONHASHSEED="0", PRIOSIM_PURE_PYTHON="1", OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(tree), str(ROOT)]))
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", CASES[case],
            f"{horizon:g}"]
