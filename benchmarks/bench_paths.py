@@ -108,8 +108,8 @@ def sweep_pair(repeats: int = 2, n: int = 10_000) -> list[dict]:
     return [min((t[i] for t in tries), key=lambda r: r["wall_s"]) | {"tries": repeats, "n": n} for i in range(2)]
 
 
-# The sweep grid again with runs five times as long (about 1.3 s each): the command's start-up
-# (imports, validating the grid, the seed check: about 0.6 s, the same in every process) is then
+# The sweep grid again with runs five times as long (1.3-2.5 s each): the command's start-up
+# (imports, validating the grid, the seed check: 0.6-1.0 s, the same in every process) is then
 # a smaller share, as in most sweeps people run, whose runs take seconds to minutes.
 LONG_SWEEP_REQUESTS = 50_000
 
@@ -129,6 +129,11 @@ def servegen_row() -> dict:
     row = _py(SERVEGEN.format())
     after = yardstick()
     return row | {"yardstick_s": (before + after) / 2, "yardsticks_s": (before, after)}
+
+
+def run_seconds(pair: list[dict]) -> float:
+    """A run's mean wall seconds in a :func:`sweep_pair`: the 1-worker sweep's time inside its runs over 24."""
+    return (pair[0]["wall_s"] - pair[0]["outside_s"]) / 24
 
 
 def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str]:
@@ -180,9 +185,10 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
         md.append(f"| a 24-run sweep of {k}-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
                   f"24 x {k} | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
     md += ["", f"Sweep parallel efficiency with 2 workers: {sweep_efficiency(sweeps):.2f} with 10k-request runs "
-           f"(about 0.27 s each; the quickest of {sweeps[0].get('tries', 1)} alternating tries of each; on a "
+           f"(about {run_seconds(sweeps):.2f} s each; the quickest of {sweeps[0].get('tries', 1)} alternating tries of each; on a "
            f"machine whose 2 cores are shared with other jobs, this measures their load as much as ours), "
-           f"{sweep_efficiency(long_sweeps):.2f} with {LONG_SWEEP_REQUESTS // 1000}k-request runs (one try). "
+           f"{sweep_efficiency(long_sweeps):.2f} with {LONG_SWEEP_REQUESTS // 1000}k-request runs (about "
+           f"{run_seconds(long_sweeps):.1f} s each, one try). "
            f"Outside the runs (start-up, validating the grid, the seed check, the summary): "
            f"{sweeps[0]['outside_s']:.2f} s with 1 worker, {sweeps[1]['outside_s']:.2f} s with 2, whose workers "
            f"were busy {sweeps[1]['busy_share'] or float('nan'):.0%} of the runs' wall time "
