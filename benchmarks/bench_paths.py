@@ -6,9 +6,10 @@ on pure Python against a yardstick measured in the same run.
 This machine's speed drifts by 20-30 % within an hour (more when it is shared), so every row is
 reported as a ratio to the yardstick: the core 10k-request case with fast-forward and the decode
 cohort off, pure Python (``run_all.py``'s slowest core row), measured before and after the rows
-(their mean); the minute-long ServeGen row has a yardstick of its own before and after it. Each command runs in a fresh process with ``PRIOSIM_PURE_PYTHON=1``; "wall" is the
-whole command as a user waits for it (start-up, workload, engine, writing results), "engine" the
-simulation alone where the run reports it. The project's bytecode is written first
+(their mean); the minute-long ServeGen row has a yardstick of its own before and after it. Each
+command runs in a fresh process with ``PRIOSIM_PURE_PYTHON=1``; "wall" is the whole command as
+a user waits for it (start-up, workload, engine, writing results), "engine" the simulation alone
+where the run reports it. The project's bytecode is written first
 (``run_all.warm_bytecode``), as a user's machine has it after the first command.
 
 The 16-replica, one-hour ServeGen row (815k requests, the run in docs/cluster.md) takes minutes;
@@ -132,8 +133,9 @@ def servegen_row() -> dict:
 
 
 def run_seconds(pair: list[dict]) -> float:
-    """A run's mean wall seconds in a :func:`sweep_pair`: the 1-worker sweep's time inside its runs over 24."""
-    return (pair[0]["wall_s"] - pair[0]["outside_s"]) / 24
+    """A run's mean wall seconds in a :func:`sweep_pair`: the 1-worker sweep's time inside its runs
+    over its number of runs."""
+    return (pair[0]["wall_s"] - pair[0]["outside_s"]) / pair[0]["runs"]
 
 
 def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str]:
@@ -148,7 +150,8 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
         rows.append(("the same per-replica load on one replica (`simulate(diurnal_two_class, load_scale=0.2)`)",
                      _py(SINGLE.format(name="diurnal_two_class", over=[], load=0.2))))
         if servegen:
-            rows.append(("16 replicas x 1 h of ServeGen multi-tenant traffic (docs/cluster.md)", servegen_row()))
+            rows.append(("16 replicas x 1 h of ServeGen multi-tenant traffic (docs/cluster.md)",
+                         servegen_row()))
         rows.append(("`priosim capacity diurnal_two_class --designs shared,partitioned`",
                      _cli(["capacity", "diurnal_two_class", "--designs", "shared,partitioned", "--no-plots",
                            "--workers", "2"], tmp)))
@@ -185,7 +188,8 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
         md.append(f"| a 24-run sweep of {k}-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
                   f"24 x {k} | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
     md += ["", f"Sweep parallel efficiency with 2 workers: {sweep_efficiency(sweeps):.2f} with 10k-request runs "
-           f"(about {run_seconds(sweeps):.2f} s each; the quickest of {sweeps[0].get('tries', 1)} alternating tries of each; on a "
+           f"(about {run_seconds(sweeps):.2f} s each; the quickest of {sweeps[0].get('tries', 1)} alternating tries "
+           f"of each; on a "
            f"machine whose 2 cores are shared with other jobs, this measures their load as much as ours), "
            f"{sweep_efficiency(long_sweeps):.2f} with {LONG_SWEEP_REQUESTS // 1000}k-request runs (about "
            f"{run_seconds(long_sweeps):.1f} s each, one try). "
