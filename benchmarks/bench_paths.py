@@ -185,12 +185,12 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
                   f"{f'{ev / n:.2f}' if ev and n else '-'} |")
     for sw in sweeps + long_sweeps:
         k = f"{sw.get('n', 10_000) // 1000}k"
-        md.append(f"| a 24-run sweep of {k}-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
-                  f"24 x {k} | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
+        md.append(f"| a {sw['runs']}-run sweep of {k}-request runs (`priosim sweep`), {sw['workers']} local worker(s) | "
+                  f"{sw['runs']} x {k} | {sw['wall_s']:.1f} | {sw['wall_s'] / y:.2f} | - | - | - |")
     md += ["", f"Sweep parallel efficiency with 2 workers: {sweep_efficiency(sweeps):.2f} with 10k-request runs "
            f"(about {run_seconds(sweeps):.2f} s each; the quickest of {sweeps[0].get('tries', 1)} alternating tries "
-           f"of each; on a "
-           f"machine whose 2 cores are shared with other jobs, this measures their load as much as ours), "
+           f"of each; on a machine whose 2 cores are shared with other jobs, this measures their load as much as "
+           f"ours), "
            f"{sweep_efficiency(long_sweeps):.2f} with {LONG_SWEEP_REQUESTS // 1000}k-request runs (about "
            f"{run_seconds(long_sweeps):.1f} s each, one try). "
            f"Outside the runs (start-up, validating the grid, the seed check, the summary): "

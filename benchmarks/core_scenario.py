@@ -60,4 +60,3 @@ if __name__ == "__main__":
     fin = r[r.status == "finished"]
     half = res.summary_dict["run"]["end_s"] / 2
     print("saturation completions/s (second half):", (fin.finish_s > half).sum() / half)
-
