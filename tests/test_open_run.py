@@ -1,8 +1,9 @@
 """A fast-forwarded run priced a stretch at a time (:class:`sim.core.fastforward.OpenRun`, what a
 cluster replica does) is the run priced at once (:func:`sim.core.fastforward.run_length`): the
-same durations, step ends and instants of members' last tokens, whatever the stretches."""
+same durations, step ends and instants of requests' last tokens inside it, whatever the stretches."""
 from __future__ import annotations
 
+import copy
 from itertools import accumulate
 
 import numpy as np
@@ -11,17 +12,21 @@ import pytest
 
 from tests.conftest import small_scenario
 from sim import scenario_from_dict, simulate
+from sim.cluster import simulate_cluster
 from sim.core import fastforward
 from sim.core.costs import NEVER
 
 
 def _gone_ns(eng, plan, now_ns: int, durs: list[int]) -> list[int]:
-    """When each cohort member whose last token ends a step before the run's last leaves it."""
-    if not plan.cohort or eng.cohort is None:
-        return []
+    """When each request whose last token ends a step before the run's last leaves it: cohort
+    members, and items (the run's explicit requests) that leave inside it."""
     ends = list(accumulate(durs, initial=now_ns))[1:]
-    g = eng.cohort.steps
-    return [ends[f - g - 1] for f, _, _ in eng.cohort.finish if f - g - 1 < len(durs) - 1]
+    left = [s.req.hidden_output_tokens - s.req.generated for s in plan.items]
+    gone = [ends[n - 1] for n in left if n < len(durs)]
+    if plan.cohort and eng.cohort is not None:
+        g = eng.cohort.steps
+        gone += [ends[f - g - 1] for f, _, _ in eng.cohort.finish if f - g - 1 < len(durs) - 1]
+    return sorted(gone)
 
 
 @pytest.mark.parametrize("kv, rate, mode", [(64, 2.0, "recompute"), (40, 6.0, "swap"), (400, 0.5, "off"),
@@ -95,3 +100,63 @@ def test_steps_are_priced_as_step_ns_prices_them():
             exact = (a + b * ctx) * 1_000_000_000
             if exact < 2**53:  # (integer terms: steps shorter than 104 days)
                 assert rnd((a + b * float(ctx)) * fastforward._NS_F) == round(exact)
+
+
+def _short_answers(lazy: bool) -> dict:
+    """Short answers (1-6 tokens) among long ones, in a pool large enough that nothing waits
+    most of the time."""
+    d = small_scenario(horizon_s=30.0)
+    d["engine"].update(kv_blocks=4000, lazy_batch=lazy)
+    d["streams"][0]["output_tokens"] = {"dist": "uniform", "low": 1, "high": 6}
+    d["streams"][0]["arrival"]["rate"] = 3.0
+    return d
+
+
+def _count_leaving_runs(monkeypatch) -> list:
+    """Spy on the runs applied with items that left inside them: one entry (how many) each."""
+    from sim.core import apply as apply_mod
+    seen: list[int] = []
+    segments = apply_mod._log_segments
+
+    def spy(tel, start_ns, durations, emitted, steady, by_tenant, leavers):
+        seen.append(len(leavers))
+        return segments(tel, start_ns, durations, emitted, steady, by_tenant, leavers)
+
+    monkeypatch.setattr(apply_mod, "_log_segments", spy)
+    return seen
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_items_leave_a_run_at_their_last_token(monkeypatch, lazy):
+    """A run whose explicit requests (admitted in its first step, or decoding outside the
+    cohort) answer before its last step goes on past their last tokens when nothing waits:
+    each leaves the batch at its own, as cohort members do. Outputs, the time series and the
+    iteration trace (without the cohort) equal stepping every request, and such runs happened."""
+    seen = _count_leaving_runs(monkeypatch)
+    d = _short_answers(lazy)
+    a = simulate(scenario_from_dict(copy.deepcopy(d)), trace_iterations=not lazy, check_invariants=True)
+    assert len(seen) > 20
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    b = simulate(scenario_from_dict(d), trace_iterations=not lazy)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert a.summary_dict["classes"] == b.summary_dict["classes"]
+    if not lazy:
+        pd.testing.assert_frame_equal(a.iterations, b.iterations)
+    assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"]
+
+
+def test_items_leave_runs_held_past_arrivals_in_a_cluster(monkeypatch):
+    """The same in a 3-replica cluster whose replicas' runs go past arrivals routed elsewhere
+    (the router's outstanding counts pass the items gone inside a run, as its members)."""
+    seen = _count_leaving_runs(monkeypatch)
+    d = _short_answers(True)
+    d["cluster"] = {"replicas": 3, "router": "least_outstanding"}
+    for s in d["streams"]:
+        s["arrival"]["rate"] *= 3
+    a = simulate_cluster(scenario_from_dict(copy.deepcopy(d)), check_invariants=True)
+    assert len(seen) > 20
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    b = simulate_cluster(scenario_from_dict(d))
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)

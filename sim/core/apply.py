@@ -9,6 +9,7 @@ the end of that step. Steady decoders then join the lazily-advanced cohort
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from sim.core.engine import Engine
 
 FINISHED = State.FINISHED  # (a module global reads about 8 times faster than an enum member, Python 3.11)
+_STEPS = itemgetter(0)
 
 
 def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
@@ -46,9 +48,11 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
         eng.trace_run(plan, start_ns, durations)
     if not ordered and len(finished) > 1:  # (one alone is in order)
         # the order a step-by-step walk meets them: by time, then running in rank order,
-        # then admitted in this step in admission order
+        # then admitted in this step in admission order (at the first step's end: by a
+        # later step's, the requests admitted in the first are running)
+        first_end = start_ns + durations[0]
         admitted = {s.req.request_id for s in plan.items if s.admitted}
-        finished.sort(key=lambda f: (f[0], 1, f[1].admit_seq) if f[1].request_id in admitted
+        finished.sort(key=lambda f: (f[0], 1, f[1].admit_seq) if f[1].request_id in admitted and f[0] == first_end
                       else (f[0], 0, f[1].key, f[1].admit_seq))
     for t, r, in_order in finished:
         finish(eng, r, t, in_order)
@@ -73,6 +77,9 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     Inter-token gaps: a request that also emitted at the end of the previous step has gap
     = this step's duration (counted per class, weighted); any other gap (after a stall, a
     preemption, a step it sat out) is recorded individually.
+
+    An item whose last token comes before the run's last step (the run went on past it:
+    :func:`sim.core.fastforward.through_finishes`) takes part in the steps up to it only.
     """
     k = len(durations)
     total = sum(durations)
@@ -96,10 +103,22 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
                       for s in plan.items]
     spec = eng.spec
     extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
+    leavers: list[tuple[int, Request]] = []  # (steps taken part in, item) of those leaving inside
     for s in plan.items:
         r = s.req
-        r.attained_ns += total
-        r.last_scheduled_s = end_s
+        if r.hidden_output_tokens - r.generated < k:  # it leaves at its last token, inside the run
+            kk = r.hidden_output_tokens - r.generated  # (its steps: fastforward.item_steps)
+            leavers.append((kk, r))
+            own = durations[:kk]
+            tot = sum(own)
+            end = start_ns + tot
+            i_max = max(own[1:]) if kk > 1 else 0
+            r_max = max(own[0], i_max)
+            es = end / NS
+        else:
+            kk, tot, end, i_max, r_max, es = k, total, end_ns, inner_max, run_max, end_s
+        r.attained_ns += tot
+        r.last_scheduled_s = es
         step_tokens += s.tokens
         if not s.decode and r.generated:  # re-prefill after a recompute preemption
             recompute_tokens += s.tokens
@@ -111,13 +130,13 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
             r.computed += per_step
             emits = per_step
         else:
-            r.computed += s.tokens + (k - 1)
+            r.computed += s.tokens + (kk - 1)
             if publish and r.hash_ids and not s.decode:
                 publish_prefix(eng, r, s.computed_before)
-            if r.computed < r.tokens + (k - 1):
+            if r.computed < r.tokens + (kk - 1):
                 continue  # a prefill chunk that does not finish the prompt
-            per_step = 1  # one token at the end of each of the k steps
-            emits = k
+            per_step = 1  # one token at the end of each of its kk steps
+            emits = kk
         r.generated += emits
         r.tokens += emits
         ci = r.cls_idx
@@ -128,47 +147,80 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
         last = r.last_token_ns
         if last == start_ns:
             steady[ci] += 1
-            if run_max > r.max_itl_ns:
-                r.max_itl_ns = run_max
+            if r_max > r.max_itl_ns:
+                r.max_itl_ns = r_max
         elif last < 0:
             # first token (a 1-token last prefill chunk prices and runs like a decode, so it
             # can open a fast-forwarded run); no gap before it, the run's inner gaps after it
             r.first_token_ns = first_end
-            if inner_max > r.max_itl_ns:
-                r.max_itl_ns = inner_max
+            if i_max > r.max_itl_ns:
+                r.max_itl_ns = i_max
         else:
             gap = first_end - last
             irregular[ci].append(gap)
-            m = max(gap, inner_max)
+            m = max(gap, i_max)
             if m > r.max_itl_ns:
                 r.max_itl_ns = m
-        r.last_token_ns = end_ns
+        r.last_token_ns = end
         if r.generated >= r.hidden_output_tokens:
-            finished.append((end_ns, r, True))
+            finished.append((end, r, True))
     # re-prefill's share of the first step's compute is engine time lost to preemption
     if recompute_tokens:
         eng.thrash_ns += compute_ns * recompute_tokens // step_tokens
         for ci, toks in recompute_by_class.items():
             eng.tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
-    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant)
+    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant, leavers)
     return finished
 
 
 def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], emitted: list[int],
-            steady: list[int], extra_tokens: list[int], by_tenant: dict[str, int]) -> None:
+            steady: list[int], extra_tokens: list[int], by_tenant: dict[str, int],
+            leavers: list[tuple[int, Request]]) -> None:
     """Telemetry of the run's explicit items (tokens per class and tenant, inter-token gaps)
-    and the policy's per-step books."""
+    and the policy's per-step books. ``leavers``: ``(steps, item)`` of the items that took
+    part in the run's first ``steps`` steps only."""
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-    eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
-                    extra_tokens if eng.spec is not None else None)
+    if leavers:
+        _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers)
+    else:
+        eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
+                        extra_tokens if eng.spec is not None else None)
     if eng.hooks_scheduled:
         k = len(durations)
-        total = sum(durations)
-        service_s = total / NS
-        end_s = (start_ns + total) / NS
+        steps = {r.request_id: kk for kk, r in leavers}
         for s in plan.items:
-            eng.policy.on_scheduled(s.req, s.tokens + (k - 1), service_s, end_s)
+            kk = steps.get(s.req.request_id, k)
+            total = sum(durations[:kk])
+            eng.policy.on_scheduled(s.req, s.tokens + (kk - 1), total / NS, (start_ns + total) / NS)
+
+
+def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],
+                  by_tenant: dict[str, int], leavers: list[tuple[int, Request]]) -> None:
+    """Log a run whose emitting items change inside it (``leavers`` leave after their
+    ``steps``): one log entry per stretch of steps with the same emitters, each request
+    emitting one token a step (no speculation: runs of speculative steps are one step).
+    In every stretch after the first, every emitter emitted at the end of the step before
+    it too (``steady`` is ``emitted``); a stretch with no emitter left is not logged (the
+    cohort's log has its steps)."""
+    emitted = emitted[:]
+    by_tenant = dict(by_tenant)
+    a, t = 0, start_ns
+    for kk, r in sorted(leavers, key=_STEPS):
+        if kk > a:
+            seg = durations[a:kk]
+            tel.log_run(t, seg, emitted, steady, by_tenant)
+            t += sum(seg)
+            a = kk
+        emitted[r.cls_idx] -= 1
+        n = by_tenant[r.tenant] - 1
+        if n:
+            by_tenant[r.tenant] = n
+        else:
+            del by_tenant[r.tenant]
+        steady = emitted
+    if a < len(durations) and by_tenant:
+        tel.log_run(t, durations[a:], emitted, steady, by_tenant)
 
 
 def publish_prefix(eng: Engine, r: Request, before: int) -> None:

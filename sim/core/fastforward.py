@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sim.core.costs import NEVER, NS
-from sim.core.plan import NO_PRIORITY, StepPlan, least_urgent
+from sim.core.plan import NO_PRIORITY, Scheduled, StepPlan, least_urgent
 from sim.core.request import Request
 
 if TYPE_CHECKING:
@@ -57,19 +57,22 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         limit = next_event_ns
     if now_ns + dur0 >= limit or not _may_run(eng, plan):
         return None  # (often: an arrival comes during an admission's prefill step)
-    # at most up to the first running request's last token (or past cohort members' last
-    # tokens, see :func:`through_finishes`)
-    k = NEVER
-    for s in plan.items:
-        r = s.req
-        if r.hidden_output_tokens - r.generated < k:
-            k = r.hidden_output_tokens - r.generated
+    # at most up to the first running request's last token; or, when nothing else could
+    # change at those instants (:func:`through_finishes`), past every request's last token
+    # until the last one's (each leaves the batch at its own)
     coh = eng.cohort if plan.cohort else None
-    if coh is not None:
-        through = through_finishes(eng)
-        # past members' last tokens only when nothing else could change at those instants
-        k = min(k, coh.steps_to_empty() if through and not plan.items else
-                NEVER if through else coh.steps_to_last_token())
+    if through_finishes(eng):
+        k = coh.steps_to_empty() if coh is not None else 0
+        for s in plan.items:
+            r = s.req
+            if r.hidden_output_tokens - r.generated > k:
+                k = r.hidden_output_tokens - r.generated
+    else:
+        k = coh.steps_to_last_token() if coh is not None else NEVER
+        for s in plan.items:
+            r = s.req
+            if r.hidden_output_tokens - r.generated < k:
+                k = r.hidden_output_tokens - r.generated
     return OpenRun(eng, plan, now_ns, dur0, k, limit) if k > 1 else None
 
 
@@ -77,7 +80,8 @@ class OpenRun:
     """A fast-forwarded run of a plan: the planned step, then up to ``k - 1`` pure decode
     steps of every running request with no transfers (preemptions and swaps, the only sources
     of transfers, are excluded) that start before ``limit``, as far as their KV blocks allow.
-    Cohort members drop out of the batch after their last token.
+    Requests drop out of the batch after their last token (cohort members, and explicit items
+    whose last token comes before the run's ``k``-th step: :func:`item_steps`).
 
     Its steps are priced a stretch at a time (:meth:`extend`): a cluster replica's run is
     likely cut short by a request routed to it soon, so it prices steps only as the clock
@@ -91,7 +95,7 @@ class OpenRun:
     """
 
     __slots__ = ("eng", "plan", "durs", "ends", "gone_ns", "k", "limit", "done", "avail", "n_exp", "ctx_exp",
-                 "g", "fin", "fi", "ctx_off", "d_coh", "start", "ctx", "line")
+                 "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start", "ctx", "line")
 
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
@@ -105,14 +109,24 @@ class OpenRun:
         # KV blocks the run may take (counted at its start, before it takes any of them; with
         # a plain pool that is every free block, read without block_avail's call)
         pool = eng.pool
-        self.avail = (pool.free if pool.plain else block_avail(eng, plan)) if eng.grows_blocks else 0
+        self.avail = (pool.free if pool.plain else block_avail(eng, plan, k)) if eng.grows_blocks else 0
         # the pricing's state before the next step (the loop in ``extend`` reads and writes it)
         items = plan.items
         coh = eng.cohort if plan.cohort else None
         n_exp = len(items)
         ctx_exp = 0  # decode contexts of step 1, less n_exp
+        ifin = []  # (step before which it is gone, its share of ctx_exp) of items leaving inside
         for s in items:
-            ctx_exp += s.computed_before + s.tokens
+            c = s.computed_before + s.tokens
+            ctx_exp += c
+            r = s.req
+            if r.hidden_output_tokens - r.generated < k:
+                ifin.append((r.hidden_output_tokens - r.generated, c))
+        if len(ifin) > 1:
+            ifin.sort()
+        self.ifin = ifin
+        self.ii = 0  # items gone so far
+        self.i_item = ifin[0][0] if ifin else NEVER  # the step before which the next item is gone
         self.n_exp = n_exp
         self.ctx_exp = ctx_exp
         self.g = coh.steps if coh is not None else 0
@@ -139,9 +153,13 @@ class OpenRun:
         costs = eng.costs
         g, fin, fi, n_exp, ctx_exp = self.g, self.fin, self.fi, self.n_exp, self.ctx_exp
         ctx_off, d_coh, start, ctx, line = self.ctx_off, self.d_coh, self.start, self.ctx, self.line
+        ifin, ii, i_item = self.ifin, self.ii, self.i_item
         D = n_exp + d_coh
-        # the step before which the next members are gone (their last token ended the one before)
-        i_gone = fin[fi][0] - g if fi < len(fin) else -1
+        # the step before which the next requests are gone (their last token ended the one
+        # before), members or items; NEVER when none is left
+        i_gone = fin[fi][0] - g if fi < len(fin) else NEVER
+        if i_item < i_gone:
+            i_gone = i_item
         a, b = line if line is not None else (0.0, 0.0)
         rnd, ns = _round_float, _NS_F
         k = self.k
@@ -149,19 +167,28 @@ class OpenRun:
         ends = self.ends
         i = n
         while i < k and start < limit:
-            if i == i_gone:  # members whose last token ended step i-1 (at ``start``) are gone
+            if i == i_gone:  # requests whose last token ended step i-1 (at ``start``) are gone
                 while fi < len(fin) and fin[fi][0] == g + i:
                     m = fin[fi][2]
                     ctx_off -= m.computed - m.cohort_base_step
                     d_coh -= 1
                     fi += 1
                     gone_ns.append(start)
-                i_gone = fin[fi][0] - g if fi < len(fin) else -1
+                i_gone = fin[fi][0] - g if fi < len(fin) else NEVER
+                if i_item == i:
+                    while ii < len(ifin) and ifin[ii][0] == i:
+                        ctx_exp -= ifin[ii][1]
+                        n_exp -= 1
+                        ii += 1
+                        gone_ns.append(start)
+                    i_item = ifin[ii][0] if ii < len(ifin) else NEVER
+                if i_item < i_gone:
+                    i_gone = i_item
                 D = n_exp + d_coh
                 ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
                 line = costs.decode_line(D)
                 a, b = line if line is not None else (0.0, 0.0)
-            # the steps before the next members' last tokens have one batch size and cost line:
+            # the steps before the next last tokens have one batch size and cost line:
             # priced in a loop that checks neither (runs go through ~6 steps between finishes)
             seg = i_gone if i < i_gone < k else k
             if line is None:
@@ -183,6 +210,8 @@ class OpenRun:
                     i += 1
                 ctx += D * (i - i0)
         self.fi, self.ctx_off, self.d_coh, self.start, self.ctx, self.line = fi, ctx_off, d_coh, start, ctx, line
+        if ifin:
+            self.ii, self.i_item, self.n_exp, self.ctx_exp = ii, i_item, n_exp, ctx_exp
         m_ = len(durs)
         if m_ >= k:
             self.done = True
@@ -193,6 +222,13 @@ class OpenRun:
                 del ends[kb:]
                 self.done = True
         return len(durs) > n
+
+
+def item_steps(s: Scheduled, k: int) -> int:
+    """Steps an explicit item takes part in, of a run of ``k``: up to its last token (the run
+    goes on past it only when :func:`through_finishes`; else ``k`` is at most this)."""
+    left = s.req.hidden_output_tokens - s.req.generated
+    return left if left < k else k
 
 
 def _may_run(eng: Engine, plan: StepPlan) -> bool:
@@ -233,31 +269,32 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
 
 
 def through_finishes(eng: Engine) -> bool:
-    """May a fast-forwarded run go on past cohort members' last tokens? Only when a finish
+    """May a fast-forwarded run go on past running requests' last tokens? Only when a finish
     changes nothing but the batch: nobody waits to take the freed slot or blocks, the policy
     never re-ranks, and no closed-loop user sends a new request when its answer arrives."""
     return eng.through_finishes and not eng.waiting and eng.static_ranking
 
 
 def run_need(eng: Engine, plan: StepPlan, k: int) -> int:
-    """Blocks steps 2..k of a run take, at most."""
+    """Blocks steps 2..k of a run take (each request up to its last token)."""
     bs = eng.bs
-    n = sum(-(-(s.computed_before + s.tokens + k - 1) // bs) - -(-(s.computed_before + s.tokens) // bs)
+    n = sum(-(-(s.computed_before + s.tokens + item_steps(s, k) - 1) // bs) - -(-(s.computed_before + s.tokens) // bs)
             for s in plan.items)
     if plan.cohort:
         assert eng.cohort is not None
-        n += sum(eng.cohort.blocks_needed(1, k))
+        n += sum(eng.cohort.run_blocks(k))  # (members finishing inside the run take none after)
     return n
 
 
-def block_avail(eng: Engine, plan: StepPlan) -> int:
-    """KV blocks a run of this plan may take after its first step (counted before any).
+def block_avail(eng: Engine, plan: StepPlan, k: int) -> int:
+    """KV blocks a run of ``k`` steps of this plan may take after its first step (counted
+    before any).
 
     The run takes those blocks up front. With a prefix cache that is the same as taking them
     step by step only if no cached group is evicted for them while a request waits (an
     eviction can change what the waiter would reuse, and so whether it fits) or while
-    finishing members release groups (which reorders the LRU): then the run stays within
-    the free blocks."""
+    requests finishing inside the run release groups (which reorders the LRU): then the run
+    stays within the free blocks."""
     coh = eng.cohort if plan.cohort else None
     pool = eng.pool
     top = NO_PRIORITY  # the least urgent priority running
@@ -268,7 +305,7 @@ def block_avail(eng: Engine, plan: StepPlan) -> int:
         if coh is not None:
             top = least_urgent(eng.class_priority, coh.n_cls, top)
     avail = pool.available_for(top)
-    through = coh is not None and through_finishes(eng)
+    through = through_finishes(eng) and (coh is not None or any(item_steps(s, k) < k for s in plan.items))
     if eng.pool.cache is not None and (through or eng.waiting):
         avail = min(avail, pool.free)
     return avail
@@ -309,7 +346,8 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
         need = [0] * len(pool.used)
     for s in plan.items:
         r = s.req
-        target = pool.blocks_for(s.computed_before + s.tokens + k - 1) - r.base_blocks
+        left = r.hidden_output_tokens - r.generated  # (item_steps, inline: the allocation is hot)
+        target = pool.blocks_for(s.computed_before + s.tokens + (left if left < k else k) - 1) - r.base_blocks
         extra = target - r.blocks
         if extra > 0:
             need[r.cls_idx] += extra

@@ -155,9 +155,11 @@ def trace_rows(plan: StepPlan, first_iteration: int, start_ns: int, durations: l
         rows.append((base, t0, t1, r.request_id, "swap_in", blocks))
     for s, kind in zip(plan.items, plan.kinds):
         rows.append((base, t0, t1, s.req.request_id, kind, s.tokens))
-    # the run's later steps decode every running request, taken in rank order
+    # the run's later steps decode every running request, taken in rank order, each up to its
+    # last token (called after the run was applied: ``last_token_ns`` is that token's end)
     later = sorted((s.req for s in plan.items), key=rank)
     for i in range(1, len(durations)):
         for r in later:
-            rows.append((base + i, int(starts[i]), int(ends[i]), r.request_id, "decode", 1))
+            if ends[i] <= r.last_token_ns:
+                rows.append((base + i, int(starts[i]), int(ends[i]), r.request_id, "decode", 1))
     return rows
