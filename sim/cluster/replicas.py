@@ -26,6 +26,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from heapq import heappop, heappush
+from typing import Any, Callable, ClassVar
 
 import simpy
 from simpy.events import PENDING
@@ -51,7 +52,7 @@ class Replica:
         self.trace = trace
         self.inbox: deque = deque()
         self.routed = 0
-        self._wake = None
+        self._wake: simpy.Event | None = None
         self.exited = False
         # closed-loop bound bookkeeping: the time of this replica's next boundary and whether a
         # request could end there (a run is in flight)
@@ -59,15 +60,15 @@ class Replica:
         self.in_flight = True
         self.on_run = self.record_run if cluster.closed else None  # replica_loop calls it
         # the run in flight when runs go past arrivals routed elsewhere (see ``hold``)
-        self._plan = None
+        self._plan: Any = None
         self._run: OpenRun | None = None  # while it may be priced further (not cut)
         self._start = 0
         self._durs: list[int] = []
         self._end = NEVER  # when the run in flight ends; NEVER while that is not known yet
         self._bound = NEVER  # the run is priced through the steps that start before this
         self._alloc_k = 1  # steps of the run whose blocks are allocated
-        self._run_ev = None
-        self._spare = None  # the last run's end event, processed: the next run's (``_hold``)
+        self._run_ev: simpy.Event | None = None
+        self._spare: simpy.Event | None = None  # the last run's end event, processed: the next run's (``_hold``)
         self._ends: list[int] = []  # when each step of ``_durs`` ends
         # The router's view, kept up to date by the cluster (``_Cluster.refresh_views``) rather
         # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
@@ -172,7 +173,7 @@ class Replica:
     # before an instant are what a cut or a view needs there.) So a run costs one SimPy event,
     # with no event per stretch, and a cut leaves one in the queue only for a run that was
     # priced to its end (``_schedule_end``).
-    LOOKAHEAD = 1
+    LOOKAHEAD: ClassVar[float] = 1  # (a class attribute: the compiled build keeps it one)
 
     def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
         self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
@@ -202,6 +203,8 @@ class Replica:
         and schedule its end if that is now known, else come back at the bound. The bound: when
         the router routes the open arrival ``ahead`` after the next (NEVER if none)."""
         run = self._run
+        ev = self._run_ev
+        assert run is not None and ev is not None  # (a run in flight, priced on)
         cl = self.cluster
         s = cl.source
         j = s.i + cl.ahead
@@ -210,7 +213,7 @@ class Replica:
         if run.done:
             self._run = None
             self._end = end = self._ends[-1]
-            _trigger(self._run_ev, end - int(cl.env._now))  # (the clock: the router may price ahead of it)
+            _trigger(ev, end - int(cl.env._now))  # (the clock: the router may price ahead of it)
         else:
             self._end = NEVER
             self._bound = bound
@@ -221,6 +224,7 @@ class Replica:
         takes over the old one's waiter; the old one stays in the queue with none."""
         self._end = end_ns
         old = self._run_ev
+        assert old is not None  # (a run in flight)
         ev = self._run_ev = simpy.Event(old.env)
         ev.callbacks, old.callbacks = old.callbacks, []
         _trigger(ev, end_ns - int(old.env.now))
@@ -246,7 +250,8 @@ class Replica:
     def cut(self, t_ns: int) -> None:
         """A request was routed here at ``t_ns``: the run in flight ends with the first step that
         does not start before it (its next boundary would have been there)."""
-        if self._run_ev is None:
+        ev = self._run_ev
+        if ev is None:
             return
         self._run = None  # priced no further
         if t_ns >= self._end:
@@ -260,7 +265,7 @@ class Replica:
                 del self._durs[k:]
                 del ends[k:]
             self._end = end = ends[-1]
-            _trigger(self._run_ev, end - int(self.cluster.env._now))
+            _trigger(ev, end - int(self.cluster.env._now))
         elif k < len(ends):
             del self._durs[k:]
             del ends[k:]
@@ -382,7 +387,7 @@ class _Cluster:
         # routed so (their candidates are every replica, in order). Set by ``routing_ready``.
         self.outs: list[int] = []
         self.by_counts: list[bool] = []
-        self.route_counts = None
+        self.route_counts: Callable[[list[int]], int] | None = None
         # the routers' views: replicas changed since counted, and (instant, version, replica)
         # of the next member finishing inside a replica's run (``Replica._pass_gone``)
         self.dirty: list[Replica] = []
@@ -398,7 +403,7 @@ class _Cluster:
         # open arrivals only: the source's next arrival, kept by ``route_until`` (only routing
         # pops the source, and with no closed-loop users nothing else changes its next arrival)
         self.next_open_ns = 0
-        self._kick = None
+        self._kick: simpy.Event | None = None
         self._router_until = NEVER
         self.route_ns = 0  # the instant the router routes at (the clock's, or later: ``_route_open``)
 
@@ -422,7 +427,7 @@ class _Cluster:
         for req in due:
             ci = req.cls_idx
             if by_counts[ci]:
-                i = route_counts(outs)
+                i = route_counts(outs)  # type: ignore[misc]  # (set wherever by_counts is: routing_ready)
                 rep = self.replicas[i]
             else:
                 cands = self.candidates[ci]
@@ -551,7 +556,7 @@ class _Cluster:
         if not k.triggered:
             _trigger_urgent(k)
 
-    on_end = None  # the caller's hook (simulate_cluster's ``on_end``)
+    on_end: Callable[[Any, int], None] | None = None  # the caller's hook (simulate_cluster's ``on_end``)
 
     def on_request_end(self, req, now_ns: int) -> None:
         if self.on_end is not None:
