@@ -188,11 +188,12 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
                         extra_tokens if eng.spec is not None else None)
     if eng.hooks_scheduled:
         k = len(durations)
-        steps = {r.request_id: kk for kk, r in leavers}
+        total = sum(durations)
+        steps = {r.request_id: kk for kk, r in leavers}  # (the rest take part in all k steps)
         for s in plan.items:
             kk = steps.get(s.req.request_id, k)
-            total = sum(durations[:kk])
-            eng.policy.on_scheduled(s.req, s.tokens + (kk - 1), total / NS, (start_ns + total) / NS)
+            own = total if kk == k else sum(durations[:kk])
+            eng.policy.on_scheduled(s.req, s.tokens + (kk - 1), own / NS, (start_ns + own) / NS)
 
 
 def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],

@@ -227,7 +227,7 @@ class OpenRun:
 def item_steps(s: Scheduled, k: int) -> int:
     """Steps an explicit item takes part in, of a run of ``k``: up to its last token (the run
     goes on past it only when :func:`through_finishes`; else ``k`` is at most this)."""
-    left = s.req.hidden_output_tokens - s.req.generated
+    left = s.req.remaining_output
     return left if left < k else k
 
 
