@@ -243,6 +243,46 @@ def test_cluster_runs_past_arrivals_exact_on_the_h200_workload(router):
     assert fast.summary_dict["run"]["engine_events"] < slow.summary_dict["run"]["engine_events"]
 
 
+def _summary_but_speed(res) -> dict:
+    """``res.summary_dict`` without what only the engine's speed changes (its event counts, its
+    wall and CPU seconds)."""
+    def strip(node):
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in ("engine_events", "wall_s", "cpu_s")}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+    return strip(res.summary_dict)
+
+
+@pytest.mark.parametrize("seed, policy, router, rates, over", [
+    (6363, "fcfs", "least_outstanding", (1.0, 1.0),
+     {"preemption": "swap", "max_num_seqs": 4, "timeseries_interval_s": 0.5}),
+    (5915, "wfq", "power_of_two", (2.0, 1.0), {"max_num_seqs": 16}),
+])
+def test_held_runs_end_a_run_at_the_horizon_where_stepping_does(seed, policy, router, rates, over):
+    """With no drain, the run ends at the last replica's last step: a run held past arrivals and
+    cut after it was priced to its end leaves its first end event in SimPy's queue with no waiter,
+    and that event must not move the run's end (every unfinished request's ``end_s``, the summary's
+    rates) past where the same run stepped one iteration at a time ends."""
+    d = small_scenario(seed=seed, horizon_s=5.0, drain=False, policy={"name": policy})
+    d["engine"].update(kv_blocks=128, preempt_for_waiting="never", **over)
+    for stream, rate in zip(d["streams"], rates):
+        stream["arrival"]["rate"] = rate
+    if policy == "fcfs":  # (short answers: runs that go past them)
+        d["streams"][0]["output_tokens"] = {"dist": "uniform", "low": 1, "high": 4}
+    else:  # (a prefill cap on the second class)
+        d["classes"][1]["max_prefill_tokens_per_step"] = 64
+    d["cluster"] = {"replicas": 2, "router": router}
+    fast = simulate_cluster(scenario_from_dict(d), check_invariants=True)
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    stepped = simulate_cluster(scenario_from_dict(d), fast=False)
+    assert (fast.requests.status == "unfinished").any()
+    pd.testing.assert_frame_equal(stepped.requests, fast.requests)
+    pd.testing.assert_frame_equal(stepped.timeseries, fast.timeseries)
+    assert _summary_but_speed(stepped) == _summary_but_speed(fast)
+
+
 class RecordingRouter(BaseRouter):
     """JSQ that records what it reads at every call (loaded by ``tests.test_cluster:RecordingRouter``):
     each candidate's ``outstanding`` and, with ``full``, ``running`` and ``waiting`` too. With
@@ -394,6 +434,39 @@ def test_property_kv_conservation_per_replica(replicas, router, kv, mode, rate, 
     req = res.requests
     assert req["request_id"].is_unique and sorted(req["request_id"]) == list(range(len(req)))
     assert set(req["status"]) <= {"finished", "rejected"}
+
+
+# ---- property: held runs are stepping ------------------------------------------------------------------
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), replicas=st.integers(2, 4),
+       router=st.sampled_from(["least_outstanding", "round_robin", "least_kv", "power_of_two"]),
+       policy=st.sampled_from(["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle"]),
+       mode=st.sampled_from(["recompute", "swap", "off"]), evict=st.sampled_from(["strict", "never", "policy"]),
+       kv=st.sampled_from([40, 128, 400]), rate=st.sampled_from([0.3, 1.0, 4.0]), drain=st.booleans(),
+       short=st.booleans(), cap=st.booleans(), fair=st.booleans())
+def test_property_held_runs_are_stepping(seed, replicas, router, policy, mode, evict, kv, rate, drain, short, cap,
+                                         fair):
+    """A cluster whose replicas hold fast-forwarded runs past arrivals routed elsewhere (with the
+    decode cohort) gives the request table, time series and summary of the same cluster stepped one
+    iteration at a time with every run stopped at every arrival, on random small scenarios."""
+    d = small_scenario(seed=seed, horizon_s=6.0, drain=drain, policy={"name": policy})
+    d["engine"].update(kv_blocks=kv, preemption=mode, preempt_for_waiting=evict, timeseries_interval_s=0.5)
+    d["streams"][0]["arrival"]["rate"] = rate
+    d["streams"][1]["arrival"]["rate"] = 2 * rate
+    if short:  # answers of a few tokens: runs go on past them
+        d["streams"][0]["output_tokens"] = {"dist": "uniform", "low": 1, "high": 4}
+    if cap:
+        d["classes"][1]["max_prefill_tokens_per_step"] = 64
+    if fair:
+        d["fairness"] = {"enabled": True, "measure": "tokens", "window_s": 2.0}
+        d["tenants"] = [{"name": "a", "share": 1.0}, {"name": "b", "share": 2.0}]
+    d["cluster"] = {"replicas": replicas, "router": router}
+    held = simulate_cluster(scenario_from_dict(d))
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    stepped = simulate_cluster(scenario_from_dict(d), fast=False)
+    pd.testing.assert_frame_equal(stepped.requests, held.requests)
+    pd.testing.assert_frame_equal(stepped.timeseries, held.timeseries)
+    assert _summary_but_speed(stepped) == _summary_but_speed(held)
 
 
 # ---- validation ---------------------------------------------------------------------------------------

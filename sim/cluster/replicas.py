@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any, Callable, ClassVar
 
 import simpy
@@ -221,7 +221,8 @@ class Replica:
 
     def _schedule_end(self, end_ns: int) -> None:
         """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there
-        takes over the old one's waiter; the old one stays in the queue with none."""
+        takes over the old one's waiter; the old one stays in the queue with none (a dead event:
+        ``_next_event_ns`` and, once every replica has exited, ``_drop_dead_events`` drop it)."""
         self._end = end_ns
         old = self._run_ev
         assert old is not None  # (a run in flight)
@@ -359,6 +360,21 @@ def _next_event_ns(env: simpy.Environment) -> float:
             return q[0][0]
         heappop(q)
     return simpy.core.Infinity
+
+
+def _drop_dead_events(env: simpy.Environment) -> None:
+    """Remove every dead event (one that succeeds with no callback: a cut run's end event left
+    with no waiter, ``Replica._schedule_end``) from ``env``'s queue, once every replica has exited.
+    Processing one would only move the clock, and at the end of a run the clock is the run's end
+    (``Setup.run``): a dead event after the last replica's exit would end the run later than the
+    same run stepped (where runs are never held, so no event dies), and with it every unfinished
+    request's ``end_s`` and the summary's rates. (Dead events before the end are harmless: the next
+    live one sets the clock; ``_next_event_ns`` drops those it meets at the head while routing.)"""
+    q = env._queue
+    live = [e for e in q if e[3].callbacks or not e[3]._ok]
+    if len(live) < len(q):
+        q[:] = live
+        heapify(q)
 
 
 def _trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
@@ -583,3 +599,5 @@ class _Cluster:
         rep.in_flight = False
         for o in self.replicas:
             o.notify()  # idle replicas re-check finished()
+        if all(o.exited for o in self.replicas):
+            _drop_dead_events(self.env)
