@@ -72,6 +72,26 @@ def test_fast_forward_exact_with_prefix_caching(run, preemption):
     pd.testing.assert_frame_equal(a.requests, b.requests)
 
 
+@pytest.mark.parametrize("preemption", ["recompute", "auto"])
+def test_prefix_aware_victims_are_chosen_alike_with_the_cohort(run, preemption):
+    """``engine.victim = "prefix_aware"`` prices each candidate by its progress and blocks; a
+    waiter's candidates include the decode cohort's members, whose fields are brought up to date
+    before they are priced, so the cohort (and fast-forward) choose the victims stepping does
+    (without the sync they read the progress of the member's last sync: other victims, other
+    preemption counts)."""
+    sc = small_scenario(seed=45, horizon_s=20.0, policy={"name": "priority"})
+    sc["engine"].update(max_num_seqs=4, max_batched_tokens=128, kv_blocks=128, preemption=preemption,
+                        victim="prefix_aware", timeseries_interval_s=3.0)
+    sc["streams"][0]["arrival"]["rate"] = 4.0
+    stepped = copy.deepcopy(sc)
+    stepped["engine"].update(fast_forward=False, lazy_batch=False)
+    ref = run(stepped)
+    assert ref.requests["preemptions"].sum() > 0
+    for ff, lazy in ((True, True), (False, True)):
+        sc["engine"].update(fast_forward=ff, lazy_batch=lazy)
+        pd.testing.assert_frame_equal(ref.requests, run(sc).requests)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 1000), kv_blocks=st.integers(30, 150),
        preemption=st.sampled_from(["recompute", "swap", "auto", "off"]),

@@ -292,7 +292,12 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
     ok.sort(key=rank, reverse=True)
     if eng.cfg.victim == "prefix_aware" and len(ok) > 1:
         # least urgent class first, as before; within a class the cheapest preemption per
-        # block freed first (stable sort: ties keep the rank order)
+        # block freed first (stable sort: ties keep the rank order). The costs read each
+        # candidate's progress and blocks, which a cohort member's fields hold only once synced
+        # (with the blocks of the step being planned: the cohort took them, as every running
+        # request has by now when stepping)
+        if eng.cohort is not None and eng.cohort.members:
+            eng.cohort.sync_all()
         reuse = about_to_reuse(eng, w)
         cost = {r.request_id: victim_score(eng, r, reuse) for r in ok}
         ok.sort(key=lambda r: (-r.priority, cost[r.request_id]))
