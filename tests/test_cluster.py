@@ -255,6 +255,13 @@ def _summary_but_speed(res) -> dict:
     return strip(res.summary_dict)
 
 
+def _assert_same_results(stepped, held) -> None:
+    """The two runs' request tables, time series and summaries (but speed) are equal."""
+    pd.testing.assert_frame_equal(stepped.requests, held.requests)
+    pd.testing.assert_frame_equal(stepped.timeseries, held.timeseries)
+    assert _summary_but_speed(stepped) == _summary_but_speed(held)
+
+
 @pytest.mark.parametrize("seed, policy, router, rates, over", [
     (6363, "fcfs", "least_outstanding", (1.0, 1.0),
      {"preemption": "swap", "max_num_seqs": 4, "timeseries_interval_s": 0.5}),
@@ -278,9 +285,7 @@ def test_held_runs_end_a_run_at_the_horizon_where_stepping_does(seed, policy, ro
     d["engine"].update(fast_forward=False, lazy_batch=False)
     stepped = simulate_cluster(scenario_from_dict(d), fast=False)
     assert (fast.requests.status == "unfinished").any()
-    pd.testing.assert_frame_equal(stepped.requests, fast.requests)
-    pd.testing.assert_frame_equal(stepped.timeseries, fast.timeseries)
-    assert _summary_but_speed(stepped) == _summary_but_speed(fast)
+    _assert_same_results(stepped, fast)
 
 
 class RecordingRouter(BaseRouter):
@@ -464,9 +469,7 @@ def test_property_held_runs_are_stepping(seed, replicas, router, policy, mode, e
     held = simulate_cluster(scenario_from_dict(d))
     d["engine"].update(fast_forward=False, lazy_batch=False)
     stepped = simulate_cluster(scenario_from_dict(d), fast=False)
-    pd.testing.assert_frame_equal(stepped.requests, held.requests)
-    pd.testing.assert_frame_equal(stepped.timeseries, held.timeseries)
-    assert _summary_but_speed(stepped) == _summary_but_speed(held)
+    _assert_same_results(stepped, held)
 
 
 # ---- validation ---------------------------------------------------------------------------------------
