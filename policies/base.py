@@ -24,7 +24,11 @@ when a request enters the system, ``before_ranking`` before the engine re-keys r
 policy that declares ``needs_prefix_info``, each waiting request's cached prefix),
 ``on_scheduled`` after each step (or each fast-forwarded run of steps, with the total tokens and
 service seconds; such a policy's requests are stepped one by one, never in the engine's
-lazily-advanced decode cohort), ``on_preempt``, ``on_finish``, and ``report`` at the end (figures
+lazily-advanced decode cohort; a policy whose books need each step of a run, as the fairness
+accountant's per-window service does, may also define ``on_scheduled_run(items, start_ns,
+durations_ns)``, called instead for runs of two or more steps: ``items`` are ``(request, tokens
+of the first step, steps it takes part in)``, each emitting one token a step after the first,
+and the times are integer nanoseconds), ``on_preempt``, ``on_finish``, and ``report`` at the end (figures
 for the run's summary). The engine writes nothing into a policy and nothing of its own into the
 requests a policy sees: what it tells a policy goes through these calls.
 """

@@ -1,7 +1,6 @@
 """The fairness accountant: charging, lifting, class order, its bound, and the tenant flood."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -213,3 +212,53 @@ def test_tenant_queues_equal_rekeying_on_tenant_flood(monkeypatch):
     b = simulate(load_scenario("tenant_flood", overrides=["horizon_s=8"]))
     pd.testing.assert_frame_equal(a.requests, b.requests)
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+
+
+# ---- fast-forwarded runs are booked as stepping books them --------------------------------------
+
+def test_a_run_is_booked_step_by_step():
+    """``on_scheduled_run`` gives the books of the same steps told one by one: each step's
+    tokens in the window of its own end, its seconds split among the requests in it (one of
+    which leaves after two steps), the counter gap checked after each step."""
+    durations = [300_000_000, 250_000_000, 400_000_000, 450_000_000]  # ends 0.3, 0.55, 0.95, 1.4 s
+    books = []
+    for whole in (False, True):
+        f = _fair(measure="gpu_seconds", window_s=0.5, shares={"b": 2.0})
+        a, b, w = _req(0, "a"), _req(1, "b"), _req(2, "b")
+        for r in (a, b, w):
+            f.on_arrival(r, 0.0)
+        a.generated, b.generated = 3, 0  # a decodes; b's prompt finishes in the first step
+        if whole:
+            a.generated, b.generated = 7, 2
+            f.on_scheduled_run([(a, 1, 4), (b, 100, 2)], 0, durations)
+        else:
+            end = 0
+            for j, d in enumerate(durations):
+                end += d
+                a.generated += 1
+                f.on_scheduled(a, 1, d / 1e9, end / 1e9)
+                if j < 2:
+                    b.generated += 1
+                    f.on_scheduled(b, 100 if j == 0 else 1, d / 1e9, end / 1e9)
+        books.append(f.report())
+    assert books[0] == books[1]
+    assert [w["start_s"] for w in books[1]["fairness"]["windows"]] == [0.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+@pytest.mark.parametrize("measure", ["tokens", "gpu_seconds"])
+def test_fast_forward_keeps_the_accountants_books(enabled, measure):
+    """Fast-forwarded runs and stepping give the same requests table and the same fairness
+    report: per-window service (runs cross window edges), GPU seconds, counters, the gap."""
+    from tests.conftest import small_scenario
+
+    d = small_scenario(seed=7, horizon_s=12.0)
+    d["engine"].update(kv_blocks=400)
+    d["tenants"] = [{"name": "a", "share": 1.0}, {"name": "b", "share": 2.0}]
+    d["fairness"] = {"enabled": enabled, "measure": measure, "window_s": 0.5}
+    fast = simulate(scenario_from_dict(d))
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    stepped = simulate(scenario_from_dict(d))
+    pd.testing.assert_frame_equal(fast.requests, stepped.requests)
+    assert fast.summary_dict["run"]["policy"] == stepped.summary_dict["run"]["policy"]
+    assert fast.summary_dict["run"]["engine_events"] < stepped.summary_dict["run"]["engine_events"]

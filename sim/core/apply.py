@@ -188,8 +188,12 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
                         extra_tokens if eng.spec is not None else None)
     if eng.hooks_scheduled:
         k = len(durations)
-        total = sum(durations)
         steps = {r.request_id: kk for kk, r in leavers}  # (the rest take part in all k steps)
+        if k > 1 and eng.hook_scheduled_run is not None:  # the policy books a run step by step
+            eng.hook_scheduled_run([(s.req, s.tokens, steps.get(s.req.request_id, k)) for s in plan.items],
+                                   start_ns, durations)
+            return
+        total = sum(durations)
         for s in plan.items:
             kk = steps.get(s.req.request_id, k)
             own = total if kk == k else sum(durations[:kk])

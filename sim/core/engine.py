@@ -138,6 +138,8 @@ class Engine:
         # skip the per-request hooks when the policy keeps no books (most policies)
         self.hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
         self.hooks_arrival = getattr(type(policy), "on_arrival", None) is not BasePolicy.on_arrival
+        # (optional: a policy that books each step of a fast-forwarded run, not the run's totals)
+        self.hook_scheduled_run = getattr(policy, "on_scheduled_run", None) if self.hooks_scheduled else None
         self._need_limits: dict[int, int] = {}  # per priority: the largest request not too large
         # Steady decoders advance as one cohort unless something must see every request every
         # step: a policy re-keying or keeping books per step, speculation (random tokens per

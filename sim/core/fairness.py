@@ -35,6 +35,7 @@ import math
 from collections import defaultdict
 
 from policies.base import BasePolicy, listens_before_ranking
+from sim.core.costs import NS
 
 
 class FairShare(BasePolicy):
@@ -161,11 +162,53 @@ class FairShare(BasePolicy):
         self.inner.on_finish(req, now)
 
     def on_scheduled(self, req, tokens: int, service_s: float, now: float) -> None:
+        # the output tokens this step emitted are read now: the next step's apply moves
+        # ``generated`` on before the books of this one are flushed (by the next step's calls)
+        rid = req.request_id
+        out = req.generated - self._last_gen.get(rid, 0)
+        self._last_gen[rid] = req.generated
+        self._book(req, tokens, out, service_s, now)
+        self.inner.on_scheduled(req, tokens, service_s, now)
+
+    def on_scheduled_run(self, items: list, start_ns: int, durations: list[int]) -> None:
+        """A fast-forwarded run of ``len(durations)`` steps (integer ns, the first starting at
+        ``start_ns``), booked step by step as stepping books them: each step charged to the
+        window of its own end, its seconds split among the requests in it, the counter gap
+        checked after it. ``items``: ``(request, tokens of the first step, steps it takes part
+        in)`` in the plan's order; after the first step each emits one token a step. The
+        inner policy is told as the engine would tell it: its own ``on_scheduled_run``, else
+        ``on_scheduled`` once per request with the run's totals."""
+        outs = []
+        for req, _, kk in items:
+            rid = req.request_id
+            outs.append(req.generated - self._last_gen.get(rid, 0) - (kk - 1))  # the first step's
+            self._last_gen[rid] = req.generated
+        end = start_ns
+        for j, d in enumerate(durations):
+            end += d
+            service_s, now = d / NS, end / NS  # (as stepping passes them)
+            for (req, tokens, kk), out in zip(items, outs):
+                if j == 0:
+                    self._book(req, tokens, out, service_s, now)
+                elif j < kk:
+                    self._book(req, 1, 1, service_s, now)
+        inner_run = getattr(self.inner, "on_scheduled_run", None)
+        if inner_run is not None:
+            inner_run(items, start_ns, durations)
+            return
+        for req, tokens, kk in items:
+            own = sum(durations[:kk])
+            self.inner.on_scheduled(req, tokens + (kk - 1), own / NS, (start_ns + own) / NS)
+
+    def _book(self, req, tokens: int, out: int, service_s: float, now: float) -> None:
+        """Queue one request's share of the step that ends at ``now`` (s): ``tokens`` processed,
+        ``out`` output tokens emitted, in a ``service_s`` s step. A step's requests are charged
+        together (:meth:`_flush`) once the next step's are booked, or before anything reads a
+        counter."""
         if self._pending and now != self._pending_now:
             self._flush()
         self._pending_now = now
-        self._pending.append((req, tokens, service_s))
-        self.inner.on_scheduled(req, tokens, service_s, now)
+        self._pending.append((req, tokens, out, service_s))
 
     def _flush(self) -> None:
         """Charge the last step's requests (GPU time split by tokens processed)."""
@@ -174,17 +217,15 @@ class FairShare(BasePolicy):
             return
         self._pending = []
         now = self._pending_now
-        total = sum(t for _, t, _ in items) or 1
+        total = sum(e[1] for e in items) or 1
         win = self.windows[int(now // self.window_s)] if self.window_s > 0 else None
-        for req, tokens, service_s in items:
+        for req, tokens, out, service_s in items:
             rid = req.request_id
             t = req.tenant
             sh = self.share(t)
             if rid in self._waiting:  # first step since it was queued: admitted
                 self._waiting.discard(rid)
                 self.waiting_n[t] -= 1
-            out = req.generated - self._last_gen.get(rid, 0)
-            self._last_gen[rid] = req.generated
             done_in = self._charged_in.get(rid, 0)
             pre = max(0, min(tokens, req.prompt_tokens - done_in))  # recompute is not re-charged
             self._charged_in[rid] = done_in + pre
