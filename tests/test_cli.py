@@ -155,3 +155,29 @@ trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_to
                 "--out", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
     assert "skipped 1 bad trace rows" in res.output
+
+
+@pytest.mark.parametrize("pure_forced", [False, True])
+def test_a_long_pure_python_run_ends_with_a_hint_about_the_compiled_build(tmp_path, monkeypatch, pure_forced):
+    """A run that took long in pure Python says once, on stderr, that the compiled engine exists;
+    not when the user chose pure Python, nor after a short run."""
+    from sim import native
+    from sim.cli import group
+
+    monkeypatch.setattr(native, "BUILD", "python")
+    if pure_forced:
+        monkeypatch.setenv(native.PURE_ENV, "1")
+    else:
+        monkeypatch.delenv(native.PURE_ENV, raising=False)
+    args = ["run", "--set", "horizon_s=2.0", "--no-plots"]
+    res = _run([*args, "--out", str(tmp_path / "short")])
+    assert res.exit_code == 0 and "hint:" not in res.stderr
+    monkeypatch.setattr(group, "NATIVE_HINT_S", 0.0)
+    res = _run([*args, "--out", str(tmp_path / "long")])
+    assert res.exit_code == 0, res.output
+    hints = [ln for ln in res.stderr.splitlines() if ln.startswith("hint:")]
+    if pure_forced:
+        assert hints == []
+    else:
+        assert len(hints) == 1 and "priosim native build" in hints[0]
+    assert "hint:" not in res.stdout

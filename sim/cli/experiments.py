@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_load, check_out, csv_list, fail, load, check_workers, main
+from sim.cli.group import check_load, check_out, check_workers, csv_list, fail, hint_native, load, main
 
 
 @main.command()
@@ -60,6 +60,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
     _report_sweep(out, axes, rep, no_plots)
+    hint_native(rep.wall_s)
     if rep.interrupted:
         click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
         sys.exit(130)
@@ -310,3 +311,4 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         for p in paths:
             click.echo(f"figure: {p}")
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
+    hint_native(rep.wall_s)

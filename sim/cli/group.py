@@ -97,3 +97,23 @@ def echo_cluster(res) -> None:
     fmt = lambda v: f"{v:.4g}"  # noqa: E731
     click.echo(res.group_table().to_string(index=False, float_format=fmt, na_rep="-"))
     click.echo(res.replica_table().to_string(index=False, float_format=fmt, na_rep="-"))
+
+
+#: A command whose simulations took at least this long (s) in pure Python ends with a hint
+#: about the compiled build (:func:`hint_native`).
+NATIVE_HINT_S = 30.0
+
+
+def hint_native(wall_s: float) -> None:
+    """After ``wall_s`` seconds of simulation in pure Python, say on stderr (one line) that the
+    compiled build exists; nothing when the compiled build ran, when the user chose pure Python
+    (``PRIOSIM_PURE_PYTHON=1``) or when the wait was short."""
+    import os
+
+    from sim import native
+
+    if wall_s < NATIVE_HINT_S or native.BUILD != "python" or os.environ.get(native.PURE_ENV, "") == "1":
+        return
+    click.echo(f"hint: the simulations took {wall_s:.0f} s in pure Python; the compiled engine takes about "
+               f"half that, with the same results: pip install -e \".[native]\" && priosim native build "
+               f"(priosim native status says which build runs)", err=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError
-from sim.cli.group import check_out, echo_cluster, fail, load, main
+from sim.cli.group import check_out, echo_cluster, fail, hint_native, load, main
 
 
 @main.command()
@@ -59,6 +59,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
 
         click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
     click.echo(f"results: {path}")
+    hint_native(run_info["wall_s"])
 
 
 @main.command()
