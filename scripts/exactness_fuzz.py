@@ -78,7 +78,8 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
     if rng.random() < 0.15 and kind != "prefix":
         e["speculative"] = {"k": 2, "acceptance": 0.6}
     if rng.random() < 0.25:
-        d["fairness"] = {"enabled": bool(rng.random() < 0.75), "measure": str(rng.choice(["tokens", "gpu_seconds"])), "window_s": 2.0}
+        d["fairness"] = {"enabled": bool(rng.random() < 0.75), "measure": str(rng.choice(["tokens", "gpu_seconds"])),
+                         "window_s": 2.0}
         d["tenants"] = [{"name": "a", "share": 1.0}, {"name": "b", "share": 2.0}]
     if kind == "replica":
         _replica_extras(d, rng)
