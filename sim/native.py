@@ -107,12 +107,13 @@ def status() -> dict[str, str]:
     return out
 
 
-def _pure_forced() -> bool:
+def pure_forced() -> bool:
+    """Did the user choose pure Python (``PRIOSIM_PURE_PYTHON=1``)?"""
     return os.environ.get(PURE_ENV, "") == "1"
 
 
 def _use_compiled(st: dict[str, str]) -> bool:
-    return all(s == "compiled" for s in st.values()) and not _pure_forced()
+    return all(s == "compiled" for s in st.values()) and not pure_forced()
 
 
 class _SourceFirst:
@@ -153,7 +154,7 @@ def select() -> str:
     """Decide which build ``import sim`` uses (see module docstring); returns its name."""
     global BUILD
     st = status()
-    problem = None if _pure_forced() else _problem(st)
+    problem = None if pure_forced() else _problem(st)
     if _use_compiled(st) and problem is None:
         BUILD = "mypyc"
         return BUILD
@@ -205,10 +206,10 @@ def describe() -> str:
     lines = [f"{rel:20s} {s}" for rel, s in st.items()]
     lib = _shared_lib()
     lines.append(f"{'shared library':20s} {lib.relative_to(ROOT) if lib else 'missing'}")
-    problem = None if _pure_forced() else _problem(st)
+    problem = None if pure_forced() else _problem(st)
     if _use_compiled(st) and problem is None:
         lines.append("import sim uses: mypyc")
     else:
-        why = f"{PURE_ENV}=1" if _pure_forced() else problem or "not built"
+        why = f"{PURE_ENV}=1" if pure_forced() else problem or "not built"
         lines.append(f"import sim uses: python ({why})")
     return "\n".join(lines)

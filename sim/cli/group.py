@@ -108,11 +108,9 @@ def hint_native(wall_s: float) -> None:
     """After ``wall_s`` seconds of simulation in pure Python, say on stderr (one line) that the
     compiled build exists; nothing when the compiled build ran, when the user chose pure Python
     (``PRIOSIM_PURE_PYTHON=1``) or when the wait was short."""
-    import os
-
     from sim import native
 
-    if wall_s < NATIVE_HINT_S or native.BUILD != "python" or os.environ.get(native.PURE_ENV, "") == "1":
+    if wall_s < NATIVE_HINT_S or native.BUILD != "python" or native.pure_forced():
         return
     click.echo(f"hint: the simulations took {wall_s:.0f} s in pure Python; the compiled engine takes about "
                f"half that, with the same results: pip install -e \".[native]\" && priosim native build "

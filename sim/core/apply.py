@@ -189,15 +189,23 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
     if eng.hooks_scheduled:
         k = len(durations)
         steps = {r.request_id: kk for kk, r in leavers}  # (the rest take part in all k steps)
+        items = [(s.req, s.tokens, steps.get(s.req.request_id, k)) for s in plan.items]
         if k > 1 and eng.hook_scheduled_run is not None:  # the policy books a run step by step
-            eng.hook_scheduled_run([(s.req, s.tokens, steps.get(s.req.request_id, k)) for s in plan.items],
-                                   start_ns, durations)
-            return
-        total = sum(durations)
-        for s in plan.items:
-            kk = steps.get(s.req.request_id, k)
-            own = total if kk == k else sum(durations[:kk])
-            eng.policy.on_scheduled(s.req, s.tokens + (kk - 1), own / NS, (start_ns + own) / NS)
+            eng.hook_scheduled_run(items, start_ns, durations)
+        else:
+            for req, tokens, service_s, end_s in run_totals(items, start_ns, durations):
+                eng.policy.on_scheduled(req, tokens, service_s, end_s)
+
+
+def run_totals(items: list, start_ns: int, durations: list[int]):
+    """What ``on_scheduled`` is told of a run of ``len(durations)`` steps (ns) from ``start_ns``,
+    per item ``(request, tokens of the first step, steps it takes part in)``, in order: ``(request,
+    tokens, service seconds, end in seconds)`` of its part of the run, told as one step."""
+    k = len(durations)
+    total = sum(durations)
+    for req, tokens, kk in items:
+        own = total if kk == k else sum(durations[:kk])
+        yield req, tokens + (kk - 1), own / NS, (start_ns + own) / NS
 
 
 def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],

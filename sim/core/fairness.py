@@ -35,6 +35,7 @@ import math
 from collections import defaultdict
 
 from policies.base import BasePolicy, listens_before_ranking
+from sim.core.apply import run_totals
 from sim.core.costs import NS
 
 
@@ -196,9 +197,8 @@ class FairShare(BasePolicy):
         if inner_run is not None:
             inner_run(items, start_ns, durations)
             return
-        for req, tokens, kk in items:
-            own = sum(durations[:kk])
-            self.inner.on_scheduled(req, tokens + (kk - 1), own / NS, (start_ns + own) / NS)
+        for req, tokens, service_s, end_s in run_totals(items, start_ns, durations):
+            self.inner.on_scheduled(req, tokens, service_s, end_s)
 
     def _book(self, req, tokens: int, out: int, service_s: float, now: float) -> None:
         """Queue one request's share of the step that ends at ``now`` (s): ``tokens`` processed,
