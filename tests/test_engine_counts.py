@@ -93,14 +93,50 @@ def test_check_counts_catches_a_stale_count():
     with pytest.raises(AssertionError, match="per class"):
         observe.check_counts(eng)
     eng.waiting_count[1] -= 1
-    eng._lowest = reqs[0]
-    with pytest.raises(AssertionError, match="ranked last"):
+    eng.last_ranked = [reqs[0]]  # ranked below requests it should rank above
+    with pytest.raises(AssertionError, match="least urgent running requests kept"):
         observe.check_counts(eng)
-    eng._lowest = None
+    eng.last_ranked = [reqs[2], reqs[3]]  # one of them is not running
+    with pytest.raises(AssertionError, match="least urgent running requests kept"):
+        observe.check_counts(eng)
+    eng.last_ranked = []
     eng.remove_running(reqs[2])
     eng.remove_running(reqs[1])
     assert eng.lowest_running() is reqs[0] and eng.top_running_priority() == 0
     observe.check_counts(eng)
+
+
+def test_the_least_urgent_kept_follow_starts_and_leaves():
+    """The last-ranked running request stays right while requests start and leave in any order,
+    also when more leave than were found at once (``LEAST_KEPT``) and when a newcomer ranks
+    above or below those kept."""
+    from sim.core.engine import LEAST_KEPT
+    from sim.core.plan import rank
+
+    eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
+    rnd = random.Random(3)
+    seq = 0
+
+    def start(i: int) -> None:
+        nonlocal seq
+        ci = rnd.randrange(2)
+        r = Request(i, i, "a", ("hi", "lo")[ci], ci, ci, 50, 10, 20)
+        r.key, r.admit_seq = eng._key(r, 0.0), seq + 1
+        seq += 1
+        eng.add_running(r)
+
+    for i in range(3 * LEAST_KEPT):
+        start(i)
+    for i in range(400):
+        if eng.running and rnd.random() < 0.5:
+            # the last-ranked most of the time (a preemption), else anyone (a finish)
+            v = eng.lowest_running() if rnd.random() < 0.7 else rnd.choice(eng.running)
+            eng.remove_running(v)
+        else:
+            start(1000 + i)
+        if eng.running:
+            observe.check_counts(eng)
+            assert eng.lowest_running() is max(eng.running, key=rank)
 
 
 def test_priorities_apart_from_the_class_fall_back_to_a_walk():

@@ -120,7 +120,12 @@ class DecodeCohort:
     def leave(self, r: Request) -> None:
         """Member ``r`` leaves alone (synced; its blocks cover the steps allocated so far)."""
         self.sync(r)
-        self.finish.remove((self.steps + r.hidden_output_tokens - r.generated, r.admit_seq, r))
+        # its finish entry, found by bisection (a list.remove compares its way through the
+        # list); no two members share an admit_seq, so (step, admit_seq) precedes exactly it
+        f = self.finish
+        i = bisect_left(f, (self.steps + r.hidden_output_tokens - r.generated, r.admit_seq))
+        assert f[i][2] is r
+        del f[i]
         self._leave(r)
         if not self.members:
             # the last member took the blocks of the step in progress with it (as dissolve
@@ -260,11 +265,12 @@ class DecodeCohort:
             ahead = self.steps_allocated - self.steps if blocks_ahead else 0
             r.blocks = -(-(r.computed + ahead) // self.bs) - r.base_blocks
 
-    def blocks_of(self, r: Request) -> int:
-        """Member ``r``'s device blocks as :meth:`sync` would set them (not synced)."""
+    def blocks_of(self, rs: list[Request]) -> int:
+        """Members ``rs``'s device blocks, summed, as :meth:`sync` would set them (not synced)."""
         if not self.grows:
-            return r.blocks
-        return -(-(r.computed + self.steps_allocated - r.cohort_base_step) // self.bs) - r.base_blocks
+            return sum([r.blocks for r in rs])
+        ahead, bs = self.steps_allocated, self.bs
+        return sum([-(-(r.computed + ahead - r.cohort_base_step) // bs) - r.base_blocks for r in rs])
 
     def sync_all(self) -> None:
         for r in self.members.values():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,10 @@ from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
 
 __all__ = ["Engine"]
+
+#: how many of the least urgent running requests :meth:`Engine.lowest_running` finds at once
+#: (preemptions take them one by one; a few more cost little in the same walk)
+LEAST_KEPT = 8
 
 
 class Engine:
@@ -94,9 +99,12 @@ class Engine:
         # (the time series reads them every interval: a count, not a walk of the queue)
         self.waiting_count = [0] * len(classes)
         self.running_count = [0] * len(classes)
-        # the running request ranked last (the first victim; its key is the largest running),
-        # kept as requests start and leave: None when not known (recomputed on demand)
-        self._lowest: Request | None = None
+        # the least urgent running requests (the last-ranked is the first victim), ascending by
+        # rank, and every other running request ranks below all of them: kept as requests start
+        # and leave, found again (the LEAST_KEPT last-ranked) once all have left. Under KV
+        # pressure the last-ranked leaves at every preemption; a walk of the running set each
+        # time was a large share of a preempting run.
+        self.last_ranked: list[Request] = []
         self._seq = 0
         self.admissions = 0  # requests admitted so far (each admission's sequence number)
         self.dynamic = bool(getattr(policy, "dynamic", False))
@@ -192,10 +200,9 @@ class Engine:
             self.priority_by_class = False
         if r.priority > self._top:
             self._top = r.priority
-        # (its admit_seq is the newest: it ranks last unless a running key is larger)
-        low = self._lowest
-        if low is not None and r.key >= low.key:
-            self._lowest = r
+        least = self.last_ranked
+        if least and rank(r) > rank(least[0]):
+            insort(least, r, key=rank)
 
     def remove_running(self, r: Request) -> None:
         """``r`` leaves the running set (finished or preempted)."""
@@ -205,16 +212,20 @@ class Engine:
         self.running_count[ci] = n
         if not n and r.priority == self._top:  # its class was the least urgent running
             self._top = least_urgent(self.class_priority, self.running_count)
-        if r is self._lowest:
-            self._lowest = None
+        least = self.last_ranked
+        if least:
+            i = bisect_left(least, rank(r), key=rank)
+            if i < len(least) and least[i] is r:
+                del least[i]
 
     def lowest_running(self) -> Request:
         """The running request ranked last (largest key; ties: the most recently admitted).
         The running set must not be empty."""
-        low = self._lowest
-        if low is None:
-            low = self._lowest = max(self.running, key=rank)
-        return low
+        least = self.last_ranked
+        if not least:
+            least = self.last_ranked = heapq.nlargest(LEAST_KEPT, self.running, key=rank)
+            least.reverse()
+        return least[-1]
 
     def top_running_priority(self) -> int:
         """The least urgent (largest) priority of a running request; the set must not be empty."""
@@ -243,7 +254,7 @@ class Engine:
         for r in self.running:
             r.key = self._key(r, now_s)
         self.rank_order = None
-        self._lowest = None
+        self.last_ranked = []
         if self.cohort is not None:
             self.cohort.keys_changed()
 

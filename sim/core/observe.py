@@ -69,6 +69,13 @@ def check_counts(eng: Engine) -> None:
     if waiting != eng.waiting_count or running != eng.running_count:
         raise AssertionError(f"requests per class: waiting {eng.waiting_count}, running {eng.running_count} "
                              f"kept, {waiting} and {running} counted")
+    last = eng.last_ranked
+    if last:  # (kept while not empty: ascending, running, and every other running request below)
+        ids = {r.request_id for r in last}
+        below = [rank(r) for r in eng.running if r.request_id not in ids]
+        if (any(rank(a) >= rank(b) for a, b in zip(last, last[1:])) or len(ids) != len(last)
+                or len(below) != len(eng.running) - len(last) or (below and max(below) >= rank(last[0]))):
+            raise AssertionError("the least urgent running requests kept are out of date")
     if eng.running:
         if eng.lowest_running() is not max(eng.running, key=rank):
             raise AssertionError("the running request ranked last is out of date")

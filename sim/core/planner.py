@@ -19,12 +19,13 @@ mutates blocks and the running set; the step is then priced and applied (:mod:`s
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
 from sim.core.plan import Scheduled, StepPlan, rank
-from sim.core.preemption import eligible_victims, preempt, victim_for
+from sim.core.preemption import eligible_unordered, eligible_victims, preempt, victim_for
 from sim.core.request import Request, State
 
 if TYPE_CHECKING:
@@ -371,29 +372,33 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     lowest rank first. Returns None when it evicted nothing, else :func:`fits` of ``w`` after
     the last eviction (with the budget then left).
     """
-    victims = eligible_victims(eng, w)
+    ordered = eng.cfg.victim != "rank"  # (rank: the first victims are picked as needed)
+    victims = eligible_victims(eng, w) if ordered else eligible_unordered(eng, w)
     if not victims:
         return None
     coh = eng.cohort
-    members = coh is not None and bool(coh.members)
     freed_tokens = freed_blocks = 0
-    for v in victims:
-        if members and v.cohort_base_step != NOT_MEMBER:
-            assert coh is not None
-            freed_blocks += coh.blocks_of(v)  # it decodes one token in this step
-            freed_tokens += 1 if plan.cohort else 0
-        else:
-            freed_blocks += v.blocks
-            if v.request_id in scheduled:
-                freed_tokens += scheduled[v.request_id].tokens
+    in_cohort = [v for v in victims if v.cohort_base_step != NOT_MEMBER]
+    if len(in_cohort) < len(victims):
+        for v in victims:
+            if v.cohort_base_step == NOT_MEMBER:
+                freed_blocks += v.blocks
+                s = scheduled.get(v.request_id)
+                if s is not None:
+                    freed_tokens += s.tokens
+    if in_cohort:
+        assert coh is not None
+        freed_blocks += coh.blocks_of(in_cohort)  # each decodes one token in this step
+        if plan.cohort:
+            freed_tokens += len(in_cohort)
     slots_ok = len(eng.running) - len(victims) < eng.cfg.max_num_seqs
     n, need, _ = admission(eng, w, budget + freed_tokens)
     avail = eng.pool.available_for(w.priority) - eng.watermark_blocks + freed_blocks
     if not (slots_ok and n > 0 and need <= avail):
         return None
     now_fits = (False, 0, 0, 0)
-    for v in victims:
-        if members and v.cohort_base_step != NOT_MEMBER:
+    for v in (victims if ordered else _least_urgent_first(victims)):
+        if v.cohort_base_step != NOT_MEMBER:
             # it leaves the cohort alone (the others decode on in it), as an ordinary
             # request with this step's token, and gives that back when preempted
             assert coh is not None
@@ -408,3 +413,14 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
         if now_fits[0]:
             break
     return now_fits
+
+
+def _least_urgent_first(victims: list[Request]) -> Iterator[Request]:
+    """``victims`` by rank, last-ranked first, sorted only as far as the caller reads: one
+    victim is usually enough, and ``max`` finds it without sorting them all (ranks are
+    distinct: ``admit_seq``)."""
+    first = max(victims, key=rank)
+    yield first
+    rest = [v for v in victims if v is not first]
+    rest.sort(key=rank, reverse=True)
+    yield from rest

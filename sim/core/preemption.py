@@ -260,35 +260,7 @@ def victim_cost_ns(eng: Engine, v: Request, reuse: set, sole: list[int] | None =
 def eligible_victims(eng: Engine, w: Request) -> list[Request]:
     """Running requests waiting request ``w`` may evict under ``engine.preempt_for_waiting``,
     in the order they go (least urgent first)."""
-    mode = eng.cfg.preempt_for_waiting
-    if mode == "never" or not eng.grows_blocks:
-        return []
-    if mode in ("priority", "strict") and eng.running:
-        # a waiter of the least urgent class running (the common head of a full replica's
-        # queue) has no victim: the running counts per class say so without building the list
-        top = eng.top_running_priority()
-        if top < w.priority or (top == w.priority and mode == "strict"):
-            return []
-    if mode == "priority":
-        ok = [r for r in eng.running if (r.priority, r.arrival_s, r.request_id) > (w.priority, w.arrival_s, w.request_id)]
-    elif mode == "strict":
-        ok = [r for r in eng.running if r.priority > w.priority]
-    elif mode == "policy":
-        ok = list(eng.running)  # whatever the policy ranks strictly below the waiter
-    else:  # threshold
-        ok = [r for r in eng.running if r.priority - w.priority > eng.cfg.preempt_threshold]
-    # never a request the policy ranks at or above the waiter
-    ok = [r for r in ok if r.key > w.key]
-    if mode == "policy":
-        # Ranks that change with service (quanta, starvation promotion) can evict every
-        # request before it finishes, and by recompute nothing is kept: a livelock (MLFQ
-        # promoting starved requests that then evict each other). The oldest running
-        # request, once it has been preempted, is not evicted for a waiter again: it runs
-        # to its end, then the next oldest, so the run progresses (a first preemption,
-        # the policy's ordinary use of this mode, is left alone).
-        oldest = min(eng.running, key=age)
-        if oldest.preemptions:
-            ok = [r for r in ok if r is not oldest]
+    ok = eligible_unordered(eng, w)
     ok.sort(key=rank, reverse=True)
     if eng.cfg.victim == "prefix_aware" and len(ok) > 1:
         # least urgent class first, as before; within a class the cheapest preemption per
@@ -301,4 +273,43 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
         reuse = about_to_reuse(eng, w)
         cost = {r.request_id: victim_score(eng, r, reuse) for r in ok}
         ok.sort(key=lambda r: (-r.priority, cost[r.request_id]))
+    return ok
+
+
+def eligible_unordered(eng: Engine, w: Request) -> list[Request]:
+    """:func:`eligible_victims` in the running set's order (for ``engine.victim = "rank"``,
+    whose order is the rank's alone: a caller that needs only the first victims picks them
+    with ``max`` rather than sorting them all)."""
+    mode = eng.cfg.preempt_for_waiting
+    if mode == "never" or not eng.grows_blocks:
+        return []
+    running = eng.running
+    if mode in ("priority", "strict") and running:
+        # a waiter of the least urgent class running (the common head of a full replica's
+        # queue) has no victim: the running counts per class say so without building the list
+        top = eng.top_running_priority()
+        if top < w.priority or (top == w.priority and mode == "strict"):
+            return []
+    # never a request the policy ranks at or above the waiter (one pass over the running set
+    # with the mode's own condition)
+    wk, wp = w.key, w.priority
+    if mode == "priority":
+        wo = (wp, w.arrival_s, w.request_id)
+        ok = [r for r in running if (r.priority, r.arrival_s, r.request_id) > wo and r.key > wk]
+    elif mode == "strict":
+        ok = [r for r in running if r.priority > wp and r.key > wk]
+    elif mode == "policy":
+        ok = [r for r in running if r.key > wk]  # whatever the policy ranks strictly below the waiter
+        # Ranks that change with service (quanta, starvation promotion) can evict every
+        # request before it finishes, and by recompute nothing is kept: a livelock (MLFQ
+        # promoting starved requests that then evict each other). The oldest running
+        # request, once it has been preempted, is not evicted for a waiter again: it runs
+        # to its end, then the next oldest, so the run progresses (a first preemption,
+        # the policy's ordinary use of this mode, is left alone).
+        oldest = min(running, key=age)
+        if oldest.preemptions:
+            ok = [r for r in ok if r is not oldest]
+    else:  # threshold
+        th = eng.cfg.preempt_threshold
+        ok = [r for r in running if r.priority - wp > th and r.key > wk]
     return ok
