@@ -46,12 +46,13 @@ import json, time
 from sim import load_scenario
 from sim.cluster import simulate_cluster
 from benchmarks.core_scenario import servegen_overrides
-sc = load_scenario("servegen_multitenant", overrides=servegen_overrides(3600))
+sc = load_scenario("servegen_multitenant", overrides=servegen_overrides({horizon}, pinned={pinned}))
 t0 = time.perf_counter()
 res = simulate_cluster(sc, load_scale=2.0, per_replica=False)
 wall = time.perf_counter() - t0
 print(json.dumps({{"requests": len(res.requests), "engine_s": wall,
-                   "engine_events": res.summary_dict["run"]["engine_events"]}}))
+                   "engine_events": res.summary_dict["run"]["engine_events"],
+                   "preemptions": int(res.requests.preemptions.sum())}}))
 '''
 
 
@@ -115,6 +116,11 @@ def sweep_pair(repeats: int = 2, n: int = 10_000) -> list[dict]:
 LONG_SWEEP_REQUESTS = 50_000
 
 
+# The ServeGen cluster at its own preset (docs/cluster.md's run) over this many seconds: the
+# preemption path (no target: it shows what a KV-bound replica costs per request).
+PREEMPTING_S = 600
+
+
 def sweep_efficiency(pair: list[dict]) -> float:
     """Parallel efficiency of a :func:`sweep_pair`: the 1-worker wall over twice the 2-worker one."""
     return pair[0]["wall_s"] / (2 * pair[1]["wall_s"])
@@ -127,7 +133,7 @@ def servegen_row() -> dict:
     is taken to the machine's speed while it ran rather than to the table's two yardsticks,
     measured minutes away."""
     before = yardstick()
-    row = _py(SERVEGEN.format())
+    row = _py(SERVEGEN.format(horizon=3600, pinned=True))
     after = yardstick()
     return row | {"yardstick_s": (before + after) / 2, "yardsticks_s": (before, after)}
 
@@ -152,6 +158,9 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
         if servegen:
             rows.append(("16 replicas x 1 h of ServeGen multi-tenant traffic (docs/cluster.md)",
                          servegen_row()))
+        rows.append((f"16 replicas x {PREEMPTING_S // 60} min of ServeGen at the scenario's own overhead preset "
+                     "(queues build; waiters preempt running requests)",
+                     _py(SERVEGEN.format(horizon=PREEMPTING_S, pinned=False))))
         rows.append(("`priosim capacity diurnal_two_class --designs shared,partitioned`",
                      _cli(["capacity", "diurnal_two_class", "--designs", "shared,partitioned", "--no-plots",
                            "--workers", "2"], tmp)))
@@ -203,6 +212,10 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
         md += ["", f"The ServeGen row is a ratio to the yardsticks measured just before and after it ({a:.2f} s and "
                f"{b:.2f} s, mean {sg[0]['yardstick_s']:.2f} s); to the table's: wall {sg[0]['wall_s'] / y:.2f}, "
                f"engine {sg[0]['engine_s'] / y:.2f}."]
+    pre = [r for _, r in rows if r.get("preemptions")]
+    if pre:
+        md += ["", f"The ServeGen run at its own preset preempted {pre[0]['preemptions']:,} times "
+               f"({pre[0]['preemptions'] / pre[0]['requests']:.2f} per request)."]
     cl, one = rows[0][1], rows[1][1]
     if cl.get("requests") and one.get("requests"):
         md += ["", f"Requests per engine second: 5-replica cluster {cl['requests'] / cl['engine_s']:,.0f}, one replica "

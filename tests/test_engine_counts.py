@@ -127,6 +127,7 @@ def test_the_least_urgent_kept_follow_starts_and_leaves():
 
     for i in range(3 * LEAST_KEPT):
         start(i)
+    longest = 0
     for i in range(400):
         if eng.running and rnd.random() < 0.5:
             # the last-ranked most of the time (a preemption), else anyone (a finish)
@@ -134,9 +135,11 @@ def test_the_least_urgent_kept_follow_starts_and_leaves():
             eng.remove_running(v)
         else:
             start(1000 + i)
+        longest = max(longest, len(eng.last_ranked))
         if eng.running:
             observe.check_counts(eng)
             assert eng.lowest_running() is max(eng.running, key=rank)
+    assert longest == 2 * LEAST_KEPT  # (newcomers ranked above those kept; the most urgent let go)
 
 
 def test_priorities_apart_from_the_class_fall_back_to_a_walk():

@@ -101,9 +101,10 @@ class Engine:
         self.running_count = [0] * len(classes)
         # the least urgent running requests (the last-ranked is the first victim), ascending by
         # rank, and every other running request ranks below all of them: kept as requests start
-        # and leave, found again (the LEAST_KEPT last-ranked) once all have left. Under KV
-        # pressure the last-ranked leaves at every preemption; a walk of the running set each
-        # time was a large share of a preempting run.
+        # and leave (at most 2 x LEAST_KEPT: the most urgent of them are let go), found again
+        # (the LEAST_KEPT last-ranked) once all have left. Under KV pressure the last-ranked
+        # leaves at every preemption; a walk of the running set each time was a large share of
+        # a preempting run.
         self.last_ranked: list[Request] = []
         self._seq = 0
         self.admissions = 0  # requests admitted so far (each admission's sequence number)
@@ -203,6 +204,8 @@ class Engine:
         least = self.last_ranked
         if least and rank(r) > rank(least[0]):
             insort(least, r, key=rank)
+            if len(least) > 2 * LEAST_KEPT:  # (the first ones rank above the rest still)
+                del least[:LEAST_KEPT]
 
     def remove_running(self, r: Request) -> None:
         """``r`` leaves the running set (finished or preempted)."""
@@ -214,9 +217,11 @@ class Engine:
             self._top = least_urgent(self.class_priority, self.running_count)
         least = self.last_ranked
         if least:
-            i = bisect_left(least, rank(r), key=rank)
-            if i < len(least) and least[i] is r:
-                del least[i]
+            k = rank(r)
+            if k >= rank(least[0]):
+                i = bisect_left(least, k, key=rank)
+                if i < len(least) and least[i] is r:
+                    del least[i]
 
     def lowest_running(self) -> Request:
         """The running request ranked last (largest key; ties: the most recently admitted).
