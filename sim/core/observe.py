@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NS
 from sim.core.errors import StallError
 from sim.core.plan import StepPlan, least_urgent, rank
@@ -69,6 +70,9 @@ def check_counts(eng: Engine) -> None:
     if waiting != eng.waiting_count or running != eng.running_count:
         raise AssertionError(f"requests per class: waiting {eng.waiting_count}, running {eng.running_count} "
                              f"kept, {waiting} and {running} counted")
+    order = eng.rank_order
+    if order is not None and order != sorted((r for r in eng.running if r.cohort_base_step == NOT_MEMBER), key=rank):
+        raise AssertionError("the rank order of the running requests outside the cohort is out of date")
     last = eng.last_ranked
     if last:  # (kept while not empty: ascending, running, and every other running request below)
         ids = {r.request_id for r in last}

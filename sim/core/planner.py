@@ -372,20 +372,29 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     lowest rank first. Returns None when it evicted nothing, else :func:`fits` of ``w`` after
     the last eviction (with the budget then left).
     """
+    coh = eng.cohort
     ordered = eng.cfg.victim != "rank"  # (rank: the first victims are picked as needed)
-    victims = eligible_victims(eng, w) if ordered else eligible_unordered(eng, w)
+    if ordered:
+        victims = eligible_victims(eng, w)
+        in_cohort = [v for v in victims if v.cohort_base_step != NOT_MEMBER]
+        others = [v for v in victims if v.cohort_base_step == NOT_MEMBER] if len(in_cohort) < len(victims) else []
+    elif coh is not None and coh.members:
+        # the members' victims and the others' apart (those outside the cohort are few, and
+        # kept in rank order: the walk of the whole set is not repeated to tell them apart)
+        in_cohort = eligible_unordered(eng, w, coh.members.values())
+        others = eligible_unordered(eng, w, ranked_running(eng))
+        victims = in_cohort + others if others else in_cohort
+    else:
+        in_cohort, others = [], eligible_unordered(eng, w)
+        victims = others
     if not victims:
         return None
-    coh = eng.cohort
     freed_tokens = freed_blocks = 0
-    in_cohort = [v for v in victims if v.cohort_base_step != NOT_MEMBER]
-    if len(in_cohort) < len(victims):
-        for v in victims:
-            if v.cohort_base_step == NOT_MEMBER:
-                freed_blocks += v.blocks
-                s = scheduled.get(v.request_id)
-                if s is not None:
-                    freed_tokens += s.tokens
+    for v in others:
+        freed_blocks += v.blocks
+        s = scheduled.get(v.request_id)
+        if s is not None:
+            freed_tokens += s.tokens
     if in_cohort:
         assert coh is not None
         freed_blocks += coh.blocks_of(in_cohort)  # each decodes one token in this step
@@ -397,7 +406,7 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     if not (slots_ok and n > 0 and need <= avail):
         return None
     now_fits = (False, 0, 0, 0)
-    for v in (victims if ordered else _least_urgent_first(victims)):
+    for v in (victims if ordered else _least_urgent_first(victims, eng.lowest_running())):
         if v.cohort_base_step != NOT_MEMBER:
             # it leaves the cohort alone (the others decode on in it), as an ordinary
             # request with this step's token, and gives that back when preempted
@@ -415,11 +424,12 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     return now_fits
 
 
-def _least_urgent_first(victims: list[Request]) -> Iterator[Request]:
+def _least_urgent_first(victims: list[Request], lowest: Request) -> Iterator[Request]:
     """``victims`` by rank, last-ranked first, sorted only as far as the caller reads: one
-    victim is usually enough, and ``max`` finds it without sorting them all (ranks are
+    victim is usually enough, and it is usually the running request ranked last (``lowest``,
+    which the engine keeps), else ``max`` finds it without sorting them all (ranks are
     distinct: ``admit_seq``)."""
-    first = max(victims, key=rank)
+    first = lowest if lowest in victims else max(victims, key=rank)
     yield first
     rest = [v for v in victims if v is not first]
     rest.sort(key=rank, reverse=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from sim.core.costs import NS
@@ -276,15 +277,16 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
     return ok
 
 
-def eligible_unordered(eng: Engine, w: Request) -> list[Request]:
+def eligible_unordered(eng: Engine, w: Request, among: Iterable[Request] | None = None) -> list[Request]:
     """:func:`eligible_victims` in the running set's order (for ``engine.victim = "rank"``,
     whose order is the rank's alone: a caller that needs only the first victims picks them
-    with ``max`` rather than sorting them all)."""
+    with ``max`` rather than sorting them all). ``among``: a part of the running set (e.g. the
+    cohort's members) to take only its victims, in its order; default the whole set."""
     mode = eng.cfg.preempt_for_waiting
     if mode == "never" or not eng.grows_blocks:
         return []
-    running = eng.running
-    if mode in ("priority", "strict") and running:
+    running = eng.running if among is None else among
+    if mode in ("priority", "strict") and eng.running:
         # a waiter of the least urgent class running (the common head of a full replica's
         # queue) has no victim: the running counts per class say so without building the list
         top = eng.top_running_priority()
@@ -306,7 +308,7 @@ def eligible_unordered(eng: Engine, w: Request) -> list[Request]:
         # request, once it has been preempted, is not evicted for a waiter again: it runs
         # to its end, then the next oldest, so the run progresses (a first preemption,
         # the policy's ordinary use of this mode, is left alone).
-        oldest = min(running, key=age)
+        oldest = min(eng.running, key=age)
         if oldest.preemptions:
             ok = [r for r in ok if r is not oldest]
     else:  # threshold
