@@ -279,8 +279,8 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
 
 def eligible_unordered(eng: Engine, w: Request, among: Iterable[Request] | None = None) -> list[Request]:
     """:func:`eligible_victims` in the running set's order (for ``engine.victim = "rank"``,
-    whose order is the rank's alone: a caller that needs only the first victims picks them
-    with ``max`` rather than sorting them all). ``among``: a part of the running set (e.g. the
+    whose order is the rank's alone: a caller that needs only the first victims picks them as
+    it goes rather than sorting them all). ``among``: a part of the running set (e.g. the
     cohort's members) to take only its victims, in its order; default the whole set."""
     mode = eng.cfg.preempt_for_waiting
     if mode == "never" or not eng.grows_blocks:
