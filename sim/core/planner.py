@@ -19,7 +19,7 @@ mutates blocks and the running set; the step is then priced and applied (:mod:`s
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
@@ -374,6 +374,10 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     """
     coh = eng.cohort
     ordered = eng.cfg.victim != "rank"  # (rank: the first victims are picked as needed)
+    if not ordered and eng.cfg.preempt_for_waiting != "policy" and eng.running:
+        first = _enough_alone(eng, w, plan, scheduled, budget)
+        if first is not None:
+            return _evict(eng, w, plan, scheduled, now_ns, _first_then_rest(eng, w, first))
     if ordered:
         victims = eligible_victims(eng, w)
         in_cohort = [v for v in victims if v.cohort_base_step != NOT_MEMBER]
@@ -405,8 +409,16 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     avail = eng.pool.available_for(w.priority) - eng.watermark_blocks + freed_blocks
     if not (slots_ok and n > 0 and need <= avail):
         return None
+    return _evict(eng, w, plan, scheduled, now_ns,
+                  victims if ordered else _least_urgent_first(victims, eng.lowest_running()))
+
+
+def _evict(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, now_ns: int,
+           victims: Iterable[Request]) -> tuple[bool, int, int, int]:
+    """Preempt ``victims`` in their order until waiting ``w`` fits; :func:`fits` after the last."""
+    coh = eng.cohort
     now_fits = (False, 0, 0, 0)
-    for v in (victims if ordered else _least_urgent_first(victims, eng.lowest_running())):
+    for v in victims:
         if v.cohort_base_step != NOT_MEMBER:
             # it leaves the cohort alone (the others decode on in it), as an ordinary
             # request with this step's token, and gives that back when preempted
@@ -422,6 +434,42 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
         if now_fits[0]:
             break
     return now_fits
+
+
+def _enough_alone(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int) -> Request | None:
+    """The running request ranked last, when it is a victim of ``w`` and evicting it alone makes
+    room for ``w``'s whole chunk (a budget that more victims would add could not make the chunk
+    longer), else None. Then evicting every victim would make room too (more blocks, more
+    slots, the same need): :func:`preempt_for`'s all-or-nothing check passes without the walk
+    of every victim, which it needs only when the first is not enough. Where a victim's
+    eligibility reads only its own fields and the waiter's (not ``"policy"``, whose oldest
+    request is exempted)."""
+    low = eng.lowest_running()
+    if not eligible_unordered(eng, w, (low,)):
+        return None
+    if low.cohort_base_step != NOT_MEMBER:
+        assert eng.cohort is not None
+        tokens = 1 if plan.cohort else 0
+        blocks = eng.cohort.blocks_of([low])
+    else:
+        s = scheduled.get(low.request_id)
+        tokens = s.tokens if s is not None else 0
+        blocks = low.blocks
+    n, need, _ = admission(eng, w, budget + tokens)
+    if (n > 0 and n == admission(eng, w, NEVER)[0] and len(eng.running) - 1 < eng.cfg.max_num_seqs
+            and need <= eng.pool.available_for(w.priority) - eng.watermark_blocks + blocks):
+        return low
+    return None
+
+
+def _first_then_rest(eng: Engine, w: Request, first: Request) -> Iterator[Request]:
+    """``first``, then (only when asked: it was not enough) the other victims of ``w`` by rank,
+    last-ranked first, found after ``first`` left (the same requests as before it left: each
+    one's eligibility reads only its own fields and ``w``'s)."""
+    yield first
+    rest = eligible_unordered(eng, w)
+    rest.sort(key=rank, reverse=True)
+    yield from rest
 
 
 def _least_urgent_first(victims: list[Request], lowest: Request) -> Iterator[Request]:
