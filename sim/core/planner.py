@@ -19,7 +19,7 @@ mutates blocks and the running set; the step is then priced and applied (:mod:`s
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
@@ -377,7 +377,10 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     if not ordered and eng.cfg.preempt_for_waiting != "policy" and eng.running:
         first = _enough_alone(eng, w, plan, scheduled, budget)
         if first is not None:
-            return _evict(eng, w, plan, scheduled, now_ns, _first_then_rest(eng, w, first))
+            # the others, when the first is not enough, are found after it left: the same
+            # requests as before, each one's eligibility reading only its own fields and w's
+            rest = _first_then_rest(first, lambda: eligible_unordered(eng, w))
+            return _evict(eng, w, plan, scheduled, now_ns, rest)
     if ordered:
         victims = eligible_victims(eng, w)
         in_cohort = [v for v in victims if v.cohort_base_step != NOT_MEMBER]
@@ -393,24 +396,45 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
         victims = others
     if not victims:
         return None
-    freed_tokens = freed_blocks = 0
+    tokens, blocks = _freed(eng, plan, scheduled, in_cohort, others)
+    if not _room_after(eng, w, budget, len(victims), tokens, blocks):
+        return None
+    if not ordered:
+        # least urgent first: usually the running request ranked last (the engine keeps it),
+        # else max finds it (ranks are distinct: admit_seq); the rest are sorted only if needed
+        lowest = eng.lowest_running()
+        first = lowest if lowest in victims else max(victims, key=rank)
+        rest = _first_then_rest(first, lambda: [v for v in victims if v is not first])
+        return _evict(eng, w, plan, scheduled, now_ns, rest)
+    return _evict(eng, w, plan, scheduled, now_ns, victims)
+
+
+def _freed(eng: Engine, plan: StepPlan, scheduled: dict, in_cohort: list[Request],
+           others: list[Request]) -> tuple[int, int]:
+    """Step tokens and KV blocks that evicting these victims gives back: the cohort's members
+    (each decodes one token in this step when the cohort takes part) and the others (their
+    share of this step, if scheduled)."""
+    tokens = blocks = 0
     for v in others:
-        freed_blocks += v.blocks
+        blocks += v.blocks
         s = scheduled.get(v.request_id)
         if s is not None:
-            freed_tokens += s.tokens
+            tokens += s.tokens
     if in_cohort:
-        assert coh is not None
-        freed_blocks += coh.blocks_of(in_cohort)  # each decodes one token in this step
+        assert eng.cohort is not None
+        blocks += eng.cohort.blocks_of(in_cohort)
         if plan.cohort:
-            freed_tokens += len(in_cohort)
-    slots_ok = len(eng.running) - len(victims) < eng.cfg.max_num_seqs
-    n, need, _ = admission(eng, w, budget + freed_tokens)
-    avail = eng.pool.available_for(w.priority) - eng.watermark_blocks + freed_blocks
-    if not (slots_ok and n > 0 and need <= avail):
-        return None
-    return _evict(eng, w, plan, scheduled, now_ns,
-                  victims if ordered else _least_urgent_first(victims, eng.lowest_running()))
+            tokens += len(in_cohort)
+    return tokens, blocks
+
+
+def _room_after(eng: Engine, w: Request, budget: int, victims: int, tokens: int, blocks: int) -> int:
+    """``w``'s chunk (tokens) if evicting ``victims`` running requests that give back ``tokens``
+    of the budget and ``blocks`` KV blocks would make room for it, else 0."""
+    if len(eng.running) - victims >= eng.cfg.max_num_seqs:
+        return 0
+    n, need, _ = admission(eng, w, budget + tokens)
+    return n if n > 0 and need <= eng.pool.available_for(w.priority) - eng.watermark_blocks + blocks else 0
 
 
 def _evict(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, now_ns: int,
@@ -447,38 +471,16 @@ def _enough_alone(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budg
     low = eng.lowest_running()
     if not eligible_unordered(eng, w, (low,)):
         return None
-    if low.cohort_base_step != NOT_MEMBER:
-        assert eng.cohort is not None
-        tokens = 1 if plan.cohort else 0
-        blocks = eng.cohort.blocks_of([low])
-    else:
-        s = scheduled.get(low.request_id)
-        tokens = s.tokens if s is not None else 0
-        blocks = low.blocks
-    n, need, _ = admission(eng, w, budget + tokens)
-    if (n > 0 and n == admission(eng, w, NEVER)[0] and len(eng.running) - 1 < eng.cfg.max_num_seqs
-            and need <= eng.pool.available_for(w.priority) - eng.watermark_blocks + blocks):
-        return low
-    return None
+    member = low.cohort_base_step != NOT_MEMBER
+    tokens, blocks = _freed(eng, plan, scheduled, [low] if member else [], [] if member else [low])
+    n = _room_after(eng, w, budget, 1, tokens, blocks)
+    return low if n and n == admission(eng, w, NEVER)[0] else None
 
 
-def _first_then_rest(eng: Engine, w: Request, first: Request) -> Iterator[Request]:
-    """``first``, then (only when asked: it was not enough) the other victims of ``w`` by rank,
-    last-ranked first, found after ``first`` left (the same requests as before it left: each
-    one's eligibility reads only its own fields and ``w``'s)."""
+def _first_then_rest(first: Request, rest: Callable[[], list[Request]]) -> Iterator[Request]:
+    """``first``, then (only when asked: it was not enough) the victims ``rest()`` gives, by
+    rank, last-ranked first."""
     yield first
-    rest = eligible_unordered(eng, w)
-    rest.sort(key=rank, reverse=True)
-    yield from rest
-
-
-def _least_urgent_first(victims: list[Request], lowest: Request) -> Iterator[Request]:
-    """``victims`` by rank, last-ranked first, sorted only as far as the caller reads: one
-    victim is usually enough, and it is usually the running request ranked last (``lowest``,
-    which the engine keeps), else ``max`` finds it without sorting them all (ranks are
-    distinct: ``admit_seq``)."""
-    first = lowest if lowest in victims else max(victims, key=rank)
-    yield first
-    rest = [v for v in victims if v is not first]
-    rest.sort(key=rank, reverse=True)
-    yield from rest
+    others = rest()
+    others.sort(key=rank, reverse=True)
+    yield from others
