@@ -240,7 +240,7 @@ class Gate:
         W = [r for key, _, r in engine.waiting if _before(key, k_new, r, req)]
         R = []
         evictable_blocks = 0
-        for r in engine.running:
+        for r in engine.running.values():
             if evict and r.priority > req.priority:
                 evictable_blocks += r.blocks
             else:

@@ -140,12 +140,12 @@ def test_memory_budget_refuses_less_urgent_work_first():
 # ---- the deadline estimate ----------------------------------------------------------------------
 
 class FakeEngine:
-    """Just what the gate reads: cfg, costs, pool, policy, waiting heap, running list."""
+    """Just what the gate reads: cfg, costs, pool, policy, waiting heap, running set (by id)."""
 
     def __init__(self, cfg, costs, pool):
         self.cfg, self.costs, self.pool = cfg, costs, pool
         self.policy = make_policy("priority")
-        self.waiting, self.running = [], []
+        self.waiting, self.running = [], {}
         self.watermark_blocks = 0
         self._seq = 0
 
@@ -191,7 +191,7 @@ def test_deadline_estimate_waits_for_slots_hand_checked():
     for i in range(2):  # two running decoders, prompts computed, 10 generated
         r = _req(i)
         r.state, r.generated, r.tokens, r.computed = State.RUNNING, 10, 110, 109
-        eng.running.append(r)
+        eng.running[r.request_id] = r
     eng.wait(_req(2))
     new = _req(3, t_ns=1)
     # slots: 1 waiting + new need 2, 0 free -> 2 departures; L = 100/2 = 50 (no finishes yet),

@@ -131,14 +131,14 @@ def test_the_least_urgent_kept_follow_starts_and_leaves():
     for i in range(400):
         if eng.running and rnd.random() < 0.5:
             # the last-ranked most of the time (a preemption), else anyone (a finish)
-            v = eng.lowest_running() if rnd.random() < 0.7 else rnd.choice(eng.running)
+            v = eng.lowest_running() if rnd.random() < 0.7 else rnd.choice(list(eng.running.values()))
             eng.remove_running(v)
         else:
             start(1000 + i)
         longest = max(longest, len(eng.last_ranked))
         if eng.running:
             observe.check_counts(eng)
-            assert eng.lowest_running() is max(eng.running, key=rank)
+            assert eng.lowest_running() is max(eng.running.values(), key=rank)
     assert longest == 2 * LEAST_KEPT  # (newcomers ranked above those kept; the most urgent let go)
 
 

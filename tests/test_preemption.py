@@ -175,7 +175,7 @@ def _auto_engine(decoders: int = 32):
     cfg = load_scenario(None, overrides=["engine.preemption=\"auto\"", "engine.swap_blocks=100000"]).engine
     pool = KVPool(costs.kv_blocks(16), 16, [0], [0], host_total=100000)
     eng = Engine(None, cfg, costs, None, [None], pool, Telemetry(["c"], 10**9))
-    eng.running = [None] * decoders
+    eng.running = dict.fromkeys(range(decoders))
     return eng
 
 

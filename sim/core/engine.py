@@ -94,7 +94,9 @@ class Engine:
         self.own_queues = queues() if queues is not None and not self._prefix_info else None
         if self.own_queues is not None:
             self.waiting = self.own_queues
-        self.running: list[Request] = []
+        # the running set by request id, in the order its requests were admitted (a dict: a
+        # request leaves it in O(1) where a list is searched, and it iterates as the list did)
+        self.running: dict[int, Request] = {}
         # requests per class in the waiting and the running set, counted as they enter and leave
         # (the time series reads them every interval: a count, not a walk of the queue)
         self.waiting_count = [0] * len(classes)
@@ -195,7 +197,7 @@ class Engine:
     # ---- the running set -------------------------------------------------------------------
     def add_running(self, r: Request) -> None:
         """``r`` (admitted, its ``admit_seq`` the newest) joins the running set."""
-        self.running.append(r)
+        self.running[r.request_id] = r
         self.running_count[r.cls_idx] += 1
         if r.priority != self.class_priority[r.cls_idx]:
             self.priority_by_class = False
@@ -209,7 +211,7 @@ class Engine:
 
     def remove_running(self, r: Request) -> None:
         """``r`` leaves the running set (finished or preempted)."""
-        self.running.remove(r)
+        del self.running[r.request_id]
         ci = r.cls_idx
         n = self.running_count[ci] - 1
         self.running_count[ci] = n
@@ -228,14 +230,14 @@ class Engine:
         The running set must not be empty."""
         least = self.last_ranked
         if not least:
-            least = self.last_ranked = heapq.nlargest(LEAST_KEPT, self.running, key=rank)
+            least = self.last_ranked = heapq.nlargest(LEAST_KEPT, self.running.values(), key=rank)
             least.reverse()
         return least[-1]
 
     def top_running_priority(self) -> int:
         """The least urgent (largest) priority of a running request; the set must not be empty."""
         if not self.priority_by_class:
-            return max(r.priority for r in self.running)
+            return max(r.priority for r in self.running.values())
         return self._top
 
     def _rekey_all(self, now_ns: int) -> None:
@@ -256,7 +258,7 @@ class Engine:
             self._seq = seq
             heapq.heapify(items)
             self.waiting = items
-        for r in self.running:
+        for r in self.running.values():
             r.key = self._key(r, now_s)
         self.rank_order = None
         self.last_ranked = []
@@ -416,7 +418,7 @@ class Engine:
         if self.cohort is not None:
             self.cohort.dissolve()  # members' fields are brought up to date, their spans end
             self.tel.add_cohort(self.cohort)
-        for r in [w for _, _, w in self.waiting] + list(self.running) + list(also):
+        for r in [w for _, _, w in self.waiting] + list(self.running.values()) + list(also):
             r.state = State.UNFINISHED
             r.finish_ns = end_ns
             self.tel.on_end(r)

@@ -32,7 +32,7 @@ def check_invariants(eng: Engine) -> None:
     pool.check()
     used = [0] * len(eng.classes)
     refs: dict[int, int] = {}
-    for r in eng.running:
+    for r in eng.running.values():
         used[r.cls_idx] += r.blocks
         for h in r.shared:
             refs[h] = refs.get(h, 0) + 1
@@ -65,25 +65,25 @@ def check_counts(eng: Engine) -> None:
     running = [0] * len(eng.classes)
     for _, _, r in eng.waiting:
         waiting[r.cls_idx] += 1
-    for r in eng.running:
+    for r in eng.running.values():
         running[r.cls_idx] += 1
     if waiting != eng.waiting_count or running != eng.running_count:
         raise AssertionError(f"requests per class: waiting {eng.waiting_count}, running {eng.running_count} "
                              f"kept, {waiting} and {running} counted")
     order = eng.rank_order
-    if order is not None and order != sorted((r for r in eng.running if r.cohort_base_step == NOT_MEMBER), key=rank):
+    if order is not None and order != sorted((r for r in eng.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank):
         raise AssertionError("the rank order of the running requests outside the cohort is out of date")
     last = eng.last_ranked
     if last:  # (kept while not empty: ascending, running, and every other running request below)
         ids = {r.request_id for r in last}
-        below = [rank(r) for r in eng.running if r.request_id not in ids]
+        below = [rank(r) for r in eng.running.values() if r.request_id not in ids]
         if (any(rank(a) >= rank(b) for a, b in zip(last, last[1:])) or len(ids) != len(last)
                 or len(below) != len(eng.running) - len(last) or (below and max(below) >= rank(last[0]))):
             raise AssertionError("the least urgent running requests kept are out of date")
     if eng.running:
-        if eng.lowest_running() is not max(eng.running, key=rank):
+        if eng.lowest_running() is not max(eng.running.values(), key=rank):
             raise AssertionError("the running request ranked last is out of date")
-        if eng.top_running_priority() != max(r.priority for r in eng.running):
+        if eng.top_running_priority() != max(r.priority for r in eng.running.values()):
             raise AssertionError("the least urgent running priority is out of date")
     coh = eng.cohort
     if coh is not None and coh.members and coh.last_member() is not max(coh.members.values(), key=rank):
@@ -127,7 +127,7 @@ class ProgressGuard:
             self.last = (mark, eng.events, preempts, now_ns)
             return
         _, since, preempts0, t0 = last
-        live = [w for _, _, w in eng.waiting] + eng.running
+        live = [w for _, _, w in eng.waiting] + list(eng.running.values())
         held = sum(r.prompt_tokens + r.generated + 1 for r in live)
         if eng.events - since < max(STALL_MIN, 2 * held):
             return
@@ -143,7 +143,7 @@ class ProgressGuard:
 
 def describe_live(eng: Engine, n: int = 3) -> str:
     """The live requests most involved in a stall, most preempted first, in one phrase."""
-    live = sorted([w for _, _, w in eng.waiting] + eng.running,
+    live = sorted([w for _, _, w in eng.waiting] + list(eng.running.values()),
                   key=lambda r: (-r.preemptions, r.request_id))
     parts = [f"request {r.request_id} (class {r.cls}, prompt {r.prompt_tokens}, max_tokens {r.max_tokens}, "
              f"{r.generated} generated, preempted {r.preemptions} times, {r.recomputed_tokens} tokens "

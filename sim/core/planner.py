@@ -61,7 +61,7 @@ def ranked_running(eng: Engine) -> list[Request]:
     """Running requests outside the cohort, most urgent first (cached until the set or the
     keys change)."""
     if eng.rank_order is None:
-        eng.rank_order = sorted((r for r in eng.running if r.cohort_base_step == NOT_MEMBER), key=rank)
+        eng.rank_order = sorted((r for r in eng.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank)
     return eng.rank_order
 
 

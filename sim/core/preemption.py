@@ -186,7 +186,7 @@ def victim_for(eng: Engine, req: Request, short: int) -> Request:
     if eng.cfg.victim == "rank" or lowest is req:
         return lowest
     rk = rank(req)
-    cands = sorted((r for r in eng.running if r.priority == lowest.priority and rank(r) > rk),
+    cands = sorted((r for r in eng.running.values() if r.priority == lowest.priority and rank(r) > rk),
                    key=rank, reverse=True)
     if len(cands) < 2:
         return lowest
@@ -285,7 +285,7 @@ def eligible_unordered(eng: Engine, w: Request, among: Iterable[Request] | None 
     mode = eng.cfg.preempt_for_waiting
     if mode == "never" or not eng.grows_blocks:
         return []
-    running = eng.running if among is None else among
+    running = eng.running.values() if among is None else among
     if mode in ("priority", "strict") and eng.running:
         # a waiter of the least urgent class running (the common head of a full replica's
         # queue) has no victim: the running counts per class say so without building the list
@@ -308,7 +308,7 @@ def eligible_unordered(eng: Engine, w: Request, among: Iterable[Request] | None 
         # request, once it has been preempted, is not evicted for a waiter again: it runs
         # to its end, then the next oldest, so the run progresses (a first preemption,
         # the policy's ordinary use of this mode, is left alone).
-        oldest = min(eng.running, key=age)
+        oldest = min(eng.running.values(), key=age)
         if oldest.preemptions:
             ok = [r for r in ok if r is not oldest]
     else:  # threshold
