@@ -35,6 +35,8 @@ LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_tok
           "context_token_s": 1e-7, "swap_block_s": 1e-4}
 POLICIES = ["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle", "sjf_rank"]
 ROUTERS = ["least_outstanding", "round_robin", "least_kv", "power_of_two"]
+#: what :func:`draw` can draw
+KINDS = ("cluster", "replica", "prefix")
 #: summary.json keys (any part of the dotted path) that are not compared (see the docstring)
 NOT_COMPARED = ("engine_events", "wall_s", "cpu_s", "run.lazy_batch", "run.fast_forward")
 
@@ -157,7 +159,7 @@ def differences(fast, stepped) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.exactness_fuzz", description=__doc__.splitlines()[0])
-    ap.add_argument("--kind", choices=["cluster", "replica", "prefix"], default="cluster")
+    ap.add_argument("--kind", choices=KINDS, default="cluster")
     ap.add_argument("--start", type=int, default=0, help="first trial (its draw's seed)")
     ap.add_argument("--trials", type=int, default=100)
     args = ap.parse_args(argv)

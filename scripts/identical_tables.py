@@ -3,6 +3,7 @@ this checkout's, and say, per run, whether the request table, the time series an
 are byte-identical.
 
     python -m scripts.identical_tables --against COMMIT [--set KEY=VALUE ...] [--only NAME ...]
+    python -m scripts.identical_tables --against COMMIT --fuzz KIND [--start S] [--trials N]
 
 Run from the repository root. COMMIT is checked out into a temporary git worktree (removed
 afterwards); each side runs in its own Python process from its own root, so it imports its own
@@ -12,6 +13,14 @@ shipped here (``workloads/scenarios/*.toml``), ``diurnal_two_class`` on a 3-repl
 apply to every run on both sides (the same pricing there and here, e.g.
 ``--set engine.overhead='"none"'``). Tables are compared as CSV text (sha256; the summary table
 with its index), as the project's before/after checks always have.
+
+``--fuzz KIND`` (repeatable: ``cluster``, ``replica``, ``prefix``) runs, instead, the differential
+fuzz's random small scenarios (:func:`scripts.exactness_fuzz.draw`; trial ``i`` from seed ``i``,
+``--trials`` of them from ``--start``) on both sides, as shipped (fast paths on): they reach what
+the shipped scenarios do not (every policy, router, preemption mode and victim rule, caps,
+overlap, speculation, closed-loop users, gates, prefix caching), so a refactor of the engine is
+held to the same bytes there too. The scenarios are drawn here and handed to both sides, so
+COMMIT's own fuzz does not matter; a draw COMMIT's schema refuses shows as FAILED there.
 
 Exit status 0 when every run is identical, 1 when any differs or fails on either side, 2 when
 COMMIT cannot be checked out.
@@ -25,7 +34,11 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from scripts.exactness_fuzz import KINDS, draw
 from workloads.library import shipped_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,14 +49,15 @@ EXTRA = {
     **{f"preemption_{m}": ("chat_vs_batch", [f'engine.preemption="{m}"']) for m in ("off", "recompute", "swap", "auto")},
 }
 
-# Runs in each checkout's root (argv[1]: the runs as JSON); one JSON line per run. A cluster runs
+# Runs in each checkout's root (argv[1]: the runs as JSON); one JSON line per run. A run's scenario
+# is a shipped name (with overrides) or a whole scenario as a dict (a fuzz draw). A cluster runs
 # through simulate_cluster where the checkout has it (older code: simulate() ran one replica).
 RUNNER = r'''
 import hashlib, json, sys, warnings
 from pathlib import Path
 warnings.filterwarnings("ignore")
 import sim
-from sim import load_scenario, simulate
+from sim import load_scenario, scenario_from_dict, simulate
 if Path(sim.__file__).resolve().parents[1] != Path.cwd().resolve():
     sys.exit(f"imported sim from {sim.__file__}, not from {Path.cwd()}")
 try:
@@ -53,7 +67,7 @@ except ImportError:
 digest = lambda text: hashlib.sha256(text.encode()).hexdigest()
 for key, name, sets in json.loads(sys.argv[1]):
     try:
-        sc = load_scenario(name, overrides=sets)
+        sc = scenario_from_dict(name) if isinstance(name, dict) else load_scenario(name, overrides=sets)
         res = simulate_cluster(sc) if getattr(sc, "cluster", None) and simulate_cluster else simulate(sc)
         out = {"requests": digest(res.requests.to_csv(index=False)),
                "timeseries": digest(res.timeseries.to_csv(index=False)), "summary": digest(res.summary.to_csv())}
@@ -74,7 +88,15 @@ def runs(names: list[str] | None, sets: list[str]) -> list[tuple[str, str, list[
     return [(k, table[k][0], table[k][1] + list(sets)) for k in (names or table)]
 
 
-def start(root: Path, todo: list[tuple[str, str, list[str]]]) -> subprocess.Popen:
+def fuzz_runs(kinds: list[str], first: int, trials: int) -> list[tuple[str, dict, list[str]]]:
+    """(key, scenario dict, no overrides) of the fuzz's draws: ``trials`` of each kind from seed
+    ``first`` (key ``fuzz-KIND-i``; ``python -m scripts.exactness_fuzz --kind KIND --start i
+    --trials 1`` runs the same draw fast against stepped)."""
+    return [(f"fuzz-{kind}-{i}", draw(kind, np.random.default_rng(i)), [])
+            for kind in kinds for i in range(first, first + trials)]
+
+
+def start(root: Path, todo: list[tuple[str, Any, list[str]]]) -> subprocess.Popen:
     """The runs in a fresh process from ``root`` (so it imports that checkout's code)."""
     return subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(todo)], cwd=root, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -133,9 +155,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="override for every run on both sides (repeatable)")
     ap.add_argument("--only", nargs="+", default=None, metavar="RUN", help="only these runs (scenario names, "
                     f"{', '.join(EXTRA)})")
+    ap.add_argument("--fuzz", action="append", choices=KINDS, metavar="KIND",
+                    help=f"the fuzz's random scenarios of this kind instead ({', '.join(KINDS)}; repeatable)")
+    ap.add_argument("--start", type=int, default=0, help="with --fuzz: the first draw's seed (default 0)")
+    ap.add_argument("--trials", type=int, default=30, help="with --fuzz: draws of each kind (default 30)")
     args = ap.parse_args(argv)
     try:
-        todo = runs(args.only, args.sets)
+        if args.fuzz and (args.sets or args.only):
+            raise ValueError("--fuzz draws whole scenarios: --set and --only apply to the shipped runs only")
+        if args.trials < 1:
+            raise ValueError(f"--trials {args.trials}: expected at least 1")
+        todo = fuzz_runs(args.fuzz, args.start, args.trials) if args.fuzz else runs(args.only, args.sets)
         with checkout(args.against) as there_root:
             print(f"{len(todo)} runs, at {args.against} and here (both at once) ...", flush=True)
             there, here = start(there_root, todo), start(ROOT, todo)

@@ -54,3 +54,32 @@ def test_end_to_end_against_this_commit(capsys, monkeypatch):
     assert not head.exists()  # the temporary worktree is gone
     out = capsys.readouterr().out
     assert "chat_vs_batch" in out and "1 of 1 runs byte-identical" in out
+
+
+def test_fuzz_runs_are_the_fuzz_draws_handed_to_both_sides_whole():
+    import numpy as np
+
+    from scripts.exactness_fuzz import draw
+
+    todo = it.fuzz_runs(["cluster", "prefix"], 7, 2)
+    assert [k for k, _, _ in todo] == ["fuzz-cluster-7", "fuzz-cluster-8", "fuzz-prefix-7", "fuzz-prefix-8"]
+    assert todo[1][1] == draw("cluster", np.random.default_rng(8)) and todo[1][2] == []
+    assert "cluster" in todo[0][1] and todo[2][1]["engine"]["prefix_caching"] is True
+
+
+def test_fuzz_refuses_the_shipped_runs_options(capsys):
+    assert it.main(["--against", "HEAD", "--fuzz", "cluster", "--set", "horizon_s=5"]) == 2
+    assert "--fuzz draws whole scenarios" in capsys.readouterr().err
+    assert it.main(["--against", "HEAD", "--fuzz", "replica", "--trials", "0"]) == 2
+    assert "--trials 0: expected at least 1" in capsys.readouterr().err
+
+
+@needs_git
+def test_fuzz_end_to_end_against_this_commit(capsys, monkeypatch):
+    """One draw of each kind, HEAD against a checkout of HEAD: identical."""
+    with it.checkout("HEAD") as head:
+        monkeypatch.setattr(it, "ROOT", head)
+        assert it.main(["--against", "HEAD", "--fuzz", "cluster", "--fuzz", "replica", "--fuzz", "prefix",
+                        "--start", "3", "--trials", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "fuzz-cluster-3" in out and "fuzz-prefix-3" in out and "3 of 3 runs byte-identical" in out
