@@ -4,7 +4,7 @@ arrivals routed elsewhere) and stepped (``fast_forward = false``, ``lazy_batch =
 cluster run stopped at every arrival), and compared: the request table, the time series and
 summary.json. The tests hold a few such scenarios each; this draws as many as you like.
 
-    python -m scripts.exactness_fuzz [--kind cluster|replica|prefix] [--start S] [--trials N]
+    python -m scripts.exactness_fuzz [--kind cluster|replica|prefix|join] [--start S] [--trials N]
 
 Run from the repository root. Trial ``i`` draws its scenario from seed ``i``, so a mismatch
 printed as ``trial i`` reproduces with ``--start i --trials 1``. Each scenario draws a policy,
@@ -12,9 +12,11 @@ a router or replica groups (clusters), a preemption mode and who may evict, the 
 step budget and prefill caps, overlap scheduling and front-end delay, speculation, the
 fairness accountant and drain; ``replica`` adds closed-loop users, admission gates, the
 ``prefix_aware`` victim rule and prefills without chunking; ``prefix`` turns prefix caching on
-(one replica or a cluster). Left out of the summary comparison: what only the engine's speed
-changes (event counts, wall and CPU seconds, the fast-path settings it echoes); the fairness
-accountant's books (per-window service, GPU seconds, counters, the gap) are compared too.
+(one replica or a cluster); ``join`` draws clusters whose requests may join runs in flight
+(count routing, a fixed ranking, nothing else for a boundary's plan to decide). Left out of the
+summary comparison: what only the engine's speed changes (event counts, wall and CPU seconds,
+the fast-path settings it echoes); the fairness accountant's books (per-window service, GPU
+seconds, counters, the gap) are compared too.
 Exit status 1 when any trial differs or fails.
 """
 from __future__ import annotations
@@ -36,7 +38,7 @@ LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_tok
 POLICIES = ["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle", "sjf_rank"]
 ROUTERS = ["least_outstanding", "round_robin", "least_kv", "power_of_two"]
 #: what :func:`draw` can draw
-KINDS = ("cluster", "replica", "prefix")
+KINDS = ("cluster", "replica", "prefix", "join")
 #: summary.json keys (any part of the dotted path) that are not compared (see the docstring)
 NOT_COMPARED = ("engine_events", "wall_s", "cpu_s", "run.lazy_batch", "run.fast_forward")
 
@@ -85,6 +87,8 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
         d["tenants"] = [{"name": "a", "share": 1.0}, {"name": "b", "share": 2.0}]
     if kind == "replica":
         _replica_extras(d, rng)
+    if kind == "join":
+        _joinable(d, rng)
     if kind == "prefix":
         e.update(prefix_caching=True, prefix_block_tokens=32)
         for s in d["streams"]:
@@ -100,6 +104,25 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
                          "router": "class_aware"} if rng.random() < 0.2
                         else {"replicas": int(rng.choice([2, 3, 4])), "router": str(rng.choice(ROUTERS))})
     return d
+
+
+def _joinable(d: dict, rng: np.random.Generator) -> None:
+    """A cluster whose requests may join runs in flight (``sim.cluster.replicas.Replica.join``):
+    routed by counts, a fixed ranking, and nothing else for a boundary's plan to decide (no
+    prefill caps, reservations, speculation, fairness accountant or overlap scheduling); the
+    KV pool, budgets, preemption, drain and front-end delay still vary."""
+    d["policy"] = {"name": str(rng.choice(["fcfs", "priority"]))}
+    d["cluster"] = {"replicas": int(rng.choice([2, 3, 4])), "router": "least_outstanding"}
+    for c in d["classes"]:
+        c.pop("max_prefill_tokens_per_step", None)
+        c.pop("reserved_blocks", None)
+    e = d["engine"]
+    e.pop("speculative", None)
+    e.get("overhead", {}).pop("overlap_schedule", None)
+    d.pop("fairness", None)
+    d.pop("tenants", None)
+    if e["preemption"] == "off":
+        e["preemption"] = "recompute"
 
 
 def _replica_extras(d: dict, rng: np.random.Generator) -> None:

@@ -14,7 +14,7 @@ apply to every run on both sides (the same pricing there and here, e.g.
 ``--set engine.overhead='"none"'``). Tables are compared as CSV text (sha256; the summary table
 with its index), as the project's before/after checks always have.
 
-``--fuzz KIND`` (repeatable: ``cluster``, ``replica``, ``prefix``) runs, instead, the differential
+``--fuzz KIND`` (repeatable: ``cluster``, ``replica``, ``prefix``, ``join``) runs, instead, the differential
 fuzz's random small scenarios (:func:`scripts.exactness_fuzz.draw`; trial ``i`` from seed ``i``,
 ``--trials`` of them from ``--start``) on both sides, as shipped (fast paths on): they reach what
 the shipped scenarios do not (every policy, router, preemption mode and victim rule, caps,
@@ -49,7 +49,7 @@ EXTRA = {
     **{f"preemption_{m}": ("chat_vs_batch", [f'engine.preemption="{m}"']) for m in ("off", "recompute", "swap", "auto")},
 }
 
-# Runs in each checkout's root (argv[1]: the runs as JSON); one JSON line per run. A run's scenario
+# Runs in each checkout's root (stdin: the runs as JSON); one JSON line per run. A run's scenario
 # is a shipped name (with overrides) or a whole scenario as a dict (a fuzz draw). A cluster runs
 # through simulate_cluster where the checkout has it (older code: simulate() ran one replica).
 RUNNER = r'''
@@ -65,7 +65,7 @@ try:
 except ImportError:
     simulate_cluster = None
 digest = lambda text: hashlib.sha256(text.encode()).hexdigest()
-for key, name, sets in json.loads(sys.argv[1]):
+for key, name, sets in json.loads(sys.stdin.read()):
     try:
         sc = scenario_from_dict(name) if isinstance(name, dict) else load_scenario(name, overrides=sets)
         res = simulate_cluster(sc) if getattr(sc, "cluster", None) and simulate_cluster else simulate(sc)
@@ -98,8 +98,13 @@ def fuzz_runs(kinds: list[str], first: int, trials: int) -> list[tuple[str, dict
 
 def start(root: Path, todo: list[tuple[str, Any, list[str]]]) -> subprocess.Popen:
     """The runs in a fresh process from ``root`` (so it imports that checkout's code)."""
-    return subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(todo)], cwd=root, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER], cwd=root, text=True, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(todo))  # (on stdin: a hundred drawn scenarios overflow an argument list)
+    proc.stdin.close()
+    proc.stdin = None  # (read in full before the runs start; communicate() has nothing to send)
+    return proc
 
 
 def collect(proc: subprocess.Popen) -> dict[str, dict]:

@@ -472,6 +472,61 @@ def test_property_held_runs_are_stepping(seed, replicas, router, policy, mode, e
     _assert_same_results(stepped, held)
 
 
+# ---- requests joining held runs ---------------------------------------------------------------------
+def _count_joins(monkeypatch) -> dict:
+    """Spy on ``Replica.join`` and ``undo_join``: how many requests joined a run in flight, were
+    cut (the usual way) or had their join undone."""
+    from sim.cluster.replicas import Replica
+    seen = {"joined": 0, "cut": 0, "undone": 0}
+    join, undo = Replica.join, Replica.undo_join
+
+    def spy_join(self, req, t_ns):
+        ok = join(self, req, t_ns)
+        seen["joined" if ok else "cut"] += 1
+        return ok
+
+    def spy_undo(self):
+        seen["undone"] += 1
+        return undo(self)
+
+    monkeypatch.setattr(Replica, "join", spy_join)
+    monkeypatch.setattr(Replica, "undo_join", spy_undo)
+    return seen
+
+
+def test_requests_join_held_runs_as_the_next_boundary_would_take_them(monkeypatch):
+    """A request routed to a replica whose run is in flight joins the run where the plan at the
+    run's next boundary would only admit it (its whole prompt in that step beside the decoders):
+    the request table, time series and summary equal those of the same cluster with such runs
+    cut there (``Replica.JOIN`` off) and of the cluster stepped; KV conservation holds at every
+    boundary. Requests join, and some joins are undone (another request routed to the replica
+    before the boundary: both are admitted there)."""
+    from scripts.exactness_fuzz import draw
+    from sim.cluster.replicas import Replica
+    seen = _count_joins(monkeypatch)
+    for seed in (10, 18, 19, 26):  # (draws with joins undone)
+        d = draw("join", np.random.default_rng(seed))
+        joined = simulate_cluster(scenario_from_dict(d), check_invariants=True)
+        monkeypatch.setattr(Replica, "JOIN", False)
+        cut = simulate_cluster(scenario_from_dict(d))
+        monkeypatch.setattr(Replica, "JOIN", True)
+        _assert_same_results(cut, joined)
+        assert joined.summary_dict["run"]["engine_events"] < cut.summary_dict["run"]["engine_events"]
+        d["engine"].update(fast_forward=False, lazy_batch=False)
+        _assert_same_results(simulate_cluster(scenario_from_dict(d), fast=False), joined)
+    assert seen["joined"] > 100 and seen["undone"] >= 3
+
+
+def test_no_join_where_routing_reads_more_than_counts(monkeypatch):
+    """A router that reads the replicas' views (running, waiting, KV use) sees a replica as it is
+    before its run ends: there, every request waits for the run's next boundary."""
+    seen = _count_joins(monkeypatch)
+    for router in ("power_of_two", "least_kv", "round_robin"):
+        d = cluster_scenario({"replicas": 3, "router": router})
+        simulate_cluster(scenario_from_dict(d))
+    assert seen["joined"] == 0
+
+
 # ---- validation ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cluster, expect", [
     ({"replicas": 0}, "cluster.replicas: expected an integer >= 1 (got 0)"),

@@ -118,9 +118,9 @@ def _count_leaving_runs(monkeypatch) -> list:
     seen: list[int] = []
     segments = apply_mod._log_segments
 
-    def spy(tel, start_ns, durations, emitted, steady, by_tenant, leavers):
+    def spy(tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants):
         seen.append(len(leavers))
-        return segments(tel, start_ns, durations, emitted, steady, by_tenant, leavers)
+        return segments(tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants)
 
     monkeypatch.setattr(apply_mod, "_log_segments", spy)
     return seen

@@ -35,6 +35,7 @@ from sim.cluster.routers import counts_router
 from sim.core.costs import NEVER
 from sim.core.fastforward import OpenRun
 from sim.core.loop import replica_loop
+from sim.core.planner import admit_alone
 
 
 # ---- the replicas ---------------------------------------------------------------------------------
@@ -70,6 +71,12 @@ class Replica:
         self._run_ev: simpy.Event | None = None
         self._spare: simpy.Event | None = None  # the last run's end event, processed: the next run's (``_hold``)
         self._ends: list[int] = []  # when each step of ``_durs`` ends
+        # requests that joined the run in flight (``join``): (request, boundary ns, step, the
+        # run's k before), in order; and that run (kept after it is priced to its end or cut)
+        self._joins: list[tuple[Any, int, int, int]] = []
+        self._open: OpenRun | None = None
+        self._join_blocks = 0
+        self.joinable = False  # may a request routed here join its runs (``_Cluster.routing_ready``)
         # The router's view, kept up to date by the cluster (``_Cluster.refresh_views``) rather
         # than recounted for every candidate at every arrival: ``outstanding`` is ``_base``
         # (running + waiting + routed here, counted when the replica last changed, plus what
@@ -176,7 +183,8 @@ class Replica:
     LOOKAHEAD: ClassVar[float] = 1  # (a class attribute: the compiled build keeps it one)
 
     def _hold(self, now_ns: int, plan, dur0: int, run: OpenRun | None):
-        self._plan, self._start, self._alloc_k, self._run = plan, now_ns, 1, run
+        self._plan, self._start, self._alloc_k, self._run, self._open = plan, now_ns, 1, run, run
+        self._join_blocks = 0  # the prompts' blocks of the requests that joined it
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
         # run), once that is known
@@ -231,11 +239,98 @@ class Replica:
         _trigger(ev, end_ns - int(old.env.now))
 
     def held(self) -> list[int]:
-        """The durations of the run that just ended (its blocks all allocated)."""
+        """The durations of the run that just ended (its blocks all allocated; the requests that
+        joined it admitted, each at its boundary, and in its plan from its step on)."""
+        if self._joins:
+            for req, b_ns, j, _ in self._joins:
+                s = admit_alone(self.engine, req, b_ns)
+                s.at = j
+                self._plan.items.append(s)
+            self._joins = []
         self._allocate_through(len(self._durs))
         self._spare = self._run_ev  # (it just fired: ``_schedule_end``'s replaced ones never do)
-        self._plan = self._run_ev = self._run = None
+        self._plan = self._run_ev = self._run = self._open = None
         return self._durs
+
+    # -- requests that join a run in flight --
+    # A request routed to a replica whose run is in flight is admitted at the run's next boundary
+    # b (the end of the first step that does not start before it): the run ends there, the plan at
+    # b admits it, and a new run starts. Where nothing else can happen at b, the request joins
+    # the run instead (``OpenRun.join``): the run prices the step at b as that plan's (its whole
+    # prompt beside the decoders) and goes on with it as the new run would, and the replica takes
+    # it in when the run ends (``held``), as the plan at b would have. Nothing else can happen at
+    # b when: nobody waits or was routed here since the run started (the plan at b would admit it
+    # alone), its prompt fits the step's budget, a slot and the KV blocks however the run goes
+    # (counted with an upper bound of every request's blocks to the run's end, so no block limit
+    # binds either way), it answers with two tokens or more (a first token that is also the last
+    # ends it in its admission step), b is before the run's limit (no time-series sample, horizon
+    # or policy change there), and the engine's plan has nothing else to decide: a fixed ranking,
+    # no admission gate, policy books, speculation, prefix cache, KV reservations, prefill caps or
+    # overlap scheduling (``_Cluster.routing_ready``). Routers must choose from the counts alone
+    # (``outstanding``, which counts the request from its routing: the runs' other views would
+    # show the replica as it is before the run ends). If another request is routed here at or
+    # before b, the join is undone (``undo_join``): both are taken in by the plan at b.
+    JOIN: ClassVar[bool] = True  # (a switch for the tests: False cuts every run as before)
+
+    def join(self, req, t_ns: int) -> bool:
+        """Let ``req``, routed here at ``t_ns``, join the run in flight if that is exact (above);
+        False when it must wait for the run's next boundary as usual."""
+        run = self._open
+        e = self.engine
+        if run is None or t_ns >= self._end or self.inbox or e.waiting:
+            return False
+        if req.computed or req.generated or req.hidden_output_tokens < 2:
+            return False  # (a first token that is also the last ends it in its admission step)
+        ends = self._ends
+        j = bisect_left(ends, t_ns) + 1  # the steps up to the first that does not end before t
+        b = ends[j - 1]
+        if b >= run.limit:
+            return False
+        n = req.tokens  # its prompt, all in the step at b (one token would be priced as a decode)
+        if n < 2:
+            return False
+        running = len(e.running) + len(self._joins)  # (an upper bound of those running at b)
+        if running >= e.max_num_seqs or n > e.cfg.max_batched_tokens - running or n > e.chunk_cap:
+            return False
+        if req.prompt_tokens + req.max_tokens + e.draft_slots > e.need_limit(req.priority):
+            return False  # (rejected at its arrival)
+        pool, bs = e.pool, e.bs
+        k = max(run.k, j + req.hidden_output_tokens)
+        prefill = self._join_blocks + pool.blocks_for(n)
+        if prefill + (running + 1) * ((k + bs - 1) // bs + 1) + e.watermark_blocks > run.avail:
+            return False
+        self._join_blocks = prefill
+        self._joins.append((req, b, j, run.k))
+        run.join(j, req)
+        ev = self._run_ev
+        assert ev is not None
+        if ev._value is not PENDING:  # (its end was scheduled: that event dies, a new one waits)
+            new = self._run_ev = simpy.Event(ev.env)
+            new.callbacks, ev.callbacks = ev.callbacks, []
+        self._run = run
+        self._end = NEVER
+        self._price()
+        self._pass_gone(self.cluster.route_ns)
+        return True
+
+    def undo_join(self) -> None:
+        """Another request was routed here at or before the last join's boundary: that joiner
+        goes to the inbox (both are taken in by the plan there) and the run ends at the boundary."""
+        req, b_ns, _, k = self._joins.pop()
+        run = self._open
+        assert run is not None
+        run.unjoin(k)
+        self._join_blocks -= self.engine.pool.blocks_for(req.tokens)
+        self.inbox.append(req)
+        self._run = None
+        ev = self._run_ev
+        assert ev is not None
+        if ev._value is PENDING:
+            self._end = b_ns
+            _trigger(ev, b_ns - int(self.cluster.env._now))
+        else:
+            self._schedule_end(b_ns)
+        self._pass_gone(self.cluster.route_ns)
 
     def _steps_before(self, t_ns: int) -> int:
         """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
@@ -452,11 +547,14 @@ class _Cluster:
                 if i not in self.allowed[ci]:
                     raise RuntimeError(f"router {type(router).__name__} sent request {req.request_id} of class "
                                        f"{req.cls!r} to replica {i}, not one of its candidates")
-            rep.inbox.append(req)
             rep._base += 1
             rep.outstanding += 1
             outs[i] += 1
-            rep.cut(now_ns)
+            if rep._joins and rep._joins[-1][1] >= now_ns:
+                rep.undo_join()  # (both are taken in at that boundary)
+            if not (rep.joinable and rep.join(req, now_ns)):
+                rep.inbox.append(req)
+                rep.cut(now_ns)
             rep.routed += 1
             self.assign[req.request_id] = rep.index
             if rep._wake is not None:  # (it sleeps: seldom, under load)
@@ -469,6 +567,16 @@ class _Cluster:
         self.route_counts = counts_router(self.router)
         self.by_counts = [self.route_counts is not None and len(c) > 1 and c == self.replicas
                           for c in self.candidates]
+        # requests may join runs in flight (``Replica.join``) where routing reads nothing else
+        # and the engine's plan at a boundary would only admit them
+        counts_only = bool(self.by_counts) and all(self.by_counts) and self.fast and not self.closed
+        for r in self.replicas:
+            e = r.engine
+            r.joinable = (counts_only and Replica.JOIN and e.cohort is not None and e.static_ranking
+                          and not e.hooks_scheduled and not e.hooks_arrival and e.spec is None
+                          and e.trace is None and e.gate is None and e.own_queues is None and e.pool.plain
+                          and e.grows_blocks and not e.counting_prefill and e.through_finishes
+                          and e.cfg.fast_forward and e.costs.overhead.overlap_schedule != 1)
 
     def refresh_views(self, now_ns: int) -> None:
         """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,

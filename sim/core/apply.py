@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NS
-from sim.core.plan import StepPlan
+from sim.core.plan import Scheduled, StepPlan
 from sim.core.request import Request, State
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     total = sum(durations)
     end_ns = start_ns + total
     end_s = end_ns / NS
-    finished = []
+    finished: list[tuple[int, Request, bool]] = []
     first_end = start_ns + durations[0]
     inner_max = max(durations[1:]) if k > 1 else 0  # largest gap inside a run
     run_max = max(durations[0], inner_max)
@@ -104,8 +104,12 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     spec = eng.spec
     extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
     leavers: list[tuple[int, Request]] = []  # (steps taken part in, item) of those leaving inside
+    entrants: list[tuple[int, Request]] = []  # (step, item) of those that joined inside the run
     for s in plan.items:
         r = s.req
+        if s.at:
+            _apply_entrant(s, start_ns, durations, finished, leavers, entrants)
+            continue
         if r.hidden_output_tokens - r.generated < k:  # it leaves at its last token, inside the run
             kk = r.hidden_output_tokens - r.generated  # (its steps: fastforward.item_steps)
             leavers.append((kk, r))
@@ -169,20 +173,51 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
         eng.thrash_ns += compute_ns * recompute_tokens // step_tokens
         for ci, toks in recompute_by_class.items():
             eng.tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
-    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant, leavers)
+    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant, leavers, entrants)
     return finished
+
+
+def _apply_entrant(s: Scheduled, start_ns: int, durations: list[int], finished: list,
+                   leavers: list[tuple[int, Request]], entrants: list[tuple[int, Request]]) -> None:
+    """:func:`apply_items` for an item that joined at step ``s.at`` of the run (a held run's
+    newcomer, :meth:`sim.core.fastforward.OpenRun.join`): its whole prompt in that step, its
+    first token at its end, then one token a step to its last, as the first steps of a run
+    started at that boundary would have it. Its telemetry is logged by :func:`_log_segments`."""
+    r = s.req
+    j = s.at
+    left = r.hidden_output_tokens - r.generated
+    kk = left if left < len(durations) - j else len(durations) - j  # (its steps: j .. j+kk-1)
+    own = durations[j:j + kk]
+    first_end = start_ns + sum(durations[:j + 1])
+    end = first_end + sum(own[1:])
+    r.attained_ns += sum(own)
+    r.last_scheduled_s = end / NS
+    r.computed += s.tokens + (kk - 1)
+    r.generated += kk
+    r.tokens += kk
+    r.first_token_ns = first_end
+    i_max = max(own[1:]) if kk > 1 else 0
+    if i_max > r.max_itl_ns:
+        r.max_itl_ns = i_max
+    r.last_token_ns = end
+    entrants.append((j, r))
+    if j + kk < len(durations):
+        leavers.append((j + kk, r))
+    if r.generated >= r.hidden_output_tokens:
+        finished.append((end, r, True))
 
 
 def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], emitted: list[int],
             steady: list[int], extra_tokens: list[int], by_tenant: dict[str, int],
-            leavers: list[tuple[int, Request]]) -> None:
+            leavers: list[tuple[int, Request]], entrants: list[tuple[int, Request]]) -> None:
     """Telemetry of the run's explicit items (tokens per class and tenant, inter-token gaps)
     and the policy's per-step books. ``leavers``: ``(steps, item)`` of the items that took
-    part in the run's first ``steps`` steps only."""
+    part in the run's first ``steps`` steps only; ``entrants``: ``(step, item)`` of those that
+    joined at that step."""
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-    if leavers:
-        _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers)
+    if leavers or entrants:
+        _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants)
     else:
         eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
                         extra_tokens if eng.spec is not None else None)
@@ -209,29 +244,41 @@ def run_totals(items: list, start_ns: int, durations: list[int]):
 
 
 def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],
-                  by_tenant: dict[str, int], leavers: list[tuple[int, Request]]) -> None:
+                  by_tenant: dict[str, int], leavers: list[tuple[int, Request]],
+                  entrants: list[tuple[int, Request]]) -> None:
     """Log a run whose emitting items change inside it (``leavers`` leave after their
-    ``steps``): one log entry per stretch of steps with the same emitters, each request
-    emitting one token a step (no speculation: runs of speculative steps are one step).
-    In every stretch after the first, every emitter emitted at the end of the step before
-    it too (``steady`` is ``emitted``); a stretch with no emitter left is not logged (the
-    cohort's log has its steps)."""
+    ``steps``, ``entrants`` emit from the end of their step on; ``emitted``, ``steady`` and
+    ``by_tenant`` describe its first step): one log entry per stretch of steps with the same
+    emitters, each request emitting one token a step (no speculation: runs of speculative
+    steps are one step). At the start of every stretch after the first, the emitters that
+    emitted at the end of the step before too are those that were emitting then and go on
+    (``steady``; an entrant's first token has no gap before it); a stretch with no emitter
+    is not logged (the cohort's log has its steps)."""
     emitted = emitted[:]
+    steady = steady[:]
     by_tenant = dict(by_tenant)
     a, t = 0, start_ns
-    for kk, r in sorted(leavers, key=_STEPS):
-        if kk > a:
-            seg = durations[a:kk]
-            tel.log_run(t, seg, emitted, steady, by_tenant)
+    changes = sorted([(kk, False, r) for kk, r in leavers] + [(j, True, r) for j, r in entrants], key=_STEPS)
+    for step, enters, r in changes:
+        if step > a:
+            seg = durations[a:step]
+            if by_tenant:
+                tel.log_run(t, seg, emitted, steady, by_tenant)
             t += sum(seg)
-            a = kk
-        emitted[r.cls_idx] -= 1
+            a = step
+            steady = emitted[:]  # (those emitting at the end of the step before this one)
+        ci = r.cls_idx
+        if enters:
+            emitted[ci] += 1
+            by_tenant[r.tenant] = by_tenant.get(r.tenant, 0) + 1
+            continue
+        emitted[ci] -= 1
+        steady[ci] -= 1
         n = by_tenant[r.tenant] - 1
         if n:
             by_tenant[r.tenant] = n
         else:
             del by_tenant[r.tenant]
-        steady = emitted
     if a < len(durations) and by_tenant:
         tel.log_run(t, durations[a:], emitted, steady, by_tenant)
 

@@ -314,6 +314,12 @@ class Engine:
         self.push_waiting(req, now_ns)
         return True
 
+    def need_limit(self, priority: int) -> int:
+        """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
+        being rejected at its arrival as too large (:meth:`_need_limit`, kept)."""
+        limit = self._need_limits.get(priority)
+        return limit if limit is not None else self._need_limit(priority)
+
     def _need_limit(self, priority: int) -> int:
         """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
         being rejected as too large, kept per priority (one comparison an arrival): its blocks

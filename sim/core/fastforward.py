@@ -12,6 +12,7 @@ fast-forwarded.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import TYPE_CHECKING
 
 from sim.core.costs import NEVER, NS
@@ -92,10 +93,16 @@ class OpenRun:
     of those steps ends (ns); ``gone_ns``: for each
     member whose last token ends a step of the run before the last priced one, when that step
     ends (ascending; a router no longer counts it from then on).
+
+    A cluster replica may also let a request routed to it join the run (:meth:`join`): it is
+    admitted at a step boundary inside the run, prefills its whole prompt in that step beside
+    the decoders, and decodes in the run's steps after it (``entries``), as a new run started at
+    that boundary would have had it (:mod:`sim.cluster.replicas` says when that is exact).
     """
 
     __slots__ = ("eng", "plan", "durs", "ends", "gone_ns", "k", "limit", "done", "avail", "n_exp", "ctx_exp",
-                 "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start", "ctx", "line")
+                 "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start", "ctx", "line",
+                 "entries", "ei", "init")
 
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
@@ -137,6 +144,10 @@ class OpenRun:
         self.start = now_ns + dur0  # of the next step
         self.ctx = ctx_exp + n_exp + self.ctx_off + self.d_coh * (self.g + 2)  # decode contexts of the next step
         self.line = eng.costs.decode_line(n_exp + self.d_coh)
+        # requests that joined inside the run: (step, prompt tokens, request), by step
+        self.entries: list[tuple[int, int, Request]] = []
+        self.ei = 0  # entries priced so far
+        self.init: bool | None = None  # (True once the items' last tokens are all in ``ifin``)
 
     def extend(self, bound_ns: int) -> bool:
         """Price the steps that start before ``bound_ns`` (within the run's own caps); False
@@ -154,6 +165,8 @@ class OpenRun:
         g, fin, fi, n_exp, ctx_exp = self.g, self.fin, self.fi, self.n_exp, self.ctx_exp
         ctx_off, d_coh, start, ctx, line = self.ctx_off, self.d_coh, self.start, self.ctx, self.line
         ifin, ii, i_item = self.ifin, self.ii, self.i_item
+        entries, ei = self.entries, self.ei
+        i_enter = entries[ei][0] if ei < len(entries) else NEVER  # the next joined request's step
         D = n_exp + d_coh
         # the step before which the next requests are gone (their last token ended the one
         # before), members or items; NEVER when none is left
@@ -188,9 +201,36 @@ class OpenRun:
                 ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
                 line = costs.decode_line(D)
                 a, b = line if line is not None else (0.0, 0.0)
+            if i == i_enter:
+                # a joined request prefills its prompt beside the decoders (priced as the first
+                # step of a run started here: :meth:`Engine.compute_ns` of that plan), then
+                # decodes with context n + (i' - i) at step i'
+                _, n_tok, r = entries[ei]
+                ei += 1
+                d = costs.step_ns(n_tok, D, n_tok * n_tok, 0, ctx, 1, 1)
+                durs.append(d)
+                start += d
+                ends.append(start)
+                n_exp += 1
+                ctx_exp += n_tok - i
+                left = r.hidden_output_tokens - r.generated
+                insort(ifin, (i + left, n_tok - i), lo=ii)
+                i += 1
+                i_enter = entries[ei][0] if ei < len(entries) else NEVER
+                i_item = ifin[ii][0]
+                i_gone = fin[fi][0] - g if fi < len(fin) else NEVER
+                if i_item < i_gone:
+                    i_gone = i_item
+                D = n_exp + d_coh
+                ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
+                line = costs.decode_line(D)
+                a, b = line if line is not None else (0.0, 0.0)
+                continue
             # the steps before the next last tokens have one batch size and cost line:
             # priced in a loop that checks neither (runs go through ~6 steps between finishes)
             seg = i_gone if i < i_gone < k else k
+            if i < i_enter < seg:
+                seg = i_enter
             if line is None:
                 while i < seg and start < limit:
                     d = costs.step_ns(0, D, 0, 0, ctx)
@@ -212,6 +252,7 @@ class OpenRun:
         self.fi, self.ctx_off, self.d_coh, self.start, self.ctx, self.line = fi, ctx_off, d_coh, start, ctx, line
         if ifin:
             self.ii, self.i_item, self.n_exp, self.ctx_exp = ii, i_item, n_exp, ctx_exp
+        self.ei = ei
         m_ = len(durs)
         if m_ >= k:
             self.done = True
@@ -222,6 +263,73 @@ class OpenRun:
                 del ends[kb:]
                 self.done = True
         return len(durs) > n
+
+
+    def join(self, j: int, r: Request) -> None:
+        """``r`` (fresh, its output two tokens or more) joins the run at step ``j`` (1 <= j <=
+        steps priced, after the last entry's): it prefills its whole prompt in step j and decodes
+        from step j+1 to its last token, and the run may go on to it. The steps from ``j`` on are
+        priced again (:meth:`extend`)."""
+        if self.init is None:
+            # every item now leaves at its last token: the run's k bounded the items' steps so
+            # far, and a joiner can make the run longer (those at or past k were left out)
+            self.init = True
+            k, ifin = self.k, self.ifin
+            for s in self.plan.items:
+                left = s.req.hidden_output_tokens - s.req.generated
+                if left >= k:
+                    insort(ifin, (left, s.computed_before + s.tokens), lo=self.ii)
+        self.rewind(j)
+        self.entries.append((j, r.tokens - r.computed, r))
+        left = j + r.hidden_output_tokens - r.generated
+        if left > self.k:
+            self.k = left
+        self.done = False
+
+    def unjoin(self, k: int) -> None:
+        """Undo the last :meth:`join` (its request is admitted at that boundary with another
+        instead): the run ends with the step before it; ``k``: the run's k before the join."""
+        j = self.entries[-1][0]
+        self.rewind(j)
+        self.entries.pop()
+        self.k = k
+        self.done = True
+
+    def rewind(self, j: int) -> None:
+        """Keep the first ``j`` priced steps and bring the pricing's state back to the start of
+        step ``j``: what :meth:`extend` did at steps j and later is undone (the requests gone
+        before them counted again, the entries at them taken out)."""
+        durs, ends, gone = self.durs, self.ends, self.gone_ns
+        del durs[j:]
+        del ends[j:]
+        b = ends[j - 1]
+        del gone[bisect_left(gone, b):]  # (those gone before step j left at an earlier step's end)
+        fin, g = self.fin, self.g
+        fi, ctx_off, d_coh = self.fi, self.ctx_off, self.d_coh
+        while fi and fin[fi - 1][0] - g >= j:
+            fi -= 1
+            m = fin[fi][2]
+            ctx_off += m.computed - m.cohort_base_step
+            d_coh += 1
+        ifin, ii, n_exp, ctx_exp = self.ifin, self.ii, self.n_exp, self.ctx_exp
+        while ii and ifin[ii - 1][0] >= j:
+            ii -= 1
+            ctx_exp += ifin[ii][1]
+            n_exp += 1
+        entries, ei = self.entries, self.ei
+        while ei and entries[ei - 1][0] >= j:
+            ei -= 1
+            step, n_tok, r = entries[ei]
+            n_exp -= 1
+            ctx_exp -= n_tok - step
+            ifin.remove((step + r.hidden_output_tokens - r.generated, n_tok - step))
+        self.fi, self.ctx_off, self.d_coh, self.ii, self.ei = fi, ctx_off, d_coh, ii, ei
+        self.n_exp, self.ctx_exp = n_exp, ctx_exp
+        self.i_item = ifin[ii][0] if ii < len(ifin) else NEVER
+        self.start = b
+        self.ctx = ctx_exp + n_exp * j + ctx_off + d_coh * (g + j + 1)
+        self.line = self.eng.costs.decode_line(n_exp + d_coh)
+        self.done = len(durs) >= self.k
 
 
 def item_steps(s: Scheduled, k: int) -> int:
@@ -347,7 +455,8 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
     for s in plan.items:
         r = s.req
         left = r.hidden_output_tokens - r.generated  # (item_steps, inline: the allocation is hot)
-        target = pool.blocks_for(s.computed_before + s.tokens + (left if left < k else k) - 1) - r.base_blocks
+        steps = k - s.at  # (an item that joined inside the run takes part from step ``at`` on)
+        target = pool.blocks_for(s.computed_before + s.tokens + (left if left < steps else steps) - 1) - r.base_blocks
         extra = target - r.blocks
         if extra > 0:
             need[r.cls_idx] += extra

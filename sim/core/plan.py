@@ -42,6 +42,7 @@ class Scheduled:
     computed_before: int  # the request's tokens already computed before this chunk (its KV context)
     decode: bool
     admitted: bool = False  # taken from the waiting set in this step
+    at: int = 0  # the run's step it joined at (> 0: admitted inside a held run, sim.cluster.replicas)
 
 
 @dataclass(slots=True)

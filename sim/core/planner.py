@@ -303,6 +303,20 @@ def _admit(eng: Engine, w: Request, n: int, need_blocks: int, hit: int, plan: St
         eng.class_prefill[w.cls_idx] += n
 
 
+def admit_alone(eng: Engine, w: Request, now_ns: int) -> Scheduled:
+    """Take arriving request ``w`` in at ``now_ns`` as the plan there admits it when nobody else
+    waits and its whole prompt fits (checked by the caller: a request that joined a held run,
+    :meth:`sim.cluster.replicas.Replica.join`): gated and queued (:meth:`Engine.admit_arrival`),
+    then admitted with its prompt in one chunk. Returns its share of that step."""
+    taken = eng.admit_arrival(w, now_ns)
+    entry = eng.pop_entry()
+    assert taken and entry[2] is w and not eng.waiting
+    n, need, hit = admission(eng, w, eng.cfg.max_batched_tokens)
+    scheduled: dict[int, Scheduled] = {}
+    _admit(eng, w, n, need, hit, StepPlan(), scheduled, now_ns)
+    return scheduled[w.request_id]
+
+
 def class_capped(eng: Engine, w: Request) -> bool:
     """Is ``w`` (a prefill) held back only by its class's per-step prefill cap?"""
     cap = eng.class_prefill_cap[w.cls_idx]
