@@ -112,7 +112,8 @@ def _joinable(d: dict, rng: np.random.Generator) -> None:
     prefill caps, reservations, speculation, fairness accountant or overlap scheduling); the
     KV pool, budgets, preemption, drain and front-end delay still vary."""
     d["policy"] = {"name": str(rng.choice(["fcfs", "priority"]))}
-    d["cluster"] = {"replicas": int(rng.choice([2, 3, 4])), "router": "least_outstanding"}
+    d["cluster"] = {"replicas": int(rng.choice([2, 3, 4])),
+                    "router": str(rng.choice(["least_outstanding", "round_robin"]))}
     for c in d["classes"]:
         c.pop("max_prefill_tokens_per_step", None)
         c.pop("reserved_blocks", None)

@@ -267,8 +267,8 @@ class Replica:
     # or policy change there), and the engine's plan has nothing else to decide: a fixed ranking,
     # no admission gate, policy books, speculation, prefix cache, KV reservations, prefill caps or
     # overlap scheduling (``_Cluster.routing_ready``). Routers must choose from the counts alone
-    # (``outstanding``, which counts the request from its routing: the runs' other views would
-    # show the replica as it is before the run ends). If another request is routed here at or
+    # (a ``route_counts``: ``outstanding`` counts the request from its routing, while the runs'
+    # other views would show the replica as it is before the run ends). If another request is routed here at or
     # before b, the join is undone (``undo_join``): both are taken in by the plan at b.
     JOIN: ClassVar[bool] = True  # (a switch for the tests: False cuts every run as before)
 

@@ -78,6 +78,13 @@ class RoundRobin(BaseRouter):
         self.next = (best.index + 1) % n
         return best
 
+    def route_counts(self, outstanding: list[int]) -> int:
+        """``route``'s choice when the candidates are every replica, in order (as a cluster asks
+        it: ``_Cluster.routing_ready``): the replica at the cursor. It reads no count at all."""
+        i = self.next
+        self.next = (i + 1) % self.n
+        return i
+
 
 class LeastOutstanding(BaseRouter):
     """Join the replica with the fewest outstanding requests (JSQ); ties to the lowest index."""
