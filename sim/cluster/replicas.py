@@ -232,11 +232,17 @@ class Replica:
         takes over the old one's waiter; the old one stays in the queue with none (a dead event:
         ``_next_event_ns`` and, once every replica has exited, ``_drop_dead_events`` drop it)."""
         self._end = end_ns
+        ev = self._renew_event()
+        _trigger(ev, end_ns - int(ev.env.now))
+
+    def _renew_event(self) -> simpy.Event:
+        """A new event for the run in flight, taking over the old one's waiter (the old one, if
+        scheduled, stays in the queue with none: a dead event)."""
         old = self._run_ev
         assert old is not None  # (a run in flight)
         ev = self._run_ev = simpy.Event(old.env)
         ev.callbacks, old.callbacks = old.callbacks, []
-        _trigger(ev, end_ns - int(old.env.now))
+        return ev
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated; the requests that
@@ -304,9 +310,8 @@ class Replica:
         run.join(j, req)
         ev = self._run_ev
         assert ev is not None
-        if ev._value is not PENDING:  # (its end was scheduled: that event dies, a new one waits)
-            new = self._run_ev = simpy.Event(ev.env)
-            new.callbacks, ev.callbacks = ev.callbacks, []
+        if ev._value is not PENDING:  # (its end was scheduled there: the run now goes past it)
+            self._renew_event()
         self._run = run
         self._end = NEVER
         self._price()
@@ -319,17 +324,10 @@ class Replica:
         req, b_ns, _, k = self._joins.pop()
         run = self._open
         assert run is not None
-        run.unjoin(k)
+        self.cut(b_ns)  # (the run ends at that boundary, as any request routed here makes it)
+        run.unjoin(k)  # (and its pricing forgets the joiner)
         self._join_blocks -= self.engine.pool.blocks_for(req.tokens)
         self.inbox.append(req)
-        self._run = None
-        ev = self._run_ev
-        assert ev is not None
-        if ev._value is PENDING:
-            self._end = b_ns
-            _trigger(ev, b_ns - int(self.cluster.env._now))
-        else:
-            self._schedule_end(b_ns)
         self._pass_gone(self.cluster.route_ns)
 
     def _steps_before(self, t_ns: int) -> int:

@@ -298,10 +298,7 @@ class Engine:
         req.reveals_output = self.oracle
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         need = req.prompt_tokens + req.max_tokens + self.draft_slots
-        limit = self._need_limits.get(req.priority)
-        if limit is None:
-            limit = self._need_limit(req.priority)
-        if need > limit:
+        if need > self.need_limit(req.priority):
             return self._reject(req, "too_large", now_ns)
         if self.gate is not None:
             if self.cohort is not None:
@@ -316,17 +313,14 @@ class Engine:
 
     def need_limit(self, priority: int) -> int:
         """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
-        being rejected at its arrival as too large (:meth:`_need_limit`, kept)."""
-        limit = self._need_limits.get(priority)
-        return limit if limit is not None else self._need_limit(priority)
-
-    def _need_limit(self, priority: int) -> int:
-        """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
-        being rejected as too large, kept per priority (one comparison an arrival): its blocks
-        within what it could ever hold above the watermark (``blocks_for(need) <= C`` exactly
-        when ``need <= C * block_size``), and without chunked prefill, one step's budget (a
-        (re-)prefill must fit one step, as vLLM V0 requires max_num_batched_tokens >=
+        being rejected at its arrival as too large, kept per priority (one lookup an arrival): its
+        blocks within what it could ever hold above the watermark (``blocks_for(need) <= C``
+        exactly when ``need <= C * block_size``), and without chunked prefill, one step's budget
+        (a (re-)prefill must fit one step, as vLLM V0 requires max_num_batched_tokens >=
         max_model_len)."""
+        limit = self._need_limits.get(priority)
+        if limit is not None:
+            return limit
         limit = (self.pool.capacity_for(priority) - self.watermark_blocks) * self.pool.block_size
         if not self.chunked_prefill:
             limit = min(limit, self.cfg.max_batched_tokens)

@@ -101,8 +101,8 @@ class OpenRun:
     """
 
     __slots__ = ("eng", "plan", "durs", "ends", "gone_ns", "k", "limit", "done", "avail", "n_exp", "ctx_exp",
-                 "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start", "ctx", "line",
-                 "entries", "ei", "init")
+                 "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start",
+                 "entries", "ei", "all_leave")
 
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
@@ -142,12 +142,10 @@ class OpenRun:
         self.ctx_off = coh.ctx_off if coh is not None else 0
         self.d_coh = plan.cohort
         self.start = now_ns + dur0  # of the next step
-        self.ctx = ctx_exp + n_exp + self.ctx_off + self.d_coh * (self.g + 2)  # decode contexts of the next step
-        self.line = eng.costs.decode_line(n_exp + self.d_coh)
         # requests that joined inside the run: (step, prompt tokens, request), by step
         self.entries: list[tuple[int, int, Request]] = []
         self.ei = 0  # entries priced so far
-        self.init: bool | None = None  # (True once the items' last tokens are all in ``ifin``)
+        self.all_leave = False  # every item's last token in ``ifin`` (made at the first join)
 
     def extend(self, bound_ns: int) -> bool:
         """Price the steps that start before ``bound_ns`` (within the run's own caps); False
@@ -163,11 +161,15 @@ class OpenRun:
             limit = bound_ns
         costs = eng.costs
         g, fin, fi, n_exp, ctx_exp = self.g, self.fin, self.fi, self.n_exp, self.ctx_exp
-        ctx_off, d_coh, start, ctx, line = self.ctx_off, self.d_coh, self.start, self.ctx, self.line
+        ctx_off, d_coh, start = self.ctx_off, self.d_coh, self.start
         ifin, ii, i_item = self.ifin, self.ii, self.i_item
         entries, ei = self.entries, self.ei
         i_enter = entries[ei][0] if ei < len(entries) else NEVER  # the next joined request's step
         D = n_exp + d_coh
+        # the decode contexts of the next step (step n), and the cost line of its batch size:
+        # derived from the counts kept (those gone before step n still counted, as they are)
+        ctx = ctx_exp + n_exp * n + ctx_off + d_coh * (g + n + 1)
+        line = costs.decode_line(D)
         # the step before which the next requests are gone (their last token ended the one
         # before), members or items; NEVER when none is left
         i_gone = fin[fi][0] - g if fi < len(fin) else NEVER
@@ -213,18 +215,11 @@ class OpenRun:
                 ends.append(start)
                 n_exp += 1
                 ctx_exp += n_tok - i
-                left = r.hidden_output_tokens - r.generated
-                insort(ifin, (i + left, n_tok - i), lo=ii)
+                insort(ifin, (i + r.hidden_output_tokens - r.generated, n_tok - i), lo=ii)
                 i += 1
                 i_enter = entries[ei][0] if ei < len(entries) else NEVER
                 i_item = ifin[ii][0]
-                i_gone = fin[fi][0] - g if fi < len(fin) else NEVER
-                if i_item < i_gone:
-                    i_gone = i_item
-                D = n_exp + d_coh
-                ctx = ctx_exp + n_exp * i + ctx_off + d_coh * (g + i + 1)
-                line = costs.decode_line(D)
-                a, b = line if line is not None else (0.0, 0.0)
+                i_gone = i  # (the batch's shape is worked out again at the next step, as after a leave)
                 continue
             # the steps before the next last tokens have one batch size and cost line:
             # priced in a loop that checks neither (runs go through ~6 steps between finishes)
@@ -249,7 +244,7 @@ class OpenRun:
                     c += dc
                     i += 1
                 ctx += D * (i - i0)
-        self.fi, self.ctx_off, self.d_coh, self.start, self.ctx, self.line = fi, ctx_off, d_coh, start, ctx, line
+        self.fi, self.ctx_off, self.d_coh, self.start = fi, ctx_off, d_coh, start
         if ifin:
             self.ii, self.i_item, self.n_exp, self.ctx_exp = ii, i_item, n_exp, ctx_exp
         self.ei = ei
@@ -270,10 +265,10 @@ class OpenRun:
         steps priced, after the last entry's): it prefills its whole prompt in step j and decodes
         from step j+1 to its last token, and the run may go on to it. The steps from ``j`` on are
         priced again (:meth:`extend`)."""
-        if self.init is None:
+        if not self.all_leave:
             # every item now leaves at its last token: the run's k bounded the items' steps so
             # far, and a joiner can make the run longer (those at or past k were left out)
-            self.init = True
+            self.all_leave = True
             k, ifin = self.k, self.ifin
             for s in self.plan.items:
                 left = s.req.hidden_output_tokens - s.req.generated
@@ -327,8 +322,6 @@ class OpenRun:
         self.n_exp, self.ctx_exp = n_exp, ctx_exp
         self.i_item = ifin[ii][0] if ii < len(ifin) else NEVER
         self.start = b
-        self.ctx = ctx_exp + n_exp * j + ctx_off + d_coh * (g + j + 1)
-        self.line = self.eng.costs.decode_line(n_exp + d_coh)
         self.done = len(durs) >= self.k
 
 
