@@ -93,7 +93,7 @@ def yardstick() -> float:
     return run_case("core", 10_000, False, lazy=False, pure=True)["wall_s"]
 
 
-def sweep_pair(repeats: int = 2, n: int = 10_000) -> list[dict]:
+def sweep_pair(repeats: int = 3, n: int = 10_000) -> list[dict]:
     """The 24-run sweep of ``n``-request runs on 1 and on 2 local workers, pure Python: each
     ``repeats`` times, alternating, the quickest of each kept (``benchmarks.run_all.sweep_rate``
     rows): on a shared machine a single pair measures the other jobs' load as much as ours."""
@@ -121,6 +121,33 @@ LONG_SWEEP_REQUESTS = 50_000
 PREEMPTING_S = 600
 
 
+def host_pair(n: int = 4_000, repeats: int = 2) -> dict:
+    """What the host's two cores give one engine loop each: the core ``n``-request case (the
+    yardstick's, fast-forward off) in one process alone and in two processes at once, ``repeats``
+    times alternating, the quickest of each kept. ``efficiency`` (alone over together: 1.0 when
+    the cores do not slow each other) bounds a sweep's parallel efficiency on this host whatever
+    the sweep does; on a VM whose two vCPUs share a physical core or its caches it is well below 1."""
+    from benchmarks.run_all import CASE
+    code = CASE.format(kind="core", n=n, ff=False, lazy=False)
+
+    def start():
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=_env(),
+                                cwd=ROOT)
+
+    def wall(p) -> float:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError("the host pair's engine loop failed")
+        return json.loads(out.strip().splitlines()[-1])["wall_s"]
+
+    alone, together = [], []
+    for _ in range(repeats):
+        alone.append(wall(start()))
+        both = [start(), start()]
+        together.append(max(wall(p) for p in both))
+    return {"alone_s": min(alone), "together_s": min(together), "efficiency": min(alone) / min(together)}
+
+
 def sweep_efficiency(pair: list[dict]) -> float:
     """Parallel efficiency of a :func:`sweep_pair`: the 1-worker wall over twice the 2-worker one."""
     return pair[0]["wall_s"] / (2 * pair[1]["wall_s"])
@@ -136,6 +163,13 @@ def servegen_row() -> dict:
     row = _py(SERVEGEN.format(horizon=3600, pinned=True))
     after = yardstick()
     return row | {"yardstick_s": (before + after) / 2, "yardsticks_s": (before, after)}
+
+
+def contention(pair: list[dict]) -> float:
+    """How much longer a :func:`sweep_pair`'s runs took two at a time than one at a time: the
+    2-worker sweep's summed run seconds over the 1-worker sweep's (1.0: the cores did not slow
+    each other)."""
+    return pair[1]["runs_s"] / pair[0]["runs_s"]
 
 
 def run_seconds(pair: list[dict]) -> float:
@@ -175,6 +209,7 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
                            "classes.1.max_prefill_tokens_per_step=512"], tmp)))
     if sweeps is None:
         sweeps = sweep_pair()
+    host = host_pair()
     long_sweeps = sweep_pair(repeats=1, n=LONG_SWEEP_REQUESTS)
     y1 = yardstick()
     y = (y0 + y1) / 2
@@ -205,7 +240,12 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
            f"Outside the runs (start-up, validating the grid, the seed check, the summary): "
            f"{sweeps[0]['outside_s']:.2f} s with 1 worker, {sweeps[1]['outside_s']:.2f} s with 2, whose workers "
            f"were busy {sweeps[1]['busy_share'] or float('nan'):.0%} of the runs' wall time "
-           f"({long_sweeps[1]['busy_share'] or float('nan'):.0%} with the longer runs)."]
+           f"({long_sweeps[1]['busy_share'] or float('nan'):.0%} with the longer runs). "
+           f"The runs themselves took {contention(sweeps):.2f}x as long two at a time as one at a time; "
+           f"the host's two cores, given the yardstick's engine loop in two processes at once, ran each at "
+           f"{host['efficiency']:.2f} of its speed alone ({host['alone_s']:.2f} s alone, {host['together_s']:.2f} s "
+           f"together, the quickest of 2 alternating tries): what the host gives any two processes bounds the "
+           f"sweep's efficiency here, whatever the sweep does."]
     sg = [r for _, r in rows if "yardsticks_s" in r]
     if sg:
         a, b = sg[0]["yardsticks_s"]

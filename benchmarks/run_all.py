@@ -76,8 +76,10 @@ def sweep_rate(workers: int, n: int) -> dict:
         wall = time.perf_counter() - t0
         info = json.loads((Path(d) / "out" / "sweep.json").read_text())
     # outside_s: the command's time outside its runs (start-up, validating the grid, the summary)
+    # runs_s: the runs' own wall seconds summed (two at a time they share the host's two cores)
+    times = info.get("time_s", {})
     return {"workers": workers, "runs": 24, "wall_s": wall, "runs_per_min": 24 / wall * 60,
-            "outside_s": wall - info["wall_s"], "busy_share": info.get("time_s", {}).get("busy_share")}
+            "outside_s": wall - info["wall_s"], "busy_share": times.get("busy_share"), "runs_s": times.get("wall")}
 
 
 def _toml(d: dict, prefix: str = "") -> str:
