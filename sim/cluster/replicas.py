@@ -283,8 +283,8 @@ class Replica:
         False when it must wait for the run's next boundary as usual."""
         run = self._open
         e = self.engine
-        if run is None or t_ns >= self._end or self.inbox or e.waiting:
-            return False
+        if run is None or t_ns >= self._end or self.inbox or e.waiting or run.chunking:
+            return False  # (a chunking prefill would share the step at b with it)
         if req.computed or req.generated or req.hidden_output_tokens < 2:
             return False  # (a first token that is also the last ends it in its admission step)
         ends = self._ends

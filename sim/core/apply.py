@@ -18,6 +18,8 @@ from sim.core.plan import Scheduled, StepPlan
 from sim.core.request import Request, State
 
 if TYPE_CHECKING:
+    from array import array
+
     from sim.core.engine import Engine
 
 FINISHED = State.FINISHED  # (a module global reads about 8 times faster than an enum member, Python 3.11)
@@ -107,8 +109,13 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     entrants: list[tuple[int, Request]] = []  # (step, item) of those that joined inside the run
     for s in plan.items:
         r = s.req
-        if s.at:
-            _apply_entrant(s, start_ns, durations, finished, leavers, entrants)
+        if s.at or s.chunk:
+            if not s.at:  # the chunking item's first chunk is in the first step
+                step_tokens += s.tokens
+                if r.generated:
+                    recompute_tokens += s.tokens
+                    recompute_by_class[r.cls_idx] = recompute_by_class.get(r.cls_idx, 0) + s.tokens
+            _apply_entrant(s, start_ns, durations, finished, leavers, entrants, irregular[r.cls_idx])
             continue
         if r.hidden_output_tokens - r.generated < k:  # it leaves at its last token, inside the run
             kk = r.hidden_output_tokens - r.generated  # (its steps: fastforward.item_steps)
@@ -173,36 +180,63 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
         eng.thrash_ns += compute_ns * recompute_tokens // step_tokens
         for ci, toks in recompute_by_class.items():
             eng.tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
+    if plan.recompute_steps is not None:  # (a recompute chunked in the run's later steps)
+        ci = next(s.req.cls_idx for s in plan.items if s.chunk)
+        for i, toks, st in plan.recompute_steps:
+            if i < k:  # (whole compute: a run's later steps move no blocks)
+                lost = durations[i] * toks // st
+                eng.thrash_ns += lost
+                eng.tel.recompute_ns_class[ci] += lost
     _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant, leavers, entrants)
     return finished
 
 
 def _apply_entrant(s: Scheduled, start_ns: int, durations: list[int], finished: list,
-                   leavers: list[tuple[int, Request]], entrants: list[tuple[int, Request]]) -> None:
-    """:func:`apply_items` for an item that joined at step ``s.at`` of the run (a held run's
-    newcomer, :meth:`sim.core.fastforward.OpenRun.join`): its whole prompt in that step, its
-    first token at its end, then one token a step to its last, as the first steps of a run
-    started at that boundary would have it. Its telemetry is logged by :func:`_log_segments`."""
+                   leavers: list[tuple[int, Request]], entrants: list[tuple[int, Request]],
+                   irregular: array) -> None:
+    """:func:`apply_items` for an item whose first token comes inside the run: one that joined
+    at step ``s.at`` (a held run's newcomer, :meth:`sim.core.fastforward.OpenRun.join`: its whole
+    prompt in that step), or the chunking item (``s.chunk``: its prompt's chunks from the first
+    step to step ``s.chunk_steps``, :func:`sim.core.fastforward.chunk_entries`). Its first token
+    ends that step (after a recompute's, the gap since its last token before the preemption
+    goes to ``irregular``, its class's), then one token a step to its last, as stepping would
+    have it; a run that ends before that step leaves it prefilling. Its telemetry is logged by
+    :func:`_log_segments`."""
     r = s.req
-    j = s.at
+    j = s.at + s.chunk_steps  # the step its first token ends
+    k = len(durations)
     left = r.hidden_output_tokens - r.generated
-    kk = left if left < len(durations) - j else len(durations) - j  # (its steps: j .. j+kk-1)
-    own = durations[j:j + kk]
+    stop = j + left if j + left < k else k  # (its steps: at .. stop-1)
+    if stop <= j:  # still prefilling: every chunk so far a whole one
+        own = durations[s.at:stop]
+        r.attained_ns += sum(own)
+        r.last_scheduled_s = (start_ns + sum(durations[:stop])) / NS
+        r.computed += s.tokens + (stop - s.at - 1) * s.chunk
+        return
+    kk = stop - j  # tokens it emits
+    own = durations[j:stop]
     first_end = start_ns + sum(durations[:j + 1])
     end = first_end + sum(own[1:])
-    r.attained_ns += sum(own)
+    r.attained_ns += sum(durations[s.at:stop])
     r.last_scheduled_s = end / NS
-    r.computed += s.tokens + (kk - 1)
+    r.computed = r.tokens + (kk - 1)
     r.generated += kk
     r.tokens += kk
-    r.first_token_ns = first_end
     i_max = max(own[1:]) if kk > 1 else 0
+    last = r.last_token_ns
+    if last >= 0:  # (a recompute's: the gap since its last token)
+        gap = first_end - last
+        irregular.append(gap)
+        if gap > i_max:
+            i_max = gap
+    else:
+        r.first_token_ns = first_end
     if i_max > r.max_itl_ns:
         r.max_itl_ns = i_max
     r.last_token_ns = end
     entrants.append((j, r))
-    if j + kk < len(durations):
-        leavers.append((j + kk, r))
+    if stop < k:
+        leavers.append((stop, r))
     if r.generated >= r.hidden_output_tokens:
         finished.append((end, r, True))
 

@@ -5,6 +5,10 @@ arrival, a block shortage, the policy's next ranking change, a telemetry sample,
 :func:`run_length` computes how many steps ``k`` can run and the exact duration of each; the
 engine then advances them as one event. The run may start with an admission and last prefill
 chunks, and go on past requests' last tokens, when nobody waits and the policy never re-ranks.
+A prompt chunked by its caps (``max_prefill_chunk``, its class's ``max_prefill_tokens_per_step``)
+goes on chunking in the run's next steps beside the decoders (:func:`_chunking`), and a prefill
+may open a run while others wait if no waiter could be taken in at its boundaries (every slot
+taken, or every waiter held back by the cap the chunks use up: :func:`_capped_out`).
 Durations are integer nanoseconds from one cost function, evaluated step by step, so the
 result is identical to stepping one iteration at a time (``engine.fast_forward = false``),
 which the tests assert. Speculative steps emit a random number of tokens and are never
@@ -58,6 +62,13 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         limit = next_event_ns
     if now_ns + dur0 >= limit or not _may_run(eng, plan):
         return None  # (often: an arrival comes during an admission's prefill step)
+    ok, pf = _chunking(eng, plan)
+    if not ok:
+        return None
+    m = 0  # steps after the first in which the chunking item (pf) prefills
+    if pf is not None:
+        c = chunk_size(eng, pf.req)
+        m = -(-(pf.req.tokens - pf.computed_before - pf.tokens) // c)
     # at most up to the first running request's last token; or, when nothing else could
     # change at those instants (:func:`through_finishes`), past every request's last token
     # until the last one's (each leaves the batch at its own)
@@ -68,19 +79,32 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
             r = s.req
             if r.hidden_output_tokens - r.generated > k:
                 k = r.hidden_output_tokens - r.generated
+        if pf is not None and m + pf.req.hidden_output_tokens - pf.req.generated > k:
+            k = m + pf.req.hidden_output_tokens - pf.req.generated
     else:
         k = coh.steps_to_last_token() if coh is not None else NEVER
         for s in plan.items:
             r = s.req
-            if r.hidden_output_tokens - r.generated < k:
+            if s is not pf and r.hidden_output_tokens - r.generated < k:
                 k = r.hidden_output_tokens - r.generated
+        if pf is not None and m + pf.req.hidden_output_tokens - pf.req.generated < k:
+            k = m + pf.req.hidden_output_tokens - pf.req.generated
+    if pf is not None and eng.waiting and len(eng.running) < eng.max_num_seqs:
+        # (_capped_out: the waiters are held back while its chunks take the whole cap; the
+        # run ends before a step where it takes less, or after its last chunk)
+        last = m + 1 if (pf.req.tokens - pf.computed_before - pf.tokens) % c == 0 else m
+        if last < k:
+            k = last
+    if pf is not None and k > 1:
+        pf.chunk, pf.chunk_steps = c, m  # (its steps: m of prefill, then its output's)
     return OpenRun(eng, plan, now_ns, dur0, k, limit) if k > 1 else None
 
 
 class OpenRun:
-    """A fast-forwarded run of a plan: the planned step, then up to ``k - 1`` pure decode
-    steps of every running request with no transfers (preemptions and swaps, the only sources
-    of transfers, are excluded) that start before ``limit``, as far as their KV blocks allow.
+    """A fast-forwarded run of a plan: the planned step, then up to ``k - 1`` decode steps of
+    every running request (and the chunking item's next chunks: ``entries``) with no transfers
+    (preemptions and swaps, the only sources of transfers, are excluded) that start before
+    ``limit``, as far as their KV blocks allow.
     Requests drop out of the batch after their last token (cohort members, and explicit items
     whose last token comes before the run's ``k``-th step: :func:`item_steps`).
 
@@ -102,7 +126,7 @@ class OpenRun:
 
     __slots__ = ("eng", "plan", "durs", "ends", "gone_ns", "k", "limit", "done", "avail", "n_exp", "ctx_exp",
                  "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start",
-                 "entries", "ei", "all_leave")
+                 "entries", "ei", "all_leave", "chunking")
 
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
@@ -123,7 +147,17 @@ class OpenRun:
         n_exp = len(items)
         ctx_exp = 0  # decode contexts of step 1, less n_exp
         ifin = []  # (step before which it is gone, its share of ctx_exp) of items leaving inside
+        # steps with a prefill beside the decoders, by step: (step, prefill tokens, their sum
+        # l^2 and l x c, requests admitted, the context offset from which it decodes after it or
+        # None, request); the chunking item's next chunks, and requests that joined (``join``)
+        self.entries: list[tuple] = []
+        self.chunking = False
         for s in items:
+            if s.chunk:  # (it decodes only after its prefill's last chunk: entries)
+                self.entries = chunk_entries(s)
+                self.chunking = True
+                n_exp -= 1
+                continue
             c = s.computed_before + s.tokens
             ctx_exp += c
             r = s.req
@@ -142,8 +176,6 @@ class OpenRun:
         self.ctx_off = coh.ctx_off if coh is not None else 0
         self.d_coh = plan.cohort
         self.start = now_ns + dur0  # of the next step
-        # requests that joined inside the run: (step, prompt tokens, request), by step
-        self.entries: list[tuple[int, int, Request]] = []
         self.ei = 0  # entries priced so far
         self.all_leave = False  # every item's last token in ``ifin`` (made at the first join)
 
@@ -204,21 +236,28 @@ class OpenRun:
                 line = costs.decode_line(D)
                 a, b = line if line is not None else (0.0, 0.0)
             if i == i_enter:
-                # a joined request prefills its prompt beside the decoders (priced as the first
-                # step of a run started here: :meth:`Engine.compute_ns` of that plan), then
-                # decodes with context n + (i' - i) at step i'
-                _, n_tok, r = entries[ei]
+                # a prefill beside the decoders, priced as :meth:`Engine.compute_ns` prices the
+                # plan of that step: a joined request's whole prompt, or the chunking item's next
+                # chunk; one that ends its prompt decodes from the next step on, with context
+                # ``add + i'`` at step i' (n + (i' - i) for a prompt of n ending at step i)
+                _, n_tok, l2, lc, n_adm, add, r = entries[ei]
                 ei += 1
-                d = costs.step_ns(n_tok, D, n_tok * n_tok, 0, ctx, 1, 1)
+                d = costs.step_ns(n_tok, D, l2, lc, ctx, 1, n_adm)
                 durs.append(d)
                 start += d
                 ends.append(start)
-                n_exp += 1
-                ctx_exp += n_tok - i
-                insort(ifin, (i + r.hidden_output_tokens - r.generated, n_tok - i), lo=ii)
+                if r.generated:  # a recompute's chunk: its share of the step is lost to preemption
+                    plan = self.plan
+                    if plan.recompute_steps is None:
+                        plan.recompute_steps = []
+                    plan.recompute_steps.append((i, n_tok, D + n_tok))
+                if add is not None:
+                    n_exp += 1
+                    ctx_exp += add
+                    insort(ifin, (i + r.hidden_output_tokens - r.generated, add), lo=ii)
+                    i_item = ifin[ii][0]
                 i += 1
                 i_enter = entries[ei][0] if ei < len(entries) else NEVER
-                i_item = ifin[ii][0]
                 i_gone = i  # (the batch's shape is worked out again at the next step, as after a leave)
                 continue
             # the steps before the next last tokens have one batch size and cost line:
@@ -275,7 +314,8 @@ class OpenRun:
                 if left >= k:
                     insort(ifin, (left, s.computed_before + s.tokens), lo=self.ii)
         self.rewind(j)
-        self.entries.append((j, r.tokens - r.computed, r))
+        n = r.tokens - r.computed
+        self.entries.append((j, n, n * n, 0, 1, n - j, r))
         left = j + r.hidden_output_tokens - r.generated
         if left > self.k:
             self.k = left
@@ -314,10 +354,11 @@ class OpenRun:
         entries, ei = self.entries, self.ei
         while ei and entries[ei - 1][0] >= j:
             ei -= 1
-            step, n_tok, r = entries[ei]
-            n_exp -= 1
-            ctx_exp -= n_tok - step
-            ifin.remove((step + r.hidden_output_tokens - r.generated, n_tok - step))
+            step, _, _, _, _, add, r = entries[ei]
+            if add is not None:
+                n_exp -= 1
+                ctx_exp -= add
+                ifin.remove((step + r.hidden_output_tokens - r.generated, add))
         self.fi, self.ctx_off, self.d_coh, self.ii, self.ei = fi, ctx_off, d_coh, ii, ei
         self.n_exp, self.ctx_exp = n_exp, ctx_exp
         self.i_item = ifin[ii][0] if ii < len(ifin) else NEVER
@@ -328,8 +369,45 @@ class OpenRun:
 def item_steps(s: Scheduled, k: int) -> int:
     """Steps an explicit item takes part in, of a run of ``k``: up to its last token (the run
     goes on past it only when :func:`through_finishes`; else ``k`` is at most this)."""
-    left = s.req.remaining_output
+    left = s.req.remaining_output + s.chunk_steps
     return left if left < k else k
+
+
+def held_after(s: Scheduled, k: int) -> int:
+    """Tokens whose KV an item of the plan holds after the run's first ``k`` steps: one more
+    a step to its last token; the chunking item's chunks first (:func:`chunk_entries`)."""
+    left = s.req.hidden_output_tokens - s.req.generated
+    m = s.chunk_steps
+    steps = k - s.at  # (an item that joined inside the run takes part from step ``at`` on)
+    if steps > left + m:
+        steps = left + m
+    if steps - 1 <= m and s.chunk:  # (still prefilling, or its last chunk)
+        done = s.computed_before + s.tokens + (steps - 1) * s.chunk
+        return done if done < s.req.tokens else s.req.tokens
+    return s.computed_before + s.tokens + steps - 1 if not s.chunk else s.req.tokens + steps - 1 - m
+
+
+def chunk_size(eng: Engine, r: Request) -> int:
+    """Prefill tokens a request takes in a step where nothing but its caps limit it: the chunk
+    cap and its class's per-step prefill cap (NEVER when neither is set)."""
+    c = eng.chunk_cap
+    cap = eng.class_prefill_cap[r.cls_idx]
+    return cap if cap and cap < c else c
+
+
+def chunk_entries(s: Scheduled) -> list[tuple]:
+    """The chunking item's prefill steps after the run's first (``OpenRun.entries``): a chunk of
+    ``s.chunk`` tokens a step, what is left in the last (``s.chunk_steps``), after which it
+    decodes (its first token ends that step)."""
+    r = s.req
+    total = r.tokens
+    pre = s.computed_before + s.tokens
+    out = []
+    for i in range(1, s.chunk_steps + 1):
+        c = total - pre if total - pre < s.chunk else s.chunk
+        out.append((i, c, c * c, c * pre, 0, total - i if i == s.chunk_steps else None, r))
+        pre += c
+    return out
 
 
 def _may_run(eng: Engine, plan: StepPlan) -> bool:
@@ -348,16 +426,19 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
             prefills = True
     if prefills:
         # the policy would see the new decoders only at the next boundary
-        if eng.waiting or not eng.static_ranking:
+        if not eng.static_ranking:
             return False
-        cache = eng.pool.cache is not None
-        for s in items:
-            if s.computed_before + s.tokens != s.req.tokens:
-                return False
-            if cache and not s.decode and s.req.hash_ids:
-                # a prefill publishes its prompt to the prefix cache at the step's end, which
-                # moves blocks out of its class's count and can shrink what others may take
-                return False
+        if eng.waiting and D < eng.max_num_seqs and not _capped_out(eng, plan):
+            # the prefill's budget is free again at the next step, where a waiter could fit;
+            # not while every slot is taken (nobody leaves inside a run while others wait), nor
+            # while a chunking prefill uses up the per-step cap of the only class waiting
+            return False
+        if eng.pool.cache is not None:
+            for s in items:
+                if not s.decode and s.req.hash_ids:
+                    # a prefill publishes its prompt to the prefix cache at the step's end, which
+                    # moves blocks out of its class's count and can shrink what others may take
+                    return False
     if eng.waiting and eng.dynamic:
         # the policy re-ranks before every step (e.g. by what the prefix cache holds now):
         # another waiter could head the queue, and fit, at the next boundary
@@ -367,6 +448,48 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
         if eng.waiting[0][0] < eng.lowest_running().key:  # (kept by the engine, not a walk)
             return False
     return True
+
+
+def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
+    """May the run go on with the plan's prefill that does not end its prompt in this step (it
+    then takes a chunk of :func:`chunk_size` tokens a step beside the decoders to its prompt's
+    end), and which it is: ``(True, None)`` when every prefill ends its prompt.
+
+    It may when it is the only such prefill and its caps are what limit its chunks: then the planner gives it the same chunk at every step (its class's cap is its
+    own, the budget holds every decoder and the chunk) and the decoders their token, with no
+    trace, policy books or speculation asking for steps one by one."""
+    pf = None
+    for s in plan.items:
+        if not s.decode and s.computed_before + s.tokens != s.req.tokens:
+            if pf is not None:
+                return False, None
+            pf = s
+    if pf is None:
+        return True, None
+    if not eng.chunked_prefill or eng.trace is not None or eng.hooks_scheduled:
+        return False, None
+    c = chunk_size(eng, pf.req)
+    if c >= NEVER or len(eng.running) - 1 + c > eng.cfg.max_batched_tokens:
+        return False, None
+    if c < 2 or (pf.req.tokens - pf.computed_before - pf.tokens) % c == 1:
+        return False, None  # (a last chunk of one token is planned, and priced, as a decode)
+    return True, pf
+
+
+def _capped_out(eng: Engine, plan: StepPlan) -> bool:
+    """Does a prefill chunking at its class's per-step cap hold back every waiter, at every
+    step of its prompt but the last? When every waiter is a prefill of that class (no prefix
+    cache to shorten one), the planner skips each (``planner.class_capped``) while the chunk
+    takes the whole cap; the run then ends before the step where it takes less
+    (:func:`start_run`)."""
+    if eng.pool.cache is not None:
+        return False
+    for s in plan.items:
+        if not s.decode and s.computed_before + s.tokens != s.req.tokens:
+            ci = s.req.cls_idx
+            cap = eng.class_prefill_cap[ci]
+            return 0 < cap <= eng.chunk_cap and eng.waiting_prefills[ci] == len(eng.waiting)
+    return False
 
 
 def through_finishes(eng: Engine) -> bool:
@@ -379,8 +502,7 @@ def through_finishes(eng: Engine) -> bool:
 def run_need(eng: Engine, plan: StepPlan, k: int) -> int:
     """Blocks steps 2..k of a run take (each request up to its last token)."""
     bs = eng.bs
-    n = sum(-(-(s.computed_before + s.tokens + item_steps(s, k) - 1) // bs) - -(-(s.computed_before + s.tokens) // bs)
-            for s in plan.items)
+    n = sum(-(-held_after(s, k) // bs) - -(-(s.computed_before + s.tokens) // bs) for s in plan.items)
     if plan.cohort:
         assert eng.cohort is not None
         n += sum(eng.cohort.run_blocks(k))  # (members finishing inside the run take none after)
@@ -417,7 +539,8 @@ def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) 
     ``avail`` (:func:`block_avail`); steps 2..lo are known to."""
     bs = eng.bs
     D = len(eng.running)
-    if D * ((k + bs - 1) // bs + 1) <= avail:
+    prompts = sum(-(-(s.req.tokens - s.computed_before - s.tokens) // bs) for s in plan.items if s.chunk)
+    if D * ((k + bs - 1) // bs + 1) + prompts <= avail:
         return k
     hi = k
     while lo < hi:
@@ -447,9 +570,12 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
         need = [0] * len(pool.used)
     for s in plan.items:
         r = s.req
-        left = r.hidden_output_tokens - r.generated  # (item_steps, inline: the allocation is hot)
-        steps = k - s.at  # (an item that joined inside the run takes part from step ``at`` on)
-        target = pool.blocks_for(s.computed_before + s.tokens + (left if left < steps else steps) - 1) - r.base_blocks
+        if s.chunk:
+            target = pool.blocks_for(held_after(s, k)) - r.base_blocks
+        else:
+            left = r.hidden_output_tokens - r.generated  # (held_after, inline: the allocation is hot)
+            steps = k - s.at  # (an item that joined inside the run takes part from step ``at`` on)
+            target = pool.blocks_for(s.computed_before + s.tokens + (left if left < steps else steps) - 1) - r.base_blocks
         extra = target - r.blocks
         if extra > 0:
             need[r.cls_idx] += extra

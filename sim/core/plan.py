@@ -43,6 +43,11 @@ class Scheduled:
     decode: bool
     admitted: bool = False  # taken from the waiting set in this step
     at: int = 0  # the run's step it joined at (> 0: admitted inside a held run, sim.cluster.replicas)
+    # a prefill that goes on in a fast-forwarded run's next steps (sim.core.fastforward): the
+    # tokens it takes in each (the last takes what is left), and how many steps after the first
+    # it prefills in (its first token ends the last of them); 0 for every other item
+    chunk: int = 0
+    chunk_steps: int = 0
 
 
 @dataclass(slots=True)
@@ -59,6 +64,9 @@ class StepPlan:
     swapped_in: list = field(default_factory=list)
     cohort: int = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
     kinds: list = field(default_factory=list)  # items' kinds, for the iteration trace
+    # a fast-forwarded run's later steps in which a recompute's prompt is chunked: (step, its
+    # tokens, the step's tokens), for the share of their time lost to preemption (None: none)
+    recompute_steps: list | None = None
 
     @property
     def empty(self) -> bool:
