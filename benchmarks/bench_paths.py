@@ -145,7 +145,8 @@ def host_pair(n: int = 4_000, repeats: int = 2) -> dict:
         alone.append(wall(start()))
         both = [start(), start()]
         together.append(max(wall(p) for p in both))
-    return {"alone_s": min(alone), "together_s": min(together), "efficiency": min(alone) / min(together)}
+    return {"alone_s": min(alone), "together_s": min(together), "efficiency": min(alone) / min(together),
+            "tries": repeats}
 
 
 def sweep_efficiency(pair: list[dict]) -> float:
@@ -244,7 +245,7 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
            f"The runs themselves took {contention(sweeps):.2f}x as long two at a time as one at a time; "
            f"the host's two cores, given the yardstick's engine loop in two processes at once, ran each at "
            f"{host['efficiency']:.2f} of its speed alone ({host['alone_s']:.2f} s alone, {host['together_s']:.2f} s "
-           f"together, the quickest of 2 alternating tries): what the host gives any two processes bounds the "
+           f"together, the quickest of {host['tries']} alternating tries): what the host gives any two processes bounds the "
            f"sweep's efficiency here, whatever the sweep does."]
     sg = [r for _, r in rows if "yardsticks_s" in r]
     if sg:

@@ -75,7 +75,7 @@ def test_capped_prompts_chunk_inside_fast_forwarded_runs(monkeypatch):
     chunking = fastforward._chunking
     monkeypatch.setattr(fastforward, "_chunking",  # (only plans whose prefills all end their prompts run on)
                         lambda eng, plan: (True, None) if chunking(eng, plan) == (True, None) else (False, None))
-    monkeypatch.setattr(fastforward, "_capped_out", lambda eng, plan: False)
+    monkeypatch.setattr(fastforward, "_capped_out", lambda eng, pf: False)
     apart = simulate(load_scenario("chat_vs_batch", overrides=over))
     pd.testing.assert_frame_equal(fast.requests, apart.requests)
     assert fast.summary_dict["run"]["engine_events"] < 0.5 * apart.summary_dict["run"]["engine_events"]

@@ -181,8 +181,7 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
         for ci, toks in recompute_by_class.items():
             eng.tel.recompute_ns_class[ci] += compute_ns * toks // step_tokens
     if plan.recompute_steps is not None:  # (a recompute chunked in the run's later steps)
-        ci = next(s.req.cls_idx for s in plan.items if s.chunk)
-        for i, toks, st in plan.recompute_steps:
+        for i, toks, st, ci in plan.recompute_steps:
             if i < k:  # (whole compute: a run's later steps move no blocks)
                 lost = durations[i] * toks // st
                 eng.thrash_ns += lost

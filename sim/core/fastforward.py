@@ -60,15 +60,15 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
     limit = eng.next_change_ns
     if next_event_ns < limit:  # (not min(): a call, once per event)
         limit = next_event_ns
-    if now_ns + dur0 >= limit or not _may_run(eng, plan):
+    if now_ns + dur0 >= limit:
         return None  # (often: an arrival comes during an admission's prefill step)
     ok, pf = _chunking(eng, plan)
-    if not ok:
+    if not ok or not _may_run(eng, plan, pf):
         return None
-    m = 0  # steps after the first in which the chunking item (pf) prefills
+    c = m = 0  # the chunking item's (pf's) chunk, and the steps after the first it prefills in
     if pf is not None:
         c = chunk_size(eng, pf.req)
-        m = -(-(pf.req.tokens - pf.computed_before - pf.tokens) // c)
+        m = -(-prompt_left(pf) // c)
     # at most up to the first running request's last token; or, when nothing else could
     # change at those instants (:func:`through_finishes`), past every request's last token
     # until the last one's (each leaves the batch at its own)
@@ -77,22 +77,20 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         k = coh.steps_to_empty() if coh is not None else 0
         for s in plan.items:
             r = s.req
-            if r.hidden_output_tokens - r.generated > k:
-                k = r.hidden_output_tokens - r.generated
-        if pf is not None and m + pf.req.hidden_output_tokens - pf.req.generated > k:
-            k = m + pf.req.hidden_output_tokens - pf.req.generated
+            left = r.hidden_output_tokens - r.generated + (m if s is pf else 0)  # (its steps)
+            if left > k:
+                k = left
     else:
         k = coh.steps_to_last_token() if coh is not None else NEVER
         for s in plan.items:
             r = s.req
-            if s is not pf and r.hidden_output_tokens - r.generated < k:
-                k = r.hidden_output_tokens - r.generated
-        if pf is not None and m + pf.req.hidden_output_tokens - pf.req.generated < k:
-            k = m + pf.req.hidden_output_tokens - pf.req.generated
+            left = r.hidden_output_tokens - r.generated + (m if s is pf else 0)
+            if left < k:
+                k = left
     if pf is not None and eng.waiting and len(eng.running) < eng.max_num_seqs:
         # (_capped_out: the waiters are held back while its chunks take the whole cap; the
         # run ends before a step where it takes less, or after its last chunk)
-        last = m + 1 if (pf.req.tokens - pf.computed_before - pf.tokens) % c == 0 else m
+        last = m + 1 if prompt_left(pf) % c == 0 else m
         if last < k:
             k = last
     if pf is not None and k > 1:
@@ -250,7 +248,7 @@ class OpenRun:
                     plan = self.plan
                     if plan.recompute_steps is None:
                         plan.recompute_steps = []
-                    plan.recompute_steps.append((i, n_tok, D + n_tok))
+                    plan.recompute_steps.append((i, n_tok, D + n_tok, r.cls_idx))
                 if add is not None:
                     n_exp += 1
                     ctx_exp += add
@@ -395,6 +393,12 @@ def chunk_size(eng: Engine, r: Request) -> int:
     return cap if cap and cap < c else c
 
 
+def prompt_left(s: Scheduled) -> int:
+    """Prompt tokens (a recompute's: its prompt and output so far) an item has left to prefill
+    after its share of the plan's step."""
+    return s.req.tokens - s.computed_before - s.tokens
+
+
 def chunk_entries(s: Scheduled) -> list[tuple]:
     """The chunking item's prefill steps after the run's first (``OpenRun.entries``): a chunk of
     ``s.chunk`` tokens a step, what is left in the last (``s.chunk_steps``), after which it
@@ -410,9 +414,10 @@ def chunk_entries(s: Scheduled) -> list[tuple]:
     return out
 
 
-def _may_run(eng: Engine, plan: StepPlan) -> bool:
-    """Can the steps after this plan's be pure decode steps of every running request that no
-    event inside the run would have changed?"""
+def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
+    """Can the steps after this plan's be decode steps of every running request (beside the
+    chunks of ``pf``, the plan's chunking item, :func:`_chunking`) that no event inside the run
+    would have changed?"""
     if (not eng.cfg.fast_forward or plan.preempted or plan.swap_in_blocks or plan.swap_out_blocks
             or eng.spec_k):  # speculative steps emit a random number of tokens: one at a time
         return False
@@ -428,7 +433,7 @@ def _may_run(eng: Engine, plan: StepPlan) -> bool:
         # the policy would see the new decoders only at the next boundary
         if not eng.static_ranking:
             return False
-        if eng.waiting and D < eng.max_num_seqs and not _capped_out(eng, plan):
+        if eng.waiting and D < eng.max_num_seqs and not (pf is not None and _capped_out(eng, pf)):
             # the prefill's budget is free again at the next step, where a waiter could fit;
             # not while every slot is taken (nobody leaves inside a run while others wait), nor
             # while a chunking prefill uses up the per-step cap of the only class waiting
@@ -455,9 +460,10 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
     then takes a chunk of :func:`chunk_size` tokens a step beside the decoders to its prompt's
     end), and which it is: ``(True, None)`` when every prefill ends its prompt.
 
-    It may when it is the only such prefill and its caps are what limit its chunks: then the planner gives it the same chunk at every step (its class's cap is its
-    own, the budget holds every decoder and the chunk) and the decoders their token, with no
-    trace, policy books or speculation asking for steps one by one."""
+    It may when it is the only such prefill and its caps are what limit its chunks: then the
+    planner gives it the same chunk at every step (its class's cap is its own, the budget holds
+    every decoder and the chunk) and the decoders their token, with no trace, policy books or
+    speculation asking for steps one by one."""
     pf = None
     for s in plan.items:
         if not s.decode and s.computed_before + s.tokens != s.req.tokens:
@@ -471,25 +477,21 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
     c = chunk_size(eng, pf.req)
     if c >= NEVER or len(eng.running) - 1 + c > eng.cfg.max_batched_tokens:
         return False, None
-    if c < 2 or (pf.req.tokens - pf.computed_before - pf.tokens) % c == 1:
+    if c < 2 or prompt_left(pf) % c == 1:
         return False, None  # (a last chunk of one token is planned, and priced, as a decode)
     return True, pf
 
 
-def _capped_out(eng: Engine, plan: StepPlan) -> bool:
-    """Does a prefill chunking at its class's per-step cap hold back every waiter, at every
-    step of its prompt but the last? When every waiter is a prefill of that class (no prefix
-    cache to shorten one), the planner skips each (``planner.class_capped``) while the chunk
-    takes the whole cap; the run then ends before the step where it takes less
+def _capped_out(eng: Engine, pf: Scheduled) -> bool:
+    """Does the chunking item ``pf``, chunking at its class's per-step cap, hold back every
+    waiter at every step of its prompt but the last? When every waiter is a prefill of that
+    class (no prefix cache to shorten one), the planner skips each (``planner.class_capped``)
+    while the chunk takes the whole cap; the run then ends before the step where it takes less
     (:func:`start_run`)."""
-    if eng.pool.cache is not None:
-        return False
-    for s in plan.items:
-        if not s.decode and s.computed_before + s.tokens != s.req.tokens:
-            ci = s.req.cls_idx
-            cap = eng.class_prefill_cap[ci]
-            return 0 < cap <= eng.chunk_cap and eng.waiting_prefills[ci] == len(eng.waiting)
-    return False
+    ci = pf.req.cls_idx
+    cap = eng.class_prefill_cap[ci]
+    return (eng.pool.cache is None and 0 < cap <= eng.chunk_cap
+            and eng.waiting_prefills[ci] == len(eng.waiting))
 
 
 def through_finishes(eng: Engine) -> bool:
@@ -539,7 +541,7 @@ def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) 
     ``avail`` (:func:`block_avail`); steps 2..lo are known to."""
     bs = eng.bs
     D = len(eng.running)
-    prompts = sum(-(-(s.req.tokens - s.computed_before - s.tokens) // bs) for s in plan.items if s.chunk)
+    prompts = sum(-(-prompt_left(s) // bs) for s in plan.items if s.chunk)
     if D * ((k + bs - 1) // bs + 1) + prompts <= avail:
         return k
     hi = k

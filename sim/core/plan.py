@@ -65,7 +65,8 @@ class StepPlan:
     cohort: int = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
     kinds: list = field(default_factory=list)  # items' kinds, for the iteration trace
     # a fast-forwarded run's later steps in which a recompute's prompt is chunked: (step, its
-    # tokens, the step's tokens), for the share of their time lost to preemption (None: none)
+    # tokens, the step's tokens, its class), for the share of their time lost to preemption
+    # (None: none)
     recompute_steps: list | None = None
 
     @property
