@@ -92,7 +92,10 @@ def validate(profile_path: str | Path, out_dir: str | Path, trace: pd.DataFrame 
     if real.attrs.get("step_log") is not None:   # the first real run's steps, against their prices
         steps, report["steps"] = step_report(real.attrs["step_log"], profile_path)
         steps.to_parquet(out / "real_steps.parquet")
-    (out / "validation.json").write_text(json.dumps(report, indent=1))
+    from sim.outdir import write_file, write_marker
+
+    write_file(out / "validation.json", json.dumps(report, indent=1))
+    write_marker(out, "validation")
     for df, name in ((real, "real.parquet"), (sim, "sim.parquet")):
         table = df.drop(columns=[c for c in df.columns if df[c].dtype == object and c != "cls"])
         table.attrs = {}  # the step log stays out of the parquet metadata

@@ -494,9 +494,10 @@ def write_profile(doc: dict, path: str | Path) -> Path:
     t = cm.step_s(P=128, sum_l2=128 * 128)
     if not (math.isfinite(t) and t > 0):
         raise ValueError(f"{path}: profile prices a 128-token prefill at {t} s")
+    from sim.outdir import write_file
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
-    return path
+    return write_file(path, json.dumps(doc, indent=1, default=_json_default) + "\n")
 
 
 def _json_default(o):

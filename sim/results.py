@@ -12,9 +12,6 @@ renamed when complete, so a folder that exists is a finished run):
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
@@ -200,22 +197,6 @@ def _stat(st: Stat, g: pd.DataFrame, span_s: float) -> float | int | None:
     raise ValueError(f"{st.key}: unknown statistic {st.how!r}")
 
 
-@contextmanager
-def atomic_dir(out_dir: str | Path):
-    """A fresh temporary folder beside ``out_dir`` to write into; when the block ends it
-    replaces ``out_dir`` in one rename, so a reader never sees half a result."""
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    yield tmp
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-
-
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
     """``df.to_parquet(path, index=False)``'s bytes (the same Arrow table, pandas metadata and
     snappy compression), with the columns converted on this thread: pyarrow's pool of converter
@@ -279,11 +260,20 @@ class Results:
         return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(), it, manifest)
 
     # ---- output --------------------------------------------------------------------------
-    def save(self, out_dir: str | Path) -> Path:
-        """Write all files into ``out_dir`` atomically (temporary folder, then rename)."""
-        with atomic_dir(out_dir) as tmp:
-            self.write_files(tmp)
-        return Path(out_dir)
+    def save(self, out_dir: str | Path, overwrite: bool = False) -> Path:
+        """Write all files into ``out_dir``, whole or not at all (filled under a hidden name, then
+        published in one rename). ``out_dir`` must be new or empty, or, with ``overwrite``, hold a
+        run's result, whose own files alone are replaced (:mod:`sim.outdir`); returns its real path."""
+        from sim.outdir import claim, staged
+
+        out = claim(out_dir, "run", overwrite=overwrite)
+        with staged(out, "run") as tmp:
+            self.write_into(tmp)
+        return out
+
+    def write_into(self, tmp: Path) -> None:
+        """Everything :meth:`save` writes, into the existing folder ``tmp``."""
+        self.write_files(tmp)
 
     def write_files(self, tmp: Path) -> None:
         """The run's files, into the existing folder ``tmp``."""

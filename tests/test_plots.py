@@ -53,7 +53,7 @@ def test_plot_sweep_and_plot_command(tmp_path):
     run_sweep(specs, tmp_path / "sw", workers=1, progress=False)
     res = CliRunner().invoke(main, ["plot", str(tmp_path / "sw"), "--out", str(tmp_path / "f")])
     assert res.exit_code == 0, res.output
-    assert {p.name for p in (tmp_path / "f").iterdir()} == {
+    assert {p.name for p in (tmp_path / "f").iterdir() if not p.name.startswith(".")} == {
         f"{n}.{e}" for n in ("latency_vs_load", "throughput_vs_load", "preemptions_vs_load") for e in ("png", "svg")}
     res = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert res.exit_code == 2 and "neither a sweep folder" in res.output

@@ -198,5 +198,8 @@ def run_suite(prefixes: tuple[str, ...] = (), overhead=None, out: str | Path | N
         fig = parity_plot(res, d / "fidelity_parity.png")
         md = write_markdown(res, table, d / "fidelity.md", excluded=excluded, command="priosim fidelity",
                             figure=fig.name)
+        from sim.outdir import write_marker
+
+        write_marker(d, "fidelity", [md.name, fig.name])
         echo(f"wrote {md} and {fig}")
     return s

@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import fail, load, main
+from sim.cli.group import check_out_file, claim_out, fail, load, main
 
 
 @main.command()
 @click.option("--rows", "prefixes", multiple=True, metavar="PREFIX",
               help="only rows whose id starts with PREFIX (repeatable); the page is not rewritten")
 @click.option("--overhead", help="price every row with this preset instead of its own (e.g. none)")
-@click.option("--out", type=click.Path(file_okay=False), help="folder for the report and parity plot "
+@click.option("--out", help="folder for the report and parity plot: new, empty or a fidelity report's "
               "(default results/fidelity when every row runs with its own preset)")
 @click.option("--docs", is_flag=True, help="write the report to docs/fidelity.md and docs/figures/ instead")
 def fidelity(prefixes, overhead, out, docs):
@@ -27,6 +27,8 @@ def fidelity(prefixes, overhead, out, docs):
             resolve_overhead(overhead, "--overhead")
         except OverheadError as exc:
             fail(str(exc))
+    if out is not None and not docs:  # (a fidelity folder's own report is rewritten; nothing else is)
+        out = claim_out(out, "fidelity", "fidelity", resume=True)
     try:
         run_suite(tuple(prefixes), overhead=overhead, out=out, docs=docs, echo=click.echo)
     except (ValueError, ScenarioError) as exc:
@@ -38,10 +40,12 @@ def fidelity(prefixes, overhead, out, docs):
 @click.option("--shape", required=True, help="model shape: tiny, llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
 @click.option("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA)")
 @click.option("--grid", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="profile JSON to write")
+@click.option("--out", "out", required=True, help="profile JSON to write (a new file)")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=None, help="decode under CUDA graphs (CUDA only)")
-def calibrate(device, shape, dtype, grid, out, cuda_graphs):
+@click.option("--overwrite", is_flag=True, help="replace the file --out names")
+def calibrate(device, shape, dtype, grid, out, cuda_graphs, overwrite):
     """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile."""
+    check_out_file(out, overwrite=overwrite)
     try:
         from calibrate.measure import calibrate_profile
     except ImportError as exc:  # torch is the `calibrate` extra
@@ -68,9 +72,10 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs):
 @click.option("--scenario", default=None, help="replay this scenario's request stream (default: a built-in trace)")
 @click.option("--requests", "n", default=300, show_default=True, help="requests in the built-in trace")
 @click.option("--repeats", default=3, show_default=True, help="real runs; per-request medians are compared")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False))
+@click.option("--out", "out", required=True, help="report folder: new, empty or an earlier validation's")
 def validate(profile, scenario, n, repeats, out):
     """Run a trace for real on the device and in the simulator on PROFILE; compare per class."""
+    out = claim_out(out, "validation", "validation", resume=True)
     try:
         from calibrate.against_sim import validate as run_validation
     except ImportError as exc:

@@ -1,14 +1,13 @@
 """priosim commands that run many simulations: sweep, tune, capacity."""
 from __future__ import annotations
 
-import datetime as _dt
 import sys
 from pathlib import Path
 
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_load, check_out, check_workers, csv_list, fail, hint_native, load, main
+from sim.cli.group import check_load, check_out_file, check_workers, claim_out, csv_list, fail, hint_native, load, main
 
 
 @main.command()
@@ -46,10 +45,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
         click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
                    f"(no random workload, policy, speculation or router), so each runs once, "
                    f"with seed {axes['seed'][0]}")
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"sweep-{sc.name}-{stamp}"
-    check_out(out)
+    out = claim_out(out, "sweep", f"sweep-{sc.name}", resume=True)  # a rerun skips the finished runs
     click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
                f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
@@ -65,6 +61,15 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
         click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
         sys.exit(130)
     sys.exit(min(len(rep.failed), 100))
+
+
+def _lock_file(out: Path, name: str) -> Path:
+    """The capacity folder's lock file (the folder made and marked as a capacity search's)."""
+    from sim.outdir import LEGACY, write_marker
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, "capacity", sorted(LEGACY["capacity"][1]))
+    return out / name
 
 
 def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_file: str | None) -> dict:
@@ -177,9 +182,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except tn.TuneError as exc:
         fail(str(exc))
     knobs, objs = spec.knobs, spec.objectives
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"tune-{sc.name}-{stamp}"
+    out = claim_out(out, "tune", f"tune-{sc.name}", resume=True)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
     try:
@@ -289,17 +292,24 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
         fail(str(exc))
+    out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
+    if figure:
+        check_out_file(figure, "--figure", overwrite=True)
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
-        rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                              workers=workers, log=click.echo, progress=None)
+        with open(_lock_file(out, ".capacity.lock"), "a+") as lock:  # a second search here waits
+            from sim.outdir import hold_lock
+            hold_lock(lock, out, "capacity")
+            rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas,
+                                  load_scale=load_scale, workers=workers, log=click.echo, progress=None,
+                                  probes_dir=out / "probes")
     except (RuntimeError, ScenarioError) as exc:
         fail(str(exc))
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"capacity-{sc.name}-{stamp}"
-    save_report(rep, out)
+    try:
+        save_report(rep, out)
+    except OSError as exc:
+        fail(f"--out {out}: cannot write the report ({exc.strerror or exc})")
     click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     for d, a in rep.designs.items():
         if a.get("note"):

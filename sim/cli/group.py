@@ -2,6 +2,7 @@
 loading a scenario with the CLI's overrides, and checks of output folders, worker counts and loads."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,24 +39,44 @@ def load(scenario, sets, policy, seed):
         fail(str(exc))
 
 
-def check_out(out, flag: str = "--out") -> None:
-    """Fail in one line, before any work, when results could not be written under ``out``: a
-    probe file is made and removed in the nearest existing folder (nothing is left behind)."""
-    import tempfile
+def claim_out(out, kind: str, stem: str, *, flag: str = "--out", overwrite: bool = False,
+              resume: bool = False) -> Path:
+    """The folder a command's results of ``kind`` go to, checked before any work: ``out``, or a
+    new ``results/<stem>-<timestamp>`` (never one that exists); a folder priosim may not write
+    fails in one line (:func:`sim.outdir.claim`)."""
+    import datetime as _dt
+
+    from sim.outdir import OutError, claim, fresh
+
+    if out is None:
+        out = fresh("results", f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    try:
+        return claim(out, kind, flag=flag, overwrite=overwrite, resume=resume)
+    except OutError as exc:
+        fail(str(exc))
+
+
+def check_out_file(out, flag: str = "--out", overwrite: bool = False) -> Path:
+    """A file a command will write, checked before any work: refused when it exists (unless
+    ``overwrite``) or cannot be written."""
+    from sim.outdir import OutError, check_space
 
     p = Path(out)
-    if p.exists() and not p.is_dir():
-        fail(f"{flag} {out}: exists and is not a folder (expected a folder for the results)")
-    probe = p
-    while not probe.exists() and probe != probe.parent:
+    if p.is_dir():
+        fail(f"{flag} {out}: is a folder (expected a file name)")
+    if p.exists() and not overwrite:
+        fail(f"{flag} {out}: already exists (pass --overwrite to replace it, or another {flag})")
+    parent = p.parent if str(p.parent) else Path(".")
+    probe = parent
+    while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir():
-        fail(f"{flag} {out}: {probe} is a file (expected a folder for the results)")
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        fail(f"{flag} {out}: cannot write in {probe} (expected a writable folder)")
     try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as exc:
-        fail(f"{flag} {out}: cannot write in {probe} ({exc.strerror or exc}) (expected a writable folder)")
+        check_space(probe, flag=f"{flag} {out}")
+    except OutError as exc:
+        fail(str(exc))
+    return p
 
 
 def check_workers(value, flag: str = "--workers"):

@@ -2,13 +2,12 @@
 routers)."""
 from __future__ import annotations
 
-import datetime as _dt
 from pathlib import Path
 
 import click
 
 from sim.core.errors import ScenarioError
-from sim.cli.group import check_out, echo_cluster, fail, hint_native, load, main
+from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, hint_native, load, main
 
 
 @main.command()
@@ -16,7 +15,8 @@ from sim.cli.group import check_out, echo_cluster, fail, hint_native, load, main
 @click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. engine.max_num_seqs=64")
 @click.option("--seed", type=int, help="override the scenario seed")
-@click.option("--out", type=click.Path(file_okay=False), help="results folder (default results/<name>-<timestamp>/)")
+@click.option("--out", help="results folder: new or empty (default results/<name>-<timestamp>/)")
+@click.option("--overwrite", is_flag=True, help="replace the run result already in --out (only its own files)")
 @click.option("--trace-iterations", is_flag=True, help="also write iterations.parquet (one row per request per iteration)")
 @click.option("--plots/--no-plots", default=False,
               help="also draw the run's figures (PNG and SVG) into OUT/figures; off by default, as drawing "
@@ -24,15 +24,12 @@ from sim.cli.group import check_out, echo_cluster, fail, hint_native, load, main
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
-def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, lenient):
+def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = load(scenario, sets, policy, seed)
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"{sc.name}-{stamp}"
-    check_out(out)
+    out = claim_out(out, "run", sc.name, overwrite=overwrite)
     try:
         res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
     except ScenarioError as exc:
@@ -42,7 +39,7 @@ def run(scenario, policy, sets, seed, out, trace_iterations, plots, progress, le
         click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
                    err=True)
     try:
-        path = res.save(out)
+        path = res.save(out, overwrite=True)  # (claimed above: new, empty, or --overwrite)
     except OSError as exc:
         fail(f"--out {out}: cannot write the results ({exc})")
     run_info = res.summary_dict["run"]
@@ -106,15 +103,18 @@ def profiles():
 @click.argument("scenario", required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--seed", type=int)
-@click.option("--out", type=click.Path(dir_okay=False), help="write the request stream to this parquet file")
+@click.option("--out", help="write the request stream to this parquet file (a new file)")
+@click.option("--overwrite", is_flag=True, help="replace the file --out names")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
-def workload(scenario, sets, seed, out, lenient):
+def workload(scenario, sets, seed, out, overwrite, lenient):
     """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
     from sim.core.costs import load_profile
     from sim.assembly import build_workload, skipped_rows
     from workloads.stats import stream_stats
 
     sc = load(scenario, sets, None, seed)
+    if out:
+        check_out_file(out, overwrite=overwrite)
     try:
         wl = build_workload(sc, lenient=lenient)
     except ScenarioError as exc:
@@ -138,17 +138,25 @@ def workload(scenario, sets, seed, out, lenient):
     if lenient:
         click.echo(f"lenient: skipped {skipped_rows(wl.meta)} bad trace rows", err=True)
     if out:
-        wl.open.drop(columns=[c for c in ("hash_ids",) if c in wl.open.columns]).to_parquet(out, index=False)
+        from sim.outdir import write_file
+
+        table = wl.open.drop(columns=[c for c in ("hash_ids",) if c in wl.open.columns])
+        try:
+            write_file(out, lambda p: table.to_parquet(p, index=False))
+        except OSError as exc:
+            fail(f"--out {out}: cannot write the request stream ({exc.strerror or exc})")
         click.echo(f"wrote {out}")
 
 
 @main.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), help="figures folder (default PATH/figures)")
+@click.option("--out", help="figures folder: new, empty or one of priosim's figures (default PATH/figures)")
 def plot(path, out):
     """Draw figures (PNG and SVG) for a run folder or a sweep folder."""
     from sim.experiments.plots import plot_any
 
+    if out is not None:
+        out = claim_out(out, "figures", "figures", resume=True)
     try:
         files = plot_any(path, out)
     except FileNotFoundError as exc:

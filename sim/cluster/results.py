@@ -20,7 +20,7 @@ from sim.cluster.spec import ClusterSpec
 from sim.config import Scenario
 from sim.core.costs import NS
 from sim.core.telemetry import Telemetry
-from sim.results import Results, _strings, atomic_dir
+from sim.results import Results, _strings
 
 
 @dataclass
@@ -47,15 +47,13 @@ class ClusterResults(Results):
                                  "slo_attainment": m.get("slo_attainment")})
         return pd.DataFrame(rows)
 
-    def save(self, out_dir: str | Path) -> Path:
-        """The cluster's files, and each replica's and group's below them, atomically."""
-        with atomic_dir(out_dir) as tmp:
-            self.write_files(tmp)
-            for i, r in enumerate(self.replicas):
-                r.save(tmp / "replicas" / str(i))
-            for name, r in self.groups.items():
-                r.save(tmp / "groups" / name)
-        return Path(out_dir)
+    def write_into(self, tmp: Path) -> None:
+        """The cluster's files, and each replica's and group's in folders below them."""
+        self.write_files(tmp)
+        for sub, r in [(Path("replicas") / str(i), r) for i, r in enumerate(self.replicas)] + \
+                [(Path("groups") / name, r) for name, r in self.groups.items()]:
+            (tmp / sub).mkdir(parents=True)
+            r.write_into(tmp / sub)
 
 
 def _same_run(scg: Scenario, sc: Scenario) -> bool:

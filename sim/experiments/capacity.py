@@ -26,6 +26,7 @@ needed, the batch throughput achieved, utilisation and the classes' p99 latencie
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -38,6 +39,7 @@ import pandas as pd
 
 from sim.core.errors import ScenarioError
 from sim.experiments.slos import ProbeLost, SloWatch, check_point
+from sim.outdir import LEGACY, write_file, write_marker
 from sim.progress import progress_bar
 
 DESIGNS = ("shared", "partitioned")
@@ -240,14 +242,17 @@ def _worst(point: dict) -> float:
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
                     early_stop: bool = True, progress: bool | None = False,
-                    apart: bool | None = None) -> CapacityReport:
+                    apart: bool | None = None, probes_dir: str | Path | None = None) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
     ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
     probe the partitions of ``partitioned`` one at a time (default: where that is exact, see
-    :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower)."""
+    :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower).
+    ``probes_dir``: each probe's outcome is kept there as it finishes, and a probe found there is
+    not simulated again, so a search that was killed resumes where it stopped."""
     search = _Search(sc, designs, slos, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                     workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart)
+                     workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart,
+                     probes=Path(probes_dir) if probes_dir is not None else None)
     t0 = time.perf_counter()
     with search.running(progress):
         while search.probe_round():
@@ -264,7 +269,7 @@ class _Search:
     counts), and the workers that simulate them."""
 
     def __init__(self, sc, designs: list[str], slos: dict, *, router, max_replicas: int, load_scale: float,
-                 workers: int, log, early_stop: bool, apart: bool | None) -> None:
+                 workers: int, log, early_stop: bool, apart: bool | None, probes: Path | None = None) -> None:
         self.base = sc  # validated once; each probe only sets its [cluster] (it pickles to the workers)
         self.name = sc.name
         self.designs, self.slos, self.router, self.max_replicas = designs, slos, router, max_replicas
@@ -277,6 +282,7 @@ class _Search:
         self.rep = CapacityReport(sc.name, slos)
         self.pool = None
         self.bar = None
+        self.probes = probes
 
     @contextmanager
     def running(self, progress: bool | None):
@@ -304,12 +310,39 @@ class _Search:
     def run_all(self, jobs: list[tuple[str, tuple]]) -> None:
         """Simulate the points not simulated yet (in parallel when there are workers)."""
         todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in self.cache]
+        kept = {dc: self.kept(*dc) for dc in todo}
+        for dc in todo:
+            if kept[dc] is not None:
+                self.record_point(*dc, kept[dc])
+        todo = [dc for dc in todo if kept[dc] is None]
         args = [self.task(d, c) for d, c in todo]
         outs = self.pool.map(_eval_task, args) if self.pool is not None else map(_eval_task, args)
         for (d, c), out in zip(todo, outs):
             if out[0] != "ok":
                 raise RuntimeError(f"capacity point {d} {list(c)} failed: {out[1]}\n{out[2]}")
+            self.keep(d, c, out[1])
             self.record_point(d, c, out[1])
+
+    def probe_file(self, d: str, c: tuple) -> Path:
+        """Where the outcome of design ``d`` at counts ``c`` is kept: named by everything that
+        decides it (the scenario, the cluster, the load, the SLOs, early stopping)."""
+        _, cluster, load, slos, watch, *only = self.task(d, c)
+        key = json.dumps([self.base.to_dict(), cluster, load, slos, watch, only], sort_keys=True, default=str)
+        return self.probes / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.json"
+
+    def kept(self, d: str, c: tuple) -> dict | None:
+        """The outcome of an earlier search's probe of ``d`` at ``c``, if one was kept."""
+        if self.probes is None:
+            return None
+        try:
+            return json.loads(self.probe_file(d, c).read_text(), parse_constant=float)
+        except (OSError, ValueError):
+            return None
+
+    def keep(self, d: str, c: tuple, r: dict) -> None:
+        if self.probes is not None:
+            self.probes.mkdir(parents=True, exist_ok=True)
+            write_file(self.probe_file(d, c), json.dumps(r, sort_keys=True, default=str))
 
     def record_point(self, d: str, c: tuple, r: dict) -> None:
         if None in c:  # one partition alone: only its classes were served
@@ -385,9 +418,11 @@ class _Search:
 
 # ---- output --------------------------------------------------------------------------------------
 def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
+    """Write ``capacity.json`` and ``points.csv`` into ``out_dir``, each whole or not at all."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "capacity.json").write_text(json.dumps(rep.to_dict(), indent=1, default=str))
+    write_marker(out, "capacity", sorted(LEGACY["capacity"][1]))
+    write_file(out / "capacity.json", json.dumps(rep.to_dict(), indent=1, default=str))
     rows = []
     for p in rep.points:
         row = {k: v for k, v in p.items() if k not in ("classes", "counts")}
@@ -396,7 +431,7 @@ def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
             for k in ("ok", "ttft_p99_s", "tpot_p99_s", "last_finish_s", "output_tokens_per_s", "slo_ratio"):
                 row[f"{cname}.{k}"] = m[k]
         rows.append(row)
-    pd.DataFrame(rows).to_csv(out / "points.csv", index=False)
+    write_file(out / "points.csv", pd.DataFrame(rows).to_csv(index=False))
     return out
 
 
@@ -454,5 +489,5 @@ def plot_capacity(rep: CapacityReport, path: str | Path) -> Path:
     ax2.legend(fontsize=8)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=120)
+    write_file(p, lambda t: fig.savefig(t, format=Path(p).suffix.lstrip('.') or 'png', dpi=120))
     return p

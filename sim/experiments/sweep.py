@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +40,7 @@ import pandas as pd
 
 from plumbing.numbers import in_range
 from sim.config import apply_override
+from sim.outdir import hold_lock, write_file
 from sim.progress import progress_bar
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -205,17 +205,14 @@ def execute(spec: RunSpec, base_dir: str, source: str, trace_iterations: bool = 
 
 def write_run(spec: RunSpec, res, runs_dir: Path) -> Path:
     """Save ``res`` as ``runs_dir/<run_id>`` atomically, with the sweep's ``sweep_run.json``."""
+    from sim.outdir import staged
+
     final = runs_dir / spec.run_id
-    part = runs_dir / f".{spec.run_id}.part-{os.getpid()}"
-    if part.exists():
-        shutil.rmtree(part)
-    res.save(part)  # itself atomic (temporary name, then rename)
-    (part / RUN_FILE).write_text(json.dumps({"run_id": spec.run_id, "axes": spec.axes,
-                                             "load_scale": spec.load_scale, "digest": spec.digest},
-                                            indent=1, sort_keys=True, default=str))
-    if final.exists():
-        shutil.rmtree(final)
-    part.rename(final)
+    with staged(final, "run") as tmp:  # replaces an earlier spec's run there in one exchange
+        res.write_into(tmp)
+        (tmp / RUN_FILE).write_text(json.dumps({"run_id": spec.run_id, "axes": spec.axes,
+                                                "load_scale": spec.load_scale, "digest": spec.digest},
+                                               indent=1, sort_keys=True, default=str))
     return final
 
 
@@ -302,33 +299,23 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
     """
     if backend not in ("local", "ray"):
         raise ValueError(f"'backend' must be 'local' or 'ray' (got {backend!r})")
-    out = Path(out_dir)
+    from sim.outdir import LEGACY, claim, write_marker
+
+    out = claim(out_dir, "sweep", resume=True)  # a sweep adds to its own folder only
     ids = [s.run_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("specs: run ids must be unique")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        write_marker(out, "sweep", sorted(LEGACY["sweep"][1]))
         lock = open(out / LOCK_FILE, "a+")
     except OSError as exc:
         raise ValueError(f"{out}: cannot write the sweep folder ({exc.strerror or exc}) "
                          f"(expected a writable folder)") from None
     with lock:
-        _lock(lock, out)
+        hold_lock(lock, out, "sweep")
         return _run_sweep_locked(specs, out, base_dir, source, backend, workers, address, progress,
                                  trace_iterations, meta, on_result)
-
-
-def _lock(lock, out: Path) -> None:
-    """Hold the sweep folder's lock: a second sweep into the same folder waits until the first
-    is done (then skips the runs it finished) instead of deleting its runs in progress."""
-    import fcntl
-
-    try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"sweep: another sweep is writing into {out}; waiting for it to finish", file=sys.stderr,
-              flush=True)
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
 
 
 def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, address, progress,
@@ -336,8 +323,9 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
     runs_dir = out / "runs"
     fail_dir = out / "failures"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    # a crash between save and rename leaves parts; no other sweep is writing here (the lock)
-    for leftover in runs_dir.glob(".*.part-*"):
+    # a killed sweep leaves parts of runs (older versions: .*.part-*); no other sweep is writing
+    # here (the lock), so every one is stale
+    for leftover in itertools.chain(runs_dir.glob(".*.part-*"), runs_dir.glob(".*.tmp-*")):
         shutil.rmtree(leftover, ignore_errors=True)
     todo = [s for s in specs if not is_complete(s, runs_dir)]
     report = SweepReport(out, len(specs), skipped=len(specs) - len(todo))
@@ -360,7 +348,7 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
         else:
             report.failed[spec.run_id] = outcome["error"]
             fail_dir.mkdir(exist_ok=True)
-            ff.write_text(json.dumps({"run_id": spec.run_id, "axes": spec.axes, **outcome}, indent=1,
+            write_file(ff, json.dumps({"run_id": spec.run_id, "axes": spec.axes, **outcome}, indent=1,
                                      default=str))
         if bar is not None:
             bar.update(1)
@@ -389,7 +377,7 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
             "time_s": _time_report(times, report, _n_workers(backend, workers, len(todo)),
                                    time.perf_counter() - t1),
             **(meta or {})}
-    (out / "sweep.json").write_text(json.dumps(info, indent=1, default=str))
+    write_file(out / "sweep.json", json.dumps(info, indent=1, default=str))
     return report
 
 
@@ -552,9 +540,7 @@ def collect(specs: Sequence[RunSpec], out_dir: str | Path,
         for c in df.columns:  # mixed-type axes (e.g. ints and strings) would not write
             if df[c].dtype == object and len({type(v) for v in df[c] if v is not None}) > 1:
                 df[c] = df[c].astype(str)
-    tmp = out / ".sweep.parquet.tmp"
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, out / "sweep.parquet")
+    write_file(out / "sweep.parquet", lambda p: df.to_parquet(p, index=False))
     return df
 
 

@@ -40,8 +40,10 @@ from plumbing.numbers import is_number
 from sim.experiments.slos import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
+from sim.outdir import LEGACY, hold_lock, write_marker
 
 STUDY = "tune"
+LOCK_FILE = ".tune.lock"  # held (flock) by the tune writing into the folder
 VIOLATION = 1e6  # constraint value of an SLO whose metric is missing (no request finished)
 SLO_KEYS = {"ttft": "ttft_p99_s", "tpot": "tpot_p99_s", "done_by": None}
 CLASS_EXTRA = ("itl_p50_s", "itl_p99_s", "itl_std_s", "evicted_miss_prefill_s", "swap_s", "recompute_s",
@@ -328,11 +330,14 @@ def open_study(spec: TuneSpec, out_dir: Path, trials: int, resume: bool, seed: i
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     db = out_dir / "study.db"
+    if db.exists() and db.stat().st_size == 0:  # a tune killed (or a disk filled) as it made the file
+        db.unlink()
     if db.exists() and not resume:
         raise TuneError(f"--out {out_dir}: already holds a tune (pass --resume to continue it, or another --out)")
     if resume and not db.exists():
         raise TuneError(f"--resume: {out_dir} holds no tune (no study.db)")
     out_dir.mkdir(parents=True, exist_ok=True)
+    write_marker(out_dir, "tune", sorted(LEGACY["tune"][1]))
     storage = f"sqlite:///{db.resolve()}"
     directions = ["maximize" if o.maximize else "minimize" for o in spec.objectives]
     study = optuna.create_study(storage=storage, study_name=STUDY, directions=directions,
@@ -427,9 +432,19 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
              address: str | None = None, resume: bool = False, seed: int = 0, log=print) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
     docstring). ``workers`` trials are asked at a time; their seeds' simulations run together."""
+    from sim.outdir import claim
+
+    out = claim(out_dir, "tune", resume=True)  # a tune adds to its own folder only
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "a+") as lock:  # a second tune into the folder waits for the first
+        hold_lock(lock, out, "tune")
+        return _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log)
+
+
+def _run_tune_locked(spec: TuneSpec, out: Path, trials: int, workers: int, backend: str, address: str | None,
+                     resume: bool, seed: int, log) -> TuneReport:
     from sim.experiments.sweep import RunSpec, run_sweep
 
-    out = Path(out_dir)
     study = open_study(spec, out, trials, resume, seed)
     rep = TuneReport(out)
     rep.resumed_stale = _requeue_stale(study) if resume else 0

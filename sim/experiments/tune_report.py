@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.outdir import write_file
 from sim.experiments.tune import STUDY, VIOLATION, TuneSpec, fmt_value, evaluated, measure
 
 
@@ -159,13 +160,13 @@ def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True) -> 
     out = Path(out_dir)
     study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{(out / 'study.db').resolve()}")
     df = trials_frame(spec, study)
-    df.to_parquet(out / "trials.parquet", index=False)
+    write_file(out / "trials.parquet", lambda p: df.to_parquet(p, index=False))
     base_runs = [out / "evals" / "runs" / f"default-s{s}" for s in spec.seeds]
     default = measure(spec, base_runs) if all((d / "summary.json").exists() for d in base_runs) else None
     best, front, how = best_trial(spec, df)
     if "config" in front:  # a configuration asked twice is one point
         front = front.drop_duplicates("config")
-    front.to_csv(out / "pareto.csv", index=False)
+    write_file(out / "pareto.csv", front.to_csv(index=False))
     info: dict = {"scenario": spec.base.get("name"), "source": spec.source, "seeds": spec.seeds,
                   "space": [k.text() for k in spec.knobs],
                   "objectives": [{"metric": o.name, "maximize": o.maximize} for o in spec.objectives],
@@ -176,7 +177,7 @@ def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True) -> 
         t = study.trials[int(best["trial"])]
         info["best"] = {"trial": int(best["trial"]), "params": {k.key: k.value(t.params[k.key]) for k in spec.knobs},
                         "measure": t.user_attrs.get("measure")}
-        (out / "best.toml").write_text(
+        write_file(out / "best.toml",
             f"# tuned by priosim tune from {Path(spec.source).name}: {how}, trial {int(best['trial'])}\n"
             + tomli_w.dumps(best_scenario(spec, dict(t.params))))
     noise = {}
@@ -192,8 +193,8 @@ def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True) -> 
                              .get(o.name, {}).get("std")}
     info["noise"] = noise
     info["importance"] = importance(spec, study)
-    (out / "importance.json").write_text(json.dumps(info["importance"], indent=1))
-    (out / "tune.json").write_text(json.dumps(info, indent=1, default=str))
+    write_file(out / "importance.json", json.dumps(info["importance"], indent=1))
+    write_file(out / "tune.json", json.dumps(info, indent=1, default=str))
     if plots and len(df):
         plot_front(spec, df, front, default, out / "pareto.png")
     return info
@@ -267,7 +268,7 @@ def plot_front(spec: TuneSpec, df: pd.DataFrame, front: pd.DataFrame, default: d
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_file(path, lambda t: fig.savefig(t, format="png", dpi=120))
     plt.close(fig)
     return path
 

@@ -1,0 +1,305 @@
+"""Output folders: where a command may write, and how its results appear whole or not at all.
+
+The rule every command follows: **no command deletes or overwrites a file it did not create.**
+
+- ``claim(out, kind)`` is called before any work. A folder that does not exist, or an empty one,
+  is free; a folder holding a priosim result of the same ``kind`` may be resumed (sweep, tune,
+  capacity) or replaced with ``--overwrite`` (run); anything else (a user's files, ``.``,
+  ``..``, the scenario's own folder, a result of another kind) is refused in one line.
+- Every result folder holds a marker, ``.priosim.json``: its kind and the files priosim wrote
+  there. Replacing a result touches only those; a user's file added beside them survives.
+- ``publish(tmp, out)`` makes a folder filled under a hidden temporary name visible in one
+  step: ``renameat2(RENAME_NOREPLACE)`` for a new folder, ``renameat2(RENAME_EXCHANGE)`` to
+  replace an old result (so there is no moment with neither), then removes the old one.
+  Temporary folders left by a killed process (``.NAME.tmp-PID-...``) are cleaned the next time
+  anything is published beside them; a user's file moved into one is moved back first.
+- ``write_file(path, data)`` writes one file beside its final name and renames it over, so a
+  reader (or a kill) never sees half a file.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+MARKER = ".priosim.json"
+MOVED = ".priosim-moved.json"  # in a temporary folder: the user's files moved in before the exchange
+TMP_TAG = ".tmp-"
+
+# The files each kind wrote before folders carried a marker, to recognise results of older versions.
+LEGACY = {
+    "run": ("manifest.json", {"requests.parquet", "timeseries.parquet", "iterations.parquet", "summary.json",
+                              "perf.json", "scenario.json", "manifest.json", "figures", "replicas", "groups"}),
+    "sweep": ("sweep.json", {"sweep.json", "sweep.parquet", "runs", "failures", "figures", ".sweep.lock"}),
+    "tune": ("study.db", {"study.db", "trials.parquet", "pareto.csv", "pareto.png", "best.toml", "importance.json",
+                          "tune.json", "evals", ".tune.lock"}),
+    "capacity": ("capacity.json", {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
+}
+
+LATER = {"run": ("figures",)}  # what a command may add to a result after it was published (priosim plot)
+
+
+class OutError(ValueError):
+    """An output folder or file that may not be written (the message is one line)."""
+
+
+# ---- what a folder holds --------------------------------------------------------------------------
+def marker(folder: Path) -> dict | None:
+    """The folder's priosim marker (kind and files written), or one inferred for a result of an
+    older version; None when the folder is not a priosim result."""
+    m = folder / MARKER
+    if m.is_file():
+        try:
+            doc = json.loads(m.read_text())
+            if isinstance(doc, dict) and isinstance(doc.get("kind"), str):
+                return doc
+        except (OSError, ValueError):
+            return None
+    for kind, (key, files) in LEGACY.items():
+        if (folder / key).exists():
+            return {"kind": kind, "files": sorted(p.name for p in folder.iterdir() if p.name in files)}
+    return None
+
+
+def foreign(folder: Path, doc: dict | None) -> list[str]:
+    """Names in ``folder`` that priosim did not write there (by its marker)."""
+    ours = set(doc.get("files", [])) if doc else set()
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in ours and p.name not in (MARKER, MOVED) and TMP_TAG not in p.name)
+
+
+def write_marker(folder: Path, kind: str, files: list[str] | None = None) -> None:
+    """Record ``kind`` and the files priosim wrote in ``folder`` (all of its entries when not
+    given), keeping what an earlier marker listed."""
+    old = marker(folder) or {}
+    names = set(old.get("files", []) if old.get("kind") == kind else [])
+    if files is None:
+        files = [p.name for p in folder.iterdir() if p.name not in (MARKER, MOVED) and TMP_TAG not in p.name]
+    names.update(files)
+    write_file(folder / MARKER, json.dumps({"kind": kind, "files": sorted(names)}, indent=1) + "\n")
+
+
+# ---- before any work ------------------------------------------------------------------------------
+def claim(out: str | Path, kind: str, *, flag: str = "--out", overwrite: bool = False,
+          resume: bool = False) -> Path:
+    """The real path results of ``kind`` may be written to, or :class:`OutError` (one line).
+
+    ``resume``: a result of the same kind is continued (sweep, tune, capacity add to it);
+    ``overwrite``: a result of the same kind may be replaced (only its own files are)."""
+    given = str(out)
+    if not given or not given.strip():
+        raise OutError(f"{flag}: empty path (expected a folder for the results)")
+    p = Path(os.path.realpath(given))  # a symlink to a folder means that folder, never the link
+    if p == Path(p.anchor):
+        raise OutError(f"{flag} {given}: is the file system's root (expected a folder for the results)")
+    if len(p.name.encode()) > 200:
+        raise OutError(f"{flag} {given}: the folder name is {len(p.name.encode())} bytes long (expected at most 200)")
+    if p.exists() and not p.is_dir():
+        raise OutError(f"{flag} {given}: exists and is not a folder (expected a folder for the results)")
+    if p.is_dir() and any(p.iterdir()):
+        doc = marker(p)
+        if doc is None or doc["kind"] != kind:
+            what = f"a priosim {doc['kind']} result" if doc else "files priosim did not write"
+            first = ", ".join(foreign(p, None)[:3])
+            raise OutError(f"{flag} {given}: holds {what} ({first}); results of a {kind} go to a new or empty "
+                           f"folder (expected another --out)")
+        if not resume and not overwrite:
+            raise OutError(f"{flag} {given}: already holds a priosim {kind} result (pass --overwrite to "
+                               f"replace it, or another --out)")
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutError(f"{flag} {given}: {probe} is a file (expected a folder for the results)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutError(f"{flag} {given}: cannot write in {probe} (expected a writable folder)")
+    check_space(probe, flag=f"{flag} {given}")
+    return p
+
+
+MIN_FREE_BYTES = 64 << 20
+
+
+def check_space(folder: Path, need: int = MIN_FREE_BYTES, *, flag: str = "--out") -> None:
+    """Fail before long work when the disk under ``folder`` has less than ``need`` bytes free."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise OutError(f"{flag}: only {free >> 20} MiB free on the disk of {folder} (expected at least "
+                       f"{need >> 20} MiB)")
+
+
+def hold_lock(lock, out: Path, what: str) -> None:
+    """Hold ``out``'s lock (``lock``: its open lock file): a second process of the same ``what``
+    (sweep, tune, capacity) waits until the first is done, then goes on from what it left."""
+    import fcntl
+    import sys
+
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"{what}: another {what} is writing into {out}; waiting for it to finish", file=sys.stderr,
+              flush=True)
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+
+
+def fresh(parent: str | Path, stem: str) -> Path:
+    """A default result folder ``parent/stem`` that does not exist yet (``stem-2``, ``-3`` ... when
+    it does), so two runs started in the same second never share one."""
+    base = Path(parent) / stem
+    p, k = base, 1
+    while p.exists() or p.is_symlink():
+        k += 1
+        p = base.with_name(f"{stem}-{k}")
+    return p
+
+
+# ---- writing -------------------------------------------------------------------------------------
+def write_file(path: str | Path, data: str | bytes | Callable[[Path], None]) -> Path:
+    """Write ``path`` whole or not at all: into a hidden name beside it, flushed, then renamed
+    over. ``data`` is the text, the bytes, or a function that writes a given path."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        if callable(data):
+            data(tmp)
+        else:
+            with open(tmp, "wb") as fh:
+                fh.write(data.encode() if isinstance(data, str) else data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+@contextmanager
+def staged(out: str | Path, kind: str) -> Iterator[Path]:
+    """A fresh hidden folder beside ``out`` to fill; when the block ends without error it is
+    marked with ``kind`` and published as ``out`` (replacing an old result of that kind, whose
+    foreign files are kept). On an error the temporary folder is removed and ``out`` is as it was."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(out)
+    tmp = out.with_name(f".{out.name}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        write_marker(tmp, kind, [p.name for p in tmp.iterdir() if p.name != MARKER] + list(LATER.get(kind, ())))
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Make the filled folder ``tmp`` visible as ``out`` in one step (see the module's text)."""
+    if not out.exists():
+        try:
+            _rename(tmp, out, _NOREPLACE)
+            return
+        except FileExistsError:
+            if any(out.iterdir()):  # another process published there first
+                raise OutError(f"--out {out}: another process wrote a result there meanwhile") from None
+            out.rmdir()
+            _rename(tmp, out, _NOREPLACE)
+            return
+    keep = foreign(out, marker(out))
+    if keep:  # the user's files go into the new folder first, listed so a kill can put them back
+        (tmp / MOVED).write_text(json.dumps(keep))
+        for name in keep:
+            os.rename(out / name, tmp / name)
+    _rename(tmp, out, _EXCHANGE)  # now tmp holds the old result: only priosim's files
+    (out / MOVED).unlink(missing_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def clean_stale(out: Path) -> None:
+    """Remove temporary folders beside ``out`` that a killed process left, putting back any of
+    the user's files that had been moved into one."""
+    parent = out.parent
+    if not parent.is_dir():
+        return
+    for tmp in parent.glob(f".{_glob_escape(out.name)}{TMP_TAG}*"):
+        pid = tmp.name[len(out.name) + 1 + len(TMP_TAG):].split("-")[0]
+        if not tmp.is_dir() or not pid.isdigit() or _alive(int(pid)):
+            continue
+        moved = tmp / MOVED
+        if moved.is_file():
+            try:
+                names = json.loads(moved.read_text())
+            except ValueError:
+                names = []
+            for name in names:
+                if (tmp / name).exists() and not (out / name).exists() and out.is_dir():
+                    os.rename(tmp / name, out / name)
+            if any((tmp / n).exists() for n in names):
+                continue  # a user's file still inside: left for a person to look at
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_NOREPLACE, _EXCHANGE = 1, 2
+_AT_FDCWD = -100
+_libc = None
+
+
+def _rename(src: Path, dst: Path, flag: int) -> None:
+    """``renameat2(src, dst, flag)``; where the system lacks it, the nearest plain renames (a new
+    folder: ``rename``; an exchange: old aside, new in, and the old back should that fail)."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.renameat2  # noqa: B018 - raises AttributeError where it is missing
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        rc = _libc.renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flag)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(dst)) if err != errno.EEXIST else FileExistsError(
+                err, os.strerror(err), str(dst))
+    if flag == _NOREPLACE:
+        if dst.exists():
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+        os.rename(src, dst)
+        return
+    aside = dst.with_name(f".{dst.name}{TMP_TAG}{os.getpid()}-old")
+    os.rename(dst, aside)
+    try:
+        os.rename(src, dst)
+    except OSError:
+        os.rename(aside, dst)
+        raise
+    os.rename(aside, src)

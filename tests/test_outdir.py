@@ -1,0 +1,207 @@
+"""No command deletes or overwrites a file it did not create (sim.outdir): every command with
+``--out`` against a folder holding a user's files, ``.``, ``..``, a symlink and the scenario's own
+folder; results whole or absent after a kill; default folders that never collide."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tomli_w
+from click.testing import CliRunner
+
+from sim.cli import main
+from tests.conftest import small_scenario
+from sim.outdir import MARKER, OutError, claim, fresh, publish, staged, write_file
+
+SMALL = ["--set", "horizon_s=3"]
+
+
+def _user_tree(root: Path) -> dict[Path, bytes]:
+    """A user's files: notes, a CSV, a hidden key and a thesis, as in a home folder."""
+    files = {root / "notes.txt": b"my notes\n", root / "data.csv": b"a,b\n1,2\n",
+             root / ".ssh" / "id": b"secret", root / "thesis.tex": b"\\begin{document}"}
+    for p, b in files.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b)
+    return files
+
+
+def _survives(files: dict[Path, bytes]) -> None:
+    for p, b in files.items():
+        assert p.read_bytes() == b, p
+
+
+def _invoke(args, cwd: Path):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, args)
+    finally:
+        os.chdir(old)
+
+
+def _commands(scenario: Path, run_dir: Path) -> dict[str, list[str]]:
+    """Each command with --out, minus the --out value (cheap settings)."""
+    return {
+        "run": ["run", str(scenario), *SMALL],
+        "sweep": ["sweep", str(scenario), *SMALL, "--workers", "1", "--no-plots", "--no-progress"],
+        "capacity": ["capacity", str(scenario), *SMALL, "--workers", "1", "--no-plots", "--max-replicas", "2"],
+        "plot": ["plot", str(run_dir)],
+        "workload": ["workload", str(scenario), *SMALL],
+        "fidelity": ["fidelity", "--rows", "no-such-row"],
+        "validate": ["validate", "--profile", str(run_dir / "summary.json")],
+        "calibrate": ["calibrate", "--device", "cpu", "--shape", "tiny"],
+        "tune": ["tune", str(scenario), *SMALL, "--space", "engine.max_num_seqs=8,16", "--trials", "1",
+                 "--maximize", "output_tokens_per_s", "--no-plots"],
+    }
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("survive")
+    scen = base / "scen"
+    scen.mkdir()
+    scenario = scen / "s.toml"
+    scenario.write_text(tomli_w.dumps(small_scenario(horizon_s=3.0)))
+    run_dir = base / "run0"
+    r = _invoke(["run", str(scenario), "--out", str(run_dir)], base)
+    assert r.exit_code == 0, r.output
+    return base, scenario, run_dir
+
+
+@pytest.mark.parametrize("target", ["user_folder", "dot", "dotdot", "symlink", "scenario_folder"])
+def test_every_command_keeps_a_users_files(setup, target, tmp_path):
+    base, scenario, run_dir = setup
+    home = tmp_path / "home"
+    home.mkdir()
+    files = _user_tree(home)
+    inner = home / "work"
+    inner.mkdir()
+    files.update(_user_tree(inner))
+    scen_copy = home / "s.toml"
+    scen_copy.write_bytes(scenario.read_bytes())
+    files[scen_copy] = scenario.read_bytes()
+    (home / "link").symlink_to(home, target_is_directory=True)
+    out, cwd = {"user_folder": (str(home), base), "dot": (".", home), "dotdot": ("..", inner),
+                "symlink": (str(home / "link"), base), "scenario_folder": (str(home), base)}[target]
+    scen_arg = scen_copy if target == "scenario_folder" else scenario
+    for name, args in _commands(scen_arg, run_dir).items():
+        flag = ["--out", out] if name != "workload" and name != "calibrate" else ["--out", str(home / "notes.txt")]
+        r = _invoke(args + flag, cwd)
+        assert r.exit_code == 2, (name, r.exit_code, r.output)
+        assert "Traceback" not in r.output, (name, r.output)
+        _survives(files)
+        assert (home / "link").is_symlink()
+
+
+def test_rerun_needs_overwrite_and_keeps_a_users_file(setup, tmp_path):
+    base, scenario, _ = setup
+    out = tmp_path / "r"
+    assert _invoke(["run", str(scenario), "--out", str(out)], base).exit_code == 0
+    (out / "mine.txt").write_text("keep me")
+    r = _invoke(["run", str(scenario), "--out", str(out)], base)
+    assert r.exit_code == 2 and "--overwrite" in r.output
+    r = _invoke(["run", str(scenario), "--out", str(out), "--overwrite", "--seed", "7"], base)
+    assert r.exit_code == 0, r.output
+    assert (out / "mine.txt").read_text() == "keep me"
+    assert json.loads((out / "manifest.json").read_text())["seed"] == 7
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_default_folders_never_collide(tmp_path):
+    a = fresh(tmp_path, "x-20261202-101010")
+    a.mkdir()
+    b = fresh(tmp_path, "x-20261202-101010")
+    assert b != a and b.name == "x-20261202-101010-2"
+
+
+def test_publish_exchanges_without_a_window(tmp_path):
+    out = tmp_path / "out"
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("1")
+    (out / "user.txt").write_text("u")
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("2")
+    assert (out / "summary.json").read_text() == "2" and (out / "user.txt").read_text() == "u"
+    assert json.loads((out / MARKER).read_text())["kind"] == "run"
+
+
+def test_a_failed_write_leaves_the_old_result(tmp_path):
+    out = tmp_path / "out"
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("old")
+    with pytest.raises(RuntimeError):
+        with staged(out, "run") as t:
+            (t / "summary.json").write_text("new")
+            raise RuntimeError("disk full")
+    assert (out / "summary.json").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_stale_temporary_folders_are_cleaned_and_a_users_file_put_back(tmp_path):
+    out = tmp_path / "out"
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("old")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".out.tmp-{dead.pid}-deadbeef"  # killed after moving the user's file in
+    stale.mkdir()
+    (stale / "summary.json").write_text("half")
+    (stale / "mine.txt").write_text("u")
+    (stale / ".priosim-moved.json").write_text('["mine.txt"]')
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("new")
+    assert (out / "mine.txt").read_text() == "u"
+    assert not stale.exists()
+
+
+def test_claim_refuses_other_kinds_and_long_names(tmp_path):
+    out = tmp_path / "r"
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("x")
+    with pytest.raises(OutError, match="priosim run result"):
+        claim(out, "sweep", resume=True)
+    with pytest.raises(OutError, match="bytes long"):
+        claim(tmp_path / ("x" * 300), "run")
+
+
+def test_write_file_is_whole_or_absent(tmp_path):
+    p = tmp_path / "a.json"
+    write_file(p, "old")
+
+    def boom(path):
+        Path(path).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_file(p, boom)
+    assert p.read_text() == "old" and [q.name for q in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_kill_during_rerun_never_loses_the_earlier_result(setup, tmp_path):
+    """kill -9 at 20 points of a rerun into an existing result: the folder always holds one
+    complete result (the old or the new), and a rerun afterwards recovers."""
+    base, scenario, _ = setup
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "sim.cli", "run", str(scenario), "--out", str(out), "--set", "horizon_s=3"]
+    assert subprocess.run(cmd, cwd=base, capture_output=True).returncode == 0
+    started = time.perf_counter()
+    full = subprocess.run(cmd + ["--overwrite"], cwd=base, capture_output=True)
+    assert full.returncode == 0
+    span = time.perf_counter() - started
+    for i in range(20):
+        p = subprocess.Popen(cmd + ["--overwrite"], cwd=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(span * (0.5 + i / 20 * 0.6))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        names = {q.name for q in out.iterdir()}
+        assert {"summary.json", "requests.parquet", "manifest.json", MARKER} <= names, (i, names)
+        json.loads((out / "summary.json").read_text())
+    assert subprocess.run(cmd + ["--overwrite"], cwd=base, capture_output=True).returncode == 0
+    assert not [q for q in tmp_path.iterdir() if q.name.startswith(".")]
