@@ -32,14 +32,15 @@ MARKER = ".priosim.json"
 MOVED = ".priosim-moved.json"  # in a temporary folder: the user's files moved in before the exchange
 TMP_TAG = ".tmp-"
 
-# The files each kind wrote before folders carried a marker, to recognise results of older versions.
+# Per kind: the files that show a folder is that kind's result when it has no marker (a result of
+# an older version, or one whose marker is not written yet), and every file that kind writes.
 LEGACY = {
-    "run": ("manifest.json", {"requests.parquet", "timeseries.parquet", "iterations.parquet", "summary.json",
+    "run": (("manifest.json",), {"requests.parquet", "timeseries.parquet", "iterations.parquet", "summary.json",
                               "perf.json", "scenario.json", "manifest.json", "figures", "replicas", "groups"}),
-    "sweep": ("sweep.json", {"sweep.json", "sweep.parquet", "runs", "failures", "figures", ".sweep.lock"}),
-    "tune": ("study.db", {"study.db", "trials.parquet", "pareto.csv", "pareto.png", "best.toml", "importance.json",
+    "sweep": (("sweep.json", ".sweep.lock"), {"sweep.json", "sweep.parquet", "runs", "failures", "figures", ".sweep.lock"}),
+    "tune": (("study.db", ".tune.lock"), {"study.db", "trials.parquet", "pareto.csv", "pareto.png", "best.toml", "importance.json",
                           "tune.json", "evals", ".tune.lock"}),
-    "capacity": ("capacity.json", {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
+    "capacity": (("capacity.json", ".capacity.lock"), {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
 }
 
 LATER = {"run": ("figures",)}  # what a command may add to a result after it was published (priosim plot)
@@ -61,8 +62,8 @@ def marker(folder: Path) -> dict | None:
                 return doc
         except (OSError, ValueError):
             return None
-    for kind, (key, files) in LEGACY.items():
-        if (folder / key).exists():
+    for kind, (keys, files) in LEGACY.items():
+        if any((folder / key).exists() for key in keys):
             return {"kind": kind, "files": sorted(p.name for p in folder.iterdir() if p.name in files)}
     return None
 

@@ -205,3 +205,23 @@ def test_kill_during_rerun_never_loses_the_earlier_result(setup, tmp_path):
         json.loads((out / "summary.json").read_text())
     assert subprocess.run(cmd + ["--overwrite"], cwd=base, capture_output=True).returncode == 0
     assert not [q for q in tmp_path.iterdir() if q.name.startswith(".")]
+
+
+def test_capacity_resumes_from_its_kept_probes(setup, tmp_path):
+    """A capacity search keeps each probe as it finishes; a rerun into the folder (after a kill,
+    say) simulates none of them again and gives the same answer."""
+    base, scenario, _ = setup
+    out = tmp_path / "cap"
+    args = ["capacity", str(scenario), *SMALL, "--workers", "1", "--no-plots", "--max-replicas", "3", "--out",
+            str(out)]
+    assert _invoke(args, base).exit_code == 0
+    first = json.loads((out / "capacity.json").read_text())
+    kept = {p.name: p.stat().st_mtime_ns for p in (out / "probes").iterdir()}
+    assert kept
+    (out / "capacity.json").unlink()  # as if killed before the report was written
+    r = _invoke(args, base)
+    assert r.exit_code == 0, r.output
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "probes").iterdir()} == kept
+    assert json.loads((out / "capacity.json").read_text())["designs"].keys() == first["designs"].keys()
+    assert [d["replicas"] for d in json.loads((out / "capacity.json").read_text())["designs"].values()] == \
+        [d["replicas"] for d in first["designs"].values()]

@@ -47,8 +47,8 @@ def test_file_path_from_another_folder(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     rel = os.path.relpath(EXAMPLE, elsewhere)
-    for spec in (f"{EXAMPLE}:LIFO", f"{rel}:LIFO"):
-        done = _priosim(elsewhere, "run", "chat_vs_batch", "--policy", spec, "--out", str(tmp_path / "r"), *SMALL)
+    for i, spec in enumerate((f"{EXAMPLE}:LIFO", f"{rel}:LIFO")):
+        done = _priosim(elsewhere, "run", "chat_vs_batch", "--policy", spec, "--out", str(tmp_path / f"r{i}"), *SMALL)
         assert done.returncode == 0, done.stderr
         assert f"policy={spec}" in done.stdout
 

@@ -342,7 +342,7 @@ class _Search:
     def keep(self, d: str, c: tuple, r: dict) -> None:
         if self.probes is not None:
             self.probes.mkdir(parents=True, exist_ok=True)
-            write_file(self.probe_file(d, c), json.dumps(r, sort_keys=True, default=str))
+            write_file(self.probe_file(d, c), json.dumps(r, default=str))  # (in its order: the report keeps it)
 
     def record_point(self, d: str, c: tuple, r: dict) -> None:
         if None in c:  # one partition alone: only its classes were served
