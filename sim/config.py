@@ -6,7 +6,8 @@ everywhere except inside ``[policy]`` (the policy's own parameters, validated by
 ``[[streams]]`` (validated by ``workloads``). Every error is reported as one line:
 ``<file>: <key>: <what was expected> (got <value>)`` (:func:`sim.schema.format_error`).
 
-``--set KEY=VALUE`` overrides use dotted keys (``engine.max_num_seqs=64``, ``classes.0.priority=1``);
+``--set KEY=VALUE`` overrides use dotted keys (``engine.max_num_seqs=64``, ``classes.0.priority=1``;
+a list's tables also by name, ``classes.batch.priority=1``; no negative indexes);
 the value is parsed as a TOML value (so ``64`` is an integer, ``"x"`` or bare ``x`` a string) and
 then type-checked by the same schema.
 """
