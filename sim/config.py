@@ -6,7 +6,8 @@ everywhere except inside ``[policy]`` (the policy's own parameters, validated by
 ``[[streams]]`` (validated by ``workloads``). Every error is reported as one line:
 ``<file>: <key>: <what was expected> (got <value>)`` (:func:`sim.schema.format_error`).
 
-``--set KEY=VALUE`` overrides use dotted keys (``engine.max_num_seqs=64``, ``classes.0.priority=1``);
+``--set KEY=VALUE`` overrides use dotted keys (``engine.max_num_seqs=64``, ``classes.0.priority=1``;
+a list's tables also by name, ``classes.batch.priority=1``; no negative indexes);
 the value is parsed as a TOML value (so ``64`` is an integer, ``"x"`` or bare ``x`` a string) and
 then type-checked by the same schema.
 """
@@ -225,25 +226,55 @@ class Scenario(BaseModel):
 
 
 def parse_value(text: str) -> Any:
-    """Parse an override value as TOML (``64`` -> int, ``true`` -> bool, ``x`` -> 'x')."""
+    """Parse an override value as TOML (``64`` -> int, ``true`` -> bool, ``x`` -> 'x'). Text that
+    parses to more than one key (``'"x"\\nseed=5'``) is refused, not cut to its first value."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        table = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
         return text
+    if set(table) != {"v"}:
+        extra = ", ".join(sorted(k for k in table if k != "v"))
+        raise ScenarioError(f"value {text!r} holds more keys than one value ({extra}) "
+                            f"(expected one value; give each key its own --set)")
+    return table["v"]
+
+
+#: Keys that say where the scenario came from, set by the loader: not scenario keys, so an
+#: override of one would do nothing (refused rather than ignored).
+LOADER_KEYS = ("source", "base_dir")
+
+
+def _list_item(node: list, part: str, dotted: str, where: str, source: str) -> int:
+    """The index in ``node`` that ``part`` names: a non-negative index, or the name of one of
+    its tables (``classes.batch`` is the class named batch)."""
+    if re.fullmatch(r"[0-9]+", part):
+        if int(part) < len(node):
+            return int(part)
+    elif re.fullmatch(r"-[0-9]+", part):
+        raise ScenarioError(f"{source}: --set {dotted}: '{part}' is a negative index of {where} "
+                            f"(expected an index 0..{len(node) - 1} or an item's name)")
+    else:
+        named = [i for i, item in enumerate(node) if isinstance(item, dict) and item.get("name") == part]
+        if len(named) == 1:
+            return named[0]
+    names = [item["name"] for item in node if isinstance(item, dict) and isinstance(item.get("name"), str)]
+    known = f"; names: {', '.join(names)}" if names else ""
+    raise ScenarioError(f"{source}: --set {dotted}: '{part}' is not an index or a name of "
+                        f"{where} (has {len(node)} items{known})")
 
 
 def apply_override(data: dict, dotted: str, value: Any, source: str) -> None:
-    """Set ``data[a][b]...= value`` for ``dotted = 'a.b...'``; list items by index."""
+    """Set ``data[a][b]...= value`` for ``dotted = 'a.b...'``; list items by index (0, 1, ...;
+    not negative) or by the ``name`` of a table in the list (``classes.batch.priority``)."""
     parts = dotted.split(".")
+    if parts[0] in LOADER_KEYS:
+        raise ScenarioError(f"{source}: --set {dotted}: '{parts[0]}' is set by the loader (where the scenario "
+                            f"file is), not a scenario key (expected a key of the scenario file)")
     node: Any = data
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            try:
-                node = node[int(part)]
-                continue
-            except (ValueError, IndexError):
-                raise ScenarioError(f"{source}: --set {dotted}: '{part}' is not an index of "
-                                    f"{'.'.join(parts[:i]) or 'the scenario'} (has {len(node)} items)") from None
+            node = node[_list_item(node, part, dotted, '.'.join(parts[:i]) or 'the scenario', source)]
+            continue
         if not isinstance(node, dict):
             raise ScenarioError(f"{source}: --set {dotted}: '{'.'.join(parts[:i])}' is not a table")
         node = node.setdefault(part, {})
@@ -252,10 +283,7 @@ def apply_override(data: dict, dotted: str, value: Any, source: str) -> None:
         raise ScenarioError(f"{source}: --set {dotted}: '{'.'.join(parts[:-1])}' is not a table "
                             f"(it is {node!r})")
     if isinstance(node, list):
-        try:
-            node[int(last)] = value
-        except (ValueError, IndexError):
-            raise ScenarioError(f"{source}: --set {dotted}: bad list index '{last}'") from None
+        node[_list_item(node, last, dotted, '.'.join(parts[:-1]), source)] = value
     else:
         node[last] = value
 
@@ -267,7 +295,11 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
         if "=" not in item:
             raise ScenarioError(f"{source}: --set '{item}': expected KEY=VALUE")
         key, _, text = item.partition("=")
-        apply_override(data, key.strip(), parse_value(text.strip()), source)
+        try:
+            value = parse_value(text.strip())
+        except ScenarioError as exc:
+            raise ScenarioError(f"{source}: --set {key.strip()}: {exc}") from None
+        apply_override(data, key.strip(), value, source)
     data["source"] = str(source)
     data["base_dir"] = str(base_dir)
     try:
@@ -275,6 +307,7 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
     except ValidationError as err:
         raise ScenarioError(format_error(source, err)) from None
     _validate_parts(sc)
+    _warn_suspicious(sc)
     return sc
 
 
@@ -301,6 +334,38 @@ def _validate_parts(sc: Scenario) -> None:
     check_profile(sc, sc.engine)
     check_policy(sc, sc.policy, "policy")
     check_tables(sc)
+
+
+#: A class SLO above this many seconds looks like milliseconds (``ttft_slo_s = 500`` meant as
+#: 500 ms): no chat or batch deployment waits a minute for a first token. Warned, not refused:
+#: a long-document class may mean it.
+TTFT_SLO_MS_S = 60.0
+#: A time-per-output-token SLO above this many seconds looks like milliseconds (``tpot_slo_s =
+#: 50``): one token a second is already slower than any serving target (typically 0.02-0.2 s).
+TPOT_SLO_MS_S = 1.0
+
+
+def _warn_suspicious(sc: Scenario) -> None:
+    """Warn (one line each, :mod:`plumbing.notices`) about valid settings that are likely mistakes:
+    swap preemption with no host swap space (every preemption then recomputes) and SLOs that
+    look like milliseconds. Nothing about the run changes."""
+    from plumbing.notices import warn
+    from sim.tables import group_engine
+
+    engines = [("engine", sc.engine)]
+    for i, g in enumerate(sc.cluster.groups or [] if sc.cluster else []):
+        if g.engine:
+            engines.append((f"cluster.groups.{i}.engine", group_engine(sc, g)))
+    for key, eng in engines:
+        if eng.preemption == "swap" and eng.swap_blocks == 0:
+            warn(f"{sc.source}: {key}.preemption = 'swap' but there is no host swap space ({key}.swap_blocks = 0): "
+                 f"preemptions will recompute (set {key}.swap_blocks to the host blocks)")
+    for i, c in enumerate(sc.classes):
+        for field, limit in (("ttft_slo_s", TTFT_SLO_MS_S), ("tpot_slo_s", TPOT_SLO_MS_S)):
+            v = getattr(c, field)
+            if v is not None and v > limit:
+                warn(f"{sc.source}: classes.{i}.{field} = {v:g} ({c.name}) looks like milliseconds "
+                     f"(more than {limit:g} s; the unit is seconds: {v / 1000:g} for {v:g} ms)")
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from plumbing.notices import warn
 from workloads.arrivals import ClosedLoop
 from workloads.errors import WorkloadError, integer, number, require
 from workloads.contracts import LengthModel
@@ -134,6 +135,10 @@ def _apply_rules(st: StreamSpec, df: pd.DataFrame, rng: np.random.Generator) -> 
                 hit &= (pd.to_numeric(v, errors="coerce") > r["above"]).to_numpy()
             if "below" in r:
                 hit &= (pd.to_numeric(v, errors="coerce") < r["below"]).to_numpy()
+            if n and not (hit & free).any():  # (a fraction rule that draws no row is chance, not a mistake)
+                why = "an earlier rule took every row it matches" if hit.any() else "no row matches it"
+                warn(f"streams[{st.index}].assign[{j}] {_rule_text(r)}: assigns no row of {n:,} ({why}); "
+                     f"they keep tenant '{st.tenant}', class '{st.cls}'")
         hit &= free
         if "tenant" in r:
             tenant[hit] = r["tenant"]
@@ -141,6 +146,11 @@ def _apply_rules(st: StreamSpec, df: pd.DataFrame, rng: np.random.Generator) -> 
             cls[hit] = r["class"]
         free &= ~hit
     return tenant, cls
+
+
+def _rule_text(r: dict) -> str:
+    """An assign rule as written, ``{column = "model", equals = "b"}``, for messages."""
+    return "{" + ", ".join(f"{k} = {v!r}" for k, v in r.items()) + "}"
 
 
 def _cap(st: StreamSpec, out: np.ndarray, default_max: int, meta: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -242,8 +252,26 @@ def _rows_in_window(st: StreamSpec, df: pd.DataFrame, end: float, meta: dict) ->
     late = (t >= end) | (t < st.start_s)
     if st.kind == "replay":
         meta["rows_before_start"] = int((t < st.start_s).sum())
-        meta["rows_after_horizon"] = int((t >= end).sum())
+        meta["rows_after_horizon"] = after = int((t >= end).sum())
+        _warn_after_horizon(st, t, after, end)
     return df.loc[~late].reset_index(drop=True)
+
+
+#: Replayed rows reaching past this many times the stream's end (with most of them after it)
+#: suggest millisecond timestamps read as seconds.
+MS_TIMES_FACTOR = 100.0
+
+
+def _warn_after_horizon(st: StreamSpec, t: np.ndarray, after: int, end: float) -> None:
+    """Warn when most of a replayed trace's rows fall after the horizon and the last reaches
+    :data:`MS_TIMES_FACTOR` times past it without a declared ``time_unit``: the signature of
+    millisecond timestamps read as seconds. A trace cut short on purpose (a 10-minute replay of an
+    hour) is not warned about, nor one whose unit is declared."""
+    if after == 0 or "time_unit" in st.trace or after <= t.size - after or t.max() < MS_TIMES_FACTOR * end:
+        return
+    warn(f"streams[{st.index}].trace: {after:,} of {t.size:,} rows arrive after the stream's end ({end:g} s; "
+         f"the last at {t.max():.4g} s) and are not replayed: if the timestamps are milliseconds, "
+         f"set time_unit = 'ms' in the trace table")
 
 
 def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict) -> pd.DataFrame:

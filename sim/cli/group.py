@@ -2,8 +2,10 @@
 loading a scenario with the CLI's overrides, and checks of output folders, worker counts and loads."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -21,6 +23,28 @@ def fail(msg: str) -> None:
 @click.version_option(package_name="priosim")
 def main() -> None:
     """priosim: simulate an LLM serving replica under priority scheduling."""
+    click.get_current_context().with_resource(one_line_warnings())
+
+
+@contextlib.contextmanager
+def one_line_warnings():
+    """While a command runs, print each warning about suspicious input
+    (:class:`plumbing.notices.InputWarning`) as one line ``warning: <message>`` on stderr, each
+    distinct message once; other warnings are shown as Python shows them."""
+    from plumbing.notices import InputWarning
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+        warnings.simplefilter("default", InputWarning)  # each distinct message once per command
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, InputWarning):
+                click.echo(f"warning: {message}", err=True)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def load(scenario, sets, policy, seed):

@@ -51,12 +51,25 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
                f"thrash_ratio={run_info['thrash_ratio']:.3f}")
     if sc.cluster:
         echo_cluster(res)
+    warn_thrashing(sc, run_info)
     if plots:
         from sim.experiments.plots import plot_run
 
         click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
     click.echo(f"results: {path}")
     hint_native(run_info["wall_s"])
+
+
+def warn_thrashing(sc, run_info: dict) -> None:
+    """One line on stderr when the run thrashed (summary.json's ``thrashing``): its engine spent
+    more of its busy time redoing preempted work than ``engine.thrash_threshold``."""
+    if not run_info.get("thrashing"):
+        return
+    from plumbing.notices import warn
+
+    warn(f"the run thrashed: {run_info['thrash_ratio']:.1%} of the engine's busy time went to redoing preempted "
+         f"work (above engine.thrash_threshold = {sc.engine.thrash_threshold:g}); its latencies measure "
+         f"preemption churn (engine.watermark or a lower engine.max_num_seqs may help)")
 
 
 @main.command()

@@ -1,0 +1,180 @@
+"""Suspicious but valid input gets one line ``warning: ...`` on stderr and the run goes on
+unchanged (plumbing/notices.py); the ``--set`` mistakes that used to be dropped silently are
+errors (one line, exit 2). Issue 39; every run here is a few simulated seconds."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+from click.testing import CliRunner
+
+from plumbing.notices import InputWarning
+from sim.cli import main
+from sim.config import scenario_from_dict
+from workloads import build_workload
+
+SCENARIO = """name = "warn"
+horizon_s = 5.0
+[engine]
+profile = { kind = "linear", base_s = 0.01, prefill_token_s = 1e-5, decode_token_s = 1e-4, context_token_s = 0.0 }
+kv_blocks = 400
+ENGINE
+[[classes]]
+name = "chat"
+priority = 0
+CHAT
+[[classes]]
+name = "batch"
+priority = 1
+[[streams]]
+tenant = "a"
+class = "chat"
+arrival = { process = "poisson", rate = 2.0 }
+prompt_tokens = 100
+output_tokens = 20
+[[streams]]
+tenant = "b"
+class = "batch"
+STREAM2
+"""
+POISSON = 'arrival = { process = "poisson", rate = 1.0 }\nprompt_tokens = 100\noutput_tokens = 20'
+
+
+def run(tmp_path, *, engine: str = "", chat: str = "", stream2: str = POISSON, args=()):
+    (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", engine).replace("CHAT", chat)
+                                     .replace("STREAM2", stream2))
+    return CliRunner().invoke(main, ["run", str(tmp_path / "s.toml"), "--no-plots", "--out",
+                                     str(tmp_path / "out"), *args], catch_exceptions=False)
+
+
+def warnings_of(res) -> list[str]:
+    return [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+
+
+def one_error(res) -> str:
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def test_a_clean_run_warns_nothing(tmp_path):
+    res = run(tmp_path)
+    assert res.exit_code == 0, res.output
+    assert warnings_of(res) == []
+
+
+def test_swap_without_host_space_warns_once_at_load(tmp_path):
+    res = run(tmp_path, engine='preemption = "swap"')
+    assert res.exit_code == 0, res.output
+    (w,) = warnings_of(res)
+    assert "engine.preemption = 'swap'" in w and "engine.swap_blocks = 0" in w and "recompute" in w
+    res = run(tmp_path, engine='preemption = "swap"\nswap_blocks = 100')
+    assert warnings_of(res) == []
+
+
+@pytest.mark.parametrize("chat,key", [("ttft_slo_s = 500", "ttft_slo_s = 500"),
+                                      ("tpot_slo_s = 50", "tpot_slo_s = 50")])
+def test_an_slo_in_milliseconds_warns(tmp_path, chat, key):
+    res = run(tmp_path, chat=chat)
+    assert res.exit_code == 0, res.output
+    (w,) = warnings_of(res)
+    assert f"classes.0.{key}" in w and "milliseconds" in w
+    # seconds as meant: silent
+    assert warnings_of(run(tmp_path, chat="ttft_slo_s = 0.5\ntpot_slo_s = 0.05")) == []
+
+
+def test_a_thrashing_run_says_so(tmp_path):
+    """The shipped thrash scenario thrashes within two minutes (ratio ~0.06 > its 0.05)."""
+    res = CliRunner().invoke(main, ["run", "thrash", "--set", "horizon_s=120", "--no-plots", "--out",
+                                    str(tmp_path / "o")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["run"]["thrashing"] is True
+    (w,) = warnings_of(res)
+    assert "thrashed" in w and "engine.thrash_threshold = 0.05" in w
+
+
+def ms_trace(tmp_path, time_unit: str = "") -> str:
+    (tmp_path / "t.csv").write_text("t,p,o,m\n" + "".join(f"{i * 500},100,10,x\n" for i in range(40)))
+    unit = f', time_unit = "{time_unit}"' if time_unit else ""
+    return ('trace = { format = "csv", path = "t.csv"' + unit +
+            ', columns = { arrival_s = "t", prompt_tokens = "p", output_tokens = "o", f_m = "m" } }')
+
+
+def test_a_millisecond_trace_read_as_seconds_warns_with_the_count(tmp_path):
+    """40 rows 0.5 s apart written in ms: read as seconds, all but the first (500 s .. 19,500 s) fall after
+    the 5 s horizon: 39 of 40 rows."""
+    res = run(tmp_path, stream2=ms_trace(tmp_path))
+    assert res.exit_code == 0, res.output
+    (w,) = warnings_of(res)
+    assert "streams[1].trace" in w and "39 of 40 rows" in w and "time_unit = 'ms'" in w
+    res = run(tmp_path, stream2=ms_trace(tmp_path, "ms"))
+    assert res.exit_code == 0 and warnings_of(res) == []
+
+
+def test_a_trace_cut_short_on_purpose_is_not_warned_about(tmp_path):
+    """Seconds: 40 rows over 20 s, horizon 5 s, the last row 4x past it: a short replay, not ms."""
+    (tmp_path / "t.csv").write_text("t,p,o\n" + "".join(f"{i * 0.5},100,10\n" for i in range(40)))
+    res = run(tmp_path, stream2='trace = { format = "csv", path = "t.csv", columns = '
+                                '{ arrival_s = "t", prompt_tokens = "p", output_tokens = "o" } }')
+    assert res.exit_code == 0 and warnings_of(res) == []
+
+
+def test_an_assign_rule_that_matches_nothing_is_named(tmp_path):
+    (tmp_path / "t.csv").write_text("t,p,o,m\n0,100,10,x\n1,100,10,y\n")
+    stream = {"tenant": "all", "class": "c", "trace": {
+        "format": "csv", "path": "t.csv",
+        "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o", "f_m": "m"}},
+        "assign": [{"column": "f_m", "equals": "x", "tenant": "X"},
+                   {"column": "f_m", "equals": "z", "tenant": "Z"},
+                   {"column": "f_m", "equals": "x", "tenant": "X2"}]}
+    with pytest.warns(InputWarning) as got:
+        w = build_workload([stream], horizon_s=10.0, seed=0, base_dir=tmp_path)
+    assert w.open["tenant"].tolist() == ["X", "all"]  # the rows are assigned as before
+    msgs = [str(m.message) for m in got]
+    assert len(msgs) == 2
+    assert "streams[0].assign[1] {column = 'f_m', equals = 'z', tenant = 'Z'}" in msgs[0]
+    assert "no row matches it" in msgs[0] and "tenant 'all'" in msgs[0]
+    assert "streams[0].assign[2]" in msgs[1] and "an earlier rule took" in msgs[1]
+    with warnings.catch_warnings():  # every rule matching: silent
+        warnings.simplefilter("error", InputWarning)
+        build_workload([{**stream, "assign": stream["assign"][:1]}], horizon_s=10.0, seed=0, base_dir=tmp_path)
+
+
+def test_an_assign_rule_that_matches_nothing_warns_on_the_command_line(tmp_path):
+    stream2 = ms_trace(tmp_path, "ms") + '\nassign = [ { column = "f_m", equals = "nope", tenant = "n" } ]'
+    res = run(tmp_path, stream2=stream2)
+    assert res.exit_code == 0, res.output
+    (w,) = warnings_of(res)
+    assert "streams[1].assign[0]" in w and "'nope'" in w
+
+
+# ---- --set -------------------------------------------------------------------------------------
+def test_a_set_value_holding_two_keys_is_an_error(tmp_path):
+    err = one_error(run(tmp_path, args=["--set", 'name="x"\nseed=5']))
+    assert "--set name" in err and "seed" in err and "one value" in err
+
+
+@pytest.mark.parametrize("key", ["source", "base_dir"])
+def test_loader_keys_cannot_be_set(tmp_path, key):
+    err = one_error(run(tmp_path, args=["--set", f'{key}="elsewhere"']))
+    assert f"--set {key}" in err and "not a scenario key" in err
+
+
+def test_a_negative_index_is_refused(tmp_path):
+    err = one_error(run(tmp_path, args=["--set", "classes.-1.priority=5"]))
+    assert "classes.-1.priority" in err and "negative index" in err
+
+
+def test_a_list_item_may_be_named():
+    data = {"horizon_s": 5.0, "classes": [{"name": "chat", "priority": 0}, {"name": "batch", "priority": 1}],
+            "streams": [{"tenant": "t", "class": c, "arrival": {"process": "poisson", "rate": 1.0},
+                         "prompt_tokens": 10, "output_tokens": 5} for c in ("chat", "batch")]}
+    sc = scenario_from_dict(data, overrides=["classes.batch.priority=5"])
+    assert [c.priority for c in sc.classes] == [0, 5]
+    assert scenario_from_dict(data, overrides=["classes.1.priority=5"]) == sc  # the same as by index
+    from sim.core.errors import ScenarioError
+    with pytest.raises(ScenarioError, match="'nope' is not an index or a name of classes.*names: chat, batch"):
+        scenario_from_dict(data, overrides=["classes.nope.priority=5"])
