@@ -45,7 +45,7 @@ def run(tmp_path, *, engine: str = "", chat: str = "", stream2: str = POISSON, a
     (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", engine).replace("CHAT", chat)
                                      .replace("STREAM2", stream2))
     return CliRunner().invoke(main, ["run", str(tmp_path / "s.toml"), "--no-plots", "--out",
-                                     str(tmp_path / "out"), *args], catch_exceptions=False)
+                                     str(tmp_path / "out"), "--overwrite", *args], catch_exceptions=False)
 
 
 def warnings_of(res) -> list[str]:
