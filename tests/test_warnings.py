@@ -1,6 +1,6 @@
 """Suspicious but valid input gets one line ``warning: ...`` on stderr and the run goes on
 unchanged (plumbing/notices.py); the ``--set`` mistakes that used to be dropped silently are
-errors (one line, exit 2). Issue 39; every run here is a few simulated seconds."""
+errors (one line, exit 2); every run here is a few simulated seconds."""
 from __future__ import annotations
 
 import json
