@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.validate import DEFAULT_ENGINE, builtin_trace, compare, run_real, step_report
+from sim import jsonout
 
 
 def simulate_trace(profile_path: str | Path, trace: pd.DataFrame, engine_params: dict, work_dir: Path) -> pd.DataFrame:
@@ -94,7 +95,7 @@ def validate(profile_path: str | Path, out_dir: str | Path, trace: pd.DataFrame 
         steps.to_parquet(out / "real_steps.parquet")
     from sim.outdir import write_file, write_marker
 
-    write_file(out / "validation.json", json.dumps(report, indent=1))
+    write_file(out / "validation.json", jsonout.dumps(report, indent=1))
     write_marker(out, "validation")
     for df, name in ((real, "real.parquet"), (sim, "sim.parquet")):
         table = df.drop(columns=[c for c in df.columns if df[c].dtype == object and c != "cls"])

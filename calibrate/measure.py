@@ -40,6 +40,7 @@ from calibrate.model import (Decoder, GraphedStep, Item, check_free_memory, esti
                              split_items)
 from calibrate.shapes import Shape, get_shape
 from calibrate.timing import configure_cpu, time_call, time_interleaved
+from sim import jsonout
 
 SCHEMA = "priosim.profile/1"
 
@@ -497,7 +498,7 @@ def write_profile(doc: dict, path: str | Path) -> Path:
     from sim.outdir import write_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_file(path, json.dumps(doc, indent=1, default=_json_default) + "\n")
+    return write_file(path, jsonout.dumps(doc, indent=1, default=_json_default) + "\n")
 
 
 def _json_default(o):

@@ -23,6 +23,7 @@ import pandas as pd
 
 from sim.core.columns import DERIVED, FLOAT, INT, RECORDED, STAT_COLUMNS, STATS, STR, Stat
 from sim.core.costs import NS
+from sim import jsonout
 
 PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 _STRING_COLUMNS = {c.name for c in RECORDED if c.dtype == STR}
@@ -283,10 +284,10 @@ class Results:
             write_parquet(self.iterations, tmp / "iterations.parquet")
         stable = {k: v for k, v in self.summary_dict.items()}
         stable["run"] = {k: v for k, v in stable["run"].items() if k not in ("wall_s", "cpu_s")}
-        (tmp / "summary.json").write_text(json.dumps(stable, indent=1, sort_keys=True, default=_json_default))
-        (tmp / "perf.json").write_text(json.dumps({k: self.summary_dict["run"][k] for k in ("wall_s", "cpu_s")}))
-        (tmp / "scenario.json").write_text(json.dumps(self.scenario, indent=1, sort_keys=True))
-        (tmp / "manifest.json").write_text(json.dumps(self.manifest, indent=1, sort_keys=True))
+        (tmp / "summary.json").write_text(jsonout.dumps(stable, indent=1, sort_keys=True, default=_json_default))
+        (tmp / "perf.json").write_text(jsonout.dumps({k: self.summary_dict["run"][k] for k in ("wall_s", "cpu_s")}))
+        (tmp / "scenario.json").write_text(jsonout.dumps(self.scenario, indent=1, sort_keys=True))
+        (tmp / "manifest.json").write_text(jsonout.dumps(self.manifest, indent=1, sort_keys=True))
 
     def table(self) -> str:
         """The compact per-class table the CLI prints."""

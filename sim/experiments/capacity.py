@@ -41,6 +41,7 @@ from sim.core.errors import ScenarioError
 from sim.experiments.slos import ProbeLost, SloWatch, check_point
 from sim.outdir import LEGACY, write_file, write_marker
 from sim.progress import progress_bar
+from sim import jsonout
 
 DESIGNS = ("shared", "partitioned")
 
@@ -422,7 +423,7 @@ def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, "capacity", sorted(LEGACY["capacity"][1]))
-    write_file(out / "capacity.json", json.dumps(rep.to_dict(), indent=1, default=str))
+    write_file(out / "capacity.json", jsonout.dumps(rep.to_dict(), indent=1, default=str))
     rows = []
     for p in rep.points:
         row = {k: v for k, v in p.items() if k not in ("classes", "counts")}

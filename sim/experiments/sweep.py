@@ -42,6 +42,7 @@ from plumbing.numbers import in_range
 from sim.config import apply_override
 from sim.outdir import hold_lock, write_file
 from sim.progress import progress_bar
+from sim import jsonout
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SPECIAL_AXES = ("policy", "load", "seed")
@@ -210,7 +211,7 @@ def write_run(spec: RunSpec, res, runs_dir: Path) -> Path:
     final = runs_dir / spec.run_id
     with staged(final, "run") as tmp:  # replaces an earlier spec's run there in one exchange
         res.write_into(tmp)
-        (tmp / RUN_FILE).write_text(json.dumps({"run_id": spec.run_id, "axes": spec.axes,
+        (tmp / RUN_FILE).write_text(jsonout.dumps({"run_id": spec.run_id, "axes": spec.axes,
                                                 "load_scale": spec.load_scale, "digest": spec.digest},
                                                indent=1, sort_keys=True, default=str))
     return final
@@ -348,7 +349,7 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
         else:
             report.failed[spec.run_id] = outcome["error"]
             fail_dir.mkdir(exist_ok=True)
-            write_file(ff, json.dumps({"run_id": spec.run_id, "axes": spec.axes, **outcome}, indent=1,
+            write_file(ff, jsonout.dumps({"run_id": spec.run_id, "axes": spec.axes, **outcome}, indent=1,
                                      default=str))
         if bar is not None:
             bar.update(1)
@@ -377,7 +378,7 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
             "time_s": _time_report(times, report, _n_workers(backend, workers, len(todo)),
                                    time.perf_counter() - t1),
             **(meta or {})}
-    write_file(out / "sweep.json", json.dumps(info, indent=1, default=str))
+    write_file(out / "sweep.json", jsonout.dumps(info, indent=1, default=str))
     return report
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from sim.outdir import write_file
 from sim.experiments.tune import STUDY, VIOLATION, TuneSpec, fmt_value, evaluated, measure
+from sim import jsonout
 
 
 def trials_frame(spec: TuneSpec, study) -> pd.DataFrame:
@@ -193,8 +194,8 @@ def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True) -> 
                              .get(o.name, {}).get("std")}
     info["noise"] = noise
     info["importance"] = importance(spec, study)
-    write_file(out / "importance.json", json.dumps(info["importance"], indent=1))
-    write_file(out / "tune.json", json.dumps(info, indent=1, default=str))
+    write_file(out / "importance.json", jsonout.dumps(info["importance"], indent=1))
+    write_file(out / "tune.json", jsonout.dumps(info, indent=1, default=str))
     if plots and len(df):
         plot_front(spec, df, front, default, out / "pareto.png")
     return info
