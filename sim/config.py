@@ -32,6 +32,10 @@ from workloads.library import DEFAULT_SCENARIO, shipped_scenario
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
+# Simulated times are integer nanoseconds (int64 wraps past about 9.2e9 s); 1e9 s, about 31
+# years, leaves room for a drain after the horizon.
+MAX_TIME_S = 1e9
+
 class SpeculativeConfig(BaseModel):
     """Speculative decoding: a draft model proposes ``k`` tokens per decoding sequence per step;
     the target verifies all ``k + 1`` positions in one forward pass; each draft token is
@@ -143,7 +147,8 @@ class Scenario(BaseModel):
     name: str = Field("scenario", description="the run's name: its results folder is <name>-<timestamp> "
                                                 "(letters, digits, '.', '_', '-'; not starting with '.')")
     seed: int = Field(0, ge=0, description="random seed (an integer >= 0)")
-    horizon_s: float = Field(60.0, gt=0, description="arrivals stop here, s")
+    horizon_s: float = Field(60.0, gt=0, le=MAX_TIME_S, description="arrivals stop here, s (at most 1e9 s: "
+                             "times are integer nanoseconds)")
     drain: bool = Field(True, description="run until every admitted request ends; false: stop at horizon")
     engine: EngineConfig = EngineConfig()
     policy: PolicyConfig = PolicyConfig()

@@ -53,7 +53,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from plumbing.numbers import in_range
+from plumbing.numbers import in_range, is_number
 from sim.core.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
@@ -384,6 +384,18 @@ def linear_profile(spec: dict, where: str = "engine.profile") -> CostModel:
     )
 
 
+def _terms(spec: dict, key: str, where: str) -> tuple[float, ...]:
+    """A list of finite numbers >= 0 (a negative step time would be clamped to 1 ns at every
+    step without a word; NaN would stop the run midway)."""
+    raw = spec.get(key, ())
+    if not isinstance(raw, (list, tuple)):
+        raise ProfileError(f"{where}.{key}: expected a list of finite numbers >= 0 (got {raw!r})")
+    for i, v in enumerate(raw):
+        if not is_number(v) or v < 0:
+            raise ProfileError(f"{where}.{key}[{i}]: expected a finite number >= 0 (got {v!r})")
+    return tuple(float(x) for x in raw)
+
+
 def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
     """Build a CostModel from a parsed profile JSON document."""
     if not isinstance(data, dict):
@@ -410,8 +422,8 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
             raise ProfileError(f"{where}.model: missing key {exc} (expected layers, kv_heads, head_dim)") from None
     s = data["step"]
     sw = f"{where}.step"
-    knots = tuple(float(x) for x in s.get("token_knots", ()))
-    vals = tuple(float(x) for x in s.get("token_s", ()))
+    knots = _terms(s, "token_knots", sw)
+    vals = _terms(s, "token_s", sw)
     if len(knots) != len(vals):
         raise ProfileError(f"{sw}: token_knots and token_s must have the same length "
                            f"(got {len(knots)} and {len(vals)})")
