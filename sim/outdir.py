@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
+import glob
 import json
 import os
+import re
 import shutil
+import sys
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,16 +38,22 @@ TMP_TAG = ".tmp-"
 
 # Per kind: the files that show a folder is that kind's result when it has no marker (a result of
 # an older version, or one whose marker is not written yet), and every file that kind writes.
-LEGACY = {
-    "run": (("manifest.json",), {"requests.parquet", "timeseries.parquet", "iterations.parquet", "summary.json",
-                              "perf.json", "scenario.json", "manifest.json", "figures", "replicas", "groups"}),
-    "sweep": (("sweep.json", ".sweep.lock"), {"sweep.json", "sweep.parquet", "runs", "failures", "figures", ".sweep.lock"}),
-    "tune": (("study.db", ".tune.lock"), {"study.db", "trials.parquet", "pareto.csv", "pareto.png", "best.toml", "importance.json",
-                          "tune.json", "evals", ".tune.lock"}),
-    "capacity": (("capacity.json", ".capacity.lock"), {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
+KINDS = {
+    "run": (("manifest.json",),
+            {"requests.parquet", "timeseries.parquet", "iterations.parquet", "summary.json", "perf.json",
+             "scenario.json", "manifest.json", "figures", "replicas", "groups"}),
+    "sweep": (("sweep.json", ".sweep.lock"),
+              {"sweep.json", "sweep.parquet", "runs", "failures", "figures", ".sweep.lock"}),
+    "tune": (("study.db", ".tune.lock"),
+             {"study.db", "trials.parquet", "pareto.csv", "pareto.png", "best.toml", "importance.json", "tune.json",
+              "evals", ".tune.lock"}),
+    "capacity": (("capacity.json", ".capacity.lock"),
+                 {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
 }
 
-LATER = {"run": ("figures",)}  # what a command may add to a result after it was published (priosim plot)
+LOCKS = {"sweep": ".sweep.lock", "tune": ".tune.lock", "capacity": ".capacity.lock"}  # flock'd by the writer
+# a temporary name this module makes: ".NAME.tmp-PID-<8 hex>" (or "-old", an exchange's fallback)
+_TMP_RE = re.compile(r"\..+" + re.escape(TMP_TAG) + r"([0-9]+)-(?:[0-9a-f]{8}|old)")
 
 
 class OutError(ValueError):
@@ -62,7 +72,7 @@ def marker(folder: Path) -> dict | None:
                 return doc
         except (OSError, ValueError):
             return None
-    for kind, (keys, files) in LEGACY.items():
+    for kind, (keys, files) in KINDS.items():
         if any((folder / key).exists() for key in keys):
             return {"kind": kind, "files": sorted(p.name for p in folder.iterdir() if p.name in files)}
     return None
@@ -72,7 +82,7 @@ def foreign(folder: Path, doc: dict | None) -> list[str]:
     """Names in ``folder`` that priosim did not write there (by its marker)."""
     ours = set(doc.get("files", [])) if doc else set()
     return sorted(p.name for p in folder.iterdir()
-                  if p.name not in ours and p.name not in (MARKER, MOVED) and TMP_TAG not in p.name)
+                  if p.name not in ours and p.name not in (MARKER, MOVED) and not _TMP_RE.fullmatch(p.name))
 
 
 def write_marker(folder: Path, kind: str, files: list[str] | None = None) -> None:
@@ -81,7 +91,7 @@ def write_marker(folder: Path, kind: str, files: list[str] | None = None) -> Non
     old = marker(folder) or {}
     names = set(old.get("files", []) if old.get("kind") == kind else [])
     if files is None:
-        files = [p.name for p in folder.iterdir() if p.name not in (MARKER, MOVED) and TMP_TAG not in p.name]
+        files = [p.name for p in folder.iterdir() if p.name not in (MARKER, MOVED) and not _TMP_RE.fullmatch(p.name)]
     names.update(files)
     write_file(folder / MARKER, json.dumps({"kind": kind, "files": sorted(names)}, indent=1) + "\n")
 
@@ -113,15 +123,32 @@ def claim(out: str | Path, kind: str, *, flag: str = "--out", overwrite: bool = 
         if not resume and not overwrite:
             raise OutError(f"{flag} {given}: already holds a priosim {kind} result (pass --overwrite to "
                                f"replace it, or another --out)")
+    _check_writable(p, f"{flag} {given}")
+    return p
+
+
+def claim_file(path: str | Path, *, flag: str = "--out", overwrite: bool = False) -> Path:
+    """A file a command will write, checked before any work (:class:`OutError` otherwise): not a
+    folder, not an existing file unless ``overwrite``, in a writable folder with room."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutError(f"{flag} {path}: is a folder (expected a file name)")
+    if p.exists() and not overwrite:
+        raise OutError(f"{flag} {path}: already exists (pass --overwrite to replace it, or another {flag})")
+    _check_writable(p.parent if str(p.parent) else Path("."), f"{flag} {path}")
+    return p
+
+
+def _check_writable(p: Path, label: str) -> None:
+    """The nearest existing folder at or above ``p`` is writable and has room."""
     probe = p
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise OutError(f"{flag} {given}: {probe} is a file (expected a folder for the results)")
+        raise OutError(f"{label}: {probe} is a file (expected a folder for the results)")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutError(f"{flag} {given}: cannot write in {probe} (expected a writable folder)")
-    check_space(probe, flag=f"{flag} {given}")
-    return p
+        raise OutError(f"{label}: cannot write in {probe} (expected a writable folder)")
+    check_space(probe, flag=label)
 
 
 MIN_FREE_BYTES = 64 << 20
@@ -139,18 +166,26 @@ def check_space(folder: Path, need: int = MIN_FREE_BYTES, *, flag: str = "--out"
                        f"{need >> 20} MiB)")
 
 
-def hold_lock(lock, out: Path, what: str) -> None:
-    """Hold ``out``'s lock (``lock``: its open lock file): a second process of the same ``what``
-    (sweep, tune, capacity) waits until the first is done, then goes on from what it left."""
-    import fcntl
-    import sys
-
+@contextmanager
+def locked(out: Path, kind: str) -> Iterator[Path]:
+    """``out`` made (if need be), marked as a result of ``kind`` (a sweep, tune or capacity search,
+    which add to their folder) and held by its lock for the block: a second process of the same
+    kind waits until the first is done, then goes on from what it left."""
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"{what}: another {what} is writing into {out}; waiting for it to finish", file=sys.stderr,
-              flush=True)
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        out.mkdir(parents=True, exist_ok=True)
+        write_marker(out, kind, sorted(KINDS[kind][1]))
+        lock = open(out / LOCKS[kind], "a+")
+    except OSError as exc:
+        raise OutError(f"{out}: cannot write the {kind} folder ({exc.strerror or exc}) "
+                       f"(expected a writable folder)") from None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"{kind}: another {kind} is writing into {out}; waiting for it to finish", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        yield out
 
 
 def fresh(parent: str | Path, stem: str) -> Path:
@@ -186,18 +221,22 @@ def write_file(path: str | Path, data: str | bytes | Callable[[Path], None]) -> 
 
 
 @contextmanager
-def staged(out: str | Path, kind: str) -> Iterator[Path]:
+def staged(out: str | Path, kind: str, *, clean: bool = True) -> Iterator[Path]:
     """A fresh hidden folder beside ``out`` to fill; when the block ends without error it is
     marked with ``kind`` and published as ``out`` (replacing an old result of that kind, whose
-    foreign files are kept). On an error the temporary folder is removed and ``out`` is as it was."""
+    foreign files are kept). On an error the temporary folder is removed and ``out`` is as it was.
+    ``clean=False``: the caller has cleaned stale temporary folders itself (a sweep, once for all
+    its runs, rather than a scan of the runs folder per run)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(out)
+    if clean:
+        clean_stale(out)
     tmp = out.with_name(f".{out.name}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
         yield tmp
-        write_marker(tmp, kind, [p.name for p in tmp.iterdir() if p.name != MARKER] + list(LATER.get(kind, ())))
+        # (the kind's names too: `priosim plot` adds figures/ to a run later)
+        write_marker(tmp, kind, [p.name for p in tmp.iterdir() if p.name != MARKER] + sorted(KINDS.get(kind, ((), ()))[1]))
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -232,9 +271,12 @@ def clean_stale(out: Path) -> None:
     parent = out.parent
     if not parent.is_dir():
         return
-    for tmp in parent.glob(f".{_glob_escape(out.name)}{TMP_TAG}*"):
-        pid = tmp.name[len(out.name) + 1 + len(TMP_TAG):].split("-")[0]
-        if not tmp.is_dir() or not pid.isdigit() or _alive(int(pid)):
+    for tmp in parent.glob(f".{glob.escape(out.name)}{TMP_TAG}*"):
+        m = _TMP_RE.fullmatch(tmp.name)
+        if m is None or not tmp.is_dir() or _alive(int(m.group(1))):
+            continue
+        if tmp.name.endswith("-old") and not out.exists():  # killed inside an exchange's fallback
+            os.rename(tmp, out)
             continue
         moved = tmp / MOVED
         if moved.is_file():
@@ -250,21 +292,14 @@ def clean_stale(out: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _glob_escape(name: str) -> str:
-    import glob
-
-    return glob.escape(name)
-
-
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+    """Whether process ``pid`` runs (this one included; another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 

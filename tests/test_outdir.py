@@ -225,3 +225,27 @@ def test_capacity_resumes_from_its_kept_probes(setup, tmp_path):
     assert json.loads((out / "capacity.json").read_text())["designs"].keys() == first["designs"].keys()
     assert [d["replicas"] for d in json.loads((out / "capacity.json").read_text())["designs"].values()] == \
         [d["replicas"] for d in first["designs"].values()]
+
+
+def test_a_users_file_with_tmp_in_its_name_survives_an_overwrite(tmp_path):
+    out = tmp_path / "out"
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("old")
+    (out / "backup.tmp-1").write_text("mine")  # not a name priosim makes (.NAME.tmp-PID-<8 hex>)
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("new")
+    assert (out / "backup.tmp-1").read_text() == "mine"
+
+
+def test_an_old_result_set_aside_by_a_killed_exchange_is_restored(tmp_path):
+    """Where renameat2 is missing, an exchange sets the old result aside first; a kill before
+    the new one lands leaves only that: the next publish puts it back rather than removing it."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    aside = tmp_path / f".out.tmp-{dead.pid}-old"
+    aside.mkdir()
+    (aside / "summary.json").write_text("old")
+    from sim.outdir import clean_stale
+
+    clean_stale(tmp_path / "out")
+    assert (tmp_path / "out" / "summary.json").read_text() == "old" and not aside.exists()

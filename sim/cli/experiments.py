@@ -63,15 +63,6 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     sys.exit(min(len(rep.failed), 100))
 
 
-def _lock_file(out: Path, name: str) -> Path:
-    """The capacity folder's lock file (the folder made and marked as a capacity search's)."""
-    from sim.outdir import LEGACY, write_marker
-
-    out.mkdir(parents=True, exist_ok=True)
-    write_marker(out, "capacity", sorted(LEGACY["capacity"][1]))
-    return out / name
-
-
 def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_file: str | None) -> dict:
     """The sweep's axes (policy, load, seed, then the --grid file's) from the flags, the grid
     file and the scenario's defaults; a flag and the grid naming the same axis is an error."""
@@ -263,6 +254,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
              no_plots):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
+    from sim.outdir import OutError
     from sim.experiments.slos import parse_slos
 
     sc = load(scenario, sets, None, seed)
@@ -298,13 +290,9 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
-        with open(_lock_file(out, ".capacity.lock"), "a+") as lock:  # a second search here waits
-            from sim.outdir import hold_lock
-            hold_lock(lock, out, "capacity")
-            rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas,
-                                  load_scale=load_scale, workers=workers, log=click.echo, progress=None,
-                                  probes_dir=out / "probes")
-    except (RuntimeError, ScenarioError) as exc:
+        rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
+                              workers=workers, log=click.echo, progress=None, out_dir=out)
+    except (RuntimeError, ScenarioError, OutError) as exc:
         fail(str(exc))
     try:
         save_report(rep, out)

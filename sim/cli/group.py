@@ -3,7 +3,6 @@ loading a scenario with the CLI's overrides, and checks of output folders, worke
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -81,26 +80,14 @@ def claim_out(out, kind: str, stem: str, *, flag: str = "--out", overwrite: bool
 
 
 def check_out_file(out, flag: str = "--out", overwrite: bool = False) -> Path:
-    """A file a command will write, checked before any work: refused when it exists (unless
-    ``overwrite``) or cannot be written."""
-    from sim.outdir import OutError, check_space
+    """A file a command will write, checked before any work (:func:`sim.outdir.claim_file`):
+    refused in one line when it exists (unless ``overwrite``) or cannot be written."""
+    from sim.outdir import OutError, claim_file
 
-    p = Path(out)
-    if p.is_dir():
-        fail(f"{flag} {out}: is a folder (expected a file name)")
-    if p.exists() and not overwrite:
-        fail(f"{flag} {out}: already exists (pass --overwrite to replace it, or another {flag})")
-    parent = p.parent if str(p.parent) else Path(".")
-    probe = parent
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        fail(f"{flag} {out}: cannot write in {probe} (expected a writable folder)")
     try:
-        check_space(probe, flag=f"{flag} {out}")
+        return claim_file(out, flag=flag, overwrite=overwrite)
     except OutError as exc:
         fail(str(exc))
-    return p
 
 
 def check_workers(value, flag: str = "--workers"):

@@ -39,7 +39,7 @@ import pandas as pd
 
 from sim.core.errors import ScenarioError
 from sim.experiments.slos import ProbeLost, SloWatch, check_point
-from sim.outdir import LEGACY, write_file, write_marker
+from sim.outdir import KINDS, locked, write_file, write_marker
 from sim.progress import progress_bar
 from sim import jsonout
 
@@ -243,17 +243,29 @@ def _worst(point: dict) -> float:
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
                     early_stop: bool = True, progress: bool | None = False,
-                    apart: bool | None = None, probes_dir: str | Path | None = None) -> CapacityReport:
+                    apart: bool | None = None, out_dir: str | Path | None = None) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
     ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
     probe the partitions of ``partitioned`` one at a time (default: where that is exact, see
     :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower).
-    ``probes_dir``: each probe's outcome is kept there as it finishes, and a probe found there is
-    not simulated again, so a search that was killed resumes where it stopped."""
+    ``out_dir``: the search's folder, held by its lock for the search: each probe's outcome is
+    kept in ``out_dir/probes`` as it finishes, and a probe found there is not simulated again, so
+    a search that was killed resumes where it stopped."""
+    if out_dir is None:
+        return _search(sc, designs, slos, None, router=router, max_replicas=max_replicas, load_scale=load_scale,
+                       workers=workers, log=log, early_stop=early_stop, progress=progress, apart=apart)
+    with locked(Path(out_dir), "capacity") as out:
+        return _search(sc, designs, slos, out / "probes", router=router, max_replicas=max_replicas,
+                       load_scale=load_scale, workers=workers, log=log, early_stop=early_stop, progress=progress,
+                       apart=apart)
+
+
+def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, max_replicas: int,
+            load_scale: float, workers: int | None, log, early_stop: bool, progress, apart) -> CapacityReport:
     search = _Search(sc, designs, slos, router=router, max_replicas=max_replicas, load_scale=load_scale,
                      workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart,
-                     probes=Path(probes_dir) if probes_dir is not None else None)
+                     probes=probes)
     t0 = time.perf_counter()
     with search.running(progress):
         while search.probe_round():
@@ -284,6 +296,8 @@ class _Search:
         self.pool = None
         self.bar = None
         self.probes = probes
+        # what every probe's outcome depends on besides its own cluster (its file name's key)
+        self.base_key = json.dumps(sc.to_dict(), sort_keys=True, default=str) if probes is not None else ""
 
     @contextmanager
     def running(self, progress: bool | None):
@@ -310,12 +324,15 @@ class _Search:
 
     def run_all(self, jobs: list[tuple[str, tuple]]) -> None:
         """Simulate the points not simulated yet (in parallel when there are workers)."""
-        todo = [(d, c) for d, c in dict.fromkeys(jobs) if (d, c) not in self.cache]
-        kept = {dc: self.kept(*dc) for dc in todo}
-        for dc in todo:
-            if kept[dc] is not None:
-                self.record_point(*dc, kept[dc])
-        todo = [dc for dc in todo if kept[dc] is None]
+        todo = []
+        for d, c in dict.fromkeys(jobs):
+            if (d, c) in self.cache:
+                continue
+            r = self.kept(d, c)
+            if r is None:
+                todo.append((d, c))
+            else:
+                self.record_point(d, c, r)
         args = [self.task(d, c) for d, c in todo]
         outs = self.pool.map(_eval_task, args) if self.pool is not None else map(_eval_task, args)
         for (d, c), out in zip(todo, outs):
@@ -328,7 +345,7 @@ class _Search:
         """Where the outcome of design ``d`` at counts ``c`` is kept: named by everything that
         decides it (the scenario, the cluster, the load, the SLOs, early stopping)."""
         _, cluster, load, slos, watch, *only = self.task(d, c)
-        key = json.dumps([self.base.to_dict(), cluster, load, slos, watch, only], sort_keys=True, default=str)
+        key = self.base_key + json.dumps([cluster, load, slos, watch, only], sort_keys=True, default=str)
         return self.probes / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.json"
 
     def kept(self, d: str, c: tuple) -> dict | None:
@@ -422,7 +439,7 @@ def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
     """Write ``capacity.json`` and ``points.csv`` into ``out_dir``, each whole or not at all."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_marker(out, "capacity", sorted(LEGACY["capacity"][1]))
+    write_marker(out, "capacity", sorted(KINDS["capacity"][1]))
     write_file(out / "capacity.json", jsonout.dumps(rep.to_dict(), indent=1, default=str))
     rows = []
     for p in rep.points:

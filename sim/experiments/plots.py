@@ -37,7 +37,7 @@ def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
     """Save ``fig`` as PNG and SVG. The constrained layout already fits titles and legends, so
     no ``bbox_inches="tight"`` (it draws every figure twice); PNGs use light zlib compression
     (encoding was a third of the time at the default level, the files are ~10% larger)."""
-    from sim.outdir import write_file, write_marker
+    from sim.outdir import write_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -45,7 +45,6 @@ def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
         opts = {"pil_kwargs": {"compress_level": 1}} if ext == "png" else {}
         paths.append(write_file(out_dir / f"{name}.{ext}",
                                 lambda t, ext=ext, opts=opts: fig.savefig(t, format=ext, dpi=DPI, **opts)))
-    write_marker(out_dir, "figures", [p.name for p in paths])
     return paths
 
 
@@ -252,9 +251,13 @@ def fig_timeline(d: dict, max_requests: int = 40) -> Figure | None:
 
 def _save_all(figs: dict[str, Figure], out: Path) -> list[Path]:
     """Save every figure of ``figs`` (name -> figure) into ``out``; the files written."""
+    from sim.outdir import write_marker
+
     paths: list[Path] = []
     for name, fig in figs.items():
         paths += _save(fig, out, name)
+    if paths:
+        write_marker(out, "figures", [p.name for p in paths])  # (once: it reads and rewrites the marker)
     return paths
 
 

@@ -40,14 +40,13 @@ import pandas as pd
 
 from plumbing.numbers import in_range
 from sim.config import apply_override
-from sim.outdir import hold_lock, write_file
+from sim.outdir import write_file
 from sim.progress import progress_bar
 from sim import jsonout
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SPECIAL_AXES = ("policy", "load", "seed")
 RUN_FILE = "sweep_run.json"  # written into each run folder; its presence marks a sweep run
-LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep writing into the folder
 
 
 @dataclass(frozen=True)
@@ -209,11 +208,12 @@ def write_run(spec: RunSpec, res, runs_dir: Path) -> Path:
     from sim.outdir import staged
 
     final = runs_dir / spec.run_id
-    with staged(final, "run") as tmp:  # replaces an earlier spec's run there in one exchange
+    # replaces an earlier spec's run there in one exchange; the sweep cleaned stale parts at its start
+    with staged(final, "run", clean=False) as tmp:
         res.write_into(tmp)
         (tmp / RUN_FILE).write_text(jsonout.dumps({"run_id": spec.run_id, "axes": spec.axes,
-                                                "load_scale": spec.load_scale, "digest": spec.digest},
-                                               indent=1, sort_keys=True, default=str))
+                                                   "load_scale": spec.load_scale, "digest": spec.digest},
+                                                  indent=1, sort_keys=True, default=str))
     return final
 
 
@@ -300,21 +300,13 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
     """
     if backend not in ("local", "ray"):
         raise ValueError(f"'backend' must be 'local' or 'ray' (got {backend!r})")
-    from sim.outdir import LEGACY, claim, write_marker
+    from sim.outdir import claim, locked
 
     out = claim(out_dir, "sweep", resume=True)  # a sweep adds to its own folder only
     ids = [s.run_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("specs: run ids must be unique")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        write_marker(out, "sweep", sorted(LEGACY["sweep"][1]))
-        lock = open(out / LOCK_FILE, "a+")
-    except OSError as exc:
-        raise ValueError(f"{out}: cannot write the sweep folder ({exc.strerror or exc}) "
-                         f"(expected a writable folder)") from None
-    with lock:
-        hold_lock(lock, out, "sweep")
+    with locked(out, "sweep"):
         return _run_sweep_locked(specs, out, base_dir, source, backend, workers, address, progress,
                                  trace_iterations, meta, on_result)
 

@@ -40,10 +40,9 @@ from plumbing.numbers import is_number
 from sim.experiments.slos import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
-from sim.outdir import LEGACY, hold_lock, write_marker
+from sim.outdir import claim, locked
 
 STUDY = "tune"
-LOCK_FILE = ".tune.lock"  # held (flock) by the tune writing into the folder
 VIOLATION = 1e6  # constraint value of an SLO whose metric is missing (no request finished)
 SLO_KEYS = {"ttft": "ttft_p99_s", "tpot": "tpot_p99_s", "done_by": None}
 CLASS_EXTRA = ("itl_p50_s", "itl_p99_s", "itl_std_s", "evicted_miss_prefill_s", "swap_s", "recompute_s",
@@ -337,7 +336,6 @@ def open_study(spec: TuneSpec, out_dir: Path, trials: int, resume: bool, seed: i
     if resume and not db.exists():
         raise TuneError(f"--resume: {out_dir} holds no tune (no study.db)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_marker(out_dir, "tune", sorted(LEGACY["tune"][1]))
     storage = f"sqlite:///{db.resolve()}"
     directions = ["maximize" if o.maximize else "minimize" for o in spec.objectives]
     study = optuna.create_study(storage=storage, study_name=STUDY, directions=directions,
@@ -432,12 +430,8 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
              address: str | None = None, resume: bool = False, seed: int = 0, log=print) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
     docstring). ``workers`` trials are asked at a time; their seeds' simulations run together."""
-    from sim.outdir import claim
-
     out = claim(out_dir, "tune", resume=True)  # a tune adds to its own folder only
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK_FILE, "a+") as lock:  # a second tune into the folder waits for the first
-        hold_lock(lock, out, "tune")
+    with locked(out, "tune"):  # (marked as a tune's; a second tune into it waits for the first)
         return _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log)
 
 
