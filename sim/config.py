@@ -19,8 +19,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_serializer,
+                      field_validator, model_validator)
 
 from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError
@@ -112,6 +112,30 @@ class EngineConfig(BaseModel):
     prefix_caching: bool = Field(False, description="share cached prompt-prefix blocks between requests (hash_ids)")
     prefix_block_tokens: int = Field(512, ge=1, description="tokens per prefix hash id (Mooncake: 512); a multiple of block_size")
     speculative: SpeculativeConfig | None = Field(None, description="speculative decoding (off when absent)")
+    engine: Literal["vllm", "sglang"] | None = Field(
+        None, description="the real engine modelled: its version's defaults on the profile's GPU fill every "
+                          "engine key not set here (docs/engines.md); absent: priosim's own defaults")
+    engine_version: str | None = Field(None, description="the engine's release, e.g. '0.11.0' (absent: the "
+                                                         "latest priosim knows)")
+    entrypoint: Literal["server", "offline"] = Field(
+        "server", description="how the engine is run, where its defaults differ: 'server' (vllm serve, "
+                              "sglang.launch_server) or 'offline' (vLLM's LLM class)")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vLLM's share of GPU memory for weights, activations and KV cache; sets "
+                                      "kv_blocks from the profile's GPU memory (absent: the profile's KV memory)")
+    mem_fraction_static: float | None = Field(
+        None, gt=0, le=1, description="SGLang's share of GPU memory for weights and the KV pool; sets kv_blocks")
+    # engine keys filled from `engine`'s defaults (sim.engines.resolve), left out of the scenario as written
+    _defaults: frozenset = PrivateAttr(default_factory=frozenset)
+
+    @property
+    def defaults_applied(self) -> dict:
+        """The engine keys taken from ``engine``'s defaults, with their values."""
+        return {k: getattr(self, k) for k in sorted(self._defaults)}
+
+    def as_written(self, mode: str = "python") -> dict:
+        """The settings as the scenario gives them, without the engine's defaults."""
+        return {k: v for k, v in self.model_dump(mode=mode).items() if k not in self._defaults}
 
 
 class ClassConfig(BaseModel):
@@ -227,7 +251,9 @@ class Scenario(BaseModel):
         return {} if not v else v
 
     def to_dict(self) -> dict:
-        return self.model_dump(mode="json")
+        d = self.model_dump(mode="json")
+        d["engine"] = self.engine.as_written(mode="json")
+        return d
 
 
 def parse_value(text: str) -> Any:
@@ -311,9 +337,18 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
         sc = Scenario.model_validate(data)
     except ValidationError as err:
         raise ScenarioError(format_error(source, err)) from None
+    sc = _with_engine_defaults(sc)
     _validate_parts(sc)
     _warn_suspicious(sc)
     return sc
+
+
+def _with_engine_defaults(sc: Scenario) -> Scenario:
+    """``sc`` with its engine's defaults filled in (:func:`sim.engines.resolve`)."""
+    from sim.engines import resolve
+
+    eng = resolve(sc.engine, Path(sc.base_dir), sc.source)
+    return sc if eng is sc.engine else sc.model_copy(update={"engine": eng})
 
 
 def with_cluster(sc: Scenario, cluster: dict) -> Scenario:

@@ -180,7 +180,10 @@ def group_engine(sc, g: GroupConfig):
     """The engine settings of group ``g``'s replicas: ``[engine]`` with the group's overrides."""
     if not g.engine:
         return sc.engine
-    return type(sc.engine).model_validate({**sc.engine.model_dump(), **g.engine})
+    from sim.engines import resolve
+
+    eng = type(sc.engine).model_validate({**sc.engine.as_written(), **g.engine})
+    return resolve(eng, Path(sc.base_dir), sc.source)
 
 
 def group_policy(sc, g: GroupConfig):

@@ -199,6 +199,7 @@ def test_the_sys_path_check_sees_edits(tmp_path):
 # before it in this list, never one after it (docs/architecture.md, "Layers")
 SIM_LAYERS = [
     ("core", lambda rel: rel.startswith("sim/core/")),
+    ("engines", lambda rel: rel.startswith("sim/engines/")),
     ("top", lambda rel: rel.count("/") == 1 and rel not in ("sim/run.py", "sim/__init__.py")),
     ("cluster", lambda rel: rel.startswith("sim/cluster/")),
     ("run", lambda rel: rel in ("sim/run.py", "sim/__init__.py")),

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
+from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 from sim.cli.group import check_load, check_out_file, check_workers, claim_out, csv_list, fail, hint_native, load, main
 
 
@@ -28,8 +29,9 @@ from sim.cli.group import check_load, check_out_file, check_workers, claim_out, 
 @click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
+@engine_flag_options
 def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backend, address, trace_iterations,
-          no_plots, progress):
+          no_plots, progress, engine_args, sglang_args):
     """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
 
     Each run lands in DIR/runs/<axes>/ atomically; a rerun with the same DIR skips finished runs.
@@ -37,7 +39,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     failed runs (at most 100; 130 when interrupted; 2 for bad input before any run)."""
     from sim.experiments.sweep import run_sweep
 
-    sc = load(scenario, sets, None, None)
+    sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, None)
     check_workers(workers)
     axes = _sweep_axes(sc, policies, loads, seeds, grid_file)
     specs, repeats = _sweep_specs(sc, axes)
@@ -151,8 +153,9 @@ def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
 @click.option("--resume", is_flag=True, help="continue the tune in --out (finished trials are kept)")
 @click.option("--sampler-seed", type=int, default=0, show_default=True, help="the optimiser's random seed")
 @click.option("--no-plots", is_flag=True, help="do not draw pareto.png")
+@engine_flag_options
 def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, workers, backend, address, resume,
-         sampler_seed, no_plots):
+         sampler_seed, no_plots, engine_args, sglang_args):
     """Search SCENARIO's knobs (Optuna) for the configuration that meets the SLOs and maximises a metric.
 
     One metric: TPE with the SLOs as constraints; several (--maximize/--minimize): NSGA-II and a
@@ -167,7 +170,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     from sim.experiments import tune as tn
     from sim.experiments.tune_report import write_report
 
-    sc = load(scenario, sets, None, None)
+    sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, None)
     try:
         spec, trials, k = _tune_spec(sc, space, slos, maximize, minimize, trials, seeds)
     except tn.TuneError as exc:
@@ -217,7 +220,13 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
     """Print the best configuration beside the defaults, seed noise, importances and counts."""
     from sim.experiments.tune_report import side_by_side
 
+    from sim.engines import priosim_only
+
     click.echo(side_by_side(spec, info))
+    for key, value in (info.get("best") or {}).get("params", {}).items():
+        what = priosim_only(key, value)
+        if what:
+            click.echo(f"priosim-only: {key} = {value!r} has no vLLM or SGLang flag ({what}; docs/engines.md)")
     for name, n in info["noise"].items():
         if n["median_std"] is not None:
             rel = f" ({n['median_rel_std']:.1%} of the mean)" if n["median_rel_std"] is not None else ""
@@ -250,14 +259,15 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 @click.option("--out", type=click.Path(file_okay=False), help="folder (default results/capacity-<name>-<timestamp>/)")
 @click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here")
 @click.option("--no-plots", is_flag=True, help="do not draw the figure")
+@engine_flag_options
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
-             no_plots):
+             no_plots, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
     from sim.experiments.slos import parse_slos
 
-    sc = load(scenario, sets, None, seed)
+    sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, seed)
     check_workers(workers)
     names = csv_list(designs, str, "designs")
     for d in names:
@@ -299,6 +309,10 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     except OSError as exc:
         fail(f"--out {out}: cannot write the report ({exc.strerror or exc})")
     click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    from sim.engines import priosim_only_settings
+
+    for line in priosim_only_settings(sc):
+        click.echo(f"priosim-only: {line} (no vLLM or SGLang flag; docs/engines.md)")
     for d, a in rep.designs.items():
         if a.get("note"):
             click.echo(f"{d}: {a['note']}")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError
+from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, hint_native, load, main
 
 
@@ -24,11 +25,13 @@ from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, hint_na
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
-def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient):
+@engine_flag_options
+def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, engine_args,
+        sglang_args):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
-    sc = load(scenario, sets, policy, seed)
+    sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), policy, seed)
     out = claim_out(out, "run", sc.name, overwrite=overwrite)
     try:
         res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)

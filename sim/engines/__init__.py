@@ -1,0 +1,255 @@
+"""Real serving engines' own settings: the defaults an engine version applies on a GPU, and the
+engine's command-line flags translated to priosim's scenario keys.
+
+``engine.engine = "vllm" | "sglang"`` (with ``engine.engine_version``) makes every engine key the
+scenario does not set take that version's default on the profile's GPU: batch limits, chunked
+prefill, prefix caching, block size, how waiting requests may preempt, the overhead preset, and the
+KV capacity from the engine's memory setting (``gpu_memory_utilization`` / ``mem_fraction_static``).
+Keys the scenario sets win. Each engine is one module here (:mod:`sim.engines.vllm`,
+:mod:`sim.engines.sglang`) registered in :data:`ENGINES`.
+
+``--engine-args "--max-num-seqs 64 ..."`` (vLLM) and ``--sglang-args "..."`` become ``--set``
+overrides (:func:`flags_to_overrides`); a flag priosim does not model is named in one warning line,
+never dropped without a word.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from plumbing.registry import Registry
+from sim.engines.gpu import Gpu
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One engine command-line flag: the scenario key it sets and how its text becomes a value.
+
+    ``key`` is a dotted scenario key (``engine.max_num_seqs``); ``parse`` turns the flag's text
+    into the value (None for a switch, which sets ``switch``)."""
+
+    key: str
+    parse: Callable[[str], Any] | None = None
+    switch: Any = True
+    #: more keys a flag sets beside ``key`` (``--scheduling-policy priority`` also lets waiting
+    #: requests preempt as that engine does): value -> {key: value}
+    also: Callable[[Any], dict] | None = None
+
+
+@dataclass(frozen=True)
+class EngineFamily:
+    """A real engine: its defaults by version and GPU, and its flags.
+
+    ``defaults(version, gpu, entrypoint, tp)`` returns engine keys (``EngineConfig`` field names)
+    and their values; ``memory_key`` is the engine's memory-fraction setting that sets the KV
+    capacity (:func:`sim.engines.gpu.kv_capacity_bytes`)."""
+
+    name: str
+    latest: str
+    defaults: Callable[[tuple, Gpu, str, int], dict]
+    memory_key: str
+    flags: dict[str, Flag]
+    #: flags that change nothing a simulation models (addresses, logging, names): accepted quietly
+    inert: frozenset[str] = field(default_factory=frozenset)
+
+
+ENGINES: Registry = Registry("engine")
+
+
+def version_tuple(text: str | None, latest: str) -> tuple[int, int, int]:
+    """``"0.11.0"``, ``"v0.5.3.post3"``, ``"0.9"`` -> (0, 11, 0); None: ``latest``."""
+    m = re.match(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text if text is not None else latest))
+    if not m:
+        raise ValueError(f"expected a version such as {latest} (got {text!r})")
+    return tuple(int(g or 0) for g in m.groups())  # type: ignore[return-value]
+
+
+def family(name: str) -> EngineFamily:
+    """The registered engine ``name`` (KeyError with a "did you mean" otherwise)."""
+    from sim.engines import sglang, vllm  # noqa: F401  (registers them)
+    return ENGINES.resolve(name)
+
+
+def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args") -> tuple[list[str], list[str]]:
+    """An engine's flags (``"--max-num-seqs 64 --enable-prefix-caching"``) as ``--set``
+    overrides (``engine.engine="vllm"`` first), and the flags priosim does not model (each with
+    its value). Raises ValueError (one line) for a flag's bad value or a missing value."""
+    fam = family(engine)
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"{option}: cannot split {text!r} into flags ({exc})") from None
+    out = [f'engine.engine="{fam.name}"']
+    unmodelled: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            raise ValueError(f"{option}: '{word}' is not a flag (expected --flag or --flag VALUE)")
+        name, eq, inline = word.partition("=")
+        name = name.replace("_", "-")
+        takes_value = eq or (i + 1 < len(words) and not words[i + 1].startswith("--"))
+        value = inline if eq else (words[i + 1] if takes_value else None)
+        i += 1 if eq or not takes_value else 2
+        flag = fam.flags.get(name)
+        if flag is None:
+            if name not in fam.inert:
+                unmodelled.append(name if value is None else f"{name} {value}")
+            continue
+        if flag.parse is None:
+            if value is not None and not eq:  # a switch followed by a word: the word is not its value
+                i -= 1
+            val = flag.switch
+        else:
+            if value is None:
+                raise ValueError(f"{option}: {name} needs a value")
+            try:
+                val = flag.parse(value)
+            except ValueError:
+                raise ValueError(f"{option}: {name}: {value!r} is not a valid value "
+                                 f"(expected {getattr(flag.parse, 'expects', flag.parse.__name__)})") from None
+        sets = {flag.key: val, **(flag.also(val) if flag.also else {})}
+        out.extend(f"{k}={_toml(v)}" for k, v in sets.items())
+    return out, unmodelled
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
+
+
+def choice(*names: str) -> Callable[[str], str]:
+    """A parser accepting one of ``names``."""
+    def parse(text: str) -> str:
+        if text not in names:
+            raise ValueError(text)
+        return text
+    parse.expects = " or ".join(names)  # type: ignore[attr-defined]
+    return parse
+
+
+def fraction(text: str) -> float:
+    v = float(text)
+    if not 0.0 < v <= 1.0:
+        raise ValueError(text)
+    return v
+
+
+fraction.expects = "a fraction in (0, 1]"  # type: ignore[attr-defined]
+
+
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise ValueError(text)
+    return v
+
+
+positive_int.expects = "an integer >= 1"  # type: ignore[attr-defined]
+
+
+def resolve(cfg, base_dir, source: str):
+    """``cfg`` (an ``EngineConfig``) with the keys it does not set taken from its engine's defaults
+    on the profile's GPU, and its KV blocks from the engine's memory fraction; ``cfg`` itself when
+    it names no engine and no memory fraction. The filled keys are remembered
+    (``cfg.defaults_applied``) so that the scenario as written (``Scenario.to_dict``) leaves them
+    out, and a changed profile picks its own GPU's defaults."""
+    from plumbing.notices import warn
+    from sim.core.errors import ScenarioError
+    from sim.engines import gpu as gpus
+
+    given = {k for k in cfg.model_fields_set if getattr(cfg, k) is not None}  # None: not set
+    if cfg.engine is None and cfg.gpu_memory_utilization is None and cfg.mem_fraction_static is None:
+        return cfg
+    gpu = gpus.load(cfg.profile, base_dir) or gpus.Gpu("", 0.0, 0.0, 0.0, 0.9, 1)
+    updates: dict = {}
+    memory_key = None
+    if cfg.engine is not None:
+        fam = family(cfg.engine)
+        try:
+            version = version_tuple(cfg.engine_version, fam.latest)
+        except ValueError as exc:
+            raise ScenarioError(f"{source}: engine.engine_version: {exc}") from None
+        other = "mem_fraction_static" if fam.memory_key == "gpu_memory_utilization" else "gpu_memory_utilization"
+        if getattr(cfg, other) is not None:
+            raise ScenarioError(f"{source}: engine.{other}: not a setting of {fam.name} "
+                                f"(expected engine.{fam.memory_key})")
+        updates = {k: v for k, v in fam.defaults(version, gpu, cfg.entrypoint, gpu.tp).items() if k not in given}
+        memory_key = fam.memory_key
+    elif cfg.gpu_memory_utilization is not None and cfg.mem_fraction_static is not None:
+        raise ScenarioError(f"{source}: engine.mem_fraction_static: set with engine.gpu_memory_utilization "
+                            f"(expected one: vLLM's or SGLang's)")
+    else:
+        memory_key = "gpu_memory_utilization" if cfg.gpu_memory_utilization is not None else "mem_fraction_static"
+    if cfg.kv_blocks == 0:  # 0: derive them (from the profile, here from the memory fraction)
+        fraction = getattr(cfg, memory_key) if getattr(cfg, memory_key) is not None else updates.get(memory_key)
+        kv = (gpus.vllm_kv_bytes if memory_key == "gpu_memory_utilization" else gpus.sglang_kv_bytes)(gpu, fraction)
+        block_size = updates.get("block_size", cfg.block_size)
+        bb = _block_bytes(cfg, base_dir, block_size) if kv > 0 else 0
+        if bb > 0:
+            updates["kv_blocks"] = max(1, int(kv // bb))
+        elif gpu.memory_bytes > 0 and gpu.weights_bytes > 0:
+            raise ScenarioError(f"{source}: engine.{memory_key} = {fraction:g}: the weights "
+                                f"({gpu.weights_bytes / 1e9:.1f} GB per GPU) leave no KV memory on "
+                                f"{gpu.name} (expected a larger fraction or tensor-parallel degree)")
+        elif getattr(cfg, memory_key) is not None:
+            warn(f"{source}: engine.{memory_key} does nothing: the profile does not say its GPU's memory "
+                 f"(set engine.kv_blocks instead)")
+    if not updates:
+        return cfg
+    out = cfg.model_copy(update=updates)
+    out._defaults = frozenset(updates)
+    return out
+
+
+def _block_bytes(cfg, base_dir, block_size: int) -> float:
+    from pathlib import Path
+
+    from sim.core.costs import load_profile
+    return load_profile(cfg.profile, Path(base_dir)).block_bytes(block_size)
+
+
+#: Scenario keys that change how priosim's engine schedules but that neither vLLM nor SGLang has a
+#: flag for (``*`` stands for a class): key -> (the values that are priosim-only, or None for any
+#: value but the default), and what the knob does. docs/engines.md lists them.
+PRIOSIM_ONLY = {
+    "classes.*.max_prefill_tokens_per_step": (None, "caps one class's prompt tokens per step"),
+    "classes.*.reserved_blocks": (None, "KV blocks only a class (or a more urgent one) may use"),
+    "engine.preempt_for_waiting": (("strict", "policy"), "waiting requests preempt by class or by the policy's rank"),
+    "engine.victim": (("prefix_aware",), "the cheapest victim among those the rank allows"),
+    "engine.watermark": (None, "a fraction of KV blocks kept free at admission"),
+    "engine.preemption": (("auto",), "swap or recompute chosen per victim"),
+}
+
+
+def priosim_only(key: str, value=None) -> str | None:
+    """What the priosim-only knob ``key`` does (for ``value``, when only some values are), or None
+    when the key (or value) is one a real engine has: tune and capacity mark their answers with it."""
+    pattern = re.sub(r"^classes\.[^.]+\.", "classes.*.", key)
+    entry = PRIOSIM_ONLY.get(pattern)
+    if entry is None:
+        return None
+    values, what = entry
+    if values is not None and value is not None and value not in values:
+        return None
+    return what
+
+
+def priosim_only_settings(sc) -> list[str]:
+    """The priosim-only settings scenario ``sc`` uses (``key = value: what it does``)."""
+    found = []
+    for i, c in enumerate(sc.classes):
+        for field in ("max_prefill_tokens_per_step", "reserved_blocks"):
+            if getattr(c, field):
+                found.append(f"classes.{c.name}.{field} = {getattr(c, field)}: {priosim_only('classes.*.' + field)}")
+    for field in ("preempt_for_waiting", "victim", "watermark", "preemption"):
+        value = getattr(sc.engine, field)
+        what = priosim_only(f"engine.{field}", value)
+        if what and value:
+            found.append(f"engine.{field} = {value!r}: {what}")
+    return found

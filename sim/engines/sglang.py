@@ -1,0 +1,73 @@
+"""SGLang: the defaults each release applies on a GPU, and its ``sglang.launch_server`` flags.
+
+As read in SGLang's ``python/sglang/srt/server_args.py`` (``__post_init__`` and, from 0.4, its
+GPU-memory settings):
+
+* ``chunked_prefill_size`` (priosim's token budget per step): 8192 before 0.4; from 0.4 by GPU
+  memory: 2048 below 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, else 16384.
+* ``mem_fraction_static`` (the share of GPU memory for weights and the KV pool together): before
+  0.5 by tensor-parallel degree (0.88 at TP 1, 0.87 at 2, 0.85 at 4, 0.81 at 8); from 0.5 computed
+  from what is not KV: 512 MiB + 1.5 MiB per chunk token + 128 MiB per TP rank, at least 10 GiB on
+  a GPU of more than 60 GiB (CUDA-graph memory, which SGLang adds too, is left out: an estimate).
+* page size 1 token (priosim's block size), the radix prefix cache on (16-token prefix hashes),
+  waiting requests never preempt (priority scheduling is off unless asked for), at most 1024
+  running requests (SGLang derives its cap from the KV pool, which binds first in practice).
+* overhead preset ``sglang`` before 0.4, else ``sglang-0.5`` (overlap scheduling).
+"""
+from __future__ import annotations
+
+from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, positive_int
+from sim.engines.gpu import Gpu
+
+LATEST = "0.5.5"
+
+
+def chunk_tokens(version: tuple, gpu: Gpu) -> int:
+    if version < (0, 4, 0) or gpu.memory_bytes <= 0:
+        return 8192
+    gib = gpu.memory_gib()
+    return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
+
+
+def mem_fraction(version: tuple, gpu: Gpu, tp: int, chunk: int) -> float:
+    if version < (0, 5, 0) or gpu.memory_bytes <= 0:
+        return 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.81
+    mib = gpu.memory_bytes / 2**20
+    reserved = 512 + 1.5 * chunk + tp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
+def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
+    """Engine keys and the values SGLang ``version`` uses on ``gpu`` (see the module docstring)."""
+    chunk = chunk_tokens(version, gpu)
+    return {"overhead": "sglang" if version < (0, 4, 0) else "sglang-0.5", "max_num_seqs": 1024,
+            "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
+            "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preemption": "recompute",
+            "mem_fraction_static": mem_fraction(version, gpu, tp, chunk)}
+
+
+def _priority_on(_: bool) -> dict:
+    """``--enable-priority-scheduling``: strict priority, and SGLang's preemption of running requests
+    by waiting ones more than ``--priority-scheduling-preemption-threshold`` (10) more urgent."""
+    return {"policy.name": "priority", "engine.preempt_for_waiting": "threshold"}
+
+
+FLAGS = {
+    "--max-running-requests": Flag("engine.max_num_seqs", positive_int),
+    "--chunked-prefill-size": Flag("engine.max_batched_tokens", positive_int),
+    "--mem-fraction-static": Flag("engine.mem_fraction_static", fraction),
+    "--page-size": Flag("engine.block_size", positive_int),
+    "--disable-radix-cache": Flag("engine.prefix_caching", None, False),
+    "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
+    "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
+    "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
+}
+INERT = frozenset({
+    "--host", "--port", "--served-model-name", "--log-level", "--api-key", "--trust-remote-code",
+    "--download-dir", "--model-path", "--model", "--tokenizer-path", "--random-seed", "--log-requests",
+})
+
+ENGINES.register("sglang", EngineFamily("sglang", LATEST, defaults, "mem_fraction_static", FLAGS, INERT),
+                 "SGLang (overlap scheduling from 0.4)")

@@ -1,0 +1,71 @@
+"""vLLM: the defaults each release applies on a GPU, and its ``vllm serve`` flags.
+
+Defaults as read in vLLM's ``vllm/engine/arg_utils.py`` (``_set_default_args`` /
+``get_batch_defaults``) of each era, for the OpenAI server (``entrypoint = "server"``, what
+``vllm serve`` runs) and the offline ``LLM`` class (``"offline"``):
+
+* V0 (before 0.8): at most 256 sequences; chunked prefill off unless asked for (vLLM turned it on
+  by itself only for models of more than 32k context, with a 512-token budget: set it with
+  ``--enable-chunked-prefill --max-num-batched-tokens 512``), budget 8192 tokens; a waiting request
+  of higher priority may preempt running ones (V0's priority scheduler); overhead preset
+  ``vllm-0.4`` before 0.5, else ``vllm-0.6``.
+* V1 (0.8 and later): chunked prefill always, prefix caching on, block-level prefix hashes
+  (16 tokens); waiting requests never preempt (V1 preempts only when a running request cannot grow);
+  overhead preset ``vllm-v1``. Batch limits by GPU: 0.8.x gave H100 / H200 a budget of 8192 tokens
+  (16384 offline), other GPUs 2048 (8192), and 256 sequences; from 0.9 (vLLM PR #17885) a GPU of at
+  least 70 GiB that is not an A100 gets 8192 tokens (16384 offline) and 1024 sequences, the rest
+  2048 (8192) and 256.
+* ``gpu_memory_utilization`` 0.9, block size 16, recompute preemption.
+"""
+from __future__ import annotations
+
+from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, positive_int
+from sim.engines.gpu import Gpu
+
+LATEST = "0.11.0"
+
+
+def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
+    """Engine keys and the values vLLM ``version`` uses on ``gpu`` (see the module docstring)."""
+    offline = entrypoint == "offline"
+    out = {"block_size": 16, "preemption": "recompute", "gpu_memory_utilization": 0.9}
+    if version < (0, 8, 0):
+        out.update(overhead="vllm-0.4" if version < (0, 5, 0) else "vllm-0.6", max_num_seqs=256,
+                   max_batched_tokens=8192, chunked_prefill=False, prefix_caching=False,
+                   preempt_for_waiting="priority")
+        return out
+    out.update(overhead="vllm-v1", chunked_prefill=True, prefix_caching=True, prefix_block_tokens=16,
+               preempt_for_waiting="never")
+    if version < (0, 9, 0):
+        big = "h100" in gpu.key or "h200" in gpu.key
+        out.update(max_num_seqs=256)
+    else:
+        big = gpu.memory_gib() >= 70 and not gpu.is_a100()
+        out.update(max_num_seqs=1024 if big else 256)
+    out["max_batched_tokens"] = (16384 if offline else 8192) if big else (8192 if offline else 2048)
+    return out
+
+
+FLAGS = {
+    "--max-num-seqs": Flag("engine.max_num_seqs", positive_int),
+    "--max-num-batched-tokens": Flag("engine.max_batched_tokens", positive_int),
+    "--gpu-memory-utilization": Flag("engine.gpu_memory_utilization", fraction),
+    "--block-size": Flag("engine.block_size", positive_int),
+    "--enable-prefix-caching": Flag("engine.prefix_caching", None, True),
+    "--no-enable-prefix-caching": Flag("engine.prefix_caching", None, False),
+    "--enable-chunked-prefill": Flag("engine.chunked_prefill", None, True),
+    "--no-enable-chunked-prefill": Flag("engine.chunked_prefill", None, False),
+    "--long-prefill-token-threshold": Flag("engine.max_prefill_chunk", positive_int),
+    "--preemption-mode": Flag("engine.preemption", choice("recompute", "swap")),
+    # how a waiting request may preempt follows the era (V0: by priority; V1: never)
+    "--scheduling-policy": Flag("policy.name", choice("fcfs", "priority")),
+}
+#: Flags that change no simulated time: where the server listens, what it logs, names and paths.
+INERT = frozenset({
+    "--host", "--port", "--served-model-name", "--disable-log-requests", "--disable-log-stats",
+    "--api-key", "--trust-remote-code", "--download-dir", "--uvicorn-log-level", "--model", "--tokenizer",
+    "--seed", "--enable-log-requests", "--disable-uvicorn-access-log", "--chat-template", "--hf-token",
+})
+
+ENGINES.register("vllm", EngineFamily("vllm", LATEST, defaults, "gpu_memory_utilization", FLAGS, INERT),
+                 "vLLM (V0 before 0.8, V1 from 0.8)")

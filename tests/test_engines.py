@@ -1,0 +1,150 @@
+"""Real engines' defaults and flags (sim.engines): each version's defaults on each GPU, the flags
+translated to scenario keys, unmodelled flags named, and keys a scenario sets always winning."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.config import load_scenario
+from sim.core.errors import ScenarioError
+from sim.engines import flags_to_overrides, version_tuple
+
+MINIMAL = """name = "e"
+horizon_s = 2.0
+[engine]
+{engine}
+[[classes]]
+name = "chat"
+priority = 0
+[[streams]]
+tenant = "a"
+class = "chat"
+arrival = {{ process = "poisson", rate = 2.0 }}
+prompt_tokens = 100
+output_tokens = 10
+"""
+
+
+def scenario(tmp_path, engine: str, sets=()):
+    p = tmp_path / "s.toml"
+    p.write_text(MINIMAL.format(engine=engine))
+    return load_scenario(p, overrides=list(sets))
+
+
+@pytest.mark.parametrize("profile, version, seqs, tokens", [
+    ("h100-sxm-llama-3-8b", "0.11.0", 1024, 8192),   # >= 70 GiB, not an A100
+    ("h200-llama-3-8b", "0.11.0", 1024, 8192),
+    ("a100-80gb-llama-3-8b", "0.11.0", 256, 2048),   # A100 keeps the small defaults (vLLM PR #17885)
+    ("a100-80gb-llama-3-8b", "0.8.5", 256, 2048),
+    ("h100-sxm-llama-3-8b", "0.8.5", 256, 8192),     # 0.8: H100/H200 by name, 256 sequences
+    ("h100-sxm-llama-3-8b", "0.6.3", 256, 8192),     # V0
+])
+def test_vllm_batch_defaults_by_version_and_gpu(tmp_path, profile, version, seqs, tokens):
+    sc = scenario(tmp_path, f'engine = "vllm"\nengine_version = "{version}"\nprofile = "{profile}"')
+    assert (sc.engine.max_num_seqs, sc.engine.max_batched_tokens) == (seqs, tokens)
+    v1 = version_tuple(version, "0") >= (0, 8, 0)
+    assert sc.engine.overhead == ("vllm-v1" if v1 else "vllm-0.6")
+    assert sc.engine.preempt_for_waiting == ("never" if v1 else "priority")
+    assert sc.engine.chunked_prefill is v1 and sc.engine.prefix_caching is v1
+
+
+def test_offline_entrypoint_has_the_larger_budget(tmp_path):
+    sc = scenario(tmp_path, 'engine = "vllm"\nentrypoint = "offline"\nprofile = "h100-sxm-llama-3-8b"')
+    assert sc.engine.max_batched_tokens == 16384
+
+
+def test_keys_the_scenario_sets_win_and_are_kept_as_written(tmp_path):
+    sc = scenario(tmp_path, 'engine = "vllm"\nmax_num_seqs = 64\nprofile = "h100-sxm-llama-3-8b"')
+    assert sc.engine.max_num_seqs == 64 and sc.engine.max_batched_tokens == 8192
+    written = sc.to_dict()["engine"]
+    assert written["max_num_seqs"] == 64 and "max_batched_tokens" not in written  # a default, not written
+    assert "max_batched_tokens" in sc.engine.defaults_applied
+
+
+def test_a_changed_profile_takes_its_own_gpus_defaults(tmp_path):
+    """The scenario as written leaves the defaults out, so an override of the profile (a sweep)
+    re-derives them for the new GPU instead of keeping the first GPU's."""
+    from sim.config import scenario_from_dict
+
+    sc = scenario(tmp_path, 'engine = "vllm"\nprofile = "h100-sxm-llama-3-8b"')
+    again = scenario_from_dict(sc.to_dict(), overrides=['engine.profile="a100-80gb-llama-3-8b"'])
+    assert again.engine.max_num_seqs == 256 and sc.engine.max_num_seqs == 1024
+
+
+def test_memory_fraction_sets_the_kv_blocks(tmp_path):
+    base = scenario(tmp_path, 'profile = "h100-sxm-llama-3-8b"')
+    lo = scenario(tmp_path, 'engine = "vllm"\ngpu_memory_utilization = 0.5\nprofile = "h100-sxm-llama-3-8b"')
+    hi = scenario(tmp_path, 'engine = "vllm"\nprofile = "h100-sxm-llama-3-8b"')
+    from sim.core.costs import load_profile
+    assert hi.engine.kv_blocks == load_profile("h100-sxm-llama-3-8b").kv_blocks(16)  # the profile's 0.9
+    assert 0 < lo.engine.kv_blocks < hi.engine.kv_blocks and base.engine.kv_blocks == 0
+    # 0.4 of 80 GiB less: 0.4 x 85.5 GB / (128 KiB per token x 16 tokens)
+    assert hi.engine.kv_blocks - lo.engine.kv_blocks == pytest.approx(0.4 * 85_520_809_984 / (131072 * 16), abs=2)
+
+
+def test_sglang_pool_is_what_its_static_fraction_leaves_after_the_weights(tmp_path):
+    sg = scenario(tmp_path, 'engine = "sglang"\nprofile = "h100-sxm-qwen3-32b"')
+    vl = scenario(tmp_path, 'engine = "vllm"\nprofile = "h100-sxm-qwen3-32b"')
+    assert sg.engine.block_size == 1 and sg.engine.overhead == "sglang-0.5"
+    sg_tokens, vl_tokens = sg.engine.kv_blocks, vl.engine.kv_blocks * vl.engine.block_size
+    assert 0.5 * vl_tokens < sg_tokens < vl_tokens  # SGLang reserves more than vLLM's activation guess
+
+
+def test_weights_that_do_not_fit_are_one_line(tmp_path):
+    with pytest.raises(ScenarioError, match="leave no KV memory"):
+        scenario(tmp_path, 'engine = "vllm"\ngpu_memory_utilization = 0.5\nprofile = "h100-sxm-qwen3-32b"')
+
+
+def test_the_other_engines_memory_key_is_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="mem_fraction_static: not a setting of vllm"):
+        scenario(tmp_path, 'engine = "vllm"\nmem_fraction_static = 0.8')
+
+
+def test_flags_become_overrides_and_unmodelled_flags_are_named():
+    sets, unmodelled = flags_to_overrides(
+        "vllm", "--max-num-seqs 64 --max-num-batched-tokens=2048 --gpu-memory-utilization 0.85 "
+                "--enable-prefix-caching --scheduling-policy priority --kv-cache-dtype fp8 --port 8000 "
+                "--enforce-eager")
+    assert sets == ['engine.engine="vllm"', "engine.max_num_seqs=64", "engine.max_batched_tokens=2048",
+                    "engine.gpu_memory_utilization=0.85", "engine.prefix_caching=true", 'policy.name="priority"']
+    assert unmodelled == ["--kv-cache-dtype fp8", "--enforce-eager"]  # --port changes no simulated time
+    sets, _ = flags_to_overrides("sglang", "--max-running-requests 32 --enable-priority-scheduling --disable-radix-cache")
+    assert sets == ['engine.engine="sglang"', "engine.max_num_seqs=32", 'policy.name="priority"',
+                    'engine.preempt_for_waiting="threshold"', "engine.prefix_caching=false"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("--max-num-seqs", "--max-num-seqs needs a value"),
+    ("--max-num-seqs 0", "expected an integer >= 1"),
+    ("--gpu-memory-utilization 1.5", "expected a fraction in (0, 1]"),
+    ("--scheduling-policy lifo", "expected fcfs or priority"),
+    ("64", "is not a flag"),
+])
+def test_bad_flag_values_are_one_line(text, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        flags_to_overrides("vllm", text)
+
+
+def test_run_takes_engine_flags(tmp_path):
+    out = tmp_path / "r"
+    res = CliRunner().invoke(main, ["run", "--engine-args", "--max-num-seqs 8 --enforce-eager", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "does not model --enforce-eager" in res.output
+    eng = json.loads((out / "scenario.json").read_text())["engine"]
+    assert eng["engine"] == "vllm" and eng["max_num_seqs"] == 8
+    res = CliRunner().invoke(main, ["run", "--engine-args", "--max-num-seqs 8", "--sglang-args", "--page-size 1"])
+    assert res.exit_code == 2 and "give one" in res.output
+
+
+def test_priosim_only_knobs_are_named():
+    from sim.engines import priosim_only, priosim_only_settings
+
+    assert priosim_only("classes.batch.max_prefill_tokens_per_step", 512)
+    assert priosim_only("engine.preempt_for_waiting", "strict")
+    assert priosim_only("engine.preempt_for_waiting", "never") is None  # vLLM V1's behaviour
+    assert priosim_only("engine.max_num_seqs", 64) is None
+    sc = load_scenario(None, overrides=["classes.batch.max_prefill_tokens_per_step=512"])
+    assert any(s.startswith("classes.batch.max_prefill_tokens_per_step = 512") for s in priosim_only_settings(sc))
