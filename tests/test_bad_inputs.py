@@ -133,6 +133,23 @@ CASES = [
          {"s.toml": scenario(), "f": "x"}),
     Case("validate_profile_not_json", "validate --profile with a file that is not JSON",
          ["validate", "--profile", "p.json", "--out", "out"], {"p.json": "not json\n"}),
+    # replay of a benchmark result file
+    Case("replay_not_json", "replay of a file that is not JSON", ["replay", "r.json"], {"r.json": "{\"ttfts\": [0.1, 0.2"}),
+    Case("replay_other_json", "replay of a JSON of another kind", ["replay", "r.json"], {"r.json": '{"name": "x"}\n'}),
+    Case("replay_missing_key", "replay of a vLLM result without input_lens", ["replay", "r.json"],
+         {"r.json": '{"num_prompts": 2, "request_rate": "inf", "mean_ttft_ms": 1.0, "output_lens": [3, 4], '
+                    '"ttfts": [0.1, 0.1], "itls": [[0.01, 0.01], [0.01, 0.01, 0.01]]}'}),
+    Case("replay_summary_only", "replay of a vLLM result saved without --save-detailed", ["replay", "r.json"],
+         {"r.json": '{"num_prompts": 2, "request_rate": 4.0, "mean_ttft_ms": 12.5, "duration": 1.0}'}),
+    Case("replay_negative_length", "replay of a vLLM result with a negative output length", ["replay", "r.json"],
+         {"r.json": '{"num_prompts": 2, "request_rate": "inf", "mean_ttft_ms": 1.0, "input_lens": [5, 6], '
+                    '"output_lens": [3, -4], "ttfts": [0.1, 0.1], "itls": [[0.01, 0.01], [0.01]]}'}),
+    Case("replay_guidellm_no_tokens", "replay of a GuideLLM report whose request lacks prompt_tokens",
+         ["replay", "r.json"], {"r.json": '{"benchmarks": [{"requests": {"successful": [{"output_tokens": 3, '
+                                          '"request_start_time": 1.0, "request_end_time": 2.0}]}}]}'}),
+    Case("replay_genai_perf_truncated", "replay of a genai-perf export with a request lacking its responses",
+         ["replay", "r.json"], {"r.json": '{"experiments": [{"experiment": {"mode": "concurrency", "value": 1}, '
+                                          '"requests": [{"timestamp": 100}]}]}'}),
     Case("calibrate_cuda", "calibrate --device cuda without a GPU",
          ["calibrate", "--device", "cuda", "--shape", "tiny", "--out", "out/p.json"], {},
          skip="a CUDA device is present" if _cuda() else ""),

@@ -101,7 +101,7 @@ def test_package_imports_follow_the_layers(pkg, allowed):
 
 # the priosim commands that measure or compare against real execution: the only place sim/ may
 # import calibrate (inside the command, so that `import sim` never loads it or torch)
-CALIBRATE_COMMANDS = {"calibrate", "validate", "fidelity"}
+CALIBRATE_COMMANDS = {"calibrate", "validate", "fidelity", "replay"}
 
 
 def _function_imports(tree: ast.AST):

@@ -348,13 +348,21 @@ class ClosedLoop:
     ``think`` is a length-model table in seconds (``{dist = "exponential", mean = 5}``) or a
     number. ``mean_rate`` is the upper bound ``users / mean think`` (zero response time).
     The engine drives these through :class:`workloads.build.ClosedLoopStream`.
+
+    ``order``: ``"random"`` (each user draws its requests' lengths; a trace's rows at random)
+    or ``"sequential"`` (a benchmark client's semaphore: the users share the stream's trace
+    rows in file order, each row sent once, by the first user free, not before the row's own
+    ``arrival_s`` if the trace has times; the stream ends with the last row).
     """
 
     users: int
     think: Any = 0.0
+    order: str = "random"
 
     def __post_init__(self) -> None:
         integer("users", self.users, ge=1)
+        if self.order not in ("random", "sequential"):
+            raise WorkloadError(f"order: must be 'random' or 'sequential' (got {self.order!r})")
         if not isinstance(self.think, ClippedLength):
             try:
                 model = parse_length(self.think, integer_values=False, default_min=0.0)

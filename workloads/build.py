@@ -76,6 +76,8 @@ class ClosedLoopStream:
 
     def start(self) -> list[tuple[int, float, dict]]:
         """Each user's first request, staggered uniformly within one mean think time."""
+        if self._rows is not None:
+            return self._start_sequential()
         out = []
         for u, rng in enumerate(self._rngs):
             t = self.start_s + float(rng.random()) * self.think.mean
@@ -87,9 +89,42 @@ class ClosedLoopStream:
         """User ``user``'s next request after its answer came back at ``done_s`` (None: none)."""
         rng = self._rngs[user]
         t = float(done_s) + float(self.think.sample(rng, 1)[0])
+        if self._rows is not None:
+            return self._next_sequential(t)
         if t >= self.stop_s:
             return None
         return t, self._draw_row(rng)
+
+    def sequential(self, rows: list[dict], ready_s: np.ndarray) -> "ClosedLoopStream":
+        """Send ``rows`` in order, each once, by whichever user is free first, not before its
+        ``ready_s`` (seconds after ``start_s``): a benchmark client's concurrency semaphore
+        over a fixed request list (``order = "sequential"``)."""
+        self._rows, self._ready, self._cursor = rows, np.asarray(ready_s, dtype=float), 0
+        return self
+
+    _rows: list[dict] | None = None
+
+    def _take(self, t: float) -> tuple[float, dict] | None:
+        if self._rows is None or self._cursor >= len(self._rows):
+            return None
+        k = self._cursor
+        t = max(t, self.start_s + float(self._ready[k]))
+        if t >= self.stop_s:
+            return None
+        self._cursor += 1
+        return t, self._rows[k]
+
+    def _start_sequential(self) -> list[tuple[int, float, dict]]:
+        out = []
+        for u in range(self.users):  # (no stagger: a semaphore's first holders start together)
+            got = self._take(self.start_s)
+            if got is None:
+                break
+            out.append((u, *got))
+        return out
+
+    def _next_sequential(self, t: float) -> tuple[float, dict] | None:
+        return self._take(t)
 
     def __repr__(self) -> str:
         return (f"ClosedLoopStream(stream={self.stream}, tenant={self.tenant!r}, cls={self.cls!r}, "
@@ -331,8 +366,19 @@ def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float
             mx = max(o, default_max)
         return {"prompt_tokens": p, "output_tokens": o, "max_tokens": mx, "deadline_s": deadline}
 
-    return ClosedLoopStream(st.index, st.tenant, st.cls, proc.users, proc.think, st.start_s, end,
-                            draw_row, seed)
+    stream = ClosedLoopStream(st.index, st.tenant, st.cls, proc.users, proc.think, st.start_s, end,
+                              draw_row, seed)
+    if proc.order == "sequential":  # (validated: the stream has a per-request trace)
+        df = tr.df
+        ready = df["arrival_s"].to_numpy(dtype=float) if "arrival_s" in df.columns else np.zeros(len(df))
+        rows = []
+        for p, o in zip(P.tolist(), O.tolist()):
+            o = min(o, cap) if cap is not None else o
+            rows.append({"prompt_tokens": int(p), "output_tokens": int(o),
+                         "max_tokens": cap if cap is not None else max(int(o), default_max), "deadline_s": deadline})
+        meta.update(order="sequential", rows=len(rows))
+        stream.sequential(rows, np.maximum(ready, 0.0))
+    return stream
 
 
 def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir: Path,

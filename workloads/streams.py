@@ -134,6 +134,9 @@ def _set_stream_kind(path: str, s: dict, st: StreamSpec, trace: dict | None) -> 
         st.kind = "replay"
         require(f"{path}.arrival", None, trace_loader(trace["format"]).has_times(trace),
             f"an arrival process: the {trace['format']} trace has no arrival times")
+    if isinstance(st.arrival, ClosedLoop) and st.arrival.order == "sequential":
+        require(f"{path}.arrival.order", "sequential", trace is not None and st.kind != "servegen",
+                "a per-request trace to send in order (order = 'sequential' sends a trace's rows)")
     if "correlation" in s:
         require(f"{path}.correlation", s["correlation"], trace is None,
                 "absent for trace streams (their lengths are already paired)")

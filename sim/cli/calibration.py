@@ -1,5 +1,5 @@
-"""priosim commands that measure or check the cost model: calibrate, validate, fidelity, and the
-compiled build (native)."""
+"""priosim commands that measure or check the cost model: calibrate, validate, fidelity, replay,
+and the compiled build (native)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -105,6 +105,59 @@ def validate(profile, scenario, n, repeats, out):
                    f"{st['priced_s_p50'] * 1e3:.2f} ms, priced/measured - 1 p50 {st['rel_error_p50']:+.1%}, "
                    f"host gap after a step p50 {st['gap_s_p50'] * 1e3:.2f} ms")
     click.echo(f"wrote {Path(out) / 'validation.json'}")
+
+
+@main.command()
+@click.argument("run_file", metavar="RUN", type=click.Path(dir_okay=False))
+@click.option("--profile", default="h200-llama-3-8b", show_default=True,
+              help="cost profile (name or path): the run's model and GPU")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a key of the replay scenario")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of a generated arrival process")
+@click.option("--arrivals", type=click.Choice(["auto", "closed", "recorded", "process"]), default="auto",
+              show_default=True, help="how requests are sent (auto: closed-loop under max_concurrency, else the "
+                                      "recorded send times, else the client's arrival process)")
+@click.option("--json", "json_out", help="write measured vs simulated metrics to this JSON file (a new file)")
+@click.option("--figure", "figure_out", help="draw per-request measured vs simulated TTFT and E2E (PNG; a new file)")
+@click.option("--overwrite", is_flag=True, help="replace the files --json and --figure name")
+def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwrite):
+    """Replay a real benchmark result RUN (vLLM, GuideLLM, SGLang, genai-perf) in the simulator;
+    print measured vs simulated TTFT, TPOT, ITL, E2E and throughput."""
+    from calibrate.runs import RunError, read_run
+    from calibrate.runs.compare import replay as run_replay
+    from calibrate.runs.scenario import model_differs
+    from plumbing.notices import warn
+
+    if json_out:
+        json_out = check_out_file(json_out, "--json", overwrite=overwrite)
+    if figure_out:
+        figure_out = check_out_file(figure_out, "--figure", overwrite=overwrite)
+    try:
+        run = read_run(run_file)
+        msg = model_differs(run.settings.get("model"), profile)
+        if msg:
+            warn(f"{run_file}: {msg}")
+        cmp = run_replay(run, list(sets), profile=profile, seed=seed, mode=None if arrivals == "auto" else arrivals)
+    except (RunError, ScenarioError) as exc:
+        fail(str(exc))
+    st = run.settings
+    click.echo(f"{run_file}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
+               f"max_concurrency={st['max_concurrency']} model={st['model']}; sent: {cmp.mode}; profile={profile}")
+    for note in run.notes + cmp.notes:
+        click.echo(f"note: {note}")
+    click.echo(cmp.table())
+    if json_out:
+        from sim import jsonout
+        from sim.outdir import write_file
+
+        write_file(json_out, jsonout.dumps({"run": str(run_file), "format": run.format, "mode": cmp.mode,
+                                            "profile": profile, "metrics": cmp.metrics}, indent=1) + "\n")
+        click.echo(f"wrote {json_out}")
+    if figure_out:
+        from calibrate.runs.figure import parity
+        from sim.outdir import write_file
+
+        write_file(figure_out, lambda p: parity(cmp, p))
+        click.echo(f"wrote {figure_out}")
 
 
 @main.command()

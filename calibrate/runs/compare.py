@@ -1,0 +1,160 @@
+"""Measured against simulated: one run's metrics under its own client's definitions.
+
+:func:`replay` simulates a :class:`~calibrate.runs.table.Run` (its scenario from
+:mod:`calibrate.runs.scenario`) and returns a :class:`Comparison`: the metrics table, the
+per-request table (measured and simulated side by side, one row per request of the file) and
+the simulation's results. It is the unit a later fit of overhead terms over several runs loops
+over. Definitions, each the client's own (docs/replay.md has their sources):
+
+* TTFT, E2E: per successful request; ``vllm`` (also SGLang), ``guidellm``, ``genai-perf`` alike.
+* TPOT: ``vllm``: (E2E - TTFT) / (output - 1) over requests with output > 1. ``guidellm``:
+  (last token - send) / output, every request. ``genai-perf`` reports none: vLLM's is used.
+* ITL: ``vllm``: every streamed chunk's gap, all requests' gaps pooled. ``guidellm`` and
+  ``genai-perf``: per request (last token - first token) / (output - 1), output > 1.
+  priosim keeps no per-token times, so a simulated request's chunk gaps are its mean gap
+  (E2E - TTFT) / (output - 1), output - 1 times: the means agree by construction of the pooled
+  mean, the percentiles of the simulated pool are those of per-request means.
+* Percentiles: ``numpy.percentile`` (linear), as vLLM, SGLang and genai-perf compute them.
+* Throughput: completed requests and output tokens over the duration: the file's own
+  ``duration`` when it has one (vLLM, SGLang), else first send to last answer; simulated: first
+  arrival to last finish.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from calibrate.runs.scenario import arrival_mode, row_order, scenario_dict
+from calibrate.runs.table import Run
+
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+#: the metric names ``--json`` always has
+REQUIRED = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "e2e_p50_ms",
+            "request_throughput", "output_throughput")
+
+
+@dataclass
+class Comparison:
+    """``metrics``: name -> {measured, simulated, error = (simulated - measured) / measured};
+    ``requests``: one row per request of the run (``run_row``, lengths, ``*_measured_s`` and
+    ``*_simulated_s`` for ttft and e2e, send times); ``scenario``, ``results``: the simulation."""
+
+    metrics: dict[str, dict[str, float]]
+    requests: pd.DataFrame
+    mode: str
+    scenario: Any = None
+    results: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        lines = [f"{'metric':22s} {'measured':>12s} {'simulated':>12s} {'error':>9s}"]
+        for name, m in self.metrics.items():
+            err = m["error"]
+            e = f"{err:+9.1%}" if err is not None and math.isfinite(err) else f"{'-':>9s}"
+            lines.append(f"{name:22s} {_fmt(m['measured']):>12s} {_fmt(m['simulated']):>12s} {e}")
+        return "\n".join(lines)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.4g}"
+
+
+def _stats(values: np.ndarray, prefix: str, scale: float = 1e3) -> dict[str, float]:
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return {f"{prefix}_{s}_ms": math.nan for s in STATS}
+    return {f"{prefix}_mean_ms": float(v.mean()) * scale, f"{prefix}_p50_ms": float(np.percentile(v, 50)) * scale,
+            f"{prefix}_p90_ms": float(np.percentile(v, 90)) * scale,
+            f"{prefix}_p99_ms": float(np.percentile(v, 99)) * scale}
+
+
+def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.ndarray, last: np.ndarray,
+                   gaps: Iterable[list[float]] | None, duration_s: float) -> dict[str, float]:
+    """The client's metrics (ms; throughput per s) from per-request seconds. ``last``: the
+    last token's time after the send (GuideLLM's TPOT); ``gaps``: per-chunk gaps (vLLM's ITL),
+    None for the per-request mean gap."""
+    ttft, e2e, out, last = (np.asarray(x, dtype=float) for x in (ttft, e2e, out, last))
+    many = out > 1
+    mean_gap = np.where(many, (last - ttft) / np.maximum(out - 1, 1), np.nan)
+    if definitions == "guidellm":
+        tpot = last / np.maximum(out, 1)
+    else:
+        tpot = np.where(many, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
+    if definitions == "vllm" and gaps is not None:
+        pooled = np.concatenate([np.asarray(g, dtype=float) for g in gaps] or [np.zeros(0)])
+    elif definitions == "vllm":
+        pooled = np.repeat(mean_gap[many], (out[many] - 1).astype(np.int64))
+    else:
+        pooled = mean_gap
+    m: dict[str, float] = {}
+    m.update(_stats(ttft, "ttft"))
+    m.update(_stats(tpot, "tpot"))
+    m.update(_stats(pooled, "itl"))
+    m.update(_stats(e2e, "e2e"))
+    ok = duration_s > 0 and math.isfinite(duration_s)
+    m["request_throughput"] = len(ttft) / duration_s if ok else math.nan
+    m["output_throughput"] = float(out.sum()) / duration_s if ok else math.nan
+    return m
+
+
+def measured_metrics(run: Run) -> dict[str, float]:
+    r = run.requests
+    last = r["last_token_s"].to_numpy() if "last_token_s" in r.columns else r["e2e_s"].to_numpy()
+    gaps = list(r["itl_s"]) if r["itl_s"].notna().all() else None
+    dur = run.duration_s
+    if not math.isfinite(dur):
+        s = r["start_s"].to_numpy()
+        dur = float(np.nanmax(s + r["e2e_s"].to_numpy()) - np.nanmin(s)) if run.has_starts else math.nan
+    return client_metrics(run.metrics, r["ttft_s"].to_numpy(), r["e2e_s"].to_numpy(), r["output_tokens"].to_numpy(),
+                          last, gaps, dur)
+
+
+def simulated_metrics(definitions: str, sim: pd.DataFrame) -> dict[str, float]:
+    """``sim``: the simulated request table (seconds), finished requests."""
+    dur = float(sim["finish_s"].max() - sim["arrival_s"].min()) if len(sim) else math.nan
+    return client_metrics(definitions, sim["ttft_s"].to_numpy(), sim["e2e_s"].to_numpy(),
+                          sim["generated_tokens"].to_numpy(), sim["e2e_s"].to_numpy(), None, dur)
+
+
+def compare_metrics(measured: dict[str, float], simulated: dict[str, float]) -> dict[str, dict[str, float]]:
+    out = {}
+    for k, x in measured.items():
+        y = simulated.get(k, math.nan)
+        err = (y - x) / x if math.isfinite(x) and math.isfinite(y) and x != 0 else math.nan
+        out[k] = {"measured": x, "simulated": y, "error": err}
+    return out
+
+
+def replay(run: Run, scenario_overrides: Iterable[str] = (), *, profile: str = "h200-llama-3-8b", seed: int = 0,
+           mode: str | None = None) -> Comparison:
+    """Simulate ``run`` on ``profile`` (``--set`` style ``scenario_overrides``) and compare."""
+    from sim.config import scenario_from_dict
+    from sim.run import simulate
+
+    mode = mode or arrival_mode(run)
+    sc = scenario_from_dict(scenario_dict(run, profile, seed, mode), source=f"replay of {run.source}",
+                            overrides=list(scenario_overrides))
+    res = simulate(sc)
+    sim = res.requests.sort_values("request_id").reset_index(drop=True)
+    order = row_order(run, mode)
+    n = min(len(order), len(sim))
+    meas = run.requests.iloc[order[:n]].reset_index(drop=True)
+    per = pd.DataFrame({"run_row": order[:n], "input_tokens": meas["input_tokens"], "output_tokens": meas["output_tokens"],
+                        "start_measured_s": meas["start_s"], "start_simulated_s": sim["arrival_s"][:n],
+                        "ttft_measured_s": meas["ttft_s"], "ttft_simulated_s": sim["ttft_s"][:n],
+                        "e2e_measured_s": meas["e2e_s"], "e2e_simulated_s": sim["e2e_s"][:n],
+                        "status": sim["status"][:n]})
+    done = sim[sim["status"] == "finished"]
+    cmp = Comparison(compare_metrics(measured_metrics(run), simulated_metrics(run.metrics, done)), per, mode, sc, res)
+    if len(done) < len(run.requests):
+        cmp.notes.append(f"{len(run.requests) - len(done)} of {len(run.requests)} requests did not finish in the simulation")
+    return cmp
+
+
+__all__ = ["Comparison", "replay", "client_metrics", "measured_metrics", "simulated_metrics", "REQUIRED"]

@@ -1,0 +1,113 @@
+"""GuideLLM's JSON report (``guidellm benchmark ... --output-path report.json``; 0.2 to 0.5):
+``{"benchmarks": [{"config" | "args": {"strategy": {...}}, "requests": {"successful": [...],
+...}, "metrics": {...}}]}``. A report may hold several benchmarks (a sweep); the first is read
+(``benchmark = N`` picks another, :func:`read_run`'s ``index``).
+
+Per successful request: ``prompt_tokens``, ``output_tokens``, the send and end times
+(``request_start_time``/``request_end_time``, or 0.2-0.3's ``start_time``/``end_time``; s, epoch),
+``time_to_first_token_ms``, ``request_latency`` (s) and the first/last token times
+(``info.timings.first_token_iteration``/``last_token_iteration``, or ``first_token_time``/
+``last_token_time``). GuideLLM keeps no per-chunk gaps, so ``itl_s`` is None. Its own
+per-request definitions (checked against a real report's numbers): TPOT = (last token - send)
+/ output_tokens (the first token's wait included), ITL = (last token - first token) /
+(output_tokens - 1). The strategy gives the settings: ``synchronous`` is one at a time,
+``concurrent`` ``streams`` at a time, ``throughput`` all at once, ``constant``/``poisson`` a rate.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from calibrate.runs.table import Run, RunError, RunFormat, frame, need, register_run_format, settings
+
+
+def detect(doc: Any) -> bool:
+    return (isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list)
+            and any(isinstance(b, dict) and "requests" in b for b in doc["benchmarks"]))
+
+
+def _num(r: dict, keys: tuple[str, ...], name: str, where: str, required: bool = True) -> float:
+    for k in keys:
+        node: Any = r
+        for part in k.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            if isinstance(node, bool) or not isinstance(node, (int, float)) or not math.isfinite(node):
+                raise RunError(f"{name}: {where}.{k}: must be a number (got {node!r})")
+            return float(node)
+    if required:
+        raise RunError(f"{name}: {where}.{keys[0]}: missing (expected it in each GuideLLM request)")
+    return math.nan
+
+
+def _strategy(b: dict) -> dict:
+    for k in ("config", "args"):
+        s = b.get(k, {}).get("strategy") if isinstance(b.get(k), dict) else None
+        if isinstance(s, dict):
+            return s
+    return {}
+
+
+def read(doc: Any, name: str, index: int = 0) -> Run:
+    benches = need(doc, "benchmarks", name) if isinstance(doc, dict) else None
+    if not isinstance(benches, list) or not benches:
+        raise RunError(f"{name}: benchmarks: must be a non-empty list (a GuideLLM report)")
+    if not 0 <= index < len(benches):
+        raise RunError(f"{name}: benchmarks[{index}]: no such benchmark (the report has {len(benches)})")
+    b = benches[index]
+    reqs = need(b, "requests", name, f"benchmarks[{index}].")
+    ok = reqs.get("successful") if isinstance(reqs, dict) else None
+    if not isinstance(ok, list) or not ok:
+        raise RunError(f"{name}: benchmarks[{index}].requests.successful: must be a non-empty list of requests")
+    cols: dict[str, list] = {k: [] for k in ("inp", "out", "start", "ttft", "e2e", "first", "last")}
+    for i, r in enumerate(ok):
+        where = f"benchmarks[{index}].requests.successful[{i}]"
+        if not isinstance(r, dict):
+            raise RunError(f"{name}: {where}: must be a request object (got {r!r})")
+        for key, col in (("prompt_tokens", "inp"), ("output_tokens", "out")):
+            v = r.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
+                raise RunError(f"{name}: {where}.{key}: must be a non-negative integer token count (got {v!r})")
+            cols[col].append(int(v))
+        start = _num(r, ("request_start_time", "info.timings.request_start", "start_time"), name, where)
+        end = _num(r, ("request_end_time", "info.timings.request_end", "end_time"), name, where)
+        first = _num(r, ("info.timings.first_token_iteration", "first_token_time"), name, where, False)
+        last = _num(r, ("info.timings.last_token_iteration", "last_token_time"), name, where, False)
+        ttft_ms = _num(r, ("time_to_first_token_ms",), name, where, False)
+        ttft = ttft_ms / 1e3 if math.isfinite(ttft_ms) else first - start
+        lat = _num(r, ("request_latency",), name, where, False)
+        e2e = lat if math.isfinite(lat) else end - start
+        if not (ttft >= 0 and e2e >= 0):
+            raise RunError(f"{name}: {where}: negative time to first token or latency ({ttft!r}, {e2e!r})")
+        cols["start"].append(start)
+        cols["ttft"].append(ttft)
+        cols["e2e"].append(e2e)
+        cols["first"].append(first)
+        cols["last"].append(last)
+    start = np.asarray(cols["start"])
+    t0 = float(start.min())
+    df = frame(cols["inp"], cols["out"], start - t0, cols["ttft"], None, cols["e2e"])
+    # GuideLLM's own TPOT needs the last token's time: kept beside the table for its definition
+    df["last_token_s"] = np.asarray(cols["last"]) - np.asarray(cols["start"])
+    st = _strategy(b)
+    kind = st.get("type_")
+    streams = st.get("streams") or st.get("max_concurrency")
+    mc = 1 if kind == "synchronous" else (int(streams) if kind == "concurrent" and streams else None)
+    rate = float(st["rate"]) if kind in ("constant", "poisson") and isinstance(st.get("rate"), (int, float)) else math.inf
+    args = doc.get("args", {}) if isinstance(doc.get("args"), dict) else {}
+    backend = b.get("config", {}).get("backend", {}) if isinstance(b.get("config"), dict) else {}
+    model = args.get("model") or (backend.get("model") if isinstance(backend, dict) else None)
+    ends = start + np.asarray(cols["e2e"])
+    run = Run(df, settings(request_rate=rate, burstiness=1.0 if kind == "poisson" else None, max_concurrency=mc,
+                           num_prompts=len(ok), model=model, backend=args.get("backend"), date=None),
+              {"strategy": kind, "benchmarks": len(benches), "successful": len(ok),
+               "errored": len(reqs.get("errored") or []), "incomplete": len(reqs.get("incomplete") or [])},
+              name, "guidellm", "guidellm", float(ends.max() - t0))
+    if len(benches) > 1:
+        run.notes.append(f"{len(benches)} benchmarks in the report: benchmark {index} was read")
+    return run
+
+
+register_run_format("guidellm", RunFormat(detect, read, "GuideLLM JSON report (benchmarks -> requests)"))

@@ -1,0 +1,171 @@
+"""A benchmark run as a priosim Scenario: the run's exact requests, sent as its client sent them.
+
+The scenario has one class and one stream whose trace is the result file itself, read by the
+trace format :data:`RUN_TRACE` (named by its dotted path, so ``workloads`` loads it without
+importing this package). How the requests are sent (:func:`arrival_mode`):
+
+* ``closed``: the run had ``max_concurrency`` C (GuideLLM ``concurrent``/``synchronous``,
+  genai-perf ``concurrency``): C closed-loop users with zero think time share the request list
+  in order (``closed_loop {order = "sequential"}``: a client's semaphore); with a finite
+  ``request_rate`` each request is also not sent before its arrival from the process below.
+  Recorded send times, when the file has them, give the list's order.
+* ``recorded``: no concurrency limit and per-request send times in the file: each request is
+  sent at its recorded time (seconds after the first).
+* ``process``: no limit and no times: the client's own arrival process, vLLM's
+  ``get_request``: the first request at 0, then gaps drawn from Gamma(shape = burstiness,
+  scale = 1 / (rate * burstiness)) (burstiness 1: Poisson), seeded by the scenario seed; an
+  infinite rate sends every request at 0.
+
+The simulated request ``k`` is the run's row ``order[k]`` (:func:`row_order`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibrate.runs.table import Run, read_run
+from workloads.errors import WorkloadError
+from workloads.traces import Trace, TraceFormat
+
+#: the dotted name of the trace format below, as a scenario names it
+RUN_TRACE_NAME = "calibrate.runs.scenario:RUN_TRACE"
+MODES = ("closed", "recorded", "process")
+#: the class every replayed request belongs to
+CLASS = "bench"
+
+
+def arrival_mode(run: Run) -> str:
+    if run.settings.get("max_concurrency"):
+        return "closed"
+    return "recorded" if run.has_starts else "process"
+
+
+def process_times(n: int, rate: float, burstiness: float | None, seed: int) -> np.ndarray:
+    """vLLM's arrival times for ``n`` requests, seconds (see the module docstring)."""
+    if not math.isfinite(rate):
+        return np.zeros(n)
+    k = float(burstiness or 1.0)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0, 0)))
+    gaps = rng.gamma(shape=k, scale=1.0 / (rate * k), size=max(n - 1, 0))
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def row_order(run: Run, mode: str) -> np.ndarray:
+    """The run's rows in the order the simulation sends (and numbers) them."""
+    n = len(run.requests)
+    if mode in ("recorded", "closed") and run.has_starts:
+        return np.argsort(run.requests["start_s"].to_numpy(), kind="stable")
+    return np.arange(n)
+
+
+def _spec_int(spec: dict, key: str, default: int) -> int:
+    v = spec.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise WorkloadError(f"{key}: must be an integer >= 0 (got {v!r})")
+    return v
+
+
+def _check_spec(spec: dict) -> None:
+    mode = spec.get("arrivals", "recorded")
+    if mode not in MODES:
+        raise WorkloadError(f"arrivals: must be one of {', '.join(MODES)} (got {mode!r})")
+    _spec_int(spec, "seed", 0)
+
+
+def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:
+    """The run's requests as a trace table: lengths in send order, ``arrival_s`` per mode
+    (``closed``: the not-before times, 0 for an infinite rate)."""
+    from calibrate.runs.table import RunError
+
+    try:
+        run = read_run(path)
+    except RunError as exc:
+        raise WorkloadError(str(exc)) from None
+    mode = spec.get("arrivals", "recorded")
+    order = row_order(run, mode)
+    req = run.requests.iloc[order].reset_index(drop=True)
+    n = len(req)
+    if mode == "recorded":
+        if not run.has_starts:
+            raise WorkloadError(f"{path.name}: arrivals = 'recorded' but the file has no send times "
+                                f"(expected 'process' or 'closed')")
+        t = req["start_s"].to_numpy(dtype=float)
+    else:
+        t = process_times(n, float(run.settings.get("request_rate") or math.inf), run.settings.get("burstiness"),
+                          _spec_int(spec, "seed", 0))
+    df = pd.DataFrame({"arrival_s": t, "prompt_tokens": np.maximum(req["input_tokens"].to_numpy(), 1),
+                       "output_tokens": np.maximum(req["output_tokens"].to_numpy(), 1)})
+    zeros = int((req["input_tokens"] == 0).sum() + (req["output_tokens"] == 0).sum())
+    return Trace(df, path.name, n, 0, zeros)
+
+
+RUN_TRACE = TraceFormat(load_run_trace, "a benchmark result file's requests (calibrate.runs)",
+                        options={"arrivals": None, "seed": None}, checker=_check_spec)
+
+
+def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None) -> dict:
+    """The scenario table (before ``--set`` overrides) that replays ``run`` on ``profile``."""
+    mode = mode or arrival_mode(run)
+    trace = {"format": RUN_TRACE_NAME, "path": str(Path(run.source).resolve()), "arrivals": mode, "seed": seed}
+    stream: dict[str, Any] = {"tenant": CLASS, "class": CLASS, "trace": trace}
+    if mode == "closed":
+        stream["arrival"] = {"process": "closed_loop", "users": int(run.settings["max_concurrency"]), "think": 0,
+                             "order": "sequential"}
+        # the users stop sending at the horizon: far beyond any replay (the list ends first)
+        horizon = 1e8
+    else:
+        starts = (run.requests["start_s"].to_numpy() if mode == "recorded"
+                  else process_times(len(run.requests), float(run.settings.get("request_rate") or math.inf),
+                                     run.settings.get("burstiness"), seed))
+        horizon = float(np.max(starts)) + 1.0
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"replay-{Path(run.source).stem}")
+    return {"name": name, "seed": seed, "horizon_s": horizon, "drain": True,
+            "engine": {"profile": profile},
+            "classes": [{"name": CLASS, "priority": 0}], "streams": [stream]}
+
+
+def profile_model(profile: str) -> str | None:
+    """The model a profile describes: its ``meta.shape``, else its name less the device
+    (``h200-llama-3-8b`` -> ``llama-3-8b``); None when it cannot tell."""
+    import json
+
+    from sim.core.costs import find_profile
+
+    path = find_profile(profile) if not profile.endswith(".json") else Path(profile)
+    meta: dict = {}
+    if path is not None and Path(path).is_file():
+        try:
+            meta = json.loads(Path(path).read_text()).get("meta", {}) or {}
+        except (OSError, ValueError):
+            meta = {}
+    if isinstance(meta.get("shape"), str):
+        return meta["shape"]
+    name = str(meta.get("name") or Path(profile).stem)
+    m = re.search(r"(llama|mistral|qwen|tiny|mixtral|gemma|phi|deepseek)", name.lower())
+    return name[m.start():] if m else None
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", s.lower())
+
+
+def model_differs(run_model: str | None, profile: str) -> str | None:
+    """A one-line warning when the run names a model the profile does not describe."""
+    if not run_model:
+        return None
+    pm = profile_model(profile)
+    if pm is None:
+        return None
+    if _squash(re.sub(r"-tp\d+$", "", pm)) in _squash(str(run_model).split("/")[-1]):
+        return None
+    return (f"the run's model is {run_model!r} but the profile {profile!r} describes {pm!r} (the simulated "
+            f"times are that model's; pass --profile for the run's model and GPU)")
+
+
+__all__ = ["RUN_TRACE", "RUN_TRACE_NAME", "arrival_mode", "process_times", "row_order", "scenario_dict",
+           "model_differs", "MODES", "CLASS"]

@@ -1,0 +1,105 @@
+"""vLLM's serving benchmark result (``vllm bench serve --save-result [--save-detailed]``, formerly
+``benchmarks/benchmark_serving.py``): one JSON object.
+
+Settings: ``request_rate`` (a number, or the string ``"inf"``), ``burstiness``,
+``max_concurrency`` (null: none), ``num_prompts``, ``model_id``, ``backend``, ``date``. Summary:
+``duration`` (s), ``completed``, ``request_throughput``, ``output_throughput`` and every
+``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`` key. With ``--save-detailed`` also per request
+(one entry each, failed ones included with ``errors[i]`` non-empty): ``input_lens``,
+``output_lens``, ``ttfts`` (s), ``itls`` (lists of s, one gap per streamed chunk after the first),
+``errors`` and, in recent versions, ``start_times`` (s, the client's clock). vLLM saves no
+per-request latency: it is ``ttft + sum(itls)``, as the client measured it (the last chunk's
+time minus the send time). Failed requests are dropped, as vLLM's own metrics drop them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from calibrate.runs.table import (Run, RunError, RunFormat, frame, lengths, need, number_or_none, register_run_format,
+                                  seconds, settings)
+
+DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
+
+
+def detect(doc: Any) -> bool:
+    return (isinstance(doc, dict) and not str(doc.get("backend", "")).startswith("sglang")
+            and "mean_e2e_latency_ms" not in doc
+            and ("mean_ttft_ms" in doc or "ttfts" in doc) and ("num_prompts" in doc or "request_rate" in doc))
+
+
+def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
+    """The per-request lists (successful requests only), or None for a summary-only file."""
+    present = [k for k in DETAIL_KEYS if k in doc]
+    if not present:
+        return None
+    for k in DETAIL_KEYS:
+        need(doc, k, name)
+    n = len(doc["ttfts"]) if isinstance(doc["ttfts"], list) else -1
+    if n < 0:
+        raise RunError(f"{name}: ttfts: must be a list of times in seconds (got {type(doc['ttfts']).__name__})")
+    inp = lengths(doc["input_lens"], "input_lens", name, n)
+    out = lengths(doc["output_lens"], "output_lens", name, n)
+    errors = doc.get("errors") or [""] * n
+    if not isinstance(errors, list) or len(errors) != n:
+        raise RunError(f"{name}: errors: must be a list of {n} strings, one per request")
+    ok = np.array([not e for e in errors], dtype=bool)
+    ttft = seconds([v if ok[i] else 0.0 for i, v in enumerate(doc["ttfts"])], "ttfts", name, n)
+    itls = doc["itls"]
+    if not isinstance(itls, list) or len(itls) != n:
+        raise RunError(f"{name}: itls: must be a list of {n} lists of gaps in seconds, one per request")
+    gaps = []
+    for i, g in enumerate(itls):
+        if not ok[i]:
+            gaps.append([])
+            continue
+        if not isinstance(g, list):
+            raise RunError(f"{name}: itls[{i}]: must be a list of gaps in seconds (got {g!r})")
+        gaps.append(list(seconds(g, f"itls[{i}]", name, len(g))))
+    start = None
+    if "start_times" in doc:
+        start = seconds(doc["start_times"], "start_times", name, n)
+        start = start - start[ok].min() if ok.any() else start
+    keep = np.flatnonzero(ok)
+    e2e = np.array([ttft[i] + sum(gaps[i]) for i in range(n)])
+    return (inp[keep], out[keep], None if start is None else start[keep], ttft[keep],
+            [gaps[i] for i in keep], e2e[keep])
+
+
+def read_common(doc: dict, name: str, fmt: str) -> Run:
+    """vLLM's and SGLang's result objects share these keys."""
+    rate = number_or_none(need(doc, "request_rate", name), "request_rate", name)
+    burst = number_or_none(doc.get("burstiness", 1.0), "burstiness", name)
+    mc = number_or_none(doc.get("max_concurrency"), "max_concurrency", name)
+    if mc is not None and (mc < 1 or mc != int(mc)):
+        raise RunError(f"{name}: max_concurrency: must be a whole number >= 1 or null (got {doc['max_concurrency']!r})")
+    if rate is not None and rate <= 0:
+        raise RunError(f"{name}: request_rate: must be > 0 or 'inf' (got {doc['request_rate']!r})")
+    if burst is not None and not burst > 0:
+        raise RunError(f"{name}: burstiness: must be > 0 (got {doc['burstiness']!r})")
+    det = read_detailed(doc, name)
+    if det is None:
+        raise RunError(f"{name}: input_lens: missing (a summary-only result: re-run the benchmark with "
+                       f"--save-detailed, or --output-details for SGLang, so each request's lengths are saved)")
+    inp, out, start, ttft, gaps, e2e = det
+    if len(inp) == 0:
+        raise RunError(f"{name}: errors: every request failed (expected at least one successful request)")
+    summary = {k: v for k, v in doc.items() if not isinstance(v, (list, dict))}
+    dur = doc.get("duration")
+    return Run(frame(inp, out, start, ttft, gaps, e2e),
+               settings(request_rate=rate if rate is not None else math.inf, burstiness=burst if burst else 1.0,
+                        max_concurrency=None if mc is None else int(mc), num_prompts=doc.get("num_prompts"),
+                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
+                        date=doc.get("date")),
+               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+
+
+def read(doc: Any, name: str) -> Run:
+    if not isinstance(doc, dict):
+        raise RunError(f"{name}: not a vLLM result (expected one JSON object, got a {type(doc).__name__})")
+    return read_common(doc, name, "vllm")
+
+
+register_run_format("vllm", RunFormat(detect, read, "vLLM bench serve / benchmark_serving.py JSON (--save-detailed)"))

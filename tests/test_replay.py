@@ -1,0 +1,140 @@
+"""priosim replay: each result-file reader on its file, the round trip (simulate, export in each
+client's schema, read, replay: the same metrics), the sequential closed loop, and the CLI."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from calibrate.runs import read_run, replay
+from calibrate.runs.compare import REQUIRED, client_metrics
+from calibrate.runs.export import FORMATS, export_text, simulated_table
+from calibrate.runs.scenario import model_differs, process_times
+from sim.cli import main
+from tests.replay_files import PROFILE, simulated_file
+
+RUNS = Path(__file__).resolve().parent / "data" / "runs"
+
+
+@pytest.mark.parametrize("name,fmt,n,mc,rate", [
+    ("vllm_concurrency8.json", "vllm", 60, 8, math.inf),
+    ("sglang_rate8.jsonl", "sglang", 60, None, 8.0),
+    ("guidellm_concurrent4.json", "guidellm", 40, 4, math.inf),
+    ("genai_perf_concurrency4.json", "genai-perf", 30, 4, math.inf),
+])
+def test_each_reader_reads_its_file(name, fmt, n, mc, rate):
+    run = read_run(RUNS / name)
+    assert run.format == fmt and len(run.requests) == n
+    assert run.settings["max_concurrency"] == mc and run.settings["request_rate"] == rate
+    first = run.requests.iloc[0]
+    assert int(first.input_tokens) == 245  # (the generator's first prompt, in every file)
+    assert (run.requests["e2e_s"] >= run.requests["ttft_s"]).all()
+
+
+def test_vllm_values_are_read_exactly():
+    run = read_run(RUNS / "vllm_concurrency8.json")
+    doc = json.loads((RUNS / "vllm_concurrency8.json").read_text())
+    assert list(run.requests["output_tokens"]) == doc["output_lens"]
+    assert run.requests["ttft_s"].iloc[3] == doc["ttfts"][3]
+    assert run.requests["e2e_s"].iloc[3] == pytest.approx(doc["ttfts"][3] + sum(doc["itls"][3]))
+    assert run.duration_s == doc["duration"]
+    assert run.settings["model"] == "meta-llama/Meta-Llama-3-8B-Instruct"
+
+
+def test_vllm_failed_requests_are_dropped_as_vllm_drops_them(tmp_path):
+    doc = {"num_prompts": 3, "request_rate": 2.0, "burstiness": 0.5, "max_concurrency": None, "mean_ttft_ms": 1,
+           "input_lens": [10, 20, 30], "output_lens": [3, 0, 2], "ttfts": [0.1, 0.0, 0.2],
+           "itls": [[0.01, 0.02], [], [0.03]], "errors": ["", "timeout", ""]}
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    run = read_run(tmp_path / "r.json")
+    assert list(run.requests["input_tokens"]) == [10, 30]
+    assert run.settings["burstiness"] == 0.5 and not run.has_starts
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_round_trip_replays_to_the_same_metrics(fmt, tmp_path):
+    """A simulated run exported in ``fmt`` and replayed on the same profile: within 2 %."""
+    path = tmp_path / f"run.{fmt}.json"
+    path.write_text(simulated_file(fmt, math.inf if fmt != "sglang" else 6.0, 3 if fmt != "sglang" else None, 24))
+    cmp = replay(read_run(path), profile=PROFILE)
+    for name in REQUIRED:
+        m = cmp.metrics[name]
+        assert abs(m["error"]) <= 0.02, (fmt, name, m)
+
+
+def test_replay_exports_again_to_itself(tmp_path):
+    """Exported from a replay's simulated side, read back: the same request table."""
+    run = read_run(RUNS / "guidellm_concurrent4.json")
+    cmp = replay(run, profile=PROFILE)
+    table = simulated_table(cmp)
+    (tmp_path / "again.json").write_text(export_text("guidellm", table, run.settings))
+    again = read_run(tmp_path / "again.json")
+    assert np.allclose(again.requests["ttft_s"], table["ttft_s"])
+    assert list(again.requests["output_tokens"]) == list(table["output_tokens"])
+
+
+def test_closed_loop_keeps_at_most_c_in_flight_in_list_order():
+    cmp = replay(read_run(RUNS / "vllm_concurrency8.json"), profile=PROFILE)
+    req = cmp.results.requests.sort_values("request_id")
+    starts, ends = req["arrival_s"].to_numpy(), req["finish_s"].to_numpy()
+    assert (np.diff(starts) >= 0).all()  # sent in the file's order
+    assert (starts[:8] == 0).all() and (starts[8:] > 0).all()
+    for t in starts:
+        assert ((starts <= t) & (ends > t)).sum() <= 8
+    # each later request goes when one in flight ends (zero think time)
+    assert set(np.round(starts[8:], 9)) <= set(np.round(ends, 9))
+
+
+def test_vllm_arrival_process_is_gamma_with_burstiness():
+    t = process_times(20001, 4.0, 0.25, seed=3)
+    gaps = np.diff(t)
+    assert t[0] == 0 and gaps.mean() == pytest.approx(0.25, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)  # cv = 1 / sqrt(burstiness)
+    assert (process_times(5, math.inf, 1.0, 0) == 0).all()
+
+
+def test_vllm_tpot_excludes_single_token_requests_and_itl_pools_chunks():
+    m = client_metrics("vllm", np.array([0.1, 0.2]), np.array([0.5, 0.2]), np.array([5, 1]), np.array([0.5, 0.2]),
+                       [[0.1] * 4, []], 1.0)
+    assert m["tpot_mean_ms"] == pytest.approx(100.0) and m["itl_p50_ms"] == pytest.approx(100.0)
+    g = client_metrics("guidellm", np.array([0.1]), np.array([0.5]), np.array([5]), np.array([0.5]), None, 1.0)
+    assert g["tpot_mean_ms"] == pytest.approx(100.0)  # GuideLLM: last token / output tokens
+    assert g["itl_mean_ms"] == pytest.approx(100.0)
+
+
+def test_model_warning_only_when_the_profile_is_another_model():
+    assert model_differs("meta-llama/Meta-Llama-3-8B-Instruct", "h200-llama-3-8b") is None
+    assert "qwen" in model_differs("meta-llama/Meta-Llama-3-8B-Instruct", "h100-sxm-qwen3-8b")
+
+
+def test_cli_prints_the_table_and_writes_json_and_figure(tmp_path):
+    out, fig = tmp_path / "m.json", tmp_path / "p.png"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "sglang_rate8.jsonl"), "--profile", PROFILE,
+                                    "--json", str(out), "--figure", str(fig)])
+    assert res.exit_code == 0, res.output
+    assert "ttft_p50_ms" in res.stdout and "output_throughput" in res.stdout
+    doc = json.loads(out.read_text())
+    assert set(REQUIRED) <= set(doc["metrics"])
+    assert abs(doc["metrics"]["e2e_p50_ms"]["error"]) < 0.02
+    assert fig.read_bytes()[:4] == b"\x89PNG"
+    again = CliRunner().invoke(main, ["replay", str(RUNS / "sglang_rate8.jsonl"), "--json", str(out)])
+    assert again.exit_code == 2 and "--json" in again.stderr
+
+
+def test_cli_warns_when_the_profile_models_another_model():
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--profile", "h100-sxm-qwen3-8b",
+                                    "--set", "engine.max_num_seqs=64"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("warning:") == 1 and "Meta-Llama-3-8B" in res.stderr
+
+
+def test_sequential_order_needs_a_trace():
+    from workloads import WorkloadError, validate_streams
+
+    with pytest.raises(WorkloadError, match="order"):
+        validate_streams([{"tenant": "a", "class": "c", "prompt_tokens": 5, "output_tokens": 5,
+                           "arrival": {"process": "closed_loop", "users": 2, "order": "sequential"}}], {"c"}, Path("."))
