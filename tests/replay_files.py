@@ -49,7 +49,8 @@ def simulated_file(fmt: str, rate: float, mc: int | None, n: int) -> str:
         path.write_text(export_text("vllm", table, run.settings))
         doc = read_run(path)
         doc.requests["start_s"] = np.nan  # (placeholder times: the client's own process sends)
-        cmp = replay(doc, profile=PROFILE)
+        # served by the engine the exported file names (an SGLang file's backend is sglang)
+        cmp = replay(doc, [f'engine.engine="{"sglang" if fmt == "sglang" else "vllm"}"'], profile=PROFILE)
     return export_text(fmt, simulated_table(cmp), run.settings)
 
 

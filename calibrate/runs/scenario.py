@@ -125,8 +125,15 @@ def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None
         horizon = float(np.max(starts)) + 1.0
     name = re.sub(r"[^A-Za-z0-9._-]", "_", f"replay-{Path(run.source).stem}")
     return {"name": name, "seed": seed, "horizon_s": horizon, "drain": True,
-            "engine": {"profile": profile},
+            "engine": {"profile": profile, "engine": engine_of(run)},
             "classes": [{"name": CLASS, "priority": 0}], "streams": [stream]}
+
+
+def engine_of(run: Run) -> str:
+    """The engine that served the run, as ``engine.engine`` names it: SGLang when the client
+    says so (``backend = "sglang*"``), else vLLM (its defaults are the replay's; ``--set`` or
+    ``--engine-args`` change them)."""
+    return "sglang" if str(run.settings.get("backend") or "").lower().startswith("sglang") else "vllm"
 
 
 def profile_model(profile: str) -> str | None:

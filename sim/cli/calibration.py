@@ -8,6 +8,7 @@ import click
 
 from sim.core.errors import ScenarioError, error_message
 from sim.cli.group import check_out_file, claim_out, fail, load, main
+from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 
 
 @main.command()
@@ -119,7 +120,8 @@ def validate(profile, scenario, n, repeats, out):
 @click.option("--json", "json_out", help="write measured vs simulated metrics to this JSON file (a new file)")
 @click.option("--figure", "figure_out", help="draw per-request measured vs simulated TTFT and E2E (PNG; a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the files --json and --figure name")
-def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwrite):
+@engine_flag_options
+def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwrite, engine_args, sglang_args):
     """Replay a real benchmark result RUN (vLLM, GuideLLM, SGLang, genai-perf) in the simulator;
     print measured vs simulated TTFT, TPOT, ITL, E2E and throughput."""
     from calibrate.runs import RunError, read_run
@@ -136,6 +138,7 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
         msg = model_differs(run.settings.get("model"), profile)
         if msg:
             warn(f"{run_file}: {msg}")
+        sets = with_engine_flags(sets, engine_args, sglang_args)
         cmp = run_replay(run, list(sets), profile=profile, seed=seed, mode=None if arrivals == "auto" else arrivals)
     except (RunError, ScenarioError) as exc:
         fail(str(exc))
