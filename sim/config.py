@@ -106,7 +106,9 @@ class EngineConfig(BaseModel):
     fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
     lazy_batch: bool = Field(True, description="advance steady decoders as one lazily-updated cohort (exact; "
                                                "false updates every request every step)")
-    timeseries_interval_s: float = Field(1.0, gt=0, description="time-series sampling interval, s")
+    timeseries_interval_s: float = Field(
+        1.0, ge=1e-9, le=MAX_TIME_S, description="time-series sampling interval, s (1 ns to 1e9 s; raised to "
+                                                 "horizon_s / 200,000 when it would take more samples)")
     thrash_threshold: float = Field(0.2, ge=0, le=1, description="thrash ratio above which 'thrashing' is flagged")
     max_events: int = Field(0, ge=0, description="safety stop after this many engine events (0: none)")
     prefix_caching: bool = Field(False, description="share cached prompt-prefix blocks between requests (hash_ids)")
