@@ -58,8 +58,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     if gate is None and sc.admission_tables:
         from sim.admission import make_gate
         gate = make_gate(sc, costs)
-    interval_ns = int(round(cfg.timeseries_interval_s * NS))
-    tel = Telemetry(sc.class_names, interval_ns, costs, cfg.block_size)
+    tel = Telemetry(sc.class_names, sample_interval_ns(sc), costs, cfg.block_size)
     engine = Engine(env, cfg, costs, policy, sc.classes, pool, tel, gate=gate, trace=trace,
                     spec_seed=seed_for(sc.seed, "speculative" + seed_tag))
     if gate is not None and hasattr(gate, "bind"):
@@ -148,8 +147,30 @@ def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, 
         wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
     stop_ns = NEVER if sc.drain else int(round(sc.horizon_s * NS))
     bar, on_boundary = sim_seconds_bar(progress, sc.horizon_s, desc or sc.name)
-    return Setup(simpy.Environment(), costs, wl, source, stop_ns, int(round(sc.engine.timeseries_interval_s * NS)),
+    return Setup(simpy.Environment(), costs, wl, source, stop_ns, sample_interval_ns(sc, notice=True),
                  bar, on_boundary, wall0, cpu0)
+
+
+#: Most time-series samples a run takes over its horizon: each sample keeps a row per class,
+#: so an interval far below horizon_s / MAX_SAMPLES (1e-6 s over 10 s, or 1 s over 1e9 s) would
+#: take gigabytes; such an interval is raised to horizon_s / MAX_SAMPLES.
+MAX_SAMPLES = 200_000
+
+
+def sample_interval_ns(sc: Scenario, notice: bool = False) -> int:
+    """The time-series sampling interval a run of ``sc`` uses, integer ns: the scenario's
+    ``engine.timeseries_interval_s``, or horizon_s / :data:`MAX_SAMPLES` when that is longer
+    (said in one line when ``notice``; summary.json records the interval used)."""
+    asked = sc.engine.timeseries_interval_s
+    if sc.horizon_s / asked <= MAX_SAMPLES:
+        return int(round(asked * NS))  # (the interval as written: every run below the cap unchanged)
+    used = sc.horizon_s / MAX_SAMPLES
+    if notice:
+        from plumbing.notices import warn
+
+        warn(f"{sc.source}: engine.timeseries_interval_s = {asked:g} s over horizon_s = {sc.horizon_s:g} s "
+             f"is more than {MAX_SAMPLES:,} samples; sampling every {used:g} s instead")
+    return int(round(used * NS))
 
 
 # ---- the clock -------------------------------------------------------------------------------------

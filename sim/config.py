@@ -22,7 +22,9 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_serializer,
                       field_validator, model_validator)
 
+from plumbing.documents import DocumentError, check_depth, loads_toml, short
 from plumbing.numbers import in_range
+from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
 from sim.schema import STRICT, format_error
 from sim.tables import (AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_policy, check_profile,
@@ -106,7 +108,9 @@ class EngineConfig(BaseModel):
     fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
     lazy_batch: bool = Field(True, description="advance steady decoders as one lazily-updated cohort (exact; "
                                                "false updates every request every step)")
-    timeseries_interval_s: float = Field(1.0, gt=0, description="time-series sampling interval, s")
+    timeseries_interval_s: float = Field(
+        1.0, ge=1e-9, le=MAX_TIME_S, description="time-series sampling interval, s (1 ns to 1e9 s; raised to "
+                                                 "horizon_s / 200,000 when it would take more samples)")
     thrash_threshold: float = Field(0.2, ge=0, le=1, description="thrash ratio above which 'thrashing' is flagged")
     max_events: int = Field(0, ge=0, description="safety stop after this many engine events (0: none)")
     prefix_caching: bool = Field(False, description="share cached prompt-prefix blocks between requests (hash_ids)")
@@ -260,9 +264,11 @@ def parse_value(text: str) -> Any:
     """Parse an override value as TOML (``64`` -> int, ``true`` -> bool, ``x`` -> 'x'). Text that
     parses to more than one key (``'"x"\\nseed=5'``) is refused, not cut to its first value."""
     try:
-        table = tomllib.loads(f"v = {text}")
+        table = loads_toml(f"v = {text}")
     except tomllib.TOMLDecodeError:
         return text
+    except DocumentError as exc:
+        raise ScenarioError(f"value {short(text)}: {exc}") from None
     if set(table) != {"v"}:
         extra = ", ".join(sorted(k for k in table if k != "v"))
         raise ScenarioError(f"value {text!r} holds more keys than one value ({extra}) "
@@ -279,7 +285,7 @@ def _list_item(node: list, part: str, dotted: str, where: str, source: str) -> i
     """The index in ``node`` that ``part`` names: a non-negative index, or the name of one of
     its tables (``classes.batch`` is the class named batch)."""
     if re.fullmatch(r"[0-9]+", part):
-        if int(part) < len(node):
+        if len(part) < 10 and int(part) < len(node):  # (len: no 10,000-digit int() to make)
             return int(part)
     elif re.fullmatch(r"-[0-9]+", part):
         raise ScenarioError(f"{source}: --set {dotted}: '{part}' is a negative index of {where} "
@@ -291,7 +297,7 @@ def _list_item(node: list, part: str, dotted: str, where: str, source: str) -> i
     names = [item["name"] for item in node if isinstance(item, dict) and isinstance(item.get("name"), str)]
     known = f"; names: {', '.join(names)}" if names else ""
     raise ScenarioError(f"{source}: --set {dotted}: '{part}' is not an index or a name of "
-                        f"{where} (has {len(node)} items{known})")
+                        f"{where} (has {len(node)} items{known}){did_you_mean(part, names)}")
 
 
 def apply_override(data: dict, dotted: str, value: Any, source: str) -> None:
@@ -331,12 +337,16 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
         except ScenarioError as exc:
             raise ScenarioError(f"{source}: --set {key.strip()}: {exc}") from None
         apply_override(data, key.strip(), value, source)
+    try:  # (deeper tables, by a file or by dotted keys, would exhaust the stack of what reads them)
+        check_depth(data)
+    except DocumentError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
     data["source"] = str(source)
     data["base_dir"] = str(base_dir)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError(format_error(source, err)) from None
+        raise ScenarioError(format_error(source, err, model=Scenario)) from None
     sc = _with_engine_defaults(sc)
     _validate_parts(sc)
     _warn_suspicious(sc)
@@ -356,7 +366,7 @@ def with_cluster(sc: Scenario, cluster: dict) -> Scenario:
     try:
         table = ClusterConfig.model_validate(cluster)
     except ValidationError as err:
-        raise ScenarioError(format_error(sc.source, err, prefix="cluster")) from None
+        raise ScenarioError(format_error(sc.source, err, prefix="cluster", model=ClusterConfig)) from None
     out = sc.model_copy(update={"cluster": table})
     check_tables(out)
     return out
@@ -421,7 +431,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
             raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path or a "
                                 f"shipped scenario name such as 'chat_vs_batch')")
     try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        data = loads_toml(p.read_text())
+    except (tomllib.TOMLDecodeError, DocumentError) as exc:
         raise ScenarioError(f"{p}: not valid TOML: {exc}") from None
     return scenario_from_dict(data, source=str(p), base_dir=p.resolve().parent, overrides=overrides)

@@ -230,6 +230,7 @@ class Results:
         span = max(run_info["end_s"], 1e-9)
         run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
         run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)
+        run_info["timeseries_interval_s"] = tel.interval_ns / NS  # (as used: sim.assembly.sample_interval_ns)
 
         narrow = req[list(STAT_COLUMNS) + ["class", "tenant"]]  # a million-row run copies little
         groups = RequestGroups(narrow)

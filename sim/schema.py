@@ -7,10 +7,12 @@ and the cluster). A validation failure becomes one line, ``<file>: <key>: <what 
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_serializer, model_validator
 
+from plumbing.documents import short
+from plumbing.suggest import did_you_mean
 from plumbing.numbers import bounds_text, in_range
 
 # (allow_inf_nan: an infinite or NaN number is never a meaningful setting)
@@ -27,14 +29,17 @@ class FieldError(ValueError):
         self.key = key
 
 
-def format_error(source: str, err: ValidationError, prefix: str = "") -> str:
+def format_error(source: str, err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     """The first error of ``err`` as one line: ``<source>: <key>: <message>``. ``prefix`` is the
-    key of the validated value inside the scenario (e.g. ``cluster.groups.0.engine``)."""
+    key of the validated value inside the scenario (e.g. ``cluster.groups.0.engine``); ``model``
+    the validated model, whose fields an unknown key's "did you mean" is chosen from."""
     e = err.errors()[0]
     loc = ".".join([prefix, *(str(x) for x in e["loc"])] if prefix else [str(x) for x in e["loc"]]) or "(top level)"
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
-        return f"{source}: {loc}: unknown key (check the spelling; see docs/scenario.md)"
+        where = model_at(model, e["loc"][:-1]) if model is not None and e["loc"] else None
+        hint = did_you_mean(e["loc"][-1], where.model_fields) if where is not None else ""
+        return f"{source}: {loc}: unknown key (check the spelling; see docs/scenario.md){hint}"
     if e["type"] == "missing":
         return f"{source}: {loc}: missing required key"
     if e["type"] == "value_error":
@@ -43,7 +48,37 @@ def format_error(source: str, err: ValidationError, prefix: str = "") -> str:
             where = ".".join(x for x in ([] if loc == "(top level)" else [loc]) + [exc.key or ""] if x)
             return f"{source}: {where}: {exc}"
         return f"{source}: {msg.removeprefix('Value error, ')}"
-    return f"{source}: {loc}: {msg} (got {e.get('input')!r})"
+    return f"{source}: {loc}: {msg} (got {short(e.get('input'), 200)})"  # (a 5,000-character value: cut)
+
+
+def model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The model class of the value at ``loc`` (keys and list indexes, as a ValidationError
+    gives them) inside ``model``; None when no model is there."""
+    node: Any = model
+    for part in loc:
+        if isinstance(part, int):  # a list's item: the list's model, found at its key
+            continue
+        field = node.model_fields.get(part) if _is_model(node) else None
+        if field is None:
+            return None
+        node = _inner_model(field.annotation)
+    return node if _is_model(node) else None
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _inner_model(tp: Any) -> Any:
+    """``tp`` when it is a model, else the first model among its arguments (``X | None``,
+    ``list[X]``), else None."""
+    if _is_model(tp):
+        return tp
+    for arg in get_args(tp):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def number(*, integer: bool = False, minimum: float | None = None, note: str = "") -> BeforeValidator:
@@ -99,7 +134,8 @@ class Table(BaseModel):
             raise FieldError(f"expected a table (got {data!r})")
         for k in data:
             if k not in cls.model_fields:
-                raise FieldError(f"unknown key (expected one of {', '.join(cls.model_fields)})", key=str(k))
+                raise FieldError(f"unknown key (expected one of {', '.join(cls.model_fields)})"
+                                 f"{did_you_mean(k, cls.model_fields)}", key=str(k))
         cls.check_keys(data)
         return data
 

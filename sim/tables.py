@@ -219,7 +219,7 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
     try:
         eng = group_engine(sc, g)
     except ValidationError as err:
-        raise ScenarioError(format_error(src, err, prefix=f"{key}.engine")) from None
+        raise ScenarioError(format_error(src, err, prefix=f"{key}.engine", model=type(sc.engine))) from None
     if eng.timeseries_interval_s != sc.engine.timeseries_interval_s:
         raise ScenarioError(f"{src}: {key}.engine.timeseries_interval_s: must equal the scenario's "
                             f"engine.timeseries_interval_s={sc.engine.timeseries_interval_s} "

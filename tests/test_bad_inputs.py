@@ -69,6 +69,15 @@ class Case:
     skip: str = ""  # why this case cannot run here (its line in docs/errors.md is kept)
 
 
+def _profile(change) -> str:
+    """The shipped measured profile cpu-tiny as JSON text, with ``change(doc)`` applied."""
+    import json
+
+    doc = json.loads((ROOT / "sim" / "core" / "profiles" / "cpu-tiny.json").read_text())
+    change(doc)
+    return json.dumps(doc)
+
+
 def _cuda() -> bool:
     try:
         import torch
@@ -150,6 +159,44 @@ CASES = [
     Case("replay_genai_perf_truncated", "replay of a genai-perf export with a request lacking its responses",
          ["replay", "r.json"], {"r.json": '{"experiments": [{"experiment": {"mode": "concurrency", "value": 1}, '
                                           '"requests": [{"timestamp": 100}]}]}'}),
+    Case("interval_tiny", "engine.timeseries_interval_s = 1e-10 (below 1 ns)",
+         RUN + ["--set", "engine.timeseries_interval_s=1e-10"], {"s.toml": scenario()}),
+    Case("class_key_typo", "ttft_slo (for ttft_slo_s) in a class table", RUN,
+         {"s.toml": scenario().replace('priority = 0\n', 'priority = 0\nttft_slo = 1.0\n', 1)}),
+    Case("set_class_key_typo", "--set classes.chat.ttft_slo=1", RUN + ["--set", "classes.chat.ttft_slo=1"],
+         {"s.toml": scenario()}),
+    Case("set_class_name_typo", "--set classes.caht.priority=1 (no class caht)",
+         RUN + ["--set", "classes.caht.priority=1"], {"s.toml": scenario()}),
+    Case("profile_name_typo", "a misspelt shipped profile name", RUN + ["--set", 'engine.profile="h200-lama-3-8b"'],
+         {"s.toml": scenario()}),
+    # hostile text: refused in one line, not a crash of the parser or of what reads its result
+    Case("toml_deep_arrays", "a scenario file with arrays nested 500 deep", RUN,
+         {"s.toml": scenario(top="a = " + "[" * 500 + "]" * 500 + "\n")}),
+    Case("toml_deep_tables", "a scenario file with inline tables nested 500 deep", RUN,
+         {"s.toml": scenario(top="a = " + "{ b = " * 500 + "1" + " }" * 500 + "\n")}),
+    Case("set_deep_brackets", "a --set value of 5,000 nested brackets",
+         RUN + ["--set", "horizon_s=" + "[" * 5000 + "]" * 5000], {"s.toml": scenario()}),
+    Case("set_huge_integer", "a --set value of 10,000 digits", RUN + ["--set", "seed=" + "1" * 10_000],
+         {"s.toml": scenario()}),
+    Case("profile_deep_json", "a profile file of JSON nested 100,000 deep", RUN + ["--set", 'engine.profile="p.json"'],
+         {"s.toml": scenario(), "p.json": "[" * 100_000 + "]" * 100_000}),
+    Case("profile_row_nan", "a measured profile row's time_s = NaN", RUN + ["--set", 'engine.profile="p.json"'],
+         {"s.toml": scenario(), "p.json": _profile(lambda d: d["rows"][0].update(time_s=float("nan")))}),
+    Case("profile_layers_negative", "a profile's model.layers = -4", RUN + ["--set", 'engine.profile="p.json"'],
+         {"s.toml": scenario(), "p.json": _profile(lambda d: d["model"].update(layers=-4))}),
+    # click's usage errors: one line too
+    Case("seed_not_integer", "run --seed abc", RUN + ["--seed", "abc"], {"s.toml": scenario()}),
+    Case("sweep_out_is_file", "sweep --out naming an existing file", ["sweep", "s.toml", "--out", "f"],
+         {"s.toml": scenario(), "f": "x"}),
+    Case("workload_out_is_folder", "workload --out naming a folder", ["workload", "s.toml", "--out", "d"],
+         {"s.toml": scenario(), "d/x": "x"}),
+    Case("backend_unknown", "sweep --backend dask", ["sweep", "s.toml", "--backend", "dask", "--out", "out"],
+         {"s.toml": scenario()}),
+    Case("option_unknown", "run --bogus", RUN + ["--bogus"], {"s.toml": scenario()}),
+    Case("capacity_figure_exists", "capacity --figure naming an existing file",
+         ["capacity", "s.toml", "--figure", "fig.png", "--out", "out"], {"s.toml": scenario(), "fig.png": "old"}),
+    Case("compare_csv_exists", "compare --csv naming an existing file", ["compare", "a", "b", "--csv", "c.csv"],
+         {"a/x": "", "b/x": "", "c.csv": "old"}),
     Case("calibrate_cuda", "calibrate --device cuda without a GPU",
          ["calibrate", "--device", "cuda", "--shape", "tiny", "--out", "out/p.json"], {},
          skip="a CUDA device is present" if _cuda() else ""),
@@ -163,6 +210,7 @@ def _normal(text: str, tmp: Path) -> str:
 def run_case(case: Case, tmp: Path) -> tuple[int, str, str, bool]:
     """(exit status, stderr, stdout, whether anything result-like was left behind)."""
     for name, text in case.files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name).write_text(text)
     cwd = os.getcwd()
     os.chdir(tmp)
@@ -207,9 +255,14 @@ def _doc(outcomes: dict) -> str:
             line = outcomes[case.id][1].strip()
         else:
             line = old.get(case.id, f"(not run here: {case.skip})")
-        cmd = "priosim " + " ".join(case.args)
+        cmd = "priosim " + " ".join(_brief(a) for a in case.args)
         rows.append(f"| `{case.id}` | {case.what} | `{cmd}` | `{line.replace('|', '¦')}` |")
     return HEADER + "\n".join(rows) + "\n"
+
+
+def _brief(arg: str, limit: int = 200) -> str:
+    """An argument as the table shows it: a 10,000-character one cut to its start and length."""
+    return arg if len(arg) <= limit else f"{arg[:30]}...({len(arg):,} characters)"
 
 
 def _doc_lines() -> dict[str, str]:
@@ -230,6 +283,19 @@ with **exit status 2** and **one line** on stderr naming the file (and the trace
 the value and what was expected; nothing is written to the results folder. A run that cannot
 progress (a livelock) stops with one `engine.stalled:` line naming the requests involved and the
 cause; `engine.max_events` is a safety stop of its own.
+
+## Exit statuses
+
+The same for every `priosim` command (and in `priosim --help`):
+
+| status | meaning |
+|---|---|
+| 0 | done |
+| 1 | a run failed inside a `sweep`, `tune` or `capacity` search (each failure is printed; a sweep's other runs go on, and its failures' tracebacks are in `DIR/failures/`) |
+| 2 | bad input: one line `error: ...`, before any work (a bad option value or an unknown option too) |
+| 130 | interrupted (Ctrl-C): one line `interrupted`; nothing partial is published (results are written under a hidden name and renamed when whole; a rerun of a sweep or `tune --resume` finishes the rest) |
+
+## The bad inputs
 
 This table is generated by `tests/test_bad_inputs.py` (each row is a test); regenerate it with
 `PRIOSIM_WRITE_DOCS=1 python -m pytest tests/test_bad_inputs.py`. `s.toml` is a small valid

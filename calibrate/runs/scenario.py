@@ -125,7 +125,9 @@ def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None
         horizon = float(np.max(starts)) + 1.0
     name = re.sub(r"[^A-Za-z0-9._-]", "_", f"replay-{Path(run.source).stem}")
     return {"name": name, "seed": seed, "horizon_s": horizon, "drain": True,
-            "engine": {"profile": profile, "engine": engine_of(run)},
+            # the time series is not compared: one sample per 100,000th of the horizon at most
+            "engine": {"profile": profile, "engine": engine_of(run),
+                       "timeseries_interval_s": max(1.0, horizon / 100_000)},
             "classes": [{"name": CLASS, "priority": 0}], "streams": [stream]}
 
 

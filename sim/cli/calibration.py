@@ -76,17 +76,19 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs, overwrite):
 @click.option("--out", "out", required=True, help="report folder: new, empty or an earlier validation's")
 def validate(profile, scenario, n, repeats, out):
     """Run a trace for real on the device and in the simulator on PROFILE; compare per class."""
-    out = claim_out(out, "validation", "validation", resume=True)
-    try:
-        from calibrate.against_sim import validate as run_validation
-    except ImportError as exc:
-        fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
     from sim.core.costs import ProfileError, load_profile
 
     try:  # a file that is not a profile fails here, in one line, before any measurement
         load_profile(str(profile), where=f"--profile {profile}")
     except ProfileError as exc:
         fail(str(exc))
+    try:  # (the real runs import torch only when they start: asked here, before any work)
+        import torch  # noqa: F401
+
+        from calibrate.against_sim import validate as run_validation
+    except ImportError as exc:  # torch is the `calibrate` extra
+        fail(f"validate needs torch: pip install -e '.[calibrate]' ({exc})")
+    out = claim_out(out, "validation", "validation", resume=True)
     trace = None
     engine = None
     if scenario:

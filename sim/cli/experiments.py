@@ -8,7 +8,8 @@ import click
 
 from sim.core.errors import ScenarioError, error_message
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
-from sim.cli.group import check_load, check_out_file, check_workers, claim_out, csv_list, fail, hint_native, load, main
+from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_load, check_out_file, check_workers,
+                           claim_out, csv_list, fail, hint_native, load, main)
 
 
 @main.command()
@@ -35,8 +36,8 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
 
     Each run lands in DIR/runs/<axes>/ atomically; a rerun with the same DIR skips finished runs.
-    A run that fails is recorded in DIR/failures/ and the others go on. Exit status: the number of
-    failed runs (at most 100; 130 when interrupted; 2 for bad input before any run)."""
+    A run that fails is recorded in DIR/failures/ and the others go on. Exit status: 0 every run
+    done, 1 a run failed, 2 bad input (before any run), 130 interrupted."""
     from sim.experiments.sweep import run_sweep
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, None)
@@ -61,8 +62,8 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     hint_native(rep.wall_s)
     if rep.interrupted:
         click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
-        sys.exit(130)
-    sys.exit(min(len(rep.failed), 100))
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(EXIT_FAILED_RUNS if rep.failed else EXIT_OK)
 
 
 def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_file: str | None) -> dict:
@@ -160,8 +161,8 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
 
     One metric: TPE with the SLOs as constraints; several (--maximize/--minimize): NSGA-II and a
     Pareto front. Writes DIR/best.toml, trials.parquet, pareto.png, pareto.csv, importance.json,
-    tune.json; prints the best configuration next to the scenario's defaults. Bad input exits 2
-    before any trial. See docs/tune.md."""
+    tune.json; prints the best configuration next to the scenario's defaults. Exit status: 0 done,
+    1 a trial's run failed, 2 bad input (before any trial), 130 interrupted. See docs/tune.md."""
     try:
         import optuna  # noqa: F401
         import tomli_w  # noqa: F401
@@ -188,7 +189,9 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     _print_tune_report(spec, info, rep, k, out)
     if rep.interrupted:
         click.echo("interrupted: rerun with --resume to finish", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    if any(err != tn.NO_OBJECTIVE for err in rep.failed.values()):  # (a run failed, not a poor trial)
+        sys.exit(EXIT_FAILED_RUNS)
 
 
 def _tune_spec(sc, space, slos, maximize, minimize, trials, seeds):
@@ -257,11 +260,12 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 @click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--workers", type=int, help="parallel simulations (default: the CPU count)")
 @click.option("--out", type=click.Path(file_okay=False), help="folder (default results/capacity-<name>-<timestamp>/)")
-@click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here")
+@click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new file)")
+@click.option("--overwrite", is_flag=True, help="replace the file --figure names")
 @click.option("--no-plots", is_flag=True, help="do not draw the figure")
 @engine_flag_options
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
-             no_plots, engine_args, sglang_args):
+             overwrite, no_plots, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
@@ -294,16 +298,19 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
         fail(str(exc))
-    out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     if figure:
-        check_out_file(figure, "--figure", overwrite=True)
+        check_out_file(figure, "--figure", overwrite=overwrite)
+    out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
                               workers=workers, log=click.echo, progress=None, out_dir=out)
-    except (RuntimeError, ScenarioError, OutError) as exc:
+    except (ScenarioError, OutError) as exc:
         fail(str(exc))
+    except RuntimeError as exc:  # a probe's simulation failed (its traceback on the lines after)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED_RUNS)
     try:
         save_report(rep, out)
     except OSError as exc:

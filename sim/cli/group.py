@@ -12,13 +12,83 @@ import click
 from sim.core.errors import ScenarioError
 
 
+#: The exit statuses of every priosim command (also in ``priosim --help`` and docs/errors.md).
+EXIT_OK, EXIT_FAILED_RUNS, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+EPILOG = ("Exit status, every command: 0 done; 1 a run failed inside a sweep, tune or capacity search "
+          "(the others finished; see its failures); 2 bad input (one line 'error: ...', before any work); "
+          "130 interrupted (Ctrl-C; one line 'interrupted', no partial result published).")
+
+
 def fail(msg: str) -> None:
     """Print ``error: msg`` (one line) on stderr and exit with status 2: bad input, before any work."""
     click.echo(f"error: {msg}", err=True)
-    sys.exit(2)
+    sys.exit(EXIT_BAD_INPUT)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def usage_line(exc: click.UsageError) -> str:
+    """A click usage error as one line: the option (or argument), the bad value and what was
+    expected, then where the options are listed, e.g. ``--seed: 'abc' is not a valid integer
+    (see priosim run --help)``; click's own text is a usage block of three lines."""
+    param = getattr(exc, "param", None)
+    if isinstance(exc, click.NoSuchOption):
+        close = " or ".join(repr(p) for p in exc.possibilities or ())
+        msg = f"no such option {exc.option_name!r}" + (f"; did you mean {close}?" if close else "")
+    elif isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) and param is not None:
+        hint = exc.param_hint or (" / ".join(param.opts) if isinstance(param, click.Option)
+                                  else param.human_readable_name)
+        msg = f"{hint if isinstance(hint, str) else ' / '.join(hint)}: {_lower(exc.message)}"
+    else:
+        msg = _lower(exc.format_message())
+    msg = " ".join(msg.split()).rstrip(".")
+    if exc.ctx is not None:  # (the command as typed: priosim, whatever the program is called)
+        msg += f" (see {' '.join(['priosim', *exc.ctx.command_path.split()[1:]])} --help)"
+    return msg
+
+
+def _lower(text: str) -> str:
+    """Click's sentence as a clause: its first letter lower-case ('Missing option' -> 'missing
+    option'), unless the word is an acronym."""
+    text = text.strip()
+    return text[:1].lower() + text[1:] if text[:1].isupper() and not text[1:2].isupper() else text
+
+
+class Priosim(click.Group):
+    """The ``priosim`` group: every command's failures in one line and its exit statuses the
+    same (:data:`EPILOG`): a usage error (a bad option value, an unknown option) is one line
+    ``error: ...`` with status 2, Ctrl-C one line ``interrupted`` with status 130 (click's own
+    are a three-line usage block, and ``Aborted!`` with status 1)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:  # (a caller that handles click's exceptions itself)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            click.echo(f"error: {usage_line(exc)}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.ClickException as exc:  # (not bad input: e.g. a failed compiled build)
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except (click.Abort, KeyboardInterrupt, EOFError):
+            interrupted()
+        sys.exit(code if isinstance(code, int) else EXIT_OK)  # (--help and --version: 0)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # (before click turns it into Abort, with a blank line)
+            interrupted()
+
+
+def interrupted() -> None:
+    """Ctrl-C: one line ``interrupted`` on stderr and exit status 130. What the command was
+    writing stays unpublished (results are written under a hidden name and renamed when whole)."""
+    click.echo("interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=Priosim, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(package_name="priosim")
 def main() -> None:
     """priosim: simulate an LLM serving replica under priority scheduling."""

@@ -186,18 +186,26 @@ def plot(path, out):
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False))
 @click.option("--metric", "metrics", multiple=True, help="only these metrics (e.g. ttft_p99_s); repeatable")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="also write the table as CSV")
-def compare(run_a, run_b, metrics, csv_out):
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="also write the table as CSV (a new file)")
+@click.option("--overwrite", is_flag=True, help="replace the file --csv names")
+def compare(run_a, run_b, metrics, csv_out, overwrite):
     """Side-by-side per-class metrics of two runs, with ratios B/A."""
     from sim.experiments.compare import compare_runs, format_comparison
 
+    if csv_out:
+        check_out_file(csv_out, "--csv", overwrite=overwrite)
     try:
         df = compare_runs(run_a, run_b, list(metrics) or None)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     click.echo(format_comparison(df, run_a, run_b), nl=False)
     if csv_out:
-        df.to_csv(csv_out, index=False)
+        from sim.outdir import write_file
+
+        try:
+            write_file(csv_out, df.to_csv(index=False))
+        except OSError as exc:
+            fail(f"--csv {csv_out}: cannot write the table ({exc.strerror or exc})")
 
 
 @main.command()

@@ -53,7 +53,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from plumbing.numbers import in_range, is_number
+from plumbing.documents import DocumentError, loads_json, short
+from plumbing.numbers import in_range, is_integer, is_number
+from plumbing.suggest import did_you_mean
 from sim.core.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
@@ -396,6 +398,61 @@ def _terms(spec: dict, key: str, where: str) -> tuple[float, ...]:
     return tuple(float(x) for x in raw)
 
 
+def _int(m: dict, key: str, where: str, minimum: int, default: int | None = None) -> int:
+    """``m[key]``: an integer (3 or 3.0) >= ``minimum``; ``default`` when absent (None: required)."""
+    if key not in m and default is not None:
+        return default
+    if key not in m:
+        raise ProfileError(f"{where}: missing key '{key}' (expected layers, kv_heads, head_dim)")
+    v = m[key]
+    if not (is_integer(v, integral_floats=True) and v >= minimum):
+        raise ProfileError(f"{where}.{key}: expected an integer >= {minimum} (got {v!r})")
+    return int(v)
+
+
+def _shape(m: dict, meta: dict, where: str) -> ModelShape:
+    """The profile's ``model`` object: whole numbers of layers, heads, ... (a negative or NaN
+    size would price every step and size the KV pool wrongly, or stop the run midway)."""
+    if m.get("dtype_bytes"):
+        dtype_bytes = _int(m, "dtype_bytes", where, 1)
+    else:
+        dtype = str(meta.get("dtype", "bf16"))
+        if dtype not in DTYPE_BYTES:
+            raise ProfileError(f"{where[:-len('.model')]}.meta.dtype: unknown dtype {dtype!r} (expected one of "
+                               f"{', '.join(DTYPE_BYTES)}, or model.dtype_bytes)")
+        dtype_bytes = DTYPE_BYTES[dtype]
+    params = m.get("params", 0.0)
+    if not in_range(params, ge=0):
+        raise ProfileError(f"{where}.params: expected a finite number >= 0 (got {params!r})")
+    return ModelShape(
+        name=str(m.get("name", "")), layers=_int(m, "layers", where, 1), kv_heads=_int(m, "kv_heads", where, 1),
+        head_dim=_int(m, "head_dim", where, 1), dtype_bytes=dtype_bytes, hidden=_int(m, "hidden", where, 0, 0),
+        heads=_int(m, "heads", where, 0, 0), ffn=_int(m, "ffn", where, 0, 0), vocab=_int(m, "vocab", where, 0, 0),
+        params=float(params),
+    )
+
+
+#: The measured tables' columns (:class:`MeasuredTables`) and the least value each may take.
+_ROW_MINIMUM = {"batch": 1, "context": 0, "length": 1, "time_s": 0}
+
+
+def _check_rows(rows, where: str) -> None:
+    """A measured profile's ``rows``: a list of objects whose table columns (batch, context,
+    length, time_s of the decode and prefill rows) are finite numbers at least their minimum."""
+    if rows is None:
+        return
+    if not isinstance(rows, list):
+        raise ProfileError(f"{where}: expected a list of row objects (got {short(rows)})")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ProfileError(f"{where}[{i}]: expected a row object (got {short(r)})")
+        if r.get("kind") not in ("decode", "prefill"):
+            continue
+        for key, low in _ROW_MINIMUM.items():
+            if key in r and not in_range(r[key], ge=low):
+                raise ProfileError(f"{where}[{i}].{key}: expected a finite number >= {low} (got {r[key]!r})")
+
+
 def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
     """Build a CostModel from a parsed profile JSON document."""
     if not isinstance(data, dict):
@@ -407,19 +464,12 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
     for key in ("meta", "step"):
         if not isinstance(data.get(key), dict):
             raise ProfileError(f"{where}: missing object '{key}'")
-    shape = None
-    if isinstance(data.get("model"), dict):
-        m = data["model"]
-        try:
-            dtype_bytes = int(m.get("dtype_bytes") or DTYPE_BYTES[str(data["meta"].get("dtype", "bf16"))])
-            shape = ModelShape(
-                name=str(m.get("name", "")), layers=int(m["layers"]), kv_heads=int(m["kv_heads"]),
-                head_dim=int(m["head_dim"]), dtype_bytes=dtype_bytes, hidden=int(m.get("hidden", 0)),
-                heads=int(m.get("heads", 0)), ffn=int(m.get("ffn", 0)), vocab=int(m.get("vocab", 0)),
-                params=float(m.get("params", 0.0)),
-            )
-        except KeyError as exc:
-            raise ProfileError(f"{where}.model: missing key {exc} (expected layers, kv_heads, head_dim)") from None
+    shape = _shape(data["model"], data["meta"], f"{where}.model") if isinstance(data.get("model"), dict) else None
+    tp = data["meta"].get("tp", 1)
+    if tp is not None and not (is_integer(tp, integral_floats=True) and tp >= 0):  # (0: unset, as 1)
+        raise ProfileError(f"{where}.meta.tp: expected an integer >= 1 (got {tp!r})")
+    if data["meta"].get("kind") == "measured":
+        _check_rows(data.get("rows"), f"{where}.rows")
     s = data["step"]
     sw = f"{where}.step"
     knots = _terms(s, "token_knots", sw)
@@ -504,12 +554,14 @@ def _load_profile(spec, base_dir, where) -> CostModel:
         if not p.is_absolute() and base_dir is not None and not p.exists():
             p = base_dir / p
         if not p.is_file():
-            names = ", ".join(n for n, _ in list_profiles())
-            raise ProfileError(f"{where}: no profile named or at '{spec}' "
-                               f"(expected a shipped name: {names}; or a path to a .json file)")
+            names = [n for n, _ in list_profiles()]
+            raise ProfileError(f"{where}: no profile named or at '{spec}' (expected a shipped name: "
+                               f"{', '.join(names)}; or a path to a .json file){did_you_mean(spec, names)}")
         path = p
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except DocumentError as exc:
+        raise ProfileError(f"{path}: {exc}") from None
     return profile_from_dict(data, name=str(spec), where=str(path))

@@ -145,12 +145,14 @@ def read_grid(path: str | Path) -> dict[str, list]:
     """
     import tomllib
 
+    from plumbing.documents import DocumentError, loads_toml
+
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        data = loads_toml(p.read_text())
     except FileNotFoundError:
         raise ValueError(f"{p}: no such grid file") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, DocumentError) as exc:
         raise ValueError(f"{p}: not valid TOML: {exc}") from None
     out: dict[str, list] = {}
 

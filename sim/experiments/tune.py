@@ -294,6 +294,11 @@ def validate(spec: TuneSpec) -> None:
 
 
 # ---- running ------------------------------------------------------------------------------------
+#: A trial's failure when its runs finished but measured no request (a poor configuration, not
+#: a failed run: the tune's exit status stays 0).
+NO_OBJECTIVE = "objective undefined (no requests measured)"
+
+
 @dataclass
 class TuneReport:
     """What :func:`run_tune` did (``evaluated_now``: trials simulated in this call)."""
@@ -506,7 +511,7 @@ def _tell_trial(study, spec: TuneSpec, t, ids: list[str], sw, runs_dir: Path, re
     vals = [m["objectives"][o.name]["mean"] for o in spec.objectives]
     if any(v is None for v in vals):
         study.tell(t, state=TrialState.FAIL)
-        rep.failed[t.number] = "objective undefined (no requests measured)"
+        rep.failed[t.number] = NO_OBJECTIVE
         return
     study.tell(t, vals)
     rep.evaluated_now += 1

@@ -1,0 +1,12 @@
+"""The "did you mean" hint every unknown-name message shares (a key, a class, a profile): the
+closest known name by :func:`difflib.get_close_matches`, or nothing when none is close."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the known name closest to ``name``, else ``""``."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
