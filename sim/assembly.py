@@ -88,7 +88,8 @@ def build_workload(sc: Scenario, load_scale: float = 1.0, lenient: bool = False)
     (counted in ``meta``) instead of failing on the first."""
     try:
         return workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=seed_for(sc.seed, "workload"),
-                                        base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient)
+                                        base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient,
+                                        class_names=[c.name for c in sc.classes])
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
 

@@ -220,8 +220,13 @@ class Scenario(BaseModel):
             for rule in s.get("assign", []) or []:
                 if isinstance(rule, dict) and "class" in rule:
                     named.add(rule["class"])
+        # a trace's tenant / class column names them row by row (checked when the rows are read)
+        mapped = {k for s in self.streams if isinstance(s, dict) and isinstance(s.get("trace"), dict)
+                  and isinstance(s["trace"].get("columns"), dict) for k in ("tenant", "class")
+                  if k in s["trace"]["columns"]}
         spec = self.engine.speculative
-        if spec is not None and isinstance(spec.acceptance, dict) and "dist" not in spec.acceptance:
+        if (spec is not None and isinstance(spec.acceptance, dict) and "dist" not in spec.acceptance
+                and "tenant" not in mapped):
             tenants = {s.get("tenant") for s in self.streams}
             for s in self.streams:
                 tenants.update(r.get("tenant") for r in s.get("assign", []) or [] if isinstance(r, dict))
@@ -231,7 +236,7 @@ class Scenario(BaseModel):
                     raise ValueError(f"engine.speculative.acceptance.{key}: names no class or tenant "
                                      f"(expected one of {', '.join(known)})")
         for c in names:
-            if c not in named:
+            if c not in named and "class" not in mapped:
                 raise ValueError(f"classes: class '{c}' is named by no stream "
                                  f"(expected every class to appear as some [[streams]] class)")
         return self

@@ -48,6 +48,16 @@ STREAM2 = 'arrival = { process = "poisson", rate = 1.0 }\nprompt_tokens = 100\no
 TRACE = "trace = {{ format = \"{fmt}\", path = \"{path}\", columns = {{ arrival_s = \"t\", prompt_tokens = \"p\", output_tokens = \"o\" }} }}"
 
 
+def _damaged_gzip() -> str:
+    """A gzip file (as latin-1 text, how the cases write files) whose compressed body is damaged."""
+    import gzip
+    body = gzip.compress(b"t,p,o\n" + b"".join(b"%d,5,5\n" % i for i in range(20000)))
+    return (body[:200] + bytes(b ^ 0x55 for b in body[200:400]) + body[400:]).decode("latin-1")
+
+
+DAMAGED_GZIP = _damaged_gzip()
+
+
 def scenario(*, engine: str = "", policy: str = "fcfs", policy_extra: str = "",
              arrival: str = '{ process = "poisson", rate = 1.0 }', prompt: str = "100", cls: str = "batch",
              stream2: str = STREAM2, top: str = "") -> str:
@@ -131,6 +141,16 @@ CASES = [
          {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,99999999999999999999\n"}),
     Case("trace_extra_field", "a CSV row with an extra field", RUN,
          {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,5,7\n0.7,3,4\n"}),
+    Case("trace_gzip_corrupt", "a trace.csv.gz whose compressed body is damaged", RUN,
+         {"s.toml": trace_scenario("csv", "t.csv.gz"), "t.csv.gz": DAMAGED_GZIP}),
+    Case("trace_json_deep", "a JSONL trace line nested 100,000 deep", RUN,
+         {"s.toml": trace_scenario("jsonl", "t.jsonl"), "t.jsonl": "[" * 100_000 + "]" * 100_000 + "\n"}),
+    Case("trace_datetime_no_unit", "datetimes in a trace's arrival column, no time_unit", RUN,
+         {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n2024-05-10 12:00:01.5,10,5\n"}),
+    Case("trace_class_unknown", "a trace's class column naming no class", RUN,
+         {"s.toml": scenario(stream2=TRACE.format(fmt="csv", path="t.csv").replace(
+             'output_tokens = \"o\"', 'output_tokens = \"o\", class = \"k\"')),
+          "t.csv": "t,p,o,k\n0.5,10,5,chat\n0.7,3,4,vip\n"}),
     # command line
     Case("workers_zero", "sweep --workers 0", ["sweep", "s.toml", "--workers", "0", "--out", "out"],
          {"s.toml": scenario()}),
@@ -211,7 +231,10 @@ def run_case(case: Case, tmp: Path) -> tuple[int, str, str, bool]:
     """(exit status, stderr, stdout, whether anything result-like was left behind)."""
     for name, text in case.files.items():
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_text(text)
+        if name.endswith(".gz"):
+            (tmp / name).write_bytes(text.encode("latin-1"))
+        else:
+            (tmp / name).write_text(text)
     cwd = os.getcwd()
     os.chdir(tmp)
     try:

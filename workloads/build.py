@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -46,12 +46,43 @@ def child_rng(seed: int, stream: int, name: str) -> np.random.Generator:
         np.random.SeedSequence(seed, spawn_key=(stream, RNG_NAMES[name]))))
 
 
-def _load_stream_trace(st: StreamSpec, base_dir: Path, lenient: bool):
-    """The stream's trace; an error in it names the stream."""
+def _load_stream_trace(st: StreamSpec, base_dir: Path, lenient: bool, until_s: float | None = None,
+                       class_names: set[str] | None = None):
+    """The stream's trace (read up to ``until_s`` s after t0 when given); an error in it names
+    the stream. A class column's values must be ``class_names`` (when known)."""
     try:
-        return load_trace(st.trace, base_dir, lenient)
+        tr = load_trace(st.trace, base_dir, lenient, until_s=until_s)
+        if class_names is not None and "cls" in tr.df.columns:
+            _check_classes(tr, class_names, st.trace.get("columns", {}).get("class", "class"))
+        return tr
     except WorkloadError as exc:
         raise WorkloadError(f"streams[{st.index}].trace: {exc}") from None
+
+
+def _check_classes(tr, class_names: set[str], col: str) -> None:
+    """Every row's class (from the trace's class column) is a declared class."""
+    cls = tr.df["cls"].to_numpy(dtype=object)
+    unknown = ~np.isin(cls, np.array(sorted(class_names), dtype=object))
+    if unknown.any():
+        r = int(np.argmax(unknown))
+        line = f" line {tr.lines[r]}" if tr.lines is not None else ""
+        raise WorkloadError(f"{tr.source}{line}: {col} {cls[r]!r} is not a class of the scenario "
+                            f"(expected one of the [[classes]] names: {', '.join(sorted(class_names))})")
+
+
+def replay_until(st: StreamSpec, horizon_s: float, load_scale: float) -> float | None:
+    """How far into a replayed trace (s after t0) its rows are needed, or None: all of it.
+
+    A replay uses the rows inside its window that arrive before the stream ends. Reading stops
+    there unless something needs the whole file: the default ``max_tokens`` (the largest
+    output in the whole trace; declare ``max_tokens`` to stream), or ``sample`` with a
+    ``fraction`` rule (both draw from one generator, the draws of every row in the window)."""
+    if st.kind != "replay" or st.max_tokens is None:
+        return None
+    if "sample" in st.trace and any("fraction" in r for r in st.assign):
+        return None
+    w0, w1 = st.trace.get("window", [0.0, math.inf])
+    return min(float(w1), float(w0) + (stream_end(st, horizon_s) - st.start_s) * load_scale)
 
 
 
@@ -150,9 +181,13 @@ def _apply_rules(st: StreamSpec, df: pd.DataFrame, rng: np.random.Generator) -> 
     # the string per row: converted through a fixed-width string array): a million rows convert
     # and hash as a few shared objects all the way to the request table
     tenant = np.empty(n, dtype=object)
-    tenant.fill(st.tenant)
     cls = np.empty(n, dtype=object)
-    cls.fill(st.cls)
+    # a trace's tenant / class column gives each row its own (rules below still override it)
+    for arr, col, default in ((tenant, "tenant", st.tenant), (cls, "cls", st.cls)):
+        if col in df.columns:
+            arr[:] = df[col].to_numpy(dtype=object)
+        else:
+            arr.fill(default)
     free = np.ones(n, dtype=bool)
     for j, r in enumerate(st.assign):
         if "fraction" in r:
@@ -204,13 +239,14 @@ def _synthetic_lengths(st: StreamSpec, rng: np.random.Generator, n: int) -> pd.D
 
 
 def _build_open(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
-                lenient: bool, meta: dict) -> pd.DataFrame:
+                lenient: bool, meta: dict, class_names: set[str] | None = None) -> pd.DataFrame:
     end = stream_end(st, horizon_s)
     dur = stream_duration(st, horizon_s)
     r_arr, r_len, r_att = (child_rng(seed, st.index, k) for k in ("arrivals", "lengths", "attributes"))
     trace_df, default_max = None, None
     if st.kind in ("replay", "trace_lengths"):
-        trace_df, default_max = _read_trace_rows(st, base_dir, lenient, meta)
+        trace_df, default_max = _read_trace_rows(st, base_dir, lenient, meta, replay_until(st, horizon_s, load_scale),
+                                                 class_names)
     if st.kind == "synthetic" or st.kind == "trace_lengths":
         df, default_max = _sampled_arrival_rows(st, trace_df, default_max, dur, load_scale, r_arr, r_len, meta)
     elif st.kind == "replay":
@@ -225,11 +261,14 @@ def _build_open(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, 
     return _finish_rows(st, df, seed, default_max, r_att, meta)
 
 
-def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict) -> tuple[pd.DataFrame, int]:
+def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict, until_s: float | None,
+                     class_names: set[str] | None) -> tuple[pd.DataFrame, int]:
     """The stream's trace rows and the default output cap (its longest output, tokens)."""
-    tr = _load_stream_trace(st, base_dir, lenient)
+    tr = _load_stream_trace(st, base_dir, lenient, until_s, class_names)
     meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
                 zero_lengths_raised=tr.zero_lengths)
+    if not tr.complete:  # (rows_read, rows_after_horizon: up to where reading stopped)
+        meta["trace_read_until_s"] = until_s
     if tr.skipped_examples:
         meta["skipped_examples"] = tr.skipped_examples
     trace_df = tr.df
@@ -382,13 +421,16 @@ def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float
 
 
 def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir: Path,
-                   load_scale: float = 1.0, lenient: bool = False) -> Workload:
-    """Generate every stream's requests up to ``horizon_s`` seconds (see module docstring)."""
+                   load_scale: float = 1.0, lenient: bool = False,
+                   class_names: Iterable[str] | None = None) -> Workload:
+    """Generate every stream's requests up to ``horizon_s`` seconds (see module docstring).
+    ``class_names``: the scenario's classes, which a trace's class column is checked against."""
     number("horizon_s", horizon_s, gt=0)
     integer("seed", seed, ge=0)
     number("load_scale", load_scale, gt=0)
     require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
     base_dir = Path(base_dir)
+    names = None if class_names is None else set(class_names)
     checked = [check_stream(i, s, None, base_dir) for i, s in enumerate(streams)]
     frames, closed, metas = [], [], []
     for st in checked:
@@ -398,7 +440,7 @@ def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir
             m["kind"] = "closed_loop" + ("" if st.kind == "synthetic" else f"+{st.kind}")
             closed.append(_build_closed(st, seed, horizon_s, load_scale, base_dir, lenient, m))
         else:
-            frames.append(_build_open(st, seed, horizon_s, load_scale, base_dir, lenient, m))
+            frames.append(_build_open(st, seed, horizon_s, load_scale, base_dir, lenient, m, names))
         metas.append(m)
     df = _assemble(frames)
     return Workload(df, closed, {"seed": seed, "horizon_s": horizon_s, "load_scale": load_scale,

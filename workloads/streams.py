@@ -152,6 +152,12 @@ def _check_stream_assign(path: str, s: dict, st: StreamSpec, class_names: set[st
     for j, r in enumerate(rules):
         _check_rule(f"{path}.assign[{j}]", r, class_names)
     st.assign = rules
+    mapped = [k for k in ("tenant", "class") if isinstance(st.trace, dict)
+              and isinstance(st.trace.get("columns"), dict) and k in st.trace["columns"]]
+    if mapped:
+        require(f"{path}.trace.columns.{mapped[0]}", st.trace["columns"][mapped[0]],
+                not isinstance(st.arrival, ClosedLoop),
+                "absent for closed-loop streams (one tenant and class per stream)")
 
 
 def _check_rule(path: str, r: Any, class_names: set[str] | None) -> None:
