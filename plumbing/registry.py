@@ -6,7 +6,6 @@ Unknown names get a "did you mean" suggestion; registering a name twice is an er
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -50,8 +49,9 @@ class Registry:
             return load_dotted(target) if isinstance(target, str) else target
         if ":" in name:
             return load_dotted(name)
-        close = difflib.get_close_matches(name, self.names(), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        from plumbing.suggest import did_you_mean
+
+        hint = did_you_mean(name, self.names())
         raise KeyError(
             f"unknown {self.kind} '{name}' (expected one of {', '.join(self.names())}, "
             f"or a dotted path 'package.module:Class'){hint}"
