@@ -133,6 +133,15 @@ def test_shipped_policies_are_not_wrapped():
     assert sim.assembly.needs_guard(f"{MOD}:Fifo")
 
 
+def test_the_conformance_suite_catches_a_write():
+    from policies import check_policy
+    from policies.check import PolicyCheckError
+
+    with pytest.raises(PolicyCheckError, match="wrote req.cls .request 0.: policies see requests read-only"):
+        check_policy(f"{MOD}:WritesCls")
+    assert check_policy(f"{MOD}:Fifo")["requests"] == 300
+
+
 # ---- the view --------------------------------------------------------------------------------
 def _view():
     r = Request(7, 1_500_000_000, "a", "hi", 0, 0, 30, 12, 40, features={"f": 2.0}, hash_ids=[1, 2])
