@@ -311,7 +311,8 @@ class Engine:
             if self._before_ranking is not None:
                 self._before_ranking(self.ranking_context(now_ns))
             self._rekey_all(now_ns)
-        self.next_change_ns = change_ns(self.policy.next_change(now_ns / NS), now_ns, self.policy)
+        t = self.policy.next_change(now_ns / NS)
+        self.next_change_ns = NEVER if t is None else change_ns(t, now_ns, self.policy)  # (no call for None)
 
     # ---- arrivals --------------------------------------------------------------------------
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
