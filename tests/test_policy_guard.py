@@ -159,9 +159,18 @@ def test_the_view_reads_through_and_refuses_writes():
         with pytest.raises(PolicyContractError, match="policy 'm:P' (wrote|deleted) req"):
             write()
     with pytest.raises(AttributeError):
-        v._r  # noqa: B018 - no way to the request behind the view
+        v._private_of_the_request  # noqa: B018 - private names are not forwarded
     v.predicted["tokens"] = 5.0  # the policy's own scratch dict
     assert r.predicted == {"tokens": 5.0} and r.cls == "hi"
+
+
+def test_the_view_shows_every_field_of_a_request():
+    from sim.core.guard import FIELDS
+
+    assert set(Request.__slots__) | {"attained_s"} == set(FIELDS)
+    r, v = _view()
+    for name in set(FIELDS) - {"hidden_output_tokens", "features", "hash_ids"}:
+        assert getattr(v, name) == getattr(r, name) or getattr(r, name) != getattr(r, name)  # (NaN)
 
 
 def test_the_view_hides_the_true_length_by_either_name():

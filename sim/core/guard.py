@@ -26,11 +26,12 @@ command prints its one line and exits with status 2). Everything else a policy h
 from __future__ import annotations
 
 import numbers
+import operator
 from collections.abc import Mapping
 from typing import Any
 
 from policies.base import BasePolicy, RankingContext
-from sim.core.errors import OracleAccessError, ScenarioError
+from sim.core.errors import ScenarioError
 
 __all__ = ["PolicyContractError", "ReadOnlyRequest", "guard_policy", "checked_key", "checked_next_change"]
 
@@ -85,65 +86,67 @@ class ReadOnlyMapping(Mapping):
     __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = __setattr__ = _refuse
 
 
-# The view keeps its request in a slot whose descriptor is taken off the class: the view has no
-# attribute through which the request could be reached and written (``view._r.cls = ...``); this
-# module reads and sets it through the descriptor it keeps.
+# ``_r`` is the wrapper's own (private) slot: every attribute write *on the view* raises;
+# reaching through a private attribute is outside the contract.
 class ReadOnlyRequest:
     """A live, read-only view of one request for a user's policy (see the module docstring)."""
 
     __slots__ = ("_r", "_who", "_features")
+    _r: Any
+    _who: str
+    _features: ReadOnlyMapping
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise PolicyContractError(f"policy '{_WHO(self)}' wrote req.{name}: {READ_ONLY}")
+        raise PolicyContractError(f"policy '{self._who}' wrote req.{name}: {READ_ONLY}")
 
     def __delattr__(self, name: str) -> None:
-        raise PolicyContractError(f"policy '{_WHO(self)}' deleted req.{name}: {READ_ONLY}")
-
-    def __getattr__(self, name: str) -> Any:
-        """Attributes beyond the documented ones (``policies.base.RequestView``): read from the
-        request, containers as read-only copies; private ones are not shown."""
-        if name.startswith("_"):
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-        if name == "hidden_output_tokens":  # the true length by its engine-side name: oracles only
-            name = "true_output_tokens"
-        value = getattr(_REQ(self), name)
-        if isinstance(value, dict):
-            return ReadOnlyMapping(value, f"policy '{_WHO(self)}' wrote req.{name}")
-        if isinstance(value, (list, bytearray)):
-            return tuple(value)
-        return value
-
-    @property
-    def features(self) -> ReadOnlyMapping:
-        return _FEATURES(self)
+        raise PolicyContractError(f"policy '{self._who}' deleted req.{name}: {READ_ONLY}")
 
     @property
     def true_output_tokens(self) -> int:
-        return _REQ(self).true_output_tokens  # (raises unless the policy is an oracle)
+        return self._r.true_output_tokens  # (raises unless the policy is an oracle)
 
     def __repr__(self) -> str:
-        return f"ReadOnlyRequest({_REQ(self)!r})"
+        return f"ReadOnlyRequest({self._r!r})"
 
 
+# (the slots are set through their descriptors: the view's own __setattr__ refuses)
 _R_SLOT, _WHO_SLOT, _FEATURES_SLOT = (ReadOnlyRequest.__dict__[n] for n in ReadOnlyRequest.__slots__)
-for _n in ReadOnlyRequest.__slots__:
-    delattr(ReadOnlyRequest, _n)
-_REQ, _WHO, _FEATURES = _R_SLOT.__get__, _WHO_SLOT.__get__, _FEATURES_SLOT.__get__
 
 
-def _forward(name: str) -> property:
-    def read(view: ReadOnlyRequest, _get=_REQ) -> Any:
-        return getattr(_get(view), name)
-    read.__name__ = name
+def _container(name: str) -> property:
+    """A property reading the request's ``name``: a dict as a read-only mapping, a list as a tuple."""
+    def read(view: ReadOnlyRequest) -> Any:
+        value = getattr(view._r, name)
+        if isinstance(value, dict):
+            return ReadOnlyMapping(value, f"policy '{view._who}' wrote req.{name}")
+        return tuple(value) if isinstance(value, (list, bytearray)) else value
     return property(read, doc=f"the request's {name} (read-only)")
 
 
-# the documented fields (policies.base.RequestView) and the request's other plain values a
-# policy may reasonably read: one property each (a read costs a call, not __getattr__'s lookup)
-for _n in ("request_id", "arrival_s", "tenant", "cls", "priority", "prompt_tokens", "max_tokens",
-           "generated", "attained_s", "admitted_s", "last_scheduled_s", "preemptions", "predicted",
-           "deadline_s", "computed", "tokens"):
-    setattr(ReadOnlyRequest, _n, _forward(_n))
+# Every attribute of a request, read-only. No __getattr__: a class with one looks up every
+# attribute through Python (about 7x slower reads, at every key). The true length is shown on
+# an oracle's terms by either name; ``remaining_output`` (the engine's, from it) is not shown.
+# A property reading in C (``attrgetter("_r.<name>")``) costs about 2x a plain read.
+#: every attribute of a request (``sim.core.request.Request``; a test keeps the list complete)
+FIELDS = (
+    "request_id", "arrival_s", "arrival_ns", "tenant", "cls", "cls_idx", "priority", "prompt_tokens",
+    "max_tokens", "hidden_output_tokens", "deadline_s", "stream", "user", "features", "predicted",
+    "hash_ids", "reveals_output", "state", "tokens", "computed", "generated", "blocks", "host_blocks",
+    "key", "admit_seq", "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
+    "attained_ns", "attained_s", "first_admit_ns", "cohort_base_step", "cohort_base_svc_ns",
+    "cohort_join_step", "spec_acceptance", "preemptions", "recomputed_tokens", "swapped_blocks",
+    "swap_fallbacks", "max_itl_ns", "reject_reason", "shared", "base_blocks", "prefix_hit_tokens",
+    "evicted_miss_tokens")
+_CONTAINERS = ("hash_ids", "shared", "key")
+for _n in FIELDS:
+    if _n == "hidden_output_tokens":
+        setattr(ReadOnlyRequest, _n, ReadOnlyRequest.true_output_tokens)
+    elif _n in _CONTAINERS:
+        setattr(ReadOnlyRequest, _n, _container(_n))
+    elif _n != "features":
+        setattr(ReadOnlyRequest, _n, property(operator.attrgetter("_r." + _n), doc=f"the request's {_n} (read-only)"))
+ReadOnlyRequest.features = property(operator.attrgetter("_features"), doc="trace features (read-only)")  # type: ignore[attr-defined]
 
 
 def make_view(req: Any, who: str) -> ReadOnlyRequest:
@@ -162,7 +165,7 @@ def request_of(view: Any, who: str) -> Any:
     if type(view) is not ReadOnlyRequest:
         raise PolicyContractError(f"policy '{who}': its waiting set returned {_short(view)} where an "
                                   "entry's request was expected (the (key, seq, request) it was given)")
-    return _REQ(view)
+    return view._r
 
 
 # ---- checks of what a policy answers --------------------------------------------------------
@@ -177,7 +180,7 @@ def checked_key(k: Any, who: str, req: Any) -> tuple:
         if isinstance(k, (str, bytes, Mapping)) or not hasattr(k, "__iter__"):
             _bad_key(k, who, req, "")
         k = tuple(k)
-    for x in k:
+    for x in k:  # (a loop of type checks: faster than any C-level trick for a short tuple)
         t = type(x)
         if t is float:
             if x != x:
@@ -273,7 +276,15 @@ class GuardedPolicy:
             bind(copy.deepcopy(classes), seed)
 
     def key(self, req: Any, now: float) -> tuple:
-        return checked_key(self._key(self.view(req), now), self._who, req)
+        v = self._views.get(req.request_id)  # (self.view(req), inline: read at every key)
+        k = self._key(v if v is not None else self.view(req), now)
+        if type(k) is tuple:  # (checked_key's loop, inline for the usual key: ints and floats)
+            for x in k:
+                t = type(x)
+                if (t is not float or x != x) and t is not int:
+                    return checked_key(k, self._who, req)
+            return k
+        return checked_key(k, self._who, req)
 
     def _next_change(self, now: float) -> float | None:
         return checked_next_change(self._inner.next_change(now), self._who, now)
