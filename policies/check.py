@@ -46,6 +46,23 @@ class FakeRequest:
     """A minimal :class:`~policies.base.RequestView` for the reference scheduler, read-only to
     the policy (the scheduler moves its progress with :func:`_set`)."""
 
+    request_id: int
+    arrival_s: float
+    tenant: str
+    cls: str
+    priority: int
+    prompt_tokens: int
+    max_tokens: int
+    generated: int
+    attained_s: float
+    admitted_s: float
+    last_scheduled_s: float
+    preemptions: int
+    features: MappingProxyType
+    predicted: dict
+    hidden_output_tokens: int
+    _oracle_ok: bool
+
     def __init__(self, rid: int, arrival_s: float, cls: str, priority: int, prompt: int, output: int,
                  tenant: str, oracle_ok: bool) -> None:
         self.__dict__.update(
