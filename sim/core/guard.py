@@ -15,7 +15,7 @@ A user's policy (``pkg.mod:Class`` or ``path/file.py:Class``) is wrapped by
   elements are real numbers (int, float, bool, numpy numbers); inf and -inf order (last and
   first), NaN orders nothing and is refused, as are strings, None and nested containers;
 * checks ``next_change``: None, or a number of seconds >= 0 (inf, or a time past the engine's
-  integer-nanosecond range, means never: :meth:`sim.core.engine.Engine.refresh_ranking` caps it);
+  integer-nanosecond range, means never: :func:`sim.core.engine.change_ns` caps it);
 * hands ``before_ranking`` a read-only context and ``on_scheduled_run`` its items with views,
   its durations as a tuple.
 
@@ -235,7 +235,8 @@ class _GuardedContext(RankingContext):
         raise PolicyContractError(f"policy '{object.__getattribute__(self, '_who')}' wrote ctx.{name}: "
                                   "the ranking context is read-only")
 
-    __delattr__ = __setattr__  # type: ignore[assignment]
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)
 
 
 class GuardedPolicy:
