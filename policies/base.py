@@ -6,7 +6,10 @@ preemption victims from the running requests with the largest keys. A policy nev
 memory and never advances time.
 
 Every key must be a tuple that ends in ``(arrival_s, request_id)`` so that ordering is total and
-deterministic (heaps never compare incomparable things, runs repeat exactly).
+deterministic (heaps never compare incomparable things, runs repeat exactly). Its elements are
+real numbers (int, float, bool, numpy numbers): inf and -inf order, NaN does not and is refused,
+as are strings, None and nested containers (a user policy's keys are checked:
+``sim.core.guard``).
 
 Keys are cached by the engine: a request's key is computed when it enters the waiting set and
 again whenever the policy's ranking may have changed, which the policy announces in one of two
@@ -16,6 +19,8 @@ ways:
   counters move with every token); the engine re-keys before each plan.
 * ``next_change(now)``: the simulated time (seconds) at which keys change next without any event
   (e.g. aging promotes a class, a quantum expires). The engine never fast-forwards past it.
+  None: no change declared; inf or a time past the engine's integer-ns range (2^62 ns): never;
+  NaN is refused (and so is a negative time from a user's policy).
 
 Hooks (all optional, defaults in :class:`BasePolicy`) let stateful policies keep their books:
 ``bind`` once before the run (the scenario's classes and a policy-owned seed), ``on_arrival``
@@ -42,6 +47,11 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 @runtime_checkable
 class RequestView(Protocol):
     """What a real scheduler can see of a request at the current moment.
+
+    A user's policy is handed a read-only view (``sim.core.guard.ReadOnlyRequest``): a write
+    raises at once, naming the policy and the attribute; ``predicted`` is the one dict it may
+    write into. Shipped policies are handed the request itself and write nothing but
+    ``predicted``.
 
     Attributes (read-only for policies):
         request_id: int, unique per simulation, in arrival order.

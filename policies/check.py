@@ -16,7 +16,9 @@ and checks, raising :class:`PolicyCheckError` on the first failure:
 4. the same seed gives the same schedule (two fresh copies, identical admission logs);
 5. no request is lost or served twice: each is admitted while waiting only, finishes exactly
    once, and receives exactly its output length;
-6. a policy that is not an oracle never reads ``true_output_tokens``.
+6. a policy that is not an oracle never reads ``true_output_tokens``;
+7. a policy writes nothing into a request (an attribute, or an item of ``features``; its
+   ``predicted`` dict is its own).
 
 It needs nothing from ``sim``; tests also run every registered policy through the real engine.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -40,26 +43,40 @@ class OracleReadError(AttributeError):
 
 
 class FakeRequest:
-    """A minimal :class:`~policies.base.RequestView` for the reference scheduler."""
+    """A minimal :class:`~policies.base.RequestView` for the reference scheduler, read-only to
+    the policy (the scheduler moves its progress with :func:`_set`)."""
+
+    request_id: int
+    arrival_s: float
+    tenant: str
+    cls: str
+    priority: int
+    prompt_tokens: int
+    max_tokens: int
+    generated: int
+    attained_s: float
+    admitted_s: float
+    last_scheduled_s: float
+    preemptions: int
+    features: MappingProxyType
+    predicted: dict
+    hidden_output_tokens: int
+    _oracle_ok: bool
 
     def __init__(self, rid: int, arrival_s: float, cls: str, priority: int, prompt: int, output: int,
                  tenant: str, oracle_ok: bool) -> None:
-        self.request_id = rid
-        self.arrival_s = arrival_s
-        self.tenant = tenant
-        self.cls = cls
-        self.priority = priority
-        self.prompt_tokens = prompt
-        self.max_tokens = 4 * output + 8
-        self.generated = 0
-        self.attained_s = 0.0
-        self.admitted_s = math.nan
-        self.last_scheduled_s = math.nan
-        self.preemptions = 0
-        self.features = {"f_len_hint": float(prompt % 7)}
-        self.predicted: dict = {}
-        self.hidden_output_tokens = output
-        self._oracle_ok = oracle_ok
+        self.__dict__.update(
+            request_id=rid, arrival_s=arrival_s, tenant=tenant, cls=cls, priority=priority,
+            prompt_tokens=prompt, max_tokens=4 * output + 8, generated=0, attained_s=0.0,
+            admitted_s=math.nan, last_scheduled_s=math.nan, preemptions=0,
+            features=MappingProxyType({"f_len_hint": float(prompt % 7)}), predicted={},
+            hidden_output_tokens=output, _oracle_ok=oracle_ok)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _fail(f"the policy wrote req.{name} (request {self.request_id}): policies see requests read-only")
+
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)
 
     @property
     def true_output_tokens(self) -> int:
@@ -99,6 +116,11 @@ def _requests(n: int, seed: int, oracle_ok: bool) -> list[FakeRequest]:
 
 def _fail(msg: str):
     raise PolicyCheckError(msg)
+
+
+def _set(r: FakeRequest, **fields: Any) -> None:
+    """The reference scheduler moves a request's progress (the policy cannot: it reads)."""
+    r.__dict__.update(fields)
 
 
 def _key(pol, r, now: float) -> tuple:
@@ -200,7 +222,7 @@ def _preempt_lowest(pol, running: dict, waiting: dict, keys: dict, now: float, a
     step, log = at
     v = max(running.values(), key=lambda r: keys[r.request_id])
     del running[v.request_id]
-    v.preemptions += 1
+    _set(v, preemptions=v.preemptions + 1)
     pol.on_preempt(v, now)
     keys[v.request_id] = _key(pol, v, now)
     waiting[v.request_id] = v
@@ -216,7 +238,7 @@ def _admit(order: list, waiting: dict, running: dict, finished: set, slots: int,
         if r.request_id in running or r.request_id in finished:
             _fail(f"request {r.request_id} admitted twice")
         del waiting[r.request_id]
-        r.admitted_s = now
+        _set(r, admitted_s=now)
         running[r.request_id] = r
         log.append((step, "admit", r.request_id))
 
@@ -226,9 +248,7 @@ def _decode_one_token(pol, running: dict, finished: set, step_s: float, now: flo
     done finish. ``at``: (step, log)."""
     step, log = at
     for r in list(running.values()):
-        r.generated += 1
-        r.attained_s += step_s
-        r.last_scheduled_s = now
+        _set(r, generated=r.generated + 1, attained_s=r.attained_s + step_s, last_scheduled_s=now)
         pol.on_scheduled(r, 1, step_s, now)
     for r in list(running.values()):
         if r.generated >= r.hidden_output_tokens:

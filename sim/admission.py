@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from sim.core.errors import ScenarioError
+
 # ---- the gate ---------------------------------------------------------------------------------
 
 class TokenBucket:
@@ -234,6 +236,8 @@ class Gate:
         cfg = engine.cfg
         try:
             k_new = tuple(engine.policy.key(req, now))
+        except ScenarioError:  # a policy breaking its contract (a write, a NaN key) stops the run
+            raise
         except Exception:  # a policy that needs on_arrival first: rank by class, then FIFO
             k_new = (req.priority, math.inf)
         evict = cfg.preempt_for_waiting != "never" and cfg.preemption != "off"

@@ -19,12 +19,13 @@ import numpy as np
 import simpy
 
 import workloads
-from policies import make_policy
+from policies import POLICIES, make_policy
 from sim import native
 from sim.config import EngineConfig, Scenario
 from sim.core.costs import NEVER, NS, CostModel, load_profile
 from sim.core.engine import Engine
 from sim.core.errors import ScenarioError
+from sim.core.guard import guard_policy
 from sim.core.kvpool import KVPool
 from sim.core.prefix_cache import PrefixCache
 from sim.core.source import RequestSource
@@ -52,6 +53,8 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
         policy.bind({c.name: c.model_dump() for c in sc.classes}, seed_for(sc.seed, "policy" + seed_tag))
+    if needs_guard(sc.policy.name):  # a user's policy sees read-only requests, its keys checked
+        policy = guard_policy(policy, sc.policy.name)
     if sc.fair_accounting:  # the fairness accountant wraps any policy
         from sim.admission import make_fair_policy
         policy = make_fair_policy(sc, policy)
@@ -64,6 +67,13 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     if gate is not None and hasattr(gate, "bind"):
         gate.bind(engine)
     return engine
+
+
+def needs_guard(name: str) -> bool:
+    """Whether the policy a scenario names is a user's (a dotted or file path), handed read-only
+    requests and its answers checked (:mod:`sim.core.guard`); a shipped (registered) one is
+    handed the requests directly (``tests/test_policy_guard.py`` shows they write nothing)."""
+    return name not in POLICIES.names()
 
 
 def _kv_pool(sc: Scenario, cfg: EngineConfig, costs: CostModel) -> KVPool:

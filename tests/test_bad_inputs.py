@@ -97,6 +97,58 @@ def _cuda() -> bool:
 
 
 RUN = ["run", "s.toml", "--no-plots", "--out", "out"]
+
+# a user's policies that break the contract (docs/own-policy.md), loaded as p.py:<Class>
+POLICY_FILE = """import math
+from policies import BasePolicy
+
+
+class Fifo(BasePolicy):
+    name = "fifo"
+
+    def key(self, req, now):
+        return (req.arrival_s, req.request_id)
+
+
+class WritesCls(Fifo):
+    def key(self, req, now):
+        req.cls = "chat"
+        return super().key(req, now)
+
+
+class WritesPrompt(Fifo):
+    def key(self, req, now):
+        req.prompt_tokens = 1
+        return super().key(req, now)
+
+
+class Lead(Fifo):
+    LEAD = 0
+
+    def key(self, req, now):
+        return (self.LEAD if req.request_id == 1 else 0, req.arrival_s, req.request_id)
+
+
+class NanKey(Lead):
+    LEAD = math.nan
+
+
+class StrKey(Lead):
+    LEAD = "urgent"
+
+
+class NoneKey(Lead):
+    LEAD = None
+
+
+class NanChange(Fifo):
+    def next_change(self, now):
+        return math.nan
+"""
+
+
+def policy_case(cls: str) -> dict[str, str]:
+    return {"s.toml": scenario(policy=f"p.py:{cls}"), "p.py": POLICY_FILE}
 CASES = [
     # absurd sizes: refused before any allocation, with the limit
     Case("rate_huge", "arrival rate 1e12 requests/s", RUN,
@@ -125,6 +177,13 @@ CASES = [
          {"s.toml": scenario(prompt='{ dist = "empirical", values = [10, 20], probs = [0.5, 0.6] }')}),
     Case("acceptance_class", "speculative acceptance table naming no class", RUN,
          {"s.toml": scenario(engine="speculative = { k = 2, acceptance = { nosuch = 0.5 } }")}),
+    Case("policy_writes_cls", "a user policy writing req.cls in key()", RUN, policy_case("WritesCls")),
+    Case("policy_writes_prompt", "a user policy writing req.prompt_tokens in key()", RUN,
+         policy_case("WritesPrompt")),
+    Case("policy_key_nan", "a user policy's key holding NaN", RUN, policy_case("NanKey")),
+    Case("policy_key_str", "a user policy's key holding a string", RUN, policy_case("StrKey")),
+    Case("policy_key_none", "a user policy's key holding None", RUN, policy_case("NoneKey")),
+    Case("policy_next_change_nan", "a user policy's next_change() returning NaN", RUN, policy_case("NanChange")),
     Case("stream_class_typo", "a stream naming a misspelt class", RUN, {"s.toml": scenario(cls="bach")}),
     Case("name_escapes", 'name = "../../escape"', RUN[:-2] + ["--set", 'name="../../escape"'],
          {"s.toml": scenario()}),

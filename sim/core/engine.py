@@ -34,6 +34,7 @@ from sim.core import apply as _apply
 from sim.core import fastforward, observe, planner
 from sim.core.cohort import DecodeCohort
 from sim.core.costs import NEVER, NS, CostModel
+from sim.core.errors import ScenarioError
 from sim.core.kvpool import KVPool
 from sim.core.plan import NO_PRIORITY, StepPlan, least_urgent, rank
 from sim.core.preemption import make_mode
@@ -43,9 +44,30 @@ from sim.core.telemetry import Telemetry
 
 __all__ = ["Engine"]
 
+#: NEVER as a float: a policy's next change at or past it (in ns) is never
+NEVER_F = float(NEVER)
+
 #: how many of the least urgent running requests :meth:`Engine.lowest_running` finds at once
 #: (preemptions take them one by one; a few more cost little in the same walk)
 LEAST_KEPT = 8
+
+
+def change_ns(t: Any, now_ns: int, policy: Any) -> int:
+    """A policy's next change ``t`` (s, None: not declared) as the engine's integer ns: at least
+    the next nanosecond (a time already past is acted on at the next boundary); NEVER for None,
+    inf or a time past the integer-ns range (a float there would not convert, or would overflow
+    the times it is compared with); NaN is refused in one line naming the policy."""
+    if t is None:
+        return NEVER
+    t_ns = t * NS
+    if -NEVER_F < t_ns < NEVER_F:  # (False for inf and NaN: their int conversion raises)
+        return max(int(math.ceil(t_ns)), now_ns + 1)
+    if t_ns >= NEVER_F:
+        return NEVER
+    if t_ns < 0:
+        return now_ns + 1  # -inf: past, as any earlier time
+    raise ScenarioError(f"policy '{getattr(policy, 'name', policy)}': next_change({now_ns / NS:.9g}) returned "
+                        f"{t!r}: expected None (no change declared) or a time in seconds >= 0 (NaN is not a time)")
 
 
 class Engine:
@@ -290,7 +312,7 @@ class Engine:
                 self._before_ranking(self.ranking_context(now_ns))
             self._rekey_all(now_ns)
         t = self.policy.next_change(now_ns / NS)
-        self.next_change_ns = NEVER if t is None else max(int(math.ceil(t * NS)), now_ns + 1)
+        self.next_change_ns = NEVER if t is None else change_ns(t, now_ns, self.policy)  # (no call for None)
 
     # ---- arrivals --------------------------------------------------------------------------
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
