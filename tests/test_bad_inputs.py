@@ -261,6 +261,11 @@ CASES = [
          {"s.toml": scenario(), "p.json": "[" * 100_000 + "]" * 100_000}),
     Case("profile_row_nan", "a measured profile row's time_s = NaN", RUN + ["--set", 'engine.profile="p.json"'],
          {"s.toml": scenario(), "p.json": _profile(lambda d: d["rows"][0].update(time_s=float("nan")))}),
+    Case("profile_term_huge", "an inline profile's base_s = 1e300 (beyond any step)",
+         RUN + ["--set", 'engine.profile={kind="linear", base_s=1e300, prefill_token_s=0, decode_token_s=0, '
+                         'context_token_s=0}'], {"s.toml": scenario()}),
+    Case("overhead_term_huge", "engine.overhead = {frontend_s = 1e300}", RUN + ["--set", "engine.overhead={frontend_s=1e300}"],
+         {"s.toml": scenario()}),
     Case("profile_layers_negative", "a profile's model.layers = -4", RUN + ["--set", 'engine.profile="p.json"'],
          {"s.toml": scenario(), "p.json": _profile(lambda d: d["model"].update(layers=-4))}),
     # click's usage errors: one line too

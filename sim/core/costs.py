@@ -56,7 +56,7 @@ from pathlib import Path
 from plumbing.documents import DocumentError, loads_json, short
 from plumbing.numbers import in_range, is_integer, is_number
 from plumbing.suggest import did_you_mean
-from sim.core.overhead import NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
+from sim.core.overhead import MAX_TERM_S, NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
 
 
 SCHEMA = "priosim.profile/1"
@@ -354,13 +354,16 @@ class CostModel:
 # ---- loading ------------------------------------------------------------------------------
 
 def _num(d: dict, key: str, where: str, default: float | None = None, minimum: float = 0.0):
+    """``d[key]``: a finite number >= ``minimum``, and at most MAX_TERM_S when it is a time (``*_s``)."""
     if key not in d:
         if default is None:
             raise ProfileError(f"{where}: missing key '{key}' (expected a number >= {minimum})")
         return default
     v = d[key]
-    if not in_range(v, ge=minimum):
-        raise ProfileError(f"{where}.{key}: expected a finite number >= {minimum} (got {v!r})")
+    top = MAX_TERM_S if key.endswith("_s") and not key.endswith("_per_s") else None  # (rates are not times)
+    if not in_range(v, ge=minimum, le=top):
+        bound = f" and <= {MAX_TERM_S:g} s" if top else ""
+        raise ProfileError(f"{where}.{key}: expected a finite number >= {minimum}{bound} (got {v!r})")
     return float(v)
 
 
@@ -393,8 +396,9 @@ def _terms(spec: dict, key: str, where: str) -> tuple[float, ...]:
     if not isinstance(raw, (list, tuple)):
         raise ProfileError(f"{where}.{key}: expected a list of finite numbers >= 0 (got {raw!r})")
     for i, v in enumerate(raw):
-        if not is_number(v) or v < 0:
-            raise ProfileError(f"{where}.{key}[{i}]: expected a finite number >= 0 (got {v!r})")
+        if not is_number(v) or v < 0 or (key != "token_knots" and v > MAX_TERM_S):
+            bound = "" if key == "token_knots" else f" and <= {MAX_TERM_S:g} s"
+            raise ProfileError(f"{where}.{key}[{i}]: expected a finite number >= 0{bound} (got {v!r})")
     return tuple(float(x) for x in raw)
 
 

@@ -61,6 +61,10 @@ from pathlib import Path
 
 from plumbing.numbers import in_range, is_integer
 
+#: The largest time one step or overhead term may take, s (profiles too): no GPU step is an hour,
+#: and a larger term would overflow the engine's integer nanoseconds once multiplied by a step's tokens.
+MAX_TERM_S = 3600.0
+
 #: The preset file (located through ``sim/__init__``: a mypyc-compiled module has no __file__).
 PRESETS_PATH = Path(sys.modules["sim"].__file__ or ".").resolve().parent / "core" / "overheads.json"
 
@@ -179,8 +183,9 @@ def _term(v, where: str, key: str) -> float:
     if key == "kv_reread" and in_range(v, gt=1):
         raise OverheadError(f"{where}.{key}: expected a fraction between 0 and 1 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
-    if not in_range(v, ge=0):
-        raise OverheadError(f"{where}.{key}: expected a finite number >= 0 (got {v!r}; "
+    top = None if key.endswith("_per_s") else MAX_TERM_S  # (a rate is not a time)
+    if not in_range(v, ge=0, le=top):
+        raise OverheadError(f"{where}.{key}: expected a finite number >= 0{f' and <= {top:g} s' if top else ''} (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
     return float(v)
 
