@@ -4,7 +4,7 @@
 
 Writes a generic CSV trace (``t,p,o``: 100 requests/s, so 10M rows span about 28 hours, about
 170 MB) into a temporary folder, then times ``priosim run`` on a scenario that replays it for
-10 s with ``max_tokens`` declared (so nothing needs the whole file), under ``/usr/bin/time -v``
+10 s (nothing needs the whole file), under ``/usr/bin/time -v``
 where there is one (max RSS). Prints the wall time, the max RSS, and the bytes held per row
 used (a second run with a 1000 s horizon, the difference in RSS per extra row). The figures
 go in docs/workloads.md ("Large traces") by hand; nothing here is asserted.
@@ -40,7 +40,6 @@ priority = 0
 [[streams]]
 tenant = "a"
 class = "chat"
-max_tokens = 64
 trace = {{ format = "csv", path = "big.csv", time_unit = "s", columns = {{ arrival_s = "t", prompt_tokens = "p", output_tokens = "o" }} }}
 """
 

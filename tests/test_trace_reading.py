@@ -39,6 +39,16 @@ def test_rows_past_the_horizon_are_never_parsed(tmp_path):
         _replay(spec, 2.0 * good, tmp_path, max_tokens=64)
 
 
+def test_a_replay_without_max_tokens_streams_too(tmp_path):
+    """The default max_tokens is the largest output among the rows read: a later row with a longer
+    output (or garbage) the replay never reaches changes nothing."""
+    good = 3 * FIRST_CHUNK_ROWS
+    spec = _csv(tmp_path, good)
+    w = _replay(spec, 10.0, tmp_path)
+    assert len(w.open) == 10 and w.meta["streams"][0]["rows_read"] <= FIRST_CHUNK_ROWS
+    assert w.meta["streams"][0]["max_tokens_default"] == 5  # outputs 1 + i % 5 in the rows read
+
+
 def test_jsonl_rows_past_the_horizon_are_never_parsed(tmp_path):
     good = 2 * FIRST_CHUNK_ROWS
     lines = [json.dumps({"t": i, "p": 5, "o": 2}) for i in range(good)] + ["{not json"] * 3

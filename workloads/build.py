@@ -74,10 +74,10 @@ def replay_until(st: StreamSpec, horizon_s: float, load_scale: float) -> float |
     """How far into a replayed trace (s after t0) its rows are needed, or None: all of it.
 
     A replay uses the rows inside its window that arrive before the stream ends. Reading stops
-    there unless something needs the whole file: the default ``max_tokens`` (the largest
-    output in the whole trace; declare ``max_tokens`` to stream), or ``sample`` with a
-    ``fraction`` rule (both draw from one generator, the draws of every row in the window)."""
-    if st.kind != "replay" or st.max_tokens is None:
+    there unless ``sample`` goes with a ``fraction`` rule (both draw from one generator, the
+    draws of every row in the window). The default ``max_tokens`` is the largest output among
+    the rows read, so rows the replay never reaches do not change it."""
+    if st.kind != "replay":
         return None
     if "sample" in st.trace and any("fraction" in r for r in st.assign):
         return None
@@ -265,6 +265,10 @@ def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict, 
                      class_names: set[str] | None) -> tuple[pd.DataFrame, int]:
     """The stream's trace rows and the default output cap (its longest output, tokens)."""
     tr = _load_stream_trace(st, base_dir, lenient, until_s, class_names)
+    if not tr.complete and _stopped_on_ms_times(st, tr.df, until_s):
+        # the rows read look like milliseconds read as seconds: read them all, so that the warning
+        # (_warn_after_horizon) counts every row after the horizon, as a whole read would
+        tr = _load_stream_trace(st, base_dir, lenient, None, class_names)
     meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
                 zero_lengths_raised=tr.zero_lengths)
     if not tr.complete:  # (rows_read, rows_after_horizon: up to where reading stopped)
@@ -273,6 +277,16 @@ def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict, 
         meta["skipped_examples"] = tr.skipped_examples
     trace_df = tr.df
     return trace_df, int(trace_df["output_tokens"].max()) if len(trace_df) else 1
+
+
+def _stopped_on_ms_times(st: StreamSpec, df: pd.DataFrame, until_s: float) -> bool:
+    """Whether a replay that stopped reading at ``until_s`` (s of trace time) stopped on the
+    signature of millisecond times read as seconds: most rows read past it, the last far past."""
+    if "time_unit" in st.trace or "arrival_s" not in df or not len(df):
+        return False
+    t = df["arrival_s"].to_numpy()
+    after = int((t >= until_s).sum())
+    return after > t.size - after and float(t.max()) >= MS_TIMES_FACTOR * until_s
 
 
 def _sampled_arrival_rows(st: StreamSpec, trace_df: pd.DataFrame | None, default_max: int | None, dur: float,
