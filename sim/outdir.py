@@ -49,6 +49,7 @@ KINDS = {
               "evals", ".tune.lock"}),
     "capacity": (("capacity.json", ".capacity.lock"),
                  {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
+    "sensitivity": (("sensitivity.json",), {"sensitivity.json", "sensitivity.csv", "tornado.png"}),
 }
 
 LOCKS = {"sweep": ".sweep.lock", "tune": ".tune.lock", "capacity": ".capacity.lock"}  # flock'd by the writer

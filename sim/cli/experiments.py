@@ -311,6 +311,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     except RuntimeError as exc:  # a probe's simulation failed (its traceback on the lines after)
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED_RUNS)
+    _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)
     try:
         save_report(rep, out)
     except OSError as exc:
@@ -323,6 +324,14 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     for d, a in rep.designs.items():
         if a.get("note"):
             click.echo(f"{d}: {a['note']}")
+    if rep.explain is not None:
+        from plumbing.notices import warn
+        from sim.experiments.capacity_explain import explain_lines
+
+        for line in explain_lines(rep.explain):
+            click.echo(line)
+        for line in rep.explain["warnings"]:
+            warn(line)
     if not no_plots:
         paths = [plot_capacity(rep, Path(out) / "capacity.png")]
         if figure:
@@ -331,3 +340,16 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             click.echo(f"figure: {p}")
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
+
+
+def _explain_capacity(rep, sc, slo: dict, router, load_scale: float, max_replicas: int, workers) -> None:
+    """Add why each answer is what it is to ``rep`` (margins, binding limits, knife edges: a
+    few more simulations, see :mod:`sim.experiments.capacity_explain`)."""
+    from sim.experiments.capacity_explain import explain_capacity
+
+    click.echo("explaining the answers (margins and binding limits: a few more simulations)")
+    try:
+        rep.explain = explain_capacity(rep, sc, slo, router=router, load_scale=load_scale,
+                                       max_replicas=max_replicas, workers=workers)
+    except (RuntimeError, ScenarioError) as exc:
+        fail(str(exc))

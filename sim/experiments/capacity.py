@@ -217,6 +217,8 @@ class CapacityReport:
     designs: dict = field(default_factory=dict)  # design -> answer
     points: list = field(default_factory=list)  # every probe
     wall_s: float = 0.0
+    #: why each answer is what it is (:func:`sim.experiments.capacity_explain.explain_capacity`)
+    explain: dict | None = None
 
     def table(self) -> pd.DataFrame:
         rows = []
@@ -231,8 +233,11 @@ class CapacityReport:
         return pd.DataFrame(rows)
 
     def to_dict(self) -> dict:
-        return {"scenario": self.scenario, "slos": self.slos, "designs": self.designs, "points": self.points,
-                "wall_s": self.wall_s}
+        doc = {"scenario": self.scenario, "slos": self.slos, "designs": self.designs, "points": self.points,
+               "wall_s": self.wall_s}
+        if self.explain is not None:
+            doc["explain"] = self.explain
+        return doc
 
 
 def _worst(point: dict) -> float:

@@ -1,0 +1,301 @@
+"""Why a capacity answer is what it is: the margin at the answer, the limit that binds, and a
+warning when the answer rests on a knife edge.
+
+For each searched dimension of each design (the shared pool; each partition) a few more points
+are simulated to their end (no early stopping, so every ratio is exact): ``N - 1`` and ``2 N``
+replicas around the answer ``N`` (a design with no answer: ``max_replicas / 2`` and
+``max_replicas``). With the answer itself and the search's probes that ran to their end they
+make the dimension's *curve*: the worst p99/SLO ratio of its classes against its replica count.
+
+* The **margin**: the worst ratio at ``N`` and at ``N - 1``, naming the class and the metric
+  (``ttft`` / ``tpot``: p99 over the SLO; ``done``: the last finish over the deadline).
+* The **binding limit**: ``queueing`` when doubling the replicas (``N - 1`` to ``2 N``) lowers the
+  worst ratio by at least :data:`FLAT` (10 %): requests wait for a free replica, and more replicas
+  help. Otherwise ``per-step time``: what a request sees is the time of the steps it runs in, and
+  more replicas barely change that. The step-time component that binds is then read from one
+  more run at the answer with the iteration trace: the mean time of steps that carry prefill
+  tokens against decode-only steps, the share of step time the prefill tokens take, and how
+  many of the binding class's tokens come in steps with prefill (skipped, and said so, when the
+  trace would hold more than :data:`TRACE_ROWS_MAX` rows).
+* A **warning** when the curve is flat (its range over the exact points under :data:`FLAT` of
+  its largest value) while the answer depends on crossing 1.0: the answer then moves with the
+  step-time knobs (:data:`STEP_KNOBS`) far more than with the load.
+
+The explanation adds simulations but never changes the answer (the search is done by then).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pandas as pd
+
+from sim.experiments.capacity import _eval_task, _only, _workload, design_cluster, design_dims, partitions_apart
+
+#: a curve whose worst ratio moves less than this share of its value is flat in the replica count
+FLAT = 0.10
+#: the iteration trace of the step breakdown holds about one row per generated token: above this
+#: many the breakdown is skipped (the traced run takes about ten times a plain one, and memory)
+TRACE_ROWS_MAX = 3_000_000
+#: the knobs that set the step time (what moves an answer bound by the per-step time)
+STEP_KNOBS = ("engine.max_batched_tokens", "engine.max_prefill_chunk", "classes.*.max_prefill_tokens_per_step",
+              "policy")
+METRICS = (("ttft", "ttft_p99_s", "ttft p99"), ("tpot", "tpot_p99_s", "tpot p99"),
+           ("done", "last_finish_s", "last finish"))
+
+
+def worst_of(classes: dict, slos: dict, names: list[str]) -> dict | None:
+    """The worst ratio to its SLO among ``names`` in a point's ``classes``: ``{ratio, class,
+    metric}`` (metric ``ttft`` / ``tpot`` / ``done``), None when none of them has a value."""
+    best = None
+    for c in names:
+        m, s = classes.get(c), slos.get(c)
+        if m is None or s is None:
+            continue
+        for key, col, _ in METRICS:
+            if s.get(key) is None or m.get(col) is None:
+                continue
+            r = float(m[col]) / s[key]
+            if best is None or r > best["ratio"]:
+                best = {"ratio": r, "class": c, "metric": key}
+    return best
+
+
+def metric_text(w: dict | None) -> str:
+    if w is None:
+        return "no value"
+    label = next(lab for key, _, lab in METRICS if key == w["metric"])
+    return f"{w['ratio']:.3f} ({w['class']} {label}{'/deadline' if w['metric'] == 'done' else '/SLO'})"
+
+
+# ---- the points ----------------------------------------------------------------------------------
+class _Dims:
+    """The dimensions of the designs in a report, with each one's answer and how its points are
+    simulated (a partition alone, or the whole design with the other counts at their answers)."""
+
+    def __init__(self, rep, sc, slos, router, load_scale: float, max_replicas: int, apart: bool | None):
+        self.rep, self.sc, self.slos, self.router = rep, sc, slos, router
+        self.load_scale, self.max_replicas = load_scale, max_replicas
+        if apart is None:
+            apart = "partitioned" in rep.designs and partitions_apart(sc, load_scale)
+        self.apart = apart
+
+    def dims(self, d: str):
+        return design_dims(d, self.sc.class_names, self.max_replicas)
+
+    def answer(self, d: str) -> list[int] | None:
+        split = self.rep.designs[d].get("split")
+        return [split[x.name] for x in self.dims(d)] if split else None
+
+    def args(self, d: str, j: int, k: int) -> tuple:
+        """The arguments of the capacity search's :func:`_eval_task` for dimension ``j`` of design
+        ``d`` at ``k`` replicas, simulated to its end."""
+        dims = self.dims(d)
+        if d == "partitioned" and self.apart:
+            return (self.sc, {"replicas": k, "router": "least_outstanding"}, self.load_scale, self.slos, None,
+                    dims[j].classes)
+        counts = self.answer(d) or [self.max_replicas] * len(dims)
+        counts[j] = k
+        return (self.sc, design_cluster(d, dims, counts, self.router), self.load_scale, self.slos, None)
+
+
+def _curve(rep, d: str, j: int, names: list[str], slos: dict, extra: dict[int, dict]) -> dict[int, dict]:
+    """Replica count of dimension ``j`` -> the worst ratio of its classes, from every point of
+    design ``d`` that ran to its end (the search's probes, its answer) and the extra points."""
+    out: dict[int, dict] = {}
+    for p in rep.points:
+        if p["design"] != d or p.get("stopped_at_s") is not None or p["counts"][j] is None:
+            continue
+        w = worst_of(p["classes"], slos, names)
+        if w is not None:
+            out[p["counts"][j]] = w
+    for k, classes in extra.items():
+        w = worst_of(classes, slos, names)
+        if w is not None:
+            out[k] = w
+    return dict(sorted(out.items()))
+
+
+def explain_capacity(rep, sc, slos: dict, *, router: str | None = None, load_scale: float = 1.0,
+                     max_replicas: int = 64, workers: int | None = None, apart: bool | None = None,
+                     trace: bool = True) -> dict:
+    """Per design: per dimension the margin, the binding limit and the curve; the warnings (see
+    the module docstring). ``rep``: a finished :class:`sim.experiments.capacity.CapacityReport`
+    of scenario ``sc`` with SLOs ``slos`` (the search's own settings). ``trace=False`` skips the
+    traced run of the step breakdown."""
+    ds = _Dims(rep, sc, slos, router, load_scale, max_replicas, apart)
+    plan: list[tuple[str, int, int]] = []  # (design, dimension, count)
+    for d in rep.designs:
+        ans = ds.answer(d)
+        for j, _ in enumerate(ds.dims(d)):
+            ks = [ans[j] - 1, 2 * ans[j]] if ans else [max_replicas // 2, max_replicas]
+            plan += [(d, j, k) for k in ks if k >= 1]
+    plan = list(dict.fromkeys(plan))
+    outs = _map([ds.args(d, j, k) for d, j, k in plan], workers)
+    extra: dict[tuple[str, int], dict[int, dict]] = {}
+    for (d, j, k), out in zip(plan, outs):
+        if out[0] != "ok":
+            raise RuntimeError(f"capacity explanation {d} {k} replicas failed: {out[1]}\n{out[2]}")
+        extra.setdefault((d, j), {})[k] = out[1]["classes"]
+    doc: dict = {"flat": FLAT, "designs": {}, "warnings": []}
+    for d, a in rep.designs.items():
+        ans = ds.answer(d)
+        if ans:  # the answer as a whole is exact
+            for j, _ in enumerate(ds.dims(d)):
+                extra.setdefault((d, j), {})[ans[j]] = a["classes"]
+        parts = []
+        for j, x in enumerate(ds.dims(d)):
+            curve = _curve(rep, d, j, x.classes, slos, extra.get((d, j), {}))
+            info = _judge(d, x.name, ans[j] if ans else None, curve, max_replicas)
+            if info["binding"] == "per-step time" and trace:
+                k = ans[j] if ans else max_replicas
+                info["steps"] = step_breakdown(ds.args(d, j, k), info["worst_more"] or info["at_answer"])
+            parts.append(info)
+            if info.get("warning"):
+                doc["warnings"].append(info["warning"])
+        doc["designs"][d] = parts
+    return doc
+
+
+def _map(args: list[tuple], workers: int | None) -> list:
+    n = max(1, min(workers or os.cpu_count() or 1, len(args)))
+    if n == 1:
+        return [_eval_task(a) for a in args]
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(_eval_task, args))
+
+
+def _judge(design: str, dim: str, n: int | None, curve: dict[int, dict], limit: int) -> dict:
+    """Margin, binding limit and knife-edge warning of one dimension from its exact curve."""
+    lo_k, hi_k = (n - 1, 2 * n) if n else (limit // 2, limit)
+    at_n = curve.get(n) if n else curve.get(limit)
+    below = curve.get(n - 1) if n and n > 1 else None
+    ref = curve.get(lo_k) or at_n
+    more = curve.get(hi_k)
+    # (flat around the answer and above: what the answer's crossing of 1.0 depends on)
+    ratios = [w["ratio"] for k, w in curve.items() if k >= lo_k]
+    drop = (ref["ratio"] - more["ratio"]) / ref["ratio"] if ref and more and ref["ratio"] > 0 else None
+    binding = None if drop is None else ("queueing" if drop >= FLAT else "per-step time")
+    span = (max(ratios) - min(ratios)) / max(ratios) if ratios and max(ratios) > 0 else None
+    flat = span is not None and span < FLAT and len(ratios) >= 2
+    info = {"dimension": dim, "replicas": n, "at_answer": at_n, "below": below,
+            "more_replicas": hi_k, "worst_more": more, "drop_when_doubled": drop, "binding": binding,
+            "flat": flat, "curve": {str(k): w for k, w in curve.items()}}
+    if flat and (n is None or max(ratios) >= 1 - FLAT):
+        from sim.engines import priosim_only
+
+        knobs = ", ".join(k + (" (priosim-only)" if priosim_only(k) else "") for k in STEP_KNOBS)
+        where = f"{design}" + (f" {dim}" if dim != design else "")
+        ks = sorted(k for k in curve if k >= lo_k)
+        what = (f"the answer {n} rests on a knife edge" if n else "no count meets the SLOs and more do not help")
+        info["warning"] = (f"capacity {where}: the worst p99/SLO stays within {min(ratios):.3f}..{max(ratios):.3f} "
+                           f"from {ks[0]} to {ks[-1]} replicas, so {what}: the limit is the per-step time, which "
+                           f"{knobs} move (priosim sensitivity)")
+    return info
+
+
+# ---- the step breakdown --------------------------------------------------------------------------
+def step_breakdown(args: tuple, worst: dict | None) -> dict:
+    """One more run of the point ``args`` (:func:`_eval_task`'s arguments) with the iteration
+    trace: steps with prefill tokens against decode-only ones, and what the binding class
+    (``worst``) sees. ``{"skipped": why}`` when the trace would be too large."""
+    from sim.cluster import simulate_cluster
+    from sim.config import with_cluster
+
+    base, cluster, load_scale, _slos, _dims, *part = args
+    sc = with_cluster(base, cluster)
+    wl = _workload(sc, load_scale)
+    if part and wl is not None:
+        wl = _only(wl, part[0])
+    rows = int(wl.open["output_tokens"].sum()) if wl is not None else None
+    if rows is None or rows > TRACE_ROWS_MAX:
+        return {"skipped": f"the iteration trace would hold {'an unknown number of' if rows is None else rows} "
+                           f"rows (more than {TRACE_ROWS_MAX}); priosim run --trace-iterations at this count "
+                           f"gives it"}
+    res = simulate_cluster(sc, load_scale=load_scale, per_replica=True, trace_iterations=True, workload=wl)
+    if res.iterations is None or not len(res.iterations):
+        return {"skipped": "the run had no steps"}
+    cls = worst["class"] if worst else None
+    return summarise_steps(res.iterations, res.requests, cls)
+
+
+def summarise_steps(it: pd.DataFrame, requests: pd.DataFrame, cls: str | None) -> dict:
+    """The step facts of an iteration trace (times in ms). ``prefill_time_share``: the time of
+    steps with prefill beyond a mean decode-only step, over all step time (an estimate of the
+    share the prefill tokens take)."""
+    step = it["replica"].to_numpy(np.int64) * (int(it["iteration"].max()) + 1) + it["iteration"].to_numpy(np.int64)
+    pf_rows = it["kind"].isin(["prefill", "recompute"]).to_numpy()
+    codes, uniq = pd.factorize(step, sort=True)
+    n = len(uniq)
+    dur = np.zeros(n)
+    dur[codes] = (it["end_s"] - it["start_s"]).to_numpy()  # (every row of a step has its times)
+    pf_tok = np.bincount(codes, weights=np.where(pf_rows, it["tokens"].to_numpy(), 0), minlength=n)
+    has_pf = pf_tok > 0
+    dec = dur[~has_pf]
+    mean_dec = float(dec.mean()) if len(dec) else 0.0
+    total = float(dur.sum())
+    out = {"steps": n, "steps_with_prefill": int(has_pf.sum()),
+           "mean_step_ms_with_prefill": float(dur[has_pf].mean() * 1e3) if has_pf.any() else None,
+           "mean_step_ms_decode_only": mean_dec * 1e3 if len(dec) else None,
+           "mean_prefill_tokens_per_prefill_step": float(pf_tok[has_pf].mean()) if has_pf.any() else None,
+           "prefill_time_share": float(np.clip(dur[has_pf] - mean_dec, 0, None).sum() / total) if total else 0.0,
+           "class": cls}
+    if cls is not None:
+        mine = it["request_id"].isin(requests.loc[requests["class"] == cls, "request_id"]).to_numpy()
+        d_rows = mine & (it["kind"] == "decode").to_numpy()
+        if d_rows.any():
+            out["class_decode_tokens_in_prefill_steps"] = float(has_pf[codes[d_rows]].mean())
+            out["class_mean_decode_step_ms"] = float(dur[codes[d_rows]].mean() * 1e3)
+        p_rows = mine & pf_rows
+        if p_rows.any():
+            per_req = pd.Series(it["request_id"].to_numpy()[p_rows]).value_counts()
+            out["class_prefill_steps_per_request"] = float(per_req.mean())
+            out["class_mean_prefill_step_ms"] = float(dur[codes[p_rows]].mean() * 1e3)
+    return out
+
+
+# ---- text ----------------------------------------------------------------------------------------
+def component_text(info: dict) -> str | None:
+    """The binding step-time component in one line, or None (no breakdown)."""
+    st = info.get("steps")
+    w = info.get("worst_more") or info.get("at_answer")
+    if not st or w is None:
+        return None
+    if "skipped" in st:
+        return f"step breakdown skipped: {st['skipped']}"
+    cls = w["class"]
+    pf, dec = st.get("mean_step_ms_with_prefill"), st.get("mean_step_ms_decode_only")
+    both = (f"steps with prefill {pf:.1f} ms ({st['mean_prefill_tokens_per_prefill_step']:.0f} prefill tokens) "
+            f"against {dec:.1f} ms decode-only" if pf is not None and dec is not None else "")
+    share = f"prefill tokens take ~{st['prefill_time_share']:.0%} of step time"
+    if w["metric"] == "ttft" and "class_prefill_steps_per_request" in st:
+        return (f"{cls} ttft: prompts prefilled over {st['class_prefill_steps_per_request']:.1f} steps of "
+                f"{st['class_mean_prefill_step_ms']:.1f} ms on average; {both}; {share}")
+    if "class_mean_decode_step_ms" in st:
+        return (f"{cls} {w['metric']}: decode steps stretched by co-scheduled prefill tokens: "
+                f"{st['class_decode_tokens_in_prefill_steps']:.0%} of its tokens come in steps with prefill; "
+                f"its decode steps average {st['class_mean_decode_step_ms']:.1f} ms; {both}; {share}")
+    return f"{both}; {share}" if both else share
+
+
+def explain_lines(doc: dict) -> list[str]:
+    """The explanation as the lines ``priosim capacity`` prints (warnings apart)."""
+    lines = []
+    for d, parts in doc["designs"].items():
+        for info in parts:
+            where = d if info["dimension"] == d else f"{d} {info['dimension']}"
+            n = info["replicas"]
+            at = (f"at {n}: {metric_text(info['at_answer'])}" if n else
+                  f"no answer; at the limit: {metric_text(info['at_answer'])}")
+            below = f", at {n - 1}: {metric_text(info['below'])}" if n and n > 1 else ""
+            drop = info["drop_when_doubled"]
+            bind = info["binding"] or "unknown"
+            more = (f" (at {info['more_replicas']}: {info['worst_more']['ratio']:.3f}, "
+                    f"{abs(drop):.0%} {'lower' if drop >= 0 else 'higher'})"
+                    if info["worst_more"] and drop is not None else "")
+            lines.append(f"why {where}: worst p99/SLO {at}{below}; binding limit: {bind}{more}")
+            comp = component_text(info) if info["binding"] == "per-step time" else None
+            if comp:
+                lines.append(f"  per-step time: {comp}")
+    return lines

@@ -1,0 +1,83 @@
+"""``priosim capacity`` says why: the margin at the answer, the binding limit (queueing or the
+per-step time, with the step-time component) and a warning when the answer rests on a knife
+edge (tests/data/capacity_knife_edge.toml: chat's TPOT flat in the replica count)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.experiments.capacity_explain import _judge, summarise_steps
+
+KNIFE = str(Path(__file__).parent / "data" / "capacity_knife_edge.toml")
+
+
+def _capacity(tmp_path, *extra):
+    out = tmp_path / "cap"
+    res = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16",
+                                    "--workers", "1", "--no-plots", "--out", str(out), *extra])
+    assert res.exit_code == 0, res.output + res.stderr
+    doc = json.loads((out / "capacity.json").read_text())
+    return res, doc["explain"]["designs"]["shared"][0], doc
+
+
+def test_knife_edge_warns_and_binds_on_the_step_time(tmp_path):
+    res, info, doc = _capacity(tmp_path)
+    assert info["binding"] == "per-step time"
+    assert info["flat"]
+    assert info["at_answer"]["class"] == "chat" and info["at_answer"]["metric"] == "tpot"
+    assert info["below"]["ratio"] > 1 >= info["at_answer"]["ratio"]
+    # the step-time component: decode steps stretched by the batch's prefill
+    st = info["steps"]
+    assert st["mean_step_ms_with_prefill"] > 2 * st["mean_step_ms_decode_only"]
+    assert 0 < st["class_decode_tokens_in_prefill_steps"] < 1
+    assert "why shared: worst p99/SLO at 5" in res.stdout
+    assert "binding limit: per-step time" in res.stdout
+    assert "decode steps stretched by co-scheduled prefill tokens" in res.stdout
+    warn = [line for line in res.stderr.splitlines() if line.startswith("warning: capacity shared")]
+    assert len(warn) == 1 and "knife edge" in warn[0]
+    assert "classes.*.max_prefill_tokens_per_step (priosim-only)" in warn[0]
+    assert "engine.max_batched_tokens," in warn[0]
+    assert doc["explain"]["warnings"] == [warn[0][len("warning: "):]]
+
+
+def test_queueing_case_binds_on_queueing_without_a_warning(tmp_path):
+    res, info, _ = _capacity(tmp_path, "--set", "classes.chat.tpot_slo_s=0.2")
+    assert info["binding"] == "queueing"
+    assert not info["flat"] and "warning" not in info and "steps" not in info
+    assert info["at_answer"]["class"] == "batch" and info["at_answer"]["metric"] == "ttft"
+    assert "binding limit: queueing" in res.stdout
+    assert "warning: capacity" not in res.stderr
+
+
+def _w(r):
+    return {"ratio": r, "class": "c", "metric": "tpot"}
+
+
+def test_judge_classifies_curves():
+    flat = _judge("shared", "shared", 10, {2: _w(0.99), 9: _w(1.02), 10: _w(0.98), 16: _w(0.97), 20: _w(0.965)}, 64)
+    assert flat["binding"] == "per-step time" and flat["flat"] and "knife edge" in flat["warning"]
+    falls = _judge("shared", "shared", 4, {3: _w(1.4), 4: _w(0.8), 8: _w(0.4)}, 64)
+    assert falls["binding"] == "queueing" and not falls["flat"] and "warning" not in falls
+    # no answer: the ratio stays above 1 at the limit and half of it
+    stuck = _judge("partitioned", "chat", None, {8: _w(1.5), 16: _w(1.48)}, 16)
+    assert stuck["binding"] == "per-step time" and "more do not help" in stuck["warning"]
+    assert "partitioned chat" in stuck["warning"]
+
+
+def test_summarise_steps_splits_prefill_from_decode_only_steps():
+    # replica 0: step 0 prefills request 1 (100 ms) while 2 decodes; step 1 decodes both (10 ms)
+    it = pd.DataFrame({"replica": [0, 0, 0, 0], "iteration": [0, 0, 1, 1],
+                       "start_s": [0.0, 0.0, 0.1, 0.1], "end_s": [0.1, 0.1, 0.11, 0.11],
+                       "request_id": [1, 2, 1, 2], "kind": ["prefill", "decode", "decode", "decode"],
+                       "tokens": [500, 1, 1, 1]})
+    req = pd.DataFrame({"request_id": [1, 2], "class": ["batch", "chat"]})
+    st = summarise_steps(it, req, "chat")
+    assert st["steps"] == 2 and st["steps_with_prefill"] == 1
+    assert abs(st["mean_step_ms_with_prefill"] - 100) < 1e-9 and abs(st["mean_step_ms_decode_only"] - 10) < 1e-9
+    assert abs(st["prefill_time_share"] - 0.09 / 0.11) < 1e-9
+    assert st["class_decode_tokens_in_prefill_steps"] == 0.5
+    assert abs(st["class_mean_decode_step_ms"] - 55) < 1e-9
