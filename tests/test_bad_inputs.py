@@ -150,6 +150,15 @@ CASES = [
     Case("replay_genai_perf_truncated", "replay of a genai-perf export with a request lacking its responses",
          ["replay", "r.json"], {"r.json": '{"experiments": [{"experiment": {"mode": "concurrency", "value": 1}, '
                                           '"requests": [{"timestamp": 100}]}]}'}),
+    # calibrate --from-runs
+    Case("from_runs_not_json", "calibrate --from-runs of a file that is not JSON",
+         ["calibrate", "--from-runs", "r.json", "--profile", "h100-sxm-llama-3-8b", "--out", "p.json"],
+         {"r.json": "{\"ttfts\": [0.1, 0.2"}),
+    Case("from_runs_no_profile", "calibrate --from-runs --profile naming no profile",
+         ["calibrate", "--from-runs", "r.json", "--profile", "nosuch-gpu", "--out", "p.json"], {"r.json": "{}"}),
+    Case("from_runs_out_exists", "calibrate --from-runs --out naming an existing file",
+         ["calibrate", "--from-runs", "r.json", "--profile", "h100-sxm-llama-3-8b", "--out", "p.json"],
+         {"r.json": "{}", "p.json": "{}"}),
     Case("calibrate_cuda", "calibrate --device cuda without a GPU",
          ["calibrate", "--device", "cuda", "--shape", "tiny", "--out", "out/p.json"], {},
          skip="a CUDA device is present" if _cuda() else ""),

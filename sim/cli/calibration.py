@@ -62,8 +62,41 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
               cuda_graphs, overwrite):
     """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile; or, with
     --from-runs RUN ..., fit a profile to real benchmark results (docs/calibration.md)."""
-    if from_runs:
-        return calibrate_from_runs(runs, base, sets, seed, loro, engine_args, sglang_args, out, overwrite)
+    if from_runs:  # (every input checked, one line and exit 2, before the fit)
+        from calibrate.runs import RunError, read_run
+        from calibrate.runs.scenario import model_differs
+        from sim.core.costs import ProfileError
+        from plumbing.notices import warn
+
+        if not runs:
+            fail("--from-runs: no RUN files (expected one or more benchmark result files)")
+        if base is None:
+            fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
+        path = check_out_file(out, overwrite=overwrite)
+        from calibrate.runs.fit import base_document, fit_runs, profile_document
+        from calibrate.runs.fitreport import report
+
+        try:
+            base_document(base)
+            loaded = [read_run(r) for r in runs]
+            for r, run in zip(runs, loaded):
+                msg = model_differs(run.settings.get("model"), base)
+                if msg:
+                    warn(f"{r}: {msg}")
+            sets = with_engine_flags(sets, engine_args, sglang_args)
+            fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
+                           echo=lambda m: click.echo(f"... {m}", err=True))
+        except (RunError, ScenarioError, ProfileError) as exc:
+            fail(str(exc))
+        from sim import jsonout
+        from sim.outdir import write_file
+
+        click.echo(report(fit))
+        doc = profile_document(fit, Path(path).stem, list(sets))
+        write_file(path, jsonout.dumps(doc, indent=1) + "\n")
+        same = "".join(f" --set {shlex.quote(s)}" for s in sets)
+        click.echo(f"wrote {out}: check it on a run not used in the fit: priosim replay RUN --profile {out}{same}")
+        return
     if runs:
         fail(f"{runs[0]}: result files are read with --from-runs (expected: calibrate --from-runs RUN ... "
              f"--profile BASE --out P.json)")
@@ -89,43 +122,6 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
     click.echo(f"wrote {out}: {doc['meta'].get('device')} {shape} {doc['meta'].get('dtype')}, "
                f"{len(doc.get('rows', []))} rows, fit leave-one-out error median "
                f"{fit.get('loo_rel_err_median', float('nan')):.1%}, p90 {fit.get('loo_rel_err_p90', float('nan')):.1%}")
-
-
-def calibrate_from_runs(runs, base, sets, seed, loro, engine_args, sglang_args, out, overwrite) -> None:
-    """``calibrate --from-runs``: every input checked (one line, exit 2) before the fit."""
-    from calibrate.runs import RunError, read_run
-    from calibrate.runs.scenario import model_differs
-    from sim.core.costs import ProfileError
-    from plumbing.notices import warn
-
-    if not runs:
-        fail("--from-runs: no RUN files (expected one or more benchmark result files)")
-    if base is None:
-        fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
-    path = check_out_file(out, overwrite=overwrite)
-    from calibrate.runs.fit import base_document, fit_runs, profile_document
-    from calibrate.runs.fitreport import report
-
-    try:
-        base_document(base)
-        loaded = [read_run(r) for r in runs]
-        for r, run in zip(runs, loaded):
-            msg = model_differs(run.settings.get("model"), base)
-            if msg:
-                warn(f"{r}: {msg}")
-        sets = with_engine_flags(sets, engine_args, sglang_args)
-        fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
-                       echo=lambda m: click.echo(f"... {m}", err=True))
-    except (RunError, ScenarioError, ProfileError) as exc:
-        fail(str(exc))
-    from sim import jsonout
-    from sim.outdir import write_file
-
-    click.echo(report(fit))
-    doc = profile_document(fit, Path(path).stem, list(sets))
-    write_file(path, jsonout.dumps(doc, indent=1) + "\n")
-    same = "".join(f" --set {shlex.quote(s)}" for s in sets)
-    click.echo(f"wrote {out}: check it on a run not used in the fit: priosim replay RUN --profile {out}{same}")
 
 
 @main.command()
