@@ -2,6 +2,7 @@
 and the compiled build (native)."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -37,15 +38,71 @@ def fidelity(prefixes, overhead, out, docs):
 
 
 @main.command()
+@click.argument("runs", nargs=-1, metavar="[RUN ...]")
+@click.option("--from-runs", "from_runs", is_flag=True,
+              help="fit a profile to your own benchmark result files RUN ... (vLLM, GuideLLM, SGLang, genai-perf; "
+                   "no torch): engine overhead, achieved bandwidth and FLOPs fractions")
+@click.option("--profile", "base", default=None, help="with --from-runs: the base profile (name or path) of the "
+              "runs' model and GPU")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="with --from-runs: override a key of every replay scenario (e.g. engine.engine_version=0.6.3)")
+@click.option("--seed", type=int, default=0, show_default=True, help="with --from-runs: seed of a generated "
+              "arrival process")
+@click.option("--loro/--no-loro", default=True, show_default=True,
+              help="with --from-runs: leave each run out in turn (3 runs or more)")
+@engine_flag_options
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True)
-@click.option("--shape", required=True, help="model shape: tiny, llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
+@click.option("--shape", default=None, help="model shape: tiny, llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
 @click.option("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA)")
 @click.option("--grid", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
 @click.option("--out", "out", required=True, help="profile JSON to write (a new file)")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=None, help="decode under CUDA graphs (CUDA only)")
 @click.option("--overwrite", is_flag=True, help="replace the file --out names")
-def calibrate(device, shape, dtype, grid, out, cuda_graphs, overwrite):
-    """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile."""
+def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args, device, shape, dtype, grid, out,
+              cuda_graphs, overwrite):
+    """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile; or, with
+    --from-runs RUN ..., fit a profile to real benchmark results (docs/calibration.md)."""
+    if from_runs:  # (every input checked, one line and exit 2, before the fit)
+        from calibrate.runs import RunError, read_run
+        from calibrate.runs.scenario import model_differs
+        from sim.core.costs import ProfileError
+        from plumbing.notices import warn
+
+        if not runs:
+            fail("--from-runs: no RUN files (expected one or more benchmark result files)")
+        if base is None:
+            fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
+        path = check_out_file(out, overwrite=overwrite)
+        from calibrate.runs.fit import base_document, fit_runs, profile_document
+        from calibrate.runs.fitreport import report
+
+        try:
+            base_document(base)
+            loaded = [read_run(r) for r in runs]
+            for r, run in zip(runs, loaded):
+                msg = model_differs(run.settings.get("model"), base)
+                if msg:
+                    warn(f"{r}: {msg}")
+            sets = with_engine_flags(sets, engine_args, sglang_args)
+            fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
+                           echo=lambda m: click.echo(f"... {m}", err=True))
+        except (RunError, ScenarioError, ProfileError) as exc:
+            fail(str(exc))
+        from sim import jsonout
+        from sim.outdir import write_file
+
+        click.echo(report(fit))
+        doc = profile_document(fit, Path(path).stem, list(sets))
+        write_file(path, jsonout.dumps(doc, indent=1) + "\n")
+        same = "".join(f" --set {shlex.quote(s)}" for s in sets)
+        click.echo(f"wrote {out}: check it on a run not used in the fit: priosim replay RUN --profile {out}{same}")
+        return
+    if runs:
+        fail(f"{runs[0]}: result files are read with --from-runs (expected: calibrate --from-runs RUN ... "
+             f"--profile BASE --out P.json)")
+    if shape is None:
+        fail("--shape: missing (expected a model shape to measure: tiny, llama-3-8b, llama-3-70b, mistral-7b, "
+             "qwen2.5-7b; or --from-runs RUN ...)")
     check_out_file(out, overwrite=overwrite)
     try:
         from calibrate.measure import calibrate_profile

@@ -166,6 +166,7 @@ def resolve(cfg, base_dir, source: str):
     given = {k for k in cfg.model_fields_set if getattr(cfg, k) is not None}  # None: not set
     if cfg.engine is None and cfg.gpu_memory_utilization is None and cfg.mem_fraction_static is None:
         return cfg
+    doc = gpus.document(cfg.profile, base_dir)
     gpu = gpus.load(cfg.profile, base_dir) or gpus.Gpu("", 0.0, 0.0, 0.0, 0.9, 1)
     updates: dict = {}
     memory_key = None
@@ -180,6 +181,9 @@ def resolve(cfg, base_dir, source: str):
             raise ScenarioError(f"{source}: engine.{other}: not a setting of {fam.name} "
                                 f"(expected engine.{fam.memory_key})")
         updates = {k: v for k, v in fam.defaults(version, gpu, cfg.entrypoint, gpu.tp).items() if k not in given}
+        if gpus.fitted_overhead_engine(doc) == fam.name:
+            # a profile fitted to this engine's own runs carries the overhead they measured
+            updates.pop("overhead", None)
         memory_key = fam.memory_key
     elif cfg.gpu_memory_utilization is not None and cfg.mem_fraction_static is not None:
         raise ScenarioError(f"{source}: engine.mem_fraction_static: set with engine.gpu_memory_utilization "

@@ -62,9 +62,9 @@ def from_profile_json(data: dict) -> Gpu:
     return Gpu(name, float(memory), weights, float(kv or 0.0), const("gpu_memory_utilization", 0.9), tp)
 
 
-def load(profile, base_dir: Path) -> Gpu | None:
-    """The GPU facts of an ``engine.profile`` value (a shipped name or a JSON path); None for an
-    inline linear profile, which names no GPU."""
+def document(profile, base_dir: Path) -> dict | None:
+    """The JSON of an ``engine.profile`` value (a shipped name or a JSON path); None for an
+    inline linear profile, or a file that does not read (the profile check reports it)."""
     if isinstance(profile, dict):
         return None
     from sim.core.costs import find_profile
@@ -75,9 +75,31 @@ def load(profile, base_dir: Path) -> Gpu | None:
         if not path.is_absolute() and not path.exists():
             path = Path(base_dir) / path
     try:
-        return from_profile_json(json.loads(Path(path).read_text()))
+        data = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load(profile, base_dir: Path) -> Gpu | None:
+    """The GPU facts of an ``engine.profile`` value (a shipped name or a JSON path); None for an
+    inline linear profile, which names no GPU."""
+    data = document(profile, base_dir)
+    if data is None:
+        return None
+    try:
+        return from_profile_json(data)
+    except (ValueError, TypeError, AttributeError):
         return None  # the profile check reports what is wrong with the file
+
+
+def fitted_overhead_engine(data: dict | None) -> str | None:
+    """The engine whose runs a profile's own ``overhead`` table was fitted to
+    (``priosim calibrate --from-runs`` records it in ``meta.fitted_from_runs.engine``), or None."""
+    meta = data.get("meta") if isinstance(data, dict) else None
+    fit = meta.get("fitted_from_runs") if isinstance(meta, dict) else None
+    engine = fit.get("engine") if isinstance(fit, dict) else None
+    return engine if isinstance(engine, str) and isinstance(data.get("overhead"), dict) else None
 
 
 def _memory_by_name(name: str) -> float:

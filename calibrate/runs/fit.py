@@ -1,0 +1,459 @@
+"""Fit a profile to a user's own benchmark runs: ``priosim calibrate --from-runs`` (no torch).
+
+Every run (:func:`calibrate.runs.read_run`) is replayed (:func:`calibrate.runs.replay`) on the
+base profile with trial values of the terms of :mod:`calibrate.runs.terms`: the engine overhead
+(per step, per sequence, per admitted request, front end), the achieved HBM-bandwidth and FLOPs
+fractions (the profile's step terms rescaled by :mod:`calibrate.runs.rescale`) and, where the
+runs show its limit (:func:`kv_shown`), the KV capacity. ``scipy.optimize.least_squares`` (trust
+region, bounds, soft-L1 loss with f_scale 0.1) minimises the relative errors
+``simulated / measured - 1`` of :data:`METRICS` over every run. Each metric kind (TTFT,
+TPOT/ITL, E2E, throughput) weighs the same in total: a residual is weighted by 1/sqrt(the
+metrics of its kind), so TTFT's two count as much as TPOT/ITL's four.
+
+The optimiser works on each term mapped onto [0, 1] over its bounds, so one finite-difference
+step (:data:`DIFF_STEP`, 1 % of a term's range) suits terms of any unit: the simulator is
+deterministic but piecewise (integer-nanosecond steps, discrete batches), and a step much
+smaller than a batch's worth of change would read the staircase instead of the slope.
+
+Identification: before the fit the Jacobian at the base values is taken once. A term that moves
+no metric by 1 % over its whole range is *not identified* (e.g. the KV capacity of runs that
+never fill it); nor is one whose effect the others can mimic but for under 1 % (the part of its
+Jacobian column orthogonal to the others', by pivoted QR: e.g. per step and per sequence when
+every run has one concurrency). Those are held at the base value and reported.
+Uncertainty: sqrt of the diagonal of (J^T J)^-1 times the residual variance sum(r^2) / (m - n),
+with J taken again at the solution. With three runs or more, each run is also left out in turn:
+the terms are refitted on the others (from the full fit) and the left-out run replayed.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from calibrate.runs.compare import Comparison, measured_metrics, replay
+from calibrate.runs.rescale import base_efficiencies, rescale_profile
+from calibrate.runs.scenario import engine_of, scenario_dict
+from calibrate.runs.table import Run, RunError
+from calibrate.runs.terms import OVERHEAD_TERMS, Term, efficiency_terms, kv_term
+
+#: metric kind -> the metric names fitted (each kind weighs the same in total)
+METRICS = {"ttft": ("ttft_mean_ms", "ttft_p50_ms"),
+           "tpot": ("tpot_mean_ms", "tpot_p50_ms", "itl_mean_ms", "itl_p50_ms"),
+           "e2e": ("e2e_mean_ms", "e2e_p50_ms"),
+           "throughput": ("request_throughput", "output_throughput")}
+FIT_METRICS = tuple(m for names in METRICS.values() for m in names)
+#: a metric the simulation could not compute (no request finished) counts as 100 % off
+PENALTY = 1.0
+#: finite-difference step, in units of a term's range
+DIFF_STEP = 0.01
+#: a term whose full range moves the weighted residuals by less than this is not identified
+INSENSITIVE = 0.01
+#: the KV capacity is fitted when a run reaches this fraction of the base's KV memory
+KV_SHOWN = 0.5
+F_SCALE = 0.1
+#: least-squares rounds, each from the last one's solution, while the loss still falls
+RESTARTS = 3
+#: the solution's precision, in units of a term's range
+XTOL = 1e-4
+#: the fit stops once every weighted relative error is below this (a synthetic run reproduced)
+DONE = 2e-5
+
+
+@dataclass
+class FittedTerm:
+    """One term: base and fitted value (its own unit), bounds, 1-sigma uncertainty (None when
+    not fitted), identified or held at the base, and why."""
+
+    term: Term
+    base: float
+    value: float
+    sigma: float | None
+    identified: bool
+    note: str = ""
+
+
+@dataclass
+class RunResult:
+    path: str
+    format: str
+    sha256: str
+    requests: int
+    before: dict[str, float]
+    after: dict[str, float]
+    loro: dict[str, float] | None = None
+
+
+@dataclass
+class FitResult:
+    terms: list[FittedTerm]
+    runs: list[RunResult]
+    profile: dict
+    overhead: dict
+    base_profile: str
+    engine: str
+    notes: list[str] = field(default_factory=list)
+    cost: float = math.nan
+    evaluations: int = 0
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def base_document(profile: str) -> tuple[dict, Path]:
+    """The base profile's JSON and its file (a shipped name or a path); checked by the cost
+    model's loader (a bad profile raises :class:`sim.core.costs.ProfileError`, one line)."""
+    from sim.core.costs import ProfileError, find_profile, load_profile
+
+    load_profile(profile, where="--profile")
+    path = find_profile(profile) if not profile.endswith(".json") else Path(profile)
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema") is None:
+        raise ProfileError(f"--profile {profile}: an inline linear profile cannot be rescaled "
+                           f"(expected a priosim.profile/1 file)")
+    return doc, Path(path)
+
+
+def _toml_table(terms: dict) -> str:
+    return "{" + ", ".join(f"{k} = {v!r}" for k, v in terms.items()) + "}"
+
+
+class Problem:
+    """The replays of ``runs`` on ``profile`` as a function of the fitted terms."""
+
+    def __init__(self, runs: list[Run], profile: str, overrides: Iterable[str] = (), seed: int = 0,
+                 workdir: str | Path | None = None):
+        from sim.config import scenario_from_dict
+        from sim.core.overhead import resolve_overhead
+
+        overrides = list(overrides)
+        self.overrides = overrides
+        if not runs:
+            raise RunError("--from-runs: no run files (expected at least one benchmark result file)")
+        engines = {engine_of(r) for r in runs}
+        forced = [o.partition("=")[2].strip().strip('"') for o in overrides if o.partition("=")[0].strip() == "engine.engine"]
+        if forced:  # (--set engine.engine or --engine-args serve every run with that engine)
+            engines = {forced[-1]}
+        if len(engines) > 1:
+            raise RunError("--from-runs: the runs were served by different engines ("
+                           + ", ".join(f"{Path(r.source).name}: {engine_of(r)}" for r in runs)
+                           + "; expected one engine's runs: fit each engine on its own)")
+        self.engine = engines.pop()
+        self.runs, self.profile, self.seed = runs, profile, seed
+        self.doc, self.path = base_document(profile)
+        self._tmp = tempfile.TemporaryDirectory(prefix="priosim-fit-") if workdir is None else None
+        self.workdir = Path(workdir if workdir is not None else self._tmp.name)
+        sc = scenario_from_dict(scenario_dict(runs[0], str(self.path.resolve()), seed), source=runs[0].source,
+                                overrides=self.overrides)
+        spec = sc.engine.overhead if sc.engine.overhead is not None else self.doc.get("overhead")
+        self.base_overhead = resolve_overhead(spec).terms()
+        self.block_bytes_per_token = self._kv_bytes_per_token()
+        h0, f0, datasheet = base_efficiencies(self.doc)
+        eff = efficiency_terms(datasheet)
+        self.candidates: list[Term] = list(OVERHEAD_TERMS) + list(eff)
+        self.base = {t.name: float(self.base_overhead[t.name]) for t in OVERHEAD_TERMS}
+        self.base.update(hbm_efficiency=h0, flops_efficiency=f0)
+        self.base["kv_capacity_bytes"] = float((self.doc.get("memory") or {}).get("kv_capacity_bytes", 0.0))
+        self.measured = [measured_metrics(r) for r in runs]
+        self.evaluations = 0
+        self._cache: dict[tuple, list[Comparison]] = {}
+        self._n = 0
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _kv_bytes_per_token(self) -> float:
+        m = self.doc.get("model") or {}
+        try:
+            dtype_bytes = int(m.get("dtype_bytes") or 2)
+            return 2.0 * int(m["layers"]) * int(m["kv_heads"]) * int(m["head_dim"]) * dtype_bytes
+        except (KeyError, TypeError, ValueError):
+            return 0.0
+
+    def add_kv(self, reasons: list[str]) -> Term | None:
+        """Add the KV capacity to the candidates (bounds from the runs and the GPU)."""
+        from sim.engines.gpu import from_profile_json
+
+        kvb = self.block_bytes_per_token
+        if kvb <= 0 or self.base["kv_capacity_bytes"] <= 0:
+            return None
+        biggest = max(int((r.requests["input_tokens"] + r.requests["output_tokens"]).max()) for r in self.runs)
+        gpu = from_profile_json(self.doc)
+        hi = gpu.memory_bytes - gpu.weights_bytes if gpu.memory_bytes > gpu.weights_bytes > 0 else 0.0
+        hi = max(hi, 2.0 * self.base["kv_capacity_bytes"]) if hi <= 0 else hi
+        t = kv_term(float(biggest * kvb), float(hi))
+        self.candidates.append(t)
+        return t
+
+    # -- evaluation ------------------------------------------------------------------------
+    def values(self, fitted: dict[str, float]) -> dict[str, float]:
+        v = dict(self.base)
+        v.update(fitted)
+        return v
+
+    def document(self, v: dict[str, float]) -> dict:
+        """The profile document at values ``v`` (every term; :meth:`values`)."""
+        doc = rescale_profile(self.doc, v["hbm_efficiency"], v["flops_efficiency"])
+        if v["kv_capacity_bytes"] != self.base["kv_capacity_bytes"]:
+            doc.setdefault("memory", {})["kv_capacity_bytes"] = float(v["kv_capacity_bytes"])
+        doc["overhead"] = self.overhead(v)
+        return doc
+
+    def overhead(self, v: dict[str, float]) -> dict:
+        table = dict(self.base_overhead)
+        for t in OVERHEAD_TERMS:
+            table[t.name] = float(v[t.name])
+        return table
+
+    def replays(self, v: dict[str, float], idx: Iterable[int]) -> list[Comparison]:
+        idx = tuple(idx)
+        key = (tuple(sorted(v.items())), idx)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        self._n += 1
+        path = self.workdir / f"trial-{self._n % 2}.json"  # (a file per trial; the previous one kept)
+        path.write_text(json.dumps(self.document(v), allow_nan=False))
+        sets = self.overrides + [f"engine.overhead={_toml_table(self.overhead(v))}"]
+        out = [replay(self.runs[i], sets, profile=str(path), seed=self.seed) for i in idx]
+        self.evaluations += len(idx)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[key] = out
+        return out
+
+    def residuals(self, v: dict[str, float], idx: Iterable[int]) -> np.ndarray:
+        idx = tuple(idx)
+        res = []
+        for i, cmp in zip(idx, self.replays(v, idx)):
+            for kind, names in METRICS.items():
+                w = 1.0 / math.sqrt(len(names))
+                for name in names:
+                    if not math.isfinite(self.measured[i].get(name, math.nan)) or self.measured[i][name] == 0:
+                        continue
+                    e = cmp.metrics[name]["error"]
+                    res.append(w * (e if e is not None and math.isfinite(e) else PENALTY))
+        return np.asarray(res, dtype=float)
+
+
+def errors(cmp: Comparison) -> dict[str, float]:
+    return {m: cmp.metrics[m]["error"] for m in FIT_METRICS if m in cmp.metrics}
+
+
+def kv_shown(run: Run, cmp: Comparison, capacity_bytes: float, bytes_per_token: float) -> str | None:
+    """Why the runs show the KV limit (None when they do not): the replay on the base preempted
+    or filled 90 % of its KV blocks, or the measured requests held at once (their prompts and
+    the tokens they had generated, from the file's times) reached :data:`KV_SHOWN` of it."""
+    name = Path(run.source).name
+    info = cmp.results.summary_dict["run"]
+    if sum((info.get("preemptions_by_mode") or {}).values()):
+        return f"{name}: the replay on the base profile preempted"
+    ts = cmp.results.timeseries
+    if len(ts) and info.get("kv_blocks") and ts["kv_blocks_used"].max() >= 0.9 * info["kv_blocks"]:
+        return f"{name}: the replay on the base profile filled 90 % of its KV blocks"
+    r = run.requests
+    if run.has_starts and capacity_bytes > 0 and bytes_per_token > 0 and len(r) <= 20000:
+        s = r["start_s"].to_numpy()
+        first, end = s + r["ttft_s"].to_numpy(), s + r["e2e_s"].to_numpy()
+        span = np.maximum(end - first, 1e-12)
+        t = end[:, None]  # the moments of most tokens held: just before each request ends
+        held = (first[None, :] <= t) & (t <= end[None, :])
+        tokens = r["input_tokens"].to_numpy()[None, :] + r["output_tokens"].to_numpy()[None, :] * \
+            np.clip((t - first[None, :]) / span[None, :], 0, 1)
+        peak = float((tokens * held).sum(axis=1).max())
+        if peak * bytes_per_token >= KV_SHOWN * capacity_bytes:
+            return (f"{name}: the measured requests held {peak:.0f} tokens at once, "
+                    f"{peak * bytes_per_token / capacity_bytes:.0%} of the base's KV memory")
+    return None
+
+
+def _to_u(t: Term, x: float) -> float:
+    return float(np.clip((x - t.lo) / (t.hi - t.lo), 0.0, 1.0))
+
+
+def _from_u(t: Term, u: float) -> float:
+    return t.lo + float(u) * (t.hi - t.lo)
+
+
+def _jacobian(fun: Callable[[np.ndarray], np.ndarray], u: np.ndarray, r0: np.ndarray) -> np.ndarray:
+    """Forward differences of ``DIFF_STEP`` in [0, 1] (backward at the upper bound)."""
+    J = np.zeros((r0.size, u.size))
+    for j in range(u.size):
+        h = DIFF_STEP if u[j] + DIFF_STEP <= 1.0 else -DIFF_STEP
+        du = u.copy()
+        du[j] += h
+        J[:, j] = (fun(du) - r0) / h
+    return J
+
+
+def identify(J: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Which columns of ``J`` (in [0, 1] units) the residuals identify, and why not the others.
+
+    A term is identified when what it does that no other term can mimic (its column's part
+    orthogonal to the others', by pivoted QR) moves the weighted residuals by
+    :data:`INSENSITIVE` over its range."""
+    from scipy.linalg import qr
+
+    n = J.shape[1]
+    norms = np.linalg.norm(J, axis=0)
+    ok = norms >= INSENSITIVE
+    why = ["" if ok[j] else "insensitive: its whole range moves the metrics by under 1 %" for j in range(n)]
+    cols = np.flatnonzero(ok)
+    if cols.size > 1:
+        _, R, piv = qr(J[:, cols] / norms[cols], mode="economic", pivoting=True)
+        for k, p in enumerate(piv):
+            if abs(R[k, k]) * norms[cols[p]] < INSENSITIVE:
+                ok[cols[p]] = False
+                why[cols[p]] = "confounded with the other terms (the runs cannot tell them apart)"
+    return ok, why
+
+
+def _solve(problem: Problem, active: list[Term], u0: np.ndarray, idx: tuple[int, ...], fixed: dict,
+           max_nfev: int):
+    def fun(u):
+        v = problem.values({**fixed, **{t.name: _from_u(t, x) for t, x in zip(active, u)}})
+        r = problem.residuals(v, idx)
+        if r.size and np.abs(r).max() < DONE:
+            raise _Reproduced(u.copy())
+        return r
+
+    if not active:
+        return u0, _plain(problem, active, idx, fixed)
+    # start inside the bounds: a trust region that starts on a bound takes timid steps off it
+    u = np.clip(u0, 0.02, 0.98)
+    best = None
+    for _ in range(RESTARTS):  # (a fresh trust region after each stop: the staircase stops one early)
+        try:
+            sol = least_squares(fun, u, bounds=(0.0, 1.0), diff_step=DIFF_STEP, loss="soft_l1", f_scale=F_SCALE,
+                                max_nfev=max_nfev, xtol=XTOL, ftol=1e-6, gtol=1e-8)
+        except _Reproduced as done:
+            return done.u, _plain(problem, active, idx, fixed)
+        if best is not None and sol.cost >= best.cost * (1 - 1e-2):
+            best = sol if sol.cost < best.cost else best
+            break
+        best, u = sol, sol.x
+    return best.x, _plain(problem, active, idx, fixed)
+
+
+class _Reproduced(Exception):
+    """Every metric is reproduced within :data:`DONE`: the fit stops there (the point in ``u``)."""
+
+    def __init__(self, u: np.ndarray):
+        super().__init__("reproduced")
+        self.u = u
+
+
+def _plain(problem: Problem, active: list[Term], idx: tuple[int, ...], fixed: dict):
+    """The residual function of :func:`_solve` without its stop (for the Jacobian after)."""
+    def fun(u):
+        return problem.residuals(problem.values({**fixed, **{t.name: _from_u(t, x) for t, x in zip(active, u)}}), idx)
+    return fun
+
+
+def fit_runs(runs: list[Run], profile: str, overrides: Iterable[str] = (), *, seed: int = 0,
+             loro: bool = True, max_nfev: int = 40, start: dict[str, float] | None = None,
+             echo: Callable[[str], None] | None = None) -> FitResult:
+    """Fit the terms to ``runs`` on base ``profile`` (see the module docstring). ``start``:
+    starting values other than the base's (by term name); ``echo``: progress lines."""
+    say = echo or (lambda _msg: None)
+    problem = Problem(runs, profile, overrides, seed)
+    try:
+        return _fit(problem, loro, max_nfev, start or {}, say)
+    finally:
+        problem.close()
+
+
+def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitResult:
+    n = len(problem.runs)
+    every = tuple(range(n))
+    before = problem.replays(problem.base, every)
+    notes = []
+    reasons = [msg for run, cmp in zip(problem.runs, before)
+               if (msg := kv_shown(run, cmp, problem.base["kv_capacity_bytes"], problem.block_bytes_per_token))]
+    if reasons and problem.add_kv(reasons) is not None:
+        notes.append("KV capacity fitted: " + "; ".join(reasons))
+    else:
+        notes.append("KV capacity kept at the base's: no run shows its limit (no preemption, "
+                     f"under {KV_SHOWN:.0%} of it held at once)")
+    cand = problem.candidates
+    x0 = {t.name: start.get(t.name, problem.base[t.name]) for t in cand}
+    u0 = np.array([_to_u(t, x0[t.name]) for t in cand])
+    say(f"sensitivity of {len(cand)} terms over {n} runs")
+
+    def fun_c(u):
+        return problem.residuals(problem.values({t.name: _from_u(t, x) for t, x in zip(cand, u)}), every)
+
+    r0 = fun_c(u0)
+    ok, why = identify(_jacobian(fun_c, u0, r0))
+    active = [t for t, k in zip(cand, ok) if k]
+    held = {t.name: problem.base[t.name] for t, k in zip(cand, ok) if not k}
+    say(f"fitting {', '.join(t.name for t in active) or 'nothing'}")
+    ua, fun = _solve(problem, active, np.array([u0[cand.index(t)] for t in active]), every, held, max_nfev)
+    r = fun(ua)
+    sig = np.full(len(active), np.nan)
+    if active:
+        J = _jacobian(fun, ua, r)
+        dof = max(r.size - len(active), 1)
+        cov = np.linalg.pinv(J.T @ J) * float(r @ r) / dof
+        sig = np.sqrt(np.clip(np.diag(cov), 0, None)) * np.array([t.hi - t.lo for t in active])
+    fitted = {t.name: _from_u(t, x) for t, x in zip(active, ua)}
+    v = problem.values({**held, **fitted})
+    after = problem.replays(v, every)
+    terms = []
+    for t, k, w in zip(cand, ok, why):
+        s = float(sig[active.index(t)]) if k else None
+        terms.append(FittedTerm(t, problem.base[t.name], v[t.name], s, bool(k), w))
+    loro_err: list[dict | None] = [None] * n
+    if loro and n >= 3:
+        for i in every:
+            say(f"leaving out {Path(problem.runs[i].source).name}")
+            rest = tuple(j for j in every if j != i)
+            ui, _ = _solve(problem, active, ua, rest, held, max(max_nfev // 2, 5))
+            vi = problem.values({**held, **{t.name: _from_u(t, x) for t, x in zip(active, ui)}})
+            loro_err[i] = errors(problem.replays(vi, (i,))[0])
+    out_runs = [RunResult(run.source, run.format, sha256(run.source), len(run.requests), errors(b), errors(a),
+                          loro_err[i]) for i, (run, b, a) in enumerate(zip(problem.runs, before, after))]
+    cost = float(np.sum(2 * F_SCALE**2 * (np.sqrt(1 + (r / F_SCALE) ** 2) - 1)))
+    return FitResult(terms, out_runs, problem.document(v), problem.overhead(v), problem.profile, problem.engine,
+                     notes, cost, problem.evaluations)
+
+
+def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:
+    """The fitted profile to write: the base's schema with the rescaled step terms, ``overhead``
+    the fitted table and ``meta.fitted_from_runs`` recording how it was obtained."""
+    doc = json.loads(json.dumps(fit.profile))
+    meta = doc.setdefault("meta", {})
+    base_name = meta.get("name", fit.base_profile)
+    meta["name"] = name
+    meta["source"] = f"priosim calibrate --from-runs on base profile {fit.base_profile}"
+    meta["date"] = _dt.date.today().isoformat()
+    meta["fitted_from_runs"] = {
+        "base_profile": fit.base_profile, "base_name": base_name, "engine": fit.engine,
+        "overrides": list(overrides),
+        "method": "scipy.optimize.least_squares on simulated/measured - 1, bounds, soft-L1 (f_scale 0.1), "
+                  "metric kinds weighted alike, finite differences of 1 % of each term's range",
+        "metrics": dict(METRICS),
+        "runs": [{"path": str(Path(r.path).resolve()), "format": r.format, "sha256": r.sha256, "requests": r.requests}
+                 for r in fit.runs],
+        "terms": {t.term.name: {"base": t.base, "value": t.value, "lo": t.term.lo, "hi": t.term.hi,
+                                "sigma": t.sigma, "identified": t.identified, "bounds_why": t.term.why,
+                                **({"not_identified": t.note} if t.note else {})} for t in fit.terms},
+        "residuals": {Path(r.path).name: {m: {"before": r.before.get(m), "after": r.after.get(m)} for m in r.after}
+                      for r in fit.runs},
+        "leave_one_run_out": {Path(r.path).name: r.loro for r in fit.runs if r.loro is not None},
+        "loss": fit.cost, "notes": fit.notes,
+    }
+    return doc
+
+
+__all__ = ["fit_runs", "profile_document", "FitResult", "FittedTerm", "RunResult", "METRICS", "kv_shown",
+           "identify", "Problem"]

@@ -1,0 +1,69 @@
+"""The terms ``priosim calibrate --from-runs`` fits, each bounded to a physical range.
+
+Engine overhead (:mod:`sim.core.overhead`, seconds):
+
+* ``step_s`` 0 - 5 ms: the per-step CPU work (scheduler, input preparation, kernel launches).
+  The largest shipped preset (vLLM 0.4) spends 1.5 ms; an engine at 5 ms a step is CPU-bound
+  at a rate no release has shown.
+* ``seq_s`` 0 - 200 us: per sequence in a step (block tables, detokenisation, output objects);
+  the presets span 36 - 111 us.
+* ``admit_s`` 0 - 20 ms: per request whose prefill starts in the step. Wider than the few
+  milliseconds admitting a request takes on its own, because the ``vllm-v1`` preset's fitted
+  14.6 ms (which also absorbs V1's per-request setup in the step that admits it) must lie inside.
+* ``frontend_s`` 0 - 100 ms: arrival to engine (HTTP, chat template, tokenisation; not GPU
+  time). The ``vllm-v1`` preset fits 35 ms; 100 ms allows a long prompt's tokenisation behind a
+  proxy.
+
+The profile's achieved fractions (:mod:`calibrate.runs.rescale`):
+
+* ``hbm_efficiency`` 0.3 - 1.0 of the datasheet HBM bandwidth: above 1 is impossible, below 0.3
+  a GPU is throttled or shared; ``flops_efficiency`` 0.3 - 1.0 of the dense BF16 FLOP/s, alike.
+  For a base profile without datasheet constants (a measured one) both are relative to the
+  base's own speed (1.0: as measured), bounded 0.3 - 3.0.
+
+KV capacity (``memory.kv_capacity_bytes``), only where the runs show its limit
+(:func:`calibrate.runs.fit.kv_shown`): from the largest request's KV (one must fit) to the GPU's
+memory less the weights (no engine can hold more).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MS, US = 1e-3, 1e-6
+
+
+@dataclass(frozen=True)
+class Term:
+    """One fitted term: its name, bounds (in its unit), the unit shown and why the bounds."""
+
+    name: str
+    lo: float
+    hi: float
+    unit: str
+    scale: float  # the shown value is value / scale (e.g. 1e-3 for ms)
+    why: str
+    kind: str  # "overhead", "efficiency" or "kv"
+
+
+OVERHEAD_TERMS = (
+    Term("step_s", 0.0, 5 * MS, "ms", MS, "per-step CPU: 0-5 ms (largest preset 1.5 ms)", "overhead"),
+    Term("seq_s", 0.0, 200 * US, "us", US, "per sequence per step: 0-200 us (presets 36-111 us)", "overhead"),
+    Term("admit_s", 0.0, 20 * MS, "ms", MS, "per admitted request: 0-20 ms (vllm-v1 preset 14.6 ms)", "overhead"),
+    Term("frontend_s", 0.0, 100 * MS, "ms", MS, "API server, arrival to engine: 0-100 ms (vllm-v1 35 ms)",
+         "overhead"),
+)
+
+
+def efficiency_terms(datasheet: bool) -> tuple[Term, Term]:
+    hi = 1.0 if datasheet else 3.0
+    what = "of the datasheet peak" if datasheet else "relative to the base profile's measured speed"
+    return (Term("hbm_efficiency", 0.3, hi, "", 1.0, f"achieved HBM bandwidth {what}: 0.3-{hi:g}", "efficiency"),
+            Term("flops_efficiency", 0.3, hi, "", 1.0, f"achieved dense FLOPs {what}: 0.3-{hi:g}", "efficiency"))
+
+
+def kv_term(lo: float, hi: float) -> Term:
+    return Term("kv_capacity_bytes", lo, hi, "GB", 1e9,
+                "KV memory: the largest request's KV to the GPU memory less the weights", "kv")
+
+
+__all__ = ["Term", "OVERHEAD_TERMS", "efficiency_terms", "kv_term"]

@@ -1,0 +1,151 @@
+"""``priosim calibrate --from-runs``: a profile fitted to benchmark result files.
+
+The runs are simulated with known terms (a rescaled H100 profile and an overhead table), written
+in each client's schema (calibrate.runs.export), read back and fitted: every term comes back.
+The runs send all their requests at once or one at a time, so that a run's step composition
+does not depend on the terms (the objective is then smooth, not a staircase)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from calibrate.runs.compare import replay
+from calibrate.runs.export import export_text, simulated_table
+from calibrate.runs.fit import _toml_table, fit_runs, identify
+from calibrate.runs.rescale import rescale_profile
+from calibrate.runs.table import frame, read_run, settings
+from sim.core.costs import find_profile, load_profile
+from sim.core.overhead import resolve_overhead
+
+BASE = "h100-sxm-llama-3-8b"
+#: every run is served as vLLM with a small token budget (many prefill steps: the per-step
+#: term shows in TTFT as well as in TPOT); the fit is told the same
+SETS = ['engine.engine="vllm"', "engine.max_batched_tokens=2048"]
+TRUE = {"step_s": 0.8e-3, "seq_s": 60e-6, "admit_s": 3e-3, "frontend_s": 12e-3,
+        "hbm_efficiency": 0.7, "flops_efficiency": 0.45}
+#: format, max_concurrency (None: every request at once), requests, seed of the lengths
+RUNS = [("vllm", 1, 8, 1), ("sglang", None, 10, 3), ("guidellm", None, 16, 2), ("genai-perf", None, 20, 4)]
+
+
+def _true_sets(tmp: Path) -> tuple[list[str], Path]:
+    doc = json.loads(find_profile(BASE).read_text())
+    path = tmp / "true.json"
+    path.write_text(json.dumps(rescale_profile(doc, TRUE["hbm_efficiency"], TRUE["flops_efficiency"])))
+    ov = resolve_overhead("vllm-v1").terms()
+    ov.update({k: TRUE[k] for k in ("step_s", "seq_s", "admit_s", "frontend_s")})
+    return SETS + [f"engine.overhead={_toml_table(ov)}"], path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    """The four runs, simulated with :data:`TRUE`, one file per format."""
+    tmp = tmp_path_factory.mktemp("runs")
+    sets, profile = _true_sets(tmp)
+    out = []
+    for fmt, mc, n, seed in RUNS:
+        rng = np.random.default_rng(seed)
+        inp = np.clip(rng.lognormal(7.3, 0.9, n).round(), 16, 8000).astype(int)
+        gen = np.clip(rng.lognormal(4.0, 0.5, n).round(), 4, 200).astype(int)
+        st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=mc, num_prompts=n,
+                      model="meta-llama/Meta-Llama-3-8B-Instruct", backend="vllm")
+        seedfile = tmp / f"lengths-{fmt}.json"
+        seedfile.write_text(export_text("vllm", frame(inp, gen, None, np.zeros(n), None, np.zeros(n)).assign(start_s=0.0), st))
+        run = read_run(seedfile)
+        run.requests["start_s"] = np.nan  # (every request at once, or one user: the client sends)
+        cmp = replay(run, sets, profile=str(profile))
+        path = tmp / f"run-{fmt}.json"
+        path.write_text(export_text(fmt, simulated_table(cmp), st))
+        out.append(path)
+    return out
+
+
+def test_rescale_is_the_roofline_at_other_efficiencies():
+    from calibrate.roofline import roofline_profile
+
+    for name, dev, shape, tp in (("h100-sxm-llama-3-8b", "h100-sxm", "llama-3-8b", 1),
+                                 ("h100-sxm-llama-3-70b-tp4", "h100-sxm", "llama-3-70b", 4)):
+        doc = json.loads(find_profile(name).read_text())
+        got = rescale_profile(doc, 0.7, 0.45)["step"]
+        want = roofline_profile(dev, shape, tp=tp, hbm_efficiency=0.7, flops_efficiency=0.45)["step"]
+        for k, v in want.items():
+            assert np.allclose(got[k], v, rtol=1e-12, atol=0), k
+        assert rescale_profile(doc, 0.8, 0.52)["step"] == doc["step"]  # (the base's own fractions)
+
+
+def test_identify_holds_insensitive_and_confounded_terms():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=40), rng.normal(size=40)
+    J = np.column_stack([a, b, a * 2 + 1e-4 * b, np.zeros(40)])
+    ok, why = identify(J)
+    assert ok[:2].all() and not ok[2] and not ok[3]
+    assert "confounded" in why[2] and "insensitive" in why[3]
+
+
+def test_parameter_recovery(runs):
+    """Fitted from a start 20-25 % off in each term: every term within 5 %, every metric 2 %."""
+    start = {k: v * (1.25 if i % 2 else 0.8) for i, (k, v) in enumerate(TRUE.items())}
+    fit = fit_runs([read_run(p) for p in runs], BASE, SETS, loro=False, start=start)
+    got = {t.term.name: t for t in fit.terms}
+    for name, want in TRUE.items():
+        assert got[name].identified, (name, got[name].note)
+        assert got[name].value == pytest.approx(want, rel=0.05), name
+    assert not any(t.term.name == "kv_capacity_bytes" for t in fit.terms)  # (no run fills the KV cache)
+    for r in fit.runs:
+        assert {r.format for r in fit.runs} == {"vllm", "sglang", "guidellm", "genai-perf"}
+        for m, e in r.after.items():
+            assert abs(e) < 0.02, (r.path, m, e)
+
+
+def test_cli_writes_a_profile_that_loads_and_replays(runs, tmp_path, monkeypatch):
+    from sim.cli import main
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # (--from-runs needs no torch: importing it fails)
+    out = tmp_path / "mine.json"
+    args = ["calibrate", "--from-runs", *map(str, runs[:3]), "--profile", BASE, "--out", str(out)]
+    for s in SETS:
+        args += ["--set", s]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "leave one run out" in res.stdout and "errors after the fit" in res.stdout
+    doc = json.loads(out.read_text())
+    fit = doc["meta"]["fitted_from_runs"]
+    assert fit["base_profile"] == BASE and fit["engine"] == "vllm"
+    assert [r["sha256"] for r in fit["runs"]] == [__import__("hashlib").sha256(p.read_bytes()).hexdigest()
+                                                  for p in runs[:3]]
+    assert set(fit["leave_one_run_out"]) == {p.name for p in runs[:3]}
+    assert set(fit["terms"]["step_s"]) >= {"base", "value", "lo", "hi", "sigma", "identified"}
+    assert isinstance(doc["overhead"], dict) and doc["schema"] == "priosim.profile/1"
+    load_profile(str(out))
+    # the user's check: the run left out of the fit, replayed on the fitted profile
+    res = CliRunner().invoke(main, ["replay", str(runs[3]), "--profile", str(out), "--json", str(tmp_path / "c.json"),
+                                    "--set", SETS[1]])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads((tmp_path / "c.json").read_text())["metrics"]
+    for m in ("ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms", "output_throughput"):
+        assert abs(metrics[m]["error"]) < 0.02, (m, metrics[m])
+    again = CliRunner().invoke(main, args)  # (never over an existing file without --overwrite)
+    assert again.exit_code == 2 and again.stderr.startswith("error: ")
+
+
+def test_engine_defaults_keep_a_fitted_overhead(tmp_path):
+    from sim.config import scenario_from_dict
+
+    doc = json.loads(find_profile(BASE).read_text())
+    doc["overhead"] = {"step_s": 1e-3}
+    doc["meta"]["fitted_from_runs"] = {"engine": "vllm"}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    base = {"classes": [{"name": "a", "priority": 0}],
+            "streams": [{"tenant": "t", "class": "a", "arrival": {"process": "batch", "n": 1}, "prompt_tokens": 10,
+                         "output_tokens": 2}]}
+    own = scenario_from_dict({**base, "engine": {"profile": str(tmp_path / "p.json"), "engine": "vllm"}})
+    assert own.engine.overhead is None  # (the profile's own table prices it)
+    other = scenario_from_dict({**base, "engine": {"profile": str(tmp_path / "p.json"), "engine": "sglang"}})
+    assert other.engine.overhead == "sglang-0.5"
+    plain = scenario_from_dict({**base, "engine": {"profile": BASE, "engine": "vllm"}})
+    assert plain.engine.overhead == "vllm-v1"
