@@ -150,6 +150,10 @@ CASES = [
     Case("replay_genai_perf_truncated", "replay of a genai-perf export with a request lacking its responses",
          ["replay", "r.json"], {"r.json": '{"experiments": [{"experiment": {"mode": "concurrency", "value": 1}, '
                                           '"requests": [{"timestamp": 100}]}]}'}),
+    Case("compare_summary_not_json", "compare of a run folder whose summary.json is not JSON",
+         ["compare", "a", "b"], {"a/summary.json": "{not json", "b/summary.json": "{}"}),
+    Case("compare_summary_no_classes", "compare of a run folder whose summary.json has no classes",
+         ["compare", "a", "b"], {"a/summary.json": '{"classes": {}, "overall": {}}', "b/summary.json": "[]"}),
     Case("calibrate_cuda", "calibrate --device cuda without a GPU",
          ["calibrate", "--device", "cuda", "--shape", "tiny", "--out", "out/p.json"], {},
          skip="a CUDA device is present" if _cuda() else ""),
@@ -163,6 +167,7 @@ def _normal(text: str, tmp: Path) -> str:
 def run_case(case: Case, tmp: Path) -> tuple[int, str, str, bool]:
     """(exit status, stderr, stdout, whether anything result-like was left behind)."""
     for name, text in case.files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # (a run folder's summary.json)
         (tmp / name).write_text(text)
     cwd = os.getcwd()
     os.chdir(tmp)

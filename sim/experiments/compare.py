@@ -46,7 +46,14 @@ def _summary(run_dir: str | Path) -> dict:
     if not f.is_file():
         hint = " (a sweep folder: compare two of its runs/<run_id> folders)" if (d / "sweep.parquet").exists() else ""
         raise FileNotFoundError(f"{d}: not a run results folder: no summary.json{hint}")
-    return json.loads(f.read_text())
+    try:
+        s = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{f}: not JSON ({getattr(exc, 'msg', exc)}): expected a run's summary") from None
+    for key in ("classes", "overall"):
+        if not isinstance(s, dict) or not isinstance(s.get(key), dict):
+            raise ValueError(f"{f}: no {key!r} table: expected a run's summary (priosim run writes it)")
+    return s
 
 
 def _runs(x: str | Path | Sequence[str | Path]) -> list[Path]:
