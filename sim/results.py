@@ -4,7 +4,8 @@ Files written by :meth:`Results.save` (the directory is filled under a temporary
 renamed when complete, so a folder that exists is a finished run):
     requests.parquet    one row per request: the columns of ``sim.core.columns.COLUMNS`` (recorded
                         by telemetry, then the derived ``queue_wait_s, ttft_s, e2e_s, tpot_s``)
-    summary.json        per class, per tenant and overall metrics, plus run facts and provenance
+    summary.json        per class, per tenant and overall metrics, plus run facts and provenance;
+                        every rate is over the group's ``rate_window_s`` (``rate_window``, ``RATES_NOTE``)
     timeseries.parquet  per interval and class: waiting, running, tokens/s, preemptions; KV use
     iterations.parquet  only with ``trace_iterations``: one row per request per iteration
     scenario.json       the resolved scenario; manifest.json: version, seed, profile hash
@@ -56,6 +57,20 @@ def _version() -> str:
 COUNTS = ("arrived", "finished", "rejected", "unfinished")
 SLO_METRICS = ("slo_attainment", "goodput_rps")
 GROUP_METRICS: tuple[str, ...] = COUNTS + tuple(st.key for st in STATS) + SLO_METRICS + ("throughput_rps",)
+#: the keys naming the window a group's rates are taken over (summary.json only: a list and a
+#: word, not metrics, so they stay out of the summary table's columns)
+WINDOW_KEYS = ("rate_window_s", "rate_window_basis")
+#: summary.json's ``rates_note``: what every rate counts and the window it is divided by
+RATES_NOTE = ("throughput_rps (finished requests), goodput_rps (requests that met every SLO of their "
+              "class) and output_tokens_per_s (tokens generated, finished or not) of a class count its "
+              "requests that arrived in its rate_window_s and divide by that window's length, s. The "
+              "window is from its first to its last arrival (basis 'arrivals'): the drain after the "
+              "last arrival is not in it, so two runs that serve the same offered requests the same "
+              "tokens have the same rates. A class offered all at one instant (a backlog) has no "
+              "such window: its rates are over its service, from that instant to its last request's "
+              "end (basis 'backlog'). A tenant within one class is measured the same way over its "
+              "own requests; overall and a tenant in several classes have the sums of their "
+              "per-class parts' rates (basis 'sum of classes'). See docs/metrics.md.")
 # the quantiles STATS takes of each column over each selection of rows
 QUANTILES: dict[tuple[str, str], list[float]] = {}
 for _st in STATS:
@@ -80,27 +95,56 @@ class RequestGroups:
                       "admitted": t["admitted_s"].notna().to_numpy()}
         self.rejected = (status == "rejected").to_numpy()
         self.unfinished = (status == "unfinished").to_numpy()
+        # the clocks that place a group's rate window (absent from tables built only for STATS)
+        self.clocks = {c: t[c].to_numpy() for c in ("arrival_s", "end_s") if c in t.columns}
         # (rows selected, span s, their counts and STATS): see _stats
         self._memo: list[tuple[np.ndarray | None, float, dict]] = []
 
     def metrics(self, rows: np.ndarray | None, span_s: float, ttft_slo: float | None,
                 tpot_slo: float | None) -> dict:
-        """The metrics of the rows selected by the boolean array ``rows`` (None: all rows)."""
+        """The metrics of the rows selected by the boolean array ``rows`` (None: all rows);
+        ``span_s``: the length of their rate window, s (:meth:`window`), which every rate is
+        divided by (a rate over an empty window is 0.0)."""
         n = self.n if rows is None else int(rows.sum())
-        fin = self.among["finished"] if rows is None else self.among["finished"] & rows
         out = self._stats(rows, n, span_s)
-        ok = fin
+        good = self.slo_met(rows, ttft_slo, tpot_slo)
+        if good is not None:
+            out["slo_attainment"] = float(good / n) if n else None
+            out["goodput_rps"] = float(good / span_s) if span_s > 0 else 0.0
+        out["throughput_rps"] = float(out["finished"] / span_s) if span_s > 0 else 0.0
+        return out
+
+    def slo_met(self, rows: np.ndarray | None, ttft_slo: float | None, tpot_slo: float | None) -> int | None:
+        """How many selected requests finished within both SLOs (a request with one token has no
+        TPOT, so meets any TPOT SLO); None when neither SLO is set."""
+        if ttft_slo is None and tpot_slo is None:
+            return None
+        ok = self.among["finished"] if rows is None else self.among["finished"] & rows
         if ttft_slo is not None:
             ok = ok & (self.cols["ttft_s"] <= ttft_slo)
         if tpot_slo is not None:
             tpot = self.cols["tpot_s"]
             ok = ok & ((tpot <= tpot_slo) | np.isnan(tpot))
-        if ttft_slo is not None or tpot_slo is not None:
-            good = int(ok.sum())
-            out["slo_attainment"] = float(good / n) if n else None
-            out["goodput_rps"] = float(good / span_s) if span_s > 0 else 0.0
-        out["throughput_rps"] = float(out["finished"] / span_s) if span_s > 0 else 0.0
-        return out
+        return int(ok.sum())
+
+    def window(self, rows: np.ndarray | None) -> tuple[dict, float]:
+        """The rate window of the selected rows: summary.json's ``rate_window_s`` ([start, end],
+        s; None without requests) and ``rate_window_basis``, and its length, s (see
+        :func:`rate_window`)."""
+        arrival, end = self.clocks["arrival_s"], self.clocks["end_s"]
+        if rows is not None:
+            arrival, end = arrival[rows], end[rows]
+        win, basis = rate_window(arrival, end)
+        return {"rate_window_s": win, "rate_window_basis": basis}, (win[1] - win[0]) if win else 0.0
+
+    def rates(self, rows: np.ndarray) -> dict:
+        """The rates of the selected rows (all of one class) over their own rate window, as
+        :meth:`metrics` computes them, with the window: what :func:`_sum_rates` adds up."""
+        window, span = self.window(rows)
+        tokens = self.cols["generated_tokens"][rows]
+        finished = int((self.among["finished"] & rows).sum())
+        return {**window, "output_tokens_per_s": float(tokens.sum() / span) if span > 0 else 0.0,
+                "throughput_rps": float(finished / span) if span > 0 else 0.0}
 
     def _stats(self, rows: np.ndarray | None, n: int, span_s: float) -> dict:
         """The counts, reject reasons and ``STATS`` of the selected rows (``n`` of them), a new
@@ -181,6 +225,24 @@ class RequestGroups:
         return _stat(st, g, span_s)
 
 
+def rate_window(arrival_s: np.ndarray, end_s: np.ndarray) -> tuple[list[float] | None, str | None]:
+    """The window a group's rates are taken over, ``[start, end]`` in s, and its basis.
+
+    ``arrivals``: from the group's first to its last arrival, the window it was offered in (the
+    drain after the last arrival is outside it, so serving the same requests faster or slower
+    does not change a rate). ``backlog``: a group whose requests all arrived at one instant was
+    offered no duration; its rates are over its service, from that instant to its last
+    request's end (``end_s``: finished, rejected, or the horizon). ``(None, None)`` without
+    requests."""
+    if not len(arrival_s):
+        return None, None
+    t0, t1 = float(arrival_s.min()), float(arrival_s.max())
+    if t1 > t0:
+        return [t0, t1], "arrivals"
+    ends = end_s[~np.isnan(end_s)]
+    return [t0, max(t0, float(ends.max())) if len(ends) else t0], "backlog"
+
+
 def _stat(st: Stat, g: pd.DataFrame, span_s: float) -> float | int | None:
     """One statistic (:class:`sim.core.columns.Stat`) of the requests ``g``."""
     col = g[st.column]
@@ -227,19 +289,18 @@ class Results:
     @classmethod
     def build(cls, sc, costs, tel, run_info: dict, trace) -> "Results":
         req = _request_table(tel)
-        span = max(run_info["end_s"], 1e-9)
         run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
         run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)
         run_info["timeseries_interval_s"] = tel.interval_ns / NS  # (as used: sim.assembly.sample_interval_ns)
 
-        narrow = req[list(STAT_COLUMNS) + ["class", "tenant"]]  # a million-row run copies little
+        # (a million-row run copies little; the clocks place each group's rate window)
+        narrow = req[list(STAT_COLUMNS) + ["class", "tenant", "arrival_s", "end_s"]]
         groups = RequestGroups(narrow)
-        classes, rows = _class_metrics(sc, costs, tel, groups, narrow, span)
-        overall = groups.metrics(None, span, None, None)
-        good = sum(m.get("goodput_rps", 0.0) or 0.0 for m in classes.values())
-        overall["goodput_rps"] = good
-        rows.append({"class": "overall", **{k: v for k, v in overall.items() if not isinstance(v, dict)}})
-        tenants = _tenant_metrics(req, narrow, groups, span, run_info)
+        classes, rows, masks = _class_metrics(sc, costs, tel, groups, narrow)
+        overall = groups.metrics(None, 0.0, None, None)
+        _sum_rates(overall, classes)
+        rows.append({"class": "overall", **_row(overall)})
+        tenants = _tenant_metrics(req, narrow, groups, masks, run_info)
         attribution = run_info.get("prefix_attribution")
         if attribution is not None:  # prefix caching on: whose evictions, and who paid for them
             _add_prefix_attribution(attribution, sc, costs, classes, tenants, overall, rows)
@@ -253,6 +314,7 @@ class Results:
             "overall": overall,
             "tenants": tenants,
             "run": run_info,
+            "rates_note": RATES_NOTE,
         }
         ts = _timeseries(sc, tel)
         it = _iteration_table(trace) if trace is not None else None
@@ -448,12 +510,37 @@ def _strings(values: list, order: np.ndarray | None):
     return values if order is None else np.array(values, dtype=object)[order]
 
 
-def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame, span: float) -> tuple[dict, list]:
-    """Per-class metrics (``summary["classes"]``) and the summary table's class rows; ``span`` in s."""
+def _row(m: dict) -> dict:
+    """A group's metrics as a row of the summary table: its scalars, not its window."""
+    return {k: v for k, v in m.items() if not isinstance(v, dict) and k not in WINDOW_KEYS}
+
+
+RATE_KEYS = ("output_tokens_per_s", "throughput_rps", "goodput_rps")
+
+
+def _sum_rates(m: dict, parts: dict[str, dict], keys: tuple[str, ...] = RATE_KEYS) -> None:
+    """Give ``m``, the metrics of a group whose requests are in several classes (all requests, a
+    tenant of several classes), the sums of its per-class ``parts``' rates ``keys``, each part's
+    over its own rate window: a backlog's tokens counted over a stream's arrival window, or a
+    stream's over a backlog's service, would be neither's rate. A part without a rate (a
+    class without SLOs has no goodput) adds 0.0."""
+    for k in keys:
+        m[k] = float(sum(p.get(k) or 0.0 for p in parts.values()))
+    m["rate_window_s"] = {c: p["rate_window_s"] for c, p in parts.items() if p["rate_window_s"] is not None}
+    m["rate_window_basis"] = "sum of classes"
+
+
+def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame) -> tuple[dict, list, dict]:
+    """Per-class metrics (``summary["classes"]``), the summary table's class rows, and each
+    class's rows (name -> boolean array)."""
     classes = {}
     rows = []
+    masks = {}
     for i, c in enumerate(sc.classes):
-        m = groups.metrics((narrow["class"] == c.name).to_numpy(), span, c.ttft_slo_s, c.tpot_slo_s)
+        mine = masks[c.name] = (narrow["class"] == c.name).to_numpy()
+        window, span = groups.window(mine)
+        m = groups.metrics(mine, span, c.ttft_slo_s, c.tpot_slo_s)
+        m.update(window)
         m["priority"] = c.priority
         vals, wts = tel.itl_arrays(i, pd.factorize)  # (hashing, not sorting, millions of gaps)
         if wts.sum() > 0:
@@ -470,22 +557,32 @@ def _class_metrics(sc, costs, tel, groups, narrow: pd.DataFrame, span: float) ->
         m["swap_s"] = tel.swap_ns_class[i] / NS
         m["recompute_s"] = tel.recompute_ns_class[i] / NS
         classes[c.name] = m
-        rows.append({"class": c.name, **{k: v for k, v in m.items() if not isinstance(v, dict)}})
-    return classes, rows
+        rows.append({"class": c.name, **_row(m)})
+    return classes, rows, masks
 
 
-def _tenant_metrics(req: pd.DataFrame, narrow: pd.DataFrame, groups, span: float, run_info: dict) -> dict:
-    """Per-tenant metrics (``summary["tenants"]``), with token shares and the fairness books."""
+def _tenant_metrics(req: pd.DataFrame, narrow: pd.DataFrame, groups, masks: dict, run_info: dict) -> dict:
+    """Per-tenant metrics (``summary["tenants"]``), with token shares and the fairness books.
+    A tenant within one class has its rates over its own rate window; one in several classes,
+    the sums of its per-class parts' (:func:`_sum_rates`)."""
     tenants = {}
     tot_tokens = max(int(req["generated_tokens"].sum()), 1)
     gen = groups.cols["generated_tokens"]
     for t, idx in narrow.groupby("tenant", sort=True).indices.items():
         mine = np.zeros(len(narrow), dtype=bool)
         mine[idx] = True
-        m = groups.metrics(mine, span, None, None)
+        parts = {c: mine & cm for c, cm in masks.items()}
+        parts = {c: p for c, p in parts.items() if p.any()}
+        if len(parts) == 1:
+            window, span = groups.window(mine)
+            m = groups.metrics(mine, span, None, None)
+            m.update(window)
+        else:
+            m = groups.metrics(mine, 0.0, None, None)
+            _sum_rates(m, {c: groups.rates(p) for c, p in parts.items()}, ("output_tokens_per_s", "throughput_rps"))
         tenants[str(t)] = {k: m[k] for k in ("arrived", "finished", "rejected", "unfinished", "reject_reasons",
                                              "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s",
-                                             "prefix_hit_rate", "evicted_miss_tokens")}
+                                             "prefix_hit_rate", "evicted_miss_tokens", *WINDOW_KEYS)}
         tenants[str(t)]["token_share"] = float(gen[mine].sum() / tot_tokens)
     # GPU-seconds (each step split by tokens processed) and priced tokens (VTC prices) come
     # from the fairness accountant's books, kept whenever [[tenants]] or [fairness] exist

@@ -185,20 +185,27 @@ def plot(path, out):
 @main.command()
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False))
-@click.option("--metric", "metrics", multiple=True, help="only these metrics (e.g. ttft_p99_s); repeatable")
+@click.option("--metric", "metrics", multiple=True,
+              help="only these metrics (e.g. ttft_p99_s; any of docs/metrics.md); repeatable")
+@click.option("--also-a", "more_a", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="another seed's run of A (repeatable): A is then the mean over its runs")
+@click.option("--also-b", "more_b", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="another seed's run of B (repeatable)")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="also write the table as CSV (a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --csv names")
-def compare(run_a, run_b, metrics, csv_out, overwrite):
-    """Side-by-side per-class metrics of two runs, with ratios B/A."""
+def compare(run_a, run_b, metrics, more_a, more_b, csv_out, overwrite):
+    """Side-by-side per-class metrics of two runs, with ratios B/A and the better side
+    ('same' within noise: 1 %, or the seeds' spread with --also-a/--also-b)."""
     from sim.experiments.compare import compare_runs, format_comparison
 
     if csv_out:
         check_out_file(csv_out, "--csv", overwrite=overwrite)
+    a, b = [run_a, *more_a], [run_b, *more_b]
     try:
-        df = compare_runs(run_a, run_b, list(metrics) or None)
+        df = compare_runs(a, b, list(metrics) or None)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    click.echo(format_comparison(df, run_a, run_b), nl=False)
+    click.echo(format_comparison(df, a, b), nl=False)
     if csv_out:
         from sim.outdir import write_file
 

@@ -147,9 +147,11 @@ class Stat:
     """One summary figure of a group of requests (a class, a tenant, all), from one column.
 
     ``how``: ``p50``/``p90``/``p99`` (linear quantile), ``mean``, ``sum``, ``per_s`` (sum over the
-    run's span), ``share`` (sum over the sum of ``per``). ``among``: the requests it is taken
+    length of the group's rate window, :func:`sim.results.rate_window`: its first to last
+    arrival, not the run), ``share`` (sum over the sum of ``per``). ``among``: the requests it is taken
     over: ``all``, ``started`` (have a first token), ``finished``, ``admitted``.
-    ``compare``: shown by ``priosim compare`` (lower is better unless ``higher_is_better``).
+    ``compare``: shown by ``priosim compare`` by default. Lower is better unless
+    ``higher_is_better`` (:data:`sim.metrics.METRIC_TABLE`).
     """
 
     key: str
@@ -180,7 +182,8 @@ STATS: tuple[Stat, ...] = (
     Stat("queue_wait_mean_s", "queue_wait_s", "mean", "started"),
     Stat("output_tokens_per_s", "generated_tokens", "per_s", unit="tok/s", compare=True, higher_is_better=True),
     Stat("preemptions", "preemptions", "sum", unit="count", compare=True),
-    Stat("prefix_hit_rate", "prefix_hit_tokens", "share", "admitted", unit="frac", per="prompt_tokens"),
+    Stat("prefix_hit_rate", "prefix_hit_tokens", "share", "admitted", unit="frac", per="prompt_tokens",
+         higher_is_better=True),
     Stat("evicted_miss_tokens", "evicted_miss_tokens", "sum", unit="tok"),
     Stat("max_itl_p99_s", "max_itl_s", "p99", "finished"),
 )
