@@ -146,8 +146,8 @@ class ClassConfig(BaseModel):
     """A priority class. ``priority`` 0 is most urgent."""
 
     model_config = STRICT
-    name: str
-    priority: int = Field(ge=0)
+    name: str = Field(description="the class name streams, traces and --set (classes.NAME.key) use")
+    priority: int = Field(ge=0, description="0 is most urgent; larger numbers are served later by priority-aware policies")
     ttft_slo_s: float | None = Field(None, gt=0, description="time-to-first-token SLO, s")
     tpot_slo_s: float | None = Field(None, gt=0, description="time-per-output-token SLO, s")
     reserved_blocks: int = Field(0, ge=0, description="KV blocks only this or a more urgent class may use")
@@ -162,7 +162,8 @@ class PolicyConfig(BaseModel):
     """``name`` plus the policy's own parameters (validated by the policy)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    name: str = "fcfs"
+    name: str = Field("fcfs", description="a registered policy (priosim policies), module:Class or file.py:Class; "
+                                          "the table's other keys are the policy's parameters")
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -178,16 +179,16 @@ class Scenario(BaseModel):
     horizon_s: float = Field(60.0, gt=0, le=MAX_TIME_S, description="arrivals stop here, s (at most 1e9 s: "
                              "times are integer nanoseconds)")
     drain: bool = Field(True, description="run until every admitted request ends; false: stop at horizon")
-    engine: EngineConfig = EngineConfig()
-    policy: PolicyConfig = PolicyConfig()
-    classes: list[ClassConfig] = Field(min_length=1)
-    streams: list[dict] = Field(min_length=1)
+    engine: EngineConfig = Field(EngineConfig(), description="the replica: batching limits, KV memory, preemption")
+    policy: PolicyConfig = Field(PolicyConfig(), description="the scheduling policy that ranks requests")
+    classes: list[ClassConfig] = Field(min_length=1, description="the priority classes, with their SLOs")
+    streams: list[dict] = Field(min_length=1, description="the traffic: arrival process and lengths, or a trace")
     tenants: list[TenantConfig] = Field(default_factory=list, description="tenants' shares and limits")
     admission: AdmissionConfig = Field(AdmissionConfig(), description="the admission gate")
     fairness: FairnessConfig = Field(FairnessConfig(), description="the fairness accountant")
     cluster: ClusterConfig | None = Field(None, description="several replicas behind a router (absent: one)")
     # what `priosim tune` searches (docs/tune.md); not part of a run, so not in scenario.json
-    tune: dict = Field(default_factory=dict, exclude=True)
+    tune: dict = Field(default_factory=dict, exclude=True, description="the search space of priosim tune")
     # where the scenario came from (for relative paths and messages); not part of the schema
     source: str = Field("<inline>", exclude=True)
     base_dir: str = Field(".", exclude=True)

@@ -1,4 +1,4 @@
-"""The shell commands the README and docs/*.md show, read from the files themselves (so a test
+"""The shell commands the README and the docs/ pages show, read from the files themselves (so a test
 that runs them cannot drift from what a reader sees), and a sandbox to run them in.
 
 A fenced block marked ``bash`` holds commands to run as written; other fences (``toml``,
@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# (every page of the site, docs/findings/ and the generated docs/reference/ included)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 

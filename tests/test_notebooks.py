@@ -1,5 +1,5 @@
-"""Every notebook executes top to bottom, by the README's own command (``jupyter nbconvert
---to notebook --execute notebooks/*.ipynb ...``, read from the README), in small mode
+"""Every notebook executes top to bottom, by the docs' own command (``jupyter nbconvert
+--to notebook --execute notebooks/*.ipynb ...``, read from docs/notebooks.md), in small mode
 (PRIOSIM_NOTEBOOK_SMALL=1), so none can rot and the command a reader copies works. The
 calibration notebook needs torch (the calibrate extra, which the test command installs)."""
 from __future__ import annotations
@@ -34,12 +34,12 @@ def test_there_are_three_notebooks():
 
 
 @pytest.mark.slow
-def test_readme_command_executes_every_notebook(tmp_path):
+def test_docs_command_executes_every_notebook(tmp_path):
     pytest.importorskip("nbconvert")  # the dev extra has it; the notebooks extra brings jupyter
     why = _calibrate_ready()
     if why:
         pytest.skip(why)
-    cmds = [c for _, c in bash_commands(ROOT / "README.md") if c.startswith("jupyter nbconvert ")]
+    cmds = [c for _, c in bash_commands(ROOT / "docs" / "notebooks.md") if c.startswith("jupyter nbconvert ")]
     assert len(cmds) == 1, cmds
     env = sandbox(tmp_path)  # PRIOSIM_NOTEBOOK_SMALL=1, MPLBACKEND=Agg, results/ of its own
     done = run_line(cmds[0], tmp_path, env, timeout=900)

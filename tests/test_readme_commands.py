@@ -29,6 +29,8 @@ NOT_RUN = {
     "priosim validate ": "real execution against the simulator: tests/test_calibrate.py",
     "bash scripts/gpu_calibrate.sh ": "needs a CUDA GPU; tests/test_calibrate.py runs its CPU path (tiny shape)",
     "jupyter nbconvert ": "tests/test_notebooks.py runs this very line and checks the executed notebooks",
+    "vllm bench serve ": "runs vLLM on your GPU; tests/test_replay.py reads files of its format",
+    "priosim replay run3.json": "needs your own run file: tests/test_calibrate_from_runs.py replays a held-out run",
 }
 SYNOPSIS = re.compile(r"\[(--|[A-Z])")
 

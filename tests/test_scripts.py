@@ -24,7 +24,7 @@ def test_docs_run_scripts_and_benchmarks_as_modules():
     """They import the project as packages from the repository root (no sys.path edits), so a
     page that shows one shows ``python -m scripts.NAME`` / ``python -m benchmarks.NAME``."""
     import re
-    pages = [ROOT / "README.md", ROOT / "benchmarks" / "results.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "results.md", *sorted((ROOT / "docs").rglob("*.md"))]
     bad = [f"{p.name}: {m.group(0)}" for p in pages
            for m in re.finditer(r"python3? +(scripts|benchmarks)/\w+\.py", p.read_text())]
     assert not bad, bad

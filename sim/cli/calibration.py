@@ -51,10 +51,12 @@ def fidelity(prefixes, overhead, out, docs):
 @click.option("--loro/--no-loro", default=True, show_default=True,
               help="with --from-runs: leave each run out in turn (3 runs or more)")
 @engine_flag_options
-@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
+              help="where to measure (auto: cuda when a GPU is visible, else cpu)")
 @click.option("--shape", default=None, help="model shape: tiny, llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b")
 @click.option("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA)")
-@click.option("--grid", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
+@click.option("--grid", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="cells measured: quick (seconds to minutes) or full (prefill to 8k tokens, decode at batch 1-256)")
 @click.option("--out", "out", required=True, help="profile JSON to write (a new file)")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=None, help="decode under CUDA graphs (CUDA only)")
 @click.option("--overwrite", is_flag=True, help="replace the file --out names")

@@ -24,7 +24,8 @@ from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_lo
               help="TOML file of more axes: dotted scenario keys = [values]")
 @click.option("--out", type=click.Path(file_okay=False), help="sweep folder (default results/sweep-<name>-<timestamp>/)")
 @click.option("--workers", type=int, help="local worker processes (default: the CPU count)")
-@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="where the runs execute: local processes or a Ray cluster (pip install 'priosim[distributed]')")
 @click.option("--address", help="Ray cluster address (default: start a local Ray)")
 @click.option("--trace-iterations", is_flag=True, help="each run also writes iterations.parquet")
 @click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
@@ -149,7 +150,8 @@ def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key in every trial")
 @click.option("--out", type=click.Path(file_okay=False), help="tune folder (default results/tune-<name>-<timestamp>/)")
 @click.option("--workers", type=int, default=1, show_default=True, help="trials evaluated at once")
-@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="where the runs execute: local processes or a Ray cluster (pip install 'priosim[distributed]')")
 @click.option("--address", help="Ray cluster address (default: start a local Ray)")
 @click.option("--resume", is_flag=True, help="continue the tune in --out (finished trials are kept)")
 @click.option("--sampler-seed", type=int, default=0, show_default=True, help="the optimiser's random seed")

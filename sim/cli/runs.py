@@ -117,8 +117,8 @@ def profiles():
 
 @main.command()
 @click.argument("scenario", required=False)
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
-@click.option("--seed", type=int)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. horizon_s=600")
+@click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--out", help="write the request stream to this parquet file (a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --out names")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")

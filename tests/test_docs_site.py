@@ -1,0 +1,136 @@
+"""The documentation site: it builds with ``mkdocs build --strict`` (no broken link, anchor or
+page, every page in the nav), its generated reference is current and complete, and the prose of
+README.md and docs/ carries no dated measurement history (only a generated page's stamp line,
+:mod:`scripts.stamp`, may hold a date, a time or a commit)."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from scripts import reference
+from scripts.stamp import generated, is_stamp, produced
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+# What dated measurement history looks like in prose: a timestamp, or the words of a re-run log.
+DATED = [
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}\b"), "a timestamp"),
+    (re.compile(r"\bat \d{1,2}:\d{2}\b"), "a time of day"),
+    (re.compile(r"\bre-?run (at|that day|after|on)\b", re.I), "a re-run log"),
+    (re.compile(r"\bre-?measured\b", re.I), "a re-measurement log"),
+    (re.compile(r"\bspeed round\b", re.I), "a speed-round log"),
+]
+FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
+CODE = re.compile(r"`[^`\n]*`")
+
+
+def dated_lines(text: str) -> list[tuple[int, str, str]]:
+    """(line number, what, line) of every line of prose that carries dated history. Code blocks
+    and code spans are not prose (an error message may quote a trace's timestamp); a stamp line
+    is exempt as a whole."""
+    text = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if is_stamp(line):
+            continue
+        prose = CODE.sub("", line)
+        out += [(i, what, line.strip()) for rx, what in DATED if rx.search(prose)]
+    return out
+
+
+def test_no_dated_history_in_readme_or_docs():
+    bad = [f"{p.relative_to(ROOT)}:{i}: {what}: {line[:120]}" for p in PAGES for i, what, line in dated_lines(p.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_dated_lines_are_found_and_only_the_stamp_is_exempt():
+    log = ("Re-run at 23:35 after the next speed round: 0.4 s.\n"
+           "The table of 2026-12-02 01:52, on a slower host.\n"
+           "Row re-measured with the quick suite.\n")
+    assert [i for i, _, _ in dated_lines(log)] == [1, 1, 1, 2, 3]
+    ok = (produced("python -m scripts.prefix_victim", "cf6cbfc", "2026-11-30 14:02") + "\n"
+          + generated("python -m scripts.reference docs/reference") + "\n"
+          + "An error quotes `t '2024-05-10 12:00:01.5'` in code.\n```\nrun at 01:52\n```\n")
+    assert dated_lines(ok) == []
+    # a stamp is the whole line: text after it, or a stamp of another shape, is prose
+    assert dated_lines(produced("x", "cf6cbfc", "2026-11-30 14:02") + " re-run at 15:00")
+    assert dated_lines("> Produced by `x` on 2026-11-30 14:02.")
+
+
+def test_findings_pages_say_what_produced_each_table():
+    from scripts.findings import findings
+    pages = {p for p, *_ in findings()}
+    for page in sorted((ROOT / "docs" / "findings").glob("*.md")):
+        if page.name != "index.md":
+            assert page.relative_to(ROOT).as_posix() in pages, f"{page.name}: no stamp line"
+    for page, commit, date, command in findings():
+        assert (ROOT / page).is_file() and command, page
+
+
+def test_reference_pages_are_current():
+    stale = [name for name, text in reference.pages().items()
+             if not (ROOT / "docs" / "reference" / name).is_file()
+             or (ROOT / "docs" / "reference" / name).read_text() != text]
+    assert not stale, f"not current: {stale}; run {reference.COMMAND}"
+
+
+def test_every_scenario_key_and_cli_option_is_described():
+    import click
+
+    from sim.cli import main
+    from sim.config import Scenario
+    keys = [key for key, field, _ in reference.scenario_keys(Scenario) if not field.description]
+    assert not keys, f"scenario keys without a description=: {keys}"
+    opts = [f"{' '.join(path)} {p.opts[0]}" for path, cmd in reference.commands(main) for p in cmd.params
+            if isinstance(p, click.Option) and not p.hidden and not p.help]
+    assert not opts, f"options without a help=: {opts}"
+    assert not [" ".join(path) for path, cmd in reference.commands(main) if not cmd.help]
+
+
+def test_reference_walks_nested_tables_and_lists():
+    from sim.config import Scenario
+    keys = {key for key, _, _ in reference.scenario_keys(Scenario)}
+    assert {"engine.max_num_seqs", "engine.speculative.k", "classes[].priority", "tenants[].rate_rps",
+            "cluster.groups[].replicas", "admission.shed", "streams"} <= keys
+    assert "source" not in keys and "base_dir" not in keys  # (bookkeeping, not keys)
+
+
+def _hook_page(src: str):
+    from scripts import mkdocs_hooks
+    config = {"docs_dir": str(ROOT / "docs")}
+    page = SimpleNamespace(file=SimpleNamespace(src_uri=src, generated_by=None))
+    return mkdocs_hooks, config, page
+
+
+def test_links_out_of_the_docs_become_paths_and_broken_ones_warn(caplog):
+    hooks, config, page = _hook_page("replay.md")
+    md = "See [the test files](../tests/data/runs/README.md) and [scenarios](scenario.md).\n"
+    out = hooks.on_page_markdown(md, page, config, None)
+    assert "the test files (`tests/data/runs/README.md`)" in out and "[scenarios](scenario.md)" in out
+    with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.priosim"):
+        hooks.on_page_markdown("[gone](../no/such/file.md)\n```\n[in code](../nope.md)\n```\n", page, config, None)
+    assert [r.getMessage() for r in caplog.records] == ["replay.md: link to ../no/such/file.md, which is not in the repository"]
+
+
+@pytest.mark.slow
+def test_site_builds_strict(tmp_path):
+    for mod in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+        pytest.importorskip(mod)  # the docs extra, which dev includes
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    site = tmp_path / "site"
+    for page in ("index.html", "reference/scenario-keys/index.html", "reference/api/index.html",
+                 "findings/preemption/index.html", "changelog/index.html", "search/search_index.json"):
+        assert (site / page).is_file(), page
+    assert "sim.run.simulate" in (site / "reference" / "api" / "index.html").read_text()
