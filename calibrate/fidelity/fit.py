@@ -213,7 +213,13 @@ def loso(df: pd.DataFrame, start: dict[str, dict] | None = None, presets=ORDER, 
         held = df[df.source_kind == source]
         rest = df[df.source_kind != source]
         fitted: dict[str, dict] = {}
+        # a preset is fitted when the held-out source has rows of its era, or a preset that does
+        # takes terms from it
+        wanted = {p for p in presets if held.overhead.isin(list(family(p))).any()}
+        wanted |= {src for p in wanted for src in SHARED.get(p, {}).values()}
         for preset in presets:
+            if preset not in wanted:
+                continue
             fam = family(preset)
             mine = held[held.overhead.isin(list(fam))]
             train = rest[rest.overhead.isin(list(fam))]
