@@ -86,6 +86,11 @@ class EngineConfig(BaseModel):
         None, description="engine overhead on top of the profile's step times: a preset name (priosim profiles "
                           "lists them; 'none' = the profile alone) or a table of terms (sim/core/overhead.py); "
                           "absent: the profile's declared preset")
+    host_cpu: float = Field(
+        1.0, gt=0, description="how slow the engine's host CPU is relative to the hosts the overhead presets were "
+                               "fitted on (a factor; > 1: slower): multiplies the overhead's CPU terms (per step, "
+                               "per sequence, per admitted request, front end), not GPU kernels or all-reduces "
+                               "(docs/fidelity.md: estimating it from a run)")
     max_num_seqs: int = Field(256, ge=1, description="max requests in the running batch")
     max_batched_tokens: int = Field(8192, ge=1, description="token budget per step")
     max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")

@@ -196,7 +196,7 @@ def check_profile(sc, eng, key: str | None = None) -> None:
     when given; the profile's own message names the profile)."""
     from sim.core.costs import ProfileError, load_profile
     try:
-        load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead)
+        load_profile(eng.profile, Path(sc.base_dir), overhead=eng.overhead, host_cpu=eng.host_cpu)
     except ProfileError as exc:
         raise ScenarioError(f"{sc.source}: {f'{key}: ' if key else ''}{exc}") from None
 

@@ -250,6 +250,107 @@ def test_fidelity_table_has_sources_and_enough_coverage():
     assert {"fit", "held-out"} <= set(t.split)
 
 
+# ---- physical bounds, host factor, default preset, leave-one-source-out --------------------------
+def test_shipped_presets_keep_every_term_within_its_physical_bound():
+    """Each fitted term of each shipped preset lies in calibrate.fidelity.fit.BOUNDS, and every
+    engine era has a front-end term."""
+    from calibrate.fidelity.fit import BOUNDS, WHY
+    assert set(WHY) >= set(BOUNDS)
+    for name in preset_names():
+        if name == "none":
+            continue
+        o = resolve_overhead(name)
+        for k, (lo, hi) in BOUNDS.items():
+            assert lo <= getattr(o, k) <= hi, (name, k, getattr(o, k))
+        assert o.frontend_s > 0, name
+
+
+def test_host_cpu_scales_the_cpu_terms_only_and_one_is_identity():
+    o = resolve_overhead("vllm-v1")
+    assert o.on_host(1.0) is o
+    slow = o.on_host(1.5)
+    for k in ("step_s", "seq_s", "admit_s", "frontend_s"):
+        assert getattr(slow, k) == getattr(o, k) * 1.5
+    for k in ("sample_s", "allreduce_latency_s", "allreduce_bytes_per_s", "kv_reread", "scheduler_steps",
+              "overlap_schedule"):
+        assert getattr(slow, k) == getattr(o, k)
+    ov = {"step_s": 1e-3, "seq_s": 2e-5, "sample_s": 1e-11, "admit_s": 5e-4, "allreduce_latency_s": 1e-5}
+    base = load_profile("h200-llama-3-70b-tp4", overhead="none")
+    one = load_profile("h200-llama-3-70b-tp4", overhead=ov, host_cpu=1.0)
+    two = load_profile("h200-llama-3-70b-tp4", overhead=ov, host_cpu=2.0)
+    shape = (100, 6, 100 * 100, 0, 6 * 50, 1, 1)
+    extra1, extra2 = (m.step_ns(*shape) - base.step_ns(*shape) for m in (one, two))
+    cpu = (1e-3 + 2e-5 * 7 + 5e-4) * 1e9  # the CPU part of the step's overhead
+    assert abs((extra2 - extra1) - cpu) <= 2
+
+
+def test_host_cpu_in_a_scenario_delays_first_tokens_and_one_changes_nothing():
+    sc = small_scenario()
+    sc["engine"]["overhead"] = {"step_s": 1e-3, "frontend_s": 0.02}
+    plain = simulate(scenario_from_dict(sc))
+    sc["engine"]["host_cpu"] = 1.0
+    same = simulate(scenario_from_dict(sc))
+    assert same.requests.equals(plain.requests)
+    sc["engine"]["host_cpu"] = 2.0
+    slow = simulate(scenario_from_dict(sc))
+    assert slow.requests.ttft_s.min() >= plain.requests.ttft_s.min() + 0.02 - 1e-9
+    sc["engine"]["host_cpu"] = 0
+    with pytest.raises(ScenarioError, match="host_cpu"):
+        scenario_from_dict(sc)
+
+
+def test_the_default_preset_is_vllm_v1():
+    from sim.core.overhead import default_preset
+    assert default_preset() == "vllm-v1"
+    assert load_profile("h100-sxm-llama-3-8b").overhead.name == "vllm-v1"
+
+
+def _tiny_table() -> "pd.DataFrame":
+    """Three publishers' batch-1 rows of one era, made from a known overhead: what leave-one-
+    source-out should recover on each from the other two."""
+    import pandas as pd
+    from calibrate.fidelity.suite import run_table
+    rows = []
+    for src, (p, o) in {"a": (64, 16), "b": (256, 32), "c": (1024, 24)}.items():
+        rows.append({"id": f"{src}-row", "source_kind": src, "metric": "decode_tok_s_batch1", "value": 1.0,
+                     "unit": "tok/s", "scenario": "batch1", "dataset": "fixed", "n": 1, "prompt_tokens": p,
+                     "output_tokens": o, "spread": "", "rate": "", "concurrency": "", "prompt_mean": "",
+                     "output_mean": "", "profile": "h200-llama-3-8b", "overhead": "vllm-0.4",
+                     "engine_settings": "max_num_seqs=8", "split": "fit", "tp": 1})
+    df = pd.DataFrame(rows)
+    truth = {"step_s": 2e-3, "allreduce_latency_s": 0.0, "kv_reread": 0.0, "sample_s": 8e-12}
+    made = run_table(df, overhead={"vllm-0.4": truth})
+    return df.assign(value=made.simulated.to_numpy())
+
+
+def test_leave_one_source_out_fits_on_the_other_sources_and_reports_each_row():
+    from calibrate.fidelity.fit import loso, loso_summary
+    df = _tiny_table()
+    start = {"vllm-0.4": {"seq_s": 0.0, "admit_s": 0.0, "frontend_s": 0.0}}
+    res = loso(df, start=start, presets=("vllm-0.4",), max_nfev=4)
+    assert sorted(res.id) == ["a-row", "b-row", "c-row"]
+    assert (res.source_kind == res.id.str[0]).all() and res.evaluated.all()
+    assert set(res.kind) == {"E2E/latency"}
+    s = loso_summary(res)
+    assert s["all"]["rows"] == 3 and s["all"]["worst"] < 0.05  # the step cost is recovered
+    assert s["TTFT"]["rows"] == 0
+    one = loso(df[df.source_kind == "a"], start=start, presets=("vllm-0.4",), max_nfev=2)
+    assert not one.evaluated.any() and one.error.isna().all()  # no other source: not evaluated
+
+
+def test_fidelity_rows_naming_their_engine_get_its_defaults_on_their_gpu(tmp_path):
+    """The GPUStack vLLM 0.11 A100 rows ran the defaults: 256 sequences and a 2048-token budget
+    on an A100 (1024 / 8192 on an H100); sim.engines fills them, the row's preset stays."""
+    from calibrate.fidelity.suite import load_table, scenario_for
+    t = load_table().set_index("id", drop=False)
+    for rid, seqs, budget in [("gs-q3-14b-a100-vllm-sharegpt", 256, 2048), ("gs-q3-14b-h100-vllm-sharegpt", 1024, 8192)]:
+        d = scenario_for(t.loc[rid].to_dict(), tmp_path)
+        assert d["engine"]["engine"] == "vllm" and "max_num_seqs" not in d["engine"]
+        eng = scenario_from_dict(d, base_dir=str(tmp_path)).engine
+        assert (eng.max_num_seqs, eng.max_batched_tokens, eng.prefix_caching) == (seqs, budget, True)
+        assert eng.overhead == "vllm-v1"
+
+
 if __name__ == "__main__" and "--write" in sys.argv:  # regenerate the golden digests
     doc = json.loads(GOLDEN.read_text())
     for case in doc["cases"]:

@@ -82,7 +82,11 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
         v = s[k]
         lines.append(f"| {k} | {v['rows']} | {_pct(v['median'])} | {_pct(v['worst'])} | {v['within_10']} | {v['within_25']} |")
     lines += ["", "Targets: whole table median <= 10 % and worst <= 25 %; held-out median <= 12 %.", ""]
+    lines += _kind_lines(res)
+    lines += _loso_lines()
     lines += _preset_lines(res)
+    lines += _bound_lines()
+    lines += _host_lines()
     lines += _row_lines(res, info, excluded)
     lines += _columns_lines()
     for rid, t in info.iterrows():
@@ -92,9 +96,99 @@ def write_markdown(res: pd.DataFrame, table: pd.DataFrame, path: Path = DOC, exc
               "priosim fidelity                      # every row; this report and the plot to results/fidelity/",
               "priosim fidelity --docs               # the same, rewriting this page and docs/figures/",
               "python -m calibrate.fidelity.fit      # refit the presets on their fit rows (sim/core/overheads.json)",
+              "python -m calibrate.fidelity.fit --loso   # leave-one-source-out evaluation (calibrate/fidelity/loso.csv)",
               "```", ""]
     path.write_text("\n".join(lines))
     return path
+
+
+def _stats_row(name: str, v: dict) -> str:
+    if not v["rows"]:
+        return f"| {name} | 0 | - | - | - | - |"
+    return f"| {name} | {v['rows']} | {_pct(v['median'])} | {_pct(v['worst'])} | {v['within_10']} | {v['within_25']} |"
+
+
+def _kind_lines(res: pd.DataFrame) -> list[str]:
+    """The whole table's errors by metric kind."""
+    from calibrate.fidelity.fit import kind_summary
+    s = kind_summary(res)
+    lines = ["By metric kind (every reproducible row, fit and held-out):", "",
+             "| metric kind | count | median abs error | worst abs error | within 10 % | within 25 % |",
+             "|---|---|---|---|---|---|"]
+    lines += [_stats_row(k, v) for k, v in s.items() if k != "not_evaluated"]
+    return lines + [""]
+
+
+def _loso_lines() -> list[str]:
+    """The last leave-one-source-out evaluation (calibrate/fidelity/loso.csv), when there is one."""
+    from calibrate.fidelity.fit import LOSO_PATH, loso_summary
+    lines = ["## Leave one source out", ""]
+    if not LOSO_PATH.is_file():
+        return lines + ["Not run yet: `python -m calibrate.fidelity.fit --loso`.", ""]
+    res = pd.read_csv(LOSO_PATH, keep_default_na=True)
+    s = loso_summary(res)
+    lines += ["Each publisher (the table's `source_kind`) in turn is held out: every engine era is fitted, "
+              "within the bounds below, on the reproducible rows of the other publishers only (fit and held-out "
+              "rows alike, each fit starting from the same neutral terms), and the held-out publisher's rows are "
+              "simulated with those terms. This is the error to expect on a publisher the presets have never "
+              "seen. From `python -m calibrate.fidelity.fit --loso` (calibrate/fidelity/loso.csv).", "",
+              "| metric kind | count | median abs error | worst abs error | within 10 % | within 25 % |",
+              "|---|---|---|---|---|---|"]
+    lines += [_stats_row(k, v) for k, v in s.items() if k != "not_evaluated"]
+    lines += ["", "Targets: median <= 10 %, worst <= 25 %, TTFT rows included.", ""]
+    if s["not_evaluated"]["rows"]:
+        lines += [f"{s['not_evaluated']['rows']} rows are not evaluated: no other publisher has rows of their "
+                  "era (vLLM 0.4 rows come from one publisher only).", ""]
+    lines += ["| held-out source | id | metric | published | simulated | error |", "|---|---|---|---|---|---|"]
+    for r in res.itertuples():
+        if not r.evaluated:
+            lines.append(f"| {r.source_kind} | {r.id} | {r.metric} | {r.published:.4g} | - | not evaluated |")
+        else:
+            lines.append(f"| {r.source_kind} | {r.id} | {r.metric} | {r.published:.4g} | {r.simulated:.4g} | "
+                         f"{r.error * 100:+.1f} % |")
+    return lines + [""]
+
+
+def _bound_lines() -> list[str]:
+    """The fit's physical bounds and why each is where it is."""
+    from calibrate.fidelity.fit import BOUNDS, SHARED, WHY
+    lines = ["", "Every fitted term stays within a physical range (lower bound 0); a term a preset's rows do not "
+             "identify keeps its value or comes from another preset's fit:", "",
+             "| term | upper bound | why |", "|---|---|---|"]
+    for k, (lo, hi) in BOUNDS.items():
+        b = f"{hi:g}" if k == "kv_reread" else (f"{hi * 1e3:g} ms" if hi >= 1e-3 else f"{hi * 1e6:g} us")
+        lines.append(f"| `{k}` | {b} | {WHY[k]} |")
+    shared = "; ".join(f"`{p}`: " + ", ".join(f"{t} from `{src}`" for t, src in terms.items())
+                       for p, terms in SHARED.items())
+    lines += ["", f"Shared terms: {shared}. The vLLM V0 fit rows are offline runs (the `LLM` class, no API "
+              "server), so they cannot see a front end; SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060 "
+              "TTFT rows, was measured by the same client on the same hosts as that page's vLLM 0.6.0 server, "
+              "and both are a Python OpenAI-compatible server in a process of its own feeding the engine over ZMQ "
+              "(vLLM 0.4 ran it inside the engine process, so for it the value is a lower estimate)."]
+    return lines
+
+
+def _host_lines() -> list[str]:
+    """How to set and estimate engine.host_cpu."""
+    return ["", "### The host CPU: `engine.host_cpu`", "",
+            "The per-step, per-sequence, per-admission and front-end terms are CPU time on the engine's host, "
+            "so they depend on that CPU as much as on the engine; the presets are fitted on the publishers' hosts "
+            "(mostly H100 / H200 servers). `engine.host_cpu` (default 1.0, > 0) multiplies those four terms and "
+            "nothing else (not the GPU kernels, sampling or all-reduces): 1.5 is a host whose engine CPU work "
+            "takes 1.5 times as long. 1.0 prices every step exactly as without it.",
+            "",
+            "To estimate it from a run of your own: run the engine at light load (one request in flight, short "
+            "prompts), measure median TTFT and TPOT, and simulate the same requests "
+            "(`priosim replay RUN` or a scenario with `engine.engine` set). If the simulated TPOT matches (the GPU "
+            "work is right) but TTFT does not, `host_cpu` is about (measured TTFT - simulated GPU prefill time) / "
+            "(simulated TTFT - simulated GPU prefill time), the prefill time being the run's TTFT with "
+            "`engine.overhead = \"none\"`; with many short requests the same ratio of the overhead part of the "
+            "measured and simulated step times (ITL at a full batch) gives it too. `priosim calibrate --from-runs` "
+            "fits it from runs directly. The table's rows are not given a host factor of their own: fitting one "
+            "per row would tune the rows rather than test the model. The GPUStack rows' light-load TTFTs (60 ms "
+            "for 250-token prompts on an H100) are longer than the bounded front end and admission allow; a "
+            "slower host, or anything between the benchmark client and the engine, would do that; they are left "
+            "as they are and show in the errors below.", ""]
 
 
 def _preset_lines(res: pd.DataFrame) -> list[str]:

@@ -14,7 +14,10 @@ Scenario kinds (column ``scenario``):
   requests count (``vllm bench serve --max-concurrency``).
 
 A row's ``engine_settings`` are engine keys, plus ``num_scheduler_steps`` (vLLM's multi-step
-scheduling), which goes to the overhead model as its ``scheduler_steps`` term.
+scheduling), which goes to the overhead model as its ``scheduler_steps`` term. A row that ran an
+engine's defaults says so with ``engine=vllm; engine_version=0.11.0`` (sim.engines fills every
+engine key the row does not give, as for a scenario naming its engine); a row without ``engine``
+gets the suite's own base settings (below) under its explicit ones.
 """
 from __future__ import annotations
 
@@ -58,6 +61,18 @@ def engine_settings(text: str) -> dict:
     return out
 
 
+def engine_defaults(eng: dict) -> dict:
+    """The defaults sim.engines gives the engine keys of ``eng`` when it names an engine
+    (``engine``, ``engine_version``, ``entrypoint``) on its profile's GPU; {} when it names none."""
+    if eng.get("engine") is None:
+        return {}
+    from sim.engines import family, gpu as gpus, version_tuple
+    fam = family(eng["engine"])
+    gpu = gpus.load(eng["profile"], Path(".")) or gpus.Gpu("", 0.0, 0.0, 0.0, 0.9, 1)
+    return fam.defaults(version_tuple(eng.get("engine_version"), fam.latest), gpu,
+                        eng.get("entrypoint", "server"), gpu.tp)
+
+
 def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> dict:
     """The scenario dict reproducing ``row`` (its requests written as a CSV trace in
     ``trace_dir``); ``overhead`` overrides the row's preset (a name or a table of terms)."""
@@ -69,9 +84,10 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
     if steps != 1:
         # multi-step scheduling (vLLM --num-scheduler-steps) is priced by the overhead model
         ov = {**(ov if isinstance(ov, dict) else {"preset": ov}), "scheduler_steps": steps}
-    eng = {"profile": row["profile"], "overhead": ov,
-           "max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
-           "preemption": "recompute", "preempt_for_waiting": "never", "timeseries_interval_s": 10.0}
+    eng = {"profile": row["profile"], "overhead": ov, "timeseries_interval_s": 10.0}
+    if "engine" not in settings:
+        eng.update({"max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
+                    "preemption": "recompute", "preempt_for_waiting": "never"})
     eng.update(settings)
     path = trace_dir / f"{row['id']}.csv"
     cls = [{"name": "all", "priority": 0}]
@@ -89,11 +105,12 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
         return {**base, "horizon_s": horizon, "streams": [stream]}
     t = workload.arrivals(row, n, seed)
     cols = {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}
-    if eng.get("prefix_caching"):
+    fills = engine_defaults(eng)
+    if eng.get("prefix_caching", fills.get("prefix_caching")):
         # the engine's prefix cache is on (vLLM V1 and SGLang defaults); prompts are unique, so
         # each request's blocks get ids of their own: what the cache keeps for a request is its
         # own computed prompt, which makes re-admission after a recompute preemption cheap
-        g = int(eng.get("prefix_block_tokens", 512))
+        g = int(eng.get("prefix_block_tokens", fills.get("prefix_block_tokens", 512)))
         path = path.with_suffix(".jsonl")
         with path.open("w") as f:
             for i in range(n):

@@ -136,7 +136,8 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
     except ScenarioError as exc:
         fail(str(exc))
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
-    costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead)
+    costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead,
+                         host_cpu=sc.engine.host_cpu)
     # Offered load: engine seconds per second the stream asks for, pricing each request as a
     # lone prefill of its mean prompt plus its mean output decoded in a full batch
     # (max_num_seqs sequences at its mean context). 1.0 is the replica's capacity, roughly.

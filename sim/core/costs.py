@@ -531,17 +531,20 @@ def list_profiles() -> list[tuple[str, Path]]:
 
 
 def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
-                 where: str = "engine.profile", overhead=None) -> CostModel:
+                 where: str = "engine.profile", overhead=None, host_cpu: float = 1.0) -> CostModel:
     """Resolve a profile from a shipped name, a file path or an inline linear table, priced
     with ``overhead`` (a preset name or a table of terms, see sim/core/overhead.py; None: the
-    profile's own declared preset, none when it declares none)."""
+    profile's own declared preset, none when it declares none) on a host ``host_cpu`` times as
+    slow as the presets' (its CPU terms scaled; 1.0: the very same pricing)."""
     cm = _load_profile(spec, base_dir, where)
-    if overhead is None:
-        return cm
-    try:
-        return cm.with_overhead(resolve_overhead(overhead))
-    except OverheadError as exc:
-        raise ProfileError(str(exc)) from None
+    if overhead is not None:
+        try:
+            cm = cm.with_overhead(resolve_overhead(overhead))
+        except OverheadError as exc:
+            raise ProfileError(str(exc)) from None
+    if host_cpu != 1.0:
+        cm = cm.with_overhead(cm.overhead.on_host(host_cpu))
+    return cm
 
 
 def _load_profile(spec, base_dir, where) -> CostModel:

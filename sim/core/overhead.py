@@ -19,6 +19,11 @@ engine sees it (the API server's HTTP handling, chat template and tokenisation, 
 with GPU work rather than occupy it); it delays admission and adds to TTFT and end-to-end time,
 never to a step.
 
+The CPU-side terms (``step_s``, ``seq_s``, ``admit_s``, ``frontend_s``) depend on the host CPU
+the engine runs on as much as on the engine: a scenario's ``engine.host_cpu`` (default 1.0, the
+hosts the presets were fitted on) multiplies them, > 1 for a slower host (:meth:`Overhead.on_host`;
+docs/fidelity.md says how to estimate it from a run).
+
 Two terms change how the profile's own GPU work is priced rather than adding to it, for engine
 eras whose kernels or scheduler differ from what the roofline assumes:
 
@@ -56,7 +61,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from plumbing.numbers import in_range, is_integer
@@ -81,6 +86,10 @@ TERMS = {
     "scheduler_steps": "decode steps per scheduler call (integer >= 1; multi-step scheduling)",
     "overlap_schedule": "1: the next batch is formed while the current step runs (0 or 1)",
 }
+#: The terms spent on the host CPU (the scheduler, per-sequence bookkeeping, admitting a request,
+#: the API server): ``engine.host_cpu`` scales them. Sampling, the KV re-read and the all-reduces
+#: are GPU (or interconnect) work and do not depend on the host.
+CPU_TERMS = ("step_s", "seq_s", "admit_s", "frontend_s")
 #: The terms that price steps (all but the front-end latency and the multi-step count, which
 #: only divides terms already counted).
 STEP_TERMS = tuple(k for k in TERMS if k not in ("frontend_s", "scheduler_steps", "overlap_schedule"))
@@ -141,6 +150,15 @@ class Overhead:
         fixed, per_seq, per_token, per_admit = full
         return (fixed - self.step_s + self.step_s / n, per_seq - self.seq_s + self.seq_s / n,
                 per_token, per_admit)
+
+    def on_host(self, host_cpu: float) -> "Overhead":
+        """These terms on a host ``host_cpu`` times as slow as the one they were measured on:
+        the CPU terms (:data:`CPU_TERMS`) multiplied by it, the GPU terms unchanged. ``self``
+        itself for 1.0 (so the default prices every step exactly as before)."""
+        if host_cpu == 1.0:
+            return self
+        scaled = {k: getattr(self, k) * host_cpu for k in CPU_TERMS}
+        return replace(self, **scaled, meta={**self.meta, "host_cpu": host_cpu})
 
     def ctx_factor(self, heads: int, kv_heads: int) -> float:
         """Multiplier of the profile's per-context-token decode cost (``kv_reread``); exactly
