@@ -171,7 +171,7 @@ def test_watermark_holds_blocks_back_at_admission(tmp_path):
 # ---- auto: swap vs recompute on the shipped profile -------------------------------------
 
 def _auto_engine(decoders: int = 32):
-    costs = load_profile("h200-llama-3-8b")
+    costs = load_profile("h200-llama-3-8b", overhead="none")  # (the roofline alone: no engine-overhead preset)
     cfg = load_scenario(None, overrides=["engine.preemption=\"auto\"", "engine.swap_blocks=100000"]).engine
     pool = KVPool(costs.kv_blocks(16), 16, [0], [0], host_total=100000)
     eng = Engine(None, cfg, costs, None, [None], pool, Telemetry(["c"], 10**9))
