@@ -4,8 +4,7 @@ chart must have drawn (plotly's ``<svg class="main-svg">`` inside it, marked ``d
 no script or console error may occur, and the screenshot must not be blank.
 
 Chromium absent: skipped, except where ``PRIOSIM_CI`` is set (.ci/run installs it and sets it),
-where that fails. ``PRIOSIM_WRITE_DOCS=1`` also copies the screenshots to
-docs/figures/report-<kind>.png.
+where that fails.
 """
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ pytest.importorskip("plotly")
 
 from tests.report_folders import make_folders  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 KINDS = ["run", "sweep", "capacity", "tune"]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
@@ -88,8 +86,6 @@ def test_report_draws_in_a_browser(folders, kind, tmp_path):
     assert f'data-charts-rendered="{expected}"' in dom
     assert not re.search(r"<body[^>]*data-errors=", dom) and '<div id="report-errors"></div>' in dom
     assert png.is_file() and not blank(png)
-    if os.environ.get("PRIOSIM_WRITE_DOCS"):
-        shutil.copyfile(png, ROOT / "docs" / "figures" / f"report-{kind}.png")
 
 
 def test_a_broken_chart_is_seen(folders, tmp_path):

@@ -29,6 +29,13 @@ def knobs(info: dict, trials: pd.DataFrame) -> list[str]:
     return [k for k in dict.fromkeys(keys) if k in trials.columns]
 
 
+def slo_text(slo) -> str:
+    """An SLO of tune.json as a reader writes it: ``interactive ttft <= 0.5 s``."""
+    if isinstance(slo, dict) and {"class", "key", "limit_s"} <= set(slo):
+        return f"{slo['class']} {slo['key']} <= {fmt(slo['limit_s'])} s"
+    return str(slo)
+
+
 def default_scenario(folder: Path, info: dict) -> dict:
     for seed in info.get("seeds", []):
         doc = read.json_file(folder / "evals" / "runs" / f"default-s{seed}" / "scenario.json", required=False)
@@ -171,7 +178,7 @@ def build(folder: Path) -> Page:
     page.pairs({"scenario": info.get("scenario"), "source": info.get("source"),
                 "searched": "; ".join(map(str, info.get("space", []))),
                 "objectives": "; ".join(f"{'maximise' if mx else 'minimise'} {n}" for n, mx in objs),
-                "SLOs": "; ".join(map(str, info.get("slo", []))) or "none", "chosen how": info.get("chosen")})
+                "SLOs": "; ".join(map(slo_text, info.get("slo", []))) or "none", "chosen how": info.get("chosen")})
     page.section("Best against the scenario's defaults")
     page.table(best_vs_defaults(info, keys, default_scenario(folder, info)))
     page.section("Trials")
