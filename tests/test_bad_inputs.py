@@ -149,6 +149,7 @@ class NanChange(Fifo):
 
 def policy_case(cls: str) -> dict[str, str]:
     return {"s.toml": scenario(policy=f"p.py:{cls}"), "p.py": POLICY_FILE}
+RUN_MARKER = '{"kind": "run", "files": ["manifest.json", "summary.json", "scenario.json", "requests.parquet"]}'
 CASES = [
     # absurd sizes: refused before any allocation, with the limit
     Case("rate_huge", "arrival rate 1e12 requests/s", RUN,
@@ -308,6 +309,19 @@ CASES = [
          ["compare", "a", "b"], {"a/summary.json": "{not json", "b/summary.json": "{}"}),
     Case("compare_summary_no_classes", "compare of a run folder whose summary.json has no classes",
          ["compare", "a", "b"], {"a/summary.json": '{"classes": {}, "overall": {}}', "b/summary.json": "[]"}),
+    # priosim report: a folder that is not a whole result, a report file that is not priosim's
+    Case("report_not_a_result", "report of a folder that holds no priosim result", ["report", "d"],
+         {"d/notes.txt": "x"}),
+    Case("report_foreign_html", "report into a run folder whose report.html a person wrote", ["report", "d"],
+         {"d/.priosim.json": RUN_MARKER, "d/manifest.json": "{}", "d/report.html": "<html>my notes</html>"}),
+    Case("report_summary_damaged", "report of a run whose summary.json is not JSON", ["report", "d"],
+         {"d/.priosim.json": RUN_MARKER, "d/manifest.json": "{}", "d/scenario.json": "{}",
+          "d/summary.json": "{not json"}),
+    Case("report_parquet_damaged", "report of a run whose requests.parquet is damaged", ["report", "d"],
+         {"d/.priosim.json": RUN_MARKER, "d/manifest.json": "{}", "d/scenario.json": "{}", "d/summary.json": "{}",
+          "d/requests.parquet": "PAR1 not a table"}),
+    Case("report_out_exists", "report --out naming an existing file", ["report", "d", "--out", "r.html"],
+         {"d/.priosim.json": RUN_MARKER, "r.html": "old"}),
     Case("calibrate_cuda", "calibrate --device cuda without a GPU",
          ["calibrate", "--device", "cuda", "--shape", "tiny", "--out", "out/p.json"], {},
          skip="a CUDA device is present" if _cuda() else ""),

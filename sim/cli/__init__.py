@@ -3,9 +3,10 @@
 Bad input (scenario, profile, policy) exits with status 2 and one line naming the file, the key
 and what was expected, before any simulation starts. The commands live by what they do:
 :mod:`sim.cli.runs` (one run), :mod:`sim.cli.experiments` (many runs), :mod:`sim.cli.sensitivity`
-(which knobs matter), :mod:`sim.cli.calibration` (the cost model), on the group in :mod:`sim.cli.group`.
+(which knobs matter), :mod:`sim.cli.calibration` (the cost model), :mod:`sim.cli.report` (HTML
+reports), on the group in :mod:`sim.cli.group`.
 """
-from sim.cli import calibration, experiments, runs, sensitivity  # noqa: F401  (registers the commands on main)
+from sim.cli import calibration, experiments, report, runs, sensitivity  # noqa: F401  (registers the commands on main)
 from sim.cli.calibration import fidelity
 from sim.cli.group import main
 

@@ -10,6 +10,7 @@ from sim.core.errors import ScenarioError, error_message
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_load, check_out_file, check_workers,
                            claim_out, csv_list, fail, hint_native, load, main)
+from sim.cli.report import check_report, report_beside, report_option
 
 
 @main.command()
@@ -31,9 +32,10 @@ from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_lo
 @click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
+@report_option
 @engine_flag_options
 def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backend, address, trace_iterations,
-          no_plots, progress, engine_args, sglang_args):
+          no_plots, progress, report, engine_args, sglang_args):
     """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
 
     Each run lands in DIR/runs/<axes>/ atomically; a rerun with the same DIR skips finished runs.
@@ -50,6 +52,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
                    f"(no random workload, policy, speculation or router), so each runs once, "
                    f"with seed {axes['seed'][0]}")
     out = claim_out(out, "sweep", f"sweep-{sc.name}", resume=True)  # a rerun skips the finished runs
+    check_report(report, out)
     click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
                f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
     try:
@@ -60,6 +63,7 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
     _report_sweep(out, axes, rep, no_plots)
+    report_beside(report, out)
     hint_native(rep.wall_s)
     if rep.interrupted:
         click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
@@ -156,9 +160,10 @@ def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
 @click.option("--resume", is_flag=True, help="continue the tune in --out (finished trials are kept)")
 @click.option("--sampler-seed", type=int, default=0, show_default=True, help="the optimiser's random seed")
 @click.option("--no-plots", is_flag=True, help="do not draw pareto.png")
+@report_option
 @engine_flag_options
 def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, workers, backend, address, resume,
-         sampler_seed, no_plots, engine_args, sglang_args):
+         sampler_seed, no_plots, report, engine_args, sglang_args):
     """Search SCENARIO's knobs (Optuna) for the configuration that meets the SLOs and maximises a metric.
 
     One metric: TPE with the SLOs as constraints; several (--maximize/--minimize): NSGA-II and a
@@ -180,6 +185,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         fail(str(exc))
     knobs, objs = spec.knobs, spec.objectives
     out = claim_out(out, "tune", f"tune-{sc.name}", resume=True)
+    check_report(report, out)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
     try:
@@ -189,6 +195,7 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         fail(str(exc))
     info = write_report(spec, out, plots=not no_plots)
     _print_tune_report(spec, info, rep, k, out)
+    report_beside(report, out)
     if rep.interrupted:
         click.echo("interrupted: rerun with --resume to finish", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -265,9 +272,10 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 @click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --figure names")
 @click.option("--no-plots", is_flag=True, help="do not draw the figure")
+@report_option
 @engine_flag_options
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
-             overwrite, no_plots, engine_args, sglang_args):
+             overwrite, no_plots, report, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
@@ -303,6 +311,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     if figure:
         check_out_file(figure, "--figure", overwrite=overwrite)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
+    check_report(report, out)
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
     try:
@@ -340,6 +349,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             paths.append(plot_capacity(rep, figure))
         for p in paths:
             click.echo(f"figure: {p}")
+    report_beside(report, out)
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
 

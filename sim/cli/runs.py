@@ -9,6 +9,7 @@ import click
 from sim.core.errors import ScenarioError
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, hint_native, load, main
+from sim.cli.report import check_report, report_beside, report_option
 
 
 @main.command()
@@ -25,14 +26,16 @@ from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, hint_na
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
+@report_option
 @engine_flag_options
-def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, engine_args,
+def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, report, engine_args,
         sglang_args):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), policy, seed)
     out = claim_out(out, "run", sc.name, overwrite=overwrite)
+    check_report(report, out)
     try:
         res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
     except ScenarioError as exc:
@@ -59,6 +62,7 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
         from sim.experiments.plots import plot_run
 
         click.echo(f"figures: {len(plot_run(path))} files in {Path(path) / 'figures'}")
+    report_beside(report, path)
     click.echo(f"results: {path}")
     hint_native(run_info["wall_s"])
 
