@@ -177,6 +177,8 @@ def _judge(design: str, dim: str, n: int | None, curve: dict[int, dict], limit: 
     ratios = [w["ratio"] for k, w in curve.items() if k >= lo_k]
     drop = (ref["ratio"] - more["ratio"]) / ref["ratio"] if ref and more and ref["ratio"] > 0 else None
     binding = None if drop is None else ("queueing" if drop >= FLAT else "per-step time")
+    if n == 1 and at_n and at_n["ratio"] < 1 - 2 * FLAT:  # the fewest there are, with room: nothing binds
+        binding = "none (one replica meets the SLOs with room to spare)"
     span = (max(ratios) - min(ratios)) / max(ratios) if ratios and max(ratios) > 0 else None
     flat = span is not None and span < FLAT and len(ratios) >= 2
     info = {"dimension": dim, "replicas": n, "at_answer": at_n, "below": below,
