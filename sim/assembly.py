@@ -48,7 +48,8 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     ``seed_tag`` separates the random streams of several replicas.
     """
     cfg = sc.engine
-    costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu)
+    costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu,
+                                  entrypoint=cfg.entrypoint)
     pool = _kv_pool(sc, cfg, costs)
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
@@ -142,19 +143,23 @@ class Setup:
 
 
 def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, lenient: bool = False,
-            workload=None, progress: bool | None = False, desc: str | None = None) -> Setup:
+            workload=None, progress: bool | None = False, desc: str | None = None, frontends: int = 1) -> Setup:
     """The setup of a run of ``sc``: the cost model of ``engine_cfg``, the request stream
     (``workload``, when the caller built it: it is not modified, so several runs may share it)
-    and its source, whose front-end latency is that cost model's; the progress bar is labelled
-    ``desc``."""
+    and its source, whose front end is that cost model's (``frontends``: how many API servers
+    share the stream's requests; a cluster's replicas each have one, modelled as one server
+    ``frontends`` times as fast); the progress bar is labelled ``desc``."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with quiet_gc():  # (a full collection would walk every imported module's objects: 0.04 s)
         wl = build_workload(sc, load_scale, lenient) if workload is None else workload
         costs = load_profile(engine_cfg.profile, Path(sc.base_dir), overhead=engine_cfg.overhead,
-                             host_cpu=engine_cfg.host_cpu)
+                             host_cpu=engine_cfg.host_cpu, entrypoint=engine_cfg.entrypoint)
         cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
+        # the API server ahead of the engine: its latency, and its serial work per request
+        # spread over ``frontends`` servers (a cluster's replicas each run their own)
         source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes],
-                               delay_ns=round(costs.overhead.frontend_s * NS))
+                               delay_ns=round(costs.overhead.frontend_s * NS),
+                               busy_ns=round(costs.overhead.frontend_busy_s * NS / frontends))
     if workload is None:
         wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
     stop_ns = NEVER if sc.drain else int(round(sc.horizon_s * NS))

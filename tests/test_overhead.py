@@ -185,6 +185,64 @@ def test_frontend_latency_delays_the_engine_not_the_arrival(tmp_path):
     assert round(b.tpot_s - a.tpot_s, 12) == 0
 
 
+def test_frontend_visible_times_follow_lindleys_recursion():
+    """The closed form of the front end's FIFO queue (a running maximum) is the recursion
+    s_i = max(a_i, s_(i-1) + busy) exactly, in integer ns; with no busy time it is a + delay."""
+    import numpy as np
+
+    from sim.core.source import frontend_visible_ns
+    rng = np.random.default_rng(3)
+    a = np.sort(rng.integers(0, 10**9, size=500)).astype(np.int64)
+    a[100:140] = a[100]  # a burst
+    for busy in (1, 7_000_000, 30_000_000):
+        s, want = None, []
+        for x in a.tolist():
+            s = x if s is None else max(x, s + busy)
+            want.append(s + 50)
+        assert frontend_visible_ns(a, 50, busy).tolist() == want
+    assert frontend_visible_ns(a, 50, 0).tolist() == (a + 50).tolist()
+
+
+def test_frontend_busy_queues_a_burst_but_not_spaced_requests(tmp_path):
+    """frontend_busy_s: a burst of requests is seen by the engine one busy time apart (request i
+    of a burst at t=0 not before frontend_s + i * busy); requests further apart than busy time
+    are not delayed at all (the very same table as without it); arrival times are kept."""
+    from tests.explicit import run_explicit
+    eng = {"profile": {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-4, "decode_token_s": 0.0,
+                       "context_token_s": 0.0}, "overhead": {"frontend_s": 0.05}}
+    spaced = [(0.5 * i, "c", 100, 20) for i in range(4)]
+    a = run_explicit(tmp_path, spaced, [("c", 0)], eng).requests
+    eng["overhead"] = {"frontend_s": 0.05, "frontend_busy_s": 0.02}
+    b = run_explicit(tmp_path, spaced, [("c", 0)], eng).requests
+    assert b.equals(a)
+    burst = [(0.0, "c", 100, 20) for _ in range(6)]
+    r = run_explicit(tmp_path, burst, [("c", 0)], eng).requests.sort_values("request_id")
+    assert (r.arrival_s == 0.0).all()
+    for i, ttft in enumerate(r.ttft_s):
+        assert ttft >= 0.05 + 0.02 * i - 1e-9, (i, ttft)
+    eng["overhead"] = {"frontend_s": 0.05}
+    free = run_explicit(tmp_path, burst, [("c", 0)], eng).requests
+    assert r.ttft_s.max() > free.ttft_s.max()
+
+
+def test_offline_entrypoint_has_no_front_end():
+    """engine.entrypoint = "offline" (vLLM's LLM class: no API server): neither the front end's
+    latency nor its throughput limit applies; the step terms still do."""
+    sc = small_scenario()
+    sc["engine"]["overhead"] = {"step_s": 1e-3}
+    plain = simulate(scenario_from_dict(sc))
+    sc["engine"]["overhead"] = {"step_s": 1e-3, "frontend_s": 0.05, "frontend_busy_s": 0.01}
+    served = simulate(scenario_from_dict(sc))
+    sc["engine"]["entrypoint"] = "offline"
+    offline = simulate(scenario_from_dict(sc))
+    assert offline.requests.equals(plain.requests)
+    assert served.requests.ttft_s.min() >= plain.requests.ttft_s.min() + 0.05 - 1e-9
+    o = resolve_overhead({"step_s": 1e-3, "frontend_s": 0.05, "frontend_busy_s": 0.01})
+    assert o.without_frontend().frontend_s == o.without_frontend().frontend_busy_s == 0
+    assert o.without_frontend().step_s == 1e-3
+    assert resolve_overhead({"step_s": 1e-3}).without_frontend() is not None
+
+
 def test_overlap_schedule_holds_a_mid_step_arrival_back_one_step(tmp_path, run):
     """overlap_schedule = 1: the next batch was formed when the running step started, so a
     request arriving during a step joins the batch after next (its TTFT grows by exactly one
@@ -254,13 +312,15 @@ def test_fidelity_table_has_sources_and_enough_coverage():
 def test_shipped_presets_keep_every_term_within_its_physical_bound():
     """Each fitted term of each shipped preset lies in calibrate.fidelity.fit.BOUNDS, and every
     engine era has a front-end term."""
-    from calibrate.fidelity.fit import BOUNDS, WHY
+    from calibrate.fidelity.fit import BOUNDS, PRESET_BOUNDS, WHY, WHY_PRESET, bound
     assert set(WHY) >= set(BOUNDS)
+    assert set(WHY_PRESET) == {(p, k) for p, terms in PRESET_BOUNDS.items() for k in terms}
     for name in preset_names():
         if name == "none":
             continue
         o = resolve_overhead(name)
-        for k, (lo, hi) in BOUNDS.items():
+        for k in BOUNDS:
+            lo, hi = bound(name, k)
             assert lo <= getattr(o, k) <= hi, (name, k, getattr(o, k))
         assert o.frontend_s > 0, name
 
@@ -269,7 +329,7 @@ def test_host_cpu_scales_the_cpu_terms_only_and_one_is_identity():
     o = resolve_overhead("vllm-v1")
     assert o.on_host(1.0) is o
     slow = o.on_host(1.5)
-    for k in ("step_s", "seq_s", "admit_s", "frontend_s"):
+    for k in ("step_s", "seq_s", "admit_s", "frontend_s", "frontend_busy_s"):
         assert getattr(slow, k) == getattr(o, k) * 1.5
     for k in ("sample_s", "allreduce_latency_s", "allreduce_bytes_per_s", "kv_reread", "scheduler_steps",
               "overlap_schedule"):

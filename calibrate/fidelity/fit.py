@@ -42,10 +42,14 @@ LOSO_PATH = Path(__file__).resolve().parent / "loso.csv"
 #: The terms fitted, with the unit the optimiser works in (so that all are of order 1..100).
 #: ``sample_s`` is not fitted: across the table's models the vocabulary varies too little (128k
 #: to 152k) to tell it from ``seq_s``; it is set from an estimate (SAMPLE_S) and ``seq_s`` takes the rest.
-FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s": 1e-6, "frontend_s": 1e-6}
+FITTED = {"step_s": 1e-6, "seq_s": 1e-6, "admit_s": 1e-6, "allreduce_latency_s": 1e-6, "frontend_s": 1e-6,
+          "frontend_busy_s": 1e-6}
 #: Each term's physical range (s; kv_reread a fraction): no fit may leave it. Lower bounds are 0.
 BOUNDS = {"step_s": (0.0, 5e-3), "seq_s": (0.0, 200e-6), "admit_s": (0.0, 2e-3),
-          "allreduce_latency_s": (0.0, 100e-6), "frontend_s": (0.0, 30e-3), "kv_reread": (0.0, 1.0)}
+          "allreduce_latency_s": (0.0, 100e-6), "frontend_s": (0.0, 30e-3), "frontend_busy_s": (0.0, 25e-3),
+          "kv_reread": (0.0, 1.0)}
+#: Tighter ranges for one engine era (the term's WHY_PRESET says why).
+PRESET_BOUNDS = {"vllm-v1": {"seq_s": (0.0, 30e-6), "admit_s": (0.0, 0.3e-3)}}
 #: Why each upper bound is where it is (docs/fidelity.md prints these).
 WHY = {
     "step_s": "one scheduler call, input preparation and the step's kernel launches on the host CPU: "
@@ -62,7 +66,25 @@ WHY = {
     "frontend_s": "API server to first streamed chunk outside the GPU step: HTTP parsing, chat template, "
                   "tokenisation, hand-off to the engine process, detokenising and sending the first chunk; "
                   "published TTFTs of today's vLLM at light load are 25-50 ms in total, so 30 ms",
+    "frontend_busy_s": "the API server's serial CPU work per request (one asyncio process: HTTP, chat template, "
+                       "tokenisation, hand-off, then detokenising and streaming every chunk back): a single "
+                       "API-server process becomes the bottleneck of a fast GPU (vLLM RFC 'Scale the API server "
+                       "across multiple CPUs', github.com/vllm-project/vllm/issues/12705, February 2025, which led "
+                       "to --api-server-count), and vLLM's 2023 API server kept an A100 half as busy as the LLM class "
+                       "on a 13B model (github.com/vllm-project/vllm/issues/580); a V1 server must still keep up "
+                       "with the fastest served runs in the table (1000 ShareGPT requests at 48 req/s on one H100, "
+                       "at most 21 ms a request at full load), so 25 ms",
     "kv_reread": "a fraction: 0 reads each KV head once, 1 once per query head",
+}
+#: Why a preset's own range is tighter (docs/fidelity.md prints these).
+WHY_PRESET = {
+    ("vllm-v1", "seq_s"): "the V1 engine core keeps a persistent batch and applies only each step's changes to "
+                          "it, and detokenisation and output objects moved to the API-server process (vLLM blog "
+                          "2025-01-27 'vLLM V1'): a few us of scheduler bookkeeping per running sequence, so 30 us "
+                          "(256 sequences: under 8 ms a step)",
+    ("vllm-v1", "admit_s"): "the V1 engine core only schedules a new request (request object, prefix-cache "
+                            "hashes, block allocation: sub-millisecond); tokenisation and the rest of a request's "
+                            "CPU work run in the API-server process (frontend_s, frontend_busy_s), so 0.3 ms",
 }
 #: Presets whose fit rows identify only some terms: those are fitted, the others keep the
 #: preset's current values or take another preset's (SHARED). vllm-0.4's rows are all batch-1 runs
@@ -73,7 +95,8 @@ WHY = {
 #: are offline runs (the LLM class: no API server) whose front end is not seen, so it is shared.
 FITTED_BY_PRESET = {"vllm-0.6": ("step_s", "seq_s", "admit_s", "allreduce_latency_s"),
                     "vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread"),
-                    "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s")}
+                    "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s", "frontend_busy_s"),
+                    "sglang": ("step_s", "seq_s", "admit_s", "allreduce_latency_s", "frontend_s")}
 #: Terms a preset takes from another preset's fit (that one is fitted first). The V0 eras' front
 #: end (their rows never identify it) is SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060
 #: runs: the same benchmark client on the same hosts served vLLM 0.6.0 too, and both servers are a
@@ -91,7 +114,7 @@ UNITS = {**FITTED, "kv_reread": 1e-2}
 #: Where a leave-one-source-out fit starts (no held-out information in it): about a tenth of each
 #: bound, kv_reread at half.
 NEUTRAL = {"step_s": 5e-4, "seq_s": 2e-5, "admit_s": 2e-4, "allreduce_latency_s": 1e-5, "frontend_s": 5e-3,
-           "kv_reread": 0.5}
+           "frontend_busy_s": 2e-3, "kv_reread": 0.5}
 #: s per sequence per vocabulary entry: a softmax + sampling pass reading fp32 logits once or twice
 #: at about 1 TB/s effective (about 1 us per sequence for a 128k vocabulary) - an estimate.
 SAMPLE_S = 8e-12
@@ -133,10 +156,16 @@ def fitted_terms(preset: str) -> tuple[str, ...]:
     return FITTED_BY_PRESET.get(preset, tuple(FITTED))
 
 
-def bounds_of(names) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper bounds of terms ``names`` in the optimiser's units."""
-    lo = np.array([BOUNDS[k][0] / UNITS[k] for k in names])
-    hi = np.array([BOUNDS[k][1] / UNITS[k] for k in names])
+def bound(preset: str, term: str) -> tuple[float, float]:
+    """The physical range of ``term`` in ``preset``'s fit (its own, else the common one)."""
+    return PRESET_BOUNDS.get(preset, {}).get(term, BOUNDS[term])
+
+
+def bounds_of(names, preset: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds of terms ``names`` in the optimiser's units (``preset``'s own
+    ranges where it has them)."""
+    lo = np.array([bound(preset, k)[0] / UNITS[k] for k in names])
+    hi = np.array([bound(preset, k)[1] / UNITS[k] for k in names])
     return lo, hi
 
 
@@ -165,7 +194,7 @@ def fit_preset(preset: str, df, x0: dict | None = None, verbose: bool = True, ro
         raise ValueError(f"no fit rows for preset '{preset}'")
     names = fitted_terms(preset)
     base = {k: v for k, v in (x0 or {}).items() if k not in names}
-    lo, hi = bounds_of(names)
+    lo, hi = bounds_of(names, preset)
     start = np.clip(np.array([(x0 or {}).get(k, 0.0) / UNITS[k] for k in names]), lo, hi)
     n_eval = [0]
 
@@ -328,6 +357,9 @@ def main(argv=None) -> None:
     ap.add_argument("--loso", action="store_true",
                     help="leave-one-source-out evaluation: printed and written to calibrate/fidelity/loso.csv "
                          "(docs/fidelity.md shows it; --dry-run: printed only)")
+    ap.add_argument("--neutral-start", action="store_true",
+                    help="start every fitted term from the neutral values the leave-one-source-out fits use "
+                         "(NEUTRAL) instead of the preset's current ones (after a change of the model's terms)")
     ap.add_argument("--max-nfev", type=int, default=None,
                     help="optimiser evaluations per fit (default 12; 6 for --loso)")
     ap.add_argument("--flops-efficiency", metavar="DEVICE",
@@ -352,6 +384,8 @@ def main(argv=None) -> None:
     fitted = {p: doc[p]["terms"] for p in ORDER}
     for preset in [p for p in ORDER if p in (args.preset or ORDER)]:
         cur = _with_shared(preset, doc[preset]["terms"], fitted)
+        if args.neutral_start:
+            cur = {**cur, **{k: NEUTRAL[k] for k in fitted_terms(preset)}}
         print(f"fitting {preset} on {int(((df.overhead == preset) & (df.split == 'fit')).sum())} rows", flush=True)
         terms, sol = fit_preset(preset, df, x0=cur, max_nfev=args.max_nfev or 12)
         terms = _rounded(terms)
@@ -373,7 +407,7 @@ def main(argv=None) -> None:
             "held_out_worst_abs_error": round(s["held-out"]["worst"], 4),
             "method": "scipy.optimize.least_squares on relative error, soft-L1 loss (f_scale 0.1), each term "
                       "within its physical bounds (calibrate/fidelity/fit.py BOUNDS)",
-            "bounds": {k: list(BOUNDS[k]) for k in fitted_terms(preset)},
+            "bounds": {k: list(bound(preset, k)) for k in fitted_terms(preset)},
         })
         meta["fitted_terms"] = list(fitted_terms(preset))
         if preset in SHARED:

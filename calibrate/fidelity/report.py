@@ -151,18 +151,23 @@ def _loso_lines() -> list[str]:
 
 def _bound_lines() -> list[str]:
     """The fit's physical bounds and why each is where it is."""
-    from calibrate.fidelity.fit import BOUNDS, SHARED, WHY
+    from calibrate.fidelity.fit import BOUNDS, PRESET_BOUNDS, SHARED, WHY, WHY_PRESET
+
+    def upper(k, hi):
+        return f"{hi:g}" if k == "kv_reread" else (f"{hi * 1e3:g} ms" if hi >= 1e-3 else f"{hi * 1e6:g} us")
     lines = ["", "Every fitted term stays within a physical range (lower bound 0); a term a preset's rows do not "
              "identify keeps its value or comes from another preset's fit:", "",
              "| term | upper bound | why |", "|---|---|---|"]
     for k, (lo, hi) in BOUNDS.items():
-        b = f"{hi:g}" if k == "kv_reread" else (f"{hi * 1e3:g} ms" if hi >= 1e-3 else f"{hi * 1e6:g} us")
-        lines.append(f"| `{k}` | {b} | {WHY[k]} |")
+        lines.append(f"| `{k}` | {upper(k, hi)} | {WHY[k]} |")
+    for p, terms in PRESET_BOUNDS.items():
+        for k, (lo, hi) in terms.items():
+            lines.append(f"| `{k}` (`{p}`) | {upper(k, hi)} | {WHY_PRESET[(p, k)]} |")
     shared = "; ".join(f"`{p}`: " + ", ".join(f"{t} from `{src}`" for t, src in terms.items())
                        for p, terms in SHARED.items())
     lines += ["", f"Shared terms: {shared}. The vLLM V0 fit rows are offline runs (the `LLM` class, no API "
-              "server), so they cannot see a front end; SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060 "
-              "TTFT rows, was measured by the same client on the same hosts as that page's vLLM 0.6.0 server, "
+              "server: `entrypoint = \"offline\"`, no front-end term at all), so they cannot see a front end; "
+              "SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060 TTFT rows, was measured by the same client on the same hosts as that page's vLLM 0.6.0 server, "
               "and both are a Python OpenAI-compatible server in a process of its own feeding the engine over ZMQ "
               "(vLLM 0.4 ran it inside the engine process, so for it the value is a lower estimate)."]
     return lines

@@ -17,7 +17,9 @@ A row's ``engine_settings`` are engine keys, plus ``num_scheduler_steps`` (vLLM'
 scheduling), which goes to the overhead model as its ``scheduler_steps`` term. A row that ran an
 engine's defaults says so with ``engine=vllm; engine_version=0.11.0`` (sim.engines fills every
 engine key the row does not give, as for a scenario naming its engine); a row without ``engine``
-gets the suite's own base settings (below) under its explicit ones.
+gets the suite's own base settings (below) under its explicit ones. A row measured through
+vLLM's ``LLM`` class (the latency and throughput benchmarks, the Qwen speed tables: no API
+server) says ``entrypoint=offline``, so no front-end term prices it.
 """
 from __future__ import annotations
 

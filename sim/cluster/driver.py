@@ -37,9 +37,9 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     """
     sc = scenario
     spec = parse_cluster(sc)
-    # the front-end latency is the first group's engine overhead's
+    # the front end (latency, serial work per request) is the first group's engine overhead's
     setup = prepare(sc, spec.groups[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
-                    progress=progress, desc=f"{sc.name} x{spec.n_replicas}")
+                    progress=progress, desc=f"{sc.name} x{spec.n_replicas}", frontends=spec.n_replicas)
     router = make_router(spec.router, **spec.router_params)
     router.bind(spec.n_replicas, seed_for(sc.seed, "router"))
     closed = setup.closed_loop
@@ -77,7 +77,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
         key = _pricing(g.engine)
         if key not in priced:
             priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead,
-                                         host_cpu=g.engine.host_cpu)
+                                         host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint)
         costs = priced[key]
         for _ in range(g.replicas):
             i = len(cl.replicas)
@@ -103,5 +103,6 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
 
 
 def _pricing(engine) -> str:
-    """What a group's cost model is made from: its profile and overhead settings."""
-    return json.dumps([engine.profile, engine.overhead, engine.host_cpu], sort_keys=True, default=str)
+    """What a group's cost model is made from: its profile, overhead settings and entrypoint."""
+    return json.dumps([engine.profile, engine.overhead, engine.host_cpu, engine.entrypoint], sort_keys=True,
+                      default=str)

@@ -216,7 +216,7 @@ class Replica:
         cl = self.cluster
         s = cl.source
         j = s.i + cl.ahead
-        bound = s.arr_ns[j] + s.delay if j < s.n_open else NEVER
+        bound = s.vis_ns[j] if j < s.n_open else NEVER
         run.extend(bound)
         if run.done:
             self._run = None

@@ -531,11 +531,13 @@ def list_profiles() -> list[tuple[str, Path]]:
 
 
 def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
-                 where: str = "engine.profile", overhead=None, host_cpu: float = 1.0) -> CostModel:
+                 where: str = "engine.profile", overhead=None, host_cpu: float = 1.0,
+                 entrypoint: str = "server") -> CostModel:
     """Resolve a profile from a shipped name, a file path or an inline linear table, priced
     with ``overhead`` (a preset name or a table of terms, see sim/core/overhead.py; None: the
     profile's own declared preset, none when it declares none) on a host ``host_cpu`` times as
-    slow as the presets' (its CPU terms scaled; 1.0: the very same pricing)."""
+    slow as the presets' (its CPU terms scaled; 1.0: the very same pricing), behind an API
+    server unless ``entrypoint`` is ``"offline"`` (vLLM's ``LLM`` class: no front-end terms)."""
     cm = _load_profile(spec, base_dir, where)
     if overhead is not None:
         try:
@@ -544,6 +546,8 @@ def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
             raise ProfileError(str(exc)) from None
     if host_cpu != 1.0:
         cm = cm.with_overhead(cm.overhead.on_host(host_cpu))
+    if entrypoint == "offline" and cm.overhead.without_frontend() is not cm.overhead:
+        cm = cm.with_overhead(cm.overhead.without_frontend())
     return cm
 
 

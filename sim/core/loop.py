@@ -48,6 +48,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     # is held back one step (``deferred``). ``last_start`` / ``last_end``: that step's start and
     # end; after idling (last_end != now) nothing was formed ahead and every request is taken in.
     ahead = engine.costs.overhead.overlap_schedule == 1
+    # (when the engine saw a request: its arrival plus the front end's latency; a request that
+    # waited in the front end's queue, frontend_busy_s, was seen later than that)
     seen_after = round(engine.costs.overhead.frontend_s * NS)
     last_start = last_end = -1
     deferred: list = []

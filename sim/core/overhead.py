@@ -14,13 +14,26 @@ inside the one integer-nanosecond step function (fast-forward stays exact)::
              + [tp > 1] * 2 * layers * allreduce_latency_s
              + [tp > 1] * T * 2 * layers * ar_bytes / allreduce_bytes_per_s   # T = P + D tokens
 
-and, outside the step function, ``frontend_s``: the time from a request's arrival until the
-engine sees it (the API server's HTTP handling, chat template and tokenisation, which overlap
-with GPU work rather than occupy it); it delays admission and adds to TTFT and end-to-end time,
-never to a step.
+and, outside the step function, the API server in front of the engine (HTTP handling, chat
+template, tokenisation, hand-off to the engine process, detokenising and streaming back), which
+overlaps with GPU work rather than occupying it, so it never adds to a step:
 
-The CPU-side terms (``step_s``, ``seq_s``, ``admit_s``, ``frontend_s``) depend on the host CPU
-the engine runs on as much as on the engine: a scenario's ``engine.host_cpu`` (default 1.0, the
+* ``frontend_s``: its latency, from a request's arrival until the engine sees it at no load; it
+  delays admission and adds to TTFT and end-to-end time (a per-request path latency: the
+  streamed chunks' way back is counted in it too, once, which is all a TTFT or an end-to-end
+  time sees of it; inter-token gaps do not change).
+* ``frontend_busy_s``: its throughput limit. vLLM's API server is one asyncio process, so each
+  request's front-end CPU work is done one request after another: a single FIFO server of
+  ``frontend_busy_s`` per request ahead of the engine. Request i starts service at
+  ``s_i = max(a_i, s_(i-1) + frontend_busy_s)`` (Lindley's recursion on arrival times) and the
+  engine sees it at ``s_i + frontend_s``: under a burst requests queue at the front end; with
+  requests further apart than ``frontend_busy_s`` nothing changes (0, the default: no limit).
+
+Neither applies to an engine run without an API server (``engine.entrypoint = "offline"``,
+vLLM's ``LLM`` class: :meth:`Overhead.without_frontend`).
+
+The CPU-side terms (``step_s``, ``seq_s``, ``admit_s`` and the front end's two) depend on the
+host CPU the engine runs on as much as on the engine: a scenario's ``engine.host_cpu`` (default 1.0, the
 hosts the presets were fitted on) multiplies them, > 1 for a slower host (:meth:`Overhead.on_host`;
 docs/fidelity.md says how to estimate it from a run).
 
@@ -82,6 +95,7 @@ TERMS = {
     "allreduce_latency_s": "s per all-reduce (2 per layer per step), tensor parallelism only",
     "allreduce_bytes_per_s": "bytes/s of all-reduce bus bandwidth (0: no bytes term)",
     "frontend_s": "s from a request's arrival until the engine sees it (API server; not GPU time)",
+    "frontend_busy_s": "s of the API server's serial work per request (one server ahead of the engine; 0: no limit)",
     "kv_reread": "fraction (0..1) of the per-query-head repeat KV reads of a decode step that reach memory",
     "scheduler_steps": "decode steps per scheduler call (integer >= 1; multi-step scheduling)",
     "overlap_schedule": "1: the next batch is formed while the current step runs (0 or 1)",
@@ -89,10 +103,12 @@ TERMS = {
 #: The terms spent on the host CPU (the scheduler, per-sequence bookkeeping, admitting a request,
 #: the API server): ``engine.host_cpu`` scales them. Sampling, the KV re-read and the all-reduces
 #: are GPU (or interconnect) work and do not depend on the host.
-CPU_TERMS = ("step_s", "seq_s", "admit_s", "frontend_s")
-#: The terms that price steps (all but the front-end latency and the multi-step count, which
-#: only divides terms already counted).
-STEP_TERMS = tuple(k for k in TERMS if k not in ("frontend_s", "scheduler_steps", "overlap_schedule"))
+CPU_TERMS = ("step_s", "seq_s", "admit_s", "frontend_s", "frontend_busy_s")
+#: The API server's terms (not there when the engine runs without one: ``entrypoint = "offline"``).
+FRONTEND_TERMS = ("frontend_s", "frontend_busy_s")
+#: The terms that price steps (all but the front end's and the multi-step count, which only
+#: divides terms already counted).
+STEP_TERMS = tuple(k for k in TERMS if k not in (*FRONTEND_TERMS, "scheduler_steps", "overlap_schedule"))
 
 
 class OverheadError(ValueError):
@@ -111,6 +127,7 @@ class Overhead:
     allreduce_latency_s: float = 0.0
     allreduce_bytes_per_s: float = 0.0
     frontend_s: float = 0.0
+    frontend_busy_s: float = 0.0
     kv_reread: float = 0.0
     scheduler_steps: int = 1
     overlap_schedule: int = 0
@@ -159,6 +176,14 @@ class Overhead:
             return self
         scaled = {k: getattr(self, k) * host_cpu for k in CPU_TERMS}
         return replace(self, **scaled, meta={**self.meta, "host_cpu": host_cpu})
+
+    def without_frontend(self) -> "Overhead":
+        """These terms for an engine run without an API server (vLLM's ``LLM`` class,
+        ``engine.entrypoint = "offline"``): no front-end latency or throughput limit. ``self``
+        itself when it has neither."""
+        if not any(getattr(self, k) for k in FRONTEND_TERMS):
+            return self
+        return replace(self, **{k: 0.0 for k in FRONTEND_TERMS}, meta={**self.meta, "entrypoint": "offline"})
 
     def ctx_factor(self, heads: int, kv_heads: int) -> float:
         """Multiplier of the profile's per-context-token decode cost (``kv_reread``); exactly

@@ -42,17 +42,44 @@ class RequestStream(Protocol):
         ...
 
 
+def frontend_visible_ns(arr_ns: np.ndarray, delay_ns: int, busy_ns: int) -> np.ndarray:
+    """When the engine sees each of the open requests arriving at ``arr_ns`` (int64 ns, in
+    arrival order) behind an API server of latency ``delay_ns`` that serves one request at a
+    time for ``busy_ns`` each (the overhead's ``frontend_s`` and ``frontend_busy_s``).
+
+    Request i starts service at ``s_i = max(a_i, s_(i-1) + busy)`` (Lindley's recursion; with
+    a constant service time its closed form is ``s_i = i*busy + max_(j<=i) (a_j - j*busy)``, a
+    running maximum, exact in integer ns) and is seen at ``s_i + delay``; with ``busy_ns`` 0
+    that is ``a_i + delay``."""
+    a = np.asarray(arr_ns, dtype=np.int64)
+    if busy_ns <= 0 or len(a) == 0:
+        return a + delay_ns
+    k = np.arange(len(a), dtype=np.int64) * busy_ns
+    return np.maximum.accumulate(a - k) + k + delay_ns
+
+
 class RequestSource:
     """``delay_ns``: front-end latency (ns) between a request's arrival and the engine seeing it
-    (the overhead's ``frontend_s``); requests keep their arrival time."""
+    (the overhead's ``frontend_s``); ``busy_ns``: the front end's serial work per request (its
+    ``frontend_busy_s``: one server, first come first served, :func:`frontend_visible_ns`);
+    requests keep their arrival time.
+
+    Open arrivals and closed-loop sends queue at the front end separately (a scenario with both
+    kinds of stream sees each limit alone), and closed-loop sends take it in the order they are
+    scheduled (at the end of the user's previous request: exact with no think time)."""
 
     def __init__(self, workload, class_index: dict[str, int], class_priority: list[int],
-                 delay_ns: int = 0) -> None:
+                 delay_ns: int = 0, busy_ns: int = 0) -> None:
         self.delay = delay_ns
+        self.busy = busy_ns
+        self._free = -NEVER  # when the front end is free for the next closed-loop send (ns)
         df = workload.open
         self.n_open = len(df)
         # typed arrays: 8 bytes a request, and indexing yields plain Python numbers
-        self.arr_ns = array("q", np.rint(df["arrival_s"].to_numpy(np.float64) * NS).astype(np.int64).tobytes())
+        arr = np.rint(df["arrival_s"].to_numpy(np.float64) * NS).astype(np.int64)
+        self.arr_ns = array("q", arr.tobytes())
+        # when the engine sees each open request (after the front end)
+        self.vis_ns = array("q", frontend_visible_ns(arr, delay_ns, busy_ns).tobytes())
         self.tenants = df["tenant"].tolist()
         self.clss = df["cls"].tolist()
         self.prompts = array("q", df["prompt_tokens"].to_numpy(np.int64).tobytes())
@@ -77,18 +104,25 @@ class RequestSource:
         self.i = 0  # open requests made so far
         # when the next open request becomes visible (ns; NEVER after the last): read at every
         # arrival instant, kept as the requests are made
-        self._next_open = self.arr_ns[0] + delay_ns if self.n_open else NEVER
+        self._next_open = self.vis_ns[0] if self.n_open else NEVER
         self.next_id = self.n_open
         self._seq = 0
         self.closed = {c.stream: c for c in workload.closed}
         self.closed_heap: list[tuple] = []
-        for cl in workload.closed:
-            for user, t_s, row in cl.start():
-                self._push_closed(int(round(t_s * NS)), cl.stream, user, row)
+        starts = [(int(round(t_s * NS)), cl.stream, user, row) for cl in workload.closed
+                  for user, t_s, row in cl.start()]
+        if busy_ns:  # (the front end serves the first sends in time order)
+            starts.sort(key=lambda x: x[0])
+        for t_ns, stream, user, row in starts:
+            self._push_closed(t_ns, stream, user, row)
 
     def _push_closed(self, t_ns: int, stream: int, user: int, row: dict) -> None:
         self._seq += 1
-        heapq.heappush(self.closed_heap, (t_ns + self.delay, self._seq, stream, user, row, t_ns))
+        seen = t_ns
+        if self.busy:
+            seen = max(t_ns, self._free)  # (starts its front-end service)
+            self._free = seen + self.busy
+        heapq.heappush(self.closed_heap, (seen + self.delay, self._seq, stream, user, row, t_ns))
 
     def next_arrival_ns(self) -> int:
         """Time of the next arrival known now (NEVER when none)."""
@@ -102,14 +136,13 @@ class RequestSource:
         ties, then closed-loop sends)."""
         out = []
         if self._next_open <= now_ns:
-            arr = self.arr_ns
-            seen = now_ns - self.delay  # requests that arrived by then are visible now
+            vis = self.vis_ns
             i, n = self.i, self.n_open
-            while i < n and arr[i] <= seen:
+            while i < n and vis[i] <= now_ns:
                 out.append(next(self._open))  # (request i)
                 i += 1
             self.i = i
-            self._next_open = arr[i] + self.delay if i < n else NEVER
+            self._next_open = vis[i] if i < n else NEVER
         while self.closed_heap and self.closed_heap[0][0] <= now_ns:
             _, _, stream, user, row, t = heapq.heappop(self.closed_heap)
             out.append(self._make_closed(t, stream, user, row))
