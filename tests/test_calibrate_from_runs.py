@@ -27,7 +27,7 @@ BASE = "h100-sxm-llama-3-8b"
 #: every run is served as vLLM with a small token budget (many prefill steps: the per-step
 #: term shows in TTFT as well as in TPOT); the fit is told the same
 SETS = ['engine.engine="vllm"', "engine.max_batched_tokens=2048"]
-TRUE = {"step_s": 0.8e-3, "seq_s": 60e-6, "admit_s": 3e-3, "frontend_s": 12e-3,
+TRUE = {"step_s": 0.8e-3, "seq_s": 60e-6, "admit_s": 1.5e-3, "frontend_s": 12e-3,
         "hbm_efficiency": 0.7, "flops_efficiency": 0.45}
 #: format, max_concurrency (None: every request at once), requests, seed of the lengths
 RUNS = [("vllm", 1, 8, 1), ("sglang", None, 10, 3), ("guidellm", None, 16, 2), ("genai-perf", None, 20, 4)]
