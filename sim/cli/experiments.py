@@ -165,7 +165,6 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except ImportError:
         fail("tune needs Optuna: pip install -e '.[tune]'")
     from sim.experiments import tune as tn
-    from sim.experiments.tune_report import write_report
 
     sc = load(scenario, sets, None, None)
     try:
@@ -178,11 +177,10 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
-                          resume=resume, seed=sampler_seed, log=click.echo)
+                          resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots)
     except tn.TuneError as exc:
         fail(str(exc))
-    info = write_report(spec, out, plots=not no_plots)
-    _print_tune_report(spec, info, rep, k, out)
+    _print_tune_report(spec, rep.info, rep, k, out)
     if rep.interrupted:
         click.echo("interrupted: rerun with --resume to finish", err=True)
         sys.exit(130)
@@ -289,24 +287,31 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         check_out_file(figure, "--figure", overwrite=True)
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
+    figures: list[Path] = []
+
+    def finish(rep) -> None:  # (called while the folder's lock is held)
+        try:
+            save_report(rep, out)
+            if not no_plots:
+                figures.append(plot_capacity(rep, Path(out) / "capacity.png"))
+        except OSError as exc:
+            fail(f"--out {out}: cannot write the report ({exc.strerror or exc})")
+
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                              workers=workers, log=click.echo, progress=None, out_dir=out)
+                              workers=workers, log=click.echo, progress=None, out_dir=out, finish=finish)
     except (RuntimeError, ScenarioError, OutError) as exc:
         fail(str(exc))
-    try:
-        save_report(rep, out)
-    except OSError as exc:
-        fail(f"--out {out}: cannot write the report ({exc.strerror or exc})")
     click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     for d, a in rep.designs.items():
         if a.get("note"):
             click.echo(f"{d}: {a['note']}")
-    if not no_plots:
-        paths = [plot_capacity(rep, Path(out) / "capacity.png")]
-        if figure:
-            paths.append(plot_capacity(rep, figure))
-        for p in paths:
-            click.echo(f"figure: {p}")
+    if figure and not no_plots:
+        try:
+            figures.append(plot_capacity(rep, figure))
+        except OSError as exc:
+            fail(f"--figure {figure}: cannot write the figure ({exc.strerror or exc})")
+    for p in figures:
+        click.echo(f"figure: {p}")
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
