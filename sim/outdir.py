@@ -177,8 +177,8 @@ def locked(out: Path, kind: str) -> Iterator[Path]:
         write_marker(out, kind, sorted(KINDS[kind][1]))
         lock = open(out / LOCKS[kind], "a+")
     except OSError as exc:
-        raise OutError(f"{out}: cannot write the {kind} folder ({exc.strerror or exc}) "
-                       f"(expected a writable folder)") from None
+        raise OutError(f"{out}: cannot write the {kind} folder: {exc.strerror or exc} "
+                       f"(expected a writable folder with room on its disk)") from None
     with lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

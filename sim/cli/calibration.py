@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_out_file, claim_out, fail, load, main
+from sim.cli.group import check_out_file, claim_out, fail, fail_write, load, main
 
 
 @main.command()
@@ -58,6 +58,8 @@ def calibrate(device, shape, dtype, grid, out, cuda_graphs, overwrite):
     try:
         doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
+    except OSError as exc:  # (the profile is written whole or not at all)
+        fail_write(out, exc)
     except (KeyError, ValueError, RuntimeError) as exc:
         fail(error_message(exc))
     fit = doc.get("fit", {})

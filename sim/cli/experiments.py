@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_load, check_out_file, check_workers, claim_out, csv_list, fail, hint_native, load, main
+from sim.cli.group import (check_load, check_out_file, check_workers, claim_out, csv_list, fail, fail_write, hint_native,
+                           load, main, write_refused)
 
 
 @main.command()
@@ -53,9 +54,11 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
                         address=address, progress=progress, trace_iterations=trace_iterations,
                         meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
                               "seed_repeats_not_run": repeats})
+        _report_sweep(out, axes, rep, no_plots)
+    except OSError as exc:  # (a full disk: the runs finished so far are kept; a rerun goes on)
+        fail_write(out, exc)
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
-    _report_sweep(out, axes, rep, no_plots)
     hint_native(rep.wall_s)
     if rep.interrupted:
         click.echo("interrupted: rerun the same command to finish the missing runs", err=True)
@@ -175,11 +178,17 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     out = claim_out(out, "tune", f"tune-{sc.name}", resume=True)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    from sim.outdir import OutError
+
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
                           resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots)
-    except tn.TuneError as exc:
+    except (tn.TuneError, OutError) as exc:
         fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a full disk (files or the study's SQLite), else re-raised
+        if write_refused(exc) is None:
+            raise
+        fail_write(out, exc)
     _print_tune_report(spec, rep.info, rep, k, out)
     if rep.interrupted:
         click.echo("interrupted: rerun with --resume to finish", err=True)
@@ -295,11 +304,13 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             if not no_plots:
                 figures.append(plot_capacity(rep, Path(out) / "capacity.png"))
         except OSError as exc:
-            fail(f"--out {out}: cannot write the report ({exc.strerror or exc})")
+            fail_write(out, exc)
 
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
                               workers=workers, log=click.echo, progress=None, out_dir=out, finish=finish)
+    except OSError as exc:  # (a full disk: the probes kept so far stay; a rerun goes on from them)
+        fail_write(out, exc)
     except (RuntimeError, ScenarioError, OutError) as exc:
         fail(str(exc))
     click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
