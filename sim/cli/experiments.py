@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import (check_load, check_out_file, check_workers, claim_out, csv_list, fail, fail_write, hint_native,
-                           load, main, write_refused)
+from sim.cli.group import (check_load, check_out_file, check_workers, claim_out, csv_list, fail, fail_write,
+                           hint_native, load, main, write_refused)
 
 
 @main.command()
