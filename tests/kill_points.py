@@ -93,6 +93,47 @@ def _install_hooks(kill_at: int | None, log: list, t0: float) -> None:
 def fork_run(args: list[str], cwd: Path, *, kill_at: int | None = None, kill_after_s: float | None = None,
              timeout_s: float = 60.0) -> Outcome:
     """Run ``priosim ARGS`` in a forked child in ``cwd`` (see module text)."""
+    return start(args, cwd, kill_at=kill_at).wait(kill_after_s=kill_after_s, timeout_s=timeout_s)
+
+
+@dataclass
+class Child:
+    """A forked ``priosim`` (see :func:`start`)."""
+
+    pid: int
+    args: list
+    log_path: str
+
+    def wait(self, *, kill_after_s: float | None = None, timeout_s: float = 60.0) -> Outcome:
+        """Its end (after SIGKILL at ``kill_after_s`` seconds, if given)."""
+        deadline = time.monotonic() + timeout_s
+        if kill_after_s is not None:
+            time.sleep(kill_after_s)
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                raise TimeoutError(f"priosim {' '.join(self.args)} ran past {timeout_s} s")
+            time.sleep(0.002)
+        ev_path = self.log_path + ".events"
+        output = Path(self.log_path).read_text(errors="replace")
+        events = json.loads(Path(ev_path).read_text()) if os.path.exists(ev_path) else []
+        for p in (self.log_path, ev_path):
+            if os.path.exists(p):
+                os.unlink(p)
+        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        return Outcome(killed, None if killed else os.WEXITSTATUS(status), output, events)
+
+
+def start(args: list[str], cwd: Path, *, kill_at: int | None = None) -> Child:
+    """Fork a child that runs ``priosim ARGS`` in ``cwd``, its stdout and stderr into one log."""
     from sim.cli import main
 
     fd, log_path = tempfile.mkstemp(prefix="priosim-kill-", suffix=".log")
@@ -127,29 +168,7 @@ def fork_run(args: list[str], cwd: Path, *, kill_at: int | None = None, kill_aft
         finally:
             os._exit(code)
     gc.unfreeze()
-    deadline = time.monotonic() + timeout_s
-    if kill_after_s is not None:
-        time.sleep(kill_after_s)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise TimeoutError(f"priosim {' '.join(args)} ran past {timeout_s} s")
-        time.sleep(0.002)
-    output = Path(log_path).read_text(errors="replace")
-    events = json.loads(Path(ev_path).read_text()) if os.path.exists(ev_path) else []
-    for p in (log_path, ev_path):
-        if os.path.exists(p):
-            os.unlink(p)
-    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    return Outcome(killed, None if killed else os.WEXITSTATUS(status), output, events)
+    return Child(pid, list(args), log_path)
 
 
 def warm(args: list[str], cwd: Path) -> None:
@@ -186,6 +205,54 @@ def spread(n_events: int, k: int, tail: int = 6) -> list[int]:
     rest = max(0, k - len(last))
     body = sorted({1 + round(i * (n_events - tail - 1) / max(rest - 1, 1)) for i in range(rest)})
     return sorted(set(body) | set(last))
+
+
+# ---- a result's tables -------------------------------------------------------------------------
+# (these differ between an uncut run and a resumed one)
+VOLATILE = {"wall_s", "runs_per_minute", "time_s", "done_now", "skipped"}
+
+
+def _drop(doc, keys=VOLATILE):
+    if isinstance(doc, dict):
+        return {k: _drop(v, keys) for k, v in doc.items() if k not in keys}
+    if isinstance(doc, list):
+        return [_drop(v, keys) for v in doc]
+    return doc
+
+
+def tables(kind: str, out: Path) -> dict:
+    """The final tables of a result, wall-clock fields (and, for a tune, trial numbers, which a
+    trial asked again after a kill changes) left out."""
+    t: dict = {}
+    if kind == "run":
+        for name in ("summary.json", "scenario.json", "manifest.json"):
+            t[name] = (out / name).read_bytes()
+        for name in ("requests.parquet", "timeseries.parquet"):
+            t[name] = pd.read_parquet(out / name)
+    elif kind == "sweep":
+        t["sweep.parquet"] = pd.read_parquet(out / "sweep.parquet")
+        t["sweep.json"] = _drop(json.loads((out / "sweep.json").read_text()))
+        for p in sorted((out / "runs").glob("*/summary.json")):
+            t[str(p.relative_to(out))] = p.read_bytes()
+    elif kind == "capacity":
+        t["capacity.json"] = _drop(json.loads((out / "capacity.json").read_text()))
+        t["points.csv"] = pd.read_csv(out / "points.csv").drop(columns=["wall_s"])
+    else:  # (which configurations a resumed tune tries after a kill may differ: see check_tune)
+        t["tune.json:default"] = json.loads((out / "tune.json").read_text())["default"]
+        t["tune.json:trials"] = json.loads((out / "tune.json").read_text())["trials"]
+    return t
+
+
+def same_tables(a: dict, b: dict, where: str) -> None:
+    assert a.keys() == b.keys(), ("files differ", sorted(set(a) ^ set(b)))
+    for k in a:
+        if isinstance(a[k], pd.DataFrame):
+            try:
+                pd.testing.assert_frame_equal(a[k], b[k])
+            except AssertionError as exc:
+                raise AssertionError(f"{k} differs: {' '.join(str(exc).split())}") from None
+        else:
+            assert a[k] == b[k], f"{k} differs: {str(a[k])[:200]} != {str(b[k])[:200]}"
 
 
 # ---- what a folder shows ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import tomli_w
 from click.testing import CliRunner
@@ -34,7 +35,8 @@ COMMANDS = {  # each command, with --out OUT to be added; "tune" needs --resume 
     "sweep": ["sweep", "s.toml", *S, "--seeds", "2", "--workers", "1", "--no-plots", "--no-progress"],
     "tune": ["tune", "s.toml", *S, "--space", "engine.max_num_seqs=4..16", "--trials", "1",
              "--maximize", "output_tokens_per_s", "--no-plots"],
-    "capacity": ["capacity", "s.toml", *S, "--workers", "1", "--no-plots", "--max-replicas", "2", "--designs", "shared"],
+    "capacity": ["capacity", "s.toml", *S, "--workers", "1", "--no-plots", "--max-replicas", "2",
+                 "--designs", "shared"],
     "workload": ["workload", "s.toml", *S],
     "calibrate": ["calibrate", "--device", "cpu", "--shape", "tiny"],
 }
@@ -196,9 +198,20 @@ def _fill(monkeypatch, disk: _Disk) -> None:
         with open_(where, "wb") as fh:
             fh.write(buf.getvalue().to_pybytes())
 
+    real_frame = pd.DataFrame.to_parquet
+
+    def to_parquet(self, path=None, *a, **k):  # (pandas opens a local path with Arrow's own file)
+        if not isinstance(path, (str, os.PathLike)):
+            return real_frame(self, path, *a, **k)
+        buf = io.BytesIO()
+        real_frame(self, buf, *a, **k)
+        with open_(path, "wb") as fh:
+            fh.write(buf.getvalue())
+
     monkeypatch.setattr(builtins, "open", open_)
     monkeypatch.setattr(io, "open", open_)
     monkeypatch.setattr(pq, "write_table", write_table)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -8,17 +8,21 @@ report's writes all included, and at a few moments in time (SQLite's own writes 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from sim.outdir import TMP_TAG, claim, foreign, marker
+from sim.outdir import TMP_TAG, foreign, marker
 from tests.conftest import small_scenario
-from tests.kill_points import check_whole, fork_run, spread, uncut, visible, warm
+from tests.kill_points import check_whole, fork_run, same_tables, spread, tables, uncut, visible, warm
 
 optuna = pytest.importorskip("optuna")
 
@@ -26,7 +30,6 @@ S = ["--set", "horizon_s=3"]
 TUNE = ["--space", "engine.max_num_seqs=4..16", "--maximize", "output_tokens_per_s", "--no-plots"]
 SWEEP = ["--workers", "1", "--no-plots", "--no-progress"]
 CAP = ["--workers", "1", "--no-plots"]
-VOLATILE = {"wall_s", "runs_per_minute", "time_s", "done_now", "skipped"}  # differ between an uncut run and a resumed one
 
 
 @dataclass
@@ -47,8 +50,10 @@ class Case:
 
 
 CASES = {
-    "run": Case("run", ["run", "s.toml", *S], ["run", "s.toml", *S, "--seed", "7", "--overwrite"], timed=0),
-    "sweep": Case("sweep", ["sweep", "s.toml", *S, *SWEEP, "--seeds", "2"], ["sweep", "s.toml", *S, *SWEEP, "--seeds", "3"]),
+    "run": Case("run", ["run", "s.toml", *S], ["run", "s.toml", *S, "--seed", "7", "--overwrite"],
+                hooks=12, timed=0),  # (and 20 timed kills in tests/test_outdir.py)
+    "sweep": Case("sweep", ["sweep", "s.toml", *S, *SWEEP, "--seeds", "2"],
+                  ["sweep", "s.toml", *S, *SWEEP, "--seeds", "3"]),
     "capacity": Case("capacity", ["capacity", "s.toml", *S, *CAP, "--max-replicas", "2", "--designs", "shared"],
                      ["capacity", "s.toml", *S, *CAP, "--max-replicas", "3"]),
     "tune-new": Case("tune", None, ["tune", "s.toml", *S, *TUNE, "--trials", "2"], hooks=10, timed=4),
@@ -62,37 +67,6 @@ def base(tmp_path_factory):
     d = tmp_path_factory.mktemp("kill")
     (d / "s.toml").write_text(tomli_w.dumps(small_scenario(horizon_s=3.0)))
     return d
-
-
-def _drop(doc, keys=VOLATILE):
-    if isinstance(doc, dict):
-        return {k: _drop(v, keys) for k, v in doc.items() if k not in keys}
-    if isinstance(doc, list):
-        return [_drop(v, keys) for v in doc]
-    return doc
-
-
-def tables(kind: str, out: Path) -> dict:
-    """The final tables of a result, wall-clock fields (and, for a tune, trial numbers, which a
-    trial asked again after a kill changes) left out."""
-    t: dict = {}
-    if kind == "run":
-        for name in ("summary.json", "scenario.json", "manifest.json"):
-            t[name] = (out / name).read_bytes()
-        for name in ("requests.parquet", "timeseries.parquet"):
-            t[name] = pd.read_parquet(out / name)
-    elif kind == "sweep":
-        t["sweep.parquet"] = pd.read_parquet(out / "sweep.parquet")
-        t["sweep.json"] = _drop(json.loads((out / "sweep.json").read_text()))
-        for p in sorted((out / "runs").glob(f"*/summary.json")):
-            t[str(p.relative_to(out))] = p.read_bytes()
-    elif kind == "capacity":
-        t["capacity.json"] = _drop(json.loads((out / "capacity.json").read_text()))
-        t["points.csv"] = pd.read_csv(out / "points.csv").drop(columns=["wall_s"])
-    else:  # (which configurations a resumed tune tries after a kill may differ: see check_tune)
-        t["tune.json:default"] = json.loads((out / "tune.json").read_text())["default"]
-        t["tune.json:trials"] = json.loads((out / "tune.json").read_text())["trials"]
-    return t
 
 
 def check_tune(out: Path, ref: Path, prior: Path, trials: int) -> None:
@@ -118,56 +92,88 @@ def check_tune(out: Path, ref: Path, prior: Path, trials: int) -> None:
             assert p.read_bytes() == q.read_bytes(), f"{p.parent.name}: another simulation than the uncut tune's"
 
 
-def same_tables(a: dict, b: dict, where: str) -> None:
-    assert a.keys() == b.keys(), ("files differ", sorted(set(a) ^ set(b)))
-    for k in a:
-        if isinstance(a[k], pd.DataFrame):
-            try:
-                pd.testing.assert_frame_equal(a[k], b[k])
-            except AssertionError as exc:
-                raise AssertionError(f"{k} differs: {' '.join(str(exc).split())}") from None
-        else:
-            assert a[k] == b[k], f"{k} differs: {str(a[k])[:200]} != {str(b[k])[:200]}"
-
-
 def _args(args: list[str], out: Path) -> list[str]:
     return [*args, "--out", str(out)]
+
+
+@dataclass
+class Setup:
+    """A case made ready: the earlier result (``prior``, its files ``before``), an uncut run of
+    the victim (its folder ``ref``, its event log and wall time) and its tables (``want``)."""
+
+    case: Case
+    root: Path
+    prior: Path
+    before: set
+    ref: Path
+    events: list
+    wall: float
+    want: dict
+
+    def fresh(self, tag: str) -> Path:
+        """A folder as the victim finds it: a copy of the earlier result, or none."""
+        out = self.root / tag / "out"
+        if self.prior.exists():
+            shutil.copytree(self.prior, out)
+        else:
+            out.parent.mkdir(parents=True)
+        return out
+
+    def kill(self, base: Path, tag: str, how: str, at) -> None:
+        """Kill the victim at ``how`` (``event`` or ``time``) ``at``, check, rerun, check."""
+        where = f"kill at {how} {at:g} of {len(self.events) if how == 'event' else round(self.wall, 3)}"
+        if how == "event":
+            where += f" ({self.events[at - 1][0]} {Path(self.events[at - 1][1]).name})"
+        try:
+            _kill_and_recover(self.case, self.fresh(tag), base, self.before, self.want, self.ref, self.prior, how,
+                              at, where)
+        except AssertionError as exc:
+            raise AssertionError(f"{where}: {str(exc).splitlines()[0][:300]}") from None
+
+
+def prepare(case: Case, root: Path, base: Path) -> Setup:
+    prior = root / "prior" / "out"
+    warm(_args(case.prior or case.victim, root / "warm"), base)
+    if case.prior is not None:
+        uncut(_args(case.prior, prior), base)
+    before = {str(p.relative_to(prior)) for p in visible(prior)} if prior.exists() else set()
+    s = Setup(case, root, prior, before, root / "uncut" / "out", [], 0.0, {})
+    ref = uncut(_args(case.victim, s.fresh("uncut")), base)
+    s.events, s.wall, s.want = ref.events, ref.events[-1][2] if ref.events else 0.5, tables(case.kind, s.ref)
+    return s
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_kill_minus_9_anywhere_loses_nothing_and_a_rerun_recovers(base, tmp_path, name):
     case = CASES[name]
-    prior = tmp_path / "prior" / "out"
-    if case.prior is not None:
-        uncut(_args(case.prior, prior), base)
-    before = {str(p.relative_to(prior)) for p in visible(prior)} if prior.exists() else set()
-
-    def fresh(tag: str) -> Path:
-        out = tmp_path / tag / "out"
-        if prior.exists():
-            shutil.copytree(prior, out)
-        else:
-            out.parent.mkdir(parents=True)
-        return out
-
-    warm(_args(case.prior or case.victim, tmp_path / "warm"), base)
-    ref_out = fresh("uncut")
-    ref = uncut(_args(case.victim, ref_out), base)
-    want = tables(case.kind, ref_out)
-    n = len(ref.events)
-    wall = ref.events[-1][2] if ref.events else 0.5
-    points = [("event", k) for k in spread(n, case.hooks)]
-    points += [("time", wall * (i + 0.5) / case.timed) for i in range(case.timed)]
+    s = prepare(case, tmp_path, base)
+    points = [("event", k) for k in spread(len(s.events), case.hooks)]
+    points += [("time", s.wall * (i + 0.5) / case.timed) for i in range(case.timed)]
     problems = []
     for i, (how, at) in enumerate(points):
-        where = f"{name}: kill at {how} {at:g} of {n if how == 'event' else round(wall, 3)}"
-        if how == "event":
-            where += f" ({ref.events[at - 1][0]} {Path(ref.events[at - 1][1]).name})"
         try:
-            _kill_and_recover(case, fresh(f"k{i}"), base, before, want, ref_out, prior, how, at, where)
+            s.kill(base, f"k{i}", how, at)
         except AssertionError as exc:
-            problems.append(f"{where}: {str(exc).splitlines()[0][:300]}")
+            problems.append(f"{name}: {exc}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def sweep_setup(base, tmp_path_factory):
+    return prepare(CASES["sweep"], tmp_path_factory.mktemp("hypothesis"), base)
+
+
+@settings(max_examples=8, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(at=st.integers(0, 10**6), by_time=st.booleans())
+def test_kill_points_hypothesis_chooses(sweep_setup, base, at, by_time):
+    """Kill points drawn by Hypothesis (derandomized: the same every time) among a sweep's events
+    and its wall time."""
+    s = sweep_setup
+    if by_time:
+        s.kill(base, uuid.uuid4().hex, "time", s.wall * (at % 1000) / 1000)
+    else:
+        s.kill(base, uuid.uuid4().hex, "event", 1 + at % len(s.events))
 
 
 def _kill_and_recover(case: Case, out: Path, base: Path, before: set, want: dict, ref: Path, prior: Path, how: str,
@@ -195,8 +201,6 @@ def _cli(args: list[str], cwd: Path):
     from click.testing import CliRunner
 
     from sim.cli import main
-
-    import os
 
     old = os.getcwd()
     os.chdir(cwd)
