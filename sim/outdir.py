@@ -115,7 +115,9 @@ def claim(out: str | Path, kind: str, *, flag: str = "--out", overwrite: bool = 
         raise OutError(f"{flag} {given}: the folder name is {len(p.name.encode())} bytes long (expected at most 200)")
     if p.exists() and not p.is_dir():
         raise OutError(f"{flag} {given}: exists and is not a folder (expected a folder for the results)")
-    if p.is_dir() and any(p.iterdir()):
+    # (a priosim temporary name alone: another command is making this folder its result this very
+    # moment, its marker not written yet; it is judged like the empty folder it was)
+    if p.is_dir() and any(not _TMP_RE.fullmatch(q.name) for q in p.iterdir()):
         doc = marker(p)
         if doc is None or doc["kind"] != kind:
             what = f"a priosim {doc['kind']} result" if doc else "files priosim did not write"

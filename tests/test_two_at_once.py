@@ -5,6 +5,7 @@ exactly ``--trials`` trials (not one more), a sweep's runs are each simulated on
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -115,3 +116,16 @@ def test_two_sweeps_take_turns_and_simulate_each_run_once(base, tmp_path):
     assert counts == ["0 done, 3 skipped", "3 done, 0 skipped"], counts
     check_whole(out)
     same_tables(tables("sweep", out), tables("sweep", ref), "two sweeps")
+
+
+def test_a_folder_another_command_is_making_is_not_a_users(tmp_path):
+    """The moment two commands start into one new folder: the first has made it and is writing
+    its marker (a hidden temporary name only). The second's check takes it for the empty folder
+    it is, not for a user's files."""
+    from sim.outdir import claim
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"..priosim.json.tmp-{os.getpid()}-0123abcd").write_text("{")
+    for kind in ("sweep", "tune", "capacity"):
+        assert claim(out, kind, resume=True) == out
