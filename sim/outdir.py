@@ -45,7 +45,8 @@ KINDS = {
     "sweep": (("sweep.json", ".sweep.lock"),
               {"sweep.json", "sweep.parquet", "runs", "failures", "figures", ".sweep.lock"}),
     "tune": (("study.db", ".tune.lock"),
-             {"study.db", "trials.parquet", "pareto.csv", "pareto.png", "best.toml", "importance.json", "tune.json",
+             {"study.db", "study.db-journal", "study.db-wal", "trials.parquet", "pareto.csv", "pareto.png",
+              "best.toml", "importance.json", "tune.json",
               "evals", ".tune.lock"}),
     "capacity": (("capacity.json", ".capacity.lock"),
                  {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
@@ -53,8 +54,9 @@ KINDS = {
 }
 
 LOCKS = {"sweep": ".sweep.lock", "tune": ".tune.lock", "capacity": ".capacity.lock"}  # flock'd by the writer
-# a temporary name this module makes: ".NAME.tmp-PID-<8 hex>" (or "-old", an exchange's fallback)
-_TMP_RE = re.compile(r"\..+" + re.escape(TMP_TAG) + r"([0-9]+)-(?:[0-9a-f]{8}|old)")
+# a temporary name this module makes: ".NAME.tmp-PID-<8 hex>" (or "-old", an exchange's fallback;
+# SQLite adds "-journal" or "-wal" beside a database made under such a name)
+_TMP_RE = re.compile(r"\..+" + re.escape(TMP_TAG) + r"([0-9]+)-(?:[0-9a-f]{8}(?:-journal|-wal|-shm)?|old)")
 
 
 class OutError(ValueError):
@@ -114,7 +116,9 @@ def claim(out: str | Path, kind: str, *, flag: str = "--out", overwrite: bool = 
         raise OutError(f"{flag} {given}: the folder name is {len(p.name.encode())} bytes long (expected at most 200)")
     if p.exists() and not p.is_dir():
         raise OutError(f"{flag} {given}: exists and is not a folder (expected a folder for the results)")
-    if p.is_dir() and any(p.iterdir()):
+    # (a priosim temporary name alone: another command is making this folder its result this very
+    # moment, its marker not written yet; it is judged like the empty folder it was)
+    if p.is_dir() and any(not _TMP_RE.fullmatch(q.name) for q in p.iterdir()):
         doc = marker(p)
         if doc is None or doc["kind"] != kind:
             what = f"a priosim {doc['kind']} result" if doc else "files priosim did not write"
@@ -177,8 +181,8 @@ def locked(out: Path, kind: str) -> Iterator[Path]:
         write_marker(out, kind, sorted(KINDS[kind][1]))
         lock = open(out / LOCKS[kind], "a+")
     except OSError as exc:
-        raise OutError(f"{out}: cannot write the {kind} folder ({exc.strerror or exc}) "
-                       f"(expected a writable folder)") from None
+        raise OutError(f"{out}: cannot write the {kind} folder: {exc.strerror or exc} "
+                       f"(expected a writable folder with room on its disk)") from None
     with lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -205,6 +209,7 @@ def write_file(path: str | Path, data: str | bytes | Callable[[Path], None]) -> 
     """Write ``path`` whole or not at all: into a hidden name beside it, flushed, then renamed
     over. ``data`` is the text, the bytes, or a function that writes a given path."""
     path = Path(path)
+    clean_stale_files(path)
     tmp = path.with_name(f".{path.name}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         if callable(data):
@@ -291,6 +296,28 @@ def clean_stale(out: Path) -> None:
             if any((tmp / n).exists() for n in names):
                 continue  # a user's file still inside: left for a person to look at
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def clean_stale_files(path: Path) -> None:
+    """Remove the temporary files that a killed process left beside ``path`` while writing it
+    (``.NAME.tmp-PID-...`` of a PID no longer running): each is part of a write that never
+    finished, never anything else."""
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return
+    stem = f".{path.name}{TMP_TAG}"
+    for e in entries:
+        if not e.name.startswith(stem):
+            continue
+        m = _TMP_RE.fullmatch(e.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        try:
+            if e.is_file(follow_symlinks=False):
+                os.unlink(e.path)
+        except OSError:
+            pass
 
 
 def _alive(pid: int) -> bool:

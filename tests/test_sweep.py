@@ -117,6 +117,11 @@ def test_sweep_3_policies_4_loads_2_seeds_then_rerun_skips_everything(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(out / "sweep.parquet"), df)
 
 
+def _finished(runs: Path) -> list[Path]:
+    """The finished runs' files (pathlib's ``*`` also matches a run's hidden temporary folder)."""
+    return [p for p in runs.glob(f"*/{RUN_FILE}") if not p.parent.name.startswith(".")]
+
+
 def test_killed_sweep_resumes_with_only_the_missing_runs(tmp_path):
     out = tmp_path / "sw"
     cmd = [sys.executable, "-m", "sim.cli", "sweep", "chat_vs_batch", "--policies", "fcfs,priority",
@@ -128,14 +133,14 @@ def test_killed_sweep_resumes_with_only_the_missing_runs(tmp_path):
     deadline = time.time() + 60
     try:
         while time.time() < deadline and proc.poll() is None:
-            if runs.is_dir() and len(list(runs.glob(f"*/{RUN_FILE}"))) >= 3:
+            if runs.is_dir() and len(_finished(runs)) >= 3:
                 break
             time.sleep(0.02)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    done_before = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob(f"*/{RUN_FILE}")}
+    done_before = {p.parent.name: p.stat().st_mtime_ns for p in _finished(runs)}
     assert 3 <= len(done_before) < 8, "the sweep should have been killed halfway"
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_out_file, claim_out, fail, load, main
+from sim.cli.group import check_out_file, claim_out, fail, fail_write, load, main
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 
 
@@ -118,6 +118,8 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
     try:
         doc = calibrate_profile(device, shape, dtype=dtype, grid=grid, out_path=out, progress=None,
                                 cuda_graphs=cuda_graphs)
+    except OSError as exc:  # (the profile is written whole or not at all)
+        fail_write(out, exc)
     except (KeyError, ValueError, RuntimeError) as exc:
         fail(error_message(exc))
     fit = doc.get("fit", {})

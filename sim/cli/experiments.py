@@ -9,7 +9,7 @@ import click
 from sim.core.errors import ScenarioError, error_message
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_load, check_out_file, check_workers,
-                           claim_out, csv_list, fail, hint_native, load, main)
+                           claim_out, csv_list, fail, fail_write, hint_native, load, main, write_refused)
 from sim.cli.report import check_report, report_beside, report_option
 
 
@@ -60,9 +60,11 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
                         address=address, progress=progress, trace_iterations=trace_iterations,
                         meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
                               "seed_repeats_not_run": repeats})
+        _report_sweep(out, axes, rep, no_plots)
+    except OSError as exc:  # (a full disk: the runs finished so far are kept; a rerun goes on)
+        fail_write(out, exc)
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
-    _report_sweep(out, axes, rep, no_plots)
     report_beside(report, out)
     hint_native(rep.wall_s)
     if rep.interrupted:
@@ -176,7 +178,6 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     except ImportError:
         fail("tune needs Optuna: pip install -e '.[tune]'")
     from sim.experiments import tune as tn
-    from sim.experiments.tune_report import write_report
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, None)
     try:
@@ -188,13 +189,18 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     check_report(report, out)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    from sim.outdir import OutError
+
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
-                          resume=resume, seed=sampler_seed, log=click.echo)
-    except tn.TuneError as exc:
+                          resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots)
+    except (tn.TuneError, OutError) as exc:
         fail(str(exc))
-    info = write_report(spec, out, plots=not no_plots)
-    _print_tune_report(spec, info, rep, k, out)
+    except Exception as exc:  # noqa: BLE001 - a full disk (files or the study's SQLite), else re-raised
+        if write_refused(exc) is None:
+            raise
+        fail_write(out, exc)
+    _print_tune_report(spec, rep.info, rep, k, out)
     report_beside(report, out)
     if rep.interrupted:
         click.echo("interrupted: rerun with --resume to finish", err=True)
@@ -314,19 +320,27 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     check_report(report, out)
     for c, s in slo.items():
         click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
+    figures: list[Path] = []
+
+    def finish(rep) -> None:  # (called while the folder's lock is held)
+        _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)  # (capacity.json holds it)
+        try:
+            save_report(rep, out)
+            if not no_plots:
+                figures.append(plot_capacity(rep, Path(out) / "capacity.png"))
+        except OSError as exc:
+            fail_write(out, exc)
+
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                              workers=workers, log=click.echo, progress=None, out_dir=out)
+                              workers=workers, log=click.echo, progress=None, out_dir=out, finish=finish)
+    except OSError as exc:  # (a full disk: the probes kept so far stay; a rerun goes on from them)
+        fail_write(out, exc)
     except (ScenarioError, OutError) as exc:
         fail(str(exc))
     except RuntimeError as exc:  # a probe's simulation failed (its traceback on the lines after)
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED_RUNS)
-    _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)
-    try:
-        save_report(rep, out)
-    except OSError as exc:
-        fail(f"--out {out}: cannot write the report ({exc.strerror or exc})")
     click.echo(rep.table().to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     from sim.engines import priosim_only_settings
 
@@ -343,12 +357,13 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             click.echo(line)
         for line in rep.explain["warnings"]:
             warn(line)
-    if not no_plots:
-        paths = [plot_capacity(rep, Path(out) / "capacity.png")]
-        if figure:
-            paths.append(plot_capacity(rep, figure))
-        for p in paths:
-            click.echo(f"figure: {p}")
+    if figure and not no_plots:
+        try:
+            figures.append(plot_capacity(rep, figure))
+        except OSError as exc:
+            fail(f"--figure {figure}: cannot write the figure ({exc.strerror or exc})")
+    for p in figures:
+        click.echo(f"figure: {p}")
     report_beside(report, out)
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)

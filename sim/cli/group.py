@@ -3,6 +3,7 @@ loading a scenario with the CLI's overrides, and checks of output folders, worke
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -147,6 +148,34 @@ def claim_out(out, kind: str, stem: str, *, flag: str = "--out", overwrite: bool
         return claim(out, kind, flag=flag, overwrite=overwrite, resume=resume)
     except OutError as exc:
         fail(str(exc))
+
+
+def write_refused(exc: BaseException) -> str | None:
+    """Why the file system refused a write, in a few words, when ``exc`` is that (an ``OSError``:
+    a full disk, a quota, a folder gone; SQLite's "database or disk is full"); None for anything
+    else, which is a bug whose traceback is wanted."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    orig = getattr(exc, "orig", None)  # sqlalchemy's error wraps sqlite3's
+    if type(orig).__name__ == "OperationalError" and any(
+            s in str(orig) for s in ("disk is full", "disk I/O error", "unable to open database")):
+        return str(orig)
+    return None
+
+
+def fail_write(out, exc: BaseException) -> None:
+    """The one line for a write the file system refused while writing the results into ``out``
+    (what was written before is kept; the same command, rerun with room, goes on from it)."""
+    import errno
+
+    name = getattr(exc, "filename", None)
+    where = f" ({Path(name).name})" if name else ""
+    why = write_refused(exc)
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+        why = os.strerror(exc.errno)  # (pyarrow's own words wrap the system's)
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in why
+    fail(f"--out {out}: cannot write the results{where}: {why} (expected "
+         + ("room on the disk: free some and run the command again)" if full else "a writable folder)"))
 
 
 def check_out_file(out, flag: str = "--out", overwrite: bool = False) -> Path:

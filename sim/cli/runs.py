@@ -8,7 +8,7 @@ import click
 
 from sim.core.errors import ScenarioError
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
-from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, hint_native, load, main
+from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, fail_write, hint_native, load, main
 from sim.cli.report import check_report, report_beside, report_option
 
 
@@ -47,7 +47,7 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
     try:
         path = res.save(out, overwrite=True)  # (claimed above: new, empty, or --overwrite)
     except OSError as exc:
-        fail(f"--out {out}: cannot write the results ({exc})")
+        fail_write(out, exc)
     run_info = res.summary_dict["run"]
     click.echo(f"{sc.name}: policy={sc.policy.name} seed={sc.seed} profile={res.manifest['profile']} "
                f"kv_blocks={run_info['kv_blocks']}")
@@ -163,9 +163,10 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
 
         table = wl.open.drop(columns=[c for c in ("hash_ids",) if c in wl.open.columns])
         try:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)  # (claimed: a new folder may be named)
             write_file(out, lambda p: table.to_parquet(p, index=False))
         except OSError as exc:
-            fail(f"--out {out}: cannot write the request stream ({exc.strerror or exc})")
+            fail_write(out, exc)
         click.echo(f"wrote {out}")
 
 

@@ -248,7 +248,8 @@ def _worst(point: dict) -> float:
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
                     early_stop: bool = True, progress: bool | None = False,
-                    apart: bool | None = None, out_dir: str | Path | None = None) -> CapacityReport:
+                    apart: bool | None = None, out_dir: str | Path | None = None,
+                    finish=None) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
     ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
@@ -256,14 +257,19 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
     :func:`partitions_apart`); ``False`` probes them in lockstep (same answers, slower).
     ``out_dir``: the search's folder, held by its lock for the search: each probe's outcome is
     kept in ``out_dir/probes`` as it finishes, and a probe found there is not simulated again, so
-    a search that was killed resumes where it stopped."""
+    a search that was killed resumes where it stopped. ``finish``: called with the report while
+    that lock is still held (the CLI writes ``capacity.json`` and the figure there, so that a
+    second search waiting on the lock writes its own after them, never before)."""
     if out_dir is None:
         return _search(sc, designs, slos, None, router=router, max_replicas=max_replicas, load_scale=load_scale,
                        workers=workers, log=log, early_stop=early_stop, progress=progress, apart=apart)
     with locked(Path(out_dir), "capacity") as out:
-        return _search(sc, designs, slos, out / "probes", router=router, max_replicas=max_replicas,
-                       load_scale=load_scale, workers=workers, log=log, early_stop=early_stop, progress=progress,
-                       apart=apart)
+        rep = _search(sc, designs, slos, out / "probes", router=router, max_replicas=max_replicas,
+                      load_scale=load_scale, workers=workers, log=log, early_stop=early_stop, progress=progress,
+                      apart=apart)
+        if finish is not None:
+            finish(rep)
+        return rep
 
 
 def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, max_replicas: int,

@@ -23,6 +23,7 @@ Ray is imported only inside the Ray executor.
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import itertools
 import json
@@ -47,6 +48,14 @@ from sim import jsonout
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SPECIAL_AXES = ("policy", "load", "seed")
 RUN_FILE = "sweep_run.json"  # written into each run folder; its presence marks a sweep run
+# a write that fails with these stops the sweep (every other run's write would fail the same way)
+# rather than counting as the run's failure
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the file system refusing a write for want of space (or quota)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
 @dataclass(frozen=True)
@@ -230,6 +239,9 @@ def _local_task(spec: RunSpec, runs_dir: str, base_dir: str, source: str, trace_
         try:
             write_run(spec, out[1], Path(runs_dir))
         except Exception as exc:  # noqa: BLE001
+            if disk_full(exc):
+                return {"status": "disk_full", "errno": exc.errno, "error": exc.strerror or str(exc),
+                        "file": exc.filename, "wall_s": time.perf_counter() - t0}
             return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                     "wall_s": time.perf_counter() - t0}
         t2 = time.perf_counter()
@@ -298,7 +310,9 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
         on_result: called with ``(run_id, outcome)`` after each run (``outcome["status"]``).
     Returns:
         a :class:`SweepReport`; ``KeyboardInterrupt`` is caught, finished runs are kept and
-        ``report.interrupted`` is set.
+        ``report.interrupted`` is set. A full disk (a run's folder that cannot be written for
+        want of space) raises ``OSError``: the runs finished before it are kept, and the
+        tables are not rewritten.
     """
     if backend not in ("local", "ray"):
         raise ValueError(f"'backend' must be 'local' or 'ray' (got {backend!r})")
@@ -331,6 +345,8 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
     times: dict[str, float] = {}
 
     def record(spec: RunSpec, outcome: dict) -> None:
+        if outcome["status"] == "disk_full":  # the sweep stops; what it wrote so far is kept
+            raise OSError(outcome["errno"], outcome["error"], outcome.get("file"))
         ff = fail_dir / f"{spec.run_id}.json"
         if outcome["status"] == "ok":
             report.done += 1
@@ -471,6 +487,8 @@ def _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record) -> N
                         write_run(s, out[1], runs_dir)
                         outcome = {"status": "ok", "wall_s": out[1].summary_dict["run"].get("wall_s")}
                     except Exception as exc:  # noqa: BLE001
+                        if disk_full(exc):
+                            raise
                         outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
                                    "traceback": traceback.format_exc()}
                 else:

@@ -40,7 +40,7 @@ from plumbing.numbers import is_number
 from sim.experiments.slos import parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
-from sim.outdir import claim, locked
+from sim.outdir import claim, locked, write_file
 
 STUDY = "tune"
 VIOLATION = 1e6  # constraint value of an SLO whose metric is missing (no request finished)
@@ -310,6 +310,7 @@ class TuneReport:
     resumed_stale: int = 0
     failed: dict = field(default_factory=dict)
     interrupted: bool = False
+    info: dict | None = None  # tune.json's dict, when the report was written
 
 
 def config_id(params: dict) -> str:
@@ -329,49 +330,70 @@ def _sampler(spec: TuneSpec, trials: int, seed: int):
 
 
 def open_study(spec: TuneSpec, out_dir: Path, trials: int, resume: bool, seed: int = 0):
-    """Create (or, with ``resume``, load) the study in ``out_dir/study.db``."""
+    """Create (or, with ``resume``, load) the study in ``out_dir/study.db``.
+
+    A new study is made under a hidden name and renamed into place once it exists whole (with
+    its fingerprint), so a kill or a full disk while it is made leaves no ``study.db`` that a
+    rerun would take for a tune. A resumed study's sampler is seeded from ``seed`` and the
+    trials already in the study: the same state resumes the same way, and the resumed tune does
+    not draw again the parameters its first trials drew."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     db = out_dir / "study.db"
-    if db.exists() and db.stat().st_size == 0:  # a tune killed (or a disk filled) as it made the file
+    if db.exists() and db.stat().st_size == 0:  # a tune of an older version killed as it made the file
         db.unlink()
     if db.exists() and not resume:
         raise TuneError(f"--out {out_dir}: already holds a tune (pass --resume to continue it, or another --out)")
     if resume and not db.exists():
         raise TuneError(f"--resume: {out_dir} holds no tune (no study.db)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    storage = f"sqlite:///{db.resolve()}"
     directions = ["maximize" if o.maximize else "minimize" for o in spec.objectives]
-    study = optuna.create_study(storage=storage, study_name=STUDY, directions=directions,
-                                sampler=_sampler(spec, trials, seed), load_if_exists=True)
     fp = spec.fingerprint()
-    if resume:
-        old = study.user_attrs.get("fingerprint")
-        if old != fp:
-            raise TuneError(f"--resume: {out_dir} holds a tune of another scenario, space, objective, SLOs or "
-                            "seeds (the same options are needed to resume)")
-    else:
-        study.set_user_attr("fingerprint", fp)
-        study.set_user_attr("knobs", [k.text() for k in spec.knobs])
+    if not db.exists():
+        def make(path: Path) -> None:
+            storage = optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}")
+            try:
+                study = optuna.create_study(storage=storage, study_name=STUDY, directions=directions)
+                study.set_user_attr("fingerprint", fp)
+                study.set_user_attr("knobs", [k.text() for k in spec.knobs])
+            finally:
+                storage.remove_session()
+                storage.engine.dispose()
+
+        write_file(db, make)
+    study = optuna.load_study(storage=f"sqlite:///{db.resolve()}", study_name=STUDY,
+                              sampler=_sampler(spec, trials, seed))
+    if study.user_attrs.get("fingerprint") != fp:
+        raise TuneError(f"--resume: {out_dir} holds a tune of another scenario, space, objective, SLOs or "
+                        "seeds (the same options are needed to resume)")
+    n = len(study.get_trials(deepcopy=False))
+    if n:  # (a fresh sampler seeded as at the start would repeat the first trials' draws)
+        study.sampler = _sampler(spec, trials, (seed + 7919 * n) % 2**31)
     return study
 
 
 def _requeue_stale(study) -> int:
     """Trials left running by a killed tune: fail them and ask their parameters again (their
-    finished simulations are on disk and are not re-run)."""
+    finished simulations are on disk and are not re-run); one whose runs had failed (its
+    ``error`` recorded) is failed as it was, counted as evaluated."""
     from optuna.trial import TrialState
 
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
     for t in stale:
-        study.enqueue_trial(dict(t.params), skip_if_exists=False)
+        if "error" not in t.user_attrs:
+            study.enqueue_trial(dict(t.params), skip_if_exists=False)
         study.tell(t.number, state=TrialState.FAIL)
     return len(stale)
 
 
 def evaluated(study) -> list:
-    """Trials that were simulated (complete, or failed because a run failed)."""
-    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("evaluated")]
+    """Trials that were simulated: complete, or failed because a run failed (``error``); not
+    one a killed tune left running, which is asked again."""
+    from optuna.trial import TrialState
+
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("evaluated")
+            and (t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and "error" in t.user_attrs))]
 
 
 def _read_run(run_dir: Path, need_requests: bool) -> tuple[dict, pd.DataFrame | None]:
@@ -432,12 +454,21 @@ def _start_ray(address: str | None) -> bool:
 
 
 def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int = 1, backend: str = "local",
-             address: str | None = None, resume: bool = False, seed: int = 0, log=print) -> TuneReport:
+             address: str | None = None, resume: bool = False, seed: int = 0, log=print, report: bool = False,
+             plots: bool = True) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
-    docstring). ``workers`` trials are asked at a time; their seeds' simulations run together."""
+    docstring). ``workers`` trials are asked at a time; their seeds' simulations run together.
+    ``report``: also write the report files (:func:`sim.experiments.tune_report.write_report`,
+    ``plots``: with ``pareto.png``) before the folder's lock is let go, so that they show the
+    study as this tune left it, never as a tune that was waiting on the lock is changing it."""
     out = claim(out_dir, "tune", resume=True)  # a tune adds to its own folder only
     with locked(out, "tune"):  # (marked as a tune's; a second tune into it waits for the first)
-        return _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log)
+        rep = _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log)
+        if report:
+            from sim.experiments.tune_report import write_report
+
+            rep.info = write_report(spec, out, plots=plots)
+        return rep
 
 
 def _run_tune_locked(spec: TuneSpec, out: Path, trials: int, workers: int, backend: str, address: str | None,
@@ -510,8 +541,9 @@ def _tell_trial(study, spec: TuneSpec, t, ids: list[str], sw, runs_dir: Path, re
         t.set_constraint(slo.name, c)
     vals = [m["objectives"][o.name]["mean"] for o in spec.objectives]
     if any(v is None for v in vals):
-        study.tell(t, state=TrialState.FAIL)
         rep.failed[t.number] = NO_OBJECTIVE
+        t.set_user_attr("error", rep.failed[t.number])
+        study.tell(t, state=TrialState.FAIL)
         return
     study.tell(t, vals)
     rep.evaluated_now += 1
