@@ -48,7 +48,8 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     ``seed_tag`` separates the random streams of several replicas.
     """
     cfg = sc.engine
-    costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu)
+    costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu,
+                                  scale=cfg.cost_scale)
     pool = _kv_pool(sc, cfg, costs)
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
@@ -151,7 +152,7 @@ def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, 
     with quiet_gc():  # (a full collection would walk every imported module's objects: 0.04 s)
         wl = build_workload(sc, load_scale, lenient) if workload is None else workload
         costs = load_profile(engine_cfg.profile, Path(sc.base_dir), overhead=engine_cfg.overhead,
-                             host_cpu=engine_cfg.host_cpu)
+                             host_cpu=engine_cfg.host_cpu, scale=engine_cfg.cost_scale)
         cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
         source = RequestSource(wl, cls_idx, [c.priority for c in sc.classes],
                                delay_ns=round(costs.overhead.frontend_s * NS))

@@ -77,7 +77,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
         key = _pricing(g.engine)
         if key not in priced:
             priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead,
-                                         host_cpu=g.engine.host_cpu)
+                                         host_cpu=g.engine.host_cpu, scale=g.engine.cost_scale)
         costs = priced[key]
         for _ in range(g.replicas):
             i = len(cl.replicas)
@@ -104,4 +104,5 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
 
 def _pricing(engine) -> str:
     """What a group's cost model is made from: its profile and overhead settings."""
-    return json.dumps([engine.profile, engine.overhead, engine.host_cpu], sort_keys=True, default=str)
+    return json.dumps([engine.profile, engine.overhead, engine.host_cpu, engine.cost_scale], sort_keys=True,
+                      default=str)
