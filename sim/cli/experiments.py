@@ -272,10 +272,13 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 @click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --figure names")
 @click.option("--no-plots", is_flag=True, help="do not draw the figure")
+@click.option("--uncertainty/--no-uncertainty", default=True, show_default=True,
+              help="also search at the low and high time factors of the cost model's error: GPUs as "
+                   "'N (lo-hi)' (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
-             overwrite, no_plots, report, engine_args, sglang_args):
+             overwrite, no_plots, uncertainty, report, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
@@ -323,6 +326,19 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED_RUNS)
     _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)
+    if uncertainty:
+        from sim.experiments.uncertainty import UncertaintyError, capacity_uncertainty
+
+        def again(sc_f):
+            return capacity_search(sc_f, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
+                                   workers=workers, log=None, progress=None, out_dir=out)
+        try:
+            capacity_uncertainty(rep, sc, slo, again, log=click.echo)
+        except (ScenarioError, OutError, UncertaintyError) as exc:
+            fail(str(exc))
+        except RuntimeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_FAILED_RUNS)
     try:
         save_report(rep, out)
     except OSError as exc:
@@ -335,6 +351,11 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     for d, a in rep.designs.items():
         if a.get("note"):
             click.echo(f"{d}: {a['note']}")
+    if uncertainty:
+        from sim.experiments.uncertainty import capacity_lines
+
+        for line in capacity_lines(rep, max_replicas):
+            click.echo(line)
     if rep.explain is not None:
         from plumbing.notices import warn
         from sim.experiments.capacity_explain import explain_lines
