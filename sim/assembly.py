@@ -49,7 +49,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     """
     cfg = sc.engine
     costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu,
-                                  entrypoint=cfg.entrypoint)
+                                  entrypoint=cfg.entrypoint, scale=cfg.cost_scale)
     pool = _kv_pool(sc, cfg, costs)
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
@@ -153,7 +153,8 @@ def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, 
     with quiet_gc():  # (a full collection would walk every imported module's objects: 0.04 s)
         wl = build_workload(sc, load_scale, lenient) if workload is None else workload
         costs = load_profile(engine_cfg.profile, Path(sc.base_dir), overhead=engine_cfg.overhead,
-                             host_cpu=engine_cfg.host_cpu, entrypoint=engine_cfg.entrypoint)
+                             host_cpu=engine_cfg.host_cpu, entrypoint=engine_cfg.entrypoint,
+                             scale=engine_cfg.cost_scale)
         cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
         # the API server ahead of the engine: its latency, and its serial work per request
         # spread over ``frontends`` servers (a cluster's replicas each run their own)

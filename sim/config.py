@@ -91,6 +91,10 @@ class EngineConfig(BaseModel):
                                "fitted on (a factor; > 1: slower): multiplies the overhead's CPU terms (per step, "
                                "per sequence, per admitted request, front end), not GPU kernels or all-reduces "
                                "(docs/fidelity.md: estimating it from a run)")
+    cost_scale: float = Field(
+        1.0, gt=0, description="multiplies every time the cost model prices (step times and the overhead's terms, "
+                               "front end included; not KV swaps): --uncertainty runs a scenario at the factors of "
+                               "its cost model's error (docs/uncertainty.md); 1.0 prices exactly as without it")
     max_num_seqs: int = Field(256, ge=1, description="max requests in the running batch")
     max_batched_tokens: int = Field(8192, ge=1, description="token budget per step")
     max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")
@@ -144,7 +148,9 @@ class EngineConfig(BaseModel):
 
     def as_written(self, mode: str = "python") -> dict:
         """The settings as the scenario gives them, without the engine's defaults."""
-        return {k: v for k, v in self.model_dump(mode=mode).items() if k not in self._defaults}
+        # (cost_scale at 1.0 is left out: a scenario written without it reads back the same, byte for byte)
+        return {k: v for k, v in self.model_dump(mode=mode).items()
+                if k not in self._defaults and not (k == "cost_scale" and v == 1.0)}
 
 
 class ClassConfig(BaseModel):

@@ -278,10 +278,13 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 @click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --figure names")
 @click.option("--no-plots", is_flag=True, help="do not draw the figure")
+@click.option("--uncertainty/--no-uncertainty", default=True, show_default=True,
+              help="also search at the low and high time factors of the cost model's error: GPUs as "
+                   "'N (lo-hi)' (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
-             overwrite, no_plots, report, engine_args, sglang_args):
+             overwrite, no_plots, uncertainty, report, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
@@ -324,6 +327,8 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
 
     def finish(rep) -> None:  # (called while the folder's lock is held)
         _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)  # (capacity.json holds it)
+        if uncertainty:
+            _capacity_uncertainty(rep, sc, names, slo, router, max_replicas, load_scale, workers)
         try:
             save_report(rep, out)
             if not no_plots:
@@ -349,6 +354,11 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     for d, a in rep.designs.items():
         if a.get("note"):
             click.echo(f"{d}: {a['note']}")
+    if uncertainty:
+        from sim.experiments.uncertainty import capacity_lines
+
+        for line in capacity_lines(rep, max_replicas):
+            click.echo(line)
     if rep.explain is not None:
         from plumbing.notices import warn
         from sim.experiments.capacity_explain import explain_lines
@@ -367,6 +377,27 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     report_beside(report, out)
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
+
+
+def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, load_scale: float, workers) -> None:
+    """Add each answer's interval over the cost model's error to ``rep``: two more searches per
+    design, at the low and high factors of the metric kind that binds it
+    (:func:`sim.experiments.uncertainty.capacity_uncertainty`). Those searches keep no probes
+    (the folder's lock is held by the search they widen)."""
+    from sim.experiments.capacity import capacity_search
+    from sim.experiments.uncertainty import UncertaintyError, capacity_uncertainty
+    from sim.outdir import OutError
+
+    def again(sc_f):
+        return capacity_search(sc_f, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
+                               workers=workers, log=None, progress=None)
+    try:
+        capacity_uncertainty(rep, sc, slo, again, log=click.echo)
+    except (ScenarioError, OutError, UncertaintyError) as exc:
+        fail(str(exc))
+    except RuntimeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED_RUNS)
 
 
 def _explain_capacity(rep, sc, slo: dict, router, load_scale: float, max_replicas: int, workers) -> None:

@@ -26,18 +26,30 @@ from sim.cli.report import check_report, report_beside, report_option
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
+@click.option("--uncertainty", is_flag=True,
+              help="also run at the low and high time factors of the cost model's error and report each headline "
+                   "metric with its 80 %% interval (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
-def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, report, engine_args,
-        sglang_args):
+def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, uncertainty, report,
+        engine_args, sglang_args):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), policy, seed)
     out = claim_out(out, "run", sc.name, overwrite=overwrite)
     check_report(report, out)
+    ivs = None
     try:
-        res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
+        if uncertainty:
+            from sim.experiments.uncertainty import UncertaintyError, run_with_uncertainty
+            try:
+                res, ivs = run_with_uncertainty(sc, trace_iterations=trace_iterations, progress=progress,
+                                                lenient=lenient, log=lambda m: click.echo(m, err=True))
+            except UncertaintyError as exc:
+                fail(str(exc))
+        else:
+            res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
     except ScenarioError as exc:
         fail(str(exc))
     if lenient:
@@ -51,7 +63,12 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
     run_info = res.summary_dict["run"]
     click.echo(f"{sc.name}: policy={sc.policy.name} seed={sc.seed} profile={res.manifest['profile']} "
                f"kv_blocks={run_info['kv_blocks']}")
-    click.echo(res.table())
+    if ivs is None:
+        click.echo(res.table())
+    else:
+        from sim.experiments.uncertainty import table
+
+        click.echo(table(res, ivs))
     click.echo(f"events={run_info['engine_events']} iterations={run_info['iterations']} "
                f"simulated={run_info['end_s']:.1f}s wall={run_info['wall_s']:.2f}s "
                f"thrash_ratio={run_info['thrash_ratio']:.3f}")

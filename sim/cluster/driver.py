@@ -77,7 +77,8 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
         key = _pricing(g.engine)
         if key not in priced:
             priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead,
-                                         host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint)
+                                         host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint,
+                                         scale=g.engine.cost_scale)
         costs = priced[key]
         for _ in range(g.replicas):
             i = len(cl.replicas)
@@ -103,6 +104,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
 
 
 def _pricing(engine) -> str:
-    """What a group's cost model is made from: its profile, overhead settings and entrypoint."""
-    return json.dumps([engine.profile, engine.overhead, engine.host_cpu, engine.entrypoint], sort_keys=True,
+    """What a group's cost model is made from: its profile, overhead settings, entrypoint and cost scale."""
+    return json.dumps([engine.profile, engine.overhead, engine.host_cpu, engine.entrypoint, engine.cost_scale],
+                      sort_keys=True,
                       default=str)

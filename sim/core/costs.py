@@ -167,6 +167,13 @@ class MeasuredTables:
         return None
 
 
+#: The step coefficients :meth:`CostModel.scaled` multiplies (all but the knots, which are tokens).
+_SCALED_STEP = ("base_s", "prefill_token_s", "prefill_step_s", "prefill_chunk_s", "mixed_step_s",
+                "prefill_attn_s", "chunk_attn_s", "decode_seq_s", "decode_ctx_s")
+#: The overhead terms that are times (the KV re-read, multi-step count and overlap are not).
+_SCALED_OVERHEAD = ("step_s", "seq_s", "sample_s", "admit_s", "allreduce_latency_s", "frontend_s")
+
+
 @dataclass
 class CostModel:
     """Prices engine steps and KV transfers for one profile.
@@ -223,6 +230,27 @@ class CostModel:
         args = (0, 0, 0, 0, 1) if sh is None else (sh.vocab * tp, sh.layers, sh.hidden, sh.dtype_bytes, tp)
         self._ov = o.coefficients(*args)
         self._ov_dec = o.decode_coefficients(*args)
+
+    def scaled(self, factor: float) -> "CostModel":
+        """This profile with every time it prices multiplied by ``factor`` (the uncertainty
+        design's scale, docs/uncertainty.md): each step coefficient, the measured tables' times and
+        the overhead's time terms (front end included; its all-reduce bandwidth divided), so the
+        single-step, fast-forward and table paths stay consistent with one another. KV swaps are
+        not scaled (a PCIe transfer no fidelity row measures). ``self`` itself for 1.0."""
+        if factor == 1.0:
+            return self
+        c = self.step
+        step = replace(c, **{k: getattr(c, k) * factor for k in _SCALED_STEP},
+                       token_s=tuple(v * factor for v in c.token_s))
+        o = self.overhead
+        ov = replace(o, **{k: getattr(o, k) * factor for k in _SCALED_OVERHEAD},
+                     allreduce_bytes_per_s=o.allreduce_bytes_per_s / factor, meta={**o.meta, "cost_scale": factor})
+        tables = None
+        if self.tables is not None:
+            tables = MeasuredTables([{**r, "time_s": float(r["time_s"]) * factor}
+                                     if isinstance(r, dict) and "time_s" in r else r for r in self.raw["rows"]])
+        return replace(self, step=step, overhead=ov, tables=tables,
+                       meta={**self.meta, "cost_scale": factor})
 
     def with_overhead(self, overhead: Overhead) -> "CostModel":
         """This profile priced with another engine overhead (a new CostModel)."""
@@ -532,12 +560,13 @@ def list_profiles() -> list[tuple[str, Path]]:
 
 def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
                  where: str = "engine.profile", overhead=None, host_cpu: float = 1.0,
-                 entrypoint: str = "server") -> CostModel:
+                 entrypoint: str = "server", scale: float = 1.0) -> CostModel:
     """Resolve a profile from a shipped name, a file path or an inline linear table, priced
     with ``overhead`` (a preset name or a table of terms, see sim/core/overhead.py; None: the
     profile's own declared preset, none when it declares none) on a host ``host_cpu`` times as
     slow as the presets' (its CPU terms scaled; 1.0: the very same pricing), behind an API
-    server unless ``entrypoint`` is ``"offline"`` (vLLM's ``LLM`` class: no front-end terms)."""
+    server unless ``entrypoint`` is ``"offline"`` (vLLM's ``LLM`` class: no front-end terms),
+    every time then multiplied by ``scale`` (:meth:`CostModel.scaled`; 1.0: the very same pricing)."""
     cm = _load_profile(spec, base_dir, where)
     if overhead is not None:
         try:
@@ -548,7 +577,7 @@ def load_profile(spec: str | dict | Path | None, base_dir: Path | None = None,
         cm = cm.with_overhead(cm.overhead.on_host(host_cpu))
     if entrypoint == "offline" and cm.overhead.without_frontend() is not cm.overhead:
         cm = cm.with_overhead(cm.overhead.without_frontend())
-    return cm
+    return cm.scaled(scale)  # (``scale``: every priced time, see CostModel.scaled; 1.0: cm itself)
 
 
 def _load_profile(spec, base_dir, where) -> CostModel:

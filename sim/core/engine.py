@@ -161,7 +161,7 @@ class Engine:
         self.grows_blocks = self.preemption.grows_blocks
         self.oracle = bool(getattr(policy, "oracle", False))
         spec = cfg.speculative
-        self.spec = Speculation(spec, classes, spec_seed, cfg.overhead) if spec is not None else None
+        self.spec = Speculation(spec, classes, spec_seed, cfg.overhead, cfg.cost_scale) if spec is not None else None
         self.spec_k = spec.k if spec is not None else 0
         # KV slots a decode step's drafts take beyond its token (blocks grow only when
         # preemption is on; drafts need a budget above k): counted when sizing requests up

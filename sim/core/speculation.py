@@ -23,9 +23,10 @@ class Speculation:
         classes: scenario classes, in declaration order (``speculate = false`` opts one out).
         seed: the seed of the acceptance draws.
         overhead: the engine-overhead preset a draft profile is priced with.
+        scale: the scenario's ``engine.cost_scale`` (a draft profile's times are scaled alike).
     """
 
-    def __init__(self, spec, classes, seed: int, overhead) -> None:
+    def __init__(self, spec, classes, seed: int, overhead, scale: float = 1.0) -> None:
         self.k: int = spec.k
         self.acceptance = spec.acceptance
         self.draft_cost_fraction: float = spec.draft_cost_fraction
@@ -35,7 +36,7 @@ class Speculation:
         if spec.draft_profile:
             from sim.core.costs import load_profile
             self.draft_costs = load_profile(spec.draft_profile, where="engine.speculative.draft_profile",
-                                            overhead=overhead)
+                                            overhead=overhead, scale=scale)
         self.stats = {"steps": 0, "sequence_steps": 0, "drafted": 0, "accepted": 0, "emitted": 0}
 
     def tokens(self, cls_idx: int, budget: int) -> int:

@@ -12,6 +12,10 @@ Noise (:func:`noise`): a difference is ``same`` when it is at most 1 % of the la
 verdict), or, when a side has several seeds, at most two standard errors of the difference of
 the means (``sqrt(sd_a^2 / n_a + sd_b^2 / n_b)``, sample standard deviations over each side's
 seeds), whichever is larger.
+
+Intervals (runs made with ``--uncertainty``, whose summaries hold ``<metric>_lo`` and
+``<metric>_hi``, docs/uncertainty.md): the columns ``a_lo, a_hi, b_lo, b_hi``; a difference
+beyond noise whose two intervals overlap is ``same within the model's uncertainty``.
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ METRICS = [
 REL_NOISE = 0.01
 #: standard errors of the difference of the means within which seeds' runs count as "same"
 SPREAD_SE = 2.0
+#: the verdict of a difference beyond noise whose intervals overlap
+WITHIN_MODEL = "same within the model's uncertainty"
 
 
 def _summary(run_dir: str | Path) -> dict:
@@ -138,10 +144,27 @@ def compare_runs(a: str | Path | Sequence[str | Path], b: str | Path | Sequence[
                 continue
             ratio = fb / fa if fa and not math.isnan(fa) and not math.isnan(fb) else math.nan
             tol = noise(fa, fb, sda, na, sdb, nb) if na and nb else math.nan
+            ends = {}
+            for side, ss in (("a", sa), ("b", sb)):
+                groups = [s["overall"] if c == "overall" else s["classes"].get(c, {}) for s in ss]
+                for end in ("lo", "hi"):  # (a side's interval: the mean of its runs' ends, as its value)
+                    vals = [float(g[f"{m}_{end}"]) for g in groups if g.get(f"{m}_{end}") is not None]
+                    ends[f"{side}_{end}"] = math.fsum(vals) / len(vals) if vals and len(vals) == len(groups) \
+                        else math.nan
+            better = verdict(m, fa, fb, tol)
+            if better in ("a", "b") and _overlap(ends):
+                better = WITHIN_MODEL
             rows.append({"class": c, "metric": m, "unit": unit, "a": fa, "b": fb, "ratio": ratio,
-                         "better": verdict(m, fa, fb, tol), "noise": tol, "a_sd": sda, "b_sd": sdb})
+                         "better": better, "noise": tol, "a_sd": sda, "b_sd": sdb, **ends})
     return pd.DataFrame(rows, columns=["class", "metric", "unit", "a", "b", "ratio", "better", "noise",
-                                       "a_sd", "b_sd"])
+                                       "a_sd", "b_sd", "a_lo", "a_hi", "b_lo", "b_hi"])
+
+
+def _overlap(e: dict) -> bool:
+    """Whether both sides have intervals and they overlap."""
+    if any(math.isnan(v) for v in e.values()):
+        return False
+    return e["a_lo"] <= e["b_hi"] and e["b_lo"] <= e["a_hi"]
 
 
 def format_comparison(df: pd.DataFrame, a: str | Path | Sequence[str | Path],
@@ -168,12 +191,20 @@ def format_comparison(df: pd.DataFrame, a: str | Path | Sequence[str | Path],
     def pm(v: float, sd: float) -> str:
         return f(v) if sd != sd else f"{f(v)}±{sd:.2g}"
 
-    width = 17 if seeded else 11
+    ranged = bool(len(df)) and bool(df[["a_lo", "b_lo"]].notna().any().any())
+
+    def val(v: float, sd: float, lo: float, hi: float) -> str:
+        return pm(v, sd) if lo != lo or hi != hi else f"{pm(v, sd)} ({lo:.3g}-{hi:.3g})"
+
+    if ranged:
+        lines.insert(-1, "A (lo-hi): the 80 % interval from the cost model's error (--uncertainty); overlapping "
+                         "intervals are 'same within the model's uncertainty'")
+    width = (17 if seeded else 11) + (16 if ranged else 0)
     for c, g in df.groupby("class", sort=False):
         lines.append(f"[{c}]")
         lines.append(f"  {'metric':22s} {'unit':6s} {'A':>{width}s} {'B':>{width}s} {'B/A':>8s}  better")
         for r in g.itertuples():
-            lines.append(f"  {r.metric:22s} {r.unit:6s} {pm(r.a, r.a_sd):>{width}s} {pm(r.b, r.b_sd):>{width}s} "
-                         f"{f(r.ratio):>8s}  {r.better}")
+            lines.append(f"  {r.metric:22s} {r.unit:6s} {val(r.a, r.a_sd, r.a_lo, r.a_hi):>{width}s} "
+                         f"{val(r.b, r.b_sd, r.b_lo, r.b_hi):>{width}s} {f(r.ratio):>8s}  {r.better}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,186 @@
+"""The cost model's error, propagated (docs/uncertainty.md): the time factors and their coverage
+on the fidelity table, ``engine.cost_scale``, ``run --uncertainty``, ``capacity``'s "N (lo-hi)",
+``compare`` on intervals, and the same bytes twice."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from calibrate.fidelity.fit import LOSO_PATH
+from calibrate.fidelity.uncertainty import OUT_CSV, OUT_JSON, implied_factor, simulate_rows
+from sim.cli import main
+from sim.config import load_scenario
+from sim.core.costs import load_profile
+from sim.experiments import uncertainty as unc
+from sim.experiments.compare import WITHIN_MODEL, compare_runs
+
+KNIFE = str(Path(__file__).parent / "data" / "capacity_knife_edge.toml")
+PROFILE = Path(__file__).resolve().parents[1] / "sim" / "core" / "profiles" / "h200-llama-3-8b.json"
+
+
+# ---- the distribution and its coverage ----------------------------------------------------------
+def test_factors_are_the_loso_rows_quantiles():
+    """sim/core/uncertainty.json's factors are the 10th and 90th percentiles, per kind, of the
+    factors the evaluated leave-one-source-out rows imply (a rate's inverted)."""
+    loso = pd.read_csv(LOSO_PATH)
+    ev = loso[loso.evaluated.astype(bool)]
+    doc = json.loads(OUT_JSON.read_text())
+    assert doc["level"] == 0.8 and doc["quantiles"] == [0.1, 0.9]
+    for kind in ("TTFT", "TPOT/ITL", "E2E/latency", "throughput"):
+        sub = ev[ev.kind == kind]
+        f = [implied_factor(m, p, s) for m, p, s in zip(sub.metric, sub.published, sub.simulated)]
+        lo, hi = np.quantile(f, [0.1, 0.9])
+        assert doc["by_kind"][kind]["lo"] == pytest.approx(lo, abs=1e-4)
+        assert doc["by_kind"][kind]["hi"] == pytest.approx(hi, abs=1e-4)
+        assert doc["by_kind"][kind]["rows"] == len(sub)
+
+
+def test_eighty_percent_intervals_cover_70_to_90_percent_of_the_loso_rows():
+    """Coverage recomputed from the stored per-row values (calibrate/fidelity/uncertainty.csv):
+    each row's interval is its LOSO value times the shipped preset's response at its kind's low
+    and high factors; the published value is inside it for 70-90 % of the rows."""
+    d = pd.read_csv(OUT_CSV)
+    loso = pd.read_csv(LOSO_PATH)
+    assert set(d.id) == set(loso[loso.evaluated.astype(bool)].id)
+    a = d.simulated * d.shipped_lo / d.shipped
+    b = d.simulated * d.shipped_hi / d.shipped
+    lo = np.minimum(np.minimum(a, b), d.simulated)
+    hi = np.maximum(np.maximum(a, b), d.simulated)
+    inside = (lo <= d.published * (1 + 1e-9)) & (d.published <= hi * (1 + 1e-9))
+    assert (inside == d.inside).all()
+    share = inside.mean()
+    assert 0.7 <= share <= 0.9, share
+    assert json.loads(OUT_JSON.read_text())["coverage"]["all"]["coverage"] == pytest.approx(share, abs=1e-4)
+
+
+def test_stored_responses_are_what_the_simulator_gives_now():
+    """Two rows re-simulated at their stored factors give the stored values (the CSV is current)."""
+    from calibrate.fidelity.suite import load_table
+
+    d = pd.read_csv(OUT_CSV).set_index("id")
+    table = load_table().set_index("id")
+    for rid in ("ci9515-lat-8b", "qwen25-7b-in1"):
+        rows = table.loc[[rid]].reset_index()
+        got = simulate_rows(rows, lambda r: d.loc[rid, "factor_hi"])[0]
+        assert got == pytest.approx(d.loc[rid, "shipped_hi"], rel=1e-4)
+
+
+def test_calibrated_profile_uses_its_leave_one_run_out_errors(tmp_path):
+    """A profile fitted to runs (meta.fitted_from_runs.leave_one_run_out) narrows the factors
+    of the kinds it measured; the others keep the fidelity table's."""
+    doc = json.loads(PROFILE.read_text())
+    doc["meta"]["fitted_from_runs"] = {"leave_one_run_out": {
+        "a.csv": {"ttft_p50_ms": 0.05, "tpot_p50_ms": -0.02, "output_throughput": 0.03},
+        "b.csv": {"ttft_p50_ms": -0.04, "tpot_p50_ms": 0.01, "output_throughput": -0.01},
+        "c.csv": {"ttft_p50_ms": 0.02, "tpot_p50_ms": 0.03, "output_throughput": 0.02}}}
+    p = tmp_path / "mine.json"
+    p.write_text(json.dumps(doc))
+    d = unc.distribution_of(load_profile(str(p)))
+    shipped = unc.shipped()
+    lo, hi = d.by_kind["TTFT"]
+    assert 0.9 < lo <= 1.0 <= hi < 1.1 and (hi - lo) < (shipped.by_kind["TTFT"][1] - shipped.by_kind["TTFT"][0])
+    assert d.by_kind["E2E/latency"] == shipped.by_kind["E2E/latency"]
+    assert "leave-one-run-out" in d.source
+
+
+def test_declared_distribution_is_checked(tmp_path):
+    doc = json.loads(PROFILE.read_text())
+    doc["meta"]["uncertainty"] = {"by_kind": {"TTFT": {"lo": 1.2, "hi": 1.5}}}
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(unc.UncertaintyError, match=r"meta.uncertainty.by_kind.TTFT: expected 0 < lo <= 1 <= hi"):
+        unc.distribution_of(load_profile(str(p)))
+    doc["meta"]["uncertainty"] = {"by_kind": {"TTFT": {"lo": 0.9, "hi": 1.1}}, "source": "by hand"}
+    p.write_text(json.dumps(doc))
+    assert unc.distribution_of(load_profile(str(p))).by_kind["TTFT"] == (0.9, 1.1)
+
+
+# ---- engine.cost_scale ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["h200-llama-3-8b", "h200-llama-3-8b-measured", "h200-llama-3-70b-tp4"])
+def test_cost_scale_multiplies_every_step_and_one_is_identity(name):
+    one, two = load_profile(name), load_profile(name, scale=2.0)
+    assert load_profile(name, scale=1.0).step == one.step
+    for args in [(512, 0, 512 * 512, 0, 0, 1, 1), (0, 64, 0, 0, 64 * 1000), (0, 8, 0, 0, 8 * 300)]:
+        assert two.step_ns(*args) == pytest.approx(2 * one.step_ns(*args), rel=1e-6)
+    assert two.overhead.frontend_s == 2 * one.overhead.frontend_s
+    line = two.decode_line(8)
+    if line is not None:  # the fast-forward line stays the step function's, bit for bit
+        assert two.step_ns(0, 8, 0, 0, 8 * 300) == round((line[0] + line[1] * 8 * 300) * 1e9)
+
+
+def test_cost_scale_one_is_not_written_into_the_scenario():
+    sc = load_scenario(None)
+    assert "cost_scale" not in sc.to_dict()["engine"]
+    assert unc.at_scale(sc, 1.5).to_dict()["engine"]["cost_scale"] == 1.5
+
+
+# ---- the CLI -------------------------------------------------------------------------------------
+def _run(tmp_path, name, *extra):
+    out = tmp_path / name
+    res = CliRunner().invoke(main, ["run", "--set", "horizon_s=3.0", "--no-progress", "--out", str(out), *extra])
+    assert res.exit_code == 0, res.output + res.stderr
+    return res, out
+
+
+def test_run_uncertainty_prints_intervals_and_writes_lo_hi_and_keeps_the_central_run(tmp_path):
+    res, out = _run(tmp_path, "u", "--uncertainty")
+    plain_res, plain = _run(tmp_path, "p")
+    assert "80% interval from the cost model's error" in res.stdout
+    row = next(line for line in res.stdout.splitlines() if line.strip().startswith("interactive"))
+    assert row.count("(") >= 4 and "-" in row  # ttft_p50 (lo-hi) ...
+    s = json.loads((out / "summary.json").read_text())
+    m = s["classes"]["interactive"]
+    for k in ("ttft_p99_s", "tpot_p50_s", "e2e_p99_s", "output_tokens_per_s"):
+        assert m[f"{k}_lo"] <= m[k] <= m[f"{k}_hi"]
+    assert m["ttft_p99_s_lo"] < m["ttft_p99_s_hi"]
+    u = s["run"]["uncertainty"]
+    assert u["level"] == 0.8 and "not seed noise" in u["spans"] and set(u["factors"]) >= {"TTFT", "throughput"}
+    # the central run is the run without --uncertainty: same requests, same summary but the intervals
+    assert (out / "requests.parquet").read_bytes() == (plain / "requests.parquet").read_bytes()
+    p = json.loads((plain / "summary.json").read_text())
+    for g in [*s["classes"].values(), s["overall"]]:
+        for k in [k for k in g if k.endswith(("_lo", "_hi"))]:
+            del g[k]
+    del s["run"]["uncertainty"]
+    assert s == p
+
+
+def test_run_uncertainty_gives_the_same_bytes_twice(tmp_path):
+    _, a = _run(tmp_path, "a", "--uncertainty")
+    _, b = _run(tmp_path, "b", "--uncertainty")
+    for f in ("summary.json", "requests.parquet", "timeseries.parquet"):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def test_compare_calls_overlapping_intervals_same_within_the_model(tmp_path):
+    def write(name, v, lo, hi):
+        d = tmp_path / name
+        d.mkdir()
+        g = {"ttft_p99_s": v, "ttft_p99_s_lo": lo, "ttft_p99_s_hi": hi}
+        d.joinpath("summary.json").write_text(json.dumps({"seed": 1, "classes": {"c": g}, "overall": g}))
+        return d
+
+    a, b, far = write("a", 1.0, 0.8, 1.3), write("b", 1.2, 0.9, 1.5), write("far", 2.0, 1.6, 2.5)
+    df = compare_runs(a, b, ["ttft_p99_s"])
+    assert set(df.better) == {WITHIN_MODEL}
+    assert set(compare_runs(a, far, ["ttft_p99_s"]).better) == {"a"}
+
+
+def test_capacity_reports_gpus_with_an_interval(tmp_path):
+    out = tmp_path / "cap"
+    res = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16",
+                                    "--workers", "1", "--no-plots", "--out", str(out)])
+    assert res.exit_code == 0, res.output + res.stderr
+    a = json.loads((out / "capacity.json").read_text())["designs"]["shared"]
+    u = a["uncertainty"]
+    hi = ">16 replicas" if u["gpus_hi"] is None else str(u["gpus_hi"])
+    assert f"shared: {a['gpus']} GPUs ({u['gpus_lo']}-{hi};" in res.stdout
+    assert u["gpus_lo"] <= a["gpus"] and u["kinds"] == ["TPOT/ITL"]
+    off = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16", "--workers",
+                                    "1", "--no-plots", "--no-uncertainty", "--out", str(tmp_path / "off")])
+    assert off.exit_code == 0 and "GPUs (" not in off.stdout
