@@ -31,6 +31,9 @@ from sim.tables import (AdmissionConfig, ClusterConfig, FairnessConfig, TenantCo
                         check_tables, check_tenant_names)
 from workloads.library import DEFAULT_SCENARIO, shipped_scenario
 
+#: The engine keys of a derived profile (engine.model first); engine.profile is the other way.
+MODEL_KEYS = ("model", "gpu", "dtype", "kv_dtype", "tp", "ep", "typical_context")
+
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
@@ -138,8 +141,42 @@ class EngineConfig(BaseModel):
                                       "kv_blocks from the profile's GPU memory (absent: the profile's KV memory)")
     mem_fraction_static: float | None = Field(
         None, gt=0, le=1, description="SGLang's share of GPU memory for weights and the KV pool; sets kv_blocks")
+    model: str | None = Field(
+        None, description="the model as a Hugging Face config.json: a bundled name (priosim profiles --models "
+                          "lists them) or a path to a config.json (relative to the scenario's folder); its profile "
+                          "is derived for engine.gpu (docs/models.md); not with engine.profile")
+    gpu: str | None = Field(None, description="the GPU of a derived profile (with engine.model): a key of the "
+                                              "device table, e.g. 'h200', 'h100-sxm', 'mi300x'")
+    dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "mxfp4"] | None = Field(
+        None, description="weight format of a derived profile (absent: the checkpoint's own: its "
+                          "quantization_config, else bf16)")
+    kv_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(
+        None, description="KV cache format of a derived profile, 2 or 1 bytes per element (absent: bf16)")
+    tp: int | None = Field(None, ge=1, description="tensor-parallel degree of a derived profile: GPUs per replica "
+                                                   "(absent: 1)")
+    ep: int | None = Field(None, ge=1, description="expert-parallel degree of a derived profile (a divisor of tp; "
+                                                   "experts split over that many GPUs; absent: 1)")
+    typical_context: int | None = Field(
+        None, ge=1, description="tokens of context at which a sliding-window model's windowed layers' KV is "
+                                "averaged into KV bytes per token, for the per-token KV pool (absent: 4096)")
     # engine keys filled from `engine`'s defaults (sim.engines.resolve), left out of the scenario as written
     _defaults: frozenset = PrivateAttr(default_factory=frozenset)
+
+    @model_validator(mode="after")
+    def _model_keys(self) -> "EngineConfig":
+        if self.model is None:
+            for key in MODEL_KEYS[1:]:
+                if getattr(self, key) is not None:
+                    raise ValueError(f"engine.{key}: set without engine.model (expected engine.model, the "
+                                     f"config.json of the model to derive a profile for)")
+            return self
+        if "profile" in self.model_fields_set:
+            raise ValueError(f"engine.profile: set with engine.model = {self.model!r} (expected one: a measured or "
+                             f"user profile, or a model whose profile is derived)")
+        if self.gpu is None:
+            raise ValueError(f"engine.gpu: required with engine.model = {self.model!r} (expected a device, e.g. "
+                             f"'h200'; priosim profiles --models lists them)")
+        return self
 
     @property
     def defaults_applied(self) -> dict:
@@ -147,10 +184,13 @@ class EngineConfig(BaseModel):
         return {k: getattr(self, k) for k in sorted(self._defaults)}
 
     def as_written(self, mode: str = "python") -> dict:
-        """The settings as the scenario gives them, without the engine's defaults."""
-        # (cost_scale at 1.0 is left out: a scenario written without it reads back the same, byte for byte)
+        """The settings as the scenario gives them, without the engine's defaults (nor a derived
+        profile, nor the model keys when there is no model, nor cost_scale at 1.0: a scenario
+        written without them reads back the same, byte for byte)."""
+        skip = set(self._defaults) | ({"profile"} if self.model is not None else
+                                      {k for k in MODEL_KEYS if getattr(self, k) is None})
         return {k: v for k, v in self.model_dump(mode=mode).items()
-                if k not in self._defaults and not (k == "cost_scale" and v == 1.0)}
+                if k not in skip and not (k == "cost_scale" and v == 1.0)}
 
 
 class ClassConfig(BaseModel):
@@ -345,6 +385,7 @@ def apply_override(data: dict, dotted: str, value: Any, source: str) -> None:
 def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | str = ".",
                        overrides: list[str] | None = None) -> Scenario:
     data = copy.deepcopy(data)
+    _override_profile_source(data, overrides or [])
     for item in overrides or []:
         if "=" not in item:
             raise ScenarioError(f"{source}: --set '{item}': expected KEY=VALUE")
@@ -370,11 +411,28 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
     return sc
 
 
-def _with_engine_defaults(sc: Scenario) -> Scenario:
-    """``sc`` with its engine's defaults filled in (:func:`sim.engines.resolve`)."""
-    from sim.engines import resolve
+def _override_profile_source(data: dict, overrides: list[str]) -> None:
+    """An override of the profile's source replaces the file's: ``--set engine.model=M`` drops the
+    file's ``engine.profile``, ``--set engine.profile=P`` the file's model keys (the file cannot
+    set both; --set wins over the file)."""
+    eng = data.get("engine")
+    if not isinstance(eng, dict):
+        return
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    if "engine.model" in keys and "engine.profile" not in keys:
+        eng.pop("profile", None)
+    elif "engine.profile" in keys and "engine.model" not in keys:
+        for k in MODEL_KEYS:
+            eng.pop(k, None)
 
-    eng = resolve(sc.engine, Path(sc.base_dir), sc.source)
+
+def _with_engine_defaults(sc: Scenario) -> Scenario:
+    """``sc`` with its model's derived profile (:func:`sim.models.apply`) and its engine's defaults
+    filled in (:func:`sim.engines.resolve`)."""
+    from sim.engines import resolve
+    from sim.models import apply
+
+    eng = resolve(apply(sc.engine, Path(sc.base_dir), sc.source), Path(sc.base_dir), sc.source)
     return sc if eng is sc.engine else sc.model_copy(update={"engine": eng})
 
 

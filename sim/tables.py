@@ -102,7 +102,7 @@ class GroupConfig(Table):
                                           "a non-empty list of class names")] | None = Field(
         None, description="the classes it serves (class_aware router); absent: the classes no group lists")
     gpus: Annotated[int, number(integer=True, minimum=1, note=" (GPUs per replica)")] = Field(
-        1, description="GPUs per replica (for capacity reports)")
+        1, description="GPUs per replica (for capacity reports; default: engine.tp of a derived profile, else 1)")
 
 
 def _router_value(v: Any) -> bool:
@@ -180,10 +180,17 @@ def group_engine(sc, g: GroupConfig):
     """The engine settings of group ``g``'s replicas: ``[engine]`` with the group's overrides."""
     if not g.engine:
         return sc.engine
+    from sim.config import MODEL_KEYS
     from sim.engines import resolve
+    from sim.models import apply
 
-    eng = type(sc.engine).model_validate({**sc.engine.as_written(), **g.engine})
-    return resolve(eng, Path(sc.base_dir), sc.source)
+    base = sc.engine.as_written()
+    if "model" in g.engine:  # the group's own source of the profile replaces the scenario's
+        base.pop("profile", None)
+    elif "profile" in g.engine:
+        base = {k: v for k, v in base.items() if k not in MODEL_KEYS}
+    eng = type(sc.engine).model_validate({**base, **g.engine})
+    return resolve(apply(eng, Path(sc.base_dir), sc.source), Path(sc.base_dir), sc.source)
 
 
 def group_policy(sc, g: GroupConfig):

@@ -200,6 +200,7 @@ def test_the_sys_path_check_sees_edits(tmp_path):
 SIM_LAYERS = [
     ("core", lambda rel: rel.startswith("sim/core/")),
     ("engines", lambda rel: rel.startswith("sim/engines/")),
+    ("models", lambda rel: rel.startswith("sim/models/")),
     ("top", lambda rel: rel.count("/") == 1 and rel not in ("sim/run.py", "sim/__init__.py")),
     ("cluster", lambda rel: rel.startswith("sim/cluster/")),
     ("run", lambda rel: rel in ("sim/run.py", "sim/__init__.py")),

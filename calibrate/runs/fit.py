@@ -173,6 +173,8 @@ class Problem:
 
     def _kv_bytes_per_token(self) -> float:
         m = self.doc.get("model") or {}
+        if isinstance(m.get("kv_bytes_per_token"), (int, float)):  # (a derived profile says it)
+            return float(m["kv_bytes_per_token"])
         try:
             dtype_bytes = int(m.get("dtype_bytes") or 2)
             return 2.0 * int(m["layers"]) * int(m["kv_heads"]) * int(m["head_dim"]) * dtype_bytes

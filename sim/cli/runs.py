@@ -116,11 +116,29 @@ def policies():
 
 
 @main.command()
-def profiles():
-    """List shipped and local cost profiles with their provenance."""
+@click.option("--model", help="derive the profile of this model instead (a bundled name or a config.json path) "
+                              "and print it with every constant and its source")
+@click.option("--gpu", help="with --model: the device (priosim profiles --models lists them)")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: tensor-parallel degree")
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: expert-parallel degree")
+@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, int8, int4, mxfp4; default: the checkpoint's)")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="with --model: KV cache format (bf16, fp16, fp8)")
+@click.option("--context", type=click.IntRange(min=1), help="with --model: typical context of a sliding-window model "
+                                                            "(engine.typical_context; default 4096)")
+@click.option("--json", "as_json", is_flag=True, help="with --model: print the profile document as JSON")
+@click.option("--models", "list_models", is_flag=True, help="list the bundled models and the devices instead")
+def profiles(model, gpu, tp, ep, dtype, kv_dtype, context, as_json, list_models):
+    """List shipped and local cost profiles with their provenance; or derive one (--model, --gpu)."""
     import json
 
     from sim.core.costs import list_profiles
+
+    if list_models:
+        _list_models()
+        return
+    if model is not None or gpu is not None:
+        _derived_profile(model, gpu, tp, ep, dtype, kv_dtype, context, as_json)
+        return
 
     for name, path in list_profiles():
         try:
@@ -134,6 +152,66 @@ def profiles():
     for name in preset_names():
         o = resolve_overhead(name)
         click.echo(f"  {name:10s} {o.meta.get('engine', 'the profile alone')}: {describe(o)}")
+
+
+def _list_models() -> None:
+    from sim.models import DEVICES, bundled, load_architecture
+
+    click.echo("bundled models (engine.model; or a path to a config.json):")
+    for name in bundled():
+        click.echo(f"  {name:18s} {load_architecture(name).kind}")
+    click.echo("devices (engine.gpu):")
+    for key, dev in DEVICES.items():
+        click.echo(f"  {key:10s} {dev.name}")
+
+
+def _derived_profile(model, gpu, tp, ep, dtype, kv_dtype, context, as_json) -> None:
+    """Print the profile derived for ``model`` on ``gpu`` (bad input: one line, status 2)."""
+    import json
+
+    from sim.core.costs import profile_from_dict
+    from sim.models import derived
+
+    if model is None or gpu is None:
+        fail(f"--{'gpu' if model is not None else 'model'}: required with --{'model' if model is not None else 'gpu'} "
+             f"(expected both: priosim profiles --model M --gpu G)")
+    try:
+        doc = derived(model, gpu, dtype, kv_dtype, tp, ep, context, Path("."))
+    except ScenarioError as exc:
+        fail(str(exc).replace("engine.model", "--model", 1))
+    except KeyError as exc:
+        fail(f"--gpu: {exc.args[0]}")
+    except ValueError as exc:
+        fail(f"--{str(exc).replace('_', '-')}")
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    meta = doc["meta"]
+    click.echo(f"{meta['name']}: {meta['shape']} ({meta['architecture']}) on {meta['device']}, weights {meta['dtype']}, "
+               f"KV {meta['kv_dtype']}, tp={meta['tp']} ep={meta['ep']} ({meta['gpus']} GPUs per replica)")
+    click.echo(f"config: {meta['config']}")
+    click.echo("constants (value, source):")
+    for k, c in meta["constants"].items():
+        click.echo(f"  {k:26s} {c['value']:<14.6g} {c['source']}")
+    step = doc["step"]
+    click.echo("step terms (seconds per unit; docs/models.md has the formulas):")
+    for k, v in step.items():
+        if k in ("token_knots", "token_s"):
+            continue
+        click.echo(f"  {k:26s} {v:.6g}")
+    knots = ", ".join(f"{t:g}: {s * 1e3:.4g} ms" for t, s in zip(step["token_knots"], step["token_s"]))
+    click.echo(f"  token term (tokens: weights/compute time) {knots}")
+    cm = profile_from_dict(doc, meta["name"], meta["name"])
+    click.echo(f"memory: kv_capacity_bytes {doc['memory']['kv_capacity_bytes']:.6g} "
+               f"({cm.kv_blocks(16)} blocks of 16 tokens, {cm.shape.kv_bytes_per_token} KV bytes per token)")
+    click.echo(f"decode step, batch 1 at context 1: {cm.step_s(D=1, sum_ctx=1) * 1e3:.4f} ms "
+               f"(overhead {doc['overhead']} included; engine.overhead = 'none' for the roofline alone: "
+               f"{cm.with_overhead(_no_overhead()).step_s(D=1, sum_ctx=1) * 1e3:.4f} ms)")
+
+
+def _no_overhead():
+    from sim.core.overhead import resolve_overhead
+    return resolve_overhead("none")
 
 
 @main.command()

@@ -40,7 +40,17 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
     if not sc.cluster:
         raise ScenarioError(f"{sc.source}: cluster: expected a table with 'replicas' or 'groups' (got {{}})")
     c = sc.cluster
-    groups = tuple(GroupSpec(name, g.replicas, group_engine(sc, g), group_policy(sc, g),
-                             tuple(g.classes) if g.classes is not None else None, g.gpus)
-                   for name, g in c.group_list())
-    return ClusterSpec(groups, c.router_name, c.router_params)
+    groups = []
+    for name, g in c.group_list():
+        eng = group_engine(sc, g)
+        groups.append(GroupSpec(name, g.replicas, eng, group_policy(sc, g),
+                                tuple(g.classes) if g.classes is not None else None, _gpus(g, eng)))
+    return ClusterSpec(tuple(groups), c.router_name, c.router_params)
+
+
+def _gpus(g, eng: EngineConfig) -> int:
+    """GPUs per replica: the group's ``gpus`` as written; else a derived profile's tensor-parallel
+    degree (``engine.tp``: the replica spans that many GPUs); else 1."""
+    if "gpus" in g.model_fields_set or eng.model is None:
+        return g.gpus
+    return eng.tp or 1

@@ -83,7 +83,9 @@ class ProfileError(ValueError):
 class ModelShape:
     """A decoder's shape; only what costs and memory need.
 
-    kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x dtype bytes.
+    kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x dtype bytes, unless the
+    profile gives its own (``model.kv_bytes_per_token``: a derived profile of an MLA or
+    sliding-window model, or one whose KV format differs from its activations').
     """
 
     name: str
@@ -96,9 +98,12 @@ class ModelShape:
     ffn: int = 0
     vocab: int = 0
     params: float = 0.0
+    kv_bytes: int = 0  # the profile's own KV bytes per token (0: the formula)
 
     @property
     def kv_bytes_per_token(self) -> int:
+        if self.kv_bytes:
+            return self.kv_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
 
@@ -460,7 +465,7 @@ def _shape(m: dict, meta: dict, where: str) -> ModelShape:
         name=str(m.get("name", "")), layers=_int(m, "layers", where, 1), kv_heads=_int(m, "kv_heads", where, 1),
         head_dim=_int(m, "head_dim", where, 1), dtype_bytes=dtype_bytes, hidden=_int(m, "hidden", where, 0, 0),
         heads=_int(m, "heads", where, 0, 0), ffn=_int(m, "ffn", where, 0, 0), vocab=_int(m, "vocab", where, 0, 0),
-        params=float(params),
+        params=float(params), kv_bytes=_int(m, "kv_bytes_per_token", where, 1, 0),
     )
 
 
@@ -584,6 +589,9 @@ def _load_profile(spec, base_dir, where) -> CostModel:
     if spec is None:
         spec = DEFAULT_PROFILE
     if isinstance(spec, dict):
+        if spec.get("schema") == SCHEMA:  # a whole profile document: one derived from engine.model
+            meta = spec.get("meta") if isinstance(spec.get("meta"), dict) else {}
+            return profile_from_dict(spec, name=str(meta.get("name", "inline")), where=where)
         kind = spec.get("kind")
         if kind != "linear":
             raise ProfileError(f"{where}.kind: expected 'linear' for an inline profile (got {kind!r})")

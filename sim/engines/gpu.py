@@ -57,6 +57,8 @@ def from_profile_json(data: dict) -> Gpu:
     memory = const("hbm_bytes", 0.0) or _memory_by_name(name)
     params, width = model.get("params"), model.get("dtype_bytes")
     weights = float(params) * float(width) if isinstance(params, (int, float)) and isinstance(width, (int, float)) else 0.0
+    if isinstance(model.get("weights_bytes"), (int, float)):  # (a derived profile: formats differ by part)
+        weights = float(model["weights_bytes"])
     kv = data.get("memory", {}).get("kv_capacity_bytes", 0.0) if isinstance(data.get("memory"), dict) else 0.0
     tp = int(model.get("tp", meta.get("tp", 1)) or 1)
     return Gpu(name, float(memory), weights, float(kv or 0.0), const("gpu_memory_utilization", 0.9), tp)
@@ -65,8 +67,8 @@ def from_profile_json(data: dict) -> Gpu:
 def document(profile, base_dir: Path) -> dict | None:
     """The JSON of an ``engine.profile`` value (a shipped name or a JSON path); None for an
     inline linear profile, or a file that does not read (the profile check reports it)."""
-    if isinstance(profile, dict):
-        return None
+    if isinstance(profile, dict):  # an inline linear table names no GPU; a derived profile does
+        return profile if profile.get("schema") else None
     from sim.core.costs import find_profile
 
     path = find_profile(str(profile)) if not str(profile).endswith(".json") else None
@@ -110,6 +112,13 @@ def _memory_by_name(name: str) -> float:
         if k in key:
             return DEVICE_MEMORY[k]
     return 0.0
+
+
+def kv_capacity_bytes(memory: float, fraction: float, weights: float, reserve: float) -> float:
+    """KV memory per GPU as vLLM sizes it from the device (bytes): memory x
+    ``gpu_memory_utilization`` - weights - activation / CUDA-graph reserve (analytic and derived
+    profiles record it as their ``memory.kv_capacity_bytes``)."""
+    return memory * fraction - weights - reserve
 
 
 def vllm_kv_bytes(gpu: Gpu, fraction: float) -> float:

@@ -103,7 +103,7 @@ def _strip_none(v):
 
 
 def _absolute_paths(data: dict, base_dir: Path) -> dict:
-    """Stream, profile and draft-profile paths relative to the scenario's folder, made absolute
+    """Stream, profile, model (config.json) and draft-profile paths relative to the scenario's folder, made absolute
     so that ``best.toml`` runs from wherever it is written."""
     def fix(p):
         if isinstance(p, str) and not Path(p).is_absolute() and (base_dir / p).is_file():
@@ -122,8 +122,9 @@ def _absolute_paths(data: dict, base_dir: Path) -> dict:
                 walk(x)
     walk(data.get("streams", []))
     eng = data.get("engine", {})
-    if isinstance(eng.get("profile"), str):
-        eng["profile"] = fix(eng["profile"])
+    for key in ("profile", "model"):
+        if isinstance(eng.get(key), str):
+            eng[key] = fix(eng[key])
     spec = eng.get("speculative")
     if isinstance(spec, dict) and isinstance(spec.get("draft_profile"), str):
         spec["draft_profile"] = fix(spec["draft_profile"])

@@ -1,0 +1,63 @@
+"""Models as Hugging Face config.json files, and the profiles derived from them.
+
+``engine.model = "qwen3-30b-a3b"`` (a bundled config, :mod:`sim.models.configs`) or
+``engine.model = "path/to/config.json"`` with ``engine.gpu = "h200"`` (the device table,
+:mod:`sim.models.devices`), ``engine.dtype``, ``engine.kv_dtype``, ``engine.tp`` and ``engine.ep``
+price the scenario's replica with a profile derived when the scenario is loaded
+(:mod:`sim.models.derive`, the roofline formulas of :mod:`sim.models.formulas`); the same inputs
+derive it once per process (cached). ``priosim profiles --model M --gpu G`` prints it.
+docs/models.md has the formulas.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+from sim.core.errors import ScenarioError
+from sim.models.config import Architecture, bundled, config_path, load_architecture
+from sim.models.derive import derive_profile
+from sim.models.devices import DEVICES
+
+__all__ = ["Architecture", "DEVICES", "apply", "bundled", "derive_profile", "derived", "load_architecture"]
+
+
+@functools.lru_cache(maxsize=64)
+def _derived(path: str, stamp: tuple, model: str, base_dir: str, gpu: str, dtype, kv_dtype: str, tp: int, ep: int,
+             context) -> dict:
+    # (stamp: the file's mtime and size, so that an edited config.json is read again)
+    a = load_architecture(model, base_dir)
+    return derive_profile(a, gpu, dtype, kv_dtype, tp, ep, context)
+
+
+def derived(model: str, gpu: str, dtype: str | None = None, kv_dtype: str | None = None, tp: int | None = None,
+            ep: int | None = None, context: int | None = None, base_dir: Path | str = ".") -> dict:
+    """The profile document derived for ``model`` on ``gpu`` (a copy: callers may change it).
+    ScenarioError for a missing or bad config.json; ValueError / KeyError (one line, starting
+    with the key) for a device, format or degree that does not fit."""
+    p = config_path(model, base_dir)
+    st = p.stat()
+    doc = _derived(str(p), (st.st_mtime_ns, st.st_size), str(model), str(base_dir), str(gpu), dtype,
+                   kv_dtype or "bf16", tp or 1, ep or 1, context)
+    return copy.deepcopy(doc)
+
+
+def apply(cfg, base_dir: Path, source: str):
+    """Engine settings ``cfg`` (an ``EngineConfig``) with the profile derived for its
+    ``engine.model`` (``cfg`` itself when it names none); ScenarioError naming ``source``."""
+    if cfg.model is None:
+        return cfg
+    try:
+        doc = derived(cfg.model, cfg.gpu, cfg.dtype, cfg.kv_dtype, cfg.tp, cfg.ep, cfg.typical_context, base_dir)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
+    except KeyError as exc:
+        raise ScenarioError(f"{source}: engine.gpu: {exc.args[0]}") from None
+    except ValueError as exc:
+        msg = str(exc)
+        key = msg.split(":")[0] if msg.split(":")[0] in ("tp", "ep", "dtype", "kv_dtype") else "model"
+        text = msg if key != "model" else f"model: {msg}"
+        raise ScenarioError(f"{source}: engine.{text}") from None
+    out = cfg.model_copy(update={"profile": doc})
+    out._defaults = cfg._defaults
+    return out

@@ -1,0 +1,234 @@
+"""Architecture x device x weight format x KV format x TP / EP -> a ``priosim.profile/1`` document.
+
+Per GPU of a replica of ``tp`` GPUs (attention heads, dense FFNs, shared experts and the
+vocabulary split ``tp`` ways; KV heads never below 1; routed experts split ``ep`` ways, each
+expert's matrices over the ``tp / ep`` GPUs of its group; MLA's latent KV replicated on every GPU)
+this module counts, from first principles:
+
+* the weights each GPU holds, by part and format (embedding, LM head, norms and routers stay in
+  16 bits; attention, dense FFNs and shared experts in the weight format; routed experts in the
+  format's expert width);
+* the weights a step reads: all but the routed experts, plus the share of them the step's tokens
+  hit (:func:`sim.models.formulas.expected_hit`);
+* the FLOPs per token: 2 x (all non-expert parameters + MoE layers x k x one expert / tp);
+* attention: prefill FLOPs per l^2 = layers' x heads x (d_qk + d_v); decode per context token
+  reads layers' x KV bytes per layer and multiplies layers' x heads x 2 (d_qk + d_v) (MLA decodes
+  absorbed: d_qk = kv_lora_rank + qk_rope_head_dim, d_v = kv_lora_rank), where layers' counts a
+  windowed layer as min(1, window / typical context) of a layer;
+* communication: 2 ring all-reduces per layer under TP (an MoE layer's second one replaced by the
+  dispatch and combine all-to-alls under EP), priced by bytes over NVLink and a latency each;
+* KV memory as vLLM sizes it (:func:`sim.engines.gpu.kv_capacity_bytes`).
+
+docs/models.md writes the formulas out and works one example by hand.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.core.overhead import default_preset
+from sim.engines.gpu import kv_capacity_bytes
+from sim.models.config import Architecture
+from sim.models.devices import EP_ASSUMPTIONS, Device, const, constants, get_device
+from sim.models.formulas import StepInputs, ring_allreduce_bytes, step_terms
+
+SCHEMA = "priosim.profile/1"
+#: Bytes of an activation (all-reduces, all-to-alls) and of the 16-bit parts (embedding, norms).
+ACT_BYTES = 2
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """Bytes per weight of the linear layers and of the routed experts, and the tensor-core rate
+    the matmuls run at (``bf16_flops``: weight-only quantisation dequantises to BF16)."""
+
+    linear: float
+    expert: float
+    flops: str
+    note: str
+
+
+WEIGHT_FORMATS = {
+    "bf16": WeightFormat(2.0, 2.0, "bf16_flops", "16-bit weights"),
+    "fp16": WeightFormat(2.0, 2.0, "bf16_flops", "16-bit weights (FP16 tensor cores run at the BF16 rate)"),
+    "fp8": WeightFormat(1.0, 1.0, "fp8_flops", "FP8 weights and activations (W8A8); block scales ignored "
+                                                "(< 0.01 % of the bytes)"),
+    "int8": WeightFormat(1.0, 1.0, "int8_flops", "INT8 weights and activations (W8A8)"),
+    "int4": WeightFormat(0.5 + 2 / 128, 0.5 + 2 / 128, "bf16_flops",
+                         "4-bit weights with a 16-bit scale per group of 128 (GPTQ / AWQ, W4A16)"),
+    "mxfp4": WeightFormat(2.0, 4.25 / 8, "bf16_flops", "MXFP4 routed experts (4 bits + an 8-bit scale per 32), "
+                                                        "16-bit elsewhere (gpt-oss's checkpoint), BF16 compute"),
+}
+#: Bytes per KV element.
+KV_FORMATS = {"bf16": 2, "fp16": 2, "fp8": 1}
+#: Context (tokens) at which windowed layers' KV is averaged when the scenario says none.
+DEFAULT_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one GPU of the replica holds and does (see the module docstring)."""
+
+    params: float
+    weights_bytes: float
+    fixed_bytes: float  # read by every step
+    expert_bytes: float  # routed experts, read as hit
+    flop_params: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    layers_eff: float
+    kv_bytes_per_token: int
+    attn_flops_l2: float
+    ctx_flops: float
+
+
+def _check_parallel(a: Architecture, tp: int, ep: int) -> None:
+    if tp < 1 or a.heads % tp:
+        raise ValueError(f"tp: expected a divisor of the {a.heads} attention heads (got {tp})")
+    if a.dense_layers and a.ffn % tp:
+        raise ValueError(f"tp: expected a divisor of intermediate_size {a.ffn} (got {tp})")
+    if ep < 1 or tp % ep:
+        raise ValueError(f"ep: expected a divisor of tp = {tp} (experts spread over the replica's GPUs) (got {ep})")
+    if ep > 1 and not a.moe:
+        raise ValueError(f"ep: {a.name} has no experts (expected 1) (got {ep})")
+    if a.moe and a.experts % ep:
+        raise ValueError(f"ep: expected a divisor of the {a.experts} experts (got {ep})")
+
+
+def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: int = 1,
+          context: int = DEFAULT_CONTEXT) -> Shard:
+    """One GPU's share of ``a`` at ``tp`` / ``ep`` in weight format ``fmt`` and ``kv_bytes`` per
+    KV element (ValueError for a degree that does not divide the model)."""
+    _check_parallel(a, tp, ep)
+    h, L = a.hidden, a.layers
+    heads, kvh = a.heads // tp, max(1, a.kv_heads // tp)
+    vocab = -(-a.vocab // tp)
+    ffn = a.ffn // tp
+    sixteen = vocab * h * (1 if a.tied else 2) + (a.norms_per_layer * L + 1) * h  # embedding, head, norms
+    if a.qk_norm:
+        sixteen += 2 * a.head_dim * L
+    if a.attention_sinks:
+        sixteen += heads * L
+    if a.mla:
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q = (h * a.q_lora_rank + a.q_lora_rank * heads * qk) if a.q_lora_rank else h * heads * qk
+        attn = q + h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim) \
+            + heads * a.v_head_dim * h
+        sixteen += (a.q_lora_rank + a.kv_lora_rank) * L
+        d_qk, d_v = qk, a.v_head_dim
+        dec_qk, dec_v = a.kv_lora_rank + a.qk_rope_head_dim, a.kv_lora_rank
+        kv_layer = (a.kv_lora_rank + a.qk_rope_head_dim) * kv_bytes
+    else:
+        attn = h * heads * a.head_dim + 2 * h * kvh * a.head_dim + heads * a.head_dim * h
+        if a.qkv_bias:
+            attn += (heads + 2 * kvh) * a.head_dim
+        if a.o_bias:
+            attn += h
+        d_qk = d_v = dec_qk = dec_v = a.head_dim
+        kv_layer = 2 * kvh * a.head_dim * kv_bytes
+    linear = L * attn + a.dense_layers * 3 * h * ffn
+    experts = flop_experts = 0.0
+    if a.moe:
+        m = a.moe_layers
+        sixteen += m * h * a.experts + (m * a.experts if a.expert_bias else 0)  # routers
+        linear += m * 3 * h * a.shared_ffn // tp
+        one = 3 * h * a.expert_ffn + ((2 * a.expert_ffn + h) if a.expert_bias else 0)  # one whole expert
+        group = tp // ep  # GPUs one expert's matrices are split over
+        experts = m * (a.experts // ep) * one / group
+        flop_experts = m * a.experts_per_token * one / tp
+    params = sixteen + linear + experts
+    fixed = sixteen * ACT_BYTES + linear * fmt.linear
+    window = a.window_layers * min(1.0, a.sliding_window / context) if a.window_layers else 0.0
+    layers_eff = (L - a.window_layers) + window
+    return Shard(
+        params=float(params), weights_bytes=fixed + experts * fmt.expert, fixed_bytes=fixed,
+        expert_bytes=experts * fmt.expert, flop_params=float(sixteen + linear + flop_experts), heads=heads,
+        kv_heads=1 if a.mla else kvh, head_dim=(a.kv_lora_rank + a.qk_rope_head_dim) if a.mla else a.head_dim,
+        ffn=ffn, vocab=vocab, layers_eff=layers_eff, kv_bytes_per_token=math.ceil(layers_eff * kv_layer),
+        attn_flops_l2=layers_eff * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
+    )
+
+
+def derive_profile(a: Architecture, device: str | Device, dtype: str | None = None, kv_dtype: str = "bf16",
+                   tp: int = 1, ep: int = 1, context: int | None = None, **overrides: float) -> dict:
+    """The profile document of ``a`` on ``device`` (``dtype`` None: the checkpoint's own format).
+    ValueError (one line) for an unknown format or device, a degree that does not divide the
+    model, or weights that leave no KV memory."""
+    dev = device if isinstance(device, Device) else get_device(device)
+    dtype = dtype or a.quant
+    if dtype not in WEIGHT_FORMATS:
+        raise ValueError(f"dtype: expected one of {', '.join(WEIGHT_FORMATS)} (got {dtype!r})")
+    if kv_dtype not in KV_FORMATS:
+        raise ValueError(f"kv_dtype: expected one of {', '.join(KV_FORMATS)} (got {kv_dtype!r})")
+    fmt = WEIGHT_FORMATS[dtype]
+    ctx = DEFAULT_CONTEXT if context is None else int(context)
+    sh = shard(a, fmt, KV_FORMATS[kv_dtype], tp, ep, ctx)
+    consts = constants(dev, overrides, EP_ASSUMPTIONS if ep > 1 else None)
+    v = {k: float(c["value"]) for k, c in consts.items()}
+    rate_key = fmt.flops if dev.has(fmt.flops) else "bf16_flops"
+    rate_note = "" if rate_key == fmt.flops else f" ({dev.key} has no {fmt.flops.split('_')[0].upper()} " \
+                                                 f"tensor cores: the matmuls run at the BF16 rate)"
+    n_ar = 0
+    ar = a2a = 0.0
+    n_a2a = 0
+    if tp > 1:
+        n_ar = 2 * a.layers - (a.moe_layers if ep > 1 else 0)
+        ar = ring_allreduce_bytes(n_ar, a.hidden, ACT_BYTES, tp)
+    if ep > 1:
+        n_a2a = 2 * a.moe_layers  # dispatch and combine
+        # each GPU sources 1/ep of the tokens; each token goes to k experts, (ep-1)/ep of them elsewhere
+        a2a = n_a2a * a.experts_per_token * a.hidden * ACT_BYTES * (ep - 1) / ep / ep
+    x = StepInputs(weight_bytes=sh.fixed_bytes, expert_bytes=sh.expert_bytes,
+                   miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0, flop_params=sh.flop_params,
+                   peak_flops=v[rate_key], n_allreduce=n_ar, allreduce_bytes=ar, n_alltoall=n_a2a,
+                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2, kv_bytes_per_token=sh.kv_bytes_per_token,
+                   ctx_flops=sh.ctx_flops)
+    step = step_terms(x, v)
+    kv_cap = kv_capacity_bytes(v["hbm_bytes"], v["gpu_memory_utilization"], sh.weights_bytes,
+                               v["activation_reserve_bytes"])
+    if kv_cap <= 0:
+        raise ValueError(f"tp: {a.name} weights in {dtype} ({sh.weights_bytes / 1e9:.1f} GB per GPU at tp = {tp}) leave "
+                         f"no KV memory on {dev.name} (expected a larger tp or a smaller weight format)")
+    src = f"computed from {a.name}'s config.json"
+    consts.update({
+        "params": const(sh.params, f"{src}: parameters on one GPU (tp = {tp}, ep = {ep})"),
+        "weights_bytes": const(sh.weights_bytes, f"{src}: weight bytes on one GPU ({fmt.note})"),
+        "step_weight_bytes": const(sh.fixed_bytes, f"{src}: bytes every step reads (all but routed experts)"),
+        "expert_bytes": const(sh.expert_bytes, f"{src}: this GPU's routed experts, read as tokens hit them"),
+        "flop_params_per_token": const(sh.flop_params, f"{src}: parameters one token multiplies with (2 FLOPs each)"),
+        "peak_flops": const(v[rate_key], f"{rate_key} of {dev.key}{rate_note}"),
+        "kv_bytes_per_token": const(float(sh.kv_bytes_per_token), f"{src}: KV bytes per token on one GPU "
+                                                                 f"({kv_dtype})"),
+        "attn_flops_l2": const(sh.attn_flops_l2, f"{src}: prefill attention FLOPs per chunk length^2 (causal)"),
+        "ctx_flops": const(sh.ctx_flops, f"{src}: decode attention FLOPs per context token"),
+        "allreduce_bytes_per_token": const(ar, f"{n_ar} ring all-reduces of the hidden state per step"),
+        "alltoall_bytes_per_token": const(a2a, f"{n_a2a} expert-parallel all-to-alls per step"),
+    })
+    if a.window_layers:
+        consts["typical_context"] = const(float(ctx), "engine.typical_context: windowed layers' KV is "
+                                                      "averaged at this context (the KV pool is per token)")
+    name = f"{dev.key}-{a.name}" + (f"-tp{tp}" if tp > 1 else "") + (f"-ep{ep}" if ep > 1 else "") + \
+        (f"-{dtype}" if dtype != "bf16" else "") + (f"-kv{kv_dtype}" if kv_dtype != "bf16" else "")
+    model = {"name": a.name, "layers": a.layers, "hidden": a.hidden, "heads": sh.heads, "kv_heads": sh.kv_heads,
+             "head_dim": sh.head_dim, "ffn": sh.ffn, "vocab": sh.vocab, "dtype_bytes": ACT_BYTES,
+             "params": sh.params, "tp": tp, "ep": ep, "kv_bytes_per_token": sh.kv_bytes_per_token,
+             "weights_bytes": sh.weights_bytes}
+    return {
+        "schema": SCHEMA,
+        "meta": {
+            "kind": "analytic", "name": name, "device": dev.name, "dtype": dtype, "kv_dtype": kv_dtype,
+            "shape": a.name, "architecture": a.kind, "tp": tp, "ep": ep, "gpus": tp,
+            "source": "sim.models.derive (Hugging Face config.json x device table x efficiency factors)",
+            "config": a.source, "constants": consts,
+            "formula": "t = base + max(weights read(T)/BW, T*(2*params per token/FLOPs + comm bytes/link)) "
+                       "+ attention FLOPs/FLOPs + max(KV bytes, decode attention FLOPs) read",
+        },
+        "overhead": default_preset(),
+        "model": model,
+        "memory": {"kv_capacity_bytes": kv_cap},
+        "step": step,
+        "swap": {"bytes_per_s": v["pcie_bytes_per_s"] * v["pcie_efficiency"], "latency_s": v["swap_latency_s"]},
+    }

@@ -1,0 +1,129 @@
+"""The roofline's step formulas, in one place: ``calibrate/roofline.py`` (the shipped analytic
+profiles) and :mod:`sim.models.derive` (profiles derived from a config.json) both price a step
+with :func:`step_terms`, so a dense model priced either way gets the same numbers.
+
+One engine step on one GPU (seconds; T tokens in the step, ``l`` prefill chunk lengths, ``c``
+their cached prefixes, ``ctx`` decoders' contexts)::
+
+    t = base_s + n_ar * allreduce_latency_s + n_a2a * alltoall_latency_s
+      + max(W(T) / BW', T * (2 * N_tok / F' + comm_bytes / link'))     # token_knots / token_s
+      + sum(l^2) * A / F' + sum(l*c) * 2A / F'                          # prefill / chunk attention
+      + sum(ctx) * max(kv_bytes / BW', ctx_flops / F')                  # decoders read their KV
+
+with BW' = HBM bandwidth x hbm_efficiency, F' = peak FLOP/s of the weight format x
+flops_efficiency, link' = NVLink x its efficiency. W(T), the weight bytes the step reads, is
+constant for a dense model (the weights are streamed once per step): the token term is then the
+three knots ``[0, knee, knee + 1000]`` (flat, then compute-bound). For a mixture of experts W(T) =
+W_fixed + W_experts x (1 - (1 - k/E)^T), the expected share of this GPU's experts that T tokens
+hit under uniform routing; the token term is then a piecewise-linear curve through knots on a
+geometric grid (ratio 1.25) up to the crossing where compute binds, and one knot 1000 tokens
+beyond it, so the engine's ``interp`` needs no new term.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Tokens past the compute knee where the last knot sits (the last segment's slope extrapolates).
+KNEE_TAIL = 1000.0
+#: Ratio between successive knots of a mixture of experts' weights-read curve.
+KNOT_RATIO = 1.25
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the step formulas need of one GPU's shard (bytes, parameters, FLOPs; per GPU).
+
+    Attributes:
+        weight_bytes: weights read by every step (a dense model: all of them).
+        expert_bytes: this GPU's routed experts' bytes, read only as tokens hit them (0: dense).
+        miss: ``1 - k/E``, the chance one token misses a given expert (MoE only).
+        flop_params: parameters one token multiplies with on this GPU (2 FLOPs each).
+        peak_flops: the device's dense FLOP/s for the weight format.
+        n_allreduce, allreduce_bytes: all-reduces per step and their bytes per token (ring).
+        n_alltoall, alltoall_bytes: expert-parallel dispatch/combine per step, bytes per token.
+        attn_flops_l2: prefill attention FLOPs per (chunk length)^2 (causal).
+        kv_bytes_per_token: KV bytes one context token of a decoder reads.
+        ctx_flops: decode attention FLOPs per context token.
+    """
+
+    weight_bytes: float
+    flop_params: float
+    peak_flops: float
+    attn_flops_l2: float
+    kv_bytes_per_token: float
+    expert_bytes: float = 0.0
+    miss: float = 1.0
+    n_allreduce: int = 0
+    allreduce_bytes: float = 0.0
+    n_alltoall: int = 0
+    alltoall_bytes: float = 0.0
+    ctx_flops: float = 0.0
+
+
+def ring_allreduce_bytes(n: int, hidden: int, act_bytes: float, tp: int) -> float:
+    """Bytes per token one GPU moves in ``n`` ring all-reduces of the hidden state: each moves
+    2 (tp-1)/tp x hidden x bytes."""
+    return n * hidden * act_bytes * 2 * (tp - 1) / tp
+
+
+def expected_hit(miss: float, tokens: float) -> float:
+    """The expected fraction of experts T tokens hit (uniform routing): 1 - (1 - k/E)^T."""
+    return 1.0 - miss ** tokens
+
+
+def step_terms(x: StepInputs, v: dict) -> dict:
+    """The ``step`` section of a profile for shard ``x`` with constants ``v`` (values by key)."""
+    bw = v["hbm_bytes_per_s"] * v["hbm_efficiency"]
+    fl = x.peak_flops * v["flops_efficiency"]
+    t_weights = x.weight_bytes / bw
+    per_token = 2.0 * x.flop_params / fl
+    base = v["base_s"]
+    if x.n_allreduce:
+        per_token += x.allreduce_bytes / (v["nvlink_bytes_per_s"] * v["nvlink_efficiency"])
+        base += x.n_allreduce * v["allreduce_latency_s"]
+    if x.n_alltoall:
+        per_token += x.alltoall_bytes / (v["nvlink_bytes_per_s"] * v["alltoall_efficiency"])
+        base += x.n_alltoall * v["alltoall_latency_s"]
+    if x.expert_bytes:
+        knots, values = _moe_curve(t_weights, x.expert_bytes / bw, x.miss, per_token)
+    else:
+        knee = t_weights / per_token
+        knots = [0.0, knee, knee + KNEE_TAIL]
+        values = [t_weights, t_weights, (knee + KNEE_TAIL) * per_token]
+    ctx_s = x.kv_bytes_per_token / bw
+    if x.ctx_flops / fl > ctx_s:  # (MLA's absorbed decode attention can be compute-bound)
+        ctx_s = x.ctx_flops / fl
+    return {
+        "base_s": base,
+        "token_knots": knots,
+        "token_s": values,
+        "prefill_token_s": 0.0,
+        "prefill_attn_s": x.attn_flops_l2 / fl,
+        "chunk_attn_s": 2.0 * x.attn_flops_l2 / fl,
+        "decode_seq_s": 0.0,
+        "decode_ctx_s": ctx_s,
+    }
+
+
+def _moe_curve(t_fixed: float, t_experts: float, miss: float, per_token: float) -> tuple[list, list]:
+    """Knots of max(t_fixed + t_experts x hit(T), T x per_token): a geometric grid below the
+    crossing T* (where compute binds for good: T x per_token - weights(T) is convex and
+    negative at 0, so it crosses once), T* itself and T* + KNEE_TAIL."""
+    def f(T: float) -> float:
+        return max(t_fixed + t_experts * expected_hit(miss, T), T * per_token)
+
+    lo, hi = 0.0, (t_fixed + t_experts) / per_token
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid * per_token >= t_fixed + t_experts * expected_hit(miss, mid):
+            hi = mid
+        else:
+            lo = mid
+    cross = hi
+    knots = [0.0]
+    t = 1.0
+    while t < cross:
+        knots.append(t)
+        t = max(t + 1.0, float(round(t * KNOT_RATIO)))
+    knots += [cross, cross + KNEE_TAIL]
+    return knots, [f(T) for T in knots[:-1]] + [(cross + KNEE_TAIL) * per_token]
