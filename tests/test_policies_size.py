@@ -113,3 +113,26 @@ def test_ranker_bad_parameters(params, message):
     from policies import make_policy
     with pytest.raises(ValueError, match=message):
         make_policy("sjf_rank", predictor="ranker", **params)
+
+
+def test_mlfq_without_skip_join_starts_everyone_at_the_top():
+    """skip_join = false: a long prompt joins level 0 like any other; with it, a lower level."""
+    from policies import make_policy
+
+    class R:
+        prompt_tokens = 100_000
+    assert make_policy("mlfq").join_level(R()) > 0
+    assert make_policy("mlfq", skip_join=False).join_level(R()) == 0
+
+
+def test_swap_overlap_shortens_a_swapping_run():
+    """Proactive swapping: with swap_overlap the same swapping run ends no later, and strictly
+    earlier on average when swaps happened."""
+    base = heavy_tail({"name": "mlfq"})
+    base["engine"].update(preemption="swap", swap_blocks=4000, preempt_for_waiting="policy")
+    base["engine"]["profile"]["swap_block_s"] = 2e-4
+    a = simulate(scenario_from_dict(base))
+    base["engine"]["swap_overlap"] = True
+    b = simulate(scenario_from_dict(base))
+    assert a.requests["preemptions"].sum() > 0
+    assert b.requests["e2e_s"].mean() < a.requests["e2e_s"].mean()
