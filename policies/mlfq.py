@@ -17,11 +17,29 @@ at admission and on victim choice.) A preempted request keeps its level and rest
 Caveat: the engine reads ``next_change`` before a step, so a demotion that happens inside a
 request's first step after admission (a quantum shorter than that step) is seen one step late.
 
+FastServe's mechanism, and where this differs:
+
+* skip-join by estimated prefill time: as the paper (``skip_join = false`` makes every request
+  join level 0, the plain MLFQ the paper compares with);
+* demotion by quantum, quanta doubling: as the paper, but the quantum is engine seconds of the
+  steps a request ran in (the paper counts iteration time on its own profiler's table);
+* starvation promotion to the top queue: as the paper (its threshold is a waiting time; here,
+  time without progress, which is the same for a waiting request);
+* token-level preemption: the engine's ``preempt_for_waiting = "policy"`` (a waiting request
+  evicts a running one the policy ranks below it at any step);
+* proactive KV swapping: the engine's ``preemption = "swap"`` with ``swap_overlap = true`` (KV
+  transfers run beside the step's compute instead of adding to it). The paper also uploads a
+  swapped request's KV *before* it is scheduled, from the queue order; priosim swaps in at
+  admission, so with ``swap_overlap`` the upload is hidden only within the admitting step.
+* the paper runs FastServe's own distributed engine (pipeline-parallel, its own batching);
+  priosim models one replica with vLLM-style continuous batching.
+
 Parameters:
     levels: number of levels (>= 1). base_quantum_s: level-0 quantum, s (> 0). ratio: quantum
     growth per level (>= 1). starve_limit_s: seconds without progress before promotion to the top
     (> 0; None disables). prefill_token_s: estimated prefill seconds per prompt token, for
-    skip-join (>= 0; the default is about an H200 running an 8B model).
+    skip-join (>= 0; the default is about an H200 running an 8B model). skip_join: choose the first
+    level by the prefill estimate (default true) or start every request at level 0 (false).
 """
 from __future__ import annotations
 
@@ -36,12 +54,16 @@ class MLFQ(RankedPolicy):
     description = "FastServe skip-join multi-level feedback queue: quanta grow by ratio; starvation promotion"
 
     def __init__(self, levels: int = 6, base_quantum_s: float = 0.05, ratio: float = 2.0,
-                 starve_limit_s: float | None = 30.0, prefill_token_s: float = 3e-5) -> None:
+                 starve_limit_s: float | None = 30.0, prefill_token_s: float = 3e-5,
+                 skip_join: bool = True) -> None:
         self.levels = check_int("mlfq", "levels", levels, ge=1)
         self.base_quantum_s = check_number("mlfq", "base_quantum_s", base_quantum_s, gt=0)
         self.ratio = check_number("mlfq", "ratio", ratio, ge=1)
         self.starve_limit_s = check_number("mlfq", "starve_limit_s", starve_limit_s, gt=0, allow_none=True)
         self.prefill_token_s = check_number("mlfq", "prefill_token_s", prefill_token_s, ge=0)
+        if not isinstance(skip_join, bool):
+            raise ValueError(f"mlfq: skip_join must be true or false (got {skip_join!r})")
+        self.skip_join = skip_join
         self.quanta = [self.base_quantum_s * self.ratio ** i for i in range(self.levels)]
         self._entry: dict[int, tuple[int, float]] = {}  # id -> (level entered, attained then)
         self._clock = StarvationClock(starve_limit_s) if starve_limit_s else None
@@ -50,6 +72,8 @@ class MLFQ(RankedPolicy):
         self.promotions = 0
 
     def join_level(self, req: RequestView) -> int:
+        if not self.skip_join:
+            return 0
         est = req.prompt_tokens * self.prefill_token_s
         for i, q in enumerate(self.quanta):
             if q >= est:

@@ -19,6 +19,9 @@ how good its ranking was: Kendall tau of estimate vs true length overall and per
   finished requests, then refitted on the latest ``train_requests`` every ``refit_every``
   finishes (0: never again, so a shift in the traffic mix shows as a falling tau). Before the
   first fit every estimate is equal (FCFS order).
+* ``ranker {tau, pair_acc_2x, kind_from, kind_bias, window}``: a stand-in for a trained ranker
+  (e.g. Fu et al.'s OPT-125M listwise ranker) with a ranker's error *structure*, not only its
+  tau (:class:`RankerPredictor`). Simulation-only (reads the true length).
 """
 from __future__ import annotations
 
@@ -192,10 +195,214 @@ class LearnedPredictor(Predictor):
         return {**super().report(), "fits": self.fits, "features": [str(k) for k in self._vocab]}
 
 
+def _phi(x: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtr
+    return ndtr(x)
+
+
+class RankerPredictor(Predictor):
+    """A trained ranker's error structure, calibrated to a stated Kendall tau.
+
+    Score of a request of true output length ``L`` and prompt kind ``k``::
+
+        score = log L + b[k] + sigma * eps          (with probability 1 - p_fail)
+        score = m + s * eps'                        (with probability p_fail: the ranker "misreads")
+
+    ``eps``, ``eps'`` standard normal from the policy's seed, ``m`` and ``s`` the mean and standard
+    deviation of the log lengths seen so far. What this gives, unlike ``noisy``:
+
+    * **Errors concentrate among similar lengths.** Two well-read requests whose true lengths
+      differ by a factor ``r`` (same kind) are ordered right with probability
+      ``Phi(ln r / (sigma sqrt 2))``: about 1/2 for near-equal lengths, rising with the gap. The
+      misread share caps it below 1 however large the gap (a real ranker has confidently-wrong
+      cases: a long answer to a short question).
+    * **Per-prompt-kind bias.** Every kind (``kind_from``: ``"prompt_bucket"`` = the prompt's
+      length octave, ``floor(log2 prompt_tokens)``; ``"class"``; ``"tenant"``; or a trace feature
+      ``"f_<name>"``) has a bias ``b[k] ~ N(0, kind_bias)`` in log-length units, drawn once from
+      the seed and the kind's name: a kind the ranker over- or under-estimates as a whole, so its
+      mistakes cluster on particular prompt kinds, not spread evenly.
+
+    Calibration: the expected Kendall tau-b over the lengths seen so far (the latest 512, biases
+    included) is made to equal ``tau``. Without ``pair_acc_2x``: ``p_fail = 0`` and ``sigma`` is
+    solved. With it: ``sigma`` is set so that well-read same-kind pairs two-fold apart in length
+    are ordered right with probability ``pair_acc_2x`` (the slope of the accuracy-vs-gap curve),
+    and ``p_fail`` is solved (the curve's ceiling). The solve is
+    redone whenever the number of lengths seen reaches a power of two (up to 4096), so early
+    estimates use an early fit; the report carries the fitted values and the realised
+    accuracy by length gap.
+
+    What it cannot mimic: errors tied to prompt *content* beyond a kind label (two prompts of one
+    kind and one length are alike to it), drift of the ranker's quality over a run (see
+    ``learned``), a ranker that is better on some kinds than others (the noise scale is shared),
+    and a tau above what the kind biases (or ``pair_acc_2x``) allow: then the fit keeps the
+    nearest it can reach and ``report()["achievable"]`` is False.
+
+    Parameters:
+        tau: target Kendall tau-b of score vs true length (0 < tau <= 1; Fu et al. report about
+            0.5-0.6 for their ranker on ShareGPT / LMSYS-Chat, the default 0.55).
+        pair_acc_2x: accuracy of well-read same-kind pairs two-fold apart (0.5 < x < 1), or None
+            (no misreads).
+        kind_from: what names a request's kind (above). kind_bias: standard deviation of the
+            kind biases, log-length units (>= 0; 0 = none).
+    """
+
+    name = "ranker"
+    oracle = True
+    CALIB_N = 512
+
+    def __init__(self, tau: float = 0.55, pair_acc_2x: float | None = None,
+                 kind_from: str = "prompt_bucket", kind_bias: float = 0.25, window: int = 200) -> None:
+        super().__init__(window)
+        self.tau = check_number("ranker", "tau", tau, gt=0, le=1)
+        self.pair_acc_2x = check_number("ranker", "pair_acc_2x", pair_acc_2x, gt=0.5, allow_none=True)
+        if self.pair_acc_2x is not None and self.pair_acc_2x >= 1:
+            raise ValueError(f"ranker: pair_acc_2x must be a finite number > 0.5 and < 1 (got {pair_acc_2x!r})")
+        if not isinstance(kind_from, str) or not (kind_from in ("prompt_bucket", "class", "tenant")
+                                                  or kind_from.startswith("f_")):
+            raise ValueError("ranker: kind_from must be 'prompt_bucket', 'class', 'tenant' or a trace "
+                             f"feature 'f_<name>' (got {kind_from!r})")
+        self.kind_from = kind_from
+        self.kind_bias = check_number("ranker", "kind_bias", kind_bias, ge=0)
+        self.sigma = 1.0
+        self.p_fail = 0.0
+        self.achievable = True
+        self._logs: list[float] = []
+        self._bias_seen: list[float] = []
+        self._bias: dict[str, float] = {}
+        self._sum = self._sumsq = 0.0
+        self._next_fit = 2
+        self._rng = np.random.default_rng(0)
+
+    def bind(self, seed: int) -> None:
+        super().bind(seed)
+        self._rng = np.random.default_rng(seed)
+
+    def kind(self, req: RequestView) -> str:
+        if self.kind_from == "prompt_bucket":
+            return str(int(math.log2(max(req.prompt_tokens, 1))))
+        if self.kind_from == "class":
+            return str(req.cls)
+        if self.kind_from == "tenant":
+            return str(req.tenant)
+        return str((req.features or {}).get(self.kind_from[2:], ""))
+
+    def bias(self, kind: str) -> float:
+        b = self._bias.get(kind)
+        if b is None:
+            import zlib
+            # drawn from the seed and the kind's name alone, so a kind's bias does not depend on
+            # the order kinds first appear in
+            g = np.random.default_rng([self.seed, zlib.crc32(kind.encode())])
+            b = self._bias[kind] = float(g.standard_normal()) * self.kind_bias
+        return b
+
+    # ---- calibration ----------------------------------------------------------------------
+    def expected_tau(self, sigma: float, p_fail: float, x: np.ndarray, b: np.ndarray) -> float:
+        """Expected Kendall tau-b of the scores against the log lengths ``x`` (kind biases ``b``)
+        for a noise scale ``sigma`` and a misread share ``p_fail``."""
+        n = len(x)
+        if n < 2:
+            return 0.0
+        i, j = np.triu_indices(n, 1)
+        d = x[i] - x[j]
+        nt = d != 0
+        i, j, d = i[nt], j[nt], d[nt]
+        sgn = np.sign(d)
+        # both read well: the score gap is d + (b_i - b_j) + noise of variance 2 sigma^2
+        ww = _phi((np.abs(d) + sgn * (b[i] - b[j])) / (sigma * math.sqrt(2)))
+        # one misread (score m + s eps'): right when the well-read one falls on its side of it
+        m, s = float(x.mean()), float(max(x.std(), 1e-6))
+        scale = math.sqrt(s * s + sigma * sigma)
+        zi, zj = _phi((x[i] + b[i] - m) / scale), _phi((x[j] + b[j] - m) / scale)
+        up = d > 0  # i is the longer one
+        mi = np.where(up, 1 - zj, zj)  # i misread
+        mj = np.where(up, zi, 1 - zi)  # j misread
+        w = 1 - p_fail
+        acc = w * w * ww + w * p_fail * (mi + mj) + p_fail * p_fail * 0.5
+        return float((2 * acc - 1).mean() * math.sqrt(nt.mean()))
+
+    def _fit(self) -> None:
+        x = np.asarray(self._logs[-self.CALIB_N:])
+        b = np.asarray(self._bias_seen[-self.CALIB_N:])
+        self.achievable = True
+        if self.pair_acc_2x is None:
+            self.p_fail = 0.0
+            lo, hi = 1e-3, 50.0  # the expected tau falls as sigma grows: bisect in log space
+            if self.expected_tau(lo, 0.0, x, b) < self.tau:
+                self.achievable, self.sigma = False, lo
+                return
+            for _ in range(40):
+                mid = math.sqrt(lo * hi)
+                lo, hi = (mid, hi) if self.expected_tau(mid, 0.0, x, b) > self.tau else (lo, mid)
+            self.sigma = math.sqrt(lo * hi)
+            return
+        from scipy.special import ndtri
+        # the two-fold accuracy of well-read same-kind pairs sets the noise; misreads lower the
+        # tau to its target (the expected tau falls as the misread share grows)
+        self.sigma = math.log(2) / (math.sqrt(2) * float(ndtri(self.pair_acc_2x)))
+        lo, hi = 0.0, 1.0
+        if self.expected_tau(self.sigma, 0.0, x, b) < self.tau:
+            self.achievable, self.p_fail = False, 0.0
+            return
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.expected_tau(self.sigma, mid, x, b) > self.tau else (lo, mid)
+        self.p_fail = (lo + hi) / 2
+
+    def _predict(self, req: RequestView, now: float) -> float:
+        x = math.log(max(req.true_output_tokens, 1))
+        b = self.bias(self.kind(req))
+        self._logs.append(x)
+        self._bias_seen.append(b)
+        self._sum += x
+        self._sumsq += x * x
+        n = len(self._logs)
+        if n >= self._next_fit and n <= 4096:
+            self._fit()
+            self._next_fit *= 2
+        # three draws for every request, whichever branch it takes, so one request's fate does
+        # not shift the next one's noise
+        eps, eps2, u = self._rng.standard_normal(), self._rng.standard_normal(), self._rng.random()
+        if u < self.p_fail:
+            m = self._sum / n
+            s = math.sqrt(max(self._sumsq / n - m * m, 1e-12))
+            return math.exp(m + s * float(eps2))
+        return math.exp(x + b + self.sigma * float(eps))
+
+    def accuracy_by_gap(self, last: int = 1000) -> list[dict]:
+        """Pairwise ordering accuracy of the finished requests (the latest ``last``) by the
+        factor between their true lengths: bins of log2(ratio)."""
+        rows = self._rows[-last:]
+        if len(rows) < 2:
+            return []
+        est = np.log([r[1] for r in rows])
+        true = np.log2(np.maximum([r[2] for r in rows], 1))
+        i, j = np.triu_indices(len(rows), 1)
+        d = true[i] - true[j]
+        keep = d != 0
+        gap = np.abs(d[keep])
+        right = np.sign(est[i] - est[j])[keep] == np.sign(d[keep])
+        out = []
+        for lo, hi in ((0, 0.5), (0.5, 1), (1, 2), (2, 4), (4, math.inf)):
+            m = (gap > lo) & (gap <= hi)
+            if m.any():
+                out.append({"log2_ratio": f"{lo:g}-{hi:g}", "pairs": int(m.sum()),
+                            "accuracy": round(float(right[m].mean()), 4)})
+        return out
+
+    def report(self) -> dict:
+        return {**super().report(), "requested_tau": self.tau, "sigma": round(self.sigma, 4),
+                "p_fail": round(self.p_fail, 4), "achievable": self.achievable,
+                "kind_from": self.kind_from, "kind_bias": self.kind_bias,
+                "accuracy_by_gap": self.accuracy_by_gap()}
+
+
 PREDICTORS = Registry("predictor")
 PREDICTORS.register("oracle", OraclePredictor, "the true output length (simulation-only bound)")
 PREDICTORS.register("noisy", NoisyPredictor, "true length plus Gaussian-copula noise at a requested Kendall tau")
 PREDICTORS.register("learned", LearnedPredictor, "ridge regression of log length on arrival features, trained online")
+PREDICTORS.register("ranker", RankerPredictor,
+                    "a trained ranker's errors: log length + per-kind bias + noise, calibrated to a tau")
 
 
 def make_predictor(name: Any, **params: Any) -> Predictor:
@@ -204,7 +411,7 @@ def make_predictor(name: Any, **params: Any) -> Predictor:
         params = {**{k: v for k, v in name.items() if k != "name"}, **params}
         name = name.get("name")
     if not isinstance(name, str):
-        raise ValueError(f"predictor must be a name such as 'oracle', 'noisy', 'learned' (got {name!r})")
+        raise ValueError(f"predictor must be a name such as 'oracle', 'noisy', 'learned', 'ranker' (got {name!r})")
     try:
         factory = PREDICTORS.resolve(name)
     except KeyError as exc:

@@ -13,7 +13,7 @@ among themselves by predicted tokens, then arrival). The policy declares the nex
 fast-forward stays exact.
 
 Parameters:
-    predictor: ``oracle`` | ``noisy`` | ``learned`` | ``pkg.mod:Class`` (or a ``{name = ...}``
+    predictor: ``oracle`` | ``noisy`` | ``learned`` | ``ranker`` | ``pkg.mod:Class`` (or a ``{name = ...}``
         table); remaining keyword parameters (e.g. ``tau = 0.7``) go to the predictor.
     starve_limit_s: seconds without progress before promotion (> 0), or None (default) for no
         guard.

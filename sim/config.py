@@ -104,6 +104,9 @@ class EngineConfig(BaseModel):
     block_size: int = Field(16, ge=1, description="tokens per KV block")
     kv_blocks: int = Field(0, ge=0, description="device KV blocks; 0 derives them from the profile's memory")
     swap_blocks: int = Field(0, ge=0, description="host swap space in blocks; 0 = none")
+    swap_overlap: bool = Field(False, description="KV swap transfers run beside the step's compute (FastServe's "
+                                                  "proactive swapping): a step takes max(compute, transfer) "
+                                                  "instead of their sum")
     preemption: Literal["off", "recompute", "swap", "auto"] = Field(
         "recompute", description="how a victim gives up its KV blocks; 'off' admits only what fits to max_tokens")
     preempt_for_waiting: Literal["never", "priority", "strict", "threshold", "policy"] = Field(

@@ -63,3 +63,76 @@ def test_learned_predictor_trains_and_reports():
     assert len(rep["fits"]) == 1 and rep["fits"][0]["train_size"] == 200
     assert len(rep["tau_windows"]) >= 5
     assert (res.requests["status"] == "finished").all()
+
+
+def _ranker(**params):
+    pol = {"name": "sjf_rank", "predictor": "ranker", **params}
+    return simulate(scenario_from_dict(heavy_tail(pol, rate=6.0)))
+
+
+@pytest.mark.parametrize("tau", [0.4, 0.7])
+def test_ranker_predictor_hits_requested_tau(tau):
+    """The realistic ranker's tau over a run is within 0.06 of the one it was calibrated to."""
+    rep = _ranker(tau=tau).summary_dict["run"]["policy"]["predictor"]
+    assert rep["observed"] > 500 and rep["achievable"] and abs(rep["tau"] - tau) < 0.06
+
+
+def test_ranker_errors_concentrate_among_similar_lengths():
+    """Pairs whose true lengths are within a factor 1.4 are ordered barely better than a coin,
+    pairs 16x or more apart almost always right, and the accuracy rises with the gap."""
+    rep = _ranker(tau=0.55, kind_bias=0.0).summary_dict["run"]["policy"]["predictor"]
+    acc = {b["log2_ratio"]: b["accuracy"] for b in rep["accuracy_by_gap"]}
+    assert acc["0-0.5"] < 0.6 and acc["4-inf"] > 0.9
+    assert all(a <= b + 0.01 for a, b in zip(list(acc.values()), list(acc.values())[1:]))
+
+
+def test_ranker_is_deterministic_and_kind_biases_move_scores():
+    """Same seed, same scores; a kind bias changes them (and is drawn per kind, not per request)."""
+    a = _ranker(tau=0.55).requests["e2e_s"].to_numpy()
+    b = _ranker(tau=0.55).requests["e2e_s"].to_numpy()
+    c = _ranker(tau=0.55, kind_bias=1.0).summary_dict["run"]["policy"]["predictor"]
+    assert np.array_equal(a, b)
+    assert c["kind_bias"] == 1.0 and c["sigma"] < _ranker(tau=0.55, kind_bias=0.0).summary_dict[
+        "run"]["policy"]["predictor"]["sigma"]
+
+
+def test_ranker_pair_accuracy_target_adds_misreads():
+    """Asking for a steeper accuracy curve (two-fold-gap accuracy 0.8, above the ~0.64 the tau
+    alone gives on these lengths) is met by misreads (p_fail > 0) while the tau is kept."""
+    rep = _ranker(tau=0.55, kind_bias=0.0, pair_acc_2x=0.8).summary_dict["run"]["policy"]["predictor"]
+    assert rep["p_fail"] > 0 and abs(rep["tau"] - 0.55) < 0.06
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"tau": 0}, "ranker: tau must be"),
+    ({"pair_acc_2x": 1.0}, "ranker: pair_acc_2x must be"),
+    ({"kind_from": "colour"}, "ranker: kind_from must be"),
+    ({"kind_bias": -1}, "ranker: kind_bias must be"),
+])
+def test_ranker_bad_parameters(params, message):
+    from policies import make_policy
+    with pytest.raises(ValueError, match=message):
+        make_policy("sjf_rank", predictor="ranker", **params)
+
+
+def test_mlfq_without_skip_join_starts_everyone_at_the_top():
+    """skip_join = false: a long prompt joins level 0 like any other; with it, a lower level."""
+    from policies import make_policy
+
+    class R:
+        prompt_tokens = 100_000
+    assert make_policy("mlfq").join_level(R()) > 0
+    assert make_policy("mlfq", skip_join=False).join_level(R()) == 0
+
+
+def test_swap_overlap_shortens_a_swapping_run():
+    """Proactive swapping: with swap_overlap the same swapping run ends no later, and strictly
+    earlier on average when swaps happened."""
+    base = heavy_tail({"name": "mlfq"})
+    base["engine"].update(preemption="swap", swap_blocks=4000, preempt_for_waiting="policy")
+    base["engine"]["profile"]["swap_block_s"] = 2e-4
+    a = simulate(scenario_from_dict(base))
+    base["engine"]["swap_overlap"] = True
+    b = simulate(scenario_from_dict(base))
+    assert a.requests["preemptions"].sum() > 0
+    assert b.requests["e2e_s"].mean() < a.requests["e2e_s"].mean()

@@ -107,7 +107,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             yield env.timeout(wake - now)
             continue
         compute = engine.compute_ns(plan)
-        dur0 = compute + engine.transfer_ns(plan)
+        transfer = engine.transfer_ns(plan)
+        # proactive swapping overlaps the copies with the step's kernels (separate copy engine)
+        dur0 = max(compute, transfer) if cfg.swap_overlap else compute + transfer
         next_event = min(next_arrival if hold is None else NEVER, next_sample, stop_ns)
         if deferred:
             next_event = now  # they join at the next boundary: one step only
