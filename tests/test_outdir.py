@@ -59,6 +59,27 @@ def _commands(scenario: Path, run_dir: Path) -> dict[str, list[str]]:
         "calibrate": ["calibrate", "--device", "cpu", "--shape", "tiny"],
         "tune": ["tune", str(scenario), *SMALL, "--space", "engine.max_num_seqs=8,16", "--trials", "1",
                  "--maximize", "output_tokens_per_s", "--no-plots"],
+        "sensitivity": ["sensitivity", str(scenario), *SMALL, "--knobs", "engine.max_num_seqs",
+                        "--ranges", "engine.max_num_seqs=8..16"],
+    }
+
+
+#: Commands that write one named file, each with the option naming it: pointed at a user's file,
+#: every one refuses (exit 2) and the file is unchanged.
+RUN_FILE = Path(__file__).resolve().parent / "data" / "runs" / "vllm_concurrency8.json"
+
+
+def _file_commands(scenario: Path, run_dir: Path) -> dict[str, tuple[list[str], str]]:
+    return {
+        "workload": (["workload", str(scenario), *SMALL], "--out"),
+        "calibrate": (["calibrate", "--device", "cpu", "--shape", "tiny"], "--out"),
+        "calibrate --from-runs": (["calibrate", "--from-runs", str(RUN_FILE), "--profile", "h200-llama-3-8b"], "--out"),
+        "replay --json": (["replay", str(RUN_FILE)], "--json"),
+        "replay --figure": (["replay", str(RUN_FILE)], "--figure"),
+        "report --out": (["report", str(run_dir)], "--out"),
+        "compare --csv": (["compare", str(run_dir), str(run_dir)], "--csv"),
+        "capacity --figure": (["capacity", str(scenario), *SMALL, "--workers", "1", "--max-replicas", "2",
+                               "--no-uncertainty"], "--figure"),
     }
 
 
@@ -92,12 +113,18 @@ def test_every_command_keeps_a_users_files(setup, target, tmp_path):
                 "symlink": (str(home / "link"), base), "scenario_folder": (str(home), base)}[target]
     scen_arg = scen_copy if target == "scenario_folder" else scenario
     for name, args in _commands(scen_arg, run_dir).items():
-        flag = ["--out", out] if name != "workload" and name != "calibrate" else ["--out", str(home / "notes.txt")]
-        r = _invoke(args + flag, cwd)
+        if name in ("workload", "calibrate"):
+            continue  # (they write a file: below)
+        r = _invoke(args + ["--out", out], cwd)
         assert r.exit_code == 2, (name, r.exit_code, r.output)
         assert "Traceback" not in r.output, (name, r.output)
         _survives(files)
         assert (home / "link").is_symlink()
+    for name, (args, flag) in _file_commands(scen_arg, run_dir).items():
+        r = _invoke(args + [flag, str(home / "notes.txt")], cwd)
+        assert r.exit_code == 2, (name, r.exit_code, r.output)
+        assert "Traceback" not in r.output, (name, r.output)
+        _survives(files)
 
 
 def test_rerun_needs_overwrite_and_keeps_a_users_file(setup, tmp_path):
