@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from hypothesis import HealthCheck, given, settings, strategies as st
 from click.testing import CliRunner
 
 from sim.cli import main
@@ -276,3 +277,39 @@ def test_an_old_result_set_aside_by_a_killed_exchange_is_restored(tmp_path):
 
     clean_stale(tmp_path / "out")
     assert (tmp_path / "out" / "summary.json").read_text() == "old" and not aside.exists()
+
+
+@settings(derandomize=True, max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(["notes.txt", ".ssh", "summary.json", ".priosim.json", "requests.parquet",
+                                 ".out.tmp-1-deadbeef", "out.txt", "figures"]), max_size=5, unique=True),
+       st.sampled_from(["run", "sweep", "tune", "capacity"]), st.booleans(), st.booleans())
+def test_any_folder_state_is_claimed_or_refused_and_nothing_is_lost(tmp_path_factory, names, kind, overwrite,
+                                                                   write):
+    """Whatever a folder holds (a user's files, a marker of another kind, a stale temporary
+    name), ``claim`` returns or raises OutError, and a result published into it keeps every file
+    priosim did not write."""
+    root = tmp_path_factory.mktemp("fz")
+    out = root / "out"
+    out.mkdir()
+    mine = {}
+    for n in names:
+        p = out / n
+        if n == ".priosim.json":
+            p.write_text(json.dumps({"kind": "sweep", "files": []}))
+        elif n in ("figures", ".ssh"):
+            p.mkdir()
+            (p / "x").write_text("keep")
+            mine[p / "x"] = b"keep"
+        else:
+            p.write_text(n)
+            mine[p] = n.encode()
+    try:
+        claim(out, kind, overwrite=overwrite, resume=kind != "run")
+    except OutError:
+        _survives(mine)
+        return
+    if write and kind == "run":
+        with staged(out, "run") as tmp:
+            (tmp / "summary.json").write_text("{}")
+    _survives(mine)
