@@ -20,6 +20,12 @@ engine key the row does not give, as for a scenario naming its engine); a row wi
 gets the suite's own base settings (below) under its explicit ones. A row measured through
 vLLM's ``LLM`` class (the latency and throughput benchmarks, the Qwen speed tables: no API
 server) says ``entrypoint=offline``, so no front-end term prices it.
+
+A row whose ``profile`` is empty derives its profile from a bundled model config instead: its
+``engine_settings`` give the model keys (``model``, ``gpu``, ``dtype``, ``kv_dtype``, ``tp``,
+``ep``; docs/models.md), as a scenario naming ``engine.model`` does. The MoE and FP8 rows are of
+this kind; column ``family`` (``moe``, ``fp8``, ``moe-fp8``; empty: a dense 16-bit model) marks them, and
+:func:`summary` reports them apart.
 """
 from __future__ import annotations
 
@@ -46,7 +52,10 @@ METRICS = ("mean_latency_ms", "throughput_req_s", "throughput_out_tok_s", "throu
 
 def load_table(path: str | Path = TABLE) -> pd.DataFrame:
     """The published table (one row per measurement; see docs/fidelity.md for the columns)."""
-    df = pd.read_csv(path, dtype={"engine_settings": str, "not_reproduced": str}, keep_default_na=False)
+    df = pd.read_csv(path, dtype={"engine_settings": str, "not_reproduced": str, "profile": str, "family": str},
+                     keep_default_na=False)
+    if "family" not in df:
+        df["family"] = ""
     bad = sorted(set(df.metric) - set(METRICS))
     if bad:
         raise ValueError(f"{path}: metric '{bad[0]}' is not one of {', '.join(METRICS)}")
@@ -70,9 +79,20 @@ def engine_defaults(eng: dict) -> dict:
         return {}
     from sim.engines import family, gpu as gpus, version_tuple
     fam = family(eng["engine"])
-    gpu = gpus.load(eng["profile"], Path(".")) or gpus.Gpu("", 0.0, 0.0, 0.0, 0.9, 1)
+    gpu = gpus.load(_profile_doc(eng), Path(".")) or gpus.Gpu("", 0.0, 0.0, 0.0, 0.9, 1)
     return fam.defaults(version_tuple(eng.get("engine_version"), fam.latest), gpu,
                         eng.get("entrypoint", "server"), gpu.tp)
+
+
+def _profile_doc(eng: dict):
+    """The engine's profile: its ``profile`` value, or the one derived for its ``model`` keys."""
+    if eng.get("model") is None:
+        return eng["profile"]
+    from sim.config import MODEL_KEYS
+    from sim.models import derived
+    keys = {k: eng.get(k) for k in MODEL_KEYS}
+    return derived(keys["model"], keys["gpu"], keys["dtype"], keys["kv_dtype"], keys["tp"], keys["ep"],
+                   keys["typical_context"], Path("."))
 
 
 def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> dict:
@@ -86,7 +106,9 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
     if steps != 1:
         # multi-step scheduling (vLLM --num-scheduler-steps) is priced by the overhead model
         ov = {**(ov if isinstance(ov, dict) else {"preset": ov}), "scheduler_steps": steps}
-    eng = {"profile": row["profile"], "overhead": ov, "timeseries_interval_s": 10.0}
+    eng = {"overhead": ov, "timeseries_interval_s": 10.0}
+    if row["profile"]:  # (else the row's engine_settings name a model: its profile is derived)
+        eng["profile"] = row["profile"]
     if "engine" not in settings:
         eng.update({"max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
                     "preemption": "recompute", "preempt_for_waiting": "never"})
@@ -174,6 +196,7 @@ def run_table(df: pd.DataFrame, overhead=None, progress=None) -> pd.DataFrame:
         res = cache[key]
         sim = metric_value(row, res)
         out.append({"id": row["id"], "metric": row["metric"], "unit": row["unit"], "split": row["split"],
+                    "family": row.get("family", ""),
                     "overhead": row["overhead"], "published": float(row["value"]), "simulated": sim,
                     "error": sim / float(row["value"]) - 1.0})
         if progress is not None:
@@ -181,12 +204,19 @@ def run_table(df: pd.DataFrame, overhead=None, progress=None) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+#: Model families the summary reports apart (column ``family``), and the summary's key for them.
+FAMILIES = ("moe", "fp8", "moe-fp8")
+FAMILY_KEY = "moe/fp8"
+
+
 def summary(res: pd.DataFrame) -> dict:
-    """Median and worst |relative error| over all rows, the fit rows and the held-out rows."""
+    """Median and worst |relative error| over all rows, the fit rows, the held-out rows and the
+    rows of MoE or FP8 models (key ``"moe/fp8"``; column ``family``)."""
     def stats(sub):
         e = sub.error.abs()
         return {"rows": int(len(sub)), "median": float(e.median()) if len(sub) else math.nan,
                 "worst": float(e.max()) if len(sub) else math.nan,
                 "within_10": int((e <= 0.10).sum()), "within_25": int((e <= 0.25).sum())}
     return {"all": stats(res), "fit": stats(res[res.split == "fit"]),
-            "held-out": stats(res[res.split == "held-out"])}
+            "held-out": stats(res[res.split == "held-out"]),
+            FAMILY_KEY: stats(res[res.family.isin(FAMILIES)] if "family" in res else res.iloc[:0])}
