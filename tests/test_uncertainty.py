@@ -184,3 +184,59 @@ def test_capacity_reports_gpus_with_an_interval(tmp_path):
     off = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16", "--workers",
                                     "1", "--no-plots", "--no-uncertainty", "--out", str(tmp_path / "off")])
     assert off.exit_code == 0 and "GPUs (" not in off.stdout
+
+
+# ---- sweep, tune and the report ---------------------------------------------------------------
+def _sweep(tmp_path, name, *extra):
+    out = tmp_path / name
+    res = CliRunner().invoke(main, ["sweep", "--set", "horizon_s=3.0", "--loads", "0.5,1", "--workers", "1",
+                                    "--no-progress", "--no-plots", "--out", str(out), *extra])
+    assert res.exit_code == 0, res.output + res.stderr
+    return res, out
+
+
+def test_sweep_uncertainty_adds_interval_columns_and_keeps_each_cells_run(tmp_path):
+    res, out = _sweep(tmp_path, "u", "--uncertainty")
+    _, plain = _sweep(tmp_path, "p")
+    df, p = pd.read_parquet(out / "sweep.parquet"), pd.read_parquet(plain / "sweep.parquet")
+    # the runs at the time factors are runs of the sweep, not rows of its table
+    assert len(df) == len(p) and set(df.run_id) == set(p.run_id)
+    extra = sorted(d.name for d in (out / "runs").iterdir() if "__cost_scale=x" in d.name)
+    n = len(unc.shipped().factors())
+    assert len(extra) == 2 * n
+    axes = json.loads((out / "runs" / extra[0] / "sweep_run.json").read_text())["axes"]
+    assert axes["cost_scale"] in unc.shipped().factors()
+    for m in ("ttft_p99_s", "e2e_p99_s", "output_tokens_per_s"):
+        ok = df[m].notna()
+        assert (df[f"{m}_lo"][ok] <= df[m][ok]).all() and (df[m][ok] <= df[f"{m}_hi"][ok]).all()
+        assert (df[f"{m}_lo"][ok] < df[f"{m}_hi"][ok]).any()
+    # central values are the sweep without --uncertainty, byte for byte in each cell's folder
+    pd.testing.assert_frame_equal(df[p.columns], p)
+    for rid in p.run_id.unique():
+        for f in ("summary.json", "requests.parquet"):
+            assert (out / "runs" / rid / f).read_bytes() == (plain / "runs" / rid / f).read_bytes()
+    assert "(" in res.stdout and "80% interval from the cost model's error" in res.stdout
+    meta = json.loads((out / "sweep.json").read_text())["uncertainty"]
+    assert meta["runs_added"] == 2 * n and meta["level"] == 0.8
+
+
+def test_sweep_uncertainty_resumes_its_extra_runs_and_gives_the_same_bytes(tmp_path):
+    import shutil
+
+    _, a = _sweep(tmp_path, "a", "--uncertainty")
+    _, b = _sweep(tmp_path, "b", "--uncertainty")
+    assert (a / "sweep.parquet").read_bytes() == (b / "sweep.parquet").read_bytes()
+    gone = next(d for d in sorted((b / "runs").iterdir()) if "__cost_scale=x" in d.name)
+    shutil.rmtree(gone)
+    res, _ = _sweep(tmp_path, "b", "--uncertainty")
+    assert "runs: 1 done," in res.stdout
+    assert (a / "sweep.parquet").read_bytes() == (b / "sweep.parquet").read_bytes()
+
+
+def test_sweep_figures_draw_the_interval_as_a_hatched_band(tmp_path):
+    from sim.experiments.plots import sweep_figures
+
+    _, out = _sweep(tmp_path, "u", "--uncertainty")
+    fig = sweep_figures(out)["throughput_vs_load"]
+    hatched = [c for ax in fig.axes for c in ax.collections if c.get_hatch()]
+    assert hatched and "hatched: the cost model's 80 % interval" in fig._suptitle.get_text()
