@@ -240,3 +240,39 @@ def test_sweep_figures_draw_the_interval_as_a_hatched_band(tmp_path):
     fig = sweep_figures(out)["throughput_vs_load"]
     hatched = [c for ax in fig.axes for c in ax.collections if c.get_hatch()]
     assert hatched and "hatched: the cost model's 80 % interval" in fig._suptitle.get_text()
+
+
+def _tune(tmp_path, name, *extra):
+    import tomli_w
+
+    from tests.conftest import small_scenario
+
+    p = tmp_path / "s.toml"
+    if not p.exists():
+        p.write_text(tomli_w.dumps(small_scenario(horizon_s=2.0)))
+    out = tmp_path / name
+    res = CliRunner().invoke(main, ["tune", str(p), "--out", str(out), "--trials", "2", "--no-plots",
+                                    "--space", "engine.max_num_seqs=2..8", "--maximize", "output_tokens_per_s",
+                                    "--slo", "hi:ttft=5", *extra])
+    assert res.exit_code == 0, res.output + res.stderr
+    return res, json.loads((out / "tune.json").read_text())
+
+
+def test_tune_uncertainty_reevaluates_the_best_and_the_defaults_only(tmp_path):
+    pytest.importorskip("optuna")
+    res, info = _tune(tmp_path, "u", "--uncertainty")
+    _, plain = _tune(tmp_path, "p")
+    u = info["uncertainty"]
+    assert u["level"] == 0.8 and "not every trial" in u["evaluated"] and "not every trial" in res.stdout
+    for which, m in (("default", info["default"]), ("best", info["best"]["measure"])):
+        lo, hi = u[which]["objectives"]["output_tokens_per_s"]
+        v = m["objectives"]["output_tokens_per_s"]["mean"]
+        assert lo <= v <= hi  # (an arrival-bound throughput barely moves)
+        assert f"{v:.4g} ({lo:.3g}-{hi:.3g})" in res.stdout
+        slo_lo, slo_hi = u[which]["slo"]["hi.ttft"]
+        assert slo_lo <= m["slo"]["hi.ttft"] <= slo_hi and slo_lo < slo_hi
+    # the search and its central values are the tune without --uncertainty
+    assert info["best"] == plain["best"] and info["default"] == plain["default"]
+    # determinism: the same intervals again
+    _, again = _tune(tmp_path, "u2", "--uncertainty")
+    assert again["uncertainty"] == u

@@ -178,10 +178,13 @@ def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
 @click.option("--resume", is_flag=True, help="continue the tune in --out (finished trials are kept)")
 @click.option("--sampler-seed", type=int, default=0, show_default=True, help="the optimiser's random seed")
 @click.option("--no-plots", is_flag=True, help="do not draw pareto.png")
+@click.option("--uncertainty", is_flag=True,
+              help="re-evaluate the best configuration and the defaults (not every trial) at the cost model's "
+                   "time factors: 'central (lo-hi)', an 80 %% interval (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
 def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, workers, backend, address, resume,
-         sampler_seed, no_plots, report, engine_args, sglang_args):
+         sampler_seed, no_plots, uncertainty, report, engine_args, sglang_args):
     """Search SCENARIO's knobs (Optuna) for the configuration that meets the SLOs and maximises a metric.
 
     One metric: TPE with the SLOs as constraints; several (--maximize/--minimize): NSGA-II and a
@@ -205,12 +208,14 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     check_report(report, out)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    from sim.experiments.uncertainty import UncertaintyError
     from sim.outdir import OutError
 
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
-                          resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots)
-    except (tn.TuneError, OutError) as exc:
+                          resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots,
+                          uncertainty=uncertainty)
+    except (tn.TuneError, OutError, UncertaintyError) as exc:
         fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - a full disk (files or the study's SQLite), else re-raised
         if write_refused(exc) is None:
