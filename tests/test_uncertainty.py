@@ -276,3 +276,26 @@ def test_tune_uncertainty_reevaluates_the_best_and_the_defaults_only(tmp_path):
     # determinism: the same intervals again
     _, again = _tune(tmp_path, "u2", "--uncertainty")
     assert again["uncertainty"] == u
+
+
+def test_report_shows_the_intervals_of_a_run_a_sweep_and_a_capacity_search(tmp_path):
+    pytest.importorskip("plotly")
+    from sim.experiments.report import write_report
+
+    _, run = _run(tmp_path, "r", "--uncertainty")
+    _, plain = _run(tmp_path, "p")
+    s = json.loads((run / "summary.json").read_text())["classes"]["interactive"]
+    html = write_report(run).read_text()
+    assert unc.fmt(s["ttft_p99_s"], s["ttft_p99_s_lo"], s["ttft_p99_s_hi"]).split(" ")[1] in html  # "(lo-hi)"
+    assert '"error_y"' in html and "80 % interval from the cost model" in html
+    assert '"error_y"' not in write_report(plain).read_text()  # without intervals: as before
+    _, sw = _sweep(tmp_path, "s", "--uncertainty")
+    html = write_report(sw).read_text()
+    assert '"fillpattern"' in html and "Hatched band" in html
+    cap = tmp_path / "cap"
+    res = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16",
+                                    "--workers", "1", "--no-plots", "--out", str(cap)])
+    assert res.exit_code == 0, res.output + res.stderr
+    a = json.loads((cap / "capacity.json").read_text())["designs"]["shared"]
+    html = write_report(cap).read_text()
+    assert f"{a['gpus']} ({a['uncertainty']['gpus_lo']}-" in html and '"error_y"' in html
