@@ -184,3 +184,118 @@ def test_capacity_reports_gpus_with_an_interval(tmp_path):
     off = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16", "--workers",
                                     "1", "--no-plots", "--no-uncertainty", "--out", str(tmp_path / "off")])
     assert off.exit_code == 0 and "GPUs (" not in off.stdout
+
+
+# ---- sweep, tune and the report ---------------------------------------------------------------
+def _sweep(tmp_path, name, *extra):
+    out = tmp_path / name
+    res = CliRunner().invoke(main, ["sweep", "--set", "horizon_s=3.0", "--loads", "0.5,1", "--workers", "1",
+                                    "--no-progress", "--no-plots", "--out", str(out), *extra])
+    assert res.exit_code == 0, res.output + res.stderr
+    return res, out
+
+
+def test_sweep_uncertainty_adds_interval_columns_and_keeps_each_cells_run(tmp_path):
+    res, out = _sweep(tmp_path, "u", "--uncertainty")
+    _, plain = _sweep(tmp_path, "p")
+    df, p = pd.read_parquet(out / "sweep.parquet"), pd.read_parquet(plain / "sweep.parquet")
+    # the runs at the time factors are runs of the sweep, not rows of its table
+    assert len(df) == len(p) and set(df.run_id) == set(p.run_id)
+    extra = sorted(d.name for d in (out / "runs").iterdir() if "__cost_scale=x" in d.name)
+    n = len(unc.shipped().factors())
+    assert len(extra) == 2 * n
+    axes = json.loads((out / "runs" / extra[0] / "sweep_run.json").read_text())["axes"]
+    assert axes["cost_scale"] in unc.shipped().factors()
+    for m in ("ttft_p99_s", "e2e_p99_s", "output_tokens_per_s"):
+        ok = df[m].notna()
+        assert (df[f"{m}_lo"][ok] <= df[m][ok]).all() and (df[m][ok] <= df[f"{m}_hi"][ok]).all()
+        assert (df[f"{m}_lo"][ok] < df[f"{m}_hi"][ok]).any()
+    # central values are the sweep without --uncertainty, byte for byte in each cell's folder
+    pd.testing.assert_frame_equal(df[p.columns], p)
+    for rid in p.run_id.unique():
+        for f in ("summary.json", "requests.parquet"):
+            assert (out / "runs" / rid / f).read_bytes() == (plain / "runs" / rid / f).read_bytes()
+    assert "(" in res.stdout and "80% interval from the cost model's error" in res.stdout
+    meta = json.loads((out / "sweep.json").read_text())["uncertainty"]
+    assert meta["runs_added"] == 2 * n and meta["level"] == 0.8
+
+
+def test_sweep_uncertainty_resumes_its_extra_runs_and_gives_the_same_bytes(tmp_path):
+    import shutil
+
+    _, a = _sweep(tmp_path, "a", "--uncertainty")
+    _, b = _sweep(tmp_path, "b", "--uncertainty")
+    assert (a / "sweep.parquet").read_bytes() == (b / "sweep.parquet").read_bytes()
+    gone = next(d for d in sorted((b / "runs").iterdir()) if "__cost_scale=x" in d.name)
+    shutil.rmtree(gone)
+    res, _ = _sweep(tmp_path, "b", "--uncertainty")
+    assert "runs: 1 done," in res.stdout
+    assert (a / "sweep.parquet").read_bytes() == (b / "sweep.parquet").read_bytes()
+
+
+def test_sweep_figures_draw_the_interval_as_a_hatched_band(tmp_path):
+    from sim.experiments.plots import sweep_figures
+
+    _, out = _sweep(tmp_path, "u", "--uncertainty")
+    fig = sweep_figures(out)["throughput_vs_load"]
+    hatched = [c for ax in fig.axes for c in ax.collections if c.get_hatch()]
+    assert hatched and "hatched: the cost model's 80 % interval" in fig._suptitle.get_text()
+
+
+def _tune(tmp_path, name, *extra):
+    import tomli_w
+
+    from tests.conftest import small_scenario
+
+    p = tmp_path / "s.toml"
+    if not p.exists():
+        p.write_text(tomli_w.dumps(small_scenario(horizon_s=2.0)))
+    out = tmp_path / name
+    res = CliRunner().invoke(main, ["tune", str(p), "--out", str(out), "--trials", "2", "--no-plots",
+                                    "--space", "engine.max_num_seqs=2..8", "--maximize", "output_tokens_per_s",
+                                    "--slo", "hi:ttft=5", *extra])
+    assert res.exit_code == 0, res.output + res.stderr
+    return res, json.loads((out / "tune.json").read_text())
+
+
+def test_tune_uncertainty_reevaluates_the_best_and_the_defaults_only(tmp_path):
+    pytest.importorskip("optuna")
+    res, info = _tune(tmp_path, "u", "--uncertainty")
+    _, plain = _tune(tmp_path, "p")
+    u = info["uncertainty"]
+    assert u["level"] == 0.8 and "not every trial" in u["evaluated"] and "not every trial" in res.stdout
+    for which, m in (("default", info["default"]), ("best", info["best"]["measure"])):
+        lo, hi = u[which]["objectives"]["output_tokens_per_s"]
+        v = m["objectives"]["output_tokens_per_s"]["mean"]
+        assert lo <= v <= hi  # (an arrival-bound throughput barely moves)
+        assert f"{v:.4g} ({lo:.3g}-{hi:.3g})" in res.stdout
+        slo_lo, slo_hi = u[which]["slo"]["hi.ttft"]
+        assert slo_lo <= m["slo"]["hi.ttft"] <= slo_hi and slo_lo < slo_hi
+    # the search and its central values are the tune without --uncertainty
+    assert info["best"] == plain["best"] and info["default"] == plain["default"]
+    # determinism: the same intervals again
+    _, again = _tune(tmp_path, "u2", "--uncertainty")
+    assert again["uncertainty"] == u
+
+
+def test_report_shows_the_intervals_of_a_run_a_sweep_and_a_capacity_search(tmp_path):
+    pytest.importorskip("plotly")
+    from sim.experiments.report import write_report
+
+    _, run = _run(tmp_path, "r", "--uncertainty")
+    _, plain = _run(tmp_path, "p")
+    s = json.loads((run / "summary.json").read_text())["classes"]["interactive"]
+    html = write_report(run).read_text()
+    assert unc.fmt(s["ttft_p99_s"], s["ttft_p99_s_lo"], s["ttft_p99_s_hi"]).split(" ")[1] in html  # "(lo-hi)"
+    assert '"error_y"' in html and "80 % interval from the cost model" in html
+    assert '"error_y"' not in write_report(plain).read_text()  # without intervals: as before
+    _, sw = _sweep(tmp_path, "s", "--uncertainty")
+    html = write_report(sw).read_text()
+    assert '"fillpattern"' in html and "Hatched band" in html
+    cap = tmp_path / "cap"
+    res = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16",
+                                    "--workers", "1", "--no-plots", "--out", str(cap)])
+    assert res.exit_code == 0, res.output + res.stderr
+    a = json.loads((cap / "capacity.json").read_text())["designs"]["shared"]
+    html = write_report(cap).read_text()
+    assert f"{a['gpus']} ({a['uncertainty']['gpus_lo']}-" in html and '"error_y"' in html

@@ -32,10 +32,13 @@ from sim.cli.report import check_report, report_beside, report_option
 @click.option("--no-plots", is_flag=True, help="do not draw the sweep's figures")
 @click.option("--progress/--no-progress", default=None,
               help="progress bar (default: a bar on a terminal, else a line on stderr every 10 s)")
+@click.option("--uncertainty", is_flag=True,
+              help="also run each cell at its cost model's low and high time factors: headline metrics get "
+                   "_lo/_hi columns, an 80 %% interval (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
 def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backend, address, trace_iterations,
-          no_plots, progress, report, engine_args, sglang_args):
+          no_plots, progress, uncertainty, report, engine_args, sglang_args):
     """Run SCENARIO over policies x loads x seeds (x --grid axes); write DIR/sweep.parquet.
 
     Each run lands in DIR/runs/<axes>/ atomically; a rerun with the same DIR skips finished runs.
@@ -46,20 +49,22 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, None)
     check_workers(workers)
     axes = _sweep_axes(sc, policies, loads, seeds, grid_file)
-    specs, repeats = _sweep_specs(sc, axes)
+    specs, repeats, unc_meta = _sweep_specs(sc, axes, uncertainty)
     if repeats:
         click.echo(f"seeds: {repeats} of {len(specs) + repeats} runs not run: the seed changes nothing in them "
                    f"(no random workload, policy, speculation or router), so each runs once, "
                    f"with seed {axes['seed'][0]}")
     out = claim_out(out, "sweep", f"sweep-{sc.name}", resume=True)  # a rerun skips the finished runs
     check_report(report, out)
+    added = f", + {unc_meta['runs_added']} at the cost model's time factors" if unc_meta else ""
     click.echo(f"sweep {sc.name}: {len(specs)} runs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}"
-               f"{f' less {repeats} seed repeats' if repeats else ''}) -> {out}  [{backend}]")
+               f"{f' less {repeats} seed repeats' if repeats else ''}{added}) -> {out}  [{backend}]")
     try:
         rep = run_sweep(specs, out, base_dir=sc.base_dir, source=sc.source, backend=backend, workers=workers,
                         address=address, progress=progress, trace_iterations=trace_iterations,
                         meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
-                              "seed_repeats_not_run": repeats})
+                              "seed_repeats_not_run": repeats,
+                              **({"uncertainty": unc_meta} if unc_meta else {})})
         _report_sweep(out, axes, rep, no_plots)
     except OSError as exc:  # (a full disk: the runs finished so far are kept; a rerun goes on)
         fail_write(out, exc)
@@ -102,9 +107,10 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
     return axes
 
 
-def _sweep_specs(sc, axes: dict) -> tuple[list, int]:
-    """Every run of the grid, each scenario validated before any run starts; returns the runs
-    and how many seed repeats were dropped (runs the seed does not change)."""
+def _sweep_specs(sc, axes: dict, uncertainty: bool = False) -> tuple[list, int, dict | None]:
+    """Every run of the grid, each scenario validated before any run starts; returns the runs,
+    how many seed repeats were dropped (runs the seed does not change) and, with
+    ``uncertainty``, what sweep.json records of the runs added at the time factors."""
     from sim.config import scenario_from_dict
     from sim.experiments.sweep import expand_grid
 
@@ -114,6 +120,7 @@ def _sweep_specs(sc, axes: dict) -> tuple[list, int]:
         # bad input fails here, before any run starts
         scs = [scenario_from_dict(s.scenario, source=f"{sc.source} [{s.run_id}]", base_dir=sc.base_dir)
                for s in specs]
+        by_id = {s.run_id: x for s, x in zip(specs, scs)}
         for s, sc_s in zip(specs, scs):
             if s.load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
                 check_load(sc_s, s.load_scale)
@@ -121,9 +128,14 @@ def _sweep_specs(sc, axes: dict) -> tuple[list, int]:
         if len(axes["seed"]) > 1:  # more seeds of a run the seed does not change would be copies
             from sim.experiments.seeds import drop_seed_repeats
             specs, repeats = drop_seed_repeats(specs, scs)
-    except (ValueError, ScenarioError) as exc:
+        unc_meta = None
+        if uncertainty:
+            from sim.experiments.sweep_uncertainty import bracket_specs
+
+            specs, unc_meta = bracket_specs(specs, [by_id[s.run_id] for s in specs])
+    except (ValueError, ScenarioError) as exc:  # (UncertaintyError is a ValueError)
         fail(str(exc))
-    return specs, repeats
+    return specs, repeats, unc_meta
 
 
 def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
@@ -132,7 +144,11 @@ def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
     from sim.experiments.sweep import summary_table
 
     df = pd.read_parquet(Path(out) / "sweep.parquet")
-    click.echo(summary_table(df, list(axes)))
+    if any(c.endswith("_lo") for c in df.columns):
+        from sim.experiments.sweep_uncertainty import cell_table
+        click.echo(cell_table(df, list(axes)))
+    else:
+        click.echo(summary_table(df, list(axes)))
     click.echo(f"runs: {rep.done} done, {rep.skipped} skipped (already complete), {len(rep.failed)} failed "
                f"of {rep.total}; wall {rep.wall_s:.1f}s ({rep.runs_per_minute:.0f} runs/min)")
     for rid, err in rep.failed.items():
@@ -162,10 +178,13 @@ def _report_sweep(out, axes: dict, rep, no_plots: bool) -> None:
 @click.option("--resume", is_flag=True, help="continue the tune in --out (finished trials are kept)")
 @click.option("--sampler-seed", type=int, default=0, show_default=True, help="the optimiser's random seed")
 @click.option("--no-plots", is_flag=True, help="do not draw pareto.png")
+@click.option("--uncertainty", is_flag=True,
+              help="re-evaluate the best configuration and the defaults (not every trial) at the cost model's "
+                   "time factors: 'central (lo-hi)', an 80 %% interval (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
 def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, workers, backend, address, resume,
-         sampler_seed, no_plots, report, engine_args, sglang_args):
+         sampler_seed, no_plots, uncertainty, report, engine_args, sglang_args):
     """Search SCENARIO's knobs (Optuna) for the configuration that meets the SLOs and maximises a metric.
 
     One metric: TPE with the SLOs as constraints; several (--maximize/--minimize): NSGA-II and a
@@ -189,12 +208,14 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     check_report(report, out)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
                f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    from sim.experiments.uncertainty import UncertaintyError
     from sim.outdir import OutError
 
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
-                          resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots)
-    except (tn.TuneError, OutError) as exc:
+                          resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots,
+                          uncertainty=uncertainty)
+    except (tn.TuneError, OutError, UncertaintyError) as exc:
         fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - a full disk (files or the study's SQLite), else re-raised
         if write_refused(exc) is None:

@@ -8,6 +8,8 @@
                    decode, recompute and swap stretches coloured by class, waits and stalls grey
 ``plot_sweep(sweep_dir)`` writes into ``sweep_dir/figures/``:
     latency_vs_load      TTFT and end-to-end p50/p99 per class (columns) per policy (lines), SLO lines
+                         (every figure: a filled band for the spread over seeds, a hatched one for
+                         the cost model's interval of a sweep run with --uncertainty)
     throughput_vs_load   output tokens/s, finished requests/s and goodput (within SLO) vs load
     preemptions_vs_load  preemptions per class and overall vs load
 
@@ -306,6 +308,12 @@ def _curve(ax, df: pd.DataFrame, col: str, series: list[str], styles: dict, logy
         ax.plot(x, stat["mean"], label=s, **styles[s])
         if g["seed"].nunique() > 1:
             ax.fill_between(x, stat["min"], stat["max"], color=styles[s]["color"], alpha=0.12, lw=0)
+        if f"{col}_lo" in g and g[f"{col}_lo"].notna().any():
+            # sweep --uncertainty: the cost model's 80 % interval (mean of its ends over seeds),
+            # hatched and unfilled so that it reads apart from the seed band's fill
+            iv = g.groupby("load")[[f"{col}_lo", f"{col}_hi"]].mean().reindex(stat.index)
+            ax.fill_between(x, iv[f"{col}_lo"], iv[f"{col}_hi"], facecolor="none", edgecolor=styles[s]["color"],
+                            hatch="///", alpha=0.45, lw=0.6, ls=":")
         drew = True
     if drew and logy:
         vals = df[col].dropna()
@@ -317,8 +325,10 @@ def _curve(ax, df: pd.DataFrame, col: str, series: list[str], styles: dict, logy
 
 def _load_note(df: pd.DataFrame) -> str:
     seeds = df["seed"].nunique() if "seed" in df else 1
+    unc = any(c.endswith("_lo") for c in df.columns)
     return (f"x: load = arrival-rate multiplier (traces: time compression); lines: mean over {seeds} "
-            f"seed{'s' if seeds != 1 else ''}" + ("; band: min–max over seeds" if seeds > 1 else ""))
+            f"seed{'s' if seeds != 1 else ''}" + ("; band: min–max over seeds" if seeds > 1 else "")
+            + ("; hatched: the cost model's 80 % interval (--uncertainty)" if unc else ""))
 
 
 def fig_latency_vs_load(df: pd.DataFrame, title: str = "") -> Figure:

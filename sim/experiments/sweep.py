@@ -67,12 +67,17 @@ class RunSpec:
         axes: axis name -> value for this cell, in the grid's axis order.
         scenario: the scenario dict with this cell's values applied (not yet validated).
         load_scale: arrival-rate multiplier passed to ``simulate``.
+        bracket: for a run ``--uncertainty`` adds, ``(central run_id, factor, by_kind)``: the
+            cell it brackets, its ``engine.cost_scale`` factor and the cell's time factors
+            (``((kind, lo, hi), ...)``); None for a cell's own run
+            (:mod:`sim.experiments.sweep_uncertainty`).
     """
 
     run_id: str
     axes: dict
     scenario: dict
     load_scale: float = 1.0
+    bracket: tuple | None = None
 
     @property
     def digest(self) -> str:
@@ -539,11 +544,24 @@ def collect(specs: Sequence[RunSpec], out_dir: str | Path,
     out = Path(out_dir)
     known = known or {}
     rows: list[dict] = []
+    brackets: dict[str, list[RunSpec]] = {}  # (--uncertainty: a cell's runs at other cost scales)
     for s in specs:
+        if s.bracket is not None:
+            brackets.setdefault(s.bracket[0], []).append(s)
+    for s in specs:
+        if s.bracket is not None:  # not rows of their own: the interval columns of their cell
+            continue
         if s.run_id in known:
-            rows.extend(known[s.run_id])
+            got = known[s.run_id]
         elif is_complete(s, out / "runs"):
-            rows.extend(run_rows(out / "runs" / s.run_id, s.axes))
+            got = run_rows(out / "runs" / s.run_id, s.axes)
+        else:
+            continue
+        if s.run_id in brackets:
+            from sim.experiments.sweep_uncertainty import with_intervals
+
+            got = with_intervals(got, s, brackets[s.run_id], out / "runs")
+        rows.extend(got)
     df = pd.DataFrame(rows)
     if len(df):
         for c in df.columns:  # metrics absent from some classes are None: make them float

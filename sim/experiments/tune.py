@@ -455,19 +455,29 @@ def _start_ray(address: str | None) -> bool:
 
 def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int = 1, backend: str = "local",
              address: str | None = None, resume: bool = False, seed: int = 0, log=print, report: bool = False,
-             plots: bool = True) -> TuneReport:
+             plots: bool = True, uncertainty: bool = False) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
     docstring). ``workers`` trials are asked at a time; their seeds' simulations run together.
     ``report``: also write the report files (:func:`sim.experiments.tune_report.write_report`,
     ``plots``: with ``pareto.png``) before the folder's lock is let go, so that they show the
-    study as this tune left it, never as a tune that was waiting on the lock is changing it."""
+    study as this tune left it, never as a tune that was waiting on the lock is changing it.
+    ``uncertainty`` (with ``report``; not after an interruption): the report first re-evaluates
+    the best configuration and the defaults at the cost model's time factors
+    (:mod:`sim.experiments.tune_uncertainty`)."""
     out = claim(out_dir, "tune", resume=True)  # a tune adds to its own folder only
     with locked(out, "tune"):  # (marked as a tune's; a second tune into it waits for the first)
         rep = _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log)
         if report:
             from sim.experiments.tune_report import write_report
 
-            rep.info = write_report(spec, out, plots=plots)
+            again = None
+            if uncertainty and not rep.interrupted:
+                again = {"backend": backend, "workers": workers, "address": address, "log": log}
+            try:
+                rep.info = write_report(spec, out, plots=plots, uncertainty=again)
+            except KeyboardInterrupt:  # (during the runs at the time factors: the report without them)
+                rep.interrupted = True
+                rep.info = write_report(spec, out, plots=plots)
         return rep
 
 

@@ -154,8 +154,12 @@ def default_value(base: dict, key: str) -> Any:
     return node
 
 
-def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True) -> dict:
-    """Write the tune's files into ``out_dir`` (see module docstring); returns tune.json's dict."""
+def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True, uncertainty: dict | None = None) -> dict:
+    """Write the tune's files into ``out_dir`` (see module docstring); returns tune.json's dict.
+    ``uncertainty``: first re-evaluate the best configuration and the defaults at the cost
+    model's time factors (``--uncertainty``; the keyword arguments of
+    :func:`sim.experiments.tune_uncertainty.evaluate`: backend, workers, address, log) and
+    record their intervals as tune.json's ``uncertainty``."""
     import optuna
     import tomli_w
 
@@ -182,6 +186,11 @@ def write_report(spec: TuneSpec, out_dir: str | Path, *, plots: bool = True) -> 
         write_file(out / "best.toml",
             f"# tuned by priosim tune from {Path(spec.source).name}: {how}, trial {int(best['trial'])}\n"
             + tomli_w.dumps(best_scenario(spec, dict(t.params))))
+    if uncertainty is not None:
+        from sim.experiments.tune_uncertainty import evaluate
+
+        params = dict(study.trials[int(best["trial"])].params) if best is not None else None
+        info["uncertainty"] = evaluate(spec, out, params, **uncertainty)
     noise = {}
     for o in spec.objectives:
         col = f"{o.name}_std"
@@ -286,18 +295,28 @@ def side_by_side(spec: TuneSpec, info: dict) -> str:
         rows.append((k.key, "(unset)" if d is None else fmt_value(d), fmt_value(best["params"][k.key])))
     dm = info.get("default") or {}
     bm = best.get("measure") or {}
+    u = info.get("uncertainty") or {}
+
+    def iv(which: str, part: str, name: str) -> str:  # " (lo-hi)" with --uncertainty
+        r = ((u.get(which) or {}).get(part) or {}).get(name)
+        return "" if not r else f" ({r[0]:.3g}-{r[1]:.3g})"
+
     for o in spec.objectives:
-        def cell(m):
+        def cell(m, which):
             om = (m.get("objectives") or {}).get(o.name) if m else None
-            return "-" if not om or om["mean"] is None else f"{om['mean']:.4g} ± {om['std']:.2g}"
-        rows.append((f"{'max' if o.maximize else 'min'} {o.name}", cell(dm), cell(bm)))
+            return "-" if not om or om["mean"] is None else \
+                f"{om['mean']:.4g}{iv(which, 'objectives', o.name)} ± {om['std']:.2g}"
+        rows.append((f"{'max' if o.maximize else 'min'} {o.name}", cell(dm, "default"), cell(bm, "best")))
     for s in spec.slos:
-        def sv(m):
+        def sv(m, which):
             v = (m.get("slo") or {}).get(s.name) if m else None
-            return "-" if v is None else f"{v:.4g}{' ok' if v <= s.limit else ' VIOLATED'}"
-        rows.append((f"slo {s.name} <= {s.limit:g}", sv(dm), sv(bm)))
+            return "-" if v is None else f"{v:.4g}{iv(which, 'slo', s.name)}{' ok' if v <= s.limit else ' VIOLATED'}"
+        rows.append((f"slo {s.name} <= {s.limit:g}", sv(dm, "default"), sv(bm, "best")))
     w = max(len(r[0]) for r in rows)
     w2 = max(12, max(len(r[1]) for r in rows))
     lines = [f"{'':{w}}  {'defaults':>{w2}}  best (trial {best['trial']})"]
     lines += [f"{a:{w}}  {b:>{w2}}  {c}" for a, b, c in rows]
+    if u.get("level"):
+        lines.append(f"(lo-hi): the {u['level']:.0%} interval from the cost model's error, the defaults and the "
+                     f"best configuration re-evaluated at its time factors, not every trial (docs/uncertainty.md)")
     return "\n".join(lines)

@@ -149,16 +149,26 @@ def cost_model_of(sc):
     return load_profile(e.profile, Path(sc.base_dir), overhead=e.overhead, host_cpu=e.host_cpu)
 
 
-def at_scale(sc, factor: float):
-    """``sc`` with ``engine.cost_scale`` multiplied by ``factor`` (every [cluster] group's too)."""
-    from sim.config import scenario_from_dict
+def scale_doc(doc: dict, factor: float) -> dict:
+    """A copy of the scenario dict ``doc`` with ``engine.cost_scale`` multiplied by ``factor``
+    (every [cluster] group's too)."""
+    import copy
 
-    doc = sc.to_dict()
+    doc = copy.deepcopy(doc)
+    doc.setdefault("engine", {})
     doc["engine"]["cost_scale"] = doc["engine"].get("cost_scale", 1.0) * factor
     for g in ((doc.get("cluster") or {}).get("groups") or []):
         if isinstance(g.get("engine"), dict) and "cost_scale" in g["engine"]:
             g["engine"]["cost_scale"] *= factor
-    return scenario_from_dict(doc, source=f"{sc.source} [cost_scale x{factor:g}]", base_dir=sc.base_dir)
+    return doc
+
+
+def at_scale(sc, factor: float):
+    """``sc`` with ``engine.cost_scale`` multiplied by ``factor`` (every [cluster] group's too)."""
+    from sim.config import scenario_from_dict
+
+    return scenario_from_dict(scale_doc(sc.to_dict(), factor), source=f"{sc.source} [cost_scale x{factor:g}]",
+                              base_dir=sc.base_dir)
 
 
 # ---- intervals of a run's summary ---------------------------------------------------------------

@@ -49,8 +49,12 @@ def margins(doc: dict) -> list[dict]:
         split = a.get("split") or {}
         ratio = worst(a) if a.get("classes") else None
         miss = nearest_misses(doc, d, split)
+        u = a.get("uncertainty") or {}
+        gpus = a.get("gpus")
+        if u and gpus is not None:  # (capacity's --uncertainty, on by default: "N (lo-hi)")
+            gpus = f"{gpus} ({u.get('gpus_lo')}-{'more than the search limit' if u.get('gpus_hi') is None else u['gpus_hi']})"
         rows.append({"design": d, "meets the SLOs": a.get("ok"), "replicas": a.get("replicas"),
-                     "GPUs": a.get("gpus"), "split": ", ".join(f"{k}={v}" for k, v in split.items()) or None,
+                     "GPUs": gpus, "split": ", ".join(f"{k}={v}" for k, v in split.items()) or None,
                      "worst p99/SLO": ratio, "headroom": None if ratio is None else 1 - ratio,
                      "largest miss": ", ".join(f"{k}={'none' if v is None else v}" for k, v in miss.items()) or None,
                      "utilisation": a.get("utilisation"),
@@ -113,6 +117,21 @@ def gpus_chart(doc: dict) -> dict:
                      "hovertemplate": f"%{{x}}: {part} %{{y}} replicas<extra></extra>"})
     if not data:
         return empty("Replicas per design", "no design met the SLOs")
+    unc = {d: a["uncertainty"] for d, a in designs.items() if a.get("uncertainty") and a.get("gpus") is not None}
+    if unc:  # the 80 % interval of the GPU count as an error bar on the replicas' stack (GPUs per
+        # replica as at the answer; no upper end: beyond the search limit)
+        xs = list(unc)
+        per = [designs[d]["gpus"] / (designs[d].get("replicas") or designs[d]["gpus"]) for d in xs]
+        ys = [designs[d]["gpus"] / p for d, p in zip(xs, per)]
+        hi = [(u["gpus_hi"] if u["gpus_hi"] is not None else designs[d]["gpus"]) / p
+              for d, u, p in zip(xs, unc.values(), per)]
+        data.append({"type": "scatter", "mode": "markers", "name": "80 % interval", "x": xs, "y": ys,
+                     "marker": {"color": "#000000", "size": 7, "symbol": "line-ew-open"},
+                     "error_y": {"type": "data", "symmetric": False, "array": [h - y for h, y in zip(hi, ys)],
+                                 "arrayminus": [y - u["gpus_lo"] / p for y, u, p in zip(ys, unc.values(), per)],
+                                 "thickness": 1.5, "width": 10},
+                     "hovertemplate": "%{x}: %{y} replicas (the bar: the cost model's 80 % interval)"
+                                      "<extra></extra>"})
     return {"data": data, "layout": layout("Replicas (GPUs) each design needs", "design", "replicas",
                                            barmode="stack")}
 
@@ -134,6 +153,9 @@ def build(folder: Path) -> Page:
               "pass); 'largest miss': per searched count, the largest one a probe saw miss the SLOs (one less "
               "than the answer: no fewer replicas would do; 'none': even 1 replica meets them).")
     page.table(rows)
+    if any((a.get("uncertainty") for a in doc["designs"].values())):
+        page.note("GPUs (lo-hi): the 80 % interval from the cost model's error (searched again at the binding "
+                  "metric kinds' low and high time factors); docs/uncertainty.md")
     page.heading("The SLOs searched for")
     page.table([{"class": c, "TTFT p99 <= (s)": s.get("ttft"), "TPOT p99 <= (s)": s.get("tpot"),
                  "all done by (simulated s)": s.get("done")} for c, s in (doc.get("slos") or {}).items()])

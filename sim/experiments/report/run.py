@@ -9,11 +9,13 @@ wrote them). Times are simulated seconds throughout.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sim.experiments.report import intervals as iv
 from sim.experiments.report import read
 from sim.experiments.report.page import Page, colors, empty, fmt, layout, vline
 
@@ -104,15 +106,26 @@ def overview(page: Page, d: dict) -> None:
         if not m:
             continue
         slo = d["slo"].get(c, {})
+        v = partial(iv.cell, m)  # (central (lo-hi) in a run made with --uncertainty)
         rows.append({"class": c, "arrived": m.get("arrived"), "finished": m.get("finished"),
                      "rejected": m.get("rejected"), "unfinished": m.get("unfinished"),
-                     "TTFT p50 (s)": m.get("ttft_p50_s"), "TTFT p99 (s)": m.get("ttft_p99_s"),
-                     "TTFT SLO (s)": slo.get("ttft_s"), "TPOT p99 (s)": m.get("tpot_p99_s"),
-                     "TPOT SLO (s)": slo.get("tpot_s"), "ITL p99 (s)": m.get("itl_p99_s"),
-                     "e2e p99 (s)": m.get("e2e_p99_s"), "output tok/s": m.get("output_tokens_per_s"),
-                     "SLO attainment": m.get("slo_attainment"), "goodput (req/s)": m.get("goodput_rps"),
+                     "TTFT p50 (s)": v("ttft_p50_s"), "TTFT p99 (s)": v("ttft_p99_s"),
+                     "TTFT SLO (s)": slo.get("ttft_s"), "TPOT p99 (s)": v("tpot_p99_s"),
+                     "TPOT SLO (s)": slo.get("tpot_s"), "ITL p99 (s)": v("itl_p99_s"),
+                     "e2e p99 (s)": v("e2e_p99_s"), "output tok/s": v("output_tokens_per_s"),
+                     "SLO attainment": v("slo_attainment"), "goodput (req/s)": v("goodput_rps"),
                      "preemptions": m.get("preemptions")})
     page.table(rows)
+    groups = {**{c: s.get("classes", {}).get(c) or {} for c in d["classes"]}, "overall": ov}
+    if any(iv.has(m) for m in groups.values()):
+        page.note(iv.NOTE)
+        page.open_grid()
+        for key, label in (("ttft_p99_s", "TTFT p99 (s)"), ("tpot_p99_s", "TPOT p99 (s)"),
+                           ("e2e_p99_s", "end-to-end p99 (s)"), ("output_tokens_per_s", "output tokens / s")):
+            fig = iv.error_chart(f"{label}: central value and 80 % interval", label, groups, key)
+            if fig is not None:
+                page.chart(fig, height=320)
+        page.close_grid()
 
 
 # ---- latency CDFs ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.experiments.report import intervals as iv
 from sim.experiments.report import read
 from sim.experiments.report.page import Page, PALETTE, empty, fmt, layout
 
@@ -76,6 +77,19 @@ def metric_chart(df: pd.DataFrame, column: str, label: str, logy: bool, slo_col:
                              "y": np.concatenate([st["max"].to_numpy(), st["min"].to_numpy()[::-1]]),
                              "fill": "toself", "fillcolor": _alpha(color, 0.15), "line": {"width": 0},
                              "name": f"{s}: seed range", "legendgroup": s, "showlegend": False, "hoverinfo": "skip"})
+                owner.append(c)
+            if f"{column}_lo" in h and h[f"{column}_lo"].notna().any():
+                # --uncertainty: the cost model's interval (mean of its ends over seeds), hatched
+                # with a dotted edge so that it reads apart from the seed band's plain fill
+                ends = h.groupby("load")[[f"{column}_lo", f"{column}_hi"]].mean().reindex(st.index)
+                data.append({"type": "scatter", "mode": "lines", "x": np.concatenate([x, x[::-1]]),
+                             "y": np.concatenate([ends[f"{column}_hi"].to_numpy(),
+                                                  ends[f"{column}_lo"].to_numpy()[::-1]]),
+                             "fill": "toself", "fillcolor": _alpha(color, 0.05),
+                             "fillpattern": {"shape": "/", "fgcolor": _alpha(color, 0.5), "size": 8},
+                             "line": {"width": 1, "dash": "dot", "color": _alpha(color, 0.6)},
+                             "name": f"{s}: 80 % interval", "legendgroup": s, "showlegend": False,
+                             "hoverinfo": "skip"})
                 owner.append(c)
             data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": st["mean"].to_numpy(), "name": s,
                          "legendgroup": s, "line": {"color": color, "width": 2}, "marker": {"size": 7},
@@ -146,7 +160,9 @@ def build(folder: Path) -> Page:
               f"{seeds} seed{'s' if seeds != 1 else ''}" + ("; band: the lowest to the highest seed" if seeds > 1
                                                             else "") +
               ". The menu above each chart picks the class; dashed red: the class's SLO. Click a legend entry "
-              "to hide a policy.")
+              "to hide a policy." + (" Hatched band with a dotted edge: the cost model's 80 % interval "
+                                     "(--uncertainty; the mean of its ends over seeds)."
+                                     if any(c.endswith("_lo") for c in df.columns) else ""))
     page.open_grid()
     for column, label, logy, slo in METRICS:
         if column not in df:
@@ -157,8 +173,14 @@ def build(folder: Path) -> Page:
     page.section("Every run")
     keep = ["run_id", "class", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "slo_attainment", "goodput_rps",
             "output_tokens_per_s", "preemptions", "rejected"]
+    shown = df[[c for c in keep if c in df]].copy()
+    if any(c.endswith("_lo") for c in df.columns):  # central (lo-hi)
+        for c in shown.columns:
+            if f"{c}_lo" in df:
+                shown[c] = [iv.cell(r, c) for r in df[[c, f"{c}_lo", f"{c}_hi"]].to_dict("records")]
+        page.note(iv.NOTE)
     page.pre(f"sweep.parquet ({len(df)} rows): run, class and headline metrics",
-             df[[c for c in keep if c in df]].to_string(index=False, float_format=lambda v: fmt(v)))
+             shown.to_string(index=False, float_format=lambda v: fmt(v)))
     if meta:
         page.pre("sweep.json", json.dumps(meta, indent=1))
     return page
