@@ -53,14 +53,16 @@ class Producer:
     slow: bool = False
 
 
+# In run order: the two speculation runs draw the same figure, and the page shows the last one's.
 PRODUCERS: dict[str, Producer] = {
     "preemption-costs": Producer("docs/findings/preemption.md", "python -m scripts.preemption_costs"),
     "admission-none": Producer("docs/findings/admission.md", "python -m scripts.admission_figures --overhead none"),
     "admission-default": Producer("docs/findings/admission.md", "python -m scripts.admission_figures"),
+    "speculation-default": Producer("docs/findings/speculation.md", "python -m scripts.speculation_crossover"),
     "speculation-none": Producer("docs/findings/speculation.md",
-                                 "python -m scripts.speculation_crossover --overhead none", slow=True),
-    "speculation-default": Producer("docs/findings/speculation.md", "python -m scripts.speculation_crossover",
-                                    slow=True),
+                                 "python -m scripts.speculation_crossover --overhead none"),
+    "distribution-shift": Producer("docs/findings/size-based.md",
+                                   "python -m scripts.distribution_shift --overhead none"),
 }
 
 
