@@ -61,6 +61,7 @@ PRODUCERS: dict[str, Producer] = {
     "speculation-default": Producer("docs/findings/speculation.md", "python -m scripts.speculation_crossover"),
     "speculation-none": Producer("docs/findings/speculation.md",
                                  "python -m scripts.speculation_crossover --overhead none"),
+    "sjf-tau-curve": Producer("docs/findings/size-based.md", "python -m scripts.sjf_tau_curve"),
     "distribution-shift": Producer("docs/findings/size-based.md",
                                    "python -m scripts.distribution_shift --overhead none"),
 }
