@@ -196,3 +196,53 @@ def test_findings_run_regenerates_one_block_in_a_copy(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "scripts.findings", "--run", "nope"], cwd=copy, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --run nope: no such producer")
+
+
+# ---- shipped scenarios' comments quote no measured result -----------------------------------
+
+QUANTITY = re.compile(r"(~|about |≈)?\b(\d[\d,]*(?:\.\d+)?)\s*(?:output\s+)?(ms|s|req/s|requests/s|tok/s|tokens/s)(?![\w/])")
+RESULT_WORDS = re.compile(r"\b(gives?|takes?|finish(es)?|reach(es)?|saturates?|measured|delivers?|cuts?|"
+                          r"drops?|climbs?|serves?|gets?|shows?|falls? to|rises? to|you should see)\b", re.I)
+
+
+def _settings(value) -> set[float]:
+    """Every number a scenario sets, anywhere in its tables (and in inline strings like '0.5s')."""
+    if isinstance(value, dict):
+        return set().union(*map(_settings, value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*map(_settings, value)) if value else set()
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, (int, float)):
+        return {float(value)}
+    return {float(x) for x in re.findall(r"\d+(?:\.\d+)?", str(value))}
+
+
+def measured_results(text: str) -> list[str]:
+    """The sentences of a scenario file's comments that quote a measured result: a time or a rate
+    that is not one of the scenario's own settings, with a word that reports an outcome or a
+    tilde. (A result goes stale with the engine's pricing; the findings pages carry them.)"""
+    import tomllib
+    settings = _settings(tomllib.loads(text))
+    comments = " ".join(line.split("#", 1)[1].strip() for line in text.splitlines() if "#" in line)
+    out = []
+    for sentence in re.split(r"(?<=[.;:])\s+|\s+\*\s+", comments):
+        for tilde, num, unit in QUANTITY.findall(sentence):
+            v = float(num.replace(",", ""))
+            own = v in settings or (unit == "ms" and v / 1000 in settings)
+            if not own and (tilde.strip() == "~" or RESULT_WORDS.search(sentence)):
+                out.append(f"{num} {unit}: {sentence[:140]}")
+    return out
+
+
+def test_measured_results_are_found_and_settings_are_not():
+    toml = ('# With preemption off interactive TTFT p99 ~4.6 s.\n# It finishes about 24 req/s.\n'
+            '# Interactive arrives at 15 req/s and must meet 0.5 s; the day is 240 s.\n'
+            'horizon_s = 240.0\n[[classes]]\nttft_slo_s = 0.5\n[[streams]]\nrate = 15\n')
+    assert [m.split(":")[0] for m in measured_results(toml)] == ["4.6 s", "24 req/s"]
+
+
+def test_shipped_scenarios_quote_no_measured_result():
+    bad = [f"{p.name}: {m}" for p in sorted((ROOT / "workloads" / "scenarios").glob("*.toml"))
+           for m in measured_results(p.read_text())]
+    assert not bad, "\n".join(bad)
