@@ -9,6 +9,7 @@ and draws docs/sjf_tau_curve.png, priced at the profile's declared engine overhe
 from __future__ import annotations
 
 import argparse
+import sys
 import datetime
 from pathlib import Path
 
@@ -65,7 +66,8 @@ def main() -> None:
     for name, ov in policies():
         r = np.array([run(pricing + ov, s, args.horizon_s) for s in seeds], dtype=float)
         table.append((name, *r.mean(axis=0)))
-        print(f"{name:28s} mean e2e {table[-1][1]:8.3f} s  p99 {table[-1][2]:8.2f} s  srpt-order tau {table[-1][3]:.3f}", flush=True)
+        print(f"{name:28s} mean e2e {table[-1][1]:8.3f} s  p99 {table[-1][2]:8.2f} s  srpt-order tau {table[-1][3]:.3f}",
+              file=sys.stderr, flush=True)  # (progress; stdout carries only the Markdown table)
     lines = ["| policy | mean e2e (s) | p99 e2e (s) | admission-order tau vs SRPT |", "|---|---:|---:|---:|"]
     lines += [f"| {n} | {m:.3f} | {p:.2f} | {t:.3f} |" for n, m, p, t in table]
     flag = f" --overhead {args.overhead}" if args.overhead else ""
@@ -74,6 +76,7 @@ def main() -> None:
         f"Seeds {seeds}; scenario `{SCENARIO.relative_to(ROOT)}` with {' '.join(load)}; engine overhead "
         f"`{PRICED_WITH[0]}`; produced by `python -m scripts.sjf_tau_curve{flag}` on {datetime.date.today()}.\n\n"
         + "\n".join(lines) + "\n")
+    print(f"Seeds {seeds}; engine overhead `{PRICED_WITH[0]}`.\n\n" + "\n".join(lines))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -70,3 +70,62 @@ def test_run_command_draws_figures_only_when_asked(tmp_path):
     for flags, name in (([], "b"), (["--no-plots"], "c")):
         res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / name), *flags])
         assert res.exit_code == 0 and not (tmp_path / name / "figures").exists()
+
+
+# ---- legends and titles inside the canvas ------------------------------------------------------
+
+def _sweep_frame(n_series: int = 8):
+    """A sweep table with ``n_series`` lines (4 policies x 2 values of a grid axis with a long
+    name), two classes and two seeds, shaped as sweep.parquet is (run_id, axes, class, metrics)."""
+    import numpy as np
+    import pandas as pd
+    rows = []
+    policies = ["strict_priority", "fcfs", "wfq", "sjf_rank"][: max(1, n_series // 2)]
+    for p in policies:
+        for cap in (512, 8192):
+            for load in (0.5, 1.0, 1.5):
+                for seed in (0, 1):
+                    for c, slo in (("interactive", 0.5), ("batch", None), ("overall", None)):
+                        v = load * (1 + seed * 0.1) * (2 if cap == 512 else 1)
+                        rows.append({"run_id": len(rows), "policy": p,
+                                     "classes.1.max_prefill_tokens_per_step": cap, "load": load, "seed": seed,
+                                     "class": c, "ttft_p50_s": v, "ttft_p99_s": 3 * v, "e2e_p50_s": 10 * v,
+                                     "e2e_p99_s": 30 * v, "ttft_slo_s": slo, "output_tokens_per_s": 1000 * v,
+                                     "throughput_rps": v, "goodput_rps": v / 2, "preemptions": int(10 * v)})
+    return pd.DataFrame(rows)
+
+
+def _inside(fig) -> list[str]:
+    """The legends and titles of ``fig`` whose drawn extent leaves the canvas (with a pixel of slack)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(fig).get_renderer()  # (a Figure built directly has no drawing canvas)
+    fig.draw(renderer)  # (the constrained layout is computed at draw time)
+    box = fig.bbox
+    texts = [("suptitle", fig._suptitle)] if fig._suptitle is not None else []
+    texts += [(f"legend {i}", lg) for i, lg in enumerate(fig.legends)]
+    for ax in fig.axes:
+        texts.append((f"title {ax.get_title()!r}", ax.title))
+        if ax.get_legend() is not None:
+            texts.append((f"axes legend of {ax.get_title()!r}", ax.get_legend()))
+    out = []
+    for what, artist in texts:
+        e = artist.get_window_extent(renderer)
+        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1:
+            out.append(f"{what}: {e} outside {box}")
+    return out
+
+
+@pytest.mark.parametrize("name", ["latency_vs_load", "throughput_vs_load", "preemptions_vs_load"])
+def test_sweep_figures_keep_legend_and_titles_inside_with_8_series(name):
+    from sim.experiments import plots
+    df = _sweep_frame(8)
+    assert df.groupby(["policy", "classes.1.max_prefill_tokens_per_step"]).ngroups == 8
+    fig = getattr(plots, f"fig_{name}")(df, "— chat_vs_batch_with_a_long_scenario_name")
+    assert fig.legends or any(ax.get_legend() for ax in fig.axes)
+    assert _inside(fig) == []
+
+
+def test_run_figures_keep_legends_and_titles_inside(traced_run):
+    figs = run_figures(traced_run)
+    assert "timeline" in figs
+    assert {n: _inside(f) for n, f in figs.items()} == {n: [] for n in figs}

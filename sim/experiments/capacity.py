@@ -518,5 +518,6 @@ def plot_capacity(rep: CapacityReport, path: str | Path) -> Path:
     ax2.legend(fontsize=8)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    write_file(p, lambda t: fig.savefig(t, format=Path(p).suffix.lstrip('.') or 'png', dpi=120))
+    write_file(p, lambda t: fig.savefig(t, format=Path(p).suffix.lstrip('.') or 'png', dpi=120,
+                                          bbox_inches="tight"))  # (grows the canvas to the legends)
     return p

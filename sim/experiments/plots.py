@@ -50,6 +50,18 @@ def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
+def _suptitle(fig: Figure, text: str, fontsize: float = 12.0) -> None:
+    """A figure title wrapped to the canvas: the constrained layout makes room for its height
+    but not its width, so a long line (a long scenario name, the load note) would be cut off at
+    both edges. Each line is wrapped at the characters that fit the figure's width, estimated at
+    0.62 em per character (sans-serif average, with slack)."""
+    import textwrap
+
+    width = int(fig.get_figwidth() * 72 / (fontsize * 0.62))
+    lines = [w for line in text.split("\n") for w in (textwrap.wrap(line, width) or [""])]
+    fig.suptitle("\n".join(lines), fontsize=fontsize)
+
+
 def _class_colors(classes: list[str]) -> dict[str, str]:
     return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(classes)}
 
@@ -107,7 +119,7 @@ def fig_latency_cdf(d: dict) -> Figure:
     axes[0].set_title("Time to first token (started requests)")
     axes[1].set_title("Time per output token (finished)")
     axes[2].set_title("End-to-end latency (finished)")
-    fig.suptitle(f"Latency CDFs per class — {_title(d)}  (dashed: SLO)")
+    _suptitle(fig, f"Latency CDFs per class — {_title(d)}  (dashed: SLO)")
     return fig
 
 
@@ -146,7 +158,7 @@ def fig_token_share(d: dict) -> Figure:
     shares = d["summary"].get("tenants", {})
     txt = ", ".join(f"{k} {v.get('token_share', 0):.0%}" for k, v in shares.items())
     iv = float(np.median(np.diff(t))) if len(t) > 1 else 0.0
-    fig.suptitle(f"Output token share over time — {_title(d)}\nwhole-run tenant shares: {txt}"
+    _suptitle(fig, f"Output token share over time — {_title(d)}\nwhole-run tenant shares: {txt}"
                  f"  (rolling mean over {win * iv:g} s)")
     return fig
 
@@ -177,7 +189,7 @@ def fig_kv_queues(d: dict) -> Figure:
     for ax in (a1, a2, a3):
         ax.grid(alpha=0.3)
     a3.set_xlabel("simulated time (s)")
-    fig.suptitle(f"Memory and queues over time — {_title(d)}")
+    _suptitle(fig, f"Memory and queues over time — {_title(d)}")
     return fig
 
 
@@ -247,7 +259,7 @@ def fig_timeline(d: dict, max_requests: int = 40) -> Figure | None:
                 Line2D([], [], color="#bbbbbb", lw=1, label="waiting (queued)"),
                 Line2D([], [], color="#d62728", lw=2.2, label="stall after start (preempted)")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    fig.suptitle(f"Request timeline ({len(sel)} of {len(seen)} traced requests) — {_title(d)}")
+    _suptitle(fig, f"Request timeline ({len(sel)} of {len(seen)} traced requests) — {_title(d)}")
     return fig
 
 
@@ -359,8 +371,10 @@ def fig_latency_vs_load(df: pd.DataFrame, title: str = "") -> Figure:
                 ax.set_xlabel("load (× scenario arrival rate)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), title="policy")
-    fig.suptitle(f"Latency vs load per class {title}\n{_load_note(df)}; dashed red: the class's SLO")
+        # one column at the right: any number of series fits the figure's height, where a row at
+        # the bottom ran past both edges with long series names
+        fig.legend(handles, labels, loc="outside right upper", title="policy", fontsize=9)
+    _suptitle(fig, f"Latency vs load per class {title}\n{_load_note(df)}; dashed red: the class's SLO")
     return fig
 
 
@@ -382,7 +396,7 @@ def fig_throughput_vs_load(df: pd.DataFrame, title: str = "") -> Figure:
         ax.set_xlabel("load (× scenario arrival rate)")
         ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=8, title="policy")
-    fig.suptitle(f"Throughput and goodput vs load {title}\n{_load_note(df)}")
+    _suptitle(fig, f"Throughput and goodput vs load {title}\n{_load_note(df)}")
     return fig
 
 
@@ -400,7 +414,7 @@ def fig_preemptions_vs_load(df: pd.DataFrame, title: str = "") -> Figure:
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("preemptions per run (count)")
     axes[0].legend(fontsize=8, title="policy")
-    fig.suptitle(f"Preemptions vs load (a request preempted twice counts twice) {title}\n{_load_note(df)}")
+    _suptitle(fig, f"Preemptions vs load (a request preempted twice counts twice) {title}\n{_load_note(df)}")
     return fig
 
 

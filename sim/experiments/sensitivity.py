@@ -488,5 +488,6 @@ def tornado(doc: dict, path: Path) -> Path:
         ax.legend(fontsize=8, loc="lower right")
         ax.set_title(f"{doc['scenario']}: Sobol' indices ({doc['simulations']} runs)")
     ax.set_yticks(range(len(rows)), labels)
-    write_file(path, lambda t: fig.savefig(t, format="png", dpi=110, metadata={"Software": None}))
+    write_file(path, lambda t: fig.savefig(t, format="png", dpi=110, metadata={"Software": None},
+                                             bbox_inches="tight"))  # (long knob labels: nothing cut off)
     return path

@@ -279,7 +279,7 @@ def plot_front(spec: TuneSpec, df: pd.DataFrame, front: pd.DataFrame, default: d
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    write_file(path, lambda t: fig.savefig(t, format="png", dpi=120))
+    write_file(path, lambda t: fig.savefig(t, format="png", dpi=120, bbox_inches="tight"))  # (a long title: nothing cut off)
     plt.close(fig)
     return path
 
