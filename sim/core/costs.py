@@ -590,8 +590,9 @@ def _load_profile(spec, base_dir, where) -> CostModel:
         spec = DEFAULT_PROFILE
     if isinstance(spec, dict):
         if spec.get("schema") == SCHEMA:  # a whole profile document: one derived from engine.model
-            meta = spec.get("meta") if isinstance(spec.get("meta"), dict) else {}
-            return profile_from_dict(spec, name=str(meta.get("name", "inline")), where=where)
+            meta = spec.get("meta")
+            name = meta.get("name", "inline") if isinstance(meta, dict) else "inline"
+            return profile_from_dict(spec, name=str(name), where=where)
         kind = spec.get("kind")
         if kind != "linear":
             raise ProfileError(f"{where}.kind: expected 'linear' for an inline profile (got {kind!r})")
