@@ -4,8 +4,15 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import settings
 
 from sim import scenario_from_dict, simulate
+
+# Every Hypothesis test draws the same examples on every run (CI is deterministic; a failure
+# reproduces) and has no per-example deadline (the machine is shared: timing is not a check).
+# A test's own @settings inherit these; tests/test_suite_rules.py checks that none turns them off.
+settings.register_profile("priosim", derandomize=True, deadline=None)
+settings.load_profile("priosim")
 
 LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_token_s": 1e-4,
           "context_token_s": 1e-7, "swap_block_s": 1e-4}

@@ -378,12 +378,16 @@ def test_real_loop_runs_a_short_trace_and_compare_reports_every_metric(measured)
 def test_cli_calibrate_then_run_then_validate(tmp_path, monkeypatch):
     """The calibrate-then-simulate loop through the command line: measure a tiny CPU profile,
     simulate with it, and validate a short trace real vs simulated, into a relative --out from
-    a folder that is not the project's."""
+    a folder that is not the project's. (The quick grid timed fewer times: tests/quick_calibrate.py.)"""
     import json
 
     from click.testing import CliRunner
 
+    from calibrate import measure
     from sim.cli import main
+    from tests.quick_calibrate import quick_grid
+
+    monkeypatch.setitem(measure.GRIDS, "quick", quick_grid())
 
     prof = tmp_path / "p.json"
     r = CliRunner().invoke(main, ["calibrate", "--device", "cpu", "--shape", "tiny", "--grid", "quick",
@@ -461,11 +465,13 @@ def test_every_shipped_roofline_profile_is_regenerated_by_the_command(tmp_path, 
 
 def test_gpu_script_runs_its_whole_path_on_cpu(tmp_path):
     """scripts/gpu_calibrate.sh in smoke mode with DEVICE=cpu SHAPE=tiny: calibrate, then
-    validate on that profile, everything in the one folder, the step report included."""
+    validate on that profile, everything in the one folder, the step report included. (priosim
+    with the quick grid timed fewer times, through the script's PRIOSIM: tests/quick_calibrate.py.)"""
     import os
     import subprocess
     import sys
-    env = {**os.environ, "DEVICE": "cpu", "SHAPE": "tiny", "PY": sys.executable, "MPLBACKEND": "Agg"}
+    env = {**os.environ, "DEVICE": "cpu", "SHAPE": "tiny", "PY": sys.executable, "MPLBACKEND": "Agg",
+           "PRIOSIM": f"{sys.executable} -m tests.quick_calibrate"}
     done = subprocess.run(["bash", "scripts/gpu_calibrate.sh", str(tmp_path), "smoke"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

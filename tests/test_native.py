@@ -3,10 +3,11 @@
 One test builds the hot modules in a scratch copy of the project (about a minute on two cores),
 then runs every shipped scenario, a cluster, and the benchmark workload with a small KV pool under
 each preemption mode, twice: compiled and pure Python (``PRIOSIM_PURE_PYTHON=1``); request
-tables, time series and summaries must be equal. It also runs the engine's exactness tests
-(fast-forward and the lazy cohort against stepping every request) on the compiled build, and
-checks that the console script runs the compiled build from another folder, and that a missing
-shared library or a source edited after the build makes ``import sim`` fall back to pure Python.
+tables, time series and summaries must be equal. It also runs the exactness suite
+(tests/test_exactness.py: the fast paths against stepping), the engine's core tests and the vLLM
+conformance cases on the compiled build, and checks that the console script runs the compiled
+build from another folder, and that a missing shared library or a source edited after the build
+makes ``import sim`` fall back to pure Python.
 Skipped where mypyc or a C compiler is missing.
 """
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _can_build() -> bool:
 def test_compiled_build_gives_identical_results(tmp_path):
     proj = tmp_path / "proj"
     skip = shutil.ignore_patterns("*.so", "native_build.json", "__pycache__", "build", ".hypothesis")
-    for d in ("sim", "policies", "workloads", "calibrate", "plumbing", "tests", "benchmarks"):
+    for d in ("sim", "policies", "workloads", "calibrate", "plumbing", "tests", "benchmarks", "scripts"):
         shutil.copytree(ROOT / d, proj / d, ignore=skip)
     env = {k: v for k, v in os.environ.items() if k != "PRIOSIM_PURE_PYTHON"}
 
@@ -92,8 +93,9 @@ def test_compiled_build_gives_identical_results(tmp_path):
 
     _console_script_from_another_folder(proj, tmp_path, env)
 
-    # fast-forward and the lazy cohort stay exact when compiled
-    run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_engine_core.py", "tests/test_vllm_conformance.py")
+    # the fast paths stay exact when compiled (tests/test_exactness.py imports scripts/exactness_fuzz.py)
+    run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_exactness.py", "tests/test_engine_core.py",
+        "tests/test_vllm_conformance.py")
 
     # a source edited after the build: pure Python runs, with a warning naming the module
     with open(proj / "sim" / "core" / "loop.py", "a") as f:

@@ -213,8 +213,9 @@ def test_write_file_is_whole_or_absent(tmp_path):
 
 
 def test_kill_during_rerun_never_loses_the_earlier_result(setup, tmp_path):
-    """kill -9 at 20 points of a rerun into an existing result: the folder always holds one
-    complete result (the old or the new), and a rerun afterwards recovers."""
+    """kill -9 at 10 points of a rerun into an existing result (from half its time to past its
+    end): the folder always holds one complete result (the old or the new), and a rerun
+    afterwards recovers."""
     base, scenario, _ = setup
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "sim.cli", "run", str(scenario), "--out", str(out), "--set", "horizon_s=3"]
@@ -223,9 +224,9 @@ def test_kill_during_rerun_never_loses_the_earlier_result(setup, tmp_path):
     full = subprocess.run(cmd + ["--overwrite"], cwd=base, capture_output=True)
     assert full.returncode == 0
     span = time.perf_counter() - started
-    for i in range(20):
+    for i in range(10):  # (where a kill lands varies with the load anyway; every run is checked the same)
         p = subprocess.Popen(cmd + ["--overwrite"], cwd=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(span * (0.5 + i / 20 * 0.6))
+        time.sleep(span * (0.5 + i / 10 * 0.6))
         p.send_signal(signal.SIGKILL)
         p.wait()
         names = {q.name for q in out.iterdir()}

@@ -1,5 +1,5 @@
 """Engine overhead in the cost model: ``none`` is today's pricing byte for byte, presets are
-validated, and priced steps stay exact under fast-forward (see test_engine_core for the
+validated, and priced steps stay exact under fast-forward (see test_exactness for the
 exactness tests, parametrised over presets)."""
 from __future__ import annotations
 

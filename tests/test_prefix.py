@@ -62,16 +62,6 @@ def test_prefix_caching_off_changes_nothing_else(run):
     assert res.requests["prefix_hit_tokens"].sum() == 0
 
 
-@pytest.mark.parametrize("preemption", ["recompute", "swap"])
-def test_fast_forward_exact_with_prefix_caching(run, preemption):
-    sc = _prefix_scenario(preemption=preemption, kv_blocks=60)
-    a = run(sc)
-    sc2 = copy.deepcopy(sc)
-    sc2["engine"]["fast_forward"] = False
-    b = run(sc2)
-    pd.testing.assert_frame_equal(a.requests, b.requests)
-
-
 @pytest.mark.parametrize("preemption", ["recompute", "auto"])
 def test_prefix_aware_victims_are_chosen_alike_with_the_cohort(run, preemption):
     """``engine.victim = "prefix_aware"`` prices each candidate by its progress and blocks; a
@@ -92,7 +82,7 @@ def test_prefix_aware_victims_are_chosen_alike_with_the_cohort(run, preemption):
         pd.testing.assert_frame_equal(ref.requests, run(sc).requests)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 1000), kv_blocks=st.integers(30, 150),
        preemption=st.sampled_from(["recompute", "swap", "auto", "off"]),
        pfw=st.sampled_from(["never", "strict", "priority"]), convs=st.integers(0, 5),
