@@ -211,13 +211,14 @@ def test_auto_crossover_on_shipped_profile():
 
 @pytest.mark.slow
 def test_chat_vs_batch_preemption_cuts_interactive_ttft():
-    """Interactive TTFT p99 with preemption is >= 5x lower than with preemption off, batch
-    still all finishes, and the engine never idles while work waits."""
+    """Interactive TTFT p99 with preemption is >= 2x lower than with preemption off (about 2.2x
+    at the vllm-v1 pricing; how much depends on the preset's step times), batch still all
+    finishes, and the engine never idles while work waits."""
     on = simulate(load_scenario("chat_vs_batch"))
     off = simulate(load_scenario("chat_vs_batch", overrides=["engine.preemption=\"off\""]))
     p99_on = on.summary_dict["classes"]["interactive"]["ttft_p99_s"]
     p99_off = off.summary_dict["classes"]["interactive"]["ttft_p99_s"]
-    assert p99_off >= 5 * p99_on, (p99_on, p99_off)
+    assert p99_off >= 2 * p99_on, (p99_on, p99_off)
     for res in (on, off):
         b = res.summary_dict["classes"]["batch"]
         assert b["finished"] == b["arrived"] == 1000
