@@ -246,3 +246,17 @@ def test_shipped_scenarios_quote_no_measured_result():
     bad = [f"{p.name}: {m}" for p in sorted((ROOT / "workloads" / "scenarios").glob("*.toml"))
            for m in measured_results(p.read_text())]
     assert not bad, "\n".join(bad)
+
+
+def test_the_printed_default_run_in_the_readme_and_first_run_is_current(tmp_path):
+    """README.md and docs/first-run.md show what `priosim run` prints: the same lines, to the digit."""
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    res = CliRunner().invoke(main, ["run", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    table = res.output.splitlines()[:5]
+    for page in ("README.md", "docs/first-run.md"):
+        text = (ROOT / page).read_text()
+        assert "\n".join(table) in text, f"{page}: the printed run is stale (rerun `priosim run` and paste its table)"
