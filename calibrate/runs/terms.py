@@ -46,11 +46,22 @@ class Term:
     kind: str  # "overhead", "efficiency" or "kv"
 
 
+def _engine_bound(name: str) -> tuple[float, float]:
+    """The engine-physics range the presets are fitted within (calibrate/fidelity/fit.py BOUNDS):
+    one table for both fits."""
+    from calibrate.fidelity.fit import BOUNDS
+
+    return BOUNDS[name]
+
+
 OVERHEAD_TERMS = (
-    Term("step_s", 0.0, 5 * MS, "ms", MS, "per-step CPU: 0-5 ms (largest preset 1.5 ms)", "overhead"),
-    Term("seq_s", 0.0, 200 * US, "us", US, "per sequence per step: 0-200 us (presets 36-111 us)", "overhead"),
-    Term("admit_s", 0.0, 2 * MS, "ms", MS, "per admitted request: 0-2 ms (scheduling a new request)", "overhead"),
-    Term("frontend_s", 0.0, 100 * MS, "ms", MS, "API server, arrival to engine: 0-100 ms (vllm-v1 35 ms)",
+    Term("step_s", *_engine_bound("step_s"), "ms", MS, "per-step CPU: 0-5 ms (largest preset 1.5 ms)", "overhead"),
+    Term("seq_s", *_engine_bound("seq_s"), "us", US, "per sequence per step: 0-200 us (presets 30-111 us)",
+         "overhead"),
+    Term("admit_s", *_engine_bound("admit_s"), "ms", MS, "per admitted request: 0-2 ms (scheduling a new request)",
+         "overhead"),
+    # wider than the presets' 30 ms: a user's own deployment may put a gateway or proxy in front
+    Term("frontend_s", 0.0, 100 * MS, "ms", MS, "API server, arrival to engine: 0-100 ms (presets <= 30 ms)",
          "overhead"),
 )
 
