@@ -18,9 +18,9 @@ is downloaded.
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import asdict, dataclass, replace
 
+from plumbing.suggest import did_you_mean
 from sim.core.costs import DTYPE_BYTES  # noqa: F401  (one home: the profile format is sim's)
 
 
@@ -139,8 +139,7 @@ def get_shape(name: str, tp: int | None = None) -> Shape:
     if base and t.isdigit() and base in SHAPES:
         name, tp = base, int(t) if tp is None else tp
     if name not in SHAPES:
-        close = difflib.get_close_matches(name, SHAPES, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(name, SHAPES)
         raise KeyError(f"'shape' must be one of {sorted(SHAPES)} (got {name!r}){hint}")
     return SHAPES[name].shard(tp or 1)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from policies.base import BasePolicy, Policy, RankingContext, RequestView
 from plumbing.registry import Registry, load_dotted
+from plumbing.suggest import did_you_mean
 
 POLICIES = Registry("policy")
 POLICIES.register("fcfs", "policies.fcfs:FCFS", "first come, first served (arrival, then id)")
@@ -41,7 +42,6 @@ def make_policy(name: str, **params: Any) -> Policy:
 
 def _check_param_names(name: str, factory: Any, params: dict) -> None:
     """Unknown parameter names fail with one line naming them and the accepted ones."""
-    import difflib
     import inspect
     try:
         sig = inspect.signature(factory)
@@ -53,8 +53,7 @@ def _check_param_names(name: str, factory: Any, params: dict) -> None:
     known = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for k in params:
         if k not in known:
-            close = difflib.get_close_matches(k, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(k, known)
             raise ValueError(f"{name}: unknown parameter '{k}' (expected "
                              f"{', '.join(known) if known else 'no parameters'}){hint}")
 

@@ -6,10 +6,10 @@ expected, so a user can fix the scenario or trace without reading code.
 """
 from __future__ import annotations
 
-import difflib
 from typing import Any, Iterable
 
 from plumbing.numbers import broken_bound, is_integer, is_number
+from plumbing.suggest import did_you_mean
 
 
 class WorkloadError(ValueError):
@@ -53,7 +53,6 @@ def unknown_keys(path: str, given: Iterable[str], allowed: Iterable[str]) -> Non
     allowed = sorted(allowed)
     for k in given:
         if k not in allowed:
-            close = difflib.get_close_matches(k, allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(k, allowed)
             where = f"{path}.{k}" if path else k
             raise WorkloadError(f"{where}: unknown key (expected one of {', '.join(allowed)}){hint}")
