@@ -28,7 +28,7 @@ def engine(overhead: str | None, decoders: int) -> Engine:
     cfg = load_scenario(None, overrides=["engine.preemption=\"auto\"", "engine.swap_blocks=100000"]).engine
     pool = KVPool(costs.kv_blocks(16), 16, [0], [0], host_total=100000)
     eng = Engine(None, cfg, costs, None, [None], pool, Telemetry(["c"], 10**9))
-    eng.running = dict.fromkeys(range(decoders))
+    eng.queues.running = dict.fromkeys(range(decoders))
     return eng
 
 

@@ -84,7 +84,7 @@ class Gate:
         self.in_class: dict[str, int] = defaultdict(int)
         self.promised: dict[int, int] = defaultdict(int)  # blocks promised per priority
         self._blocks: dict[int, int] = {}  # request_id -> promised blocks
-        self.engine = None
+        self.view = None  # the replica's GateView (bind)
         self.rejected: dict[str, int] = defaultdict(int)
         self.rejections: list[tuple[int, float, str]] = []  # (request_id, time decided, reason)
         self.admitted = 0
@@ -95,24 +95,25 @@ class Gate:
         self.est_ratio: list[float] = []  # actual / estimated TTFT of admitted requests
         self.shed_log: list[tuple[float, str, float, float]] = []  # (t, class, est, target)
 
-    def bind(self, engine) -> None:
-        self.engine = engine
+    def bind(self, view) -> None:
+        """The replica's :class:`sim.core.engine.GateView`, read when ``check`` is given none."""
+        self.view = view
 
     # ---- checks ----------------------------------------------------------------------------
-    def check(self, req, now_s: float, engine=None) -> str:
-        engine = engine if engine is not None else self.engine
-        reason = self._check(req, now_s, engine)
+    def check(self, req, now_s: float, view=None) -> str:
+        view = view if view is not None else self.view
+        reason = self._check(req, now_s, view)
         if reason:
             self.rejected[reason] += 1
             self.rejections.append((req.request_id, now_s, reason))
             return reason
-        self._commit(req, now_s, engine)
+        self._commit(req, now_s, view)
         return ""
 
     def _cost_tokens(self, req) -> int:
         return req.prompt_tokens + req.max_tokens
 
-    def _check(self, req, now: float, engine) -> str:
+    def _check(self, req, now: float, view) -> str:
         need = self._cost_tokens(req)
         if self.max_request_tokens and need > self.max_request_tokens:
             return "too_large"
@@ -129,22 +130,22 @@ class Gate:
         cap = self.class_cap.get(req.cls)
         if cap is not None and self.in_class[req.cls] >= cap:
             return "concurrency"
-        if self.memory_budget > 0 and engine is not None:
-            blocks = engine.pool.blocks_for(need)
+        if self.memory_budget > 0 and view is not None:
+            blocks = view.pool.blocks_for(need)
             ahead = sum(v for p, v in self.promised.items() if p <= req.priority)
-            if ahead + blocks > self.memory_budget * engine.pool.total:
+            if ahead + blocks > self.memory_budget * view.pool.total:
                 return "memory_budget"
-        if self.shed == "deadline" and engine is not None:
+        if self.shed == "deadline" and view is not None:
             target = self.target(req)
             if target is not None:
-                est = self.estimate_ttft(req, now, engine)
+                est = self.estimate_ttft(req, now, view)
                 if est > self.slack * target:
                     self.shed_log.append((now, req.cls, est, target))
                     return "deadline"
                 self._est[req.request_id] = est
         return ""
 
-    def _commit(self, req, now: float, engine) -> None:
+    def _commit(self, req, now: float, view) -> None:
         t = req.tenant
         if t in self.req_bucket:
             self.req_bucket[t].take(1.0, now)
@@ -152,8 +153,8 @@ class Gate:
             self.tok_bucket[t].take(self._cost_tokens(req), now)
         self.in_tenant[t] += 1
         self.in_class[req.cls] += 1
-        if self.memory_budget > 0 and engine is not None:
-            b = engine.pool.blocks_for(self._cost_tokens(req))
+        if self.memory_budget > 0 and view is not None:
+            b = view.pool.blocks_for(self._cost_tokens(req))
             self.promised[req.priority] += b
             self._blocks[req.request_id] = b
         self.admitted += 1
@@ -183,7 +184,7 @@ class Gate:
             return max(1.0, max_tokens / 2.0)
         return max(1.0, self.out_sum[cls] / n)
 
-    def estimate_ttft(self, req, now: float, engine) -> float:
+    def estimate_ttft(self, req, now: float, view) -> float:
         """Estimated seconds from now to ``req``'s first token, from the work ranked ahead of it.
 
         Ahead: waiting requests whose rank key is below ``req``'s, and running requests it may
@@ -201,9 +202,8 @@ class Gate:
 
         The estimate is the sum of the two.
         """
-        cfg = engine.cfg
-        W, R, evictable_blocks = self._ahead(req, now, engine)
-        pool = engine.pool
+        W, R, evictable_blocks = self._ahead(req, now, view)
+        pool = view.pool
         Q = req.prompt_tokens
         need_blocks = pool.blocks_for(req.prompt_tokens + 1)
         ctx = 0
@@ -214,37 +214,36 @@ class Gate:
         for r in R:
             Q += max(0, r.tokens - r.computed - 1)
             ctx += r.tokens
-        n_dec = min(cfg.max_num_seqs, len(R) + len(W))
+        n_dec = min(view.max_num_seqs, len(R) + len(W))
         mean_ctx = ctx / max(1, len(R) + len(W))
-        B = cfg.max_batched_tokens
+        B = view.max_batched_tokens
         per = max(1, B - n_dec)
         chunk = min(Q, per)
         steps_p = -(-Q // per)
         mean_prompt = Q / (len(W) + 1)
         l2 = chunk * min(mean_prompt, chunk)
-        t_prefill = steps_p * engine.costs.step_s(P=chunk, D=n_dec, sum_l2=l2, sum_ctx=n_dec * mean_ctx)
+        t_prefill = steps_p * view.costs.step_s(P=chunk, D=n_dec, sum_l2=l2, sum_ctx=n_dec * mean_ctx)
         # slots and memory
-        free_slots = cfg.max_num_seqs - len(R)
+        free_slots = view.max_num_seqs - len(R)
         k_slots = max(0, len(W) + 1 - free_slots)
-        avail = pool.available_for(req.priority) - engine.watermark_blocks + evictable_blocks
-        k = max(k_slots, self._finishes_for_memory(need_blocks - avail, R, engine))
-        return t_prefill + self._wait_s(k, R, mean_ctx, engine)
+        avail = pool.available_for(req.priority) - view.watermark_blocks + evictable_blocks
+        k = max(k_slots, self._finishes_for_memory(need_blocks - avail, R, view))
+        return t_prefill + self._wait_s(k, R, mean_ctx, view)
 
-    def _ahead(self, req, now: float, engine) -> tuple[list, list, int]:
+    def _ahead(self, req, now: float, view) -> tuple[list, list, int]:
         """The waiting requests ranked before ``req``, the running ones it may not evict, and the
         KV blocks of those it may."""
-        cfg = engine.cfg
         try:
-            k_new = tuple(engine.policy.key(req, now))
+            k_new = view.key(req, now)
         except ScenarioError:  # a policy breaking its contract (a write, a NaN key) stops the run
             raise
         except Exception:  # a policy that needs on_arrival first: rank by class, then FIFO
             k_new = (req.priority, math.inf)
-        evict = cfg.preempt_for_waiting != "never" and cfg.preemption != "off"
-        W = [r for key, _, r in engine.waiting if _before(key, k_new, r, req)]
+        evict = view.evicts_for_waiters
+        W = [r for key, r in view.waiting() if _before(key, k_new, r, req)]
         R = []
         evictable_blocks = 0
-        for r in engine.running.values():
+        for r in view.running():
             if evict and r.priority > req.priority:
                 evictable_blocks += r.blocks
             else:
@@ -252,24 +251,24 @@ class Gate:
         return W, R, evictable_blocks
 
     @staticmethod
-    def _finishes_for_memory(deficit: int, R: list, engine) -> int:
+    def _finishes_for_memory(deficit: int, R: list, view) -> int:
         """Running requests (of ``R``) that must finish to free ``deficit`` KV blocks."""
         if deficit <= 0:
             return 0
-        pool = engine.pool
-        if engine.cfg.preemption == "off":
+        pool = view.pool
+        if not view.grows_blocks:
             per_req = sum(pool.blocks_for(r.prompt_tokens + r.max_tokens) for r in R) / max(1, len(R))
         else:
             per_req = sum(r.blocks for r in R) / max(1, len(R))
         return math.ceil(deficit / max(1.0, per_req))
 
-    def _wait_s(self, k: int, R: list, mean_ctx: float, engine) -> float:
+    def _wait_s(self, k: int, R: list, mean_ctx: float, view) -> float:
         """Seconds until ``k`` of the running requests ``R`` finish (decode steps of all of them)."""
         if k <= 0 or not R:
             return 0.0
         L = sum(self.mean_output(r.cls, r.max_tokens) for r in R) / len(R)
         steps = k * L / len(R)
-        return steps * engine.costs.step_s(D=len(R), sum_ctx=len(R) * (mean_ctx + engine.pool.block_size))
+        return steps * view.costs.step_s(D=len(R), sum_ctx=len(R) * (mean_ctx + view.pool.block_size))
 
     def report(self) -> dict:
         r = sorted(self.est_ratio)

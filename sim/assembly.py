@@ -27,6 +27,7 @@ from sim.core.engine import Engine
 from sim.core.errors import ScenarioError
 from sim.core.guard import guard_policy
 from sim.core.kvpool import KVPool
+from sim.core.preemption import PREEMPTION_MODES
 from sim.core.prefix_cache import PrefixCache
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
@@ -66,7 +67,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     engine = Engine(env, cfg, costs, policy, sc.classes, pool, tel, gate=gate, trace=trace,
                     spec_seed=seed_for(sc.seed, "speculative" + seed_tag))
     if gate is not None and hasattr(gate, "bind"):
-        gate.bind(engine)
+        gate.bind(engine.gate_view)
     return engine
 
 
@@ -91,7 +92,8 @@ def _kv_pool(sc: Scenario, cfg: EngineConfig, costs: CostModel) -> KVPool:
             raise ScenarioError(f"{sc.source}: {exc}") from None
     return KVPool(kv_blocks, cfg.block_size, [c.priority for c in sc.classes],
                   [c.reserved_blocks for c in sc.classes],
-                  host_total=cfg.swap_blocks if cfg.preemption in ("swap", "auto") else 0, cache=cache)
+                  host_total=cfg.swap_blocks if PREEMPTION_MODES.resolve(cfg.preemption).host_space else 0,
+                  cache=cache)
 
 
 def build_workload(sc: Scenario, load_scale: float = 1.0, lenient: bool = False):
@@ -256,7 +258,7 @@ def engine_run_info(engine: Engine, end_ns: int, reports: bool = True) -> dict:
     }
     if reports:
         info.update(prefix_attribution=_attribution(engine) if pool.cache is not None else None,
-                    speculative=_spec_report(engine), policy=getattr(engine.policy, "report", lambda: {})(),
+                    speculative=_spec_report(engine), policy=engine.policy.report(),
                     **({"admission": engine.gate.report()} if getattr(engine.gate, "report", None) else {}))
     return info
 

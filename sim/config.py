@@ -26,7 +26,7 @@ from plumbing.documents import DocumentError, check_depth, loads_toml, short
 from plumbing.numbers import in_range
 from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
-from sim.schema import STRICT, format_error
+from sim.schema import STRICT, FieldError, format_error
 from sim.tables import (AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_policy, check_profile,
                         check_tables, check_tenant_names)
 from workloads.library import DEFAULT_SCENARIO, shipped_scenario
@@ -107,12 +107,15 @@ class EngineConfig(BaseModel):
     swap_overlap: bool = Field(False, description="KV swap transfers run beside the step's compute (FastServe's "
                                                   "proactive swapping): a step takes max(compute, transfer) "
                                                   "instead of their sum")
-    preemption: Literal["off", "recompute", "swap", "auto"] = Field(
-        "recompute", description="how a victim gives up its KV blocks; 'off' admits only what fits to max_tokens")
-    preempt_for_waiting: Literal["never", "priority", "strict", "threshold", "policy"] = Field(
+    preemption: str = Field(
+        "recompute", description="how a victim gives up its KV blocks: off (admits only what fits to max_tokens), "
+                                 "recompute, swap, auto, or a dotted path to a PreemptionMode class "
+                                 "(sim.core.preemption.PREEMPTION_MODES)")
+    preempt_for_waiting: str = Field(
         "strict", description="may a waiting request preempt running ones: never (vLLM V1), priority "
                               "(vLLM V0), strict (strictly more urgent class), threshold (SGLang), "
-                              "policy (any request the policy ranks strictly below it: FastServe-style)")
+                              "policy (any request the policy ranks strictly below it: FastServe-style), "
+                              "or a dotted path to a WaitingRule class (sim.core.preemption.WAITING_RULES)")
     preempt_threshold: int = Field(0, ge=0, description="priority gap that must be exceeded in 'threshold' mode")
     victim: Literal["rank", "prefix_aware"] = Field(
         "rank", description="which running request a preemption takes: rank (the lowest-ranked, vLLM) or "
@@ -164,6 +167,22 @@ class EngineConfig(BaseModel):
                                 "averaged into KV bytes per token, for the per-token KV pool (absent: 4096)")
     # engine keys filled from `engine`'s defaults (sim.engines.resolve), left out of the scenario as written
     _defaults: frozenset = PrivateAttr(default_factory=frozenset)
+
+    @field_validator("preemption", "preempt_for_waiting", mode="after")
+    @classmethod
+    def _registered(cls, value: str, info) -> str:
+        # the allowed values are the registries' names (and users' classes by dotted path)
+        from sim.core.preemption import PREEMPTION_MODES, WAITING_RULES, PreemptionMode, WaitingRule
+
+        registry, base = ((PREEMPTION_MODES, PreemptionMode) if info.field_name == "preemption"
+                          else (WAITING_RULES, WaitingRule))
+        try:
+            target = registry.resolve(value)
+        except KeyError as exc:
+            raise FieldError(str(exc.args[0])) from None
+        if not (isinstance(target, type) and issubclass(target, base)):
+            raise FieldError(f"expected a {base.__module__}.{base.__name__} subclass (got {value!r})")
+        return value
 
     @model_validator(mode="after")
     def _model_keys(self) -> "EngineConfig":
@@ -484,10 +503,12 @@ def _warn_suspicious(sc: Scenario) -> None:
     for i, g in enumerate(sc.cluster.groups or [] if sc.cluster else []):
         if g.engine:
             engines.append((f"cluster.groups.{i}.engine", group_engine(sc, g)))
+    from sim.core.preemption import PREEMPTION_MODES
+
     for key, eng in engines:
-        if eng.preemption == "swap" and eng.swap_blocks == 0:
-            warn(f"{sc.source}: {key}.preemption = 'swap' but there is no host swap space ({key}.swap_blocks = 0): "
-                 f"preemptions will recompute (set {key}.swap_blocks to the host blocks)")
+        if PREEMPTION_MODES.resolve(eng.preemption).host_space and eng.swap_blocks == 0:
+            warn(f"{sc.source}: {key}.preemption = {eng.preemption!r} but there is no host swap space "
+                 f"({key}.swap_blocks = 0): preemptions will recompute (set {key}.swap_blocks to the host blocks)")
     for i, c in enumerate(sc.classes):
         for field, limit in (("ttft_slo_s", TTFT_SLO_MS_S), ("tpot_slo_s", TPOT_SLO_MS_S)):
             v = getattr(c, field)

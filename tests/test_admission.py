@@ -1,7 +1,6 @@
 """Admission gate: each check on small hand-checked cases, validation, and the overload path."""
 from __future__ import annotations
 
-import heapq
 
 import numpy as np
 import pytest
@@ -140,19 +139,30 @@ def test_memory_budget_refuses_less_urgent_work_first():
 # ---- the deadline estimate ----------------------------------------------------------------------
 
 class FakeEngine:
-    """Just what the gate reads: cfg, costs, pool, policy, waiting heap, running set (by id)."""
+    """Just what the gate reads (a :class:`sim.core.engine.GateView`): the limits, costs, pool,
+    the policy's key, the waiting and running requests."""
 
     def __init__(self, cfg, costs, pool):
-        self.cfg, self.costs, self.pool = cfg, costs, pool
+        self.costs, self.pool = costs, pool
+        self.max_num_seqs, self.max_batched_tokens = cfg.max_num_seqs, cfg.max_batched_tokens
+        self.evicts_for_waiters = cfg.preempt_for_waiting != "never" and cfg.preemption != "off"
+        self.grows_blocks = cfg.preemption != "off"
         self.policy = make_policy("priority")
-        self.waiting, self.running = [], {}
+        self._waiting, self.running_set = [], {}
         self.watermark_blocks = 0
-        self._seq = 0
+
+    def key(self, req, now):
+        return tuple(self.policy.key(req, now))
 
     def wait(self, req):
         req.key = self.policy.key(req, 0.0)
-        self._seq += 1
-        heapq.heappush(self.waiting, (req.key, self._seq, req))
+        self._waiting.append((req.key, req))
+
+    def waiting(self):
+        return list(self._waiting)
+
+    def running(self):
+        return list(self.running_set.values())
 
 
 def _req(i, cls_idx=0, prio=0, prompt=100, max_tokens=100, t_ns=0, cls="interactive"):
@@ -191,7 +201,7 @@ def test_deadline_estimate_waits_for_slots_hand_checked():
     for i in range(2):  # two running decoders, prompts computed, 10 generated
         r = _req(i)
         r.state, r.generated, r.tokens, r.computed = State.RUNNING, 10, 110, 109
-        eng.running[r.request_id] = r
+        eng.running_set[r.request_id] = r
     eng.wait(_req(2))
     new = _req(3, t_ns=1)
     # slots: 1 waiting + new need 2, 0 free -> 2 departures; L = 100/2 = 50 (no finishes yet),

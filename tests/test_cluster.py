@@ -312,7 +312,7 @@ class RecordingRouter(BaseRouter):
             row += [(c.running, c.waiting) for c in candidates]
         if self.oracle:
             for c in candidates:
-                assert c.outstanding == len(c.engine.running) + len(c.engine.waiting) + len(c.inbox)
+                assert c.outstanding == len(c.engine.queues.running) + len(c.engine.queues.waiting) + len(c.inbox)
         RecordingRouter.log.append((now_ns, req.request_id, row))
         return min(candidates, key=lambda c: (c.outstanding, c.index))
 

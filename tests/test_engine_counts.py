@@ -79,30 +79,30 @@ def test_check_counts_catches_a_stale_count():
     reqs = [Request(i, 100 + i, "a", c, ci, ci, 50, 10, 20) for i, (c, ci) in
             enumerate([("hi", 0), ("lo", 1), ("lo", 1), ("hi", 0)])]
     for i, r in enumerate(reqs[:3]):
-        r.key = eng._key(r, 0.0)
+        r.key = eng.policy.key_tuple(r, 0.0)
         r.admit_seq = i + 1
-        eng.add_running(r)
+        eng.queues.add_running(r)
     eng.push_waiting(reqs[3], 0)
     observe.check_counts(eng)
-    assert eng.lowest_running() is reqs[2] and eng.top_running_priority() == 1
-    eng.running_count[0] += 1
+    assert eng.queues.lowest_running() is reqs[2] and eng.queues.top_running_priority() == 1
+    eng.queues.running_count[0] += 1
     with pytest.raises(AssertionError, match="per class"):
         observe.check_counts(eng)
-    eng.running_count[0] -= 1
-    eng.waiting_count[1] += 1
+    eng.queues.running_count[0] -= 1
+    eng.queues.waiting_count[1] += 1
     with pytest.raises(AssertionError, match="per class"):
         observe.check_counts(eng)
-    eng.waiting_count[1] -= 1
-    eng.last_ranked = [reqs[0]]  # ranked below requests it should rank above
+    eng.queues.waiting_count[1] -= 1
+    eng.queues.last_ranked = [reqs[0]]  # ranked below requests it should rank above
     with pytest.raises(AssertionError, match="least urgent running requests kept"):
         observe.check_counts(eng)
-    eng.last_ranked = [reqs[2], reqs[3]]  # one of them is not running
+    eng.queues.last_ranked = [reqs[2], reqs[3]]  # one of them is not running
     with pytest.raises(AssertionError, match="least urgent running requests kept"):
         observe.check_counts(eng)
-    eng.last_ranked = []
-    eng.remove_running(reqs[2])
-    eng.remove_running(reqs[1])
-    assert eng.lowest_running() is reqs[0] and eng.top_running_priority() == 0
+    eng.queues.last_ranked = []
+    eng.queues.remove_running(reqs[2])
+    eng.queues.remove_running(reqs[1])
+    assert eng.queues.lowest_running() is reqs[0] and eng.queues.top_running_priority() == 0
     observe.check_counts(eng)
 
 
@@ -110,7 +110,7 @@ def test_the_least_urgent_kept_follow_starts_and_leaves():
     """The last-ranked running request stays right while requests start and leave in any order,
     also when more leave than were found at once (``LEAST_KEPT``) and when a newcomer ranks
     above or below those kept."""
-    from sim.core.engine import LEAST_KEPT
+    from sim.core.queues import LEAST_KEPT
     from sim.core.plan import rank
 
     eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
@@ -121,24 +121,24 @@ def test_the_least_urgent_kept_follow_starts_and_leaves():
         nonlocal seq
         ci = rnd.randrange(2)
         r = Request(i, i, "a", ("hi", "lo")[ci], ci, ci, 50, 10, 20)
-        r.key, r.admit_seq = eng._key(r, 0.0), seq + 1
+        r.key, r.admit_seq = eng.policy.key_tuple(r, 0.0), seq + 1
         seq += 1
-        eng.add_running(r)
+        eng.queues.add_running(r)
 
     for i in range(3 * LEAST_KEPT):
         start(i)
     longest = 0
     for i in range(400):
-        if eng.running and rnd.random() < 0.5:
+        if eng.queues.running and rnd.random() < 0.5:
             # the last-ranked most of the time (a preemption), else anyone (a finish)
-            v = eng.lowest_running() if rnd.random() < 0.7 else rnd.choice(list(eng.running.values()))
-            eng.remove_running(v)
+            v = eng.queues.lowest_running() if rnd.random() < 0.7 else rnd.choice(list(eng.queues.running.values()))
+            eng.queues.remove_running(v)
         else:
             start(1000 + i)
-        longest = max(longest, len(eng.last_ranked))
-        if eng.running:
+        longest = max(longest, len(eng.queues.last_ranked))
+        if eng.queues.running:
             observe.check_counts(eng)
-            assert eng.lowest_running() is max(eng.running.values(), key=rank)
+            assert eng.queues.lowest_running() is max(eng.queues.running.values(), key=rank)
     assert longest == 2 * LEAST_KEPT  # (newcomers ranked above those kept; the most urgent let go)
 
 
@@ -148,9 +148,9 @@ def test_priorities_apart_from_the_class_fall_back_to_a_walk():
     eng = build_engine(scenario_from_dict(small_scenario()), simpy.Environment())
     r = Request(0, 0, "a", "hi", 0, 5, 50, 10, 20)
     r.key, r.admit_seq = (5,), 1
-    eng.add_running(r)
-    assert not eng.priority_by_class
-    assert eng.top_running_priority() == 5
+    eng.queues.add_running(r)
+    assert not eng.queues.priority_by_class
+    assert eng.queues.top_running_priority() == 5
     observe.check_counts(eng)
 
 

@@ -175,7 +175,7 @@ def _auto_engine(decoders: int = 32):
     cfg = load_scenario(None, overrides=["engine.preemption=\"auto\"", "engine.swap_blocks=100000"]).engine
     pool = KVPool(costs.kv_blocks(16), 16, [0], [0], host_total=100000)
     eng = Engine(None, cfg, costs, None, [None], pool, Telemetry(["c"], 10**9))
-    eng.running = dict.fromkeys(range(decoders))
+    eng.queues.running = dict.fromkeys(range(decoders))
     return eng
 
 
@@ -239,15 +239,44 @@ def test_thrash_scenario_flags_and_cures():
         assert res.summary_dict["overall"]["output_tokens_per_s"] > tok
 
 
-def test_every_configurable_mode_has_a_strategy():
-    """A preemption mode is one PreemptionMode class registered in MODES plus its name among
-    EngineConfig.preemption's allowed values: the two lists agree."""
-    import typing
+def test_the_shipped_modes_and_rules_are_registered():
+    """Every preemption mode and waiting rule is one class in its registry, under its name; the
+    scenario's validation reads the registries (no second list of allowed values)."""
+    from sim.core.preemption import PREEMPTION_MODES, WAITING_RULES, PreemptionMode, WaitingRule
+    assert PREEMPTION_MODES.names() == ["auto", "off", "recompute", "swap"]
+    assert WAITING_RULES.names() == ["never", "policy", "priority", "strict", "threshold"]
+    for registry, base in ((PREEMPTION_MODES, PreemptionMode), (WAITING_RULES, WaitingRule)):
+        for name in registry.names():
+            cls = registry.resolve(name)
+            assert issubclass(cls, base) and cls.name == name
+    assert [n for n in PREEMPTION_MODES.names() if not PREEMPTION_MODES.resolve(n).grows_blocks] == ["off"]
+    assert [n for n in WAITING_RULES.names() if not WAITING_RULES.resolve(n).evicts] == ["never"]
 
-    from sim.config import EngineConfig
-    from sim.core.preemption import MODES, PreemptionMode
-    allowed = set(typing.get_args(EngineConfig.model_fields["preemption"].annotation))
-    assert allowed == set(MODES)
-    for name, mode in MODES.items():
-        assert issubclass(mode, PreemptionMode) and mode.name == name
-    assert [n for n, m in MODES.items() if not m.grows_blocks] == ["off"]
+
+def test_a_new_preemption_mode_is_one_file():
+    """tests/plugins/short_swap.py, named by dotted path, is all a new mode takes: it swaps short
+    victims and recomputes long ones, where 'swap' swaps them all."""
+    over = ["engine.swap_blocks=100000"]
+    swap = simulate(load_scenario("thrash", overrides=over + ['engine.preemption="swap"']))
+    mine = simulate(load_scenario("thrash", overrides=over + ['engine.preemption="tests.plugins.short_swap:ShortSwap"']))
+    assert set(swap.summary_dict["run"]["preemptions_by_mode"]) == {"swap"}
+    modes = mine.summary_dict["run"]["preemptions_by_mode"]
+    assert modes.get("swap", 0) > 0 and modes.get("recompute", 0) > 0
+
+
+def test_a_new_waiting_rule_is_one_file():
+    """tests/plugins/any_lower.py, named by dotted path, is all a new waiting rule takes: waiters
+    of the urgent class evict batch requests as 'strict' lets them (the same rule,
+    written anew)."""
+    def batch_preemptions(rule):
+        res = simulate(load_scenario("chat_vs_batch", overrides=[f'engine.preempt_for_waiting="{rule}"']))
+        return res.summary_dict["classes"]["batch"]["preemptions"]
+    mine = batch_preemptions("tests.plugins.any_lower:AnyLower")
+    assert mine == batch_preemptions("strict") > 0
+
+
+def test_a_class_of_the_wrong_kind_is_refused_in_one_line():
+    """A dotted path to something that is not a mode is a scenario error naming the key."""
+    from sim.core.errors import ScenarioError
+    with pytest.raises(ScenarioError, match=r"engine\.preemption: expected a sim\.core\.preemption\.PreemptionMode"):
+        load_scenario(None, overrides=['engine.preemption="tests.plugins.any_lower:AnyLower"'])

@@ -48,7 +48,7 @@ def test_capped_waiters_not_scanned_one_by_one(monkeypatch):
 
             def push_inflated(self, req, now_ns):
                 push(self, req, now_ns)
-                self.waiting_prefills[req.cls_idx] += 10**9
+                self.queues.waiting_prefills[req.cls_idx] += 10**9
 
             m.setattr(Engine, "push_waiting", push_inflated)
             slow = simulate(load_scenario("chat_vs_batch", overrides=over + extra))

@@ -61,11 +61,11 @@ def _req(eng, rid, cls_idx, prompt, computed, shared=(), hash_ids=None, admit=0,
     r.computed = computed
     r.blocks = blocks
     r.shared = tuple(shared)
-    r.key = eng._key(r, 0.0)
+    r.key = eng.policy.key_tuple(r, 0.0)
     r.admit_seq = admit
     if admit:
         r.state = State.RUNNING
-        eng.add_running(r)
+        eng.queues.add_running(r)
     return r
 
 

@@ -33,7 +33,7 @@ from simpy.events import PENDING
 
 from sim.cluster.routers import counts_router
 from sim.core.costs import NEVER
-from sim.core.fastforward import OpenRun
+from sim.core.fastforward import OpenRun, allocate_run
 from sim.core.loop import replica_loop
 from sim.core.planner import admit_alone
 
@@ -105,11 +105,11 @@ class Replica:
     @property
     def running(self) -> int:
         self._count(self.cluster.route_ns)
-        return len(self.engine.running) - self._gone_p
+        return len(self.engine.queues.running) - self._gone_p
 
     @property
     def waiting(self) -> int:
-        return len(self.engine.waiting) + len(self.inbox)
+        return len(self.engine.queues.waiting) + len(self.inbox)
 
     @property
     def kv_used(self) -> float:
@@ -122,7 +122,7 @@ class Replica:
     def waiting_by_class(self) -> dict[str, int]:
         """Waiting requests (queued here or routed here, not yet taken in) per class name."""
         e = self.engine
-        counts = {c.name: n for c, n in zip(e.classes, e.waiting_count)}  # (kept by the engine)
+        counts = {c.name: n for c, n in zip(e.classes, e.queues.waiting_count)}  # (kept by the engine)
         for r in self.inbox:
             counts[r.cls] += 1
         return counts
@@ -132,7 +132,7 @@ class Replica:
         if self._dirty:
             e = self.engine
             self._dirty = False
-            self._base = len(e.running) + len(e.waiting) + len(self.inbox)
+            self._base = len(e.queues.running) + len(e.queues.waiting) + len(self.inbox)
             self._gone_p = 0
         self._pass_gone(now_ns)
 
@@ -283,7 +283,7 @@ class Replica:
         False when it must wait for the run's next boundary as usual."""
         run = self._open
         e = self.engine
-        if run is None or t_ns >= self._end or self.inbox or e.waiting or run.chunking:
+        if run is None or t_ns >= self._end or self.inbox or e.queues.waiting or run.chunking:
             return False  # (a chunking prefill would share the step at b with it)
         if req.computed or req.generated or req.hidden_output_tokens < 2:
             return False  # (a first token that is also the last ends it in its admission step)
@@ -295,15 +295,16 @@ class Replica:
         n = req.tokens  # its prompt, all in the step at b (one token would be priced as a decode)
         if n < 2:
             return False
-        running = len(e.running) + len(self._joins)  # (an upper bound of those running at b)
-        if running >= e.max_num_seqs or n > e.cfg.max_batched_tokens - running or n > e.chunk_cap:
+        lim = e.limits
+        running = len(e.queues.running) + len(self._joins)  # (an upper bound of those running at b)
+        if running >= lim.max_num_seqs or n > lim.max_batched_tokens - running or n > lim.chunk_cap:
             return False
-        if req.prompt_tokens + req.max_tokens + e.draft_slots > e.need_limit(req.priority):
+        if req.prompt_tokens + req.max_tokens + lim.draft_slots > lim.need_limit(req.priority, e.pool):
             return False  # (rejected at its arrival)
         pool, bs = e.pool, e.bs
         k = max(run.k, j + req.hidden_output_tokens)
         prefill = self._join_blocks + pool.blocks_for(n)
-        if prefill + (running + 1) * ((k + bs - 1) // bs + 1) + e.watermark_blocks > run.avail:
+        if prefill + (running + 1) * ((k + bs - 1) // bs + 1) + lim.watermark_blocks > run.avail:
             return False
         self._join_blocks = prefill
         self._joins.append((req, b, j, run.k))
@@ -338,7 +339,7 @@ class Replica:
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
-            self.engine.allocate_run(self._plan, k, self._alloc_k)
+            allocate_run(self.engine, self._plan, k, self._alloc_k)
             self._alloc_k = k
 
     def cut(self, t_ns: int) -> None:
@@ -570,10 +571,11 @@ class _Cluster:
         counts_only = bool(self.by_counts) and all(self.by_counts) and self.fast and not self.closed
         for r in self.replicas:
             e = r.engine
-            r.joinable = (counts_only and Replica.JOIN and e.cohort is not None and e.static_ranking
-                          and not e.hooks_scheduled and not e.hooks_arrival and e.spec is None
-                          and e.trace is None and e.gate is None and e.own_queues is None and e.pool.plain
-                          and e.grows_blocks and not e.counting_prefill and e.through_finishes
+            pol = e.policy
+            r.joinable = (counts_only and Replica.JOIN and e.cohort is not None and pol.static_ranking
+                          and pol.on_scheduled is None and pol.on_arrival is None and e.spec is None
+                          and e.trace is None and e.gate is None and pol.own_queues is None and e.pool.plain
+                          and e.grows_blocks and not e.limits.counting_prefill and e.through_finishes
                           and e.cfg.fast_forward and e.costs.overhead.overlap_schedule != 1)
 
     def refresh_views(self, now_ns: int) -> None:
@@ -696,7 +698,7 @@ class _Cluster:
             return False
         if not self.closed:
             return True
-        return not any(r.engine.running or r.engine.waiting for r in self.replicas)
+        return not any(r.engine.queues.running or r.engine.queues.waiting for r in self.replicas)
 
     def replica_proc(self, rep: Replica, interval_ns: int, check_invariants: bool, on_boundary):
         yield from replica_loop(self.env, rep.engine, rep, self.stop_ns, interval_ns, check_invariants, on_boundary)

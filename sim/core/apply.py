@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NS
+from sim.core.parts import EngineParts as Engine
 from sim.core.plan import Scheduled, StepPlan
 from sim.core.request import Request, State
 
 if TYPE_CHECKING:
     from array import array
-
-    from sim.core.engine import Engine
 
 FINISHED = State.FINISHED  # (a module global reads about 8 times faster than an enum member, Python 3.11)
 _STEPS = itemgetter(0)
@@ -67,8 +66,7 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
             if (r.last_token_ns == end_ns and r.state is State.RUNNING and r.cohort_base_step == NOT_MEMBER
                     and (not grows or r.blocks + r.base_blocks == -(-r.computed // bs))):
                 coh.join(r)
-                if eng.rank_order is not None:
-                    eng.rank_order.remove(r)
+                eng.queues.ordered_out(r)
 
 
 # (86 lines: one loop over the step's items, the engine's hottest path; a call per item would cost more)
@@ -91,7 +89,7 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     first_end = start_ns + durations[0]
     inner_max = max(durations[1:]) if k > 1 else 0  # largest gap inside a run
     run_max = max(durations[0], inner_max)
-    nc = len(eng.classes)
+    nc = len(eng.queues.running_count)
     emitted = [0] * nc  # requests emitting a token each step, per class
     steady = [0] * nc  # ... of which emitted at the end of the previous step too
     irregular = eng.tel.itl_scalars
@@ -143,7 +141,7 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
         else:
             r.computed += s.tokens + (kk - 1)
             if publish and r.hash_ids and not s.decode:
-                publish_prefix(eng, r, s.computed_before)
+                eng.pool.publish_prompt(r, s.computed_before)
             if r.computed < r.tokens + (kk - 1):
                 continue  # a prefill chunk that does not finish the prompt
             per_step = 1  # one token at the end of each of its kk steps
@@ -254,15 +252,17 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
     else:
         eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
                         extra_tokens if eng.spec is not None else None)
-    if eng.hooks_scheduled:
+    on_scheduled = eng.policy.on_scheduled
+    if on_scheduled is not None:
         k = len(durations)
         steps = {r.request_id: kk for kk, r in leavers}  # (the rest take part in all k steps)
         items = [(s.req, s.tokens, steps.get(s.req.request_id, k)) for s in plan.items]
-        if k > 1 and eng.hook_scheduled_run is not None:  # the policy books a run step by step
-            eng.hook_scheduled_run(items, start_ns, durations)
+        on_run = eng.policy.on_scheduled_run
+        if k > 1 and on_run is not None:  # the policy books a run step by step
+            on_run(items, start_ns, durations)
         else:
             for req, tokens, service_s, end_s in run_totals(items, start_ns, durations):
-                eng.policy.on_scheduled(req, tokens, service_s, end_s)
+                on_scheduled(req, tokens, service_s, end_s)
 
 
 def run_totals(items: list, start_ns: int, durations: list[int]):
@@ -316,30 +316,12 @@ def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], 
         tel.log_run(t, durations[a:], emitted, steady, by_tenant)
 
 
-def publish_prefix(eng: Engine, r: Request, before: int) -> None:
-    """Offer the prompt groups that this step's prefill completed to the prefix cache."""
-    cache = eng.pool.cache
-    g = cache.group_tokens
-    n_full = cache.full_groups(r.prompt_tokens, r.hash_ids)
-    lo, hi = before // g, min(r.computed // g, n_full)
-    if lo >= hi or len(r.shared) != lo:
-        return  # only extend an unbroken shared chain
-    for j in range(lo, hi):
-        h = r.hash_ids[j]
-        if not cache.publish(h):
-            return
-        eng.pool.publish(r.cls_idx, cache.group_blocks)
-        r.blocks -= cache.group_blocks
-        r.base_blocks += cache.group_blocks
-        r.shared = (*r.shared, h)
-
-
 def finish(eng: Engine, r: Request, now_ns: int, in_order: bool = True) -> None:
     """``r`` emitted its last token at ``now_ns``: it leaves, its blocks are freed, all are told."""
-    eng.remove_running(r)
-    if in_order and eng.rank_order is not None:  # (cohort members are not in it)
-        eng.rank_order.remove(r)
-    eng.release_blocks(r)
+    eng.queues.remove_running(r)
+    if in_order:  # (cohort members are not in the rank order)
+        eng.queues.ordered_out(r)
+    eng.pool.release_request(r)
     r.state = FINISHED
     r.finish_ns = now_ns
     now_s = now_ns / NS

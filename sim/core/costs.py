@@ -320,6 +320,12 @@ class CostModel:
         ns = round(t * NS)
         return ns if ns > 1 else 1
 
+    def price(self, shape) -> int:
+        """Duration of a step of this :class:`~sim.core.plan.StepShape`, integer ns
+        (:meth:`step_ns` of its fields)."""
+        return self.step_ns(shape.prefill_tokens, shape.decoders, shape.sum_l2, shape.sum_lc, shape.sum_ctx,
+                            shape.prefill_chunks, shape.admitted)
+
     def decode_line(self, D: int) -> tuple[float, float] | None:
         """For pure decode steps of D sequences: ``(a, b)`` with ``step_ns(0, D, 0, 0, ctx)`` ==
         ``round((a + b * ctx) * NS)`` bit for bit for every context ``ctx >= 0`` (the zero prefill

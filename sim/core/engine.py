@@ -21,35 +21,33 @@ updates every request every step instead (same results, asserted by the tests).
 """
 from __future__ import annotations
 
-import heapq
 import math
-from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Any
 
 import simpy
 
-from policies.base import BasePolicy, RankingContext, listens_before_ranking
+from policies.base import RankingContext
 from sim.core import apply as _apply
-from sim.core import fastforward, observe, planner
+from sim.core import observe, planner
+from sim.core.binding import BoundPolicy
 from sim.core.cohort import DecodeCohort
 from sim.core.costs import NEVER, NS, CostModel
 from sim.core.errors import ScenarioError
 from sim.core.kvpool import KVPool
-from sim.core.plan import NO_PRIORITY, StepPlan, least_urgent, rank
-from sim.core.preemption import make_mode
+from sim.core.limits import StepLimits
+from sim.core.plan import StepPlan, StepShape
+from sim.core.preemption import make_mode, make_waiting_rule
+from sim.core.queues import Queues
 from sim.core.request import Request, State
+from sim.core.stepper import make_stepper
 from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "GateView"]
 
 #: NEVER as a float: a policy's next change at or past it (in ns) is never
 NEVER_F = float(NEVER)
-
-#: how many of the least urgent running requests :meth:`Engine.lowest_running` finds at once
-#: (preemptions take them one by one; a few more cost little in the same walk)
-LEAST_KEPT = 8
 
 
 def change_ns(t: Any, now_ns: int, policy: Any) -> int:
@@ -81,209 +79,79 @@ class Engine:
         classes: scenario classes, in declaration order.
         pool: the KV pool.
         telemetry: where records go.
-        gate: optional admission gate with ``check(req, now_s, engine) -> reason or ''`` and
-            ``on_finish(req, now_s)``.
+        gate: optional admission gate with ``check(req, now_s, view) -> reason or ''`` and
+            ``on_finish(req, now_s)``; ``view`` is the engine's :class:`GateView`.
         trace: a list collecting iteration rows (:func:`sim.core.observe.trace_rows`), or None.
         spec_seed: the seed of speculative decoding's acceptance draws.
 
-    What the engine's parts read (public, documented here): ``waiting`` (a heap of ``(key,
-    seq, request)``, or the policy's own structure ``own_queues`` with the same reads),
-    ``running``, ``rank_order`` (running requests outside the cohort in rank order, None when
-    stale), ``next_change_ns`` (when the policy's keys change next, NEVER if not declared),
-    ``grows_blocks`` (the preemption mode's: False when each request reserves its whole KV at
-    admission), ``spec`` / ``spec_k`` (speculative decoding, None / 0 when off).
+    The engine holds its parts, each the one owner of its state: ``queues`` (the waiting and
+    running sets, :class:`~sim.core.queues.Queues`), ``pool`` (the KV memory: device blocks,
+    prefix cache, host space, :class:`~sim.core.kvpool.KVPool`), ``limits`` (the step's
+    slots, budget, chunk caps and watermark, :class:`~sim.core.limits.StepLimits`),
+    ``cohort`` (the lazily-advanced decoders, :class:`~sim.core.cohort.DecodeCohort`, or
+    None), ``policy`` (the ranking policy as bound, :class:`~sim.core.binding.BoundPolicy`),
+    ``preemption`` and ``waiting_rule`` (the preemption mode and the rule for waiters that
+    evict, :mod:`sim.core.preemption`), ``spec`` (speculative decoding or None), ``costs``
+    and ``tel``. ``next_change_ns`` is when the policy's keys change next (NEVER if not
+    declared).
     """
 
-    # (71 lines: the engine's state, one field at a time, each with why it is kept)
     def __init__(self, env: simpy.Environment, cfg, costs: CostModel, policy, classes, pool: KVPool,
                  telemetry: Telemetry, gate=None, trace=None, spec_seed: int = 0) -> None:
         self.env = env
         self.cfg = cfg
         self.costs = costs
-        self.policy = policy
+        self.policy = bound = BoundPolicy(policy)
         self.pool = pool
         self.tel = telemetry
         self.gate = gate
         self.trace = trace  # list collecting iteration rows, or None
         self.classes = classes
         self.bs = cfg.block_size
-        # heap of (key, seq, req), or a policy's structure with the same reads (below)
-        self.waiting: Any = []
-        # a policy may keep the waiting set in its own structure (the fairness accountant's
-        # per-tenant queues): then pushes and pops go to it and a re-key is its own
-        self._prefix_info = bool(getattr(policy, "needs_prefix_info", False))
-        queues = getattr(policy, "waiting_queues", None)
-        self.own_queues = queues() if queues is not None and not self._prefix_info else None
-        if self.own_queues is not None:
-            self.waiting = self.own_queues
-        # the running set by request id, in the order its requests were admitted (a dict: a
-        # request leaves it in O(1) where a list is searched, and it iterates as the list did)
-        self.running: dict[int, Request] = {}
-        # requests per class in the waiting and the running set, counted as they enter and leave
-        # (the time series reads them every interval: a count, not a walk of the queue)
-        self.waiting_count = [0] * len(classes)
-        self.running_count = [0] * len(classes)
-        # the least urgent running requests (the last-ranked is the first victim), ascending by
-        # rank, and every other running request ranks below all of them: kept as requests start
-        # and leave (at most 2 x LEAST_KEPT: the most urgent of them are let go), found again
-        # (the LEAST_KEPT last-ranked) once all have left. Under KV pressure the last-ranked
-        # leaves at every preemption; a walk of the running set each time was a large share of
-        # a preempting run.
-        self.last_ranked: list[Request] = []
-        self._seq = 0
-        self.admissions = 0  # requests admitted so far (each admission's sequence number)
-        self.dynamic = bool(getattr(policy, "dynamic", False))
-        # told before each re-key when it listens (its own hook, or the default that keeps
-        # older prefix-aware policies' queue_len)
-        hook = getattr(policy, "before_ranking", None)
-        self._before_ranking = hook if listens_before_ranking(policy) or (hook is not None and self._prefix_info) else None
-        self.next_change_ns = NEVER
-        self.rank_order: list[Request] | None = None  # cached rank order of running non-members
-        self.iterations = 0
-        self.events = 0
-        self.busy_ns = 0
-        self.thrash_ns = 0
-        self.watermark_blocks = int(math.ceil(cfg.watermark * pool.total))
-        self.chunk_cap = cfg.max_prefill_chunk or NEVER
-        # settings read at every admission (a plain attribute reads faster than the config's)
-        self.chunked_prefill = cfg.chunked_prefill
-        self.max_num_seqs = cfg.max_num_seqs
-        self.class_prefill_cap = [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes]
-        self.class_prefill = [0] * len(classes)  # prefill tokens per class in the step being planned
-        self.counting_prefill = any(self.class_prefill_cap)
-        self.waiting_prefills = [0] * len(classes)  # waiting requests due a prefill, per class
-        self.class_priority = [getattr(c, "priority", 0) for c in classes]
-        # every running request has its class's priority (as the request source makes them):
-        # the least urgent priority running is then read from the class counts
-        self.priority_by_class = True
-        self._top = NO_PRIORITY  # ... the largest of them (kept while priority_by_class)
+        class_priority = [getattr(c, "priority", 0) for c in classes]
+        self.queues = Queues(class_priority, bound.own_queues)
         self.preemption = make_mode(cfg.preemption)
+        self.waiting_rule = make_waiting_rule(cfg.preempt_for_waiting, cfg.preempt_threshold)
         self.grows_blocks = self.preemption.grows_blocks
-        self.oracle = bool(getattr(policy, "oracle", False))
         spec = cfg.speculative
         self.spec = Speculation(spec, classes, spec_seed, cfg.overhead, cfg.cost_scale) if spec is not None else None
         self.spec_k = spec.k if spec is not None else 0
         # KV slots a decode step's drafts take beyond its token (blocks grow only when
         # preemption is on; drafts need a budget above k): counted when sizing requests up
-        self.draft_slots = (self.spec_k if self.spec_k and self.grows_blocks
-                            and cfg.max_batched_tokens > self.spec_k else 0)
+        draft_slots = (self.spec_k if self.spec_k and self.grows_blocks
+                       and cfg.max_batched_tokens > self.spec_k else 0)
+        self.limits = StepLimits(cfg, [getattr(c, "max_prefill_tokens_per_step", 0) for c in classes],
+                                 pool.total, draft_slots)
+        self.next_change_ns = NEVER
+        self.iterations = 0
+        self.events = 0
+        self.busy_ns = 0
+        self.thrash_ns = 0
         self.guard = observe.ProgressGuard()
-        # skip the per-request hooks when the policy keeps no books (most policies)
-        self.hooks_scheduled = getattr(type(policy), "on_scheduled", None) is not BasePolicy.on_scheduled
-        self.hooks_arrival = getattr(type(policy), "on_arrival", None) is not BasePolicy.on_arrival
-        # (optional: a policy that books each step of a fast-forwarded run, not the run's totals)
-        self.hook_scheduled_run = getattr(policy, "on_scheduled_run", None) if self.hooks_scheduled else None
-        self._need_limits: dict[int, int] = {}  # per priority: the largest request not too large
+        self.stepper = make_stepper(cfg.fast_forward)
         # Steady decoders advance as one cohort unless something must see every request every
         # step: a policy re-keying or keeping books per step, speculation (random tokens per
         # step), or the iteration trace (a row per request per step).
-        lazy = (cfg.lazy_batch and not self.dynamic and not self.hooks_scheduled and not self.spec_k
+        lazy = (cfg.lazy_batch and not bound.dynamic and bound.on_scheduled is None and not self.spec_k
                 and trace is None)
-        self.cohort = DecodeCohort(len(classes), self.bs, self.grows_blocks, self.class_priority) if lazy else None
+        self.cohort = DecodeCohort(len(classes), self.bs, self.grows_blocks, class_priority) if lazy else None
         # set by the runner when a finish can create no new arrival (no closed-loop users)
         self.through_finishes = False
-        # the policy never re-ranks on its own (keys change only when a request's do)
-        self.static_ranking = (not self.dynamic
-                               and getattr(type(policy), "next_change", None) is BasePolicy.next_change)
+        self.gate_view = GateView(self) if gate is not None else None
 
     #: set by the runner for closed-loop users: called with (request, end time in ns)
     on_request_end: Callable[[Request, int], None] | None = None
 
     # ---- ranking ---------------------------------------------------------------------------
-    def _key(self, req: Request, now_s: float) -> tuple:
-        k = self.policy.key(req, now_s)
-        return k if type(k) is tuple else tuple(k)
-
     def push_waiting(self, req: Request, now_ns: int) -> None:
-        req.key = self._key(req, now_ns / NS)
-        self._seq += 1
-        self.push_entry((req.key, self._seq, req))
-        if req.tokens - req.computed > 1:
-            self.waiting_prefills[req.cls_idx] += 1
-
-    def push_entry(self, entry: tuple) -> None:
-        """Put a ``(key, seq, request)`` entry into the waiting set (the policy's own queues when
-        it keeps them, else the heap)."""
-        if self.own_queues is not None:
-            self.own_queues.push(entry)
-        else:
-            heapq.heappush(self.waiting, entry)
-        self.waiting_count[entry[2].cls_idx] += 1
-
-    def pop_entry(self) -> tuple:
-        """Take the first-ranked ``(key, seq, request)`` entry out of the waiting set."""
-        entry = self.own_queues.pop() if self.own_queues is not None else heapq.heappop(self.waiting)
-        self.waiting_count[entry[2].cls_idx] -= 1
-        return entry
-
-    # ---- the running set -------------------------------------------------------------------
-    def add_running(self, r: Request) -> None:
-        """``r`` (admitted, its ``admit_seq`` the newest) joins the running set."""
-        self.running[r.request_id] = r
-        self.running_count[r.cls_idx] += 1
-        if r.priority != self.class_priority[r.cls_idx]:
-            self.priority_by_class = False
-        if r.priority > self._top:
-            self._top = r.priority
-        least = self.last_ranked
-        if least and rank(r) > rank(least[0]):
-            insort(least, r, key=rank)
-            if len(least) > 2 * LEAST_KEPT:  # (the first ones rank above the rest still)
-                del least[:LEAST_KEPT]
-
-    def remove_running(self, r: Request) -> None:
-        """``r`` leaves the running set (finished or preempted)."""
-        del self.running[r.request_id]
-        ci = r.cls_idx
-        n = self.running_count[ci] - 1
-        self.running_count[ci] = n
-        if not n and r.priority == self._top:  # its class was the least urgent running
-            self._top = least_urgent(self.class_priority, self.running_count)
-        least = self.last_ranked
-        if least:
-            k = rank(r)
-            if k >= rank(least[0]):
-                i = bisect_left(least, k, key=rank)
-                if i < len(least) and least[i] is r:
-                    del least[i]
-
-    def lowest_running(self) -> Request:
-        """The running request ranked last (largest key; ties: the most recently admitted).
-        The running set must not be empty."""
-        least = self.last_ranked
-        if not least:
-            least = self.last_ranked = heapq.nlargest(LEAST_KEPT, self.running.values(), key=rank)
-            least.reverse()
-        return least[-1]
-
-    def top_running_priority(self) -> int:
-        """The least urgent (largest) priority of a running request; the set must not be empty."""
-        if not self.priority_by_class:
-            return max(r.priority for r in self.running.values())
-        return self._top
+        """``req`` (new, or preempted) joins the waiting set under the policy's key now."""
+        self.queues.push(req, self.policy.key_tuple(req, now_ns / NS))
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
         if self.cohort is not None:
             self.cohort.sync_all()  # a key may read progress fields
-        now_s = now_ns / NS
-        if self.own_queues is not None:
-            self.own_queues.rekey()
-        else:
-            key = self._key
-            seq = self._seq
-            items = []
-            for _, _, r in self.waiting:
-                r.key = k = key(r, now_s)
-                seq += 1
-                items.append((k, seq, r))
-            self._seq = seq
-            heapq.heapify(items)
-            self.waiting = items
-        for r in self.running.values():
-            r.key = self._key(r, now_s)
-        self.rank_order = None
-        self.last_ranked = []
+        self.queues.rekey(self.policy.key_tuple, now_ns / NS)
         if self.cohort is not None:
             self.cohort.keys_changed()
 
@@ -291,63 +159,49 @@ class Engine:
         """What the policy is told before a re-key: the queue length and, when it declares
         ``needs_prefix_info``, each waiting request's currently cached prefix, in tokens."""
         cached: dict[int, int] = {}
-        if self._prefix_info:
+        waiting = self.queues.waiting
+        if self.policy.prefix_info:
             cache = self.pool.cache
-            for _, _, r in self.waiting:
+            for _, _, r in waiting:
                 hit = 0
                 if cache is not None and r.hash_ids and r.computed == 0:
                     hit = cache.hit_groups(r.prompt_tokens, r.hash_ids) * cache.group_tokens
                 cached[r.request_id] = hit
-        return RankingContext(now_ns / NS, len(self.waiting), cached)
+        return RankingContext(now_ns / NS, len(waiting), cached)
 
     def refresh_ranking(self, now_ns: int) -> None:
         """Before each plan: re-key when the policy is dynamic or the change time it declared
         before the previous step has come; then record its next declared change, which bounds
         fast-forward. (A change caused by the step itself, e.g. a quantum used up in a request's
         first step, is declared then and acted on at the following boundary.)"""
-        if self.static_ranking:
+        policy = self.policy
+        if policy.static_ranking:
             return  # keys never change on their own (and next_change is always None)
-        if self.dynamic or now_ns >= self.next_change_ns:
-            if self._before_ranking is not None:
-                self._before_ranking(self.ranking_context(now_ns))
+        if policy.dynamic or now_ns >= self.next_change_ns:
+            if policy.before_ranking is not None:
+                policy.before_ranking(self.ranking_context(now_ns))
             self._rekey_all(now_ns)
-        t = self.policy.next_change(now_ns / NS)
-        self.next_change_ns = NEVER if t is None else change_ns(t, now_ns, self.policy)  # (no call for None)
+        t = policy.next_change(now_ns / NS)
+        self.next_change_ns = NEVER if t is None else change_ns(t, now_ns, policy)  # (no call for None)
 
     # ---- arrivals --------------------------------------------------------------------------
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """Gate a new request at its arrival instant; queue it or record its rejection."""
-        req.reveals_output = self.oracle
+        req.reveals_output = self.policy.oracle
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
-        need = req.prompt_tokens + req.max_tokens + self.draft_slots
-        if need > self.need_limit(req.priority):
+        need = req.prompt_tokens + req.max_tokens + self.limits.draft_slots
+        if need > self.limits.need_limit(req.priority, self.pool):
             return self._reject(req, "too_large", now_ns)
         if self.gate is not None:
             if self.cohort is not None:
                 self.cohort.sync_all()  # a gate may estimate from running requests' progress
-            reason = self.gate.check(req, now_ns / NS, self)
+            reason = self.gate.check(req, now_ns / NS, self.gate_view)
             if reason:
                 return self._reject(req, reason, now_ns)
-        if self.hooks_arrival:
+        if self.policy.on_arrival is not None:
             self.policy.on_arrival(req, now_ns / NS)
         self.push_waiting(req, now_ns)
         return True
-
-    def need_limit(self, priority: int) -> int:
-        """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
-        being rejected at its arrival as too large, kept per priority (one lookup an arrival): its
-        blocks within what it could ever hold above the watermark (``blocks_for(need) <= C``
-        exactly when ``need <= C * block_size``), and without chunked prefill, one step's budget
-        (a (re-)prefill must fit one step, as vLLM V0 requires max_num_batched_tokens >=
-        max_model_len)."""
-        limit = self._need_limits.get(priority)
-        if limit is not None:
-            return limit
-        limit = (self.pool.capacity_for(priority) - self.watermark_blocks) * self.pool.block_size
-        if not self.chunked_prefill:
-            limit = min(limit, self.cfg.max_batched_tokens)
-        self._need_limits[priority] = limit
-        return limit
 
     def _reject(self, req: Request, reason: str, now_ns: int) -> bool:
         # Admission answers at the arrival instant (the gate runs in front of the scheduler);
@@ -362,14 +216,15 @@ class Engine:
 
     # ---- a step: plan, price, run length, apply ----------------------------------------------
     def plan(self, now_ns: int) -> StepPlan:
-        """Decide the next step (:func:`sim.core.planner.plan`). Mutates blocks and the running
-        set; the step's time is then priced (:meth:`compute_ns`) and applied (:meth:`apply`)."""
+        """Decide the next step (:func:`sim.core.planner.plan`). Changes the memory and the
+        running set only through their owners' calls; the step's time is then priced
+        (:meth:`compute_ns`) and applied (:meth:`apply`)."""
         return planner.plan(self, now_ns)
 
-    def aggregates(self, plan: StepPlan) -> tuple[int, int, int, int, int, int, int]:
-        """Step-shape aggregates for the cost model: prefill tokens (plus speculative
-        verification tokens), decoders, sum l^2, sum l x c, sum of decode contexts, prefill
-        chunks and requests whose prefill starts in the step (the last two: engine overhead)."""
+    def step_shape(self, plan: StepPlan) -> StepShape:
+        """What the cost model prices of a step (:class:`~sim.core.plan.StepShape`): prefill
+        tokens (plus speculative verification tokens), decoders, sum l^2, sum l x c, sum of
+        decode contexts, prefill chunks and requests whose prefill starts in the step."""
         P = D = l2 = lc = ctx = n_pf = n_adm = 0
         for s in plan.items:
             if s.decode:
@@ -386,15 +241,14 @@ class Engine:
             assert self.cohort is not None
             D += plan.cohort
             ctx += self.cohort.context_sum()
-        return P, D, l2, lc, ctx, n_pf, n_adm
+        return StepShape(P, D, l2, lc, ctx, n_pf, n_adm)
 
     def compute_ns(self, plan: StepPlan) -> int:
         """Engine compute time of a step, ns: the target's forward pass, plus the draft model's
         k sequential steps when speculating (:meth:`Speculation.draft_ns`)."""
         if not plan.items and not plan.cohort:
             return 0
-        P, D, l2, lc, ctx, n_pf, n_adm = self.aggregates(plan)
-        t = self.costs.step_ns(P, D, l2, lc, ctx, n_pf, n_adm)
+        t = self.costs.price(self.step_shape(plan))
         if self.spec is not None:
             t += self.spec.draft_ns(self.costs, plan.items)
         return t
@@ -405,29 +259,9 @@ class Engine:
             return 0
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
 
-    def run_length(self, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> list[int]:
-        """Durations (ns) of the steps to take for this plan (:func:`sim.core.fastforward.run_length`)."""
-        return fastforward.run_length(self, plan, now_ns, next_event_ns, dur0)
-
-    def allocate_run(self, plan: StepPlan, k: int, done: int = 1) -> None:
-        """Allocate the blocks steps done+1..k of a fast-forwarded run need
-        (:func:`sim.core.fastforward.allocate_run`)."""
-        fastforward.allocate_run(self, plan, k, done)
-
     def apply(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
         """Apply a run of ``len(durations)`` steps of ``plan`` (:func:`sim.core.apply.apply`)."""
         _apply.apply(self, plan, start_ns, durations, compute_ns)
-
-    def release_blocks(self, r: Request, preempted: bool = False) -> None:
-        """Free a request's own blocks and drop its references on shared prefix groups
-        (``preempted``: for eviction attribution, see ``sim.core.prefix_cache``)."""
-        if r.blocks:
-            self.pool.release(r.cls_idx, r.blocks)
-        r.blocks = 0
-        if r.shared:
-            self.pool.cache.release(r.shared, (r.cls_idx, r.tenant, r.request_id), preempted)
-            r.shared = ()
-            r.base_blocks = 0
 
     def trace_run(self, plan: StepPlan, start_ns: int, durations: list[int]) -> None:
         """Append the run's rows to the iteration trace (after ``iterations`` counted it)."""
@@ -440,7 +274,8 @@ class Engine:
         if self.cohort is not None:
             self.cohort.dissolve()  # members' fields are brought up to date, their spans end
             self.tel.add_cohort(self.cohort)
-        for r in [w for _, _, w in self.waiting] + list(self.running.values()) + list(also):
+        q = self.queues
+        for r in q.waiting_requests() + list(q.running.values()) + list(also):
             r.state = State.UNFINISHED
             r.finish_ns = end_ns
             self.tel.on_end(r)
@@ -458,3 +293,38 @@ class Engine:
     def describe_live(self, n: int = 3) -> str:
         """The live requests most involved in a stall, in one phrase."""
         return observe.describe_live(self, n)
+
+
+class GateView:
+    """What an admission gate may read of a replica at an arrival (:mod:`sim.admission`), and
+    nothing else: the step limits (``max_num_seqs``, ``max_batched_tokens``,
+    ``watermark_blocks``), the cost model, the KV pool (to read, never to change), whether a
+    waiter may evict running requests at all (``evicts_for_waiters``) and whether requests
+    grow their blocks (``grows_blocks``: False when each reserves prompt + ``max_tokens`` at
+    admission), the policy's key, and the requests waiting and running."""
+
+    __slots__ = ("max_num_seqs", "max_batched_tokens", "watermark_blocks", "costs", "pool",
+                 "evicts_for_waiters", "grows_blocks", "_eng")
+
+    def __init__(self, eng: Engine) -> None:
+        lim = eng.limits
+        self.max_num_seqs = lim.max_num_seqs
+        self.max_batched_tokens = lim.max_batched_tokens
+        self.watermark_blocks = lim.watermark_blocks
+        self.costs = eng.costs
+        self.pool = eng.pool
+        self.grows_blocks = eng.grows_blocks
+        self.evicts_for_waiters = eng.waiting_rule.evicts and eng.grows_blocks
+        self._eng = eng
+
+    def key(self, req: Request, now_s: float) -> tuple:
+        """The policy's key of ``req`` at ``now_s``."""
+        return self._eng.policy.key_tuple(req, now_s)
+
+    def waiting(self) -> list[tuple[tuple, Request]]:
+        """``(key, request)`` of each waiting request, in no particular order."""
+        return [(key, r) for key, _, r in self._eng.queues.waiting]
+
+    def running(self) -> list[Request]:
+        """The running requests, in admission order."""
+        return list(self._eng.queues.running.values())

@@ -17,14 +17,11 @@ fast-forwarded.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import TYPE_CHECKING
 
 from sim.core.costs import NEVER, NS
-from sim.core.plan import NO_PRIORITY, Scheduled, StepPlan, least_urgent
+from sim.core.parts import EngineParts as Engine
+from sim.core.plan import NO_PRIORITY, Scheduled, StepPlan, StepShape, least_urgent
 from sim.core.request import Request
-
-if TYPE_CHECKING:
-    from sim.core.engine import Engine
 
 # A fast-forwarded run prices millions of steps as ``round((a + b * ctx) * NS)``. Its loop
 # computes that in floats throughout (context and NS as floats: float-by-float arithmetic is
@@ -67,7 +64,7 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         return None
     c = m = 0  # the chunking item's (pf's) chunk, and the steps after the first it prefills in
     if pf is not None:
-        c = chunk_size(eng, pf.req)
+        c = eng.limits.chunk_size(pf.req)
         m = -(-prompt_left(pf) // c)
     # at most up to the first running request's last token; or, when nothing else could
     # change at those instants (:func:`through_finishes`), past every request's last token
@@ -87,7 +84,8 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
             left = r.hidden_output_tokens - r.generated + (m if s is pf else 0)
             if left < k:
                 k = left
-    if pf is not None and eng.waiting and len(eng.running) < eng.max_num_seqs:
+    q = eng.queues
+    if pf is not None and q.waiting and len(q.running) < eng.limits.max_num_seqs:
         # (_capped_out: the waiters are held back while its chunks take the whole cap; the
         # run ends before a step where it takes less, or after its last chunk)
         last = m + 1 if prompt_left(pf) % c == 0 else m
@@ -240,7 +238,7 @@ class OpenRun:
                 # ``add + i'`` at step i' (n + (i' - i) for a prompt of n ending at step i)
                 _, n_tok, l2, lc, n_adm, add, r = entries[ei]
                 ei += 1
-                d = costs.step_ns(n_tok, D, l2, lc, ctx, 1, n_adm)
+                d = costs.price(StepShape(n_tok, D, l2, lc, ctx, 1, n_adm))
                 durs.append(d)
                 start += d
                 ends.append(start)
@@ -385,14 +383,6 @@ def held_after(s: Scheduled, k: int) -> int:
     return s.computed_before + s.tokens + steps - 1 if not s.chunk else s.req.tokens + steps - 1 - m
 
 
-def chunk_size(eng: Engine, r: Request) -> int:
-    """Prefill tokens a request takes in a step where nothing but its caps limit it: the chunk
-    cap and its class's per-step prefill cap (NEVER when neither is set)."""
-    c = eng.chunk_cap
-    cap = eng.class_prefill_cap[r.cls_idx]
-    return cap if cap and cap < c else c
-
-
 def prompt_left(s: Scheduled) -> int:
     """Prompt tokens (a recompute's: its prompt and output so far) an item has left to prefill
     after its share of the plan's step."""
@@ -421,9 +411,10 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
     if (not eng.cfg.fast_forward or plan.preempted or plan.swap_in_blocks or plan.swap_out_blocks
             or eng.spec_k):  # speculative steps emit a random number of tokens: one at a time
         return False
+    q, lim, policy = eng.queues, eng.limits, eng.policy
     items = plan.items
     D = len(items) + plan.cohort
-    if not D or D != len(eng.running) or D > eng.cfg.max_batched_tokens:
+    if not D or D != len(q.running) or D > lim.max_batched_tokens:
         return False
     prefills = plan.admitted > 0
     for s in items:
@@ -431,9 +422,9 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
             prefills = True
     if prefills:
         # the policy would see the new decoders only at the next boundary
-        if not eng.static_ranking:
+        if not policy.static_ranking:
             return False
-        if eng.waiting and D < eng.max_num_seqs and not (pf is not None and _capped_out(eng, pf)):
+        if q.waiting and D < lim.max_num_seqs and not (pf is not None and _capped_out(eng, pf)):
             # the prefill's budget is free again at the next step, where a waiter could fit;
             # not while every slot is taken (nobody leaves inside a run while others wait), nor
             # while a chunking prefill uses up the per-step cap of the only class waiting
@@ -444,13 +435,13 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
                     # a prefill publishes its prompt to the prefix cache at the step's end, which
                     # moves blocks out of its class's count and can shrink what others may take
                     return False
-    if eng.waiting and eng.dynamic:
+    if q.waiting and policy.dynamic:
         # the policy re-ranks before every step (e.g. by what the prefix cache holds now):
         # another waiter could head the queue, and fit, at the next boundary
         return False
-    if eng.waiting and eng.cfg.preempt_for_waiting != "never" and eng.grows_blocks:
+    if q.waiting and eng.waiting_rule.evicts and eng.grows_blocks:
         # a waiter that outranks a running request could evict it once victims grow
-        if eng.waiting[0][0] < eng.lowest_running().key:  # (kept by the engine, not a walk)
+        if q.waiting[0][0] < q.lowest_running().key:  # (kept by the queues, not a walk)
             return False
     return True
 
@@ -472,10 +463,11 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
             pf = s
     if pf is None:
         return True, None
-    if not eng.chunked_prefill or eng.trace is not None or eng.hooks_scheduled:
+    lim = eng.limits
+    if not lim.chunked_prefill or eng.trace is not None or eng.policy.on_scheduled is not None:
         return False, None
-    c = chunk_size(eng, pf.req)
-    if c >= NEVER or len(eng.running) - 1 + c > eng.cfg.max_batched_tokens:
+    c = lim.chunk_size(pf.req)
+    if c >= NEVER or len(eng.queues.running) - 1 + c > lim.max_batched_tokens:
         return False, None
     if c < 2 or prompt_left(pf) % c == 1:
         return False, None  # (a last chunk of one token is planned, and priced, as a decode)
@@ -489,16 +481,17 @@ def _capped_out(eng: Engine, pf: Scheduled) -> bool:
     while the chunk takes the whole cap; the run then ends before the step where it takes less
     (:func:`start_run`)."""
     ci = pf.req.cls_idx
-    cap = eng.class_prefill_cap[ci]
-    return (eng.pool.cache is None and 0 < cap <= eng.chunk_cap
-            and eng.waiting_prefills[ci] == len(eng.waiting))
+    lim, q = eng.limits, eng.queues
+    cap = lim.class_prefill_cap[ci]
+    return (eng.pool.cache is None and 0 < cap <= lim.chunk_cap
+            and q.waiting_prefills[ci] == len(q.waiting))
 
 
 def through_finishes(eng: Engine) -> bool:
     """May a fast-forwarded run go on past running requests' last tokens? Only when a finish
     changes nothing but the batch: nobody waits to take the freed slot or blocks, the policy
     never re-ranks, and no closed-loop user sends a new request when its answer arrives."""
-    return eng.through_finishes and not eng.waiting and eng.static_ranking
+    return eng.through_finishes and not eng.queues.waiting and eng.policy.static_ranking
 
 
 def run_need(eng: Engine, plan: StepPlan, k: int) -> int:
@@ -528,10 +521,10 @@ def block_avail(eng: Engine, plan: StepPlan, k: int) -> int:
             if s.req.priority > top:
                 top = s.req.priority
         if coh is not None:
-            top = least_urgent(eng.class_priority, coh.n_cls, top)
+            top = least_urgent(eng.queues.class_priority, coh.n_cls, top)
     avail = pool.available_for(top)
     through = through_finishes(eng) and (coh is not None or any(item_steps(s, k) < k for s in plan.items))
-    if eng.pool.cache is not None and (through or eng.waiting):
+    if eng.pool.cache is not None and (through or eng.queues.waiting):
         avail = min(avail, pool.free)
     return avail
 
@@ -540,7 +533,7 @@ def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) 
     """Largest k' <= k such that steps 2..k' of the run can allocate their blocks within
     ``avail`` (:func:`block_avail`); steps 2..lo are known to."""
     bs = eng.bs
-    D = len(eng.running)
+    D = len(eng.queues.running)
     prompts = sum(-(-prompt_left(s) // bs) for s in plan.items if s.chunk)
     if D * ((k + bs - 1) // bs + 1) + prompts <= avail:
         return k

@@ -97,6 +97,71 @@ class KVPool:
         self.free += n
         self.used[cls_idx] -= n
 
+    # ---- a request's blocks --------------------------------------------------------------
+    def grow(self, r, n: int) -> None:
+        """Request ``r`` takes ``n`` more device blocks (the caller checked ``available_for``)."""
+        self.allocate(r.cls_idx, n)
+        r.blocks += n
+
+    def release_request(self, r, preempted: bool = False) -> None:
+        """Free request ``r``'s own blocks and drop its references on shared prefix groups
+        (``preempted``: for eviction attribution, see :mod:`sim.core.prefix_cache`)."""
+        if r.blocks:
+            self.release(r.cls_idx, r.blocks)
+        r.blocks = 0
+        if r.shared:
+            self.cache.release(r.shared, (r.cls_idx, r.tenant, r.request_id), preempted)
+            r.shared = ()
+            r.base_blocks = 0
+
+    def swap_out_request(self, r) -> int:
+        """Move ``r``'s computed blocks to host space (those taken for tokens not yet computed,
+        and shared prefix groups, are released: the groups are copied too); returns the blocks
+        copied."""
+        keep = self.blocks_for(r.computed)
+        self.release_request(r, preempted=True)
+        self.to_host(keep)
+        r.host_blocks = keep
+        return keep
+
+    def swap_in_request(self, r) -> int:
+        """Bring swapped-out ``r``'s blocks back to the device; returns the blocks copied."""
+        n = r.host_blocks
+        self.swap_in(r.cls_idx, n)
+        r.blocks = n
+        r.host_blocks = 0
+        return n
+
+    def acquire_prefix(self, r, hit: int) -> None:
+        """``r`` is admitted on top of its ``hit`` cached prefix groups: it holds them and their
+        tokens count as computed (and, at its first admission, as its prefix hit)."""
+        cache = self.cache
+        r.shared = cache.acquire(r.hash_ids, hit)
+        r.base_blocks = hit * cache.group_blocks
+        r.computed = hit * cache.group_tokens
+        if r.first_admit_ns < 0:
+            r.prefix_hit_tokens = r.computed
+        missed = cache.missed_after_eviction(r.prompt_tokens, r.hash_ids, hit, r.request_id)
+        r.evicted_miss_tokens += missed * cache.group_tokens
+
+    def publish_prompt(self, r, before: int) -> None:
+        """Offer the prompt groups that ``r``'s prefill completed this step (it had ``before``
+        tokens computed) to the prefix cache: each becomes a shared group it holds."""
+        cache = self.cache
+        g = cache.group_tokens
+        n_full = cache.full_groups(r.prompt_tokens, r.hash_ids)
+        lo, hi = before // g, min(r.computed // g, n_full)
+        if lo >= hi or len(r.shared) != lo:
+            return  # only extend an unbroken shared chain
+        for j in range(lo, hi):
+            h = r.hash_ids[j]
+            if not cache.publish(h):
+                return
+            self.publish(r.cls_idx, cache.group_blocks)
+            r.blocks -= cache.group_blocks
+            r.base_blocks += cache.group_blocks
+            r.shared = (*r.shared, h)
+
     # ---- host swap space ---------------------------------------------------------------
     @property
     def host_free(self) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import simpy
 
-from sim.core import fastforward
 from sim.core.costs import NEVER, NS
 from sim.core.engine import Engine
 from sim.core.errors import StallError
@@ -30,6 +29,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     """
     tel = engine.tel
     cfg = engine.cfg
+    q = engine.queues
+    stepper = engine.stepper
     on_run = getattr(source, "on_run", None)
     # A cluster replica's source may let a run go past arrivals routed elsewhere: ``hold(now, plan,
     # dur0, run)`` takes the run (a :class:`~sim.core.fastforward.OpenRun` bounded by the
@@ -72,11 +73,11 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             break
         engine.refresh_ranking(now)
         # (a source that holds runs bounds them itself: it is asked only when nothing runs)
-        next_arrival = source.next_arrival_ns() if hold is None or not engine.running else NEVER
-        if deferred and not engine.running and not engine.waiting:
+        next_arrival = source.next_arrival_ns() if hold is None or not q.running else NEVER
+        if deferred and not q.running and not q.waiting:
             last_end = -1  # nothing runs: no batch was formed ahead, take them in now
             continue
-        if not engine.running and not engine.waiting:
+        if not q.running and not q.waiting:
             if wakeup is not None:
                 if finished is not None and finished() and next_arrival >= NEVER:
                     break
@@ -99,7 +100,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             if hold is not None:
                 next_arrival = source.next_arrival_ns()
             if next_arrival >= NEVER and engine.next_change_ns >= NEVER:
-                raise StallError(f"engine.stalled: at t={now / NS:.6f}s {len(engine.waiting)} requests wait "
+                raise StallError(f"engine.stalled: at t={now / NS:.6f}s {len(q.waiting)} requests wait "
                                  f"and none can be admitted, and nothing will change "
                                  f"({engine.describe_live()})")
             wake = max(min(next_arrival, engine.next_change_ns, stop_ns), now)
@@ -113,8 +114,6 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
         next_event = min(next_arrival if hold is None else NEVER, next_sample, stop_ns)
         if deferred:
             next_event = now  # they join at the next boundary: one step only
-        if hold is None:
-            durations = engine.run_length(plan, now, next_event, dur0)
         engine.events += 1
         if engine.events > check_at:  # (one comparison per event)
             if cfg.max_events and engine.events > cfg.max_events:
@@ -123,13 +122,13 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             engine.check_progress(now)  # raises StallError when nothing has progressed for long
             check_at = min(engine.events + PROGRESS_EVERY, cfg.max_events or NEVER)
         if hold is None:
-            engine.allocate_run(plan, len(durations))
+            durations = stepper.durations(engine, plan, now, next_event, dur0)
             if on_run is not None:
                 on_run(now, durations)
             yield env.timeout(sum(durations))
         else:
             assert held is not None  # (a source that holds runs says what it held)
-            yield hold(now, plan, dur0, fastforward.start_run(engine, plan, now, next_event, dur0))
+            yield hold(now, plan, dur0, stepper.open_run(engine, plan, now, next_event, dur0))
             durations = held()  # (the held run allocates its blocks as it goes)
         if ahead:
             last_end = now + sum(durations)

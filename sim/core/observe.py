@@ -8,17 +8,13 @@ could spend re-prefilling them), the run stops with a StallError.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NS
 from sim.core.errors import StallError
+from sim.core.parts import EngineParts as Engine
 from sim.core.plan import StepPlan, least_urgent, rank
-
-if TYPE_CHECKING:
-    from sim.core.engine import Engine
 
 PROGRESS_EVERY = 8192
 STALL_MIN = 65536
@@ -26,20 +22,21 @@ STALL_MIN = 65536
 
 def check_invariants(eng: Engine) -> None:
     """KV conservation at this instant: pool counts match what requests hold."""
+    q = eng.queues
     if eng.cohort is not None:
         eng.cohort.sync_all()
     pool = eng.pool
     pool.check()
-    used = [0] * len(eng.classes)
+    used = [0] * len(q.class_priority)
     refs: dict[int, int] = {}
-    for r in eng.running.values():
+    for r in q.running.values():
         used[r.cls_idx] += r.blocks
         for h in r.shared:
             refs[h] = refs.get(h, 0) + 1
         if eng.grows_blocks and r.blocks + r.base_blocks < pool.blocks_for(r.computed):
             raise AssertionError(f"request {r.request_id} holds {r.blocks} blocks for {r.computed} tokens")
     host = 0
-    for _, _, r in eng.waiting:
+    for _, _, r in q.waiting:
         if r.blocks:
             raise AssertionError(f"waiting request {r.request_id} holds {r.blocks} device blocks")
         host += r.host_blocks
@@ -61,36 +58,37 @@ def check_counts(eng: Engine) -> None:
     waiting and running, the running request ranked last, the least urgent running priority,
     and the cohort's member ranked last, members per class and per block residue and least
     urgent priority."""
-    waiting = [0] * len(eng.classes)
-    running = [0] * len(eng.classes)
-    for _, _, r in eng.waiting:
+    q = eng.queues
+    waiting = [0] * len(q.class_priority)
+    running = [0] * len(q.class_priority)
+    for _, _, r in q.waiting:
         waiting[r.cls_idx] += 1
-    for r in eng.running.values():
+    for r in q.running.values():
         running[r.cls_idx] += 1
-    if waiting != eng.waiting_count or running != eng.running_count:
-        raise AssertionError(f"requests per class: waiting {eng.waiting_count}, running {eng.running_count} "
+    if waiting != q.waiting_count or running != q.running_count:
+        raise AssertionError(f"requests per class: waiting {q.waiting_count}, running {q.running_count} "
                              f"kept, {waiting} and {running} counted")
-    order = eng.rank_order
-    if order is not None and order != sorted((r for r in eng.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank):
+    order = q.rank_order
+    if order is not None and order != sorted((r for r in q.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank):
         raise AssertionError("the rank order of the running requests outside the cohort is out of date")
-    last = eng.last_ranked
+    last = q.last_ranked
     if last:  # (kept while not empty: ascending, running, and every other running request below)
         ids = {r.request_id for r in last}
-        below = [rank(r) for r in eng.running.values() if r.request_id not in ids]
+        below = [rank(r) for r in q.running.values() if r.request_id not in ids]
         if (any(rank(a) >= rank(b) for a, b in zip(last, last[1:])) or len(ids) != len(last)
-                or len(below) != len(eng.running) - len(last) or (below and max(below) >= rank(last[0]))):
+                or len(below) != len(q.running) - len(last) or (below and max(below) >= rank(last[0]))):
             raise AssertionError("the least urgent running requests kept are out of date")
-    if eng.running:
-        if eng.lowest_running() is not max(eng.running.values(), key=rank):
+    if q.running:
+        if q.lowest_running() is not max(q.running.values(), key=rank):
             raise AssertionError("the running request ranked last is out of date")
-        if eng.top_running_priority() != max(r.priority for r in eng.running.values()):
+        if q.top_running_priority() != max(r.priority for r in q.running.values()):
             raise AssertionError("the least urgent running priority is out of date")
     coh = eng.cohort
     if coh is not None and coh.members and coh.last_member() is not max(coh.members.values(), key=rank):
         raise AssertionError("the cohort member ranked last is out of date")
     if coh is not None:
-        n_cls = [0] * len(eng.classes)
-        residues = [[0] * coh.bs for _ in eng.classes]
+        n_cls = [0] * len(q.class_priority)
+        residues = [[0] * coh.bs for _ in q.class_priority]
         for m in coh.members.values():
             n_cls[m.cls_idx] += 1
             if coh.grows:
@@ -98,7 +96,7 @@ def check_counts(eng: Engine) -> None:
         by_residue = [[res[h] for res in residues] for h in range(coh.bs)]
         if n_cls != coh.n_cls or residues != coh.residues or by_residue != coh.by_residue:
             raise AssertionError(f"cohort members per class {coh.n_cls} (and per residue) kept, {n_cls} counted")
-        if coh.least_urgent() != least_urgent(eng.class_priority, n_cls):
+        if coh.least_urgent() != least_urgent(q.class_priority, n_cls):
             raise AssertionError("the cohort's least urgent priority is out of date")
 
 
@@ -127,7 +125,8 @@ class ProgressGuard:
             self.last = (mark, eng.events, preempts, now_ns)
             return
         _, since, preempts0, t0 = last
-        live = [w for _, _, w in eng.waiting] + list(eng.running.values())
+        q = eng.queues
+        live = q.waiting_requests() + list(q.running.values())
         held = sum(r.prompt_tokens + r.generated + 1 for r in live)
         if eng.events - since < max(STALL_MIN, 2 * held):
             return
@@ -143,7 +142,8 @@ class ProgressGuard:
 
 def describe_live(eng: Engine, n: int = 3) -> str:
     """The live requests most involved in a stall, most preempted first, in one phrase."""
-    live = sorted([w for _, _, w in eng.waiting] + list(eng.running.values()),
+    q = eng.queues
+    live = sorted(q.waiting_requests() + list(q.running.values()),
                   key=lambda r: (-r.preemptions, r.request_id))
     parts = [f"request {r.request_id} (class {r.cls}, prompt {r.prompt_tokens}, max_tokens {r.max_tokens}, "
              f"{r.generated} generated, preempted {r.preemptions} times, {r.recomputed_tokens} tokens "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import NamedTuple
 
 from sim.core.request import Request
 
@@ -31,6 +32,25 @@ def least_urgent(class_priority: list[int], counts: list[int], top: int = NO_PRI
 #: Rank order of running requests: ``(key, admit_seq)``, the policy key, then admission order
 #: (an attrgetter: sorts, bisections and maxima keyed by it read both fields in C).
 rank = attrgetter("key", "admit_seq")
+
+
+class StepShape(NamedTuple):
+    """What the cost model prices of one step (:meth:`sim.core.costs.CostModel.price`).
+
+    ``prefill_tokens``: tokens prefilled (plus speculative verification tokens);
+    ``decoders``: requests decoding; ``sum_l2``: sum over prefill chunks of l^2 (l: the
+    chunk's tokens); ``sum_lc``: sum of l x c (c: the tokens before the chunk, its KV
+    context); ``sum_ctx``: sum of the decoders' contexts; ``prefill_chunks``: prefill chunks;
+    ``admitted``: requests whose prefill starts in the step (the last two: engine overhead).
+    """
+
+    prefill_tokens: int
+    decoders: int
+    sum_l2: int
+    sum_lc: int
+    sum_ctx: int
+    prefill_chunks: int = 0
+    admitted: int = 0
 
 
 @dataclass(slots=True)

@@ -18,57 +18,36 @@ mutates blocks and the running set; the step is then priced and applied (:mod:`s
 """
 from __future__ import annotations
 
-from bisect import insort
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
+from sim.core.parts import EngineParts as Engine
 from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import eligible_unordered, eligible_victims, preempt, victim_for
 from sim.core.request import Request, State
-
-if TYPE_CHECKING:
-    from sim.core.engine import Engine
 
 # (an enum member read from its class costs about 8 times a module global's read, in Python 3.11)
 SWAPPED, RUNNING = State.SWAPPED, State.RUNNING
 
 
-def chunk(eng: Engine, req: Request, budget: int, class_prefill: list[int] | None = None) -> int:
-    """Tokens ``req`` may take this step: 1 for a decode; for a prefill, what is left of the
-    budget, the per-request chunk cap and its class's per-step prefill cap allow (prefill
-    tokens already taken per class: ``class_prefill``, default this step's)."""
-    need = req.tokens - req.computed
-    if need <= 1:
-        return 1 if budget >= 1 else 0
-    cap = eng.class_prefill_cap[req.cls_idx]
-    if cap:
-        used = (eng.class_prefill if class_prefill is None else class_prefill)[req.cls_idx]
-        if eng.chunked_prefill or used:
-            budget = min(budget, cap - used)
-        # unchunked prompts longer than the cap go one per step (else they never could)
-    if eng.chunked_prefill:
-        # max(0, min(need, budget, chunk_cap)), compared (about a sixth of the builtins' cost)
-        n = need if need < budget else budget
-        if n > eng.chunk_cap:
-            n = eng.chunk_cap
-        return n if n > 0 else 0
-    return need if need <= budget else 0
+class Fit(NamedTuple):
+    """Whether a waiting request can be admitted now, and what admitting it takes."""
+
+    fits: bool
+    tokens: int  # this step's tokens (0: the budget cannot take it)
+    blocks: int  # new device blocks (after those of cached prefix groups it reuses)
+    hit: int  # cached prefix groups it would reuse
 
 
-def ranked_running(eng: Engine) -> list[Request]:
-    """Running requests outside the cohort, most urgent first (cached until the set or the
-    keys change)."""
-    if eng.rank_order is None:
-        eng.rank_order = sorted((r for r in eng.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank)
-    return eng.rank_order
+NO_FIT = Fit(False, 0, 0, 0)
 
 
 def budget_left(eng: Engine, scheduled: dict, cohort: int = 0) -> int:
     """Token budget left in the step being planned (after a preemption gave tokens back),
     with ``cohort`` decoders of the cohort in it."""
-    return eng.cfg.max_batched_tokens - cohort - sum(s.tokens for s in scheduled.values())
+    return eng.limits.max_batched_tokens - cohort - sum(s.tokens for s in scheduled.values())
 
 
 # ---- the cohort's share of a step ------------------------------------------------------------
@@ -88,12 +67,13 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
     """
     coh = eng.cohort
     assert coh is not None
-    budget = eng.cfg.max_batched_tokens - len(coh.members)
+    lim = eng.limits
+    budget = lim.max_batched_tokens - len(coh.members)
     if budget < 0:
         return None, None
     need = coh.next_step_blocks()
     blocks = sum(need)
-    explicit = ranked_running(eng)
+    explicit = eng.queues.ranked_running()
     if not explicit and not blocks:
         return need, None
     # the least favoured class present has the fewest blocks available (reservations of
@@ -103,7 +83,7 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
         avail = pool.free if pool.plain else pool.available_for(coh.least_urgent())
         return (need, None) if blocks <= avail else (None, None)
     worst = coh.least_urgent()
-    used = [0] * len(eng.classes)
+    used = [0] * len(lim.class_prefill_cap)
     bs = eng.bs
     grows = eng.grows_blocks
     last_member = None
@@ -112,8 +92,8 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
             n = 1 if budget >= 1 else 0
             cut = n == 0
         else:
-            n = chunk(eng, req, budget, used)
-            cut = n < chunk(eng, req, NEVER, used)
+            n = lim.chunk(req, budget, used)
+            cut = n < lim.chunk(req, NEVER, used)
             used[req.cls_idx] += n
         if cut:
             # the budget cuts this share: the walk gives it the same only when every
@@ -138,7 +118,7 @@ def dissolve_cohort(eng: Engine) -> None:
     """Make every cohort member an ordinary running request again (synced)."""
     assert eng.cohort is not None
     eng.cohort.dissolve()
-    eng.rank_order = None
+    eng.queues.rank_order = None
 
 
 def _cohort_share(eng: Engine, plan: StepPlan) -> None:
@@ -154,10 +134,8 @@ def _cohort_share(eng: Engine, plan: StepPlan) -> None:
         below = [m for m in coh.members.values() if rank(m) > at]
         if len(below) < len(coh):
             coh.leave_all(below)
-            order = eng.rank_order
-            if order is not None:
-                for m in below:
-                    insort(order, m, key=rank)
+            for m in below:
+                eng.queues.ordered_in(m)
             need, cut = cohort_step_blocks(eng)
     if need is None:
         dissolve_cohort(eng)
@@ -172,16 +150,16 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
     """Decide the next step (see the module docstring)."""
     plan = StepPlan()
     scheduled: dict[int, Scheduled] = {}
-    counting = eng.counting_prefill
-    if counting:
-        eng.class_prefill = [0] * len(eng.classes)
+    lim = eng.limits
+    lim.new_step()
+    counting = lim.counting_prefill
     pool = eng.pool
     bs = eng.bs
     grows = eng.grows_blocks
     spec = eng.spec
     _cohort_share(eng, plan)
-    budget = eng.cfg.max_batched_tokens - plan.cohort
-    for req in list(ranked_running(eng)):  # a copy: preemption edits the order
+    budget = lim.max_batched_tokens - plan.cohort
+    for req in list(eng.queues.ranked_running()):  # a copy: preemption edits the order
         if req.state is not State.RUNNING:
             continue  # preempted earlier in this loop
         decode = req.tokens - req.computed == 1
@@ -191,7 +169,7 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
             # with speculation a decoder verifies k drafts + 1 token (when the budget allows)
             n = spec.tokens(req.cls_idx, budget) if spec is not None else 1
         else:
-            n = chunk(eng, req, budget)
+            n = lim.chunk(req, budget)
             if n == 0:
                 continue
         if grows:
@@ -208,16 +186,15 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
                     # victims scheduled earlier in this step gave their tokens back
                     budget = budget_left(eng, scheduled)
                     if not decode:
-                        n = chunk(eng, req, budget)
+                        n = lim.chunk(req, budget)
                     if n == 0 or budget < 1:
                         continue
                     new_blocks = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
-                pool.allocate(req.cls_idx, new_blocks)
-                req.blocks += new_blocks
+                pool.grow(req, new_blocks)
         scheduled[req.request_id] = Scheduled(req, n, req.computed, decode)
         budget -= n
         if counting and not decode:
-            eng.class_prefill[req.cls_idx] += n
+            lim.took_prefill(req.cls_idx, n)
     if plan.preempted == 0:
         admit_waiting(eng, plan, scheduled, budget, now_ns)
     plan.items = list(scheduled.values())
@@ -227,26 +204,28 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
 # ---- admission ---------------------------------------------------------------------------------
 def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
     """Admit waiting requests in rank order while they fit; returns the budget left."""
-    if not eng.waiting or budget <= 0:
+    q = eng.queues
+    if not q.waiting or budget <= 0:
         return budget  # (most events: nobody waits)
+    lim = eng.limits
     throttled: list = []  # waiters whose class used up its prefill cap this step: skipped, kept
     held: list[int] = []  # ... per class (made at the first)
-    caps = eng.class_prefill_cap
-    while eng.waiting and budget > 0:
-        w = eng.waiting[0][2]
+    caps = lim.class_prefill_cap
+    while q.waiting and budget > 0:
+        w = q.waiting[0][2]
         fit, n, need_blocks, hit = fits(eng, w, budget)
-        if not fit and class_capped(eng, w):
-            throttled.append(eng.pop_entry())
+        if not fit and lim.class_capped(w):
+            throttled.append(q.pop_entry())
             if not held:
-                held = [0] * len(eng.classes)
+                held = [0] * len(caps)
             held[w.cls_idx] += 1
             if eng.pool.cache is None:
                 # every waiter left is a prefill of a class whose cap is used up: each would
                 # be skipped in turn (without a prefix cache nothing makes one shorter)
-                used = eng.class_prefill
-                capped = sum(eng.waiting_prefills[c] - held[c] for c in range(len(caps))
+                used = lim.class_prefill
+                capped = sum(q.waiting_prefills[c] - held[c] for c in range(len(caps))
                              if caps[c] and used[c] >= caps[c])
-                if capped == len(eng.waiting):
+                if capped == len(q.waiting):
                     break
             continue
         if not fit:
@@ -254,16 +233,16 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
             if after is None:
                 break
             budget = budget_left(eng, scheduled, plan.cohort)
-            if eng.waiting[0][2] is not w:
+            if q.waiting[0][2] is not w:
                 continue  # a victim re-keyed on preemption now heads the queue: re-decide
             fit, n, need_blocks, hit = after  # (what fits says now, taken after the last eviction)
             if not fit:
                 break
-        eng.pop_entry()
+        q.pop_entry()
         _admit(eng, w, n, need_blocks, hit, plan, scheduled, now_ns)
         budget -= n
     for entry in throttled:
-        eng.push_entry(entry)
+        q.push_entry(entry)
     return budget
 
 
@@ -272,35 +251,29 @@ def _admit(eng: Engine, w: Request, n: int, need_blocks: int, hit: int, plan: St
     """Waiting request ``w`` (popped) joins the running set with ``n`` tokens in this step, on
     ``hit`` cached prefix groups, holding ``need_blocks`` device blocks (swapped in first)."""
     pool = eng.pool
-    if w.tokens - w.computed > 1:
-        eng.waiting_prefills[w.cls_idx] -= 1
+    q = eng.queues
+    q.take(w)
     if hit:
-        use_prefix(eng, w, hit)
+        pool.acquire_prefix(w, hit)
     if w.state is SWAPPED:
-        pool.swap_in(w.cls_idx, w.host_blocks)
-        plan.swap_in_blocks += w.host_blocks
-        plan.swapped_in.append((w, w.host_blocks))
-        eng.tel.on_swap(w, w.host_blocks)
-        w.blocks = w.host_blocks
-        w.host_blocks = 0
+        blocks = pool.swap_in_request(w)
+        plan.swap_in_blocks += blocks
+        plan.swapped_in.append((w, blocks))
+        eng.tel.on_swap(w, blocks)
     grow = need_blocks - w.blocks
     if grow > 0:
-        pool.allocate(w.cls_idx, grow)
-        w.blocks += grow
+        pool.grow(w, grow)
     w.state = RUNNING
-    eng.admissions += 1
-    w.admit_seq = eng.admissions
     w.admitted_s = now_ns / NS
     if w.first_admit_ns < 0:
         w.first_admit_ns = now_ns
-    eng.add_running(w)
-    if eng.rank_order is not None:  # keep the rank order without re-sorting
-        insort(eng.rank_order, w, key=rank)
+    q.add_running(w)
+    q.ordered_in(w)  # (the rank order kept without re-sorting)
     decode = w.tokens - w.computed == 1
     scheduled[w.request_id] = Scheduled(w, n, w.computed, decode, True)
     plan.admitted += 1
     if not decode:
-        eng.class_prefill[w.cls_idx] += n
+        eng.limits.took_prefill(w.cls_idx, n)
 
 
 def admit_alone(eng: Engine, w: Request, now_ns: int) -> Scheduled:
@@ -309,21 +282,12 @@ def admit_alone(eng: Engine, w: Request, now_ns: int) -> Scheduled:
     :meth:`sim.cluster.replicas.Replica.join`): gated and queued (:meth:`Engine.admit_arrival`),
     then admitted with its prompt in one chunk. Returns its share of that step."""
     taken = eng.admit_arrival(w, now_ns)
-    entry = eng.pop_entry()
-    assert taken and entry[2] is w and not eng.waiting
-    n, need, hit = admission(eng, w, eng.cfg.max_batched_tokens)
+    entry = eng.queues.pop_entry()
+    assert taken and entry[2] is w and not eng.queues.waiting
+    n, need, hit = admission(eng, w, eng.limits.max_batched_tokens)
     scheduled: dict[int, Scheduled] = {}
     _admit(eng, w, n, need, hit, StepPlan(), scheduled, now_ns)
     return scheduled[w.request_id]
-
-
-def class_capped(eng: Engine, w: Request) -> bool:
-    """Is ``w`` (a prefill) held back only by its class's per-step prefill cap?"""
-    cap = eng.class_prefill_cap[w.cls_idx]
-    used = eng.class_prefill[w.cls_idx]
-    if not cap or w.tokens - w.computed <= 1 or not used:
-        return False
-    return used >= cap or (not eng.chunked_prefill and used + w.tokens - w.computed > cap)
 
 
 def admission(eng: Engine, w: Request, budget: int) -> tuple[int, int, int]:
@@ -336,12 +300,12 @@ def admission(eng: Engine, w: Request, budget: int) -> tuple[int, int, int]:
     if hit:
         cached = hit * cache.group_tokens
         w.computed = cached  # peek: restored below
-        n = chunk(eng, w, budget)
+        n = eng.limits.chunk(w, budget)
         w.computed = 0
         total = cached + n if eng.grows_blocks else w.prompt_tokens + w.max_tokens
         need = eng.pool.blocks_for(total) - hit * cache.group_blocks
         return n, need, hit
-    n = chunk(eng, w, budget)
+    n = eng.limits.chunk(w, budget)
     if not eng.grows_blocks:
         need = eng.pool.blocks_for(w.prompt_tokens + w.max_tokens)
     elif w.state is SWAPPED:
@@ -351,34 +315,23 @@ def admission(eng: Engine, w: Request, budget: int) -> tuple[int, int, int]:
     return n, need, 0
 
 
-def fits(eng: Engine, w: Request, budget: int) -> tuple[bool, int, int, int]:
-    """Can waiting request ``w`` be admitted now? (fits, tokens, device blocks, hit groups)."""
-    if len(eng.running) >= eng.max_num_seqs:
-        return False, 0, 0, 0
+def fits(eng: Engine, w: Request, budget: int) -> Fit:
+    """Can waiting request ``w`` be admitted now, and what would it take?"""
+    lim = eng.limits
+    if len(eng.queues.running) >= lim.max_num_seqs:
+        return NO_FIT
     n, need, hit = admission(eng, w, budget)
     if n == 0:
-        return False, 0, 0, 0
-    avail = eng.pool.available_for(w.priority) - eng.watermark_blocks
+        return NO_FIT
+    avail = eng.pool.available_for(w.priority) - lim.watermark_blocks
     if hit:  # groups it reuses stop being evictable once it holds them
         cache = eng.pool.cache
         avail -= cache.group_blocks * sum(1 for h in w.hash_ids[:hit] if h in cache.lru)
-    return need <= avail, n, need, hit
-
-
-def use_prefix(eng: Engine, w: Request, hit: int) -> None:
-    """Admit ``w`` on top of its ``hit`` cached prefix groups."""
-    cache = eng.pool.cache
-    w.shared = cache.acquire(w.hash_ids, hit)
-    w.base_blocks = hit * cache.group_blocks
-    w.computed = hit * cache.group_tokens
-    if w.first_admit_ns < 0:
-        w.prefix_hit_tokens = w.computed
-    missed = cache.missed_after_eviction(w.prompt_tokens, w.hash_ids, hit, w.request_id)
-    w.evicted_miss_tokens += missed * cache.group_tokens
+    return Fit(need <= avail, n, need, hit)
 
 
 def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int,
-                now_ns: int) -> tuple[bool, int, int, int] | None:
+                now_ns: int) -> Fit | None:
     """Evict lowest-ranked eligible running requests so that waiting ``w`` fits.
 
     Evicts only if evicting every eligible victim would make room (all-or-nothing on the
@@ -387,8 +340,9 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     the last eviction (with the budget then left).
     """
     coh = eng.cohort
+    q = eng.queues
     ordered = eng.cfg.victim != "rank"  # (rank: the first victims are picked as needed)
-    if not ordered and eng.cfg.preempt_for_waiting != "policy" and eng.running:
+    if not ordered and eng.waiting_rule.pairwise and q.running:
         first = _enough_alone(eng, w, plan, scheduled, budget)
         if first is not None:
             # the others, when the first is not enough, are found after it left: the same
@@ -403,7 +357,7 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
         # the members' victims and the others' apart (those outside the cohort are few, and
         # kept in rank order: the walk of the whole set is not repeated to tell them apart)
         in_cohort = eligible_unordered(eng, w, coh.members.values())
-        others = eligible_unordered(eng, w, ranked_running(eng))
+        others = eligible_unordered(eng, w, q.ranked_running())
         victims = in_cohort + others if others else in_cohort
     else:
         in_cohort, others = [], eligible_unordered(eng, w)
@@ -416,7 +370,7 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     if not ordered:
         # least urgent first: usually the running request ranked last (the engine keeps it),
         # else max finds it (ranks are distinct: admit_seq); the rest are sorted only if needed
-        lowest = eng.lowest_running()
+        lowest = q.lowest_running()
         first = lowest if lowest in victims else max(victims, key=rank)
         rest = _first_then_rest(first, lambda: [v for v in victims if v is not first])
         return _evict(eng, w, plan, scheduled, now_ns, rest)
@@ -445,17 +399,18 @@ def _freed(eng: Engine, plan: StepPlan, scheduled: dict, in_cohort: list[Request
 def _room_after(eng: Engine, w: Request, budget: int, victims: int, tokens: int, blocks: int) -> int:
     """``w``'s chunk (tokens) if evicting ``victims`` running requests that give back ``tokens``
     of the budget and ``blocks`` KV blocks would make room for it, else 0."""
-    if len(eng.running) - victims >= eng.cfg.max_num_seqs:
+    lim = eng.limits
+    if len(eng.queues.running) - victims >= lim.max_num_seqs:
         return 0
     n, need, _ = admission(eng, w, budget + tokens)
-    return n if n > 0 and need <= eng.pool.available_for(w.priority) - eng.watermark_blocks + blocks else 0
+    return n if n > 0 and need <= eng.pool.available_for(w.priority) - lim.watermark_blocks + blocks else 0
 
 
 def _evict(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, now_ns: int,
-           victims: Iterable[Request]) -> tuple[bool, int, int, int]:
+           victims: Iterable[Request]) -> Fit:
     """Preempt ``victims`` in their order until waiting ``w`` fits; :func:`fits` after the last."""
     coh = eng.cohort
-    now_fits = (False, 0, 0, 0)
+    now_fits = NO_FIT
     for v in victims:
         if v.cohort_base_step != NOT_MEMBER:
             # it leaves the cohort alone (the others decode on in it), as an ordinary
@@ -465,11 +420,10 @@ def _evict(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, now_ns: int
             if plan.cohort:
                 plan.cohort -= 1
                 scheduled[v.request_id] = Scheduled(v, 1, v.computed, True)
-            if eng.rank_order is not None:
-                insort(eng.rank_order, v, key=rank)
+            eng.queues.ordered_in(v)
         preempt(eng, v, plan, scheduled, now_ns)
         now_fits = fits(eng, w, budget_left(eng, scheduled, plan.cohort))
-        if now_fits[0]:
+        if now_fits.fits:
             break
     return now_fits
 
@@ -480,9 +434,9 @@ def _enough_alone(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budg
     longer), else None. Then evicting every victim would make room too (more blocks, more
     slots, the same need): :func:`preempt_for`'s all-or-nothing check passes without the walk
     of every victim, which it needs only when the first is not enough. Where a victim's
-    eligibility reads only its own fields and the waiter's (not ``"policy"``, whose oldest
-    request is exempted)."""
-    low = eng.lowest_running()
+    eligibility reads only its own fields and the waiter's (the waiting rule is ``pairwise``:
+    not ``"policy"``, whose oldest request is exempted)."""
+    low = eng.queues.lowest_running()
     if not eligible_unordered(eng, w, (low,)):
         return None
     member = low.cohort_base_step != NOT_MEMBER

@@ -5,29 +5,30 @@ Two questions, answered apart:
 * **Who** (:func:`victim_for`, :func:`eligible_victims`): a running request that needs a block
   takes it from the lowest-ranked running request (vLLM; ``engine.victim = "prefix_aware"``
   picks the cheapest among that one's class); a waiting request may evict lower-ranked running
-  requests as ``engine.preempt_for_waiting`` allows.
+  requests as ``engine.preempt_for_waiting`` allows (:class:`WaitingRule`, one small class per
+  value).
 * **How** (:class:`PreemptionMode`, one small class per ``engine.preemption`` value): recompute
   (blocks freed, progress dropped, re-prefilled later), swap (blocks copied to host space,
   progress kept, both copies charged), auto (whichever is cheaper now), off (each request
   reserves its whole prompt + ``max_tokens`` at admission, so nothing is ever preempted).
 
 :func:`preempt` is the one place a victim leaves the running set (its contract is written there).
-A new mode is one class here, registered in :data:`MODES`, plus its name in the allowed values
-of ``EngineConfig.preemption`` (``sim/config.py``).
+Both are open registries (:data:`PREEMPTION_MODES`, :data:`WAITING_RULES`): a new mode or rule
+is one class in one file, named in the scenario by its dotted path (``engine.preemption =
+"my_modes:Halve"``) or registered under a name; the scenario's validation reads the registries.
 """
 from __future__ import annotations
 
 import heapq
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from plumbing.registry import Registry
 from sim.core.costs import NS
+from sim.core.parts import EngineParts as Engine
 from sim.core.plan import StepPlan, age, rank
 from sim.core.request import Request, State
-
-if TYPE_CHECKING:
-    from sim.core.engine import Engine
 
 
 # ---- how a victim gives up its blocks ---------------------------------------------------------
@@ -36,13 +37,15 @@ class PreemptionMode:
 
     ``grows_blocks``: True when a running request takes KV blocks as its tokens are computed (a
     pool that runs short then preempts); False when each request reserves its prompt +
-    ``max_tokens`` whole at admission and nothing is preempted.
+    ``max_tokens`` whole at admission and nothing is preempted. ``host_space``: True when the
+    mode may copy victims to host space (``engine.swap_blocks`` is then the host pool).
     A mode decides :meth:`how` a victim is released; :meth:`release` and :meth:`cost_ns` follow
     from that answer (override them for a release of a new kind).
     """
 
     name: ClassVar[str] = ""
     grows_blocks: ClassVar[bool] = True
+    host_space: ClassVar[bool] = False
 
     def how(self, eng: Engine, v: Request) -> str:
         """How running request ``v`` would give up its blocks now, as recorded per preemption:
@@ -67,7 +70,7 @@ class PreemptionMode:
         cached groups another running request holds, which stay cached)."""
         if self.how(eng, v) == "swap":
             return swap_cost_ns(eng, eng.pool.blocks_for(v.computed))
-        return recompute_cost_ns(eng, max(0, v.computed - pinned_tokens), len(eng.running))
+        return recompute_cost_ns(eng, max(0, v.computed - pinned_tokens), len(eng.queues.running))
 
 
 class Off(PreemptionMode):
@@ -93,6 +96,7 @@ class Swap(PreemptionMode):
     """Copy the computed blocks to host space and back (recompute when the host space is full)."""
 
     name = "swap"
+    host_space = True
 
     def how(self, eng: Engine, v: Request) -> str:
         return "fallback" if eng.pool.blocks_for(v.computed) > eng.pool.host_free else "swap"
@@ -103,21 +107,30 @@ class Auto(PreemptionMode):
     a step with the current batch (recompute when the host space is full)."""
 
     name = "auto"
+    host_space = True
 
     def how(self, eng: Engine, v: Request) -> str:
         blocks = eng.pool.blocks_for(v.computed)
         if blocks > eng.pool.host_free:
             return "fallback"
-        cheaper = swap_cost_ns(eng, blocks) < recompute_cost_ns(eng, v.computed, len(eng.running))
+        cheaper = swap_cost_ns(eng, blocks) < recompute_cost_ns(eng, v.computed, len(eng.queues.running))
         return "swap" if cheaper else "recompute"
 
 
-#: ``engine.preemption`` value -> its mode (a new one: its name also goes into EngineConfig).
-MODES: dict[str, type[PreemptionMode]] = {m.name: m for m in (Off, Recompute, Swap, Auto)}
+#: ``engine.preemption`` values: name -> :class:`PreemptionMode` subclass (or a dotted path
+#: ``pkg.mod:Class`` / ``file.py:Class`` to one, resolved by the registry)
+PREEMPTION_MODES = Registry("preemption mode")
+for _mode in (Off, Recompute, Swap, Auto):
+    PREEMPTION_MODES.register(_mode.name, _mode, (_mode.__doc__ or "").split("\n")[0])
 
 
 def make_mode(name: str) -> PreemptionMode:
-    return MODES[name]()
+    """The mode ``engine.preemption = name`` selects (a registered name or a dotted path)."""
+    mode = PREEMPTION_MODES.resolve(name)()
+    if not isinstance(mode, PreemptionMode):
+        raise TypeError(f"engine.preemption = {name!r}: {type(mode).__name__} is not a "
+                        "sim.core.preemption.PreemptionMode")
+    return mode
 
 
 def swap_cost_ns(eng: Engine, blocks: int) -> int:
@@ -135,10 +148,7 @@ def swap_out(eng: Engine, v: Request, plan: StepPlan) -> None:
     """Move ``v``'s computed blocks to host space, its progress kept; the copy is charged to this
     step. Only blocks holding computed tokens travel (shared prefix groups are copied too and
     released); those taken for this step's not-yet-computed tokens are released."""
-    keep = eng.pool.blocks_for(v.computed)
-    eng.release_blocks(v, preempted=True)
-    eng.pool.to_host(keep)
-    v.host_blocks = keep
+    keep = eng.pool.swap_out_request(v)
     v.swapped_blocks += keep
     plan.swap_out_blocks += keep
     plan.swapped_out.append((v, keep))
@@ -148,7 +158,7 @@ def swap_out(eng: Engine, v: Request, plan: StepPlan) -> None:
 
 def drop_progress(eng: Engine, v: Request) -> None:
     """Free ``v``'s blocks and drop its computed tokens: it re-prefills prompt + generated."""
-    eng.release_blocks(v, preempted=True)
+    eng.pool.release_request(v, preempted=True)
     v.recomputed_tokens += v.computed
     v.computed = 0
     v.state = State.WAITING
@@ -163,9 +173,8 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
     a preemption counted, recorded by how it was released. The policy is told.
     """
     how = eng.preemption.release(eng, v, plan)
-    eng.remove_running(v)
-    if eng.rank_order is not None:
-        eng.rank_order.remove(v)
+    eng.queues.remove_running(v)
+    eng.queues.ordered_out(v)
     scheduled.pop(v.request_id, None)
     v.preemptions += 1
     plan.preempted += 1
@@ -182,11 +191,11 @@ def victim_for(eng: Engine, req: Request, short: int) -> Request:
     ranked below ``req``, the cheapest to preempt (:func:`victim_cost_ns`) of those that free
     ``short`` blocks; when none does alone, the cheapest per block it frees
     (:func:`victim_score`). Ties go to the lower rank."""
-    lowest = eng.lowest_running()  # (largest key; ties: the most recently admitted, as vLLM pops)
+    lowest = eng.queues.lowest_running()  # (largest key; ties: the most recently admitted, as vLLM pops)
     if eng.cfg.victim == "rank" or lowest is req:
         return lowest
     rk = rank(req)
-    cands = sorted((r for r in eng.running.values() if r.priority == lowest.priority and rank(r) > rk),
+    cands = sorted((r for r in eng.queues.running.values() if r.priority == lowest.priority and rank(r) > rk),
                    key=rank, reverse=True)
     if len(cands) < 2:
         return lowest
@@ -202,10 +211,11 @@ def victim_for(eng: Engine, req: Request, short: int) -> Request:
 def about_to_reuse(eng: Engine, exclude: Request | None) -> set:
     """Prefix groups that the next ``max_num_seqs`` waiting requests (by rank) would reuse."""
     cache = eng.pool.cache
-    if cache is None or not eng.waiting:
+    waiting = eng.queues.waiting
+    if cache is None or not waiting:
         return set()
     out: set = set()
-    for _, _, w in heapq.nsmallest(eng.cfg.max_num_seqs, eng.waiting):
+    for _, _, w in heapq.nsmallest(eng.limits.max_num_seqs, waiting):
         if w is not exclude and w.hash_ids and w.computed == 0:
             out.update(w.hash_ids[:cache.full_groups(w.prompt_tokens, w.hash_ids)])
     return out
@@ -255,7 +265,7 @@ def victim_cost_ns(eng: Engine, v: Request, reuse: set, sole: list[int] | None =
     if cache is None or not reuse:
         return own
     pushed = sum(cache.group_tokens for h in sole if h in reuse)
-    return own + (recompute_cost_ns(eng, pushed, len(eng.running)) if pushed else 0)
+    return own + (recompute_cost_ns(eng, pushed, len(eng.queues.running)) if pushed else 0)
 
 
 def eligible_victims(eng: Engine, w: Request) -> list[Request]:
@@ -282,36 +292,124 @@ def eligible_unordered(eng: Engine, w: Request, among: Iterable[Request] | None 
     whose order is the rank's alone: a caller that needs only the first victims picks them as
     it goes rather than sorting them all). ``among``: a part of the running set (e.g. the
     cohort's members) to take only its victims, in its order; default the whole set."""
-    mode = eng.cfg.preempt_for_waiting
-    if mode == "never" or not eng.grows_blocks:
+    rule = eng.waiting_rule
+    if not rule.evicts or not eng.grows_blocks:
         return []
-    running = eng.running.values() if among is None else among
-    if mode in ("priority", "strict") and eng.running:
+    q = eng.queues
+    if q.running and rule.none_below(q.top_running_priority(), w):
+        return []
+    return rule.victims(w, q.running.values() if among is None else among, q)
+
+
+# ---- which running requests a waiter may evict -------------------------------------------------
+class WaitingRule:
+    """Which running requests a waiting request may evict (``engine.preempt_for_waiting``).
+
+    Never one the policy ranks at or above the waiter (``r.key > w.key``), and only as the rule
+    allows. ``evicts``: False when no waiter ever evicts (then nothing else is asked);
+    ``pairwise``: True when whether ``r`` is a victim of ``w`` reads only their own fields
+    (the planner then finds the first victim without walking every running request).
+    """
+
+    name: ClassVar[str] = ""
+    evicts: ClassVar[bool] = True
+    pairwise: ClassVar[bool] = True
+
+    def __init__(self, threshold: int = 0) -> None:
+        self.threshold = threshold  # (engine.preempt_threshold: read by the rules that use it)
+
+    def none_below(self, top: int, w: Request) -> bool:
+        """A shortcut: is it known from ``top`` (the least urgent priority running) alone that
+        ``w`` has no victim? (False: look at the requests.)"""
+        return False
+
+    def victims(self, w: Request, running: Iterable[Request], queues) -> list[Request]:
+        """The requests of ``running`` that ``w`` may evict, in their order (``queues``: the
+        whole running set, for a rule that looks beyond the pair)."""
+        raise NotImplementedError
+
+
+class NeverEvict(WaitingRule):
+    """A waiter never evicts a running request (vLLM)."""
+
+    name = "never"
+    evicts = False
+
+    def victims(self, w: Request, running: Iterable[Request], queues) -> list[Request]:
+        return []
+
+
+class ByPriority(WaitingRule):
+    """A running request of a less urgent class, or of the same class and arrived later."""
+
+    name = "priority"
+
+    def none_below(self, top: int, w: Request) -> bool:
         # a waiter of the least urgent class running (the common head of a full replica's
         # queue) has no victim: the running counts per class say so without building the list
-        top = eng.top_running_priority()
-        if top < w.priority or (top == w.priority and mode == "strict"):
-            return []
-    # never a request the policy ranks at or above the waiter (one pass over the running set
-    # with the mode's own condition)
-    wk, wp = w.key, w.priority
-    if mode == "priority":
-        wo = (wp, w.arrival_s, w.request_id)
-        ok = [r for r in running if (r.priority, r.arrival_s, r.request_id) > wo and r.key > wk]
-    elif mode == "strict":
-        ok = [r for r in running if r.priority > wp and r.key > wk]
-    elif mode == "policy":
-        ok = [r for r in running if r.key > wk]  # whatever the policy ranks strictly below the waiter
+        return top < w.priority
+
+    def victims(self, w: Request, running: Iterable[Request], queues) -> list[Request]:
+        wk = w.key
+        wo = (w.priority, w.arrival_s, w.request_id)
+        return [r for r in running if (r.priority, r.arrival_s, r.request_id) > wo and r.key > wk]
+
+
+class StrictPriority(WaitingRule):
+    """A running request of a strictly less urgent class."""
+
+    name = "strict"
+
+    def none_below(self, top: int, w: Request) -> bool:
+        return top <= w.priority
+
+    def victims(self, w: Request, running: Iterable[Request], queues) -> list[Request]:
+        wk, wp = w.key, w.priority
+        return [r for r in running if r.priority > wp and r.key > wk]
+
+
+class ByThreshold(WaitingRule):
+    """A running request whose priority is more than ``engine.preempt_threshold`` below."""
+
+    name = "threshold"
+
+    def victims(self, w: Request, running: Iterable[Request], queues) -> list[Request]:
+        wk, wp, th = w.key, w.priority, self.threshold
+        return [r for r in running if r.priority - wp > th and r.key > wk]
+
+
+class ByPolicy(WaitingRule):
+    """Whatever the policy ranks strictly below the waiter, but the oldest running request once
+    it has been preempted."""
+
+    name = "policy"
+    pairwise = False  # (the oldest running request is exempted: a look at the whole set)
+
+    def victims(self, w: Request, running: Iterable[Request], queues) -> list[Request]:
+        wk = w.key
+        ok = [r for r in running if r.key > wk]
         # Ranks that change with service (quanta, starvation promotion) can evict every
         # request before it finishes, and by recompute nothing is kept: a livelock (MLFQ
         # promoting starved requests that then evict each other). The oldest running
         # request, once it has been preempted, is not evicted for a waiter again: it runs
         # to its end, then the next oldest, so the run progresses (a first preemption,
         # the policy's ordinary use of this mode, is left alone).
-        oldest = min(eng.running.values(), key=age)
+        oldest = min(queues.running.values(), key=age)
         if oldest.preemptions:
             ok = [r for r in ok if r is not oldest]
-    else:  # threshold
-        th = eng.cfg.preempt_threshold
-        ok = [r for r in running if r.priority - wp > th and r.key > wk]
-    return ok
+        return ok
+
+
+#: ``engine.preempt_for_waiting`` values: name -> :class:`WaitingRule` subclass (or a dotted path)
+WAITING_RULES = Registry("waiting preemption rule")
+for _rule in (NeverEvict, ByPriority, StrictPriority, ByThreshold, ByPolicy):
+    WAITING_RULES.register(_rule.name, _rule, (_rule.__doc__ or "").split("\n")[0])
+
+
+def make_waiting_rule(name: str, threshold: int = 0) -> WaitingRule:
+    """The rule ``engine.preempt_for_waiting = name`` selects (a registered name or a dotted path)."""
+    rule = WAITING_RULES.resolve(name)(threshold)
+    if not isinstance(rule, WaitingRule):
+        raise TypeError(f"engine.preempt_for_waiting = {name!r}: {type(rule).__name__} is not a "
+                        "sim.core.preemption.WaitingRule")
+    return rule

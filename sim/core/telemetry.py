@@ -346,7 +346,7 @@ class Telemetry:
         """Record the waiting and running requests per class and the KV use at ``t_ns`` (the
         engine's counts, kept as requests enter and leave each set)."""
         pool = engine.pool
-        self.samples.append((t_ns, list(engine.waiting_count), list(engine.running_count),
+        self.samples.append((t_ns, list(engine.queues.waiting_count), list(engine.queues.running_count),
                              pool.total - pool.free, pool.host_used))
 
     def columns(self) -> dict[str, object]:

@@ -1,0 +1,68 @@
+"""What the engine's step modules may read of the engine: its parts, declared once.
+
+The planner, preemption, apply, fast-forward and the checks are functions of a step's parts,
+not of the :class:`~sim.core.engine.Engine` class: they are typed against
+:class:`EngineParts`, which the engine satisfies, so none of them imports the engine (no import
+cycle inside ``sim/core``) and this list is the whole of what they can reach. Each part owns
+its state and changes it through its own calls: the queues (:class:`~sim.core.queues.Queues`),
+the KV memory (:class:`~sim.core.kvpool.KVPool`: device blocks, prefix cache, host space), the
+step limits (:class:`~sim.core.limits.StepLimits`) and the cohort
+(:class:`~sim.core.cohort.DecodeCohort`).
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sim.core.binding import BoundPolicy
+from sim.core.cohort import DecodeCohort
+from sim.core.costs import CostModel
+from sim.core.kvpool import KVPool
+from sim.core.limits import StepLimits
+from sim.core.queues import Queues
+from sim.core.request import Request
+
+__all__ = ["EngineParts"]
+
+
+class EngineParts(Protocol):
+    """A replica's parts, as its step modules see them.
+
+    ``queues``, ``pool``, ``limits``, ``cohort`` (None when every request is stepped),
+    ``policy`` (bound), ``preemption`` (the mode: how a victim gives up its blocks),
+    ``waiting_rule`` (which running requests a waiter may evict), ``costs``, ``tel``
+    (telemetry), ``spec`` / ``spec_k`` (speculative decoding, None / 0 when off), ``cfg`` (the
+    engine settings, read-only), ``bs`` (block size, tokens), ``grows_blocks`` (the mode's),
+    ``trace`` (iteration rows or None), ``gate`` (admission gate or None), ``next_change_ns``,
+    ``through_finishes``, the counters ``iterations`` / ``events`` / ``busy_ns`` /
+    ``thrash_ns``, and ``on_request_end``.
+    """
+
+    queues: Queues
+    pool: KVPool
+    limits: StepLimits
+    cohort: DecodeCohort | None
+    policy: BoundPolicy
+    preemption: Any
+    waiting_rule: Any
+    costs: CostModel
+    tel: Any
+    spec: Any
+    spec_k: int
+    cfg: Any
+    bs: int
+    grows_blocks: bool
+    trace: list | None
+    gate: Any
+    next_change_ns: int
+    through_finishes: bool
+    iterations: int
+    events: int
+    busy_ns: int
+    thrash_ns: int
+    on_request_end: Any
+
+    def push_waiting(self, req: Request, now_ns: int) -> None: ...
+
+    def admit_arrival(self, req: Request, now_ns: int) -> bool: ...
+
+    def trace_run(self, plan: Any, start_ns: int, durations: list[int]) -> None: ...
