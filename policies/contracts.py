@@ -82,14 +82,15 @@ class Router(Protocol):
 class Gate(Protocol):
     """An admission gate in front of one replica's scheduler.
 
-    ``check(req, now_s, engine)`` answers at the request's arrival instant: ``""`` admits it,
-    anything else rejects it with that reason (the request's ``reject_reason``); ``engine`` is
-    the replica's engine (its settings, cost model, KV pool, policy, waiting and running
-    requests), for gates that estimate from the load. ``on_finish(req, now_s)`` is told of every
-    admitted request that ends. ``bind(engine)`` (optional) is called once the engine exists;
-    ``report()`` (optional) gives facts for summary.json.
+    ``check(req, now_s, view)`` answers at the request's arrival instant: ``""`` admits it,
+    anything else rejects it with that reason (the request's ``reject_reason``); ``view`` is the
+    replica's :class:`sim.core.engine.GateView` (its step limits, cost model, KV pool to read,
+    the policy's key, the waiting and running requests), for gates that estimate from the load.
+    ``on_finish(req, now_s)`` is told of every admitted request that ends. ``bind(view)``
+    (optional) is called once the replica exists; ``report()`` (optional) gives facts for
+    summary.json.
     """
 
-    def check(self, req: RequestView, now_s: float, engine: Any = None) -> str: ...
+    def check(self, req: RequestView, now_s: float, view: Any = None) -> str: ...
 
     def on_finish(self, req: RequestView, now_s: float) -> None: ...
