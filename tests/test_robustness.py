@@ -134,7 +134,7 @@ def test_a_livelock_stops_with_one_line_naming_requests_and_cause(monkeypatch):
 
     def without_draft_slots(self, *a, **k):
         init(self, *a, **k)
-        self.draft_slots = 0
+        self.limits.draft_slots = 0
 
     monkeypatch.setattr(sim.core.engine.Engine, "__init__", without_draft_slots)
     d = copy.deepcopy(TINY_SPEC)
