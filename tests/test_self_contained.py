@@ -266,6 +266,43 @@ def test_engine_core_imports_only_the_core(name):
             assert mod == "policies.base", f"sim/core/{name}.py imports {mod}"
 
 
+def _import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (module -> modules it imports) as a path, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(mod: str) -> list[str] | None:
+        state[mod] = 1
+        path.append(mod)
+        for dep in sorted(graph.get(mod, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep in graph and not state.get(dep) and (found := visit(dep)):
+                return found
+        path.pop()
+        state[mod] = 2
+        return None
+
+    return next((c for m in sorted(graph) if not state.get(m) and (c := visit(m))), None)
+
+
+def test_engine_core_has_no_import_cycle():
+    """No module of sim/core imports, directly or through others, one that imports it (imports
+    inside functions and under TYPE_CHECKING count): each step module depends on the parts it
+    uses, never back on the engine (docs/architecture.md, "Where to add things": the engine's parts)."""
+    graph = {}
+    for f in sorted((ROOT / "sim" / "core").glob("*.py")):
+        rel = f.relative_to(ROOT).as_posix()
+        graph[rel] = {t for mod in _sim_imports(f) if (t := _module_file(mod)) and t.startswith("sim/core/")} - {rel}
+    cycle = _import_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_a_cycle():
+    assert _import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _import_cycle({"a": {"b"}, "b": set()}) is None
+
+
 def test_import_sim_loads_no_optional_extra():
     code = "import sys, sim, sim.cli; print(sorted(m for m in ('matplotlib', 'ray', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
