@@ -11,13 +11,17 @@ vLLM's scheduler tests build a ``Scheduler`` from a tiny config, add a few reque
 
 :class:`Bench` builds the engine the way :func:`sim.assembly.build_engine` does (KV pool with
 per-class reservations, host space for the modes that swap, prefix cache, the policy from its
-registry), with ``lazy_batch`` and ``fast_forward`` off by default, so every running request
-is an item of every plan and a step is one event (the reference stepper). ``env`` is None: the
+registry), with ``fast_forward`` off (a step is one event: the reference stepper). Test modules
+import the :func:`both_ways` fixture, which runs each of their tests twice: with every running
+request stepped (``lazy_batch = false``, the specification) and with steady decoders in the
+cohort (the default engine); :meth:`Bench.tokens` reads both alike. ``env`` is None: the
 planner, preemption and apply never read the clock; the bench keeps its own (``now``, ns).
 Every preemption is logged with how it was done (:attr:`Bench.preempted`), since a plan counts
 preemptions but does not name them.
 """
 from __future__ import annotations
+
+import pytest
 
 from policies import make_policy
 from sim.config import ClassConfig, EngineConfig
@@ -41,6 +45,14 @@ STEP_1MS = {"kind": "linear", "base_s": 1e-3, "prefill_token_s": 1e-6, "decode_t
 BASE = {"profile": STEP_1MS, "overhead": "none", "block_size": 4, "kv_blocks": 64, "max_num_seqs": 8,
         "max_batched_tokens": 256, "preempt_for_waiting": "never", "lazy_batch": False,
         "fast_forward": False}
+
+@pytest.fixture(params=[False, True], ids=["stepped", "cohort"], autouse=True)
+def both_ways(request, monkeypatch):
+    """Run a test with the decode cohort off, then on (``engine.lazy_batch``), unless the test
+    sets it itself; imported by a test module, it applies to each of its tests."""
+    monkeypatch.setitem(BASE, "lazy_batch", request.param)
+    return request.param
+
 
 #: two classes: "hi" (priority 0, most urgent) and "lo" (priority 1)
 TWO_CLASSES = ({"name": "hi", "priority": 0}, {"name": "lo", "priority": 1})
@@ -86,6 +98,7 @@ class Bench:
         self.eng = Engine(None, cfg, costs, policy, self.classes, pool, self.tel)
         self.now = 0  # ns
         self._next_id = 0
+        self._cohort_ids: dict[int, tuple[StepPlan, list[int]]] = {}
 
     # ---- requests ----------------------------------------------------------------------------
     def request(self, cls: str, prompt: int, output: int, max_tokens: int | None = None, hash_ids=None,
@@ -116,7 +129,12 @@ class Bench:
     def plan(self) -> StepPlan:
         """Plan the next step (the policy re-ranked first, as the loop does); not applied."""
         self.eng.refresh_ranking(self.now)
-        return self.eng.plan(self.now)
+        plan = self.eng.plan(self.now)
+        coh = self.eng.cohort
+        # the cohort's decoders in this step (a count in the plan; who they are is read now,
+        # before applying the step changes the cohort)
+        self._cohort_ids[id(plan)] = (plan, list(coh.members) if coh is not None and plan.cohort else [])
+        return plan
 
     def apply(self, plan: StepPlan) -> None:
         """Price and apply ``plan`` as one step (the reference stepper), advance the clock, check
@@ -139,20 +157,27 @@ class Bench:
         return [self.step() for _ in range(n)]
 
     # ---- reading a plan and the state --------------------------------------------------------
-    @staticmethod
-    def tokens(plan: StepPlan) -> dict[int, int]:
-        """``{request id: tokens}`` of a plan's items, in the plan's order."""
-        return {s.req.request_id: s.tokens for s in plan.items}
+    def cohort_ids(self, plan: StepPlan) -> list[int]:
+        """Ids of the cohort's decoders in ``plan`` (planned by this bench), one token each."""
+        held, ids = self._cohort_ids[id(plan)]
+        assert held is plan
+        return ids
+
+    def tokens(self, plan: StepPlan) -> dict[int, int]:
+        """``{request id: tokens}`` of everyone in a plan: its items, and the cohort's decoders
+        (1 token each), so a test reads the same with the cohort on or off."""
+        out = {s.req.request_id: s.tokens for s in plan.items}
+        out.update((i, 1) for i in self.cohort_ids(plan))
+        return out
 
     @staticmethod
     def admitted(plan: StepPlan) -> list[int]:
         """Ids of the requests a plan admitted, in admission order."""
         return [s.req.request_id for s in plan.items if s.admitted]
 
-    @staticmethod
-    def decoding(plan: StepPlan) -> list[int]:
-        """Ids of a plan's decoders, in the plan's order."""
-        return [s.req.request_id for s in plan.items if s.decode]
+    def decoding(self, plan: StepPlan) -> list[int]:
+        """Ids of a plan's decoders: its decoding items, then the cohort's."""
+        return [s.req.request_id for s in plan.items if s.decode] + self.cohort_ids(plan)
 
     @property
     def preempted(self) -> list[tuple[int, str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.request import State
-from tests.core_helpers import Bench
+from tests.core_helpers import Bench, both_ways  # noqa: F401  (each test stepped, then with the cohort)
 
 
 def test_the_first_token_ends_the_last_prefill_chunk():
@@ -39,12 +39,15 @@ def test_a_request_ends_with_its_last_token_and_frees_its_blocks():
     assert b.admitted(b.plan()) == [1]
 
 
-def test_steady_decoders_join_the_cohort():
+def test_steady_decoders_join_the_cohort(both_ways):
     """engine.lazy_batch: a request that emitted a token at the end of a step and decodes one a
     step joins the cohort when the step is applied, and leaves the plan's items for its count."""
-    b = Bench(lazy_batch=True)
+    b = Bench()
     r = b.add("lo", prompt=8, output=8)
     b.step()  # the prefill emits the first token: a steady decoder from now on
-    assert r.cohort_base_step != NOT_MEMBER
     plan = b.plan()
-    assert plan.items == [] and plan.cohort == 1
+    assert b.tokens(plan) == {0: 1}
+    if both_ways:
+        assert r.cohort_base_step != NOT_MEMBER and plan.items == [] and plan.cohort == 1
+    else:
+        assert r.cohort_base_step == NOT_MEMBER and plan.cohort == 0

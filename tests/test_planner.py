@@ -1,16 +1,15 @@
 """Unit tests of the planner's rules (sim/core/planner.py, sim/core/limits.py), one rule a test.
 
 Each test builds an engine from a few ``[engine]`` keys (:class:`tests.core_helpers.Bench`:
-4-token blocks, 64 blocks, 8 slots, a 256-token budget, no cohort, one step an event), adds a
+4-token blocks, 64 blocks, 8 slots, a 256-token budget, one step an event; each test runs with
+every request stepped, then with the decode cohort), adds a
 few requests by hand (ids 0, 1, ... in the order added) and asserts on the plan: who is admitted,
 how many tokens each takes, the blocks held after it. The docstring names the rule and writes the
 block arithmetic out. Preemption's rules are in tests/test_preemption_rules.py.
 """
 from __future__ import annotations
 
-import pytest
-
-from tests.core_helpers import Bench
+from tests.core_helpers import Bench, both_ways  # noqa: F401  (each test stepped, then with the cohort)
 
 CAPPED_LO = ({"name": "hi", "priority": 0}, {"name": "lo", "priority": 1, "max_prefill_tokens_per_step": 8})
 
@@ -303,17 +302,15 @@ def test_draft_slots_count_toward_too_large():
     assert not b.arrive(b.request("lo", prompt=12, output=3))
 
 
-@pytest.mark.parametrize("lazy", [False, True])
-def test_the_cohort_leaves_the_plan_unchanged(lazy):
+def test_the_cohort_leaves_the_plan_unchanged(both_ways):
     """engine.lazy_batch: steady decoders advance as one cohort (a count in the plan, not items),
     and the step takes the same tokens: three decoders and a 6-token prompt in a 9-token budget:
     3 decode tokens, the prompt's 6."""
-    b = Bench(lazy_batch=lazy, max_batched_tokens=9)
+    b = Bench(max_batched_tokens=9)
     for _ in range(3):
         b.add("lo", prompt=4, output=8)
     b.steps(2)
     b.add("lo", prompt=6, output=8)
     plan = b.plan()
-    decoders = plan.cohort + len(b.decoding(plan))
-    assert decoders == 3 and b.tokens(plan)[3] == 6
-    assert plan.cohort == (3 if lazy else 0)
+    assert b.tokens(plan) == {0: 1, 1: 1, 2: 1, 3: 6}
+    assert plan.cohort == (3 if both_ways else 0)

@@ -3,7 +3,8 @@ rule a test: whom a request short of KV blocks evicts, how a victim gives its bl
 modes), and which running requests a waiting request may evict (the waiting rules).
 
 Each test builds an engine from a few ``[engine]`` keys (:class:`tests.core_helpers.Bench`:
-4-token blocks, no cohort, one step an event), adds requests by hand (ids 0, 1, ... in the order
+4-token blocks, one step an event; each test runs with every request stepped, then with the
+decode cohort), adds requests by hand (ids 0, 1, ... in the order
 added), and asserts on the plan, the preemptions logged as ``(id, how)`` and the blocks held
 after. The docstring names the rule and writes the block arithmetic out. The end-to-end cases
 (exact times, thrashing, the shipped profile's crossover) are in tests/test_preemption.py.
@@ -14,7 +15,7 @@ import pytest
 
 from sim.core.preemption import eligible_victims
 from sim.core.request import State
-from tests.core_helpers import STEP_1MS, Bench
+from tests.core_helpers import STEP_1MS, Bench, both_ways  # noqa: F401  (each test stepped, then with the cohort)
 
 THREE = ({"name": "p0", "priority": 0}, {"name": "p1", "priority": 1}, {"name": "p2", "priority": 2})
 
