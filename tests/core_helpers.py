@@ -46,6 +46,7 @@ BASE = {"profile": STEP_1MS, "overhead": "none", "block_size": 4, "kv_blocks": 6
         "max_batched_tokens": 256, "preempt_for_waiting": "never", "lazy_batch": False,
         "fast_forward": False}
 
+
 @pytest.fixture(params=[False, True], ids=["stepped", "cohort"], autouse=True)
 def both_ways(request, monkeypatch):
     """Run a test with the decode cohort off, then on (``engine.lazy_batch``), unless the test

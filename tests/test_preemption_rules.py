@@ -4,10 +4,10 @@ modes), and which running requests a waiting request may evict (the waiting rule
 
 Each test builds an engine from a few ``[engine]`` keys (:class:`tests.core_helpers.Bench`:
 4-token blocks, one step an event; each test runs with every request stepped, then with the
-decode cohort), adds requests by hand (ids 0, 1, ... in the order
-added), and asserts on the plan, the preemptions logged as ``(id, how)`` and the blocks held
-after. The docstring names the rule and writes the block arithmetic out. The end-to-end cases
-(exact times, thrashing, the shipped profile's crossover) are in tests/test_preemption.py.
+decode cohort), adds requests by hand (ids 0, 1, ... in the order added), and asserts on the
+plan, the preemptions logged as ``(id, how)`` and the blocks held after. The docstring names
+the rule and writes the block arithmetic out. The end-to-end cases (exact times, thrashing,
+the shipped profile's crossover) are in tests/test_preemption.py.
 """
 from __future__ import annotations
 
