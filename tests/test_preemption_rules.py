@@ -312,9 +312,6 @@ def test_eligible_victims_per_rule(rule, waiter, expected):
     assert [r.request_id for r in eligible_victims(b.eng, w)] == expected
 
 
-@pytest.mark.xfail(strict=True, reason="bug: planner._room_after counts the waiter's own cached prefix groups "
-                                       "as evictable, so preempt_for evicts a victim whose blocks cannot make "
-                                       "room (fits() then says no)")
 def test_no_pointless_eviction_for_a_waiter_that_reuses_cached_groups():
     """All or nothing with a prefix cache: a waiter's cached groups stop being evictable once it
     holds them, so they cannot make room for it. 7 blocks, groups of 8 tokens (2 blocks): A

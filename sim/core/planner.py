@@ -323,11 +323,18 @@ def fits(eng: Engine, w: Request, budget: int) -> Fit:
     n, need, hit = admission(eng, w, budget)
     if n == 0:
         return NO_FIT
-    avail = eng.pool.available_for(w.priority) - lim.watermark_blocks
-    if hit:  # groups it reuses stop being evictable once it holds them
+    return Fit(need <= _available(eng, w, hit), n, need, hit)
+
+
+def _available(eng: Engine, w: Request, hit: int) -> int:
+    """KV blocks waiting ``w`` may take now (its class's share, less the watermark), less the
+    cached groups among its ``hit`` prefix groups that nothing holds: they count as free while
+    evictable, but stop being so once ``w`` holds them."""
+    avail = eng.pool.available_for(w.priority) - eng.limits.watermark_blocks
+    if hit:
         cache = eng.pool.cache
         avail -= cache.group_blocks * sum(1 for h in w.hash_ids[:hit] if h in cache.lru)
-    return Fit(need <= avail, n, need, hit)
+    return avail
 
 
 def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget: int,
@@ -402,8 +409,8 @@ def _room_after(eng: Engine, w: Request, budget: int, victims: int, tokens: int,
     lim = eng.limits
     if len(eng.queues.running) - victims >= lim.max_num_seqs:
         return 0
-    n, need, _ = admission(eng, w, budget + tokens)
-    return n if n > 0 and need <= eng.pool.available_for(w.priority) - lim.watermark_blocks + blocks else 0
+    n, need, hit = admission(eng, w, budget + tokens)
+    return n if n > 0 and need <= _available(eng, w, hit) + blocks else 0
 
 
 def _evict(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, now_ns: int,
