@@ -4,10 +4,10 @@ A *router* picks, at a request's arrival instant, the replica of a cluster that 
 reads each candidate through a :class:`ReplicaView` (what a real load balancer could know at
 that instant) and never the replica's engine. A *gate* decides at the arrival instant whether a
 replica takes the request in at all. Both are found by name in a registry, like policies (the
-simulator's ``sim.cluster.routers.ROUTERS``; the gate is built from the scenario's admission
+simulator's ``sim.routers.ROUTERS``; the gate is built from the scenario's admission
 tables); a user's router loads by ``pkg.mod:Class``.
 
-These are Protocols: an implementation needs no base class (``sim.cluster.routers.BaseRouter``
+These are Protocols: an implementation needs no base class (``sim.routers.BaseRouter``
 supplies the defaults), and ``isinstance`` checks the methods are there.
 """
 from __future__ import annotations

@@ -246,7 +246,7 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
 
 
 def _check_router(sc) -> None:
-    from sim.cluster.routers import make_router
+    from sim.routers import make_router
 
     src, c = sc.source, sc.cluster
     try:

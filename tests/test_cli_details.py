@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from policies import POLICIES
 from sim.cli import main
-from sim.cluster.routers import ROUTERS
+from sim.routers import ROUTERS
 
 ROOT = Path(__file__).resolve().parents[1]
 

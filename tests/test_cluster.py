@@ -15,7 +15,7 @@ from sim.experiments.capacity import capacity_search
 from sim.experiments.slos import parse_slos
 from sim.cluster import ClusterResults, simulate_cluster
 from policies.contracts import ReplicaView, Router
-from sim.cluster.routers import ROUTERS, BaseRouter, make_router
+from sim.routers import ROUTERS, BaseRouter, make_router
 
 ROUTER_NAMES = ROUTERS.names()
 
@@ -144,7 +144,7 @@ def test_routing_by_counts_is_routing_by_views(monkeypatch):
     index); a cluster asks it instead of ``route`` (never called) when every replica is a
     candidate, with the same tables as asking ``route``; a subclass overriding ``route`` keeps it."""
     from sim.cluster import replicas
-    from sim.cluster.routers import LeastOutstanding, counts_router
+    from sim.routers import LeastOutstanding, counts_router
     rng = np.random.default_rng(3)
     lo = make_router("least_outstanding")
     for _ in range(300):

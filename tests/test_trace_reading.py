@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from workloads import WorkloadError, build_workload, load_trace
-from workloads.traces import FIRST_CHUNK_ROWS, out_of_order
+from workloads.tracefile import FIRST_CHUNK_ROWS
+from workloads.tracerows import out_of_order
 
 COLS = {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}
 

@@ -324,7 +324,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     try:
         slo = parse_slos(sc, list(slos), grace)
         if router is not None:
-            from sim.cluster.routers import make_router
+            from sim.routers import make_router
             try:
                 if make_router(router).class_aware:
                     fail(f"--router: the shared design needs a router that is not class-aware (got {router!r})")

@@ -319,7 +319,7 @@ def compare(run_a, run_b, metrics, more_a, more_b, csv_out, overwrite):
 @main.command()
 def routers():
     """List registered routers (for [cluster] router = ...)."""
-    from sim.cluster.routers import ROUTERS
+    from sim.routers import ROUTERS
 
     for e in ROUTERS.entries():
         click.echo(f"{e.name:18s} {e.description}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from sim.assembly import Setup, build_engine, prepare, quiet_gc, seed_for
 from sim.cluster.replicas import Replica, _Cluster
 from sim.cluster.results import ClusterResults, cluster_results
-from sim.cluster.routers import make_router
+from sim.routers import make_router
 from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
 from sim.core.costs import load_profile

@@ -2,7 +2,7 @@
 
 The scenario's ``[cluster]``: N replicas (or several replica groups with their own engine
 settings, policy and served classes), each an ordinary :class:`~sim.core.engine.Engine` driven by
-:func:`sim.core.loop.replica_loop`, behind a router (:mod:`sim.cluster.routers`). This module is
+:func:`sim.core.loop.replica_loop`, behind a router (:mod:`sim.routers`). This module is
 the machinery (:class:`Replica`, the router process); :func:`sim.cluster.simulate_cluster`
 assembles and runs it, :mod:`sim.cluster.results` reports it.
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, ClassVar
 import simpy
 from simpy.events import PENDING
 
-from sim.cluster.routers import counts_router
+from sim.routers import counts_router
 from sim.core.costs import NEVER
 from sim.core.fastforward import OpenRun, allocate_run
 from sim.core.loop import replica_loop

@@ -34,7 +34,7 @@ def _policy_random(name: str, params: dict) -> bool:
 
 
 def _router_random(name: str, params: dict) -> bool:
-    from sim.cluster.routers import make_router
+    from sim.routers import make_router
 
     reqs = [SimpleNamespace(request_id=i, cls="c", tenant="t", priority=0, prompt_tokens=100 + i,
                             max_tokens=100, arrival_s=i * 0.1) for i in range(64)]

@@ -1,0 +1,198 @@
+"""Routers: the load balancer in front of a cluster's replicas.
+
+A router sees each request at its arrival instant together with the replicas that may serve it
+(``candidates``: every replica, or, under ``class_aware``, the replicas of the groups dedicated to
+the request's class) and returns one of them. It reads only what a real load balancer could know
+at that instant: each replica's outstanding requests (running + queued + routed but not yet
+taken in) and its KV-cache use. Routers are registered like policies (``ROUTERS``, a
+``plumbing.registry.Registry``) and found by name or by ``pkg.mod:Class``. The registry sits here,
+in the scenario's layer (beside the admission gate), because the scenario's validation
+(``sim.tables``) builds the router it names; the cluster (``sim.cluster``) runs it.
+
+The contract is :class:`policies.contracts.Router` (checked for every registered router by
+``tests/test_cluster.py``):
+  * ``route(req, candidates, now_ns)`` returns an element of ``candidates``;
+  * deterministic: the same seed and the same sequence of calls give the same answers;
+  * stateless with respect to the request (it never mutates ``req`` or a replica).
+
+``candidates`` are :class:`policies.contracts.ReplicaView` s: ``index`` (global replica number),
+``group``, ``outstanding`` (int), ``kv_used`` (fraction of device KV blocks in use, 0..1),
+``waiting``/``running`` counts and ``waiting_by_class``. A new router is one class reading only
+those: in a user's own file, named ``router = "pkg.mod:Class"`` (``tests/plugins/last_index.py``
+is one), or shipped here with its class in the registration loop at the end.
+"""
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Callable, Sequence
+
+import numpy as np
+
+from plumbing.numbers import in_range
+from plumbing.registry import Registry
+from policies import contracts
+from policies.base import RequestView
+from policies.contracts import ReplicaView
+
+ROUTERS = Registry("router")
+
+
+class BaseRouter:
+    """Defaults for a :class:`policies.contracts.Router`. ``bind(n_replicas, seed)`` is called
+    once before the first ``route``."""
+
+    name = "router"
+    class_aware = False  # True: candidates are restricted to the groups serving the class
+    # False: it never reads ``kv_used`` (a cluster's replicas may then run on past decoders'
+    # last tokens between routing decisions; same results, fewer engine events)
+    reads_kv = True
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        self.n = n_replicas
+        self.seed = seed
+
+    def route(self, req: RequestView, candidates: Sequence[ReplicaView],
+              now_ns: int) -> ReplicaView:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def report(self) -> dict:
+        return {}
+
+
+# The routers pick with min(): it keeps the first of equal keys, so ties go to the lowest index.
+_OUTSTANDING = attrgetter("outstanding")
+
+
+class RoundRobin(BaseRouter):
+    """Each request to the next replica in turn (among its candidates)."""
+
+    name = "round_robin"
+    reads_kv = False
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        super().bind(n_replicas, seed)
+        self.next = 0
+
+    def route(self, req, candidates, now_ns):
+        # the first candidate at or after the cursor (cyclically), so that a class-restricted
+        # candidate set is still visited in turn
+        n = self.n
+        best = min(candidates, key=lambda c: (c.index - self.next) % n)
+        self.next = (best.index + 1) % n
+        return best
+
+    def route_counts(self, outstanding: list[int]) -> int:
+        """``route``'s choice when the candidates are every replica, in order (as a cluster asks
+        it: ``_Cluster.routing_ready``): the replica at the cursor. It reads no count at all."""
+        i = self.next
+        self.next = (i + 1) % self.n
+        return i
+
+
+class LeastOutstanding(BaseRouter):
+    """Join the replica with the fewest outstanding requests (JSQ); ties to the lowest index."""
+
+    name = "least_outstanding"
+    reads_kv = False
+
+    def route(self, req, candidates, now_ns):
+        # (read for every candidate at every arrival, so without a Python frame per candidate)
+        return min(candidates, key=_OUTSTANDING)
+
+    @staticmethod
+    def route_counts(outstanding: list[int]) -> int:
+        """``route``'s choice from the candidates' ``outstanding`` counts, in candidate order:
+        the position of the first smallest (ties to the lowest, as ``route``). A cluster that
+        keeps those counts in a list asks this instead of ``route`` (``min`` over a list of ints
+        is several times cheaper than an attribute read per candidate, at every arrival)."""
+        return outstanding.index(min(outstanding))
+
+
+class LeastKV(BaseRouter):
+    """The replica with the smallest fraction of KV blocks in use (ties: fewer outstanding)."""
+
+    name = "least_kv"
+
+    def route(self, req, candidates, now_ns):
+        return min(candidates, key=lambda c: (c.kv_used, c.outstanding))
+
+
+class PowerOfTwo(BaseRouter):
+    """Power of two choices: sample ``d`` candidates (seeded), take the least outstanding."""
+
+    name = "power_of_two"
+    reads_kv = False
+
+    def __init__(self, d: int = 2) -> None:
+        if not in_range(d, ge=1, integer=True):
+            raise ValueError(f"power_of_two: d must be an integer >= 1 (got {d!r})")
+        self.d = d
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        super().bind(n_replicas, seed)
+        self.rng = np.random.default_rng(seed)
+
+    def route(self, req, candidates, now_ns):
+        if len(candidates) <= self.d:
+            picks = candidates
+        else:
+            idx = sorted(self.rng.choice(len(candidates), size=self.d, replace=False).tolist())
+            picks = [candidates[i] for i in idx]
+        return min(picks, key=_OUTSTANDING)
+
+
+class ClassAware(BaseRouter):
+    """Static partitioning: a request goes only to the groups that list its class (groups
+    without ``classes`` take the classes no group lists), then by ``inner`` among them
+    (default ``least_outstanding``)."""
+
+    name = "class_aware"
+    class_aware = True
+
+    def __init__(self, inner: str = "least_outstanding", **inner_params) -> None:
+        if inner == "class_aware":
+            raise ValueError("class_aware: inner must be another router")
+        self.inner_name = inner
+        self.inner = ROUTERS.create(inner, **inner_params)
+
+    @property
+    def reads_kv(self) -> bool:  # type: ignore[override]
+        return getattr(self.inner, "reads_kv", True)
+
+    def bind(self, n_replicas: int, seed: int) -> None:
+        super().bind(n_replicas, seed)
+        self.inner.bind(n_replicas, seed)
+
+    def route(self, req, candidates, now_ns):
+        return self.inner.route(req, candidates, now_ns)
+
+
+def counts_router(router) -> Callable[[list[int]], int] | None:
+    """The router's ``route_counts`` (its choice from the candidates' ``outstanding`` counts
+    alone, the same as ``route``'s), or None: also when the class whose ``route`` the router
+    runs does not define ``route_counts`` beside it (a subclass that overrides ``route`` only)."""
+    for klass in type(router).__mro__:
+        if "route" in vars(klass):
+            return getattr(router, "route_counts", None) if "route_counts" in vars(klass) else None
+    return None
+
+
+def _summary(cls: type) -> str:
+    """A class docstring's first paragraph on one line (what ``priosim routers`` prints)."""
+    return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].replace("``", "").split())
+
+
+for _cls in (RoundRobin, LeastOutstanding, LeastKV, PowerOfTwo, ClassAware):
+    ROUTERS.register(_cls.name, _cls, _summary(_cls))
+del _cls
+
+
+def make_router(name: str, **params) -> contracts.Router:
+    """A router by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad
+    input, or for an object that is not a :class:`policies.contracts.Router`)."""
+    router = ROUTERS.create(name, **params)
+    missing = [m for m in ("name", "class_aware", "reads_kv", "bind", "route", "report") if not hasattr(router, m)]
+    if missing:
+        raise KeyError(f"'{name}' is not a router: it has no {', '.join(missing)} "
+                       f"(expected a policies.contracts.Router; sim.routers.BaseRouter has the defaults)")
+    return router
