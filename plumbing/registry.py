@@ -1,7 +1,8 @@
 """An open registry: name -> lazy ``"module:attr"`` or object, with one-line descriptions.
 
-Used for policies, length predictors, workload pieces and routers, so that every pluggable piece
-is found the same way: by a registered name, or by a user's dotted path ``pkg.mod:Class``.
+Used for policies, length predictors, workload pieces, trace formats, routers, preemption modes,
+waiting rules and engines, so that every pluggable piece is found the same way: by a registered
+name, or by a user's dotted path ``pkg.mod:Class``.
 Unknown names get a "did you mean" suggestion; registering a name twice is an error.
 """
 from __future__ import annotations
@@ -34,6 +35,13 @@ class Registry:
         if name in self._entries:
             raise ValueError(f"{self.kind} '{name}' is already registered")
         self._entries[name] = Entry(name, target, description)
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a test that registered a plug-in puts the registry back; KeyError if
+        it is not registered)."""
+        if name not in self._entries:
+            raise KeyError(f"{self.kind} '{name}' is not registered")
+        del self._entries[name]
 
     def names(self, sort: bool = True) -> list[str]:
         """Registered names, sorted (or in the order they were registered)."""

@@ -831,3 +831,26 @@ def test_dead_events_dropped_only_at_the_queue_head():
     failed = env.event()
     failed.fail(ValueError("x"))
     assert _next_event_ns(env) == 7 and len(env._queue) == 1  # (processing it raises: kept)
+
+
+def test_a_new_router_is_one_file():
+    """tests/plugins/tenant_affinity.py is all a new router takes: named by its dotted path, or
+    registered under a short name, it sends every request of a tenant to one replica."""
+    from tests.plugins.tenant_affinity import TenantAffinity
+
+    def replicas_by_tenant(router: str) -> dict:
+        res = simulate(scenario_from_dict(cluster_scenario({"replicas": 3, "router": router})), check_invariants=True)
+        return res.requests.groupby("tenant")["replica"].unique().map(sorted).to_dict()
+
+    mine = replicas_by_tenant("tests.plugins.tenant_affinity:TenantAffinity")
+    assert set(mine) == {"a", "b"} and all(len(reps) == 1 for reps in mine.values())
+    assert any(len(reps) > 1 for reps in replicas_by_tenant("round_robin").values())
+    ROUTERS.register("tenant_affinity", TenantAffinity, "Each tenant to one replica.")
+    try:
+        assert replicas_by_tenant("tenant_affinity") == mine
+        with pytest.raises(ScenarioError, match=r"cluster\.router: unknown router 'tenant_afinity'.*"
+                                                r"did you mean 'tenant_affinity'\?"):
+            load_scenario(None, overrides=['cluster.replicas=2', 'cluster.router="tenant_afinity"'])
+    finally:
+        ROUTERS.unregister("tenant_affinity")
+    assert "tenant_affinity" not in ROUTERS.names()

@@ -72,3 +72,45 @@ def test_a_format_of_ones_own_is_one_object_named_by_a_dotted_path(tmp_path, mon
         load_trace({"format": "pairs", "path": "day.txt"}, tmp_path)
     with pytest.raises(WorkloadError, match="scal: unknown key"):
         load_trace({**spec, "scal": 1}, tmp_path)
+
+
+def _burstgpt_file(path: Path) -> Path:
+    """A BurstGPT-shaped CSV: 40 requests, one every 0.25 s, the last response failed (0 tokens)."""
+    rows = ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"]
+    rows += [f"{0.25 * i:.2f},ChatGPT,{100 + 7 * i},{0 if i == 39 else 20 + i},0,Conversation log" for i in range(40)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_new_trace_format_is_one_file(tmp_path):
+    """tests/plugins/burstgpt.py is all a new format takes: named by its dotted path, or
+    registered under a short name with ``register_format``, a scenario runs on its rows, which are
+    checked like a shipped format's (a bad row is named by file and line)."""
+    from sim import scenario_from_dict, simulate
+    from tests.conftest import small_scenario
+    from tests.plugins.burstgpt import BURSTGPT
+    from workloads import register_format
+
+    _burstgpt_file(tmp_path / "burst.csv")
+
+    def run(fmt: str):
+        d = small_scenario()
+        d["classes"] = d["classes"][:1]
+        d["streams"] = [{"tenant": "a", "class": "hi", "trace": {"format": fmt, "path": "burst.csv"}}]
+        return simulate(scenario_from_dict(d, base_dir=tmp_path)).requests
+
+    mine = run("tests.plugins.burstgpt:BURSTGPT")
+    assert len(mine) == 40 and mine["prompt_tokens"].tolist()[:3] == [100, 107, 114]
+    assert mine["arrival_s"].tolist()[:3] == [0.0, 0.25, 0.5] and mine["output_tokens"].iloc[-1] == 1
+    register_format("burstgpt", BURSTGPT)
+    try:
+        assert formats()[-1] == "burstgpt"
+        pd.testing.assert_frame_equal(run("burstgpt"), mine)
+        (tmp_path / "bad.csv").write_text((tmp_path / "burst.csv").read_text().replace("\n0.50,", "\nnoon,"))
+        with pytest.raises(WorkloadError, match=r"bad\.csv line 4: Timestamp 'noon' is not a number"):
+            load_trace({"format": "burstgpt", "path": "bad.csv"}, tmp_path)
+        with pytest.raises(WorkloadError, match=r"did you mean 'burstgpt'\?"):
+            load_trace({"format": "burstgp", "path": "burst.csv"}, tmp_path)
+    finally:
+        TRACE_LOADERS.unregister("burstgpt")
+    assert "burstgpt" not in formats()
