@@ -72,11 +72,21 @@ def _models_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
+def _choices(metadata: Any) -> str:
+    """The values a check names (``sim.schema.one_of``: a registry's names, a table's keys), as
+    a Literal's are shown; "" when no check names them."""
+    for meta in metadata:
+        choices = getattr(getattr(meta, "func", None), "choices", None)
+        if choices is not None:
+            return " / ".join(f'"{a}"' for a in choices())
+    return ""
+
+
 def type_name(annotation: Any) -> str:
     """A TOML reader's name for a Python annotation: integer, number, string, table, ..."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return type_name(typing.get_args(annotation)[0])
+        return _choices(annotation.__metadata__) or type_name(typing.get_args(annotation)[0])
     if origin is typing.Literal:
         return " / ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
@@ -147,7 +157,7 @@ def scenario_page() -> str:
         if key in ELSEWHERE:
             meaning = (meaning + "; " if meaning else "") + "keys: " + ELSEWHERE[key]
         rows.setdefault(section, []).append(
-            f"| `{key}` | {_cell(type_name(field.annotation))} | {unit_of(key)} | {_cell(default_text(field))} "
+            f"| `{key}` | {_cell(_choices(field.metadata) or type_name(field.annotation))} | {unit_of(key)} | {_cell(default_text(field))} "
             f"| {_cell(meaning)} |")
     out = ["# Scenario keys", "", generated(COMMAND), "",
            "Every key a scenario file (TOML) or `--set KEY=VALUE` may give, read from the pydantic schema "

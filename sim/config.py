@@ -17,7 +17,7 @@ import copy
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_serializer,
                       field_validator, model_validator)
@@ -26,13 +26,31 @@ from plumbing.documents import DocumentError, check_depth, loads_toml, short
 from plumbing.numbers import in_range
 from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
-from sim.schema import STRICT, FieldError, format_error
+from sim.schema import STRICT, FieldError, format_error, one_of
 from sim.tables import (AdmissionConfig, ClusterConfig, FairnessConfig, TenantConfig, check_policy, check_profile,
                         check_tables, check_tenant_names)
 from workloads.library import DEFAULT_SCENARIO, shipped_scenario
 
 #: The engine keys of a derived profile (engine.model first); engine.profile is the other way.
 MODEL_KEYS = ("model", "gpu", "dtype", "kv_dtype", "tp", "ep", "typical_context")
+
+
+# The allowed values of engine.engine, engine.dtype and engine.kv_dtype are read where they live
+# (the engines' registry, the derived profile's format tables), not listed here a second time.
+def _engine_names() -> list[str]:
+    from sim.engines import names
+    return names()
+
+
+def _weight_formats() -> list[str]:
+    from sim.models.derive import WEIGHT_FORMATS
+    return list(WEIGHT_FORMATS)
+
+
+def _kv_formats() -> list[str]:
+    from sim.models.derive import KV_FORMATS
+    return list(KV_FORMATS)
+
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -134,7 +152,7 @@ class EngineConfig(BaseModel):
     prefix_caching: bool = Field(False, description="share cached prompt-prefix blocks between requests (hash_ids)")
     prefix_block_tokens: int = Field(512, ge=1, description="tokens per prefix hash id (Mooncake: 512); a multiple of block_size")
     speculative: SpeculativeConfig | None = Field(None, description="speculative decoding (off when absent)")
-    engine: Literal["vllm", "sglang"] | None = Field(
+    engine: Annotated[str, one_of(_engine_names)] | None = Field(
         None, description="the real engine modelled: its version's defaults on the profile's GPU fill every "
                           "engine key not set here (docs/engines.md); absent: priosim's own defaults")
     engine_version: str | None = Field(None, description="the engine's release, e.g. '0.11.0' (absent: the "
@@ -153,10 +171,10 @@ class EngineConfig(BaseModel):
                           "is derived for engine.gpu (docs/models.md); not with engine.profile")
     gpu: str | None = Field(None, description="the GPU of a derived profile (with engine.model): a key of the "
                                               "device table, e.g. 'h200', 'h100-sxm', 'mi300x'")
-    dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "mxfp4"] | None = Field(
+    dtype: Annotated[str, one_of(_weight_formats)] | None = Field(
         None, description="weight format of a derived profile (absent: the checkpoint's own: its "
                           "quantization_config, else bf16)")
-    kv_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(
+    kv_dtype: Annotated[str, one_of(_kv_formats)] | None = Field(
         None, description="KV cache format of a derived profile, 2 or 1 bytes per element (absent: bf16)")
     tp: int | None = Field(None, ge=1, description="tensor-parallel degree of a derived profile: GPUs per replica "
                                                    "(absent: 1)")

@@ -7,7 +7,7 @@ and the cluster). A validation failure becomes one line, ``<file>: <key>: <what 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, get_args
+from typing import Any, Callable, Sequence, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_serializer, model_validator
 
@@ -96,16 +96,26 @@ def number(*, integer: bool = False, minimum: float | None = None, note: str = "
     return BeforeValidator(check)
 
 
-def one_of(*choices: str) -> BeforeValidator:
-    """A check that the value is one of ``choices`` (message: ``expected 'a' or 'b'``)."""
-    text = " or ".join(repr(c) for c in choices) if len(choices) < 3 else \
-        ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
+def one_of(*choices: str | Callable[[], Sequence[str]]) -> BeforeValidator:
+    """A check that the value is one of ``choices`` (message: ``expected 'a' or 'b' (got 'x')``,
+    with a did-you-mean for a near miss). ``one_of(names)``, with a function, reads the allowed
+    values where they live (a registry's names, a table's keys) each time it checks, so they
+    are never listed a second time; the reference page reads them through ``check.choices``."""
+    def allowed() -> list[str]:
+        if len(choices) == 1 and callable(choices[0]):
+            return list(choices[0]())
+        return [c for c in choices if isinstance(c, str)]
 
     def check(v: Any) -> Any:
-        if not isinstance(v, str) or v not in choices:
-            raise FieldError(f"expected {text} (got {v!r})")
+        names = allowed()
+        if not isinstance(v, str) or v not in names:
+            text = " or ".join(repr(c) for c in names) if len(names) < 3 else \
+                ", ".join(repr(c) for c in names[:-1]) + f" or {names[-1]!r}"
+            hint = did_you_mean(v, names) if isinstance(v, str) else ""
+            raise FieldError(f"expected {text} (got {v!r}){hint}")
         return v
 
+    check.choices = allowed  # type: ignore[attr-defined]
     return BeforeValidator(check)
 
 

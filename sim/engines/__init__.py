@@ -66,6 +66,12 @@ def version_tuple(text: str | None, latest: str) -> tuple[int, int, int]:
     return tuple(int(g or 0) for g in m.groups())  # type: ignore[return-value]
 
 
+def names() -> list[str]:
+    """The registered engines' names (what ``engine.engine`` may be)."""
+    from sim.engines import sglang, vllm  # noqa: F401  (registers them)
+    return ENGINES.names()
+
+
 def family(name: str) -> EngineFamily:
     """The registered engine ``name`` (KeyError with a "did you mean" otherwise)."""
     from sim.engines import sglang, vllm  # noqa: F401  (registers them)
