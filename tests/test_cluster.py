@@ -813,26 +813,6 @@ def test_run_end_and_router_events_reused(monkeypatch):
     assert made["events"] == 3 + made["replaced"] and fast.summary_dict["run"]["engine_events"] > 200
 
 
-def test_dead_events_dropped_only_at_the_queue_head():
-    """``_next_event_ns`` drops only the events at the queue's head that would do nothing when
-    processed (succeeded, no callback); an event with a waiter or a failed one stays."""
-    import simpy
-
-    from sim.cluster.replicas import _next_event_ns, _trigger
-    env = simpy.Environment()
-    dead, waited, later_dead = env.event(), env.event(), env.event()
-    _trigger(dead, 5)
-    _trigger(waited, 7)
-    waited.callbacks.append(lambda _e: None)
-    _trigger(later_dead, 9)
-    assert _next_event_ns(env) == 7 and len(env._queue) == 2  # (the one at 9 is not at the head)
-    env.step()
-    assert _next_event_ns(env) == float("inf") and not env._queue
-    failed = env.event()
-    failed.fail(ValueError("x"))
-    assert _next_event_ns(env) == 7 and len(env._queue) == 1  # (processing it raises: kept)
-
-
 def test_a_new_router_is_one_file():
     """tests/plugins/tenant_affinity.py is all a new router takes: named by its dotted path, or
     registered under a short name, it sends every request of a tenant to one replica."""

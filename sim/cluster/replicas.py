@@ -25,17 +25,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from typing import Any, Callable, ClassVar
 
 import simpy
-from simpy.events import PENDING
 
-from sim.routers import counts_router
 from sim.core.costs import NEVER
 from sim.core.fastforward import OpenRun, allocate_run
 from sim.core.loop import replica_loop
 from sim.core.planner import admit_alone
+from sim.core.simpy_adapter import drop_dead_events, hand_over, next_event_ns, rearm, trigger, trigger_urgent
+from sim.routers import counts_router
 
 
 # ---- the replicas ---------------------------------------------------------------------------------
@@ -193,8 +193,7 @@ class Replica:
             ev = simpy.Event(self.cluster.env)
         else:  # (re-armed as a new event: it has fired and left the queue; cheaper than a new one)
             self._spare = None
-            ev.callbacks = []
-            ev._value = PENDING
+            rearm(ev, [])
         self._run_ev = ev
         if run is not None:
             # (the same lists: a stretch appends to them, a cut truncates them)
@@ -203,7 +202,7 @@ class Replica:
         else:
             self._durs, self._ends, self._gone_ns = [dur0], [now_ns + dur0], []
             self._end = now_ns + dur0
-            _trigger(ev, dur0)
+            trigger(ev, dur0)
         return ev
 
     def _price(self) -> None:
@@ -221,7 +220,7 @@ class Replica:
         if run.done:
             self._run = None
             self._end = end = self._ends[-1]
-            _trigger(ev, end - int(cl.env._now))  # (the clock: the router may price ahead of it)
+            trigger(ev, end - int(cl.env.now))  # (the clock: the router may price ahead of it)
         else:
             self._end = NEVER
             self._bound = bound
@@ -230,18 +229,17 @@ class Replica:
     def _schedule_end(self, end_ns: int) -> None:
         """The run in flight now ends at ``end_ns`` (earlier than scheduled): a new event there
         takes over the old one's waiter; the old one stays in the queue with none (a dead event:
-        ``_next_event_ns`` and, once every replica has exited, ``_drop_dead_events`` drop it)."""
+        ``next_event_ns`` and, once every replica has exited, ``drop_dead_events`` drop it)."""
         self._end = end_ns
         ev = self._renew_event()
-        _trigger(ev, end_ns - int(ev.env.now))
+        trigger(ev, end_ns - int(ev.env.now))
 
     def _renew_event(self) -> simpy.Event:
         """A new event for the run in flight, taking over the old one's waiter (the old one, if
         scheduled, stays in the queue with none: a dead event)."""
         old = self._run_ev
         assert old is not None  # (a run in flight)
-        ev = self._run_ev = simpy.Event(old.env)
-        ev.callbacks, old.callbacks = old.callbacks, []
+        ev = self._run_ev = hand_over(old)
         return ev
 
     def held(self) -> list[int]:
@@ -311,7 +309,7 @@ class Replica:
         run.join(j, req)
         ev = self._run_ev
         assert ev is not None
-        if ev._value is not PENDING:  # (its end was scheduled there: the run now goes past it)
+        if ev.triggered:  # (its end was scheduled there: the run now goes past it)
             self._renew_event()
         self._run = run
         self._end = NEVER
@@ -360,7 +358,7 @@ class Replica:
                 del self._durs[k:]
                 del ends[k:]
             self._end = end = ends[-1]
-            _trigger(ev, end - int(self.cluster.env._now))
+            trigger(ev, end - int(self.cluster.env.now))
         elif k < len(ends):
             del self._durs[k:]
             del ends[k:]
@@ -421,7 +419,7 @@ class Replica:
             self._wake = None  # (fired: ``notify`` has nothing to do until the next ``wakeup``)
         if not ev.triggered:
             self.next_boundary = self.cluster.env.now + delay_ns
-            _trigger(ev, delay_ns)  # (``ev.succeed()`` with a delay)
+            trigger(ev, delay_ns)  # (``ev.succeed()`` with a delay)
 
     def notify(self, now_ns: int | None = None) -> None:
         """A request was routed here at ``now_ns`` (default: now): wake the replica then if it sleeps."""
@@ -430,53 +428,6 @@ class Replica:
 
     def finished(self) -> bool:
         return self.cluster.finished()
-
-
-def _trigger(ev: simpy.Event, delay: int, priority=simpy.core.NORMAL) -> None:
-    """Schedule ``ev`` to succeed ``delay`` ns from now (one SimPy event, where a timeout
-    followed by ``succeed`` is two). It sets what ``Event.succeed`` sets, as SimPy's own
-    ``Timeout.__init__`` does, and schedules with the delay that ``succeed`` lacks."""
-    ev._ok = True
-    ev._value = None
-    ev.env.schedule(ev, priority, delay)
-
-
-def _next_event_ns(env: simpy.Environment) -> float:
-    """When the next event in ``env``'s queue happens (inf if none), first dropping the dead
-    events at its head: those that succeed with no callback, mostly a run's end event left with
-    no waiter when the run was cut (``Replica._schedule_end``). Processing one would only move
-    the clock: no callback can be added to it before its instant, as nothing else runs until
-    then (every event of a cluster run is waited on, if at all, as soon as it is made)."""
-    q = env._queue  # (SimPy's event heap: (time, priority, id, event))
-    while q:
-        ev = q[0][3]
-        if ev.callbacks or not ev._ok:
-            return q[0][0]
-        heappop(q)
-    return simpy.core.Infinity
-
-
-def _drop_dead_events(env: simpy.Environment) -> None:
-    """Remove every dead event (one that succeeds with no callback: a cut run's end event left
-    with no waiter, ``Replica._schedule_end``) from ``env``'s queue, once every replica has exited.
-    Processing one would only move the clock, and at the end of a run the clock is the run's end
-    (``Setup.run``): a dead event after the last replica's exit would end the run later than the
-    same run stepped (where runs are never held, so no event dies), and with it every unfinished
-    request's ``end_s`` and the summary's rates. (Dead events before the end are harmless: the next
-    live one sets the clock; ``_next_event_ns`` drops those it meets at the head while routing.)"""
-    q = env._queue
-    live = [e for e in q if e[3].callbacks or not e[3]._ok]
-    if len(live) < len(q):
-        q[:] = live
-        heapify(q)
-
-
-def _trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
-    """Trigger ``ev`` ``delay`` ns from now with SimPy's URGENT priority: it is processed before
-    the ordinary events of its instant. The router wakes this way, so it routes an instant's
-    arrivals before any replica ends a step then, and what it reads does not depend on the order
-    in which SimPy runs same-instant processes."""
-    _trigger(ev, delay, simpy.core.URGENT)
 
 
 class _Cluster:
@@ -620,7 +571,7 @@ class _Cluster:
             self.next_open_ns = self.source.next_arrival_ns()
             ev = self.env.event()
             ev.callbacks.append(self._route_open)
-            _trigger_urgent(ev)
+            trigger_urgent(ev)
 
     def _route_open(self, ev) -> None:
         """Open arrivals only (nothing can come before the next one): route what is due now, and
@@ -646,12 +597,12 @@ class _Cluster:
             t = min(self.next_open_ns, stop)
             if t >= NEVER:
                 return
-            if t >= _next_event_ns(env):
+            if t >= next_event_ns(env):
                 break
             now = t
         # (the event that called this, re-armed: it has fired and left the queue)
-        ev.callbacks = [self._route_open]
-        _trigger_urgent(ev, t - env.now)
+        rearm(ev, [self._route_open])
+        trigger_urgent(ev, t - env.now)
 
     def router_proc(self):
         env = self.env
@@ -670,15 +621,15 @@ class _Cluster:
                     # a request ending may send one before t, and wake the router earlier
                     w = env.event()
                     w.callbacks.append(lambda _e, k=k: self._wake(k))
-                    _trigger_urgent(w, t - now)
+                    trigger_urgent(w, t - now)
                 else:  # open arrivals only: nothing can come before t
-                    _trigger_urgent(k, t - now)
+                    trigger_urgent(k, t - now)
             yield k
 
     @staticmethod
     def _wake(k) -> None:
         if not k.triggered:
-            _trigger_urgent(k)
+            trigger_urgent(k)
 
     on_end: Callable[[Any, int], None] | None = None  # the caller's hook (simulate_cluster's ``on_end``)
 
@@ -708,4 +659,4 @@ class _Cluster:
         for o in self.replicas:
             o.notify()  # idle replicas re-check finished()
         if all(o.exited for o in self.replicas):
-            _drop_dead_events(self.env)
+            drop_dead_events(self.env)
