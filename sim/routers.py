@@ -18,8 +18,9 @@ The contract is :class:`policies.contracts.Router` (checked for every registered
 ``candidates`` are :class:`policies.contracts.ReplicaView` s: ``index`` (global replica number),
 ``group``, ``outstanding`` (int), ``kv_used`` (fraction of device KV blocks in use, 0..1),
 ``waiting``/``running`` counts and ``waiting_by_class``. A new router is one class reading only
-those: in a user's own file, named ``router = "pkg.mod:Class"`` (``tests/plugins/last_index.py``
-is one), or shipped here with its class in the registration loop at the end.
+those: in a user's own file, named ``router = "pkg.mod:Class"``
+(``tests/plugins/tenant_affinity.py`` is one), or shipped here with its class in the
+registration loop at the end.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_chec
 import numpy as np
 
 if TYPE_CHECKING:  # (traces.py imports this module)
-    from workloads.traces import Trace
+    from workloads.traceformat import Trace
 
 
 @runtime_checkable
