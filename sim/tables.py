@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, model_validator
 
 from sim.core.errors import ScenarioError, error_message
+from sim.routers import make_router
 from sim.schema import FieldError, Table, checked, format_error, number, one_of
 
 Positive = Annotated[int | float, number()]
@@ -246,8 +247,6 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
 
 
 def _check_router(sc) -> None:
-    from sim.routers import make_router
-
     src, c = sc.source, sc.cluster
     try:
         router = make_router(c.router_name, **c.router_params)
