@@ -55,7 +55,7 @@ SHARED_LIB = GROUP + "__mypyc"
 #: What ``python -m mypyc MODULES`` runs (build/setup.py, build_ext --inplace), with GROUP.
 SETUP = """from setuptools import setup
 from mypyc.build import mypycify
-setup(name="priosim_native", ext_modules=mypycify({modules!r}, group_name={group!r}, opt_level="3", debug_level="1"))
+setup(name="priosim_native", ext_modules=mypycify({modules!r}, group_name={group!r}, opt_level={opt_level!r}, debug_level="1"))
 """
 
 BUILD = "python"  # set by select(): "mypyc" or "python"
@@ -168,16 +168,17 @@ def select() -> str:
     return BUILD
 
 
-def build() -> None:
+def build(opt_level: str = "3") -> None:
     """Compile MODULES in place with mypyc (needs mypy and a C compiler), then record the
-    sources compiled."""
+    sources compiled. ``opt_level`` is the C compiler's (mypyc's ``opt_level``): "3" for speed;
+    "0" compiles about five times sooner to code that computes the same (the tests use it)."""
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError('mypyc is not installed: pip install -e ".[native]" (it comes with mypy)')
     clean()
     record = {rel: _sha256(rel) for rel in MODULES}  # (before compiling: an edit during it is stale)
     setup = ROOT / "build" / "setup.py"
     setup.parent.mkdir(exist_ok=True)
-    setup.write_text(SETUP.format(modules=list(MODULES), group=GROUP))
+    setup.write_text(SETUP.format(modules=list(MODULES), group=GROUP, opt_level=opt_level))
     mypyc_home = Path(importlib.util.find_spec("mypyc").origin).parent.parent  # type: ignore[arg-type,union-attr]
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(mypyc_home), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(setup.relative_to(ROOT)), "build_ext", "--inplace"], cwd=ROOT,
