@@ -238,8 +238,8 @@ class RankerPredictor(Predictor):
     nearest it can reach and ``report()["achievable"]`` is False.
 
     Parameters:
-        tau: target Kendall tau-b of score vs true length (0 < tau <= 1; Fu et al. report about
-            0.54 for their ShareGPT ranker and 0.62 for LMSYS-Chat-1M, §5.4 and Table 3; the default 0.55).
+        tau: target Kendall tau-b of score vs true length (0 < tau <= 1; Fu et al. report 0.54
+            for their ShareGPT ranker and 0.62 for LMSYS-Chat-1M, §5.4 and Table 3; default 0.55).
         pair_acc_2x: accuracy of well-read same-kind pairs two-fold apart (0.5 < x < 1), or None
             (no misreads).
         kind_from: what names a request's kind (above). kind_bias: standard deviation of the
