@@ -319,9 +319,10 @@ Figure 11 scripts).
 
 **SJF by a ranker (Fu et al.).** The setting is the paper's: one A100-40GB, Llama-3-8B's shape,
 the vLLM 0.4 overhead preset, chunked prefill with vLLM 0.4.1's default 512-token budget, 256
-sequences. Three things are taken from a public reproduction's logs of the paper's own trace
-and released ranker (anshsarkar/vllm-ltr-sched; only summary tables are kept, with their
-sources, in `scripts/paper_ratios.py` and `policies/predictors.py`):
+sequences. Three inputs complete it, the first two from a public reproduction's logs of the
+paper's own trace and released ranker (anshsarkar/vllm-ltr-sched; only summary tables are kept,
+with their sources, in `scripts/paper_ratios.py` and `policies/predictors.py`), the third from
+the paper:
 
 * *the lengths*: Llama-3-8B's answers to ShareGPT prompts (10-token bands; deciles within 4
   tokens of the exact ones, mean 422 against the paper's 412) and the prompts' lengths (mean 245
@@ -339,8 +340,9 @@ sources, in `scripts/paper_ratios.py` and `policies/predictors.py`):
   real ranker gets;
 * *the predictor's time*: scoring the prompts with OPT-125M before they can be ranked (2.81 s
   per 1,000 ShareGPT prompts, Table 4): {pred_sdg:.0f} s of simulated time for the 10,000
-  synthetic prompts and {pred_burst:.0f} s for the burst. It is why the paper's synthetic-data
-  gain is smaller than its burst gain.
+  synthetic prompts and {pred_burst:.0f} s for the burst. The first synthetic samples wait for
+  all 10,000 prompts to be scored: without this time, their gain comes out about a quarter
+  larger.
 
 Times are read on the paper's clock: the simulated FCFS reaches 1,000 synthetic samples in
 {fcfs_t1k:.0f} s against the paper's 343 s, so the 5-minute window is {window:.0f} s of simulated
@@ -350,8 +352,9 @@ time and the predictor's time is scaled alike. In absolute terms the simulated F
 **FastServe (Wu et al.).** FastServe's own comparison is throughput at a latency SLO against
 vLLM (31.4x at the mean SLO, 17.9x at the tail, arXiv v1; Figure 11 of the artifact), measured
 with OPT-13B on FastServe's own engine with 16 batch slots under Poisson rate sweeps. It is not
-simulated: priosim has no OPT-13B profile (the model's config and a device measurement would
-make one, `priosim profiles --model`), the throughput at an SLO of each system needs a rate
+simulated: priosim has no OPT-13B profile (OPT's config and architecture in `sim/models`, or a
+measured profile, would make one), FastServe's engine (its own batching and pipeline, built on
+FasterTransformer) is not one of priosim's engines, the throughput at an SLO of each system needs a rate
 search per system (a loop of `priosim run` over rates at one replica; `priosim capacity`
 searches replicas, not rates), and the 2023 vLLM baseline's behaviour under memory pressure is
 not one of priosim's engine versions. The rows reproduced are FastServe's scheduler as Fu et al.
