@@ -6,9 +6,9 @@
   to the 1,000th finish, FCFS over the ranker; samples finished within 5 minutes, ranker over
   FCFS). The ranker is the ``ranker`` predictor at the paper's reported accuracy (``RANKER_TAU``,
   Kendall tau 0.54, §5.4), next to ``noisy`` at the same tau and the oracle.
-* Wu et al. 2023 (arXiv:2305.05920), FastServe's skip-join MLFQ: its own headline (throughput at
-  a latency SLO against vLLM, Figure 11) needs a rate sweep of an OPT-13B engine priosim has no
-  profile for, and is not simulated (the row says what it would take); the comparisons
+* Wu et al. 2023 (arXiv:2305.05920), FastServe's skip-join MLFQ: its own headline (job
+  completion time against Orca, the best point of a rate sweep on its own engine and models) is
+  not simulated (the page says what it would take); the comparisons
   reproduced are Fu et al.'s Table 1 MLFQ column, FastServe's scheduler re-implemented on vLLM
   and run on the same burst (``mlfq`` with token-level preemption and overlapped swapping).
 * Sheng et al. 2024 (arXiv:2401.00588), the Virtual Token Counter: two clients at 1 : 2 request
@@ -96,10 +96,9 @@ PUBLISHED = {
                             "the burst above; mlfq, token-level preemption, swap overlapped"),
     "mlfq_p90": Comparison("Wu et al. 2023", "burst: p90 per-token latency, FCFS / skip-join MLFQ",
                            "Fu et al. Table 1: FCFS 1.60, MLFQ 1.57 s/token", 1.60 / 1.57, "as above"),
-    "fastserve_slo": Comparison("Wu et al. 2023", "throughput at a latency SLO, FastServe / vLLM",
-                                "arXiv v1 abstract (31.4x at the mean-latency SLO; 17.9x at the tail); "
-                                "Figure 11 (OPT-13B, ShareGPT, Poisson rates)", 31.4,
-                                "not simulated: see the notes below the table"),
+    "fastserve_jct": Comparison("Wu et al. 2023", "average job completion time, Orca / FastServe (best rate)",
+                                "arXiv v1 abstract: up to 5.1x on the average and 6.4x on the tail JCT "
+                                "against Orca", 5.1, "not simulated: see the notes below the table"),
     "vtc_share": Comparison("Sheng et al. 2024", "overload: light client's share of service, VTC",
                             "Figure 3 (equal service for the two clients)", 0.5,
                             "2 clients at 1 : 2 rates (x4, to overload the A100 profile), 256/256 tokens"),
@@ -349,16 +348,17 @@ Times are read on the paper's clock: the simulated FCFS reaches 1,000 synthetic 
 time and the predictor's time is scaled alike. In absolute terms the simulated FCFS burst gives
 {fcfs_mean:.2f} s/token mean and {fcfs_p90:.2f} p90, against the paper's 1.15 and 1.60.
 
-**FastServe (Wu et al.).** FastServe's own comparison is throughput at a latency SLO against
-vLLM (31.4x at the mean SLO, 17.9x at the tail, arXiv v1; Figure 11 of the artifact), measured
-with OPT-13B on FastServe's own engine with 16 batch slots under Poisson rate sweeps. It is not
-simulated: priosim has no OPT-13B profile (OPT's config and architecture in `sim/models`, or a
-measured profile, would make one), FastServe's engine (its own batching and pipeline, built on
-FasterTransformer) is not one of priosim's engines, the throughput at an SLO of each system needs a rate
-search per system (a loop of `priosim run` over rates at one replica; `priosim capacity`
-searches replicas, not rates), and the 2023 vLLM baseline's behaviour under memory pressure is
-not one of priosim's engine versions. The rows reproduced are FastServe's scheduler as Fu et al.
-re-implemented it on vLLM and ran it on the burst above (their Table 1, MLFQ column): skip-join
+**FastServe (Wu et al.).** FastServe's own comparison is job completion time against Orca
+(run-to-completion iteration-level batching: up to 5.1x on the average and 6.4x on the tail,
+arXiv v1), the best point of an arrival-rate sweep on FastServe's FasterTransformer-based engine
+with GPT-3-class models across GPUs in a pipeline; its artifact's Figure 11 (OPT-13B, 16 batch
+slots, Poisson rates) compares latency per token against vLLM at an SLO of 0.3 s/token. Neither
+is simulated: priosim has no profile of those models on that engine (OPT's config and
+architecture in `sim/models`, or a measured profile, would make one), FastServe's engine and its
+pipeline are not one of priosim's engines, and an "up to" figure needs the same rate sweep for
+both systems and its best point (a loop of `priosim run` over rates at one replica). The rows
+reproduced are FastServe's scheduler as Fu et al. re-implemented it on vLLM and ran it on the
+burst above (their Table 1, MLFQ column): skip-join
 MLFQ with a 30 ms base quantum, token-level preemption and overlapped swapping (`fastserve`), and
 the same without preemption. On a burst every request arrives at once, so MLFQ cannot favour
 short jobs it has not yet served: the paper finds it 7 % better than FCFS on the mean and 2 % on
