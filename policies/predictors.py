@@ -200,6 +200,64 @@ def _phi(x: np.ndarray) -> np.ndarray:
     return ndtr(x)
 
 
+#: measured error tables for ``ranker``'s ``length_errors``: rows ``(below_tokens, bias, spread)``
+#: in log-length units (None: no upper bound).
+#:
+#: ``fu2024_sharegpt``: Fu et al.'s OPT-125M ranker (arXiv:2408.15792, their released ShareGPT
+#: predictor) scoring their Llama-3-8B ShareGPT trace, as one public reproduction logged it per
+#: request (anshsarkar/vllm-ltr-sched, experiments/analysis/predictions/
+#: sharegpt_8b_h100_metrics_predictions_r64.csv: true output length and ranking score; Kendall
+#: tau 0.51 on the 605 requests read, plus the 55 under 100 tokens among the next 600). The score
+#: is put in log-length units by its least-squares line against log length (slope 1.87 score
+#: units per log token), and each row holds the mean and standard deviation of (score - log
+#: length) of that length band. Only these summary numbers are kept here.
+RANKER_ERROR_TABLES: dict[str, tuple[tuple[int | None, float, float], ...]] = {
+    "fu2024_sharegpt": ((20, 1.98, 1.84), (50, -0.54, 1.20), (100, -0.18, 1.24), (200, -0.26, 1.05),
+                        (300, -0.34, 0.84), (400, -0.21, 0.79), (600, 0.08, 0.92), (900, 0.44, 0.94),
+                        (None, 0.25, 1.13)),
+}
+
+
+def _error_table(spec: Any) -> tuple[tuple[float, float, float], ...] | None:
+    """``ranker``'s ``length_errors``: None, a shipped table's name, or rows
+    ``[below_tokens, bias, spread]`` with ascending bounds (the last may be None); checked here
+    so a bad table stops before the run."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        if spec not in RANKER_ERROR_TABLES:
+            raise ValueError(f"ranker: length_errors {spec!r} is not a shipped table (expected one of "
+                             f"{', '.join(sorted(RANKER_ERROR_TABLES))}, or rows [below_tokens, bias, spread])")
+        spec = RANKER_ERROR_TABLES[spec]
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise ValueError(f"ranker: length_errors must be rows [below_tokens, bias, spread] (got {spec!r})")
+    rows: list[tuple[float, float, float]] = []
+    last = 0.0
+    for k, row in enumerate(spec):
+        good = isinstance(row, (list, tuple)) and len(row) == 3
+        if good:
+            below, bias, spread = row
+            good = (below is None or (is_number(below) and float(below) > last)) and is_number(bias) \
+                and is_number(spread) and float(spread) > 0 and (below is not None or k == len(spec) - 1)
+        if not good:
+            raise ValueError(f"ranker: length_errors row {k} must be [below_tokens, bias, spread] with "
+                             f"ascending bounds > 0 (None only last) and spread > 0 (got {row!r})")
+        rows.append((math.inf if below is None else float(below), float(bias), float(spread)))
+        last = rows[-1][0]
+    return tuple(rows)
+
+
+def _lookup(table: tuple[tuple[float, float, float], ...] | None, length: int) -> tuple[float, float]:
+    """(bias, spread) of a true length in an error table; (0, 1) without one (and above its last
+    bound)."""
+    if table is None:
+        return 0.0, 1.0
+    for below, bias, spread in table:
+        if length < below:
+            return bias, spread
+    return 0.0, 1.0
+
+
 class RankerPredictor(Predictor):
     """A trained ranker's error structure, calibrated to a stated Kendall tau.
 
@@ -231,6 +289,18 @@ class RankerPredictor(Predictor):
     estimates use an early fit; the report carries the fitted values and the realised
     accuracy by length gap.
 
+    **A measured error table** (``length_errors``): a real ranker is not equally good at every
+    length. Its errors by true length, measured from its scores, are a table of rows
+    ``[below_tokens, bias, spread]`` (ascending; the last row's ``below_tokens`` may be None):
+    a request of true length ``L`` takes the first row with ``L < below_tokens`` and is scored
+    ``log L + b[k] + bias + sigma * spread * eps``, so ``sigma`` near 1 gives the measured spread,
+    and calibration solves ``sigma`` for the tau. ``length_errors`` may also name a shipped table
+    (``RANKER_ERROR_TABLES``): ``"fu2024_sharegpt"`` is Fu et al.'s OPT-125M ranker on their
+    Llama-3-8B ShareGPT trace, whose shortest answers (under 20 tokens) it reads as about seven
+    times longer than they are, with twice the spread of the middle (an answer cut short by
+    sampling is not visible in its prompt). The table holds the ranker's whole error, so use it
+    with ``kind_bias = 0``.
+
     What it cannot mimic: errors tied to prompt *content* beyond a kind label (two prompts of one
     kind and one length are alike to it), drift of the ranker's quality over a run (see
     ``learned``), a ranker that is better on some kinds than others (the noise scale is shared),
@@ -238,10 +308,12 @@ class RankerPredictor(Predictor):
     nearest it can reach and ``report()["achievable"]`` is False.
 
     Parameters:
-        tau: target Kendall tau-b of score vs true length (0 < tau <= 1; Fu et al. report about
-            0.5-0.6 for their ranker on ShareGPT / LMSYS-Chat, the default 0.55).
+        tau: target Kendall tau-b of score vs true length (0 < tau <= 1; Fu et al. report 0.54
+            for their ShareGPT ranker and 0.62 for LMSYS-Chat-1M, §5.4 and Table 3; default 0.55).
         pair_acc_2x: accuracy of well-read same-kind pairs two-fold apart (0.5 < x < 1), or None
             (no misreads).
+        length_errors: a table ``[[below_tokens, bias, spread], ...]`` (log-length units; bias
+            any number, spread > 0), the name of a shipped table, or None (bias 0, spread 1).
         kind_from: what names a request's kind (above). kind_bias: standard deviation of the
             kind biases, log-length units (>= 0; 0 = none).
     """
@@ -251,7 +323,8 @@ class RankerPredictor(Predictor):
     CALIB_N = 512
 
     def __init__(self, tau: float = 0.55, pair_acc_2x: float | None = None,
-                 kind_from: str = "prompt_bucket", kind_bias: float = 0.25, window: int = 200) -> None:
+                 kind_from: str = "prompt_bucket", kind_bias: float = 0.25, window: int = 200,
+                 length_errors: Any = None) -> None:
         super().__init__(window)
         self.tau = check_number("ranker", "tau", tau, gt=0, le=1)
         self.pair_acc_2x = check_number("ranker", "pair_acc_2x", pair_acc_2x, gt=0.5, allow_none=True)
@@ -263,11 +336,13 @@ class RankerPredictor(Predictor):
                              f"feature 'f_<name>' (got {kind_from!r})")
         self.kind_from = kind_from
         self.kind_bias = check_number("ranker", "kind_bias", kind_bias, ge=0)
+        self.length_errors = _error_table(length_errors)
         self.sigma = 1.0
         self.p_fail = 0.0
         self.achievable = True
         self._logs: list[float] = []
         self._bias_seen: list[float] = []
+        self._spread_seen: list[float] = []
         self._bias: dict[str, float] = {}
         self._sum = self._sumsq = 0.0
         self._next_fit = 2
@@ -297,10 +372,13 @@ class RankerPredictor(Predictor):
         return b
 
     # ---- calibration ----------------------------------------------------------------------
-    def expected_tau(self, sigma: float, p_fail: float, x: np.ndarray, b: np.ndarray) -> float:
-        """Expected Kendall tau-b of the scores against the log lengths ``x`` (kind biases ``b``)
-        for a noise scale ``sigma`` and a misread share ``p_fail``."""
+    def expected_tau(self, sigma: float, p_fail: float, x: np.ndarray, b: np.ndarray,
+                     spread: np.ndarray | None = None) -> float:
+        """Expected Kendall tau-b of the scores against the log lengths ``x`` (biases ``b``: the
+        kind's plus the length table's; noise ``sigma * spread``, spread 1 by default) for a
+        noise scale ``sigma`` and a misread share ``p_fail``."""
         n = len(x)
+        sp = np.ones(n) if spread is None else spread
         if n < 2:
             return 0.0
         i, j = np.triu_indices(n, 1)
@@ -308,8 +386,9 @@ class RankerPredictor(Predictor):
         nt = d != 0
         i, j, d = i[nt], j[nt], d[nt]
         sgn = np.sign(d)
-        # both read well: the score gap is d + (b_i - b_j) + noise of variance 2 sigma^2
-        ww = _phi((np.abs(d) + sgn * (b[i] - b[j])) / (sigma * math.sqrt(2)))
+        # both read well: the score gap is d + (b_i - b_j) + noise of variance
+        # sigma^2 (spread_i^2 + spread_j^2)
+        ww = _phi((np.abs(d) + sgn * (b[i] - b[j])) / (sigma * np.sqrt(sp[i] ** 2 + sp[j] ** 2)))
         # one misread (score m + s eps'): right when the well-read one falls on its side of it
         m, s = float(x.mean()), float(max(x.std(), 1e-6))
         scale = math.sqrt(s * s + sigma * sigma)
@@ -324,16 +403,17 @@ class RankerPredictor(Predictor):
     def _fit(self) -> None:
         x = np.asarray(self._logs[-self.CALIB_N:])
         b = np.asarray(self._bias_seen[-self.CALIB_N:])
+        sp = np.asarray(self._spread_seen[-self.CALIB_N:])
         self.achievable = True
         if self.pair_acc_2x is None:
             self.p_fail = 0.0
             lo, hi = 1e-3, 50.0  # the expected tau falls as sigma grows: bisect in log space
-            if self.expected_tau(lo, 0.0, x, b) < self.tau:
+            if self.expected_tau(lo, 0.0, x, b, sp) < self.tau:
                 self.achievable, self.sigma = False, lo
                 return
             for _ in range(40):
                 mid = math.sqrt(lo * hi)
-                lo, hi = (mid, hi) if self.expected_tau(mid, 0.0, x, b) > self.tau else (lo, mid)
+                lo, hi = (mid, hi) if self.expected_tau(mid, 0.0, x, b, sp) > self.tau else (lo, mid)
             self.sigma = math.sqrt(lo * hi)
             return
         from scipy.special import ndtri
@@ -341,19 +421,22 @@ class RankerPredictor(Predictor):
         # tau to its target (the expected tau falls as the misread share grows)
         self.sigma = math.log(2) / (math.sqrt(2) * float(ndtri(self.pair_acc_2x)))
         lo, hi = 0.0, 1.0
-        if self.expected_tau(self.sigma, 0.0, x, b) < self.tau:
+        if self.expected_tau(self.sigma, 0.0, x, b, sp) < self.tau:
             self.achievable, self.p_fail = False, 0.0
             return
         for _ in range(30):
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if self.expected_tau(self.sigma, mid, x, b) > self.tau else (lo, mid)
+            lo, hi = (mid, hi) if self.expected_tau(self.sigma, mid, x, b, sp) > self.tau else (lo, mid)
         self.p_fail = (lo + hi) / 2
 
     def _predict(self, req: RequestView, now: float) -> float:
-        x = math.log(max(req.true_output_tokens, 1))
-        b = self.bias(self.kind(req))
+        length = max(req.true_output_tokens, 1)
+        x = math.log(length)
+        lb, spread = _lookup(self.length_errors, length)
+        b = self.bias(self.kind(req)) + lb
         self._logs.append(x)
         self._bias_seen.append(b)
+        self._spread_seen.append(spread)
         self._sum += x
         self._sumsq += x * x
         n = len(self._logs)
@@ -367,7 +450,7 @@ class RankerPredictor(Predictor):
             m = self._sum / n
             s = math.sqrt(max(self._sumsq / n - m * m, 1e-12))
             return math.exp(m + s * float(eps2))
-        return math.exp(x + b + self.sigma * float(eps))
+        return math.exp(x + b + self.sigma * spread * float(eps))
 
     def accuracy_by_gap(self, last: int = 1000) -> list[dict]:
         """Pairwise ordering accuracy of the finished requests (the latest ``last``) by the
@@ -394,6 +477,7 @@ class RankerPredictor(Predictor):
         return {**super().report(), "requested_tau": self.tau, "sigma": round(self.sigma, 4),
                 "p_fail": round(self.p_fail, 4), "achievable": self.achievable,
                 "kind_from": self.kind_from, "kind_bias": self.kind_bias,
+                "length_errors": [list(r) for r in self.length_errors] if self.length_errors else None,
                 "accuracy_by_gap": self.accuracy_by_gap()}
 
 

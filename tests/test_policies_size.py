@@ -103,7 +103,38 @@ def test_ranker_pair_accuracy_target_adds_misreads():
     assert rep["p_fail"] > 0 and abs(rep["tau"] - 0.55) < 0.06
 
 
+def test_ranker_error_table_keeps_the_tau_and_moves_the_short_answers():
+    """With a measured error table the calibration still meets the tau, and a table that reads
+    answers under 50 tokens as e^2 (7.4x) longer, with twice the spread, ranks them later than
+    uniform errors at the same tau do (their mean estimate-to-length ratio rises)."""
+    table = [[50, 2.0, 2.0], [None, 0.0, 1.0]]
+    runs = {k: _ranker(tau=0.5, kind_bias=0.0, **kw) for k, kw in
+            (("table", {"length_errors": table}), ("uniform", {}))}
+    rep = runs["table"].summary_dict["run"]["policy"]["predictor"]
+    assert rep["achievable"] and abs(rep["tau"] - 0.5) < 0.06
+    assert rep["length_errors"][0] == [50.0, 2.0, 2.0]
+
+    def late_shorts(res):
+        """Mean finish rank (0 first, 1 last) of the answers under 50 tokens."""
+        d = res.requests.sort_values("finish_s").reset_index(drop=True)
+        return float((d.index[d["output_tokens"] < 50] / len(d)).to_numpy().mean())
+
+    assert late_shorts(runs["table"]) > late_shorts(runs["uniform"])
+
+
+def test_ranker_shipped_error_table_by_name():
+    from policies.predictors import RANKER_ERROR_TABLES, make_predictor
+    p = make_predictor("ranker", length_errors="fu2024_sharegpt")
+    assert len(p.length_errors) == len(RANKER_ERROR_TABLES["fu2024_sharegpt"])
+    assert p.length_errors[-1][0] == float("inf")
+
+
 @pytest.mark.parametrize("params, message", [
+    ({"length_errors": "nope"}, "ranker: length_errors 'nope' is not a shipped table"),
+    ({"length_errors": [[100, 0.0, 1.0], [50, 0.0, 1.0]]}, "ranker: length_errors row 1 must be"),
+    ({"length_errors": [[None, 0.0, 1.0], [50, 0.0, 1.0]]}, "ranker: length_errors row 0 must be"),
+    ({"length_errors": [[100, 0.0, 0.0]]}, "ranker: length_errors row 0 must be"),
+    ({"length_errors": []}, "ranker: length_errors must be rows"),
     ({"tau": 0}, "ranker: tau must be"),
     ({"pair_acc_2x": 1.0}, "ranker: pair_acc_2x must be"),
     ({"kind_from": "colour"}, "ranker: kind_from must be"),
