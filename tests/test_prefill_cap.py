@@ -40,7 +40,7 @@ def test_capped_waiters_not_scanned_one_by_one(monkeypatch):
     import pandas as pd
     from sim.core.engine import Engine
 
-    over = ["classes.1.max_prefill_tokens_per_step=512", "horizon_s=30.0"]
+    over = ["classes.1.max_prefill_tokens_per_step=512", "horizon_s=15.0"]
     for extra in ([], ["engine.chunked_prefill=false"]):
         fast = simulate(load_scenario("chat_vs_batch", overrides=over + extra))
         with monkeypatch.context() as m:
