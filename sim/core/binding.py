@@ -57,7 +57,7 @@ class BoundPolicy:
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.name: str = getattr(policy, "name", type(policy).__name__)
-        self.key = getattr(policy, "key", None)
+        self.key: Any = getattr(policy, "key", None)
         self.next_change = getattr(policy, "next_change", _no_change)
         self.on_preempt = getattr(policy, "on_preempt", _nothing)
         self.on_finish = getattr(policy, "on_finish", _nothing)
