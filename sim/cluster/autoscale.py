@@ -261,9 +261,14 @@ class Fleet:
 
     # -- the results --
     def report(self) -> dict:
-        """Replica counts over time (one row at each change, per group), and each group's decisions."""
+        """Replica counts over time (one row at each change, per group), each group's decisions
+        (changes of its count), and every paid stretch of a replica (s; ``serve_s`` None if it
+        never served)."""
         return {
             "replicas_over_time": [{"t_s": t / NS, "group": g, "serving": s, "provisioning": p, "draining": d}
                                    for t, g, s, p, d in self.timeline],
             "decisions": {g.name: g.decisions for g in self.groups if g.cfg is not None},
+            "lives": [{"replica": lf.replica, "group": lf.group, "start_s": lf.start_ns / NS,
+                       "serve_s": lf.serve_ns / NS if lf.serve_ns is not None else None,
+                       "end_s": lf.end_ns / NS if lf.end_ns is not None else None} for lf in self.lives],
         }
