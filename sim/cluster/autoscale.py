@@ -8,7 +8,9 @@ PROVISIONING (paid for, loading the model: serves ``provision_s`` after the deci
 when it has nothing left: its process goes idle). Only SERVING replicas are candidates, so the
 router's choice and everything the replicas do stay as for a fixed cluster of those replicas.
 
-Each autoscaled group ticks every ``interval_s`` from t = interval_s: its policy
+Each autoscaled group ticks every ``interval_s`` from t = interval_s (a replica's run stops at a
+tick as at an arrival, so what the policy reads is what stepping one iteration at a time
+would show, and fast-forward stays exact): its policy
 (:mod:`sim.autoscalers`) reads an :class:`~sim.autoscalers.Observation` of the group at the tick
 (the engines as their last applied step left them) and returns the count it wants; the
 controller clamps it to [min, max] and acts: to grow, it first takes back draining replicas
@@ -27,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from sim.autoscalers import Ended, Observation, ReplicaState, make_autoscaler
-from sim.core.costs import NS
+from sim.core.costs import NEVER, NS
 from sim.core.simpy_adapter import trigger
 from sim.core.request import State
 
@@ -57,6 +59,7 @@ class _Group:
         self.look_back_ns = int(round(getattr(self.policy, "look_back_s", 0.0) * NS)) if self.policy else 0
         self.ended: deque[Ended] = deque()
         self.decisions = 0
+        self.tick_ns = NEVER  # the next tick (NEVER: not autoscaled)
 
 
 class Fleet:
@@ -100,11 +103,20 @@ class Fleet:
         """Schedule each autoscaled group's first tick (its interval from now)."""
         for grp in self.groups:
             if grp.cfg is not None:
-                self._at(round(grp.cfg.interval_s * NS), lambda _e, g=grp: self._tick(g))
+                self._next_tick(grp)
+
+    def _next_tick(self, grp: _Group) -> None:
+        """Schedule the group's next tick, and tell the replicas when the first of the groups' is
+        (their runs stop there, as at an arrival)."""
+        delay = round(grp.cfg.interval_s * NS)
+        grp.tick_ns = int(self.env.now) + delay
+        self._at(delay, lambda _e, g=grp: self._tick(g))
+        self.cl.tick_ns = min(g.tick_ns for g in self.groups)
 
     def close(self, end_ns: int) -> None:
         """The run ended at ``end_ns``: every slot still paid for stops then."""
         self.stopped = True
+        self.cl.tick_ns = NEVER
         for lf in self.lives:
             if lf.end_ns is None:
                 lf.end_ns = end_ns
@@ -113,6 +125,7 @@ class Fleet:
         """Every replica has exited: no more ticks or provisioning (their pending events are
         left without callbacks, so the clock's end is the last replica's)."""
         self.stopped = True
+        self.cl.tick_ns = NEVER
         for ev in self._pending:
             ev.callbacks.clear()
         self._pending.clear()
@@ -163,7 +176,7 @@ class Fleet:
         obs = self.observe(grp, now)
         want = min(max(int(grp.policy.desired(obs)), cfg.min), cfg.max)
         self.resize(grp, want, now)
-        self._at(round(cfg.interval_s * NS), lambda _e, g=grp: self._tick(g))
+        self._next_tick(grp)
 
     def resize(self, grp: _Group, want: int, now: int) -> None:
         """Bring the group's serving + provisioning count to ``want`` (see the module's rules)."""

@@ -391,6 +391,12 @@ class Replica:
     def next_arrival_ns(self) -> int:
         cl = self.cluster
         t = cl.source.next_arrival_ns()
+        if cl.tick_ns < t:
+            q = self.engine.queues
+            if q.running or q.waiting:
+                # an autoscaler's tick: a run stops there as at an arrival, so the state it
+                # reads (KV blocks allocated through the step in flight) is what stepping shows
+                t = cl.tick_ns
         if cl.closed:
             for o in cl.replicas:
                 if o is not self and (o.in_flight or o.inbox) and o.next_boundary < t:
@@ -472,6 +478,7 @@ class _Cluster:
         self._router_until = NEVER
         self.route_ns = 0  # the instant the router routes at (the clock's, or later: ``_route_open``)
         self.on_all_exited: Callable[[], None] | None = None  # (the fleet's: no more ticks)
+        self.tick_ns = NEVER  # the next autoscaler tick (``sim.cluster.autoscale``; NEVER: none)
 
     def route_until(self, now_ns: int) -> None:
         """Route the arrivals due at ``now_ns``: the clock's instant, or a later one at which
