@@ -6,16 +6,19 @@ partitions, each autoscaled, vs fixed fleets sized at the peak the autoscaled de
 Runs ``workloads/scenarios/autoscale_day.toml`` four ways and prints, per design, GPU-hours,
 dollars, dollars per million output tokens per class, interactive TTFT / TPOT p99 against the
 class's SLOs, and when the last batch request finished (the day's batch work is due by the end
-of the day, 600 s, +10 % grace). Each run takes some seconds.
+of the day, 600 s, +10 % grace), as a markdown table; draws docs/figures/autoscale_day.png (the
+replicas paid for over the day, per design, and each design's dollars; ``--figure`` elsewhere).
+Each run takes some seconds.
 """
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sim import load_scenario
 from sim.cluster import simulate_cluster
 
-SLO_CHAT = {"autoscale": {"policy": {"name": "slo", "metric": "ttft", "target_s": 0.3, "low": 0.3, "window_s": 20.0,
+SLO_CHAT = {"autoscale": {"policy": {"name": "slo", "metric": "ttft", "target_s": 0.3, "low": 0.75, "window_s": 20.0,
                                      "classes": ["interactive"]},
                           "min": 1, "max": 8, "interval_s": 10.0, "provision_s": 5.0}}
 QUEUE_BULK = {"autoscale": {"policy": {"name": "queue_length", "target": 24}, "min": 1, "max": 4,
@@ -76,20 +79,67 @@ def peak(res, group: str) -> int:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE override for every run")
+    ap.add_argument("--figure", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "figures"
+                    / "autoscale_day.png", help="where to draw the figure")
     args = ap.parse_args(argv)
     rows = []
+    runs = {}
     first = designs()
     shared = run(first["shared + autoscaled"], args.set)
     parts = run(first["partitioned + autoscaled"], args.set)
     rows += [row("shared + autoscaled", shared), row("partitioned + autoscaled", parts)]
+    runs.update({"shared + autoscaled": shared, "partitioned + autoscaled": parts})
     fixed = designs(peak(shared, "default"), peak(parts, "chat"), peak(parts, "bulk"))
     for name in ("shared, fixed at its peak", "partitioned, fixed at their peaks"):
-        rows.append(row(name + f" ({_sizes(fixed[name])})", run(fixed[name], args.set)))
+        label = name + f" ({_sizes(fixed[name])})"
+        runs[label] = run(fixed[name], args.set)
+        rows.append(row(label, runs[label]))
     cols = list(rows[0])
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+    figure(runs, rows, args.figure)
+
+
+def paid(res) -> tuple[list[float], list[int]]:
+    """The replicas paid for (serving + provisioning + draining, all groups) as a step function:
+    (times s, counts)."""
+    end = res.summary_dict["run"]["end_s"]
+    ft = res.fleet_table()
+    now: dict[str, int] = {}
+    ts, ns = [], []
+    for r in ft.itertuples():
+        now[r.group] = r.serving + r.provisioning + r.draining
+        if ts and ts[-1] == r.t_s:
+            ns[-1] = sum(now.values())
+        else:
+            ts.append(r.t_s)
+            ns.append(sum(now.values()))
+    return ts + [end], ns + [ns[-1]]
+
+
+def figure(runs: dict, rows: list[dict], out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
+    for (name, res), style in zip(runs.items(), ["-", "-", "--", "--"]):
+        ts, ns = paid(res)
+        a.step(ts, ns, where="post", ls=style, label=name)
+    a.set(xlabel="simulated time (s; 600 s = one day)", ylabel="replicas paid for (H200)",
+          title="autoscale_day: the fleet over the day")
+    a.legend(fontsize=8)
+    a.grid(alpha=0.3)
+    names = [r["design"].split(" (")[0] for r in rows]
+    b.barh(range(len(rows)), [r["cost_usd"] for r in rows], color=["C0", "C1", "C2", "C3"])
+    b.set_yticks(range(len(rows)), [n.replace(", ", ",\n").replace(" + ", " +\n") for n in names], fontsize=8)
+    b.invert_yaxis()
+    b.set(xlabel="dollars for the day ($3.50 per GPU-hour)", title="cost, every design meeting its SLOs")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
 
 
 def _sizes(cluster: dict) -> str:
