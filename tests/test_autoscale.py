@@ -255,3 +255,13 @@ def test_fast_forward_equals_stepping_when_autoscaled(policy):
     assert fast.requests.to_csv() == slow.requests.to_csv()
     assert fast.summary_dict["cluster"]["fleet"] == slow.summary_dict["cluster"]["fleet"]
     assert len(fast.fleet_table()) > 2
+
+
+def test_time_series_has_the_replica_counts_when_autoscaled():
+    d = scenario({"replicas": 1, "autoscale": {"policy": {"name": "schedule", "table": [[0, 1], [4, 3], [8, 2]]},
+                                               "min": 1, "max": 3, "interval_s": 2.0, "provision_s": 1.0}})
+    ts = run(d).timeseries.drop_duplicates("t_s").set_index("t_s")
+    # provisioning from 4 s, serving from 5 s; one of three drained at 8 s (paid until it is empty)
+    assert [ts.replicas_serving[t] for t in (0.0, 4.0, 5.0, 8.0, 9.0)] == [1, 1, 3, 2, 2]
+    assert ts.replicas_paid[4.0] == 3
+    assert "replicas_serving" not in run(scenario({"replicas": 2})).timeseries

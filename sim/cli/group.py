@@ -224,7 +224,8 @@ def csv_list(text: str | None, kind, what: str) -> list | None:
 def echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""
     lay = res.summary_dict["cluster"]
-    click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs), router={lay['router']}")
+    scaled = " at the start, autoscaled" if lay.get("fleet", {}).get("decisions") else ""
+    click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs){scaled}, router={lay['router']}")
     fmt = lambda v: f"{v:.4g}"  # noqa: E731
     click.echo(res.group_table().to_string(index=False, float_format=fmt, na_rep="-"))
     click.echo(res.replica_table().to_string(index=False, float_format=fmt, na_rep="-"))

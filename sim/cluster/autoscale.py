@@ -28,6 +28,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.autoscalers import Ended, Observation, ReplicaState, make_autoscaler
 from sim.core.costs import NEVER, NS
 from sim.core.simpy_adapter import trigger
@@ -273,6 +275,19 @@ class Fleet:
             self.timeline.append(row)
 
     # -- the results --
+    def counts_at(self, times_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The replicas serving, and paid for (serving + provisioning + draining), at each of
+        ``times_s`` (after the changes at that instant), summed over the groups."""
+        serving = np.zeros(len(times_s), dtype=np.int64)
+        paid = np.zeros(len(times_s), dtype=np.int64)
+        for grp in self.groups:
+            rows = [r for r in self.timeline if r[1] == grp.name]
+            at = np.asarray([r[0] / NS for r in rows])
+            k = np.searchsorted(at, times_s, side="right") - 1  # (the first row is at 0)
+            serving += np.asarray([r[2] for r in rows])[k]
+            paid += np.asarray([r[2] + r[3] + r[4] for r in rows])[k]
+        return serving, paid
+
     def report(self) -> dict:
         """Replica counts over time (one row at each change, per group), each group's decisions
         (changes of its count), and every paid stretch of a replica (s; ``serve_s`` None if it

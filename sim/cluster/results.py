@@ -132,6 +132,10 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
     layout["router_report"] = router.report()
     if fleet is not None:
         layout["fleet"] = fleet.report()
+        if fleet.autoscaled and len(comb.timeseries):
+            # (only when autoscaled: a fixed cluster's time series stays as it was)
+            ts = comb.timeseries
+            ts["replicas_serving"], ts["replicas_paid"] = fleet.counts_at(ts["t_s"].to_numpy())
     comb.summary_dict["cluster"] = layout
     comb.summary_dict["cost"] = cost_report(spec, fleet.lives if fleet is not None else _whole_run(replicas, end_ns),
                                             end_ns, req, sc.class_names)
