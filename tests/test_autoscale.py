@@ -265,3 +265,36 @@ def test_time_series_has_the_replica_counts_when_autoscaled():
     assert [ts.replicas_serving[t] for t in (0.0, 4.0, 5.0, 8.0, 9.0)] == [1, 1, 3, 2, 2]
     assert ts.replicas_paid[4.0] == 3
     assert "replicas_serving" not in run(scenario({"replicas": 2})).timeseries
+
+
+class AlwaysTwo:
+    """A user's autoscaler (named by dotted path): always two replicas."""
+
+    def __init__(self, n: int = 2) -> None:
+        self.n = n
+
+    def desired(self, obs: Observation) -> int:
+        return self.n
+
+
+def test_a_users_policy_by_dotted_path_and_partitions_scale_apart():
+    d = scenario({"groups": [
+        {"name": "a", "replicas": 1, "classes": ["hi"],
+         "autoscale": {"policy": "tests.test_autoscale:AlwaysTwo", "max": 2, "interval_s": 1.0, "provision_s": 0.5}},
+        {"name": "b", "replicas": 1, "classes": ["lo"], "engine": {"max_num_seqs": 4}}]})
+    res = run(d)
+    ft = res.fleet_table()
+    assert ft[ft.group == "a"].serving.tolist() == [1, 1, 2]  # provisioning at 1 s, serving at 1.5 s
+    assert ft[ft.group == "b"].serving.tolist() == [1]
+    req = res.requests
+    assert set(req.loc[req["class"] == "hi", "group"]) == {"a"} and set(req.loc[req["class"] == "lo", "group"]) == {"b"}
+    assert req.loc[req.replica == 1, "arrival_s"].min() >= 1.5
+
+
+def test_closed_loop_users_with_an_autoscaler():
+    d = scenario({"replicas": 1, "autoscale": {"policy": {"name": "queue_length", "target": 2}, "max": 3,
+                                               "interval_s": 1.0, "provision_s": 0.5}})
+    d["streams"][0]["arrival"] = {"process": "closed_loop", "users": 6, "think": 0.2}
+    res = run(d)
+    assert res.fleet_table().serving.max() > 1
+    assert (res.requests.status == "finished").all()
