@@ -217,7 +217,8 @@ class Schedule(BaseAutoscaler):
 
 
 for _cls in (TargetUtilisation, QueueLength, SLO, Schedule):
-    AUTOSCALERS.register(_cls.name, _cls, " ".join((_cls.__doc__ or "").split("\n\n")[0].split()))
+    # (the docstring's first paragraph on one line, what ``priosim autoscalers`` prints)
+    AUTOSCALERS.register(_cls.name, _cls, " ".join((_cls.__doc__ or "").split("\n\n")[0].replace("``", "").split()))
 del _cls
 
 
