@@ -298,3 +298,18 @@ def test_closed_loop_users_with_an_autoscaler():
     res = run(d)
     assert res.fleet_table().serving.max() > 1
     assert (res.requests.status == "finished").all()
+
+
+def test_capacity_reports_dollars_of_each_answer():
+    # the by-hand toy of tests/test_cluster.py: 4 replicas meet the SLO; priced at $2 per GPU-hour
+    from sim.experiments.capacity import capacity_search
+    from sim.experiments.slos import parse_slos
+    from tests.test_cluster import toy
+
+    d = toy(0)
+    d["cluster"] = {"replicas": 1, "gpu_hour_usd": 2.0}
+    sc = scenario_from_dict(d)
+    a = capacity_search(sc, ["shared"], parse_slos(sc), workers=1).designs["shared"]
+    assert a["replicas"] == 4
+    assert a["gpu_hours"] == pytest.approx(4 * a["end_s"] / 3600)
+    assert a["cost_usd"] == pytest.approx(2.0 * a["gpu_hours"])
