@@ -195,7 +195,7 @@ class Schedule(BaseAutoscaler):
         ok = isinstance(table, list) and bool(table) and all(
             isinstance(r, (list, tuple)) and len(r) == 2 and in_range(r[0], ge=0)
             and in_range(r[1], integer=True, ge=0) for r in table)
-        if not ok:
+        if not ok or table is None:
             raise ValueError(f"table: expected a non-empty list of [t_s, replicas] pairs (got {table!r})")
         ts = [float(r[0]) for r in table]
         if ts[0] != 0 or any(b <= a for a, b in zip(ts, ts[1:])):

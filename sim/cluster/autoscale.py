@@ -174,9 +174,10 @@ class Fleet:
         if self.stopped:
             return
         now = int(self.env.now)
-        cfg = grp.cfg
+        cfg, policy = grp.cfg, grp.policy
+        assert cfg is not None and policy is not None  # (only autoscaled groups tick)
         obs = self.observe(grp, now)
-        want = min(max(int(grp.policy.desired(obs)), cfg.min), cfg.max)
+        want = min(max(int(policy.desired(obs)), cfg.min), cfg.max)
         self.resize(grp, want, now)
         self._next_tick(grp)
 

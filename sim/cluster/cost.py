@@ -35,31 +35,33 @@ def cost_report(spec, lives, end_ns: int, requests: pd.DataFrame, class_names: l
                           "cost_usd": gpu_h * g.gpu_hour_usd if g.gpu_hour_usd is not None else None}
     priced = all(v["cost_usd"] is not None for v in groups.values())
     total_h = sum(v["gpu_hours"] for v in groups.values())
-    total_usd = sum(v["cost_usd"] for v in groups.values()) if priced else None
-    tok = requests.groupby(["group", "class"], observed=True)["generated_tokens"].sum() if len(requests) else None
-    per_class: dict[str, float | None] = {}
+    total_usd: float | None = sum(v["cost_usd"] for v in groups.values()) if priced else None
+    # output tokens per (group, class)
+    tok: dict[str, dict[str, int]] = {g.name: {} for g in spec.groups}
+    if len(requests):
+        for (g, c), n in requests.groupby(["group", "class"], observed=True)["generated_tokens"].sum().items():
+            tok[str(g)][str(c)] = int(n)
+    per_class: dict[str, float | None] = {c: None for c in class_names}
     unallocated = 0.0
-    if priced:
+    if total_usd is not None:
         charged = {c: 0.0 for c in class_names}
         made = {c: 0 for c in class_names}
         for name, v in groups.items():
-            gt = tok.xs(name, level="group") if tok is not None and name in tok.index.get_level_values(0) else None
-            total = int(gt.sum()) if gt is not None else 0
+            total = sum(tok[name].values())
             if total == 0:
                 unallocated += v["cost_usd"]
                 continue
-            for c, n in gt.items():
-                charged[c] += v["cost_usd"] * int(n) / total
-                made[c] += int(n)
+            for c, n in tok[name].items():
+                charged[c] += v["cost_usd"] * n / total
+                made[c] += n
         per_class = {c: (charged[c] / (made[c] / 1e6) if made[c] else None) for c in class_names}
-    else:
-        per_class = {c: None for c in class_names}
     out_tokens = int(requests["generated_tokens"].sum()) if len(requests) else 0
     return {
         "gpu_hours": total_h,
         "cost_usd": total_usd,
-        "usd_per_million_output_tokens": (total_usd / (out_tokens / 1e6) if priced and out_tokens else None),
+        "usd_per_million_output_tokens": (total_usd / (out_tokens / 1e6)
+                                          if total_usd is not None and out_tokens else None),
         "classes": {c: {"usd_per_million_output_tokens": per_class[c]} for c in class_names},
-        "unallocated_usd": unallocated if priced else None,
+        "unallocated_usd": unallocated if total_usd is not None else None,
         "groups": groups,
     }
