@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from sim.core.errors import ScenarioError, error_message
 from sim.routers import make_router
+from plumbing.numbers import in_range
 from sim.schema import FieldError, Table, checked, format_error, number, one_of
 
 Positive = Annotated[int | float, number()]
@@ -87,6 +88,44 @@ def check_tenant_names(tenants: list[TenantConfig]) -> list[TenantConfig]:
 
 
 # ---- the cluster (docs/cluster.md) ----------------------------------------------------------------
+def _policy_value(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, dict) and isinstance(v.get("name"), str))
+
+
+class AutoscaleConfig(Table):
+    """A group's autoscaler (docs/autoscaling.md): its policy, limits, tick and provisioning delay."""
+
+    policy: Annotated[str | dict, checked(_policy_value, "an autoscaler name or a table with 'name'")] = Field(
+        None, validate_default=True, description="autoscaler name or {name, params...} (priosim: sim.autoscalers)")
+    min: Count = Field(1, description="fewest replicas (serving + provisioning)")
+    max: Count = Field(None, validate_default=True, description="most replicas (serving + provisioning)")
+    interval_s: Positive = Field(30.0, description="the policy decides every interval_s, s")
+    provision_s: NonNegative = Field(120.0, description="from the decision to scale up until the replica serves "
+                                                        "(model load), s")
+    drain: Annotated[str, one_of("drain")] = Field(
+        "drain", description="scale-down: 'drain' (no new requests; leaves when empty)")
+
+    @model_validator(mode="after")
+    def _limits(self) -> "AutoscaleConfig":
+        if self.max < self.min:
+            raise FieldError(f"expected max >= min={self.min} (got {self.max})", key="max")
+        return self
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy if isinstance(self.policy, str) else self.policy["name"]
+
+    @property
+    def policy_params(self) -> dict:
+        p = self.policy
+        return {k: v for k, v in p.items() if k != "name"} if isinstance(p, dict) else {}
+
+
+def _price_value(v: Any) -> bool:
+    return in_range(v, ge=0) or (isinstance(v, dict) and bool(v) and all(
+        isinstance(k, str) and in_range(x, ge=0) for k, x in v.items()))
+
+
 class GroupConfig(Table):
     """Replicas alike: their number, engine overrides, policy and the classes they serve."""
 
@@ -104,6 +143,10 @@ class GroupConfig(Table):
         None, description="the classes it serves (class_aware router); absent: the classes no group lists")
     gpus: Annotated[int, number(integer=True, minimum=1, note=" (GPUs per replica)")] = Field(
         1, description="GPUs per replica (for capacity reports; default: engine.tp of a derived profile, else 1)")
+    autoscale: AutoscaleConfig | None = Field(
+        None, description="the group's autoscaler (default: the cluster's autoscale); replicas is the count at the start")
+    gpu_hour_usd: Annotated[int | float, number(minimum=0, note=" (dollars per GPU-hour)")] | None = Field(
+        None, description="price of one GPU-hour on this group's replicas, $ (default: the cluster's gpu_hour_usd)")
 
 
 def _router_value(v: Any) -> bool:
@@ -120,6 +163,11 @@ class ClusterConfig(Table):
     router: Annotated[str | dict, checked(_router_value, "a router name or a table with 'name'")] | None = Field(
         None, description="router name or {name, params...}; default class_aware when a group lists "
                           "classes, else least_outstanding")
+    autoscale: AutoscaleConfig | None = Field(
+        None, description="the autoscaler of every group that has none of its own (docs/autoscaling.md)")
+    gpu_hour_usd: Annotated[int | float | dict, checked(
+        _price_value, "a number >= 0 (dollars per GPU-hour) or a table of group name or engine.gpu = price")] | None = Field(
+        None, description="price of one GPU-hour, $: one number, or a table by group name or engine.gpu")
 
     @classmethod
     def check_keys(cls, data: dict) -> None:
@@ -175,6 +223,8 @@ def check_tables(sc) -> None:
         for i, (_, g) in enumerate(sc.cluster.group_list()):
             _check_group(sc, i, g)
         _check_router(sc)
+        _check_autoscale(sc)
+        _check_prices(sc)
 
 
 def group_engine(sc, g: GroupConfig):
@@ -267,3 +317,58 @@ def serving_groups(c: ClusterConfig, cls: str) -> list[int]:
     groups = [g for _, g in c.group_list()]
     listed = [i for i, g in enumerate(groups) if g.classes is not None and cls in g.classes]
     return listed or [i for i, g in enumerate(groups) if g.classes is None]
+
+
+def group_autoscale(c: ClusterConfig, g: GroupConfig) -> AutoscaleConfig | None:
+    """Group ``g``'s autoscaler: its own, else the cluster's, else None (a fixed group)."""
+    return g.autoscale if g.autoscale is not None else c.autoscale
+
+
+def group_price(sc, name: str, g: GroupConfig, eng) -> float | None:
+    """Dollars per GPU-hour on group ``name``'s replicas: the group's ``gpu_hour_usd``, else the
+    cluster's (a number; or its table's entry for the group's name, else for its engine.gpu),
+    else None (no price: cost_usd is null)."""
+    if g.gpu_hour_usd is not None:
+        return float(g.gpu_hour_usd)
+    p = sc.cluster.gpu_hour_usd
+    if p is None:
+        return None
+    if not isinstance(p, dict):
+        return float(p)
+    if name in p:
+        return float(p[name])
+    gpu = getattr(eng, "gpu", None)
+    return float(p[gpu]) if gpu in p else None
+
+
+def _check_autoscale(sc) -> None:
+    from sim.autoscalers import make_autoscaler
+    src, c = sc.source, sc.cluster
+    for i, (name, g) in enumerate(c.group_list()):
+        a = group_autoscale(c, g)
+        if a is None:
+            continue
+        key = f"cluster.groups.{i}.autoscale" if g.autoscale is not None else "cluster.autoscale"
+        try:
+            make_autoscaler(a.policy_name, **a.policy_params)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ScenarioError(f"{src}: {key}.policy: {error_message(exc)}") from None
+        n = c.replicas if c.groups is None else g.replicas
+        if not a.min <= n <= a.max:
+            where = "cluster.replicas" if c.groups is None else f"cluster.groups.{i}.replicas"
+            raise ScenarioError(f"{src}: {where}: the count at the start must be within the autoscaler's "
+                                f"min={a.min} and max={a.max} (got {n})")
+
+
+def _check_prices(sc) -> None:
+    src, c = sc.source, sc.cluster
+    p = c.gpu_hour_usd
+    if not isinstance(p, dict):
+        return
+    names = [n for n, _ in c.group_list()]
+    gpus = [getattr(group_engine(sc, g), "gpu", None) for _, g in c.group_list()]
+    known = names + [x for x in gpus if x]
+    for k in p:
+        if k not in known:
+            raise ScenarioError(f"{src}: cluster.gpu_hour_usd.{k}: not a group name or a group's engine.gpu "
+                                f"(expected one of {', '.join(known)})")

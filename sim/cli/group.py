@@ -224,10 +224,29 @@ def csv_list(text: str | None, kind, what: str) -> list | None:
 def echo_cluster(res) -> None:
     """Per-group and per-replica tables of a cluster run."""
     lay = res.summary_dict["cluster"]
-    click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs), router={lay['router']}")
+    scaled = " at the start, autoscaled" if lay.get("fleet", {}).get("decisions") else ""
+    click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs){scaled}, router={lay['router']}")
     fmt = lambda v: f"{v:.4g}"  # noqa: E731
     click.echo(res.group_table().to_string(index=False, float_format=fmt, na_rep="-"))
     click.echo(res.replica_table().to_string(index=False, float_format=fmt, na_rep="-"))
+    echo_fleet(res)
+
+
+def echo_fleet(res) -> None:
+    """An autoscaled cluster's replica counts, and the run's cost when it has a price or an autoscaler."""
+    fleet = res.summary_dict["cluster"].get("fleet", {})
+    decisions = fleet.get("decisions", {})
+    ft = res.fleet_table()
+    for g, n in decisions.items():
+        rows = ft[ft.group == g]
+        click.echo(f"autoscale: group {g}: {rows.serving.iloc[0]} serving at the start, {rows.serving.min()}.."
+                   f"{rows.serving.max()} over the run, {n} decisions")
+    cost = res.summary_dict.get("cost")
+    if cost and (decisions or cost["cost_usd"] is not None):
+        usd = "" if cost["cost_usd"] is None else (
+            f", ${cost['cost_usd']:.4g}" + (f" (${cost['usd_per_million_output_tokens']:.4g} per M output tokens)"
+                                            if cost["usd_per_million_output_tokens"] is not None else ""))
+        click.echo(f"cost: {cost['gpu_hours']:.4g} GPU-hours{usd}")
 
 
 #: A command whose simulations took at least this long (s) in pure Python ends with a hint

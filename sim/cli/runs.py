@@ -323,3 +323,12 @@ def routers():
 
     for e in ROUTERS.entries():
         click.echo(f"{e.name:18s} {e.description}")
+
+
+@main.command()
+def autoscalers():
+    """List registered autoscaler policies (for [cluster] autoscale = { policy = ... })."""
+    from sim.autoscalers import AUTOSCALERS
+
+    for e in AUTOSCALERS.entries():
+        click.echo(f"{e.name:18s} {e.description}")

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from sim.assembly import Setup, build_engine, prepare, quiet_gc, seed_for
+from sim.cluster.autoscale import Fleet
 from sim.cluster.replicas import Replica, _Cluster
 from sim.cluster.results import ClusterResults, cluster_results
 from sim.routers import make_router
@@ -41,11 +42,17 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     setup = prepare(sc, spec.groups[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
                     progress=progress, desc=f"{sc.name} x{spec.n_replicas}", frontends=spec.n_replicas)
     router = make_router(spec.router, **spec.router_params)
-    router.bind(spec.n_replicas, seed_for(sc.seed, "router"))
+    router.bind(spec.slots, seed_for(sc.seed, "router"))
     closed = setup.closed_loop
-    cl = _Cluster(setup.env, setup.source, [], router, [], setup.stop_ns, closed=closed, fast=fast and not closed)
+    # (an autoscaled cluster's runs stop at every arrival, the plain way: held runs assume
+    # fixed candidates)
+    cl = _Cluster(setup.env, setup.source, [], router, [], setup.stop_ns, closed=closed,
+                  fast=fast and not closed and not spec.autoscaled)
     cl.on_end = on_end
     group_sc = _add_replicas(sc, spec, setup, cl, trace_iterations)
+    fleet = Fleet(cl, spec, cl.candidates)
+    cl.on_all_exited = fleet.stop
+    fleet.start()
     cl.start_router()
     for rep in cl.replicas:
         setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))
@@ -58,9 +65,10 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
             # requests routed but never taken in (a replica that stopped at the horizon) too
             rep.engine.close(end_ns, also=rep.inbox)
             rep.inbox.clear()
+        fleet.close(end_ns)
         facts = {**setup.timing(), "workload": setup.workload.meta}
         return cluster_results(sc, spec, cl.replicas, cl.assign, group_sc, router, end_ns, setup.interval_ns,
-                               facts, per_replica=per_replica, trace_iterations=trace_iterations)
+                               facts, per_replica=per_replica, trace_iterations=trace_iterations, fleet=fleet)
 
 
 def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
@@ -80,7 +88,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
                                          host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint,
                                          scale=g.engine.cost_scale)
         costs = priced[key]
-        for _ in range(g.replicas):
+        for _ in range(g.slots):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None
             eng = build_engine(scg, setup.env, costs, trace=trace, seed_tag=f"/replica{i}")

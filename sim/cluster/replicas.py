@@ -90,6 +90,8 @@ class Replica:
         self._gone_ns: list[int] = []  # the run in flight's (``OpenRun.gone_ns``)
         self._gone_p = 0
         self._next_gone = NEVER
+        # told when the replica's process goes idle (the fleet's: a draining replica leaves then)
+        self.on_idle: Callable[[Any], None] | None = None
         if cluster.fast:
             self.hold = self._hold
 
@@ -389,6 +391,12 @@ class Replica:
     def next_arrival_ns(self) -> int:
         cl = self.cluster
         t = cl.source.next_arrival_ns()
+        if cl.tick_ns < t:
+            q = self.engine.queues
+            if q.running or q.waiting:
+                # an autoscaler's tick: a run stops there as at an arrival, so the state it
+                # reads (KV blocks allocated through the step in flight) is what stepping shows
+                t = cl.tick_ns
         if cl.closed:
             for o in cl.replicas:
                 if o is not self and (o.in_flight or o.inbox) and o.next_boundary < t:
@@ -403,6 +411,8 @@ class Replica:
         """Fires when the router pushes a request here, at the horizon, or when another replica
         exits (to re-check ``finished``). ``until_ns`` (the global next arrival) is not needed:
         an idle replica has nothing to do until something is routed to it."""
+        if self.on_idle is not None:
+            self.on_idle(self)
         env = self.cluster.env
         ev = env.event()
         self._wake = ev
@@ -467,6 +477,8 @@ class _Cluster:
         self._kick: simpy.Event | None = None
         self._router_until = NEVER
         self.route_ns = 0  # the instant the router routes at (the clock's, or later: ``_route_open``)
+        self.on_all_exited: Callable[[], None] | None = None  # (the fleet's: no more ticks)
+        self.tick_ns = NEVER  # the next autoscaler tick (``sim.cluster.autoscale``; NEVER: none)
 
     def route_until(self, now_ns: int) -> None:
         """Route the arrivals due at ``now_ns``: the clock's instant, or a later one at which
@@ -659,4 +671,6 @@ class _Cluster:
         for o in self.replicas:
             o.notify()  # idle replicas re-check finished()
         if all(o.exited for o in self.replicas):
+            if self.on_all_exited is not None:
+                self.on_all_exited()
             drop_dead_events(self.env)

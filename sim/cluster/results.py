@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sim.assembly import engine_run_info
+from sim.cluster.cost import cost_report
 from sim.cluster.spec import ClusterSpec
 from sim.config import Scenario
 from sim.core.costs import NS
@@ -35,6 +36,11 @@ class ClusterResults(Results):
     def replica_table(self) -> pd.DataFrame:
         """One row per replica: group, requests, TTFT p99 per class, output tokens/s, busy time."""
         return pd.DataFrame(self.summary_dict["cluster"]["replicas"])
+
+    def fleet_table(self) -> pd.DataFrame:
+        """Replica counts over time: one row per group at each change (t_s, group, serving,
+        provisioning, draining)."""
+        return pd.DataFrame(self.summary_dict["cluster"].get("fleet", {}).get("replicas_over_time", []))
 
     def group_table(self) -> pd.DataFrame:
         rows = []
@@ -96,7 +102,7 @@ class _Builder:
 
 def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dict[int, int],
                     group_sc: dict[str, Scenario], router, end_ns: int, interval_ns: int, facts: dict, *,
-                    per_replica: bool = True, trace_iterations: bool = False) -> ClusterResults:
+                    per_replica: bool = True, trace_iterations: bool = False, fleet=None) -> ClusterResults:
     """The results of a finished cluster run: ``replicas`` (index order, each with ``index``,
     ``group``, ``engine``, ``trace``, ``routed``), ``assign`` (request id -> replica index),
     ``group_sc`` (each group's scenario: its engine and policy). ``facts`` (wall and CPU time,
@@ -124,10 +130,23 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
         comb.iterations = pd.concat(its, ignore_index=True) if its else None
     layout = _layout(spec, replicas, infos, rep_res, grp_res, end_ns, per_replica)
     layout["router_report"] = router.report()
+    if fleet is not None:
+        layout["fleet"] = fleet.report()
+        if fleet.autoscaled and len(comb.timeseries):
+            # (only when autoscaled: a fixed cluster's time series stays as it was)
+            ts = comb.timeseries
+            ts["replicas_serving"], ts["replicas_paid"] = fleet.counts_at(ts["t_s"].to_numpy())
     comb.summary_dict["cluster"] = layout
+    comb.summary_dict["cost"] = cost_report(spec, fleet.lives if fleet is not None else _whole_run(replicas, end_ns),
+                                            end_ns, req, sc.class_names)
     comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas}
     return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
                           comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
+
+
+def _whole_run(replicas: list, end_ns: int) -> list:
+    from sim.cluster.autoscale import Life
+    return [Life(r.index, r.group, 0, 0, end_ns) for r in replicas]
 
 
 def _replica_of(request_ids: np.ndarray, assign: dict[int, int]) -> np.ndarray:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.core.errors import ScenarioError
-from sim.tables import group_engine, group_policy
+from sim.tables import AutoscaleConfig, group_autoscale, group_engine, group_policy, group_price
 
 @dataclass(frozen=True)
 class GroupSpec:
@@ -17,6 +17,13 @@ class GroupSpec:
     policy: PolicyConfig
     classes: tuple[str, ...] | None  # None: serves the classes no group lists
     gpus: int = 1  # GPUs per replica (for capacity reports)
+    autoscale: AutoscaleConfig | None = None  # None: a fixed group of ``replicas``
+    gpu_hour_usd: float | None = None  # dollars per GPU-hour (None: no price given)
+
+    @property
+    def slots(self) -> int:
+        """Replica slots built for the run: ``max`` when autoscaled, else ``replicas`` (the count at the start)."""
+        return self.autoscale.max if self.autoscale is not None else self.replicas
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,14 @@ class ClusterSpec:
     def gpus(self) -> int:
         return sum(g.replicas * g.gpus for g in self.groups)
 
+    @property
+    def slots(self) -> int:
+        return sum(g.slots for g in self.groups)
+
+    @property
+    def autoscaled(self) -> bool:
+        return any(g.autoscale is not None for g in self.groups)
+
 
 def parse_cluster(sc: Scenario) -> ClusterSpec:
     """The layout of ``sc``'s ``[cluster]`` (validated with the scenario, :mod:`sim.tables`):
@@ -44,7 +59,8 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
     for name, g in c.group_list():
         eng = group_engine(sc, g)
         groups.append(GroupSpec(name, g.replicas, eng, group_policy(sc, g),
-                                tuple(g.classes) if g.classes is not None else None, _gpus(g, eng)))
+                                tuple(g.classes) if g.classes is not None else None, _gpus(g, eng),
+                                group_autoscale(c, g), group_price(sc, name, g, eng)))
     return ClusterSpec(tuple(groups), c.router_name, c.router_params)
 
 

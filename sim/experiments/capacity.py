@@ -224,7 +224,9 @@ class CapacityReport:
         rows = []
         for name, d in self.designs.items():
             row = {"design": name, "replicas": d.get("replicas"), "gpus": d.get("gpus"),
-                   "split": d.get("split"), "meets_slo": d.get("ok")}
+                   "split": d.get("split"), "meets_slo": d.get("ok"), "gpu_hours": d.get("gpu_hours")}
+            if any(x.get("cost_usd") is not None for x in self.designs.values()):
+                row["cost_usd"] = d.get("cost_usd")
             for cname, m in (d.get("classes") or {}).items():
                 row[f"{cname}_ttft_p99_s"] = m["ttft_p99_s"]
                 row[f"{cname}_tokens_per_s"] = m["output_tokens_per_s"]
@@ -238,6 +240,16 @@ class CapacityReport:
         if self.explain is not None:
             doc["explain"] = self.explain
         return doc
+
+
+def gpu_hour_price(sc) -> float | None:
+    """Dollars per GPU-hour for a capacity answer: the scenario's ``[cluster] gpu_hour_usd`` when
+    one number, or its entry for the scenario's ``engine.gpu``; None without one (the answer's
+    ``cost_usd`` is then null). Every design runs the scenario's engine, so one price serves all."""
+    p = sc.cluster.gpu_hour_usd if sc.cluster else None
+    if isinstance(p, dict):
+        p = p.get(sc.engine.gpu) if sc.engine.gpu else None
+    return float(p) if p is not None else None
 
 
 def _worst(point: dict) -> float:
@@ -439,7 +451,11 @@ class _Search:
                                                f"({', '.join(bad)})"}
                 continue
             r = self.cache[(d, c)]
+            gpu_h = r["gpus"] * r["end_s"] / 3600 if r.get("end_s") is not None else None
+            price = gpu_hour_price(self.base)
             self.rep.designs[d] = {"ok": r["ok"], "replicas": r["replicas"], "gpus": r["gpus"],
+                                   "gpu_hours": gpu_h, "cost_usd": gpu_h * price if gpu_h is not None and
+                                   price is not None else None,
                                    "split": {x.name: k for x, k in zip(self.state[d], c)}, "classes": r["classes"],
                                    "utilisation": r["utilisation"], "end_s": r["end_s"],
                                    "cluster": design_cluster(d, self.state[d], list(c), self.router)}
