@@ -15,7 +15,7 @@ from sim.config import load_scenario
 from sim.core.costs import list_profiles, load_profile, profile_from_dict
 from sim.models import bundled, derived, load_architecture
 from sim.models.devices import DEVICES
-from sim.models.formulas import expected_hit
+from sim.models.formulas import expected_hit, moe_tile_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the bundled config of each shipped roofline shape (Llama 3.1 has Llama 3's shape)
@@ -73,22 +73,42 @@ def test_readme_names_every_bundled_config_and_its_licence():
 
 def test_moe_weights_read_follow_the_expected_distinct_experts():
     """Qwen3-30B-A3B on one H200: a step of T tokens reads the non-expert weights and
-    48 layers x 128 experts x (1 - (1 - 8/128)^T) of the experts (bf16)."""
+    48 layers x 128 experts x (1 - (1 - 8/128)^T) of the experts (bf16); compute adds the
+    padded tile rows of the grouped expert GEMMs; the routed activations add their bytes."""
     doc = derived("qwen3-30b-a3b", "h200")
     c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
     expert = 3 * 2048 * 768 * 2  # bytes of one expert
     assert c["expert_bytes"] == 48 * 128 * expert
+    assert c["expert_row_params"] == 48 * 3 * 2048 * 768
+    # per token and MoE layer: the combine reads 8 outputs and writes one, the SwiGLU reads 2I
+    # and writes I for each of the 8 experts, 2 bytes each
+    assert c["moe_act_bytes_per_token"] == 48 * (9 * 2048 + 3 * 8 * 768) * 2
     bw = 4.8e12 * 0.8
+    fl = 989e12 * 0.6
     cm = _cm(doc)
-    for T in (1, 3, 8, 40, 150):
+    for T in (1, 3, 8, 40, 150, 700, 5000):
         weights = (c["step_weight_bytes"] + c["expert_bytes"] * (1 - (1 - 8 / 128) ** T)) / bw
-        compute = T * 2 * c["flop_params_per_token"] / (989e12 * 0.6)
-        assert cm._tokens_s(T) == pytest.approx(max(weights, compute), rel=0.01), T
-    # past the knee every expert is read and compute binds: slope 2 x active params / FLOPs
+        pad = (moe_tile_rows(T, 8, 128) - 8 * T) * 2 * c["expert_row_params"] / fl
+        compute = T * 2 * c["flop_params_per_token"] / fl + pad
+        act = T * c["moe_act_bytes_per_token"] / bw
+        assert cm._tokens_s(T) == pytest.approx(max(weights, compute) + act, rel=0.01), T
+    # past the grid every expert is read and compute binds: slope 2 x active params / FLOPs
+    # plus the activations' bytes (the padding has settled at half a tile per expert)
     knots = doc["step"]["token_knots"]
     assert cm._tokens_s(knots[-1] + 500) - cm._tokens_s(knots[-1]) == pytest.approx(
-        500 * 2 * c["flop_params_per_token"] / (989e12 * 0.6), rel=1e-9)
+        500 * (2 * c["flop_params_per_token"] / fl + c["moe_act_bytes_per_token"] / bw), rel=1e-6)
     assert expected_hit(1 - 8 / 128, 1) == pytest.approx(8 / 128)
+
+
+def test_grouped_expert_gemms_round_each_hit_expert_up_to_whole_tiles():
+    """One token hits 8 of 128 experts, each a 16-row tile; 8192 tokens give every expert 512
+    rows on average, in 64-row tiles with half a tile of padding."""
+    assert moe_tile_rows(1, 8, 128) == pytest.approx(8 * 16)
+    assert moe_tile_rows(8192, 8, 128) == pytest.approx(128 * (512 + 32), rel=1e-6)
+    assert moe_tile_rows(0, 8, 128) == 0.0
+    # never fewer rows than the tokens' own
+    for T in (1, 5, 17, 64, 300, 2000, 20000):
+        assert moe_tile_rows(T, 4, 32) >= 4 * T
 
 
 def test_deepseek_v3_decode_step_at_batch_1_matches_the_docs_hand_computation():
@@ -105,9 +125,12 @@ def test_deepseek_v3_decode_step_at_batch_1_matches_the_docs_hand_computation():
     ctx = 61 * 576 * 2 / 3.84e12
     assert doc["step"]["base_s"] == pytest.approx(base)
     assert doc["step"]["decode_ctx_s"] == pytest.approx(ctx)
+    # the routed activations: per MoE layer the combine reads 8 x 7168 and writes 7168, the
+    # SwiGLU reads 2 x 256 and writes 256 per expert (2048 / tp 8), 2 bytes each
+    act = 58 * (9 * 7168 + 3 * 8 * 256) * 2 / 3.84e12
     step = _cm(doc).step_s(D=1, sum_ctx=1024)
-    assert step == pytest.approx(base + weights + 1024 * ctx, abs=2e-9)
-    assert round(step * 1e3, 3) == 3.784  # the figure docs/models.md prints
+    assert step == pytest.approx(base + weights + act + 1024 * ctx, abs=2e-9)
+    assert round(step * 1e3, 3) == 3.786  # the figure docs/models.md prints
 
 
 def test_mla_decode_attention_is_priced_by_flops_when_those_bind(tmp_path):
@@ -234,7 +257,7 @@ def test_profiles_command_prints_every_constant_with_its_source():
     doc = derived("deepseek-v3", "h200", tp=8)
     for key, c in doc["meta"]["constants"].items():
         assert key in res.output and c["source"] in res.output, key
-    assert "3.7656 ms" in res.output  # decode, batch 1, context 1, the roofline alone
+    assert "3.7678 ms" in res.output  # decode, batch 1, context 1, the roofline alone
     listed = CliRunner().invoke(main, ["profiles", "--models"])
     assert "qwen3-30b-a3b" in listed.output and "mi300x" in listed.output
     as_json = CliRunner().invoke(main, ["profiles", "--model", "qwen3-8b", "--gpu", "h200", "--json"])

@@ -46,6 +46,8 @@ class WeightFormat:
     expert: float
     flops: str
     note: str
+    #: the experts' kernels fuse the SwiGLU into the first GEMM (no separate activation pass)
+    fused_act: bool = False
 
 
 WEIGHT_FORMATS = {
@@ -57,7 +59,8 @@ WEIGHT_FORMATS = {
     "int4": WeightFormat(0.5 + 2 / 128, 0.5 + 2 / 128, "bf16_flops",
                          "4-bit weights with a 16-bit scale per group of 128 (GPTQ / AWQ, W4A16)"),
     "mxfp4": WeightFormat(2.0, 4.25 / 8, "bf16_flops", "MXFP4 routed experts (4 bits + an 8-bit scale per 32), "
-                                                        "16-bit elsewhere (gpt-oss's checkpoint), BF16 compute"),
+                                                        "16-bit elsewhere (gpt-oss's checkpoint), BF16 compute",
+                         fused_act=True),
 }
 #: Bytes per KV element.
 KV_FORMATS = {"bf16": 2, "fp16": 2, "fp8": 1}
@@ -83,6 +86,9 @@ class Shard:
     kv_bytes_per_token: int
     attn_flops_l2: float
     ctx_flops: float
+    local_experts: int = 0
+    expert_row_params: float = 0.0
+    moe_act_bytes: float = 0.0
 
 
 def _check_parallel(a: Architecture, tp: int, ep: int) -> None:
@@ -130,7 +136,8 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         d_qk = d_v = dec_qk = dec_v = a.head_dim
         kv_layer = 2 * kvh * a.head_dim * kv_bytes
     linear = L * attn + a.dense_layers * 3 * h * ffn
-    experts = flop_experts = 0.0
+    experts = flop_experts = row = act = 0.0
+    local = 0
     if a.moe:
         m = a.moe_layers
         sixteen += m * h * a.experts + (m * a.experts if a.expert_bias else 0)  # routers
@@ -139,6 +146,13 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         group = tp // ep  # GPUs one expert's matrices are split over
         experts = m * (a.experts // ep) * one / group
         flop_experts = m * a.experts_per_token * one / tp
+        local, row = a.experts // ep, m * one / group
+        # routed activations through HBM outside the GEMMs, per token (ACT_BYTES each): the
+        # combine reads this GPU's k/ep expert outputs and writes the sum; an unfused SwiGLU
+        # reads 2I and writes I per (token, expert), I split over the tp GPUs
+        combine = a.experts_per_token * h / ep + h
+        swiglu = 0.0 if fmt.fused_act else 3 * a.experts_per_token * a.expert_ffn / tp
+        act = m * (combine + swiglu) * ACT_BYTES
     params = sixteen + linear + experts
     fixed = sixteen * ACT_BYTES + linear * fmt.linear
     window = a.window_layers * min(1.0, a.sliding_window / context) if a.window_layers else 0.0
@@ -149,6 +163,7 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         kv_heads=1 if a.mla else kvh, head_dim=(a.kv_lora_rank + a.qk_rope_head_dim) if a.mla else a.head_dim,
         ffn=ffn, vocab=vocab, layers_eff=layers_eff, kv_bytes_per_token=math.ceil(layers_eff * kv_layer),
         attn_flops_l2=layers_eff * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
+        local_experts=local, expert_row_params=float(row), moe_act_bytes=float(act),
     )
 
 
@@ -185,7 +200,8 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
                    miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0, flop_params=sh.flop_params,
                    peak_flops=v[rate_key], n_allreduce=n_ar, allreduce_bytes=ar, n_alltoall=n_a2a,
                    alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2, kv_bytes_per_token=sh.kv_bytes_per_token,
-                   ctx_flops=sh.ctx_flops)
+                   ctx_flops=sh.ctx_flops, local_experts=sh.local_experts,
+                   expert_row_params=sh.expert_row_params, moe_act_bytes=sh.moe_act_bytes)
     step = step_terms(x, v)
     kv_cap = kv_capacity_bytes(v["hbm_bytes"], v["gpu_memory_utilization"], sh.weights_bytes,
                                v["activation_reserve_bytes"])
@@ -204,6 +220,14 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
                                                                  f"({kv_dtype})"),
         "attn_flops_l2": const(sh.attn_flops_l2, f"{src}: prefill attention FLOPs per chunk length^2 (causal)"),
         "ctx_flops": const(sh.ctx_flops, f"{src}: decode attention FLOPs per context token"),
+        **({"expert_row_params": const(sh.expert_row_params, f"{src}: parameters one padded tile row of the "
+                                                            f"grouped expert GEMMs multiplies with ({sh.local_experts} "
+                                                            f"experts here; rows per hit expert rounded up to tiles of "
+                                                            f"16..64)"),
+            "moe_act_bytes_per_token": const(sh.moe_act_bytes, f"{src}: routed activations per token through HBM "
+                                                               f"outside the GEMMs (k-way combine"
+                                                               f"{'' if fmt.fused_act else ' and SwiGLU'}), added to the step")}
+           if a.moe else {}),
         "allreduce_bytes_per_token": const(ar, f"{n_ar} ring all-reduces of the hidden state per step"),
         "alltoall_bytes_per_token": const(a2a, f"{n_a2a} expert-parallel all-to-alls per step"),
     })
