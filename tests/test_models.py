@@ -115,7 +115,7 @@ def test_deepseek_v3_decode_step_at_batch_1_matches_the_docs_hand_computation():
     """docs/models.md works priosim profiles --model deepseek-v3 --gpu h200 --tp 8 by hand."""
     doc = derived("deepseek-v3", "h200", tp=8)
     c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
-    assert doc["meta"]["dtype"] == "fp8"  # the checkpoint's own quantization_config
+    assert doc["meta"]["dtype"] == "fp8-block"  # the checkpoint's own quantization_config
     assert c["step_weight_bytes"] == 3_380_852_736
     assert c["expert_bytes"] == 81_738_596_352
     assert c["flop_params_per_token"] == 5_596_077_056
@@ -171,6 +171,39 @@ def test_fp8_weights_halve_the_linear_bytes_and_run_at_the_fp8_rate():
     assert a100["peak_flops"]["value"] == 312e12 and "no FP8" in a100["peak_flops"]["source"]
     int4 = derived("llama-3.1-8b", "h200", dtype="int4")["meta"]["constants"]
     assert int4["weights_bytes"]["value"] < 0.3 * bf16["weights_bytes"]["value"] + sixteen * 2
+
+
+def test_attention_runs_in_the_kv_caches_format_not_the_weights():
+    """FP8 weights with a BF16 KV cache: the GEMMs at the FP8 rate, attention at the BF16 rate;
+    with an FP8 KV cache attention runs at the FP8 rate too."""
+    bf16 = derived("llama-3.1-8b", "h200")["step"]
+    w8 = derived("llama-3.1-8b", "h200", dtype="fp8")
+    assert w8["step"]["prefill_attn_s"] == pytest.approx(bf16["prefill_attn_s"])
+    assert w8["step"]["decode_ctx_s"] == pytest.approx(bf16["decode_ctx_s"])
+    assert w8["meta"]["constants"]["attention_flops"]["value"] == 989e12
+    w8kv8 = derived("llama-3.1-8b", "h200", dtype="fp8", kv_dtype="fp8")["step"]
+    assert w8kv8["prefill_attn_s"] == pytest.approx(bf16["prefill_attn_s"] / 2)
+
+
+def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_rate():
+    """Qwen3-235B-A22B at tp 4 on H100: routed experts at the FP8 rate, attention projections at
+    0.68 x the BF16 rate (vLLM's CUTLASS block-FP8 GEMM), so past the knee one token costs
+    2 x (experts' + 16-bit parameters) / F8' + 2 x linear parameters / (0.68 x BF16'), plus its
+    routed activations and all-reduce bytes."""
+    per = derived("qwen3-235b-a22b", "h100-sxm", dtype="fp8", tp=4)
+    blk = derived("qwen3-235b-a22b", "h100-sxm", dtype="fp8-block", tp=4)
+    c = {k: v["value"] for k, v in blk["meta"]["constants"].items()}
+    assert c["weights_bytes"] == per["meta"]["constants"]["weights_bytes"]["value"]
+    assert c["linear_rate_vs_bf16"] == 0.68 and "#23280" in blk["meta"]["constants"]["linear_rate_vs_bf16"]["source"]
+    h, layers, heads, kvh, d = 4096, 94, 64 // 4, 4 // 4, 128
+    linear = layers * (h * heads * d + 2 * h * kvh * d + heads * d * h)
+    f8, bf = 1979e12 * 0.52, 989e12 * 0.52
+    slope = 2 * (c["flop_params_per_token"] - linear) / f8 + 2 * linear / (0.68 * bf) \
+        + c["moe_act_bytes_per_token"] / (3.35e12 * 0.8) + c["allreduce_bytes_per_token"] / (450e9 * 0.7)
+    k, v = blk["step"]["token_knots"], blk["step"]["token_s"]
+    assert (v[-1] - v[-2]) / (k[-1] - k[-2]) == pytest.approx(slope, rel=1e-6)
+    # the checkpoint's own block scales select the format
+    assert load_architecture("deepseek-v3").quant == "fp8-block"
 
 
 def test_expert_parallelism_adds_the_alltoall_and_splits_the_experts():

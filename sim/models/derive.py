@@ -48,6 +48,9 @@ class WeightFormat:
     note: str
     #: the experts' kernels fuse the SwiGLU into the first GEMM (no separate activation pass)
     fused_act: bool = False
+    #: the attention / dense-FFN / shared-expert GEMMs run at this fraction of the BF16 rate
+    #: instead of the ``flops`` rate (None: at the ``flops`` rate), where the device has that rate
+    linear_vs_bf16: float | None = None
 
 
 WEIGHT_FORMATS = {
@@ -55,6 +58,11 @@ WEIGHT_FORMATS = {
     "fp16": WeightFormat(2.0, 2.0, "bf16_flops", "16-bit weights (FP16 tensor cores run at the BF16 rate)"),
     "fp8": WeightFormat(1.0, 1.0, "fp8_flops", "FP8 weights and activations (W8A8); block scales ignored "
                                                 "(< 0.01 % of the bytes)"),
+    "fp8-block": WeightFormat(1.0, 1.0, "fp8_flops",
+                              "FP8 weights with a scale per 128 x 128 block (W8A8, DeepSeek-V3 / Qwen3-FP8 "
+                              "checkpoints): routed experts at the FP8 rate (DeepGEMM grouped GEMMs), the other "
+                              "GEMMs at 0.68 of the BF16 rate (CUTLASS block-FP8 GEMMs)",
+                              linear_vs_bf16=0.68),
     "int8": WeightFormat(1.0, 1.0, "int8_flops", "INT8 weights and activations (W8A8)"),
     "int4": WeightFormat(0.5 + 2 / 128, 0.5 + 2 / 128, "bf16_flops",
                          "4-bit weights with a 16-bit scale per group of 128 (GPTQ / AWQ, W4A16)"),
@@ -89,6 +97,7 @@ class Shard:
     local_experts: int = 0
     expert_row_params: float = 0.0
     moe_act_bytes: float = 0.0
+    linear_params: float = 0.0  # attention, dense FFN and shared experts (the weight format's GEMMs)
 
 
 def _check_parallel(a: Architecture, tp: int, ep: int) -> None:
@@ -163,7 +172,7 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         kv_heads=1 if a.mla else kvh, head_dim=(a.kv_lora_rank + a.qk_rope_head_dim) if a.mla else a.head_dim,
         ffn=ffn, vocab=vocab, layers_eff=layers_eff, kv_bytes_per_token=math.ceil(layers_eff * kv_layer),
         attn_flops_l2=layers_eff * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
-        local_experts=local, expert_row_params=float(row), moe_act_bytes=float(act),
+        local_experts=local, expert_row_params=float(row), moe_act_bytes=float(act), linear_params=float(linear),
     )
 
 
@@ -184,6 +193,15 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
     consts = constants(dev, overrides, EP_ASSUMPTIONS if ep > 1 else None)
     v = {k: float(c["value"]) for k, c in consts.items()}
     rate_key = fmt.flops if dev.has(fmt.flops) else "bf16_flops"
+    # attention multiplies BF16 queries with the BF16 KV cache whatever the weights are; an FP8
+    # KV cache is attended in FP8 where the device has FP8 tensor cores (FlashAttention-3)
+    attn_key = "fp8_flops" if kv_dtype == "fp8" and dev.has("fp8_flops") else "bf16_flops"
+    attn_scale = v[rate_key] / v[attn_key]
+    # block-scaled FP8: the non-expert GEMMs run at a measured fraction of the BF16 rate, priced
+    # as extra parameters at the format's rate (the recorded parameter counts stay the real ones)
+    lin_scale = 1.0
+    if fmt.linear_vs_bf16 is not None and rate_key == fmt.flops:
+        lin_scale = v[rate_key] / (v["bf16_flops"] * fmt.linear_vs_bf16)
     rate_note = "" if rate_key == fmt.flops else f" ({dev.key} has no {fmt.flops.split('_')[0].upper()} " \
                                                  f"tensor cores: the matmuls run at the BF16 rate)"
     n_ar = 0
@@ -197,10 +215,11 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         # each GPU sources 1/ep of the tokens; each token goes to k experts, (ep-1)/ep of them elsewhere
         a2a = n_a2a * a.experts_per_token * a.hidden * ACT_BYTES * (ep - 1) / ep / ep
     x = StepInputs(weight_bytes=sh.fixed_bytes, expert_bytes=sh.expert_bytes,
-                   miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0, flop_params=sh.flop_params,
+                   miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0,
+                   flop_params=sh.flop_params + (lin_scale - 1.0) * sh.linear_params,
                    peak_flops=v[rate_key], n_allreduce=n_ar, allreduce_bytes=ar, n_alltoall=n_a2a,
-                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2, kv_bytes_per_token=sh.kv_bytes_per_token,
-                   ctx_flops=sh.ctx_flops, local_experts=sh.local_experts,
+                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2 * attn_scale,
+                   kv_bytes_per_token=sh.kv_bytes_per_token, ctx_flops=sh.ctx_flops * attn_scale, local_experts=sh.local_experts,
                    expert_row_params=sh.expert_row_params, moe_act_bytes=sh.moe_act_bytes)
     step = step_terms(x, v)
     kv_cap = kv_capacity_bytes(v["hbm_bytes"], v["gpu_memory_utilization"], sh.weights_bytes,
@@ -216,6 +235,15 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         "expert_bytes": const(sh.expert_bytes, f"{src}: this GPU's routed experts, read as tokens hit them"),
         "flop_params_per_token": const(sh.flop_params, f"{src}: parameters one token multiplies with (2 FLOPs each)"),
         "peak_flops": const(v[rate_key], f"{rate_key} of {dev.key}{rate_note}"),
+        **({"attention_flops": const(v[attn_key], f"{attn_key} of {dev.key}: attention runs in the KV cache's "
+                                                   f"format ({kv_dtype}), not the weights'")}
+           if attn_key != rate_key else {}),
+        **({"linear_rate_vs_bf16": const(fmt.linear_vs_bf16, "measured: vLLM's CUTLASS block-FP8 GEMM on H100 reaches "
+                                                              "427-490 TFLOP/s where torch BF16 reaches 648-716 at "
+                                                              "M = 2048-8192 (N 2112, K 7168; vllm-project/vllm PR "
+                                                              "#23280): the non-expert GEMMs of a block-scaled "
+                                                              "checkpoint")}
+           if lin_scale != 1.0 else {}),
         "kv_bytes_per_token": const(float(sh.kv_bytes_per_token), f"{src}: KV bytes per token on one GPU "
                                                                  f"({kv_dtype})"),
         "attn_flops_l2": const(sh.attn_flops_l2, f"{src}: prefill attention FLOPs per chunk length^2 (causal)"),
