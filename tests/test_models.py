@@ -206,6 +206,21 @@ def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_ra
     assert load_architecture("deepseek-v3").quant == "fp8-block"
 
 
+def test_mxfp4_experts_are_held_in_the_kernels_padded_layout():
+    """vLLM pads MXFP4 experts for Marlin on GPUs without FP4 tensor cores (hidden to 256,
+    intermediate to 128): gpt-oss-120b's 2880 x 2880 experts become 3072 x 2944, 65.85 GiB on
+    one H100 where vLLM logs 65.97 GiB (vllm-project/vllm issue #23278)."""
+    c = {k: v["value"] for k, v in derived("gpt-oss-120b", "h100-sxm")["meta"]["constants"].items()}
+    one = 3 * 3072 * 2944 + 2 * 2880 + 2880  # padded matrices, the biases as they are
+    assert c["expert_bytes"] == pytest.approx(36 * 128 * one * 4.25 / 8)
+    assert c["weights_bytes"] / 2**30 == pytest.approx(65.97, rel=0.005)
+    # Blackwell's kernels pad both to 256; BF16 experts are not padded
+    b200 = derived("gpt-oss-120b", "b200")["meta"]["constants"]["expert_bytes"]["value"]
+    assert b200 == pytest.approx(36 * 128 * (3 * 3072 * 3072 + 3 * 2880) * 4.25 / 8)
+    assert derived("gpt-oss-20b", "h100-sxm", dtype="bf16")["meta"]["constants"]["expert_bytes"]["value"] == \
+        24 * 32 * (3 * 2880 * 2880 + 3 * 2880) * 2
+
+
 def test_expert_parallelism_adds_the_alltoall_and_splits_the_experts():
     tp = derived("qwen3-30b-a3b", "h100-sxm", tp=2)
     ep = derived("qwen3-30b-a3b", "h100-sxm", tp=2, ep=2)

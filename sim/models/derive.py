@@ -113,10 +113,32 @@ def _check_parallel(a: Architecture, tp: int, ep: int) -> None:
         raise ValueError(f"ep: expected a divisor of the {a.experts} experts (got {ep})")
 
 
+def expert_padding(fmt: WeightFormat, device_key: str) -> tuple[int, int]:
+    """Multiples (hidden, per-GPU expert intermediate) the engine pads an expert's matrices to.
+
+    vLLM holds MXFP4 experts in its kernels' layout (model_executor/layers/quantization/mxfp4.py,
+    create_weights): without FP4 tensor cores (A100, H100, H200, L40S, L4) its universal MXFP4
+    kernel is Marlin's W4A16 MoE, which needs n % 256 and k % 128 in both GEMMs, so hidden is
+    padded to 256 and the intermediate to 128; on Blackwell (TRT-LLM kernels) and on ROCm both to
+    256. gpt-oss-120b on one H100: 60.7 GiB of checkpoint experts and 16-bit parts become 65.85
+    GiB, vLLM logs 'Model loading took 65.9651 GiB' (vllm-project/vllm issue #23278, Marlin).
+    Other formats: no padding."""
+    if fmt.note.startswith("MXFP4"):
+        if device_key in ("b200", "gb200", "mi300x", "mi325x"):
+            return 256, 256
+        return 256, 128
+    return 1, 1
+
+
+def _round_up(n: float, m: int) -> float:
+    return -(-n // m) * m
+
+
 def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: int = 1,
-          context: int = DEFAULT_CONTEXT) -> Shard:
+          context: int = DEFAULT_CONTEXT, pad: tuple[int, int] = (1, 1)) -> Shard:
     """One GPU's share of ``a`` at ``tp`` / ``ep`` in weight format ``fmt`` and ``kv_bytes`` per
-    KV element (ValueError for a degree that does not divide the model)."""
+    KV element, the experts' matrices padded to multiples ``pad`` = (hidden, intermediate per
+    GPU) (:func:`expert_padding`; ValueError for a degree that does not divide the model)."""
     _check_parallel(a, tp, ep)
     h, L = a.hidden, a.layers
     heads, kvh = a.heads // tp, max(1, a.kv_heads // tp)
@@ -153,9 +175,13 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         linear += m * 3 * h * a.shared_ffn // tp
         one = 3 * h * a.expert_ffn + ((2 * a.expert_ffn + h) if a.expert_bias else 0)  # one whole expert
         group = tp // ep  # GPUs one expert's matrices are split over
-        experts = m * (a.experts // ep) * one / group
-        flop_experts = m * a.experts_per_token * one / tp
-        local, row = a.experts // ep, m * one / group
+        # held (and streamed) as the engine lays them out: padded to its kernels' multiples
+        held = one / group + 3 * (_round_up(h, pad[0]) * _round_up(a.expert_ffn / group, pad[1])
+                                  - h * a.expert_ffn / group)
+        experts = m * (a.experts // ep) * held
+        # the kernels multiply the padded matrices too
+        flop_experts = m * a.experts_per_token * held / ep
+        local, row = a.experts // ep, m * held
         # routed activations through HBM outside the GEMMs, per token (ACT_BYTES each): the
         # combine reads this GPU's k/ep expert outputs and writes the sum; an unfused SwiGLU
         # reads 2I and writes I per (token, expert), I split over the tp GPUs
@@ -189,7 +215,7 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         raise ValueError(f"kv_dtype: expected one of {', '.join(KV_FORMATS)} (got {kv_dtype!r})")
     fmt = WEIGHT_FORMATS[dtype]
     ctx = DEFAULT_CONTEXT if context is None else int(context)
-    sh = shard(a, fmt, KV_FORMATS[kv_dtype], tp, ep, ctx)
+    sh = shard(a, fmt, KV_FORMATS[kv_dtype], tp, ep, ctx, expert_padding(fmt, dev.key))
     consts = constants(dev, overrides, EP_ASSUMPTIONS if ep > 1 else None)
     v = {k: float(c["value"]) for k, c in consts.items()}
     rate_key = fmt.flops if dev.has(fmt.flops) else "bf16_flops"
