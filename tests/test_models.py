@@ -15,7 +15,7 @@ from sim.config import load_scenario
 from sim.core.costs import list_profiles, load_profile, profile_from_dict
 from sim.models import bundled, derived, load_architecture
 from sim.models.devices import DEVICES
-from sim.models.formulas import expected_hit
+from sim.models.formulas import expected_hit, moe_tile_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the bundled config of each shipped roofline shape (Llama 3.1 has Llama 3's shape)
@@ -73,29 +73,49 @@ def test_readme_names_every_bundled_config_and_its_licence():
 
 def test_moe_weights_read_follow_the_expected_distinct_experts():
     """Qwen3-30B-A3B on one H200: a step of T tokens reads the non-expert weights and
-    48 layers x 128 experts x (1 - (1 - 8/128)^T) of the experts (bf16)."""
+    48 layers x 128 experts x (1 - (1 - 8/128)^T) of the experts (bf16); compute adds the
+    padded tile rows of the grouped expert GEMMs; the routed activations add their bytes."""
     doc = derived("qwen3-30b-a3b", "h200")
     c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
     expert = 3 * 2048 * 768 * 2  # bytes of one expert
     assert c["expert_bytes"] == 48 * 128 * expert
+    assert c["expert_row_params"] == 48 * 3 * 2048 * 768
+    # per token and MoE layer: the combine reads 8 outputs and writes one, the SwiGLU reads 2I
+    # and writes I for each of the 8 experts, 2 bytes each
+    assert c["moe_act_bytes_per_token"] == 48 * (9 * 2048 + 3 * 8 * 768) * 2
     bw = 4.8e12 * 0.8
+    fl = 989e12 * 0.6
     cm = _cm(doc)
-    for T in (1, 3, 8, 40, 150):
+    for T in (1, 3, 8, 40, 150, 700, 5000):
         weights = (c["step_weight_bytes"] + c["expert_bytes"] * (1 - (1 - 8 / 128) ** T)) / bw
-        compute = T * 2 * c["flop_params_per_token"] / (989e12 * 0.6)
-        assert cm._tokens_s(T) == pytest.approx(max(weights, compute), rel=0.01), T
-    # past the knee every expert is read and compute binds: slope 2 x active params / FLOPs
+        pad = (moe_tile_rows(T, 8, 128) - 8 * T) * 2 * c["expert_row_params"] / fl
+        compute = T * 2 * c["flop_params_per_token"] / fl + pad
+        act = T * c["moe_act_bytes_per_token"] / bw
+        assert cm._tokens_s(T) == pytest.approx(max(weights, compute) + act, rel=0.01), T
+    # past the grid every expert is read and compute binds: slope 2 x active params / FLOPs
+    # plus the activations' bytes (the padding has settled at half a tile per expert)
     knots = doc["step"]["token_knots"]
     assert cm._tokens_s(knots[-1] + 500) - cm._tokens_s(knots[-1]) == pytest.approx(
-        500 * 2 * c["flop_params_per_token"] / (989e12 * 0.6), rel=1e-9)
+        500 * (2 * c["flop_params_per_token"] / fl + c["moe_act_bytes_per_token"] / bw), rel=1e-6)
     assert expected_hit(1 - 8 / 128, 1) == pytest.approx(8 / 128)
+
+
+def test_grouped_expert_gemms_round_each_hit_expert_up_to_whole_tiles():
+    """One token hits 8 of 128 experts, each a 16-row tile; 8192 tokens give every expert 512
+    rows on average, in 64-row tiles with half a tile of padding."""
+    assert moe_tile_rows(1, 8, 128) == pytest.approx(8 * 16)
+    assert moe_tile_rows(8192, 8, 128) == pytest.approx(128 * (512 + 32), rel=1e-6)
+    assert moe_tile_rows(0, 8, 128) == 0.0
+    # never fewer rows than the tokens' own
+    for T in (1, 5, 17, 64, 300, 2000, 20000):
+        assert moe_tile_rows(T, 4, 32) >= 4 * T
 
 
 def test_deepseek_v3_decode_step_at_batch_1_matches_the_docs_hand_computation():
     """docs/models.md works priosim profiles --model deepseek-v3 --gpu h200 --tp 8 by hand."""
     doc = derived("deepseek-v3", "h200", tp=8)
     c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
-    assert doc["meta"]["dtype"] == "fp8"  # the checkpoint's own quantization_config
+    assert doc["meta"]["dtype"] == "fp8-block"  # the checkpoint's own quantization_config
     assert c["step_weight_bytes"] == 3_380_852_736
     assert c["expert_bytes"] == 81_738_596_352
     assert c["flop_params_per_token"] == 5_596_077_056
@@ -105,9 +125,12 @@ def test_deepseek_v3_decode_step_at_batch_1_matches_the_docs_hand_computation():
     ctx = 61 * 576 * 2 / 3.84e12
     assert doc["step"]["base_s"] == pytest.approx(base)
     assert doc["step"]["decode_ctx_s"] == pytest.approx(ctx)
+    # the routed activations: per MoE layer the combine reads 8 x 7168 and writes 7168, the
+    # SwiGLU reads 2 x 256 and writes 256 per expert (2048 / tp 8), 2 bytes each
+    act = 58 * (9 * 7168 + 3 * 8 * 256) * 2 / 3.84e12
     step = _cm(doc).step_s(D=1, sum_ctx=1024)
-    assert step == pytest.approx(base + weights + 1024 * ctx, abs=2e-9)
-    assert round(step * 1e3, 3) == 3.784  # the figure docs/models.md prints
+    assert step == pytest.approx(base + weights + act + 1024 * ctx, abs=2e-9)
+    assert round(step * 1e3, 3) == 3.786  # the figure docs/models.md prints
 
 
 def test_mla_decode_attention_is_priced_by_flops_when_those_bind(tmp_path):
@@ -148,6 +171,54 @@ def test_fp8_weights_halve_the_linear_bytes_and_run_at_the_fp8_rate():
     assert a100["peak_flops"]["value"] == 312e12 and "no FP8" in a100["peak_flops"]["source"]
     int4 = derived("llama-3.1-8b", "h200", dtype="int4")["meta"]["constants"]
     assert int4["weights_bytes"]["value"] < 0.3 * bf16["weights_bytes"]["value"] + sixteen * 2
+
+
+def test_attention_runs_in_the_kv_caches_format_not_the_weights():
+    """FP8 weights with a BF16 KV cache: the GEMMs at the FP8 rate, attention at the BF16 rate;
+    with an FP8 KV cache attention runs at the FP8 rate too."""
+    bf16 = derived("llama-3.1-8b", "h200")["step"]
+    w8 = derived("llama-3.1-8b", "h200", dtype="fp8")
+    assert w8["step"]["prefill_attn_s"] == pytest.approx(bf16["prefill_attn_s"])
+    assert w8["step"]["decode_ctx_s"] == pytest.approx(bf16["decode_ctx_s"])
+    assert w8["meta"]["constants"]["attention_flops"]["value"] == 989e12
+    w8kv8 = derived("llama-3.1-8b", "h200", dtype="fp8", kv_dtype="fp8")["step"]
+    assert w8kv8["prefill_attn_s"] == pytest.approx(bf16["prefill_attn_s"] / 2)
+
+
+def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_rate():
+    """Qwen3-235B-A22B at tp 4 on H100: routed experts at the FP8 rate, attention projections at
+    0.68 x the BF16 rate (vLLM's CUTLASS block-FP8 GEMM), so past the knee one token costs
+    2 x (experts' + 16-bit parameters) / F8' + 2 x linear parameters / (0.68 x BF16'), plus its
+    routed activations and all-reduce bytes."""
+    per = derived("qwen3-235b-a22b", "h100-sxm", dtype="fp8", tp=4)
+    blk = derived("qwen3-235b-a22b", "h100-sxm", dtype="fp8-block", tp=4)
+    c = {k: v["value"] for k, v in blk["meta"]["constants"].items()}
+    assert c["weights_bytes"] == per["meta"]["constants"]["weights_bytes"]["value"]
+    assert c["linear_rate_vs_bf16"] == 0.68 and "#23280" in blk["meta"]["constants"]["linear_rate_vs_bf16"]["source"]
+    h, layers, heads, kvh, d = 4096, 94, 64 // 4, 4 // 4, 128
+    linear = layers * (h * heads * d + 2 * h * kvh * d + heads * d * h)
+    f8, bf = 1979e12 * 0.52, 989e12 * 0.52
+    slope = 2 * (c["flop_params_per_token"] - linear) / f8 + 2 * linear / (0.68 * bf) \
+        + c["moe_act_bytes_per_token"] / (3.35e12 * 0.8) + c["allreduce_bytes_per_token"] / (450e9 * 0.7)
+    k, v = blk["step"]["token_knots"], blk["step"]["token_s"]
+    assert (v[-1] - v[-2]) / (k[-1] - k[-2]) == pytest.approx(slope, rel=1e-6)
+    # the checkpoint's own block scales select the format
+    assert load_architecture("deepseek-v3").quant == "fp8-block"
+
+
+def test_mxfp4_experts_are_held_in_the_kernels_padded_layout():
+    """vLLM pads MXFP4 experts for Marlin on GPUs without FP4 tensor cores (hidden to 256,
+    intermediate to 128): gpt-oss-120b's 2880 x 2880 experts become 3072 x 2944, 65.85 GiB on
+    one H100 where vLLM logs 65.97 GiB (vllm-project/vllm issue #23278)."""
+    c = {k: v["value"] for k, v in derived("gpt-oss-120b", "h100-sxm")["meta"]["constants"].items()}
+    one = 3 * 3072 * 2944 + 2 * 2880 + 2880  # padded matrices, the biases as they are
+    assert c["expert_bytes"] == pytest.approx(36 * 128 * one * 4.25 / 8)
+    assert c["weights_bytes"] / 2**30 == pytest.approx(65.97, rel=0.005)
+    # Blackwell's kernels pad both to 256; BF16 experts are not padded
+    b200 = derived("gpt-oss-120b", "b200")["meta"]["constants"]["expert_bytes"]["value"]
+    assert b200 == pytest.approx(36 * 128 * (3 * 3072 * 3072 + 3 * 2880) * 4.25 / 8)
+    assert derived("gpt-oss-20b", "h100-sxm", dtype="bf16")["meta"]["constants"]["expert_bytes"]["value"] == \
+        24 * 32 * (3 * 2880 * 2880 + 3 * 2880) * 2
 
 
 def test_expert_parallelism_adds_the_alltoall_and_splits_the_experts():
@@ -234,7 +305,7 @@ def test_profiles_command_prints_every_constant_with_its_source():
     doc = derived("deepseek-v3", "h200", tp=8)
     for key, c in doc["meta"]["constants"].items():
         assert key in res.output and c["source"] in res.output, key
-    assert "3.7656 ms" in res.output  # decode, batch 1, context 1, the roofline alone
+    assert "3.7678 ms" in res.output  # decode, batch 1, context 1, the roofline alone
     listed = CliRunner().invoke(main, ["profiles", "--models"])
     assert "qwen3-30b-a3b" in listed.output and "mi300x" in listed.output
     as_json = CliRunner().invoke(main, ["profiles", "--model", "qwen3-8b", "--gpu", "h200", "--json"])

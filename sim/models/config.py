@@ -155,6 +155,8 @@ def _quant(r: _Reader) -> str:
     if not isinstance(q, dict):
         return "bf16"
     method = str(q.get("quant_method", "")).lower()
+    if method == "fp8" and q.get("weight_block_size"):
+        return "fp8-block"  # DeepSeek-V3, Qwen3-*-FP8: a scale per 128 x 128 block
     if method in _QUANT:
         return _QUANT[method]
     if method in ("awq", "gptq") and q.get("bits") == 4:

@@ -46,6 +46,11 @@ class WeightFormat:
     expert: float
     flops: str
     note: str
+    #: the experts' kernels fuse the SwiGLU into the first GEMM (no separate activation pass)
+    fused_act: bool = False
+    #: the attention / dense-FFN / shared-expert GEMMs run at this fraction of the BF16 rate
+    #: instead of the ``flops`` rate (None: at the ``flops`` rate), where the device has that rate
+    linear_vs_bf16: float | None = None
 
 
 WEIGHT_FORMATS = {
@@ -53,11 +58,17 @@ WEIGHT_FORMATS = {
     "fp16": WeightFormat(2.0, 2.0, "bf16_flops", "16-bit weights (FP16 tensor cores run at the BF16 rate)"),
     "fp8": WeightFormat(1.0, 1.0, "fp8_flops", "FP8 weights and activations (W8A8); block scales ignored "
                                                 "(< 0.01 % of the bytes)"),
+    "fp8-block": WeightFormat(1.0, 1.0, "fp8_flops",
+                              "FP8 weights with a scale per 128 x 128 block (W8A8, DeepSeek-V3 / Qwen3-FP8 "
+                              "checkpoints): routed experts at the FP8 rate (DeepGEMM grouped GEMMs), the other "
+                              "GEMMs at 0.68 of the BF16 rate (CUTLASS block-FP8 GEMMs)",
+                              linear_vs_bf16=0.68),
     "int8": WeightFormat(1.0, 1.0, "int8_flops", "INT8 weights and activations (W8A8)"),
     "int4": WeightFormat(0.5 + 2 / 128, 0.5 + 2 / 128, "bf16_flops",
                          "4-bit weights with a 16-bit scale per group of 128 (GPTQ / AWQ, W4A16)"),
     "mxfp4": WeightFormat(2.0, 4.25 / 8, "bf16_flops", "MXFP4 routed experts (4 bits + an 8-bit scale per 32), "
-                                                        "16-bit elsewhere (gpt-oss's checkpoint), BF16 compute"),
+                                                        "16-bit elsewhere (gpt-oss's checkpoint), BF16 compute",
+                         fused_act=True),
 }
 #: Bytes per KV element.
 KV_FORMATS = {"bf16": 2, "fp16": 2, "fp8": 1}
@@ -83,6 +94,10 @@ class Shard:
     kv_bytes_per_token: int
     attn_flops_l2: float
     ctx_flops: float
+    local_experts: int = 0
+    expert_row_params: float = 0.0
+    moe_act_bytes: float = 0.0
+    linear_params: float = 0.0  # attention, dense FFN and shared experts (the weight format's GEMMs)
 
 
 def _check_parallel(a: Architecture, tp: int, ep: int) -> None:
@@ -98,10 +113,32 @@ def _check_parallel(a: Architecture, tp: int, ep: int) -> None:
         raise ValueError(f"ep: expected a divisor of the {a.experts} experts (got {ep})")
 
 
+def expert_padding(fmt: WeightFormat, device_key: str) -> tuple[int, int]:
+    """Multiples (hidden, per-GPU expert intermediate) the engine pads an expert's matrices to.
+
+    vLLM holds MXFP4 experts in its kernels' layout (model_executor/layers/quantization/mxfp4.py,
+    create_weights): without FP4 tensor cores (A100, H100, H200, L40S, L4) its universal MXFP4
+    kernel is Marlin's W4A16 MoE, which needs n % 256 and k % 128 in both GEMMs, so hidden is
+    padded to 256 and the intermediate to 128; on Blackwell (TRT-LLM kernels) and on ROCm both to
+    256. gpt-oss-120b on one H100: 60.7 GiB of checkpoint experts and 16-bit parts become 65.85
+    GiB, vLLM logs 'Model loading took 65.9651 GiB' (vllm-project/vllm issue #23278, Marlin).
+    Other formats: no padding."""
+    if fmt.note.startswith("MXFP4"):
+        if device_key in ("b200", "gb200", "mi300x", "mi325x"):
+            return 256, 256
+        return 256, 128
+    return 1, 1
+
+
+def _round_up(n: float, m: int) -> float:
+    return -(-n // m) * m
+
+
 def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: int = 1,
-          context: int = DEFAULT_CONTEXT) -> Shard:
+          context: int = DEFAULT_CONTEXT, pad: tuple[int, int] = (1, 1)) -> Shard:
     """One GPU's share of ``a`` at ``tp`` / ``ep`` in weight format ``fmt`` and ``kv_bytes`` per
-    KV element (ValueError for a degree that does not divide the model)."""
+    KV element, the experts' matrices padded to multiples ``pad`` = (hidden, intermediate per
+    GPU) (:func:`expert_padding`; ValueError for a degree that does not divide the model)."""
     _check_parallel(a, tp, ep)
     h, L = a.hidden, a.layers
     heads, kvh = a.heads // tp, max(1, a.kv_heads // tp)
@@ -130,15 +167,27 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         d_qk = d_v = dec_qk = dec_v = a.head_dim
         kv_layer = 2 * kvh * a.head_dim * kv_bytes
     linear = L * attn + a.dense_layers * 3 * h * ffn
-    experts = flop_experts = 0.0
+    experts = flop_experts = row = act = 0.0
+    local = 0
     if a.moe:
         m = a.moe_layers
         sixteen += m * h * a.experts + (m * a.experts if a.expert_bias else 0)  # routers
         linear += m * 3 * h * a.shared_ffn // tp
         one = 3 * h * a.expert_ffn + ((2 * a.expert_ffn + h) if a.expert_bias else 0)  # one whole expert
         group = tp // ep  # GPUs one expert's matrices are split over
-        experts = m * (a.experts // ep) * one / group
-        flop_experts = m * a.experts_per_token * one / tp
+        # held (and streamed) as the engine lays them out: padded to its kernels' multiples
+        held = one / group + 3 * (_round_up(h, pad[0]) * _round_up(a.expert_ffn / group, pad[1])
+                                  - h * a.expert_ffn / group)
+        experts = m * (a.experts // ep) * held
+        # the kernels multiply the padded matrices too
+        flop_experts = m * a.experts_per_token * held / ep
+        local, row = a.experts // ep, m * held
+        # routed activations through HBM outside the GEMMs, per token (ACT_BYTES each): the
+        # combine reads this GPU's k/ep expert outputs and writes the sum; an unfused SwiGLU
+        # reads 2I and writes I per (token, expert), I split over the tp GPUs
+        combine = a.experts_per_token * h / ep + h
+        swiglu = 0.0 if fmt.fused_act else 3 * a.experts_per_token * a.expert_ffn / tp
+        act = m * (combine + swiglu) * ACT_BYTES
     params = sixteen + linear + experts
     fixed = sixteen * ACT_BYTES + linear * fmt.linear
     window = a.window_layers * min(1.0, a.sliding_window / context) if a.window_layers else 0.0
@@ -149,6 +198,7 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         kv_heads=1 if a.mla else kvh, head_dim=(a.kv_lora_rank + a.qk_rope_head_dim) if a.mla else a.head_dim,
         ffn=ffn, vocab=vocab, layers_eff=layers_eff, kv_bytes_per_token=math.ceil(layers_eff * kv_layer),
         attn_flops_l2=layers_eff * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
+        local_experts=local, expert_row_params=float(row), moe_act_bytes=float(act), linear_params=float(linear),
     )
 
 
@@ -165,10 +215,19 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         raise ValueError(f"kv_dtype: expected one of {', '.join(KV_FORMATS)} (got {kv_dtype!r})")
     fmt = WEIGHT_FORMATS[dtype]
     ctx = DEFAULT_CONTEXT if context is None else int(context)
-    sh = shard(a, fmt, KV_FORMATS[kv_dtype], tp, ep, ctx)
+    sh = shard(a, fmt, KV_FORMATS[kv_dtype], tp, ep, ctx, expert_padding(fmt, dev.key))
     consts = constants(dev, overrides, EP_ASSUMPTIONS if ep > 1 else None)
     v = {k: float(c["value"]) for k, c in consts.items()}
     rate_key = fmt.flops if dev.has(fmt.flops) else "bf16_flops"
+    # attention multiplies BF16 queries with the BF16 KV cache whatever the weights are; an FP8
+    # KV cache is attended in FP8 where the device has FP8 tensor cores (FlashAttention-3)
+    attn_key = "fp8_flops" if kv_dtype == "fp8" and dev.has("fp8_flops") else "bf16_flops"
+    attn_scale = v[rate_key] / v[attn_key]
+    # block-scaled FP8: the non-expert GEMMs run at a measured fraction of the BF16 rate, priced
+    # as extra parameters at the format's rate (the recorded parameter counts stay the real ones)
+    lin_scale = 1.0
+    if fmt.linear_vs_bf16 is not None and rate_key == fmt.flops:
+        lin_scale = v[rate_key] / (v["bf16_flops"] * fmt.linear_vs_bf16)
     rate_note = "" if rate_key == fmt.flops else f" ({dev.key} has no {fmt.flops.split('_')[0].upper()} " \
                                                  f"tensor cores: the matmuls run at the BF16 rate)"
     n_ar = 0
@@ -182,10 +241,12 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         # each GPU sources 1/ep of the tokens; each token goes to k experts, (ep-1)/ep of them elsewhere
         a2a = n_a2a * a.experts_per_token * a.hidden * ACT_BYTES * (ep - 1) / ep / ep
     x = StepInputs(weight_bytes=sh.fixed_bytes, expert_bytes=sh.expert_bytes,
-                   miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0, flop_params=sh.flop_params,
+                   miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0,
+                   flop_params=sh.flop_params + (lin_scale - 1.0) * sh.linear_params,
                    peak_flops=v[rate_key], n_allreduce=n_ar, allreduce_bytes=ar, n_alltoall=n_a2a,
-                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2, kv_bytes_per_token=sh.kv_bytes_per_token,
-                   ctx_flops=sh.ctx_flops)
+                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2 * attn_scale,
+                   kv_bytes_per_token=sh.kv_bytes_per_token, ctx_flops=sh.ctx_flops * attn_scale, local_experts=sh.local_experts,
+                   expert_row_params=sh.expert_row_params, moe_act_bytes=sh.moe_act_bytes)
     step = step_terms(x, v)
     kv_cap = kv_capacity_bytes(v["hbm_bytes"], v["gpu_memory_utilization"], sh.weights_bytes,
                                v["activation_reserve_bytes"])
@@ -200,10 +261,27 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         "expert_bytes": const(sh.expert_bytes, f"{src}: this GPU's routed experts, read as tokens hit them"),
         "flop_params_per_token": const(sh.flop_params, f"{src}: parameters one token multiplies with (2 FLOPs each)"),
         "peak_flops": const(v[rate_key], f"{rate_key} of {dev.key}{rate_note}"),
+        **({"attention_flops": const(v[attn_key], f"{attn_key} of {dev.key}: attention runs in the KV cache's "
+                                                   f"format ({kv_dtype}), not the weights'")}
+           if attn_key != rate_key else {}),
+        **({"linear_rate_vs_bf16": const(fmt.linear_vs_bf16, "measured: vLLM's CUTLASS block-FP8 GEMM on H100 reaches "
+                                                              "427-490 TFLOP/s where torch BF16 reaches 648-716 at "
+                                                              "M = 2048-8192 (N 2112, K 7168; vllm-project/vllm PR "
+                                                              "#23280): the non-expert GEMMs of a block-scaled "
+                                                              "checkpoint")}
+           if lin_scale != 1.0 else {}),
         "kv_bytes_per_token": const(float(sh.kv_bytes_per_token), f"{src}: KV bytes per token on one GPU "
                                                                  f"({kv_dtype})"),
         "attn_flops_l2": const(sh.attn_flops_l2, f"{src}: prefill attention FLOPs per chunk length^2 (causal)"),
         "ctx_flops": const(sh.ctx_flops, f"{src}: decode attention FLOPs per context token"),
+        **({"expert_row_params": const(sh.expert_row_params, f"{src}: parameters one padded tile row of the "
+                                                            f"grouped expert GEMMs multiplies with ({sh.local_experts} "
+                                                            f"experts here; rows per hit expert rounded up to tiles of "
+                                                            f"16..64)"),
+            "moe_act_bytes_per_token": const(sh.moe_act_bytes, f"{src}: routed activations per token through HBM "
+                                                               f"outside the GEMMs (k-way combine"
+                                                               f"{'' if fmt.fused_act else ' and SwiGLU'}), added to the step")}
+           if a.moe else {}),
         "allreduce_bytes_per_token": const(ar, f"{n_ar} ring all-reduces of the hidden state per step"),
         "alltoall_bytes_per_token": const(a2a, f"{n_a2a} expert-parallel all-to-alls per step"),
     })

@@ -18,6 +18,19 @@ W_fixed + W_experts x (1 - (1 - k/E)^T), the expected share of this GPU's expert
 hit under uniform routing; the token term is then a piecewise-linear curve through knots on a
 geometric grid (ratio 1.25) up to the crossing where compute binds, and one knot 1000 tokens
 beyond it, so the engine's ``interp`` needs no new term.
+
+Two costs of the grouped expert GEMMs that the roofline's max() leaves out are added for a
+mixture of experts (see :func:`moe_tile_rows` and :func:`step_terms`):
+
+* **tile padding**: the fused-MoE kernels sort each expert's tokens into tiles of ``BLOCK_M``
+  rows and multiply whole tiles, so an expert hit by n tokens costs ``ceil(n / BLOCK_M) x
+  BLOCK_M`` rows of FLOPs (vLLM's ``moe_align_block_size``; triton_kernels' ``matmul_ogs``
+  likewise rounds tokens per expert up to its block);
+* **the routed activations**: each token's k expert outputs (k x hidden) are written by the
+  second GEMM and summed by a separate kernel (vLLM's ``moe_sum``), and, where the SwiGLU is not
+  fused into the first GEMM, its k x 2I inputs are read and k x I outputs written by another
+  kernel (``silu_and_mul``): bytes per token that stream through HBM outside the GEMMs, so they
+  add to the step rather than overlap it.
 """
 from __future__ import annotations
 
@@ -27,6 +40,14 @@ from dataclasses import dataclass
 KNEE_TAIL = 1000.0
 #: Ratio between successive knots of a mixture of experts' weights-read curve.
 KNOT_RATIO = 1.25
+#: A mixture of experts' knots continue up to at least this many tokens (two default 8192-token
+#: prefill budgets), where the tile padding has settled, before the tail's slope extrapolates.
+MOE_GRID_TOKENS = 16384.0
+#: Smallest and largest tile (rows) of the grouped expert GEMMs: vLLM's default fused_moe config
+#: uses BLOCK_SIZE_M 16 for batches up to the expert count and 64 above
+#: (vllm/model_executor/layers/fused_moe/fused_moe.py, get_default_config); triton_kernels'
+#: matmul_ogs picks the power of two at or above the tokens per expert, from 16.
+TILE_M_MIN, TILE_M_MAX = 16, 64
 
 
 @dataclass(frozen=True)
@@ -44,6 +65,11 @@ class StepInputs:
         attn_flops_l2: prefill attention FLOPs per (chunk length)^2 (causal).
         kv_bytes_per_token: KV bytes one context token of a decoder reads.
         ctx_flops: decode attention FLOPs per context token.
+        local_experts: routed experts held by this GPU (per MoE layer; 0: dense).
+        expert_row_params: parameters one padded tile row multiplies with on this GPU (one
+            expert's share here, summed over the MoE layers).
+        moe_act_bytes: HBM bytes per token of the routed activations outside the GEMMs (the
+            k-way combine, and the SwiGLU where it is not fused), summed over the MoE layers.
     """
 
     weight_bytes: float
@@ -58,6 +84,9 @@ class StepInputs:
     n_alltoall: int = 0
     alltoall_bytes: float = 0.0
     ctx_flops: float = 0.0
+    local_experts: int = 0
+    expert_row_params: float = 0.0
+    moe_act_bytes: float = 0.0
 
 
 def ring_allreduce_bytes(n: int, hidden: int, act_bytes: float, tp: int) -> float:
@@ -69,6 +98,25 @@ def ring_allreduce_bytes(n: int, hidden: int, act_bytes: float, tp: int) -> floa
 def expected_hit(miss: float, tokens: float) -> float:
     """The expected fraction of experts T tokens hit (uniform routing): 1 - (1 - k/E)^T."""
     return 1.0 - miss ** tokens
+
+
+def moe_tile_rows(tokens: float, experts_per_token: float, local_experts: int) -> float:
+    """Expected rows one GPU's grouped expert GEMMs multiply per MoE layer for ``tokens`` tokens:
+    each hit expert's tokens rounded up to whole tiles of ``BLOCK_M`` rows (``TILE_M_MIN`` ..
+    ``TILE_M_MAX``, the power of two at or above the tokens a hit expert receives).
+
+    Under uniform routing an expert is hit with probability h = 1 - (1 - k/E)^T and then receives
+    n = T k / (E h) tokens on average; a hit expert costs max(1, n / BLOCK_M + 1/2) tiles (one
+    partly filled tile when n is below a tile, half a tile of padding on average above)."""
+    if tokens <= 0 or not local_experts:
+        return 0.0
+    miss = 1.0 - experts_per_token / local_experts
+    hit = expected_hit(miss, tokens)
+    per_hit = tokens * experts_per_token / local_experts / hit
+    tile = TILE_M_MIN
+    while tile < per_hit and tile < TILE_M_MAX:
+        tile *= 2
+    return local_experts * hit * tile * max(1.0, per_hit / tile + 0.5)
 
 
 def step_terms(x: StepInputs, v: dict) -> dict:
@@ -85,7 +133,14 @@ def step_terms(x: StepInputs, v: dict) -> dict:
         per_token += x.alltoall_bytes / (v["nvlink_bytes_per_s"] * v["alltoall_efficiency"])
         base += x.n_alltoall * v["alltoall_latency_s"]
     if x.expert_bytes:
-        knots, values = _moe_curve(t_weights, x.expert_bytes / bw, x.miss, per_token)
+        k = x.local_experts * (1.0 - x.miss)  # experts per token, as the shard sees them
+        row_s = 2.0 * x.expert_row_params / fl
+
+        def pad_s(T: float) -> float:  # the padded rows' FLOPs beyond the tokens' own
+            return row_s * max(0.0, moe_tile_rows(T, k, x.local_experts) - T * k)
+
+        knots, values = _moe_curve(t_weights, x.expert_bytes / bw, x.miss, per_token, pad_s,
+                                   x.moe_act_bytes / bw)
     else:
         knee = t_weights / per_token
         knots = [0.0, knee, knee + KNEE_TAIL]
@@ -105,25 +160,32 @@ def step_terms(x: StepInputs, v: dict) -> dict:
     }
 
 
-def _moe_curve(t_fixed: float, t_experts: float, miss: float, per_token: float) -> tuple[list, list]:
-    """Knots of max(t_fixed + t_experts x hit(T), T x per_token): a geometric grid below the
-    crossing T* (where compute binds for good: T x per_token - weights(T) is convex and
-    negative at 0, so it crosses once), T* itself and T* + KNEE_TAIL."""
+def _moe_curve(t_fixed: float, t_experts: float, miss: float, per_token: float,
+               pad_s=lambda T: 0.0, act_s: float = 0.0) -> tuple[list, list]:
+    """Knots of max(t_fixed + t_experts x hit(T), T x per_token + pad_s(T)) + T x act_s: a
+    geometric grid up to the crossing T* where compute binds for good (T x per_token -
+    weights(T) is convex and negative at 0, so it crosses once; the padding only moves it
+    earlier) or ``MOE_GRID_TOKENS`` if later, then one knot ``KNEE_TAIL`` beyond, whose slope
+    (compute and activations per token; the padding has settled by then) extrapolates."""
+    def weights(T: float) -> float:
+        return t_fixed + t_experts * expected_hit(miss, T)
+
     def f(T: float) -> float:
-        return max(t_fixed + t_experts * expected_hit(miss, T), T * per_token)
+        return max(weights(T), T * per_token + pad_s(T)) + T * act_s
 
     lo, hi = 0.0, (t_fixed + t_experts) / per_token
     for _ in range(100):
         mid = (lo + hi) / 2
-        if mid * per_token >= t_fixed + t_experts * expected_hit(miss, mid):
+        if mid * per_token >= weights(mid):
             hi = mid
         else:
             lo = mid
     cross = hi
+    end = max(cross, MOE_GRID_TOKENS)
     knots = [0.0]
     t = 1.0
-    while t < cross:
+    while t < end:
         knots.append(t)
         t = max(t + 1.0, float(round(t * KNOT_RATIO)))
-    knots += [cross, cross + KNEE_TAIL]
-    return knots, [f(T) for T in knots[:-1]] + [(cross + KNEE_TAIL) * per_token]
+    knots += [end, end + KNEE_TAIL]
+    return knots, [f(T) for T in knots]
