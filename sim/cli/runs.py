@@ -121,7 +121,7 @@ def policies():
 @click.option("--gpu", help="with --model: the device (priosim profiles --models lists them)")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: tensor-parallel degree")
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: expert-parallel degree")
-@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, int8, int4, mxfp4; default: the checkpoint's)")
+@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, fp8-block, int8, int4, mxfp4; default: the checkpoint's)")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="with --model: KV cache format (bf16, fp16, fp8)")
 @click.option("--context", type=click.IntRange(min=1), help="with --model: typical context of a sliding-window model "
                                                             "(engine.typical_context; default 4096)")
