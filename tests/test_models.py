@@ -209,7 +209,7 @@ def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_ra
 def test_mxfp4_experts_are_held_in_the_kernels_padded_layout():
     """vLLM pads MXFP4 experts for Marlin on GPUs without FP4 tensor cores (hidden to 256,
     intermediate to 128): gpt-oss-120b's 2880 x 2880 experts become 3072 x 2944, 65.85 GiB on
-    one H100 where vLLM logs 65.97 GiB (vllm-project/vllm issue #23278)."""
+    one H100 where vLLM logs 65.97 GiB (vllm-project/vllm#23278)."""
     c = {k: v["value"] for k, v in derived("gpt-oss-120b", "h100-sxm")["meta"]["constants"].items()}
     one = 3 * 3072 * 2944 + 2 * 2880 + 2880  # padded matrices, the biases as they are
     assert c["expert_bytes"] == pytest.approx(36 * 128 * one * 4.25 / 8)

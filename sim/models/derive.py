@@ -121,7 +121,7 @@ def expert_padding(fmt: WeightFormat, device_key: str) -> tuple[int, int]:
     kernel is Marlin's W4A16 MoE, which needs n % 256 and k % 128 in both GEMMs, so hidden is
     padded to 256 and the intermediate to 128; on Blackwell (TRT-LLM kernels) and on ROCm both to
     256. gpt-oss-120b on one H100: 60.7 GiB of checkpoint experts and 16-bit parts become 65.85
-    GiB, vLLM logs 'Model loading took 65.9651 GiB' (vllm-project/vllm issue #23278, Marlin).
+    GiB, vLLM logs 'Model loading took 65.9651 GiB' (vllm-project/vllm#23278, Marlin).
     Other formats: no padding."""
     if fmt.note.startswith("MXFP4"):
         if device_key in ("b200", "gb200", "mi300x", "mi325x"):
