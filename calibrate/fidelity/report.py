@@ -254,10 +254,13 @@ def _columns_lines() -> list[str]:
             "(`moe` or `fp8` for MoE and FP8 models, whose profiles are derived from a bundled config (`profile` "
             "empty, the model keys in `engine_settings`); empty for the dense 16-bit rows).",
             "",
-            "ShareGPT rows sample the bundled length table "
-            "(`workloads/data/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz`, from Sarathi-Serve, Apache-2.0) "
-            "with the benchmark's filters (prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) "
-            "and sample count.",
+            "ShareGPT rows sample what the benchmarks send: the first two turns of each ShareGPT_V3 conversation "
+            "(turn 0 the prompt, turn 1's length the requested output), as token counts "
+            "(`calibrate/fidelity/sharegpt_v3_turns_cl100k.csv.gz`: 17,400 conversations, cl100k BPE; "
+            "`calibrate/fidelity/make_sharegpt_turns.py` says how it was made), with the benchmark's filters "
+            "(prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) and sample count. The "
+            "sample is the median draw (each order statistic at its median position), shuffled; lengths are "
+            "scaled to the run's published means where it has them.",
             "", "## What each row could not reproduce", ""]
 
 
