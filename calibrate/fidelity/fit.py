@@ -134,8 +134,9 @@ SOURCES = {
                  "front end: the sglang preset's (sgl-project/sglang benchmark/benchmark_vllm_060, same client "
                  "and hosts as its vLLM 0.6.0 runs)"],
     "vllm-v1": ["gpustack/gpustack docs/performance-lab (vLLM 0.11.0 default-settings runs, H100 / A100)",
-                "vLLM blog 2026-04-22 FP8 KV cache post (held out)",
-                "vllm-project/vllm pull-request benchmarks of the V1 engine, March 2025 (held out)"],
+                "vLLM blog 2026-04-22 FP8 KV cache post (BF16 rows)",
+                "vllm-project/vllm pull-request benchmarks of the V1 engine, March 2025 (PRs #14152 and #14431: "
+                "1000 ShareGPT requests at once on an H100, engine_version 0.8.0 defaults)"],
     "vllm-0.4": ["QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst, Qwen2 tables (vLLM 0.4.2, A100)",
                  "vLLM 0.4 decodes with its own paged-attention kernel, one thread block per query head "
                  "(why the KV re-read term exists)",
