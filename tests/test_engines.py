@@ -39,7 +39,8 @@ def scenario(tmp_path, engine: str, sets=()):
     ("h200-llama-3-8b", "0.11.0", 1024, 8192),
     ("a100-80gb-llama-3-8b", "0.11.0", 256, 2048),   # A100 keeps the small defaults (vLLM PR #17885)
     ("a100-80gb-llama-3-8b", "0.8.5", 256, 2048),
-    ("h100-sxm-llama-3-8b", "0.8.5", 256, 8192),     # 0.8: H100/H200 by name, 256 sequences
+    ("h100-sxm-llama-3-8b", "0.8.5", 1024, 8192),    # 0.8: H100/H200 by name, 1024 sequences
+    ("a100-80gb-llama-3-8b", "0.8.0", 1024, 2048),   # 1024 sequences everywhere until 0.8.4 (PR #16158)
     ("h100-sxm-llama-3-8b", "0.6.3", 256, 8192),     # V0
 ])
 def test_vllm_batch_defaults_by_version_and_gpu(tmp_path, profile, version, seqs, tokens):

@@ -267,10 +267,14 @@ def test_overlap_schedule_holds_a_mid_step_arrival_back_one_step(tmp_path, run):
 
 
 def test_derived_presets_follow_their_base():
-    """sglang-0.5 is the sglang fit plus overlap scheduling (calibrate.fidelity.fit keeps it so)."""
-    from calibrate.fidelity.fit import DERIVED
+    """A derived preset is its base's fit plus its own terms (calibrate.fidelity.fit keeps it so);
+    sglang-0.5 is an era fitted on its own rows, its overlap scheduling kept through the fit."""
+    from calibrate.fidelity.fit import DERIVED, fitted_terms
     for name, (base, extra) in DERIVED.items():
         assert resolve_overhead(name).terms() == {**resolve_overhead(base).terms(), **extra}
+    o = resolve_overhead("sglang-0.5")
+    assert o.overlap_schedule == 1 and "overlap_schedule" not in fitted_terms("sglang-0.5")
+    assert o.meta["fit_rows"] and o.meta["status"] == "fitted"
 
 
 def test_fidelity_command_runs_a_couple_of_rows():

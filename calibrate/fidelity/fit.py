@@ -96,7 +96,8 @@ WHY_PRESET = {
 FITTED_BY_PRESET = {"vllm-0.6": ("step_s", "seq_s", "admit_s", "allreduce_latency_s"),
                     "vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread"),
                     "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s", "frontend_busy_s"),
-                    "sglang": ("step_s", "seq_s", "admit_s", "allreduce_latency_s", "frontend_s")}
+                    "sglang": ("step_s", "seq_s", "admit_s", "allreduce_latency_s", "frontend_s"),
+                    "sglang-0.5": ("step_s", "seq_s", "admit_s", "allreduce_latency_s", "frontend_s")}
 #: Terms a preset takes from another preset's fit (that one is fitted first). The V0 eras' front
 #: end (their rows never identify it) is SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060
 #: runs: the same benchmark client on the same hosts served vLLM 0.6.0 too, and both servers are a
@@ -105,10 +106,15 @@ FITTED_BY_PRESET = {"vllm-0.6": ("step_s", "seq_s", "admit_s", "allreduce_latenc
 SHARED = {"vllm-0.6": {"frontend_s": "sglang"},
           "vllm-0.4": {"seq_s": "vllm-0.6", "admit_s": "vllm-0.6", "frontend_s": "sglang"}}
 #: Presets derived from a fitted one (no fit rows of their own): base preset and the terms added.
-#: sglang-0.5 is SGLang 0.3's fit plus the overlap scheduler SGLang 0.4 made the default.
-DERIVED = {"sglang-0.5": ("sglang", {"overlap_schedule": 1})}
+#: None now: sglang-0.5 was SGLang 0.3's fit plus the overlap scheduler SGLang 0.4 made the
+#: default until SGLang 0.4+ rows of two publishers (GPUStack's 0.5, sgl-project's PR #6168 runs
+#: of 0.4.6) came into the table; it is an era of its own, fitted on them, its overlap_schedule
+#: term kept (it is not fitted). SGLang 0.4's batch scheduler is another engine's CPU path (LMSYS
+#: blog 2024-12-04 'SGLang v0.4: zero-overhead batch scheduler'), so 0.3's per-step terms do not
+#: carry over, as vLLM V0's do not to V1.
+DERIVED: dict[str, tuple[str, dict]] = {}
 #: The order presets are fitted in (SHARED terms come from presets fitted before).
-ORDER = ("sglang", "vllm-0.6", "vllm-v1", "vllm-0.4")
+ORDER = ("sglang", "sglang-0.5", "vllm-0.6", "vllm-v1", "vllm-0.4")
 #: The optimiser's unit (order-1 values) of every term.
 UNITS = {**FITTED, "kv_reread": 1e-2}
 #: Where a leave-one-source-out fit starts (no held-out information in it): about a tenth of each
@@ -134,21 +140,25 @@ SOURCES = {
                  "front end: the sglang preset's (sgl-project/sglang benchmark/benchmark_vllm_060, same client "
                  "and hosts as its vLLM 0.6.0 runs)"],
     "vllm-v1": ["gpustack/gpustack docs/performance-lab (vLLM 0.11.0 default-settings runs, H100 / A100)",
-                "vLLM blog 2026-04-22 FP8 KV cache post (held out)",
-                "vllm-project/vllm pull-request benchmarks of the V1 engine, March 2025 (held out)"],
+                "vLLM blog 2026-04-22 FP8 KV cache post (BF16 rows)",
+                "vllm-project/vllm pull-request benchmarks of the V1 engine, March 2025 (PRs #14152 and #14431: "
+                "1000 ShareGPT requests at once on an H100, engine_version 0.8.0 defaults)"],
     "vllm-0.4": ["QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst, Qwen2 tables (vLLM 0.4.2, A100)",
                  "vLLM 0.4 decodes with its own paged-attention kernel, one thread block per query head "
                  "(why the KV re-read term exists)",
                  "per sequence and per admission: the vllm-0.6 preset's; front end: the sglang preset's"],
-    "sglang": ["sgl-project/sglang benchmark/benchmark_vllm_060/README.md (SGLang 0.3.0, A100)",
-               "gpustack/gpustack docs/performance-lab (SGLang 0.5, held out)"],
+    "sglang": ["sgl-project/sglang benchmark/benchmark_vllm_060/README.md (SGLang 0.3.0, A100)"],
+    "sglang-0.5": ["gpustack/gpustack docs/performance-lab (SGLang 0.5 default-settings runs, H100 / A100)",
+                   "sgl-project/sglang pull request #6168 (SGLang 0.4.6, H200, FlashAttention-3 backend)",
+                   "LMSYS blog 2024-12-04 'SGLang v0.4: zero-overhead batch scheduler' (why overlap_schedule)"],
 }
 
 
 def _rounded(terms: dict) -> dict:
     """4 significant digits; terms under 100 ns (per unit) are written as 0 (the bound the
     optimiser stops at, far below anything the rows can see)."""
-    return {k: 0.0 if (v < 1e-7 and k != "sample_s") else float(f"{v:.4g}") for k, v in terms.items()}
+    return {k: int(v) if k in ("overlap_schedule", "scheduler_steps") else
+            0.0 if (v < 1e-7 and k != "sample_s") else float(f"{v:.4g}") for k, v in terms.items()}
 
 
 def fitted_terms(preset: str) -> tuple[str, ...]:

@@ -134,14 +134,17 @@ def _loso_lines() -> list[str]:
               "within the bounds below, on the reproducible rows of the other publishers only (fit and held-out "
               "rows alike, each fit starting from the same neutral terms), and the held-out publisher's rows are "
               "simulated with those terms. This is the error to expect on a publisher the presets have never "
-              "seen. From `python -m calibrate.fidelity.fit --loso` (calibrate/fidelity/loso.csv).", "",
+              "seen. The eras are the presets: `vllm-0.4`, `vllm-0.6` (V0), `vllm-v1`, `sglang` (0.3) and "
+              "`sglang-0.5` (0.4 and later, whose overlapped batch scheduler is another CPU path than 0.3's). "
+              "From `python -m calibrate.fidelity.fit --loso` (calibrate/fidelity/loso.csv).", "",
               "| metric kind | count | median abs error | worst abs error | within 10 % | within 25 % |",
               "|---|---|---|---|---|---|"]
     lines += [_stats_row(k, v) for k, v in s.items() if k != "not_evaluated"]
     lines += ["", "Targets: median <= 10 %, worst <= 25 %, TTFT rows included.", ""]
     if s["not_evaluated"]["rows"]:
         lines += [f"{s['not_evaluated']['rows']} rows are not evaluated: no other publisher has rows of their "
-                  "era (vLLM 0.4 rows come from one publisher only).", ""]
+                  "era (vLLM 0.4's rows come from the Qwen speed tables only, SGLang 0.3's from sgl-project's "
+                  "benchmark_vllm_060 page only).", ""]
     lines += ["| held-out source | id | metric | published | simulated | error |", "|---|---|---|---|---|---|"]
     for r in res.itertuples():
         if not r.evaluated:
@@ -254,10 +257,13 @@ def _columns_lines() -> list[str]:
             "(`moe` or `fp8` for MoE and FP8 models, whose profiles are derived from a bundled config (`profile` "
             "empty, the model keys in `engine_settings`); empty for the dense 16-bit rows).",
             "",
-            "ShareGPT rows sample the bundled length table "
-            "(`workloads/data/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz`, from Sarathi-Serve, Apache-2.0) "
-            "with the benchmark's filters (prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) "
-            "and sample count.",
+            "ShareGPT rows sample what the benchmarks send: the first two turns of each ShareGPT_V3 conversation "
+            "(turn 0 the prompt, turn 1's length the requested output), as token counts "
+            "(`calibrate/fidelity/sharegpt_v3_turns_cl100k.csv.gz`: 17,400 conversations, cl100k BPE; "
+            "`calibrate/fidelity/make_sharegpt_turns.py` says how it was made), with the benchmark's filters "
+            "(prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) and sample count. The "
+            "sample is the median draw (each order statistic at its median position), shuffled; lengths are "
+            "scaled to the run's published means where it has them.",
             "", "## What each row could not reproduce", ""]
 
 

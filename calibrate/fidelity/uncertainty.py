@@ -171,7 +171,7 @@ def main(argv=None) -> None:
     from sim import jsonout
 
     OUT_JSON.write_text(jsonout.dumps(doc, indent=1) + "\n")
-    ev[COLUMNS].to_csv(OUT_CSV, index=False, float_format="%.6g")
+    ev[COLUMNS].to_csv(OUT_CSV, index=False, float_format="%.10g")
     print(f"wrote {OUT_JSON} and {OUT_CSV}")
 
 

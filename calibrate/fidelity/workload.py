@@ -5,13 +5,19 @@
 * ``random``: lengths drawn uniformly within +-``spread`` of the nominal ones (``vllm bench
   serve --dataset-name random`` with a range ratio).
 * ``sharegpt``: the benchmark samples ShareGPT conversations and keeps pairs passing its length
-  filters. Only token counts are bundled (the Sarathi-Serve ShareGPT length table, Llama-2
-  tokenizer, already filtered by its publishers to 8k tokens); the same filters are re-applied
-  to it and ``n`` rows sampled. The benchmarks tokenise the *first two turns* of
-  ShareGPT_V3 with a Llama-3 or Qwen tokenizer, which gives shorter requests than this table
-  (its filtered rows average about 380 prompt / 420 output tokens where the benchmarks report
-  about 200-230 / 180-220), so when a source publishes its token totals (or a run with the same
-  sampler does) the sampled lengths are scaled to those means; the row says which.
+  filters. vLLM's ``benchmark_serving.py`` / ``vllm bench serve`` (and SGLang's ``bench_serving``)
+  take the *first two turns* of each conversation of ``ShareGPT_V3_unfiltered_cleaned_split.json``
+  with two turns or more: turn 0 is the prompt, turn 1's token count the requested output length;
+  they shuffle with the seed and keep the first ``n`` pairs with prompt and output >= 4 tokens,
+  prompt <= 1024 and prompt + output <= 2048. Only token counts are bundled
+  (``sharegpt_v3_turns_cl100k.csv.gz``: both turns of 17,400 conversations, the first 125 MB of
+  that file, cl100k BPE; how it was made: ``make_sharegpt_turns.py``); the same filters are applied
+  and ``n`` pairs sampled uniformly without replacement, which is what the shuffle does. Their
+  means come within a few per cent of the benchmarks' published token totals (about 220 prompt /
+  200 output tokens); when a source publishes its totals, the sampled lengths are scaled to those
+  means (the chat template's tokens, which the totals leave out, are in the row's prompt mean
+  where it says so). The shape is the benchmark's: a median output of about 130 tokens, a tenth
+  under 11 and a p99 near 770, which sets how fast a burst of requests frees its batch slots.
 """
 from __future__ import annotations
 
@@ -20,30 +26,39 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from workloads.traces import DATA_DIR
+from pathlib import Path
 
-#: The bundled ShareGPT length table (gzip; see workloads/data/README.md).
-SHAREGPT = DATA_DIR / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz"
+#: ShareGPT's first two turns as token counts (gzip CSV ``prompt,output``; make_sharegpt_turns.py).
+SHAREGPT = Path(__file__).resolve().parent / "sharegpt_v3_turns_cl100k.csv.gz"
 
 
 @lru_cache(maxsize=1)
 def sharegpt_table() -> pd.DataFrame:
-    """Prompt and output token counts of the bundled ShareGPT table."""
-    df = pd.read_csv(SHAREGPT, compression="gzip")
-    return df[["num_prefill_tokens", "num_decode_tokens"]].rename(
-        columns={"num_prefill_tokens": "prompt", "num_decode_tokens": "output"})
+    """Prompt (turn 0) and output (turn 1) token counts of the bundled ShareGPT turns table."""
+    return pd.read_csv(SHAREGPT, compression="gzip")[["prompt", "output"]]
 
 
 def sharegpt_lengths(n: int, seed: int, *, min_len: int = 4, max_prompt: int = 1024,
                      max_total: int = 2048, prompt_mean: float | None = None,
                      output_mean: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` (prompt, output) pairs: the benchmark's filters (prompt and output >= ``min_len``,
-    prompt <= ``max_prompt``, prompt + output <= ``max_total``), a uniform sample without
-    replacement, then (optionally) each length scaled so that its mean is the published one."""
+    """``n`` (prompt, output) pairs in the order sent: the benchmark's filters (prompt and output
+    >= ``min_len``, prompt <= ``max_prompt``, prompt + output <= ``max_total``), a sample of
+    ``n`` pairs, then (optionally) each length scaled so that its mean is the published one.
+
+    The sample is the median draw: the filtered pairs sorted by output length, the k-th of the
+    ``n`` taken at the median position of the k-th smallest of ``n`` uniform draws ((k - 0.3) /
+    (n + 0.4), Benard's approximation), then put in an order shuffled with ``seed``. A published
+    run is one draw of 100 to 5000 pairs, and a burst's duration is set by its longest outputs
+    (ShareGPT's p99 is about 770 tokens, its longest near 2000), which one plain draw of 200
+    places anywhere between about 900 and 1500; the median draw gives the typical run, not a
+    lucky one, and is the same for every seed but for the order."""
     t = sharegpt_table()
     ok = t[(t.prompt >= min_len) & (t.output >= min_len) & (t.prompt <= max_prompt)
            & (t.prompt + t.output <= max_total)]
-    idx = np.random.default_rng(seed).choice(len(ok), size=n, replace=n > len(ok))
+    ok = ok.sort_values(["output", "prompt"], kind="stable")
+    k = np.arange(1, n + 1)
+    idx = np.minimum((len(ok) * (k - 0.3) / (n + 0.4)).astype(int), len(ok) - 1)
+    idx = np.random.default_rng(seed).permutation(idx)
     p = ok.prompt.to_numpy()[idx].astype(float)
     o = ok.output.to_numpy()[idx].astype(float)
     if prompt_mean:

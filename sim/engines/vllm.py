@@ -12,9 +12,10 @@ Defaults as read in vLLM's ``vllm/engine/arg_utils.py`` (``_set_default_args`` /
 * V1 (0.8 and later): chunked prefill always, prefix caching on, block-level prefix hashes
   (16 tokens); waiting requests never preempt (V1 preempts only when a running request cannot grow);
   overhead preset ``vllm-v1``. Batch limits by GPU: 0.8.x gave H100 / H200 a budget of 8192 tokens
-  (16384 offline), other GPUs 2048 (8192), and 256 sequences; from 0.9 (vLLM PR #17885) a GPU of at
-  least 70 GiB that is not an A100 gets 8192 tokens (16384 offline) and 1024 sequences, the rest
-  2048 (8192) and 256.
+  (16384 offline), other GPUs 2048 (8192); V1 started with 1024 sequences on every GPU, and 0.8.4
+  (vLLM PR #16158, April 2025, after out-of-memory reports) went back to 256 except on H100 / H200;
+  from 0.9 (vLLM PR #17885) a GPU of at least 70 GiB that is not an A100 gets 8192 tokens (16384
+  offline) and 1024 sequences, the rest 2048 (8192) and 256.
 * ``gpu_memory_utilization`` 0.9, block size 16, recompute preemption.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
                preempt_for_waiting="never")
     if version < (0, 9, 0):
         big = "h100" in gpu.key or "h200" in gpu.key
-        out.update(max_num_seqs=256)
+        out.update(max_num_seqs=1024 if big or version < (0, 8, 4) else 256)
     else:
         big = gpu.memory_gib() >= 70 and not gpu.is_a100()
         out.update(max_num_seqs=1024 if big else 256)
