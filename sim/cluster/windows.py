@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import simpy
 
 from sim.assembly import build_engine, engine_run_info, quiet_gc, sample_interval_ns, seed_for
+from sim.cluster.autoscale import Fleet
 from sim.cluster.results import ClusterResults, cluster_results
 from sim.cluster.spec import ClusterSpec
 from sim.config import Scenario
@@ -295,9 +296,12 @@ def simulate_windows(sc: Scenario, spec: ClusterSpec, setup, executor, *, per_re
                                              host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint,
                                              scale=g.engine.cost_scale)
             r.engine.costs = costs[g.name]
+    # (a fixed fleet: its replicas serve from 0 to the end, reported as the one-clock run does)
+    fleet = Fleet(SimpleNamespace(env=SimpleNamespace(now=0), replicas=reps, tick_ns=NEVER), spec, [])
+    fleet.close(end_ns)
     executor.windows = windows  # (for the speed-up model: docs/distributed.md)
     facts = {**setup.timing(), "workload": setup.workload.meta}
     with quiet_gc():
         return cluster_results(sc, spec, reps, assign, group_scenarios(sc, spec), router, end_ns,
                                setup.interval_ns, facts, per_replica=per_replica,
-                               trace_iterations=trace_iterations)
+                               trace_iterations=trace_iterations, fleet=fleet)
