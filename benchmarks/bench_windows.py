@@ -1,0 +1,106 @@
+"""The inputs of the windowed cluster's speed-up model (docs/distributed.md).
+
+Runs one cluster scenario whose router has ``refresh_s`` on 1 worker (this process) and on
+``--workers`` local processes, timing where the coordinator's wall time goes: routing and
+pickling each window's arrivals (serial), waiting at the window's barrier for the workers, and
+the rest (setup, merging results). Then times the barrier alone: ``--pings`` empty windows on
+idle workers (the per-window coordination cost ``c``). Prints one JSON document.
+
+    python -m benchmarks.bench_windows servegen_multitenant --servegen --horizon 3600 --workers 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from sim import load_scenario
+from sim.assembly import prepare
+from sim.cluster import parse_cluster
+from sim.cluster.executors import InProcess, Processes
+from sim.cluster.windows import simulate_windows
+from sim.core.costs import NS
+
+
+class _Timed:
+    """An executor whose ``advance`` calls (the barrier) are timed."""
+
+    def __init__(self, ex) -> None:
+        self.ex, self.wait_s, self.calls = ex, 0.0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.ex, name)
+
+    def advance(self, batches, until_ns):
+        t = time.perf_counter()
+        out = self.ex.advance(batches, until_ns)
+        self.wait_s += time.perf_counter() - t
+        self.calls += 1
+        return out
+
+
+def timed_run(sc, executor, load_scale: float = 1.0) -> dict:
+    spec = parse_cluster(sc)
+    t0 = time.perf_counter()
+    setup = prepare(sc, spec.groups[0].engine, load_scale=load_scale, frontends=spec.n_replicas)
+    ex = _Timed(executor)
+    try:
+        res = simulate_windows(sc, spec, setup, ex, per_replica=False)
+    finally:
+        executor.close()
+    wall = time.perf_counter() - t0
+    return {"wall_s": round(wall, 2), "barrier_s": round(ex.wait_s, 2), "windows": ex.windows,
+            "calls": ex.calls, "requests": len(res.requests), "engine_events": res.summary_dict["run"]["engine_events"]}
+
+
+def ping(sc, workers: int, n: int) -> float:
+    """Seconds per empty window on ``workers`` idle local processes (1: this process)."""
+    spec = parse_cluster(sc)
+    ex = InProcess(sc, spec, 1) if workers == 1 else Processes(sc, spec, workers)
+    try:
+        R = 10 ** 9
+        ex.advance([[] for _ in ex.parts], R)
+        t = time.perf_counter()
+        for k in range(2, n + 2):
+            ex.advance([[] for _ in ex.parts], k * R)
+        return (time.perf_counter() - t) / n
+    finally:
+        ex.finish(0, False) if workers > 1 else None
+        ex.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenario")
+    ap.add_argument("--replicas", type=int, default=16)
+    ap.add_argument("--horizon", type=float, default=3600)
+    ap.add_argument("--refresh", type=float, default=1.0)
+    ap.add_argument("--router", default="least_outstanding")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--pings", type=int, default=2000)
+    ap.add_argument("--servegen", action="store_true",
+                    help="the 16-replica ServeGen row of benchmarks.bench_paths (whole-day traces, load 2)")
+    ap.add_argument("--skip-one", action="store_true", help="skip the 1-worker run")
+    a = ap.parse_args()
+    cluster = f"cluster={{replicas={a.replicas}, router={{name='{a.router}', refresh_s={a.refresh}}}}}"
+    load = 1.0
+    if a.servegen:
+        from benchmarks.core_scenario import servegen_overrides
+        sets = [s if not s.startswith("cluster=") else cluster for s in servegen_overrides(a.horizon)]
+        load = 2.0
+    else:
+        sets = [f"horizon_s={a.horizon}", cluster]
+    sc = load_scenario(a.scenario, overrides=sets)
+    out: dict = {"scenario": a.scenario, "replicas": a.replicas, "horizon_s": a.horizon, "refresh_s": a.refresh,
+                 "router": a.router, "load_scale": load}
+    spec = parse_cluster(sc)
+    if not a.skip_one:
+        out["workers_1"] = timed_run(sc, InProcess(sc, spec, 1), load)
+    out[f"workers_{a.workers}"] = timed_run(sc, Processes(sc, spec, a.workers), load)
+    out["ping_s"] = {str(w): ping(sc, w, a.pings) for w in (1, a.workers)}
+    out["window_ns"] = int(a.refresh * NS)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
