@@ -27,14 +27,19 @@ class _Timed:
 
     def __init__(self, ex) -> None:
         self.ex, self.wait_s, self.calls = ex, 0.0, 0
+        self.between_s = 0.0  # the coordinator's own time between barriers (routing)
+        self._last: float | None = None
 
     def __getattr__(self, name):
         return getattr(self.ex, name)
 
     def advance(self, batches, until_ns):
         t = time.perf_counter()
+        if self._last is not None:
+            self.between_s += t - self._last
         out = self.ex.advance(batches, until_ns)
-        self.wait_s += time.perf_counter() - t
+        self._last = time.perf_counter()
+        self.wait_s += self._last - t
         self.calls += 1
         return out
 
@@ -49,7 +54,7 @@ def timed_run(sc, executor, load_scale: float = 1.0) -> dict:
     finally:
         executor.close()
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 2), "barrier_s": round(ex.wait_s, 2), "windows": ex.windows,
+    return {"wall_s": round(wall, 2), "barrier_s": round(ex.wait_s, 2), "routing_s": round(ex.between_s, 2), "windows": ex.windows,
             "calls": ex.calls, "requests": len(res.requests), "engine_events": res.summary_dict["run"]["engine_events"]}
 
 
@@ -69,6 +74,35 @@ def ping(sc, workers: int, n: int) -> float:
         ex.close()
 
 
+def ray_ping(sc, workers: int, n: int) -> float:
+    """Seconds per empty window on ``workers`` idle Ray actors (a local Ray started here)."""
+    import os
+    import shutil
+    import tempfile
+
+    import ray
+
+    from sim.cluster.executors import RayActors
+    from sim.experiments.sweep import ray_runtime_env
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    ray.init(num_cpus=workers, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
+             configure_logging=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    try:
+        ex = RayActors(sc, parse_cluster(sc), workers)
+        R = 10 ** 9
+        ex.advance([[] for _ in ex.parts], R)
+        t = time.perf_counter()
+        for k in range(2, n + 2):
+            ex.advance([[] for _ in ex.parts], k * R)
+        dt = (time.perf_counter() - t) / n
+        ex.close()
+        return dt
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scenario")
@@ -80,6 +114,8 @@ def main() -> None:
     ap.add_argument("--pings", type=int, default=2000)
     ap.add_argument("--servegen", action="store_true",
                     help="the 16-replica ServeGen row of benchmarks.bench_paths (whole-day traces, load 2)")
+    ap.add_argument("--ray-ping", action="store_true", help="also time empty windows on Ray actors")
+    ap.add_argument("--skip-run", action="store_true", help="only the pings")
     ap.add_argument("--skip-one", action="store_true", help="skip the 1-worker run")
     a = ap.parse_args()
     cluster = f"cluster={{replicas={a.replicas}, router={{name='{a.router}', refresh_s={a.refresh}}}}}"
@@ -94,10 +130,13 @@ def main() -> None:
     out: dict = {"scenario": a.scenario, "replicas": a.replicas, "horizon_s": a.horizon, "refresh_s": a.refresh,
                  "router": a.router, "load_scale": load}
     spec = parse_cluster(sc)
-    if not a.skip_one:
+    if not a.skip_one and not a.skip_run:
         out["workers_1"] = timed_run(sc, InProcess(sc, spec, 1), load)
-    out[f"workers_{a.workers}"] = timed_run(sc, Processes(sc, spec, a.workers), load)
+    if not a.skip_run:
+        out[f"workers_{a.workers}"] = timed_run(sc, Processes(sc, spec, a.workers), load)
     out["ping_s"] = {str(w): ping(sc, w, a.pings) for w in (1, a.workers)}
+    if a.ray_ping:
+        out["ray_ping_s"] = {str(w): ray_ping(sc, w, a.pings) for w in (1, a.workers)}
     out["window_ns"] = int(a.refresh * NS)
     print(json.dumps(out, indent=1))
 
