@@ -103,6 +103,27 @@ def ray_ping(sc, workers: int, n: int) -> float:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def model(m: dict, workers: int, scale: float = 1.0, ray: bool = True) -> float:
+    """Modelled wall seconds on ``workers`` of the measured run ``m`` (this script's output,
+    with ``pickle_us`` and ``unpickle_us`` per request added) for a fleet ``scale`` times as
+    large (replicas and requests; the same windows). docs/distributed.md has the formula."""
+    one = m["workers_1"]
+    q = one["requests"] * scale
+    w = one["windows"]
+    r = one["routing_s"] / one["requests"]
+    t0 = (one["wall_s"] - one["barrier_s"] - one["routing_s"]) * scale
+    pings = m["ray_ping_s"] if ray else m["ping_s"]
+    c1, cn = pings["1"], pings[str(max(int(k) for k in pings))]
+    n_ping = max(int(k) for k in pings)
+    b = (cn - c1) / (n_ping - 1)  # per worker
+    a = c1 - b
+    p = (one["barrier_s"] - w * m["ping_s"]["1"]) * scale
+    if workers == 1:
+        return t0 + q * r + p + w * m["ping_s"]["1"] * scale
+    x, u = m["pickle_us"] * 1e-6, m["unpickle_us"] * 1e-6
+    return t0 + q * (r + x) + (p + q * u) / workers + w * (a + b * workers)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scenario")

@@ -110,3 +110,21 @@ def test_ray_matches_one_process():
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_capacity_with_refresh_same_answers_on_two_workers():
+    """``priosim capacity --refresh-s 1 --partitions 2``: every probe in windows, its replicas on
+    two local processes; the same probes and answers as in one process (probes run to their end:
+    early stopping listens to every request's end, which stays in the workers)."""
+    from sim.experiments.capacity import capacity_search
+    from sim.experiments.slos import parse_slos
+    sc = load_scenario("diurnal_two_class", overrides=["horizon_s=20.0"])
+    slos = parse_slos(sc, [])
+    router = {"name": "least_outstanding", "refresh_s": 1.0}
+    a = capacity_search(sc, ["shared", "partitioned"], slos, router=router, workers=1, max_replicas=8,
+                        early_stop=False)
+    b = capacity_search(sc, ["shared", "partitioned"], slos, router=router, max_replicas=8, early_stop=False,
+                        distributed={"backend": "local", "workers": 2, "address": None})
+    assert a.designs == b.designs
+    pts = [{k: v for k, v in p.items() if k != "wall_s"} for p in a.points]
+    assert pts == [{k: v for k, v in p.items() if k != "wall_s"} for p in b.points]
