@@ -22,6 +22,7 @@ import multiprocessing as mp
 import os
 
 from sim.cluster.windows import Partition, split
+from sim.rayenv import ray_runtime_env
 
 
 class _Base:
@@ -149,7 +150,6 @@ class RayActors(_Base):
         except ImportError:
             raise RuntimeError("the ray backend needs Ray: pip install 'priosim[distributed]' "
                                "(or pip install 'ray[default]')") from None
-        from sim.experiments.sweep import ray_runtime_env
         super().__init__(spec.slots, workers)
         self.ray = ray
         self.started = False

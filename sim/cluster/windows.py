@@ -23,6 +23,7 @@ to windows): both are refused with one line.
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 from types import SimpleNamespace
 
 import simpy
@@ -177,8 +178,7 @@ class Partition:
                 for s in self.finish(end_ns, per_replica)]
 
 
-def _base(sc: Scenario):
-    from pathlib import Path
+def _base(sc: Scenario) -> Path:
     return Path(sc.base_dir)
 
 
