@@ -19,7 +19,7 @@ from sim.results import Results
 
 def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
              load_scale: float = 1.0, gate=None, check_invariants: bool = False,
-             lenient: bool = False, workload=None) -> Results:
+             lenient: bool = False, workload=None, **distributed) -> Results:
     """Run ``scenario`` and return its Results (requests, summary, time series).
 
     ``load_scale`` multiplies every stream's arrival rate (traces: time compression).
@@ -30,7 +30,8 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     the scenario's tables build (one replica only). ``workload``: the request stream, built by
     the caller (:func:`sim.assembly.build_workload` with the same ``load_scale``; not modified).
     A scenario with a ``[cluster]`` table runs its replicas behind the router and returns a
-    ``ClusterResults`` (:func:`sim.cluster.simulate_cluster`, which has the cluster's options).
+    ``ClusterResults`` (:func:`sim.cluster.simulate_cluster`, which has the cluster's options;
+    ``backend``, ``workers`` and ``address`` pass to it: a cluster in windows, docs/distributed.md).
     """
     if scenario.cluster:
         if gate is not None:
@@ -39,7 +40,7 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
         from sim.cluster import simulate_cluster
         return simulate_cluster(scenario, trace_iterations=trace_iterations, progress=progress,
                                 load_scale=load_scale, check_invariants=check_invariants, lenient=lenient,
-                                workload=workload)
+                                workload=workload, **distributed)
     return _simulate_replica(scenario, trace_iterations, progress, load_scale, gate, check_invariants,
                              lenient, workload)
 

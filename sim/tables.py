@@ -206,7 +206,14 @@ class ClusterConfig(Table):
     @property
     def router_params(self) -> dict:
         r = self.router
-        return {k: v for k, v in r.items() if k != "name"} if isinstance(r, dict) else {}
+        return {k: v for k, v in r.items() if k not in ("name", "refresh_s")} if isinstance(r, dict) else {}
+
+    @property
+    def refresh_s(self) -> float | None:
+        """Seconds between the router's snapshots of replica state (``router = {..., refresh_s}``),
+        or None: the router reads every replica at every arrival (docs/distributed.md)."""
+        r = self.router
+        return r.get("refresh_s") if isinstance(r, dict) else None
 
 
 # ---- against the rest of the scenario --------------------------------------------------------------
@@ -298,6 +305,14 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
 
 def _check_router(sc) -> None:
     src, c = sc.source, sc.cluster
+    refresh = c.refresh_s
+    if isinstance(c.router, dict) and "refresh_s" in c.router:
+        if not in_range(refresh, gt=0) or isinstance(refresh, bool):
+            raise ScenarioError(f"{src}: cluster.router.refresh_s: expected a number of seconds > 0 "
+                                f"(got {refresh!r})")
+        if c.autoscale is not None or any(g.autoscale is not None for g in c.groups or []):
+            raise ScenarioError(f"{src}: cluster.router.refresh_s: not available with an autoscaler yet "
+                                f"(expected no 'autoscale' beside it; docs/distributed.md)")
     try:
         router = make_router(c.router_name, **c.router_params)
     except (KeyError, ValueError, TypeError) as exc:

@@ -295,6 +295,14 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key")
 @click.option("--seed", type=int, help="override the scenario seed")
 @click.option("--workers", type=int, help="parallel simulations (default: the CPU count)")
+@click.option("--refresh-s", "refresh_s", type=float,
+              help="the routers read replica state every this many seconds (router.refresh_s; docs/distributed.md)")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="with --refresh-s: where each probe's replicas run (local processes or Ray actors)")
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True,
+              help="with --refresh-s: workers each probe's replicas are spread over (probes then run one at a "
+                   "time, to their end)")
+@click.option("--address", help="with --backend ray: the Ray cluster's address (default: start a local one)")
 @click.option("--out", type=click.Path(file_okay=False), help="folder (default results/capacity-<name>-<timestamp>/)")
 @click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --figure names")
@@ -304,8 +312,8 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
                    "'N (lo-hi)' (docs/uncertainty.md)")
 @report_option
 @engine_flag_options
-def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, out, figure,
-             overwrite, no_plots, uncertainty, report, engine_args, sglang_args):
+def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, refresh_s, backend,
+             partitions, address, out, figure, overwrite, no_plots, uncertainty, report, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
@@ -336,8 +344,19 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         for d in names:
             dims = design_dims(d, sc.class_names, max_replicas)
             with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
+        if refresh_s is not None:
+            router = {"name": router or "least_outstanding", "refresh_s": refresh_s}
+            for d in names:
+                dims = design_dims(d, sc.class_names, max_replicas)
+                with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
         fail(str(exc))
+    distributed = None
+    if backend != "local" or partitions != 1:
+        if refresh_s is None:
+            fail(f"--backend {backend} --partitions {partitions}: expected --refresh-s (each probe runs in windows "
+                 f"of the routers' refresh; docs/distributed.md)")
+        distributed = {"backend": backend, "workers": partitions, "address": address}
     if figure:
         check_out_file(figure, "--figure", overwrite=overwrite)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
@@ -359,7 +378,8 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
 
     try:
         rep = capacity_search(sc, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                              workers=workers, log=click.echo, progress=None, out_dir=out, finish=finish)
+                              workers=workers, log=click.echo, progress=None, out_dir=out, finish=finish,
+                              distributed=distributed, early_stop=distributed is None)
     except OSError as exc:  # (a full disk: the probes kept so far stay; a rerun goes on from them)
         fail_write(out, exc)
     except (ScenarioError, OutError) as exc:

@@ -29,14 +29,24 @@ from sim.cli.report import check_report, report_beside, report_option
 @click.option("--uncertainty", is_flag=True,
               help="also run at the low and high time factors of the cost model's error and report each headline "
                    "metric with its 80 %% interval (docs/uncertainty.md)")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="where a cluster's replicas run when its router has refresh_s: local processes, or Ray actors "
+                   "(docs/distributed.md)")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="partitions of the cluster's replicas, each advanced by its own worker (needs refresh_s)")
+@click.option("--address", help="with --backend ray: the Ray cluster's address (default: start a local one)")
 @report_option
 @engine_flag_options
-def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, uncertainty, report,
-        engine_args, sglang_args):
+def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, uncertainty,
+        backend, workers, address, report, engine_args, sglang_args):
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), policy, seed)
+    distributed = backend != "local" or workers != 1
+    if distributed and (not sc.cluster or sc.cluster.refresh_s is None or uncertainty):
+        fail(f"{sc.source}: --backend {backend} --workers {workers}: expected a [cluster] whose router has refresh_s "
+             f"(router = {{ name = ..., refresh_s = 1.0 }}), without --uncertainty")
     out = claim_out(out, "run", sc.name, overwrite=overwrite)
     check_report(report, out)
     ivs = None
@@ -49,7 +59,8 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
             except UncertaintyError as exc:
                 fail(str(exc))
         else:
-            res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient)
+            res = simulate(sc, trace_iterations=trace_iterations, progress=progress, lenient=lenient,
+                           **({"backend": backend, "workers": workers, "address": address} if distributed else {}))
     except ScenarioError as exc:
         fail(str(exc))
     if lenient:

@@ -18,13 +18,15 @@ from sim.routers import make_router
 from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
 from sim.core.costs import load_profile
+from sim.core.errors import ScenarioError
 from sim.tables import serving_groups
 
 
 def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
                      load_scale: float = 1.0, check_invariants: bool = False,
                      per_replica: bool = True, fast: bool = True, workload=None,
-                     on_end=None, lenient: bool = False) -> ClusterResults:
+                     on_end=None, lenient: bool = False, backend: str = "local", workers: int = 1,
+                     address: str | None = None) -> ClusterResults:
     """Run ``scenario`` (which has a ``[cluster]`` table) and return a :class:`ClusterResults`.
 
     ``per_replica=False`` skips the per-replica and per-group Results (faster; the capacity
@@ -41,6 +43,14 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     # the front end (latency, serial work per request) is the first group's engine overhead's
     setup = prepare(sc, spec.groups[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
                     progress=progress, desc=f"{sc.name} x{spec.n_replicas}", frontends=spec.n_replicas)
+    if spec.refresh_s is not None:  # the router reads snapshots: a run in windows, maybe partitioned
+        return _simulate_windowed(sc, spec, setup, per_replica=per_replica, trace_iterations=trace_iterations,
+                                  check_invariants=check_invariants, on_end=on_end, backend=backend,
+                                  workers=workers, address=address)
+    if backend != "local" or workers != 1:
+        raise ScenarioError(f"{sc.source}: cluster.router: a run on {workers} workers ({backend}) needs the "
+                            f"router's refresh_s (expected router = {{ name = ..., refresh_s = 1.0 }}; "
+                            f"docs/distributed.md)")
     router = make_router(spec.router, **spec.router_params)
     router.bind(spec.slots, seed_for(sc.seed, "router"))
     closed = setup.closed_loop
@@ -69,6 +79,21 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
         facts = {**setup.timing(), "workload": setup.workload.meta}
         return cluster_results(sc, spec, cl.replicas, cl.assign, group_sc, router, end_ns, setup.interval_ns,
                                facts, per_replica=per_replica, trace_iterations=trace_iterations, fleet=fleet)
+
+
+def _simulate_windowed(sc: Scenario, spec: ClusterSpec, setup: Setup, *, per_replica: bool, trace_iterations: bool,
+                       check_invariants: bool, on_end, backend: str, workers: int, address: str | None):
+    """The cluster in windows of the router's ``refresh_s`` (:mod:`sim.cluster.windows`), its
+    replicas on ``workers`` partitions run by ``backend`` (:mod:`sim.cluster.executors`)."""
+    from sim.cluster.executors import make_executor
+    from sim.cluster.windows import check_windowed, simulate_windows
+    check_windowed(sc, spec, setup.closed_loop)
+    ex = make_executor(sc, spec, backend=backend, workers=workers, address=address,
+                       trace_iterations=trace_iterations, check_invariants=check_invariants, on_end=on_end)
+    try:
+        return simulate_windows(sc, spec, setup, ex, per_replica=per_replica, trace_iterations=trace_iterations)
+    finally:
+        ex.close()
 
 
 def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,

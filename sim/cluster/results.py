@@ -108,7 +108,9 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
     ``group_sc`` (each group's scenario: its engine and policy). ``facts`` (wall and CPU time,
     workload) go into every Results' run facts. ``per_replica=False``: no per-replica or
     per-group Results (faster)."""
-    infos = [engine_run_info(rep.engine, end_ns, reports=per_replica) for rep in replicas]
+    # (a windowed run's replicas bring their run facts, computed where they ran)
+    infos = [getattr(rep, "info", None) or engine_run_info(rep.engine, end_ns, reports=per_replica)
+             for rep in replicas]
     b = _Builder(sc, interval_ns, facts)
     rep_res = [_replica_result(b, group_sc[rep.group], rep, info)
                for rep, info in zip(replicas, infos)] if per_replica else []

@@ -31,6 +31,7 @@ class ClusterSpec:
     groups: tuple[GroupSpec, ...]
     router: str
     router_params: dict = field(default_factory=dict)
+    refresh_s: float | None = None  # the router's snapshot interval (None: it reads every arrival)
 
     @property
     def n_replicas(self) -> int:
@@ -61,7 +62,7 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
         groups.append(GroupSpec(name, g.replicas, eng, group_policy(sc, g),
                                 tuple(g.classes) if g.classes is not None else None, _gpus(g, eng),
                                 group_autoscale(c, g), group_price(sc, name, g, eng)))
-    return ClusterSpec(tuple(groups), c.router_name, c.router_params)
+    return ClusterSpec(tuple(groups), c.router_name, c.router_params, c.refresh_s)
 
 
 def _gpus(g, eng: EngineConfig) -> int:

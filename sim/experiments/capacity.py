@@ -95,11 +95,19 @@ def design_dims(design: str, class_names: list[str], limit: int) -> list[Dim]:
     raise ScenarioError(f"--designs: unknown design {design!r} (expected one of {', '.join(DESIGNS)})")
 
 
-def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str | None) -> dict:
+def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str | dict | None) -> dict:
+    """The ``[cluster]`` of ``design`` at ``counts``. ``router``: the shared design's, a name or a
+    table; a table's ``refresh_s`` (docs/distributed.md) applies to every design's router."""
     if design == "shared":
         return {"replicas": counts[0], "router": router or "least_outstanding"}
     return {"groups": [{"name": d.name, "replicas": k, "classes": list(d.classes)} for d, k in zip(dims, counts)],
-            "router": "class_aware"}
+            "router": _refreshed("class_aware", router)}
+
+
+def _refreshed(name: str, router: str | dict | None) -> str | dict:
+    """Router ``name``, with the ``refresh_s`` of ``router`` when it is a table that has one."""
+    refresh = router.get("refresh_s") if isinstance(router, dict) else None
+    return name if refresh is None else {"name": name, "refresh_s": refresh}
 
 
 # ---- one point -----------------------------------------------------------------------------------
@@ -130,14 +138,17 @@ def _only(wl, classes: list[str]):
 
 
 def evaluate(base, cluster: dict, load_scale: float, slos: dict,
-             dims: list[list[str]] | None = None, part: list[str] | None = None) -> dict:
+             dims: list[list[str]] | None = None, part: list[str] | None = None,
+             distributed: dict | None = None) -> dict:
     """Simulate the validated scenario ``base`` (a :class:`sim.config.Scenario`) with the
     ``[cluster]`` table ``cluster``; the SLO verdict and headline numbers.
 
     With ``dims`` (the classes of each searched dimension) the simulation stops as soon as the
     verdict of every dimension is certain to be a miss (:class:`SloWatch`); the point then has
     ``stopped_at_s`` and, for the classes that lost, ``slo_ratio`` is a lower bound. With
-    ``part`` (classes) only those classes' requests are served (one partition, alone)."""
+    ``part`` (classes) only those classes' requests are served (one partition, alone).
+    ``distributed``: ``backend``, ``workers``, ``address`` of a windowed run (the router has
+    ``refresh_s``; docs/distributed.md), each probe spread over those workers."""
     from sim.cluster import simulate_cluster
     from sim.config import with_cluster
 
@@ -153,7 +164,8 @@ def evaluate(base, cluster: dict, load_scale: float, slos: dict,
         totals = {str(k): int(v) for k, v in wl.open["cls"].value_counts().items()}
         watch = SloWatch(slos, totals, dims)
     try:
-        res = simulate_cluster(sc, load_scale=load_scale, per_replica=False, workload=wl, on_end=watch)
+        res = simulate_cluster(sc, load_scale=load_scale, per_replica=False, workload=wl, on_end=watch,
+                               **(distributed or {}))
     except ProbeLost:
         assert watch is not None
         classes = {c: {"ok": False if c in watch.lost else None, "arrived": None, "finished": None,
@@ -257,11 +269,11 @@ def _worst(point: dict) -> float:
     return max((m["slo_ratio"] for m in point["classes"].values() if m["slo_ratio"] is not None), default=0.0)
 
 
-def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = None, max_replicas: int = 64,
+def capacity_search(sc, designs: list[str], slos: dict, *, router: str | dict | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
                     early_stop: bool = True, progress: bool | None = False,
                     apart: bool | None = None, out_dir: str | Path | None = None,
-                    finish=None) -> CapacityReport:
+                    finish=None, distributed: dict | None = None) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
     ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
@@ -271,24 +283,31 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | None = 
     kept in ``out_dir/probes`` as it finishes, and a probe found there is not simulated again, so
     a search that was killed resumes where it stopped. ``finish``: called with the report while
     that lock is still held (the CLI writes ``capacity.json`` and the figure there, so that a
-    second search waiting on the lock writes its own after them, never before)."""
+    second search waiting on the lock writes its own after them, never before). ``distributed``:
+    each probe a windowed run over these workers (:func:`evaluate`); the probes then run one
+    at a time."""
     if out_dir is None:
         return _search(sc, designs, slos, None, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                       workers=workers, log=log, early_stop=early_stop, progress=progress, apart=apart)
+                       workers=workers, log=log, early_stop=early_stop, progress=progress, apart=apart,
+                       distributed=distributed)
     with locked(Path(out_dir), "capacity") as out:
         rep = _search(sc, designs, slos, out / "probes", router=router, max_replicas=max_replicas,
                       load_scale=load_scale, workers=workers, log=log, early_stop=early_stop, progress=progress,
-                      apart=apart)
+                      apart=apart, distributed=distributed)
         if finish is not None:
             finish(rep)
         return rep
 
 
 def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, max_replicas: int,
-            load_scale: float, workers: int | None, log, early_stop: bool, progress, apart) -> CapacityReport:
+            load_scale: float, workers: int | None, log, early_stop: bool, progress, apart,
+            distributed: dict | None = None) -> CapacityReport:
+    if distributed:
+        workers = 1  # (each probe uses the workers itself)
     search = _Search(sc, designs, slos, router=router, max_replicas=max_replicas, load_scale=load_scale,
                      workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart,
                      probes=probes)
+    search.distributed = distributed
     t0 = time.perf_counter()
     with search.running(progress):
         while search.probe_round():
@@ -319,6 +338,7 @@ class _Search:
         self.pool = None
         self.bar = None
         self.probes = probes
+        self.distributed: dict | None = None  # (set by _search: evaluate's)
         # what every probe's outcome depends on besides its own cluster (its file name's key)
         self.base_key = json.dumps(sc.to_dict(), sort_keys=True, default=str) if probes is not None else ""
 
@@ -340,10 +360,12 @@ class _Search:
         if None in c:  # one partition alone (the other counts None): its classes' requests only
             j = next(i for i, k in enumerate(c) if k is not None)
             x = self.state[d][j]
-            return (self.base, {"replicas": c[j], "router": "least_outstanding"},
-                    self.load_scale, self.slos, [x.classes] if self.early_stop else None, x.classes)
+            return (self.base, {"replicas": c[j], "router": _refreshed("least_outstanding", self.router)},
+                    self.load_scale, self.slos, [x.classes] if self.early_stop else None, x.classes,
+                    self.distributed)
         return (self.base, design_cluster(d, self.state[d], list(c), self.router),
-                self.load_scale, self.slos, [x.classes for x in self.state[d]] if self.early_stop else None)
+                self.load_scale, self.slos, [x.classes for x in self.state[d]] if self.early_stop else None, None,
+                self.distributed)
 
     def run_all(self, jobs: list[tuple[str, tuple]]) -> None:
         """Simulate the points not simulated yet (in parallel when there are workers)."""
@@ -367,7 +389,8 @@ class _Search:
     def probe_file(self, d: str, c: tuple) -> Path:
         """Where the outcome of design ``d`` at counts ``c`` is kept: named by everything that
         decides it (the scenario, the cluster, the load, the SLOs, early stopping)."""
-        _, cluster, load, slos, watch, *only = self.task(d, c)
+        _, cluster, load, slos, watch, part, _ = self.task(d, c)
+        only = [] if part is None else [part]  # (where the probe runs decides nothing)
         key = self.base_key + json.dumps([cluster, load, slos, watch, only], sort_keys=True, default=str)
         return self.probes / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.json"
 

@@ -31,7 +31,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pandas as pd
 
-from sim.experiments.capacity import _eval_task, _only, _workload, design_cluster, design_dims, partitions_apart
+from sim.experiments.capacity import (_eval_task, _only, _refreshed, _workload, design_cluster, design_dims,
+                                      partitions_apart)
 
 #: a curve whose worst ratio moves less than this share of its value is flat in the replica count
 FLAT = 0.10
@@ -93,8 +94,8 @@ class _Dims:
         ``d`` at ``k`` replicas, simulated to its end."""
         dims = self.dims(d)
         if d == "partitioned" and self.apart:
-            return (self.sc, {"replicas": k, "router": "least_outstanding"}, self.load_scale, self.slos, None,
-                    dims[j].classes)
+            return (self.sc, {"replicas": k, "router": _refreshed("least_outstanding", self.router)}, self.load_scale,
+                    self.slos, None, dims[j].classes)
         counts = self.answer(d) or [self.max_replicas] * len(dims)
         counts[j] = k
         return (self.sc, design_cluster(d, dims, counts, self.router), self.load_scale, self.slos, None)
@@ -117,7 +118,7 @@ def _curve(rep, d: str, j: int, names: list[str], slos: dict, extra: dict[int, d
     return dict(sorted(out.items()))
 
 
-def explain_capacity(rep, sc, slos: dict, *, router: str | None = None, load_scale: float = 1.0,
+def explain_capacity(rep, sc, slos: dict, *, router: str | dict | None = None, load_scale: float = 1.0,
                      max_replicas: int = 64, workers: int | None = None, apart: bool | None = None,
                      trace: bool = True) -> dict:
     """Per design: per dimension the margin, the binding limit and the curve; the warnings (see

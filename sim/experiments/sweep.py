@@ -43,6 +43,7 @@ from plumbing.numbers import in_range
 from sim.config import apply_override
 from sim.outdir import write_file
 from sim.progress import progress_bar
+from sim.rayenv import ray_runtime_env  # (re-exported: the tests and users start Ray with it)
 from sim import jsonout
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -452,11 +453,6 @@ def _run_local(todo, runs_dir, bd, source, trace_iterations, workers, record) ->
         gc.unfreeze()
 
 
-def ray_runtime_env() -> dict:
-    """Ship the project's code (not results, notebooks or git history) to Ray workers."""
-    return {"working_dir": str(PROJECT_ROOT),
-            "excludes": ["/.git", "/results", "/notebooks", "/docs", "/benchmarks", "/tests",
-                         "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis", "/.venv", "*.egg-info"]}
 
 
 def _run_ray(todo, runs_dir, bd, source, trace_iterations, address, record) -> None:
