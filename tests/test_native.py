@@ -35,8 +35,8 @@ assert Path(native.__file__).resolve().parents[1] == Path.cwd().resolve(), nativ
 out = Path(sys.argv[1])
 cases = {}
 for p in sorted(Path("workloads/scenarios").glob("*.toml")):
-    cases[p.stem] = load_scenario(str(p), overrides=["horizon_s=30.0"])  # traces: the copy's bundled data
-cases["cluster"] = load_scenario("diurnal_two_class", overrides=["horizon_s=30.0", "cluster={replicas=3}"])
+    cases[p.stem] = load_scenario(str(p), overrides=["horizon_s=15.0"])  # traces: the copy's bundled data
+cases["cluster"] = load_scenario("diurnal_two_class", overrides=["horizon_s=15.0", "cluster={replicas=3}"])
 for mode in ("recompute", "swap", "auto", "off"):
     d = scenario(800, load=0.9)
     d["engine"].update(preemption=mode, swap_blocks=4000, kv_blocks=6000)
