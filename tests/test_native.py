@@ -72,7 +72,7 @@ def test_compiled_build_gives_identical_results(tmp_path):
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         return done.stdout
 
-    # the C compiler's -O0: the same code mypyc generates, compiled in a fifth of -O3's time
+    # the C compiler's -O0: the same code mypyc generates, without the optimiser's share of the build
     run("-c", "from sim import native; native.build(opt_level='0')")
     assert run("-c", "from sim import native; print(native.BUILD)").strip() == "mypyc"
 
