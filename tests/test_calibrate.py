@@ -19,10 +19,6 @@ from calibrate.roofline import ASSUMPTIONS, DEVICES, roofline_profile, write_roo
 from calibrate.shapes import get_shape  # noqa: E402
 from sim.core.costs import load_profile, profile_from_dict  # noqa: E402
 
-# one worker runs this module (pytest -n auto --dist loadgroup): its module-scoped fixture is
-# then built once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_calibrate")
-
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "sim" / "core" / "profiles").glob("*.json"))
 

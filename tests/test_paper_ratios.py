@@ -9,10 +9,6 @@ import pytest
 from scripts import paper_ratios
 from scripts.stamp import is_stamp
 
-# one worker runs this module (pytest -n auto --dist loadgroup): its module-scoped fixture is
-# then built once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_paper_ratios")
-
 
 @pytest.fixture(scope="module")
 def sim():

@@ -21,10 +21,6 @@ from sim.experiments.report.run import binned, cdf_points  # noqa: E402
 from sim.outdir import MARKER, claim, marker  # noqa: E402
 from tests.report_folders import cli, make_folders  # noqa: E402
 
-# one worker runs this module (pytest -n auto --dist loadgroup): its module-scoped fixture is
-# then built once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_report")
-
 KINDS = ["run", "sweep", "capacity", "tune"]
 
 

@@ -16,10 +16,6 @@ ray = pytest.importorskip("ray")
 from sim import load_scenario  # noqa: E402
 from sim.experiments.sweep import expand_grid, ray_runtime_env, run_sweep  # noqa: E402
 
-# one worker runs this module (pytest -n auto --dist loadgroup): its module-scoped fixture is
-# then built once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_sweep_ray")
-
 
 @pytest.fixture(scope="module")
 def local_ray():
