@@ -56,7 +56,17 @@ SHARED_LIB = GROUP + "__mypyc"
 #: What ``python -m mypyc MODULES`` runs (build/setup.py, build_ext --inplace), with GROUP.
 SETUP = """from setuptools import setup
 from mypyc.build import mypycify
-setup(name="priosim_native", ext_modules=mypycify({modules!r}, group_name={group!r}, opt_level={opt_level!r}, debug_level="1"))
+setup(name="priosim_native", ext_modules=mypycify(["--config-file", {config!r}, *{modules!r}], group_name={group!r},
+                                                  opt_level={opt_level!r}, debug_level="1"))
+"""
+
+#: mypy's settings for the build (build/mypy.ini): packages the compiled modules reach only through
+#: imports of modules that are not compiled (the cluster's Ray executor) are not analysed, which
+#: would take mypyc minutes (ray's own annotations), for types it does not use
+MYPY_INI = """[mypy]
+
+[mypy-ray,ray.*,torch,torch.*,optuna,optuna.*]
+follow_imports = skip
 """
 
 BUILD = "python"  # set by select(): "mypyc" or "python"
@@ -179,7 +189,10 @@ def build(opt_level: str = "3") -> None:
     record = {rel: _sha256(rel) for rel in MODULES}  # (before compiling: an edit during it is stale)
     setup = ROOT / "build" / "setup.py"
     setup.parent.mkdir(exist_ok=True)
-    setup.write_text(SETUP.format(modules=list(MODULES), group=GROUP, opt_level=opt_level))
+    config = setup.parent / "mypy.ini"
+    config.write_text(MYPY_INI)
+    setup.write_text(SETUP.format(modules=list(MODULES), group=GROUP, opt_level=opt_level,
+                                  config=str(config.relative_to(ROOT))))
     mypyc_home = Path(importlib.util.find_spec("mypyc").origin).parent.parent  # type: ignore[arg-type,union-attr]
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(mypyc_home), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(setup.relative_to(ROOT)), "build_ext", "--inplace"], cwd=ROOT,

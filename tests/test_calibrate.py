@@ -255,12 +255,28 @@ def test_swap_fit_is_latency_plus_per_block():
 
 # ---- a measured profile ---------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+@pytest.fixture(scope="session")
+def measured(tmp_path_factory, worker_id):
+    """The quick grid measured on this CPU once per test run: under pytest-xdist the workers
+    share one measurement through the run's common temporary folder (the first to take the
+    lock measures; pytest-xdist's own recipe for a session fixture made once)."""
+    import fcntl
+
     from calibrate.measure import calibrate_profile
-    path = tmp_path_factory.mktemp("cal") / "cpu-tiny.json"
-    doc = calibrate_profile("cpu", "tiny", None, "quick", path, progress=False)
-    return path, doc
+
+    def measure(folder: Path) -> tuple[Path, dict]:
+        path, saved = folder / "cpu-tiny.json", folder / "cpu-tiny.doc.json"
+        if not saved.exists():
+            doc = calibrate_profile("cpu", "tiny", None, "quick", path, progress=False)
+            saved.write_text(json.dumps(doc))
+        return path, json.loads(saved.read_text())
+
+    if worker_id == "master":  # (not under xdist)
+        return measure(tmp_path_factory.mktemp("cal"))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's, common to its workers
+    with open(shared / "cpu-tiny.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return measure(shared)
 
 
 def test_written_profile_has_the_schema_and_prices_a_step(measured):
