@@ -40,7 +40,8 @@ from pathlib import Path
 #: The modules compiled (relative to the project root): the per-step and per-request paths.
 MODULES = ("sim/core/apply.py", "sim/core/binding.py", "sim/core/cohort.py", "sim/core/columns.py",
            "sim/core/costs.py", "sim/core/engine.py", "sim/core/fastforward.py", "sim/core/kvpool.py",
-           "sim/core/limits.py", "sim/core/loop.py", "sim/core/observe.py", "sim/core/plan.py", "sim/core/planner.py",
+           "sim/core/limits.py", "sim/core/loop.py", "sim/core/observe.py", "sim/core/parts.py", "sim/core/plan.py",
+           "sim/core/planner.py",
            "sim/core/preemption.py", "sim/core/prefix_cache.py", "sim/core/queues.py", "sim/core/request.py",
            "sim/core/simpy_adapter.py", "sim/core/source.py", "sim/core/speculation.py", "sim/core/stepper.py",
            "sim/core/telemetry.py", "sim/cluster/replicas.py")

@@ -22,7 +22,6 @@ updates every request every step instead (same results, asserted by the tests).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import simpy
@@ -36,6 +35,7 @@ from sim.core.costs import NEVER, NS, CostModel
 from sim.core.errors import ScenarioError
 from sim.core.kvpool import KVPool
 from sim.core.limits import StepLimits
+from sim.core.parts import EngineParts
 from sim.core.plan import StepPlan, StepShape
 from sim.core.preemption import make_mode, make_waiting_rule
 from sim.core.queues import Queues
@@ -68,7 +68,7 @@ def change_ns(t: Any, now_ns: int, policy: Any) -> int:
                         f"{t!r}: expected None (no change declared) or a time in seconds >= 0 (NaN is not a time)")
 
 
-class Engine:
+class Engine(EngineParts):
     """A replica's scheduler and executor; :func:`sim.core.loop.replica_loop` drives it.
 
     Args:
@@ -138,9 +138,6 @@ class Engine:
         # set by the runner when a finish can create no new arrival (no closed-loop users)
         self.through_finishes = False
         self.gate_view = GateView(self) if gate is not None else None
-
-    #: set by the runner for closed-loop users: called with (request, end time in ns)
-    on_request_end: Callable[[Request, int], None] | None = None
 
     # ---- ranking ---------------------------------------------------------------------------
     def push_waiting(self, req: Request, now_ns: int) -> None:
@@ -265,6 +262,7 @@ class Engine:
 
     def trace_run(self, plan: StepPlan, start_ns: int, durations: list[int]) -> None:
         """Append the run's rows to the iteration trace (after ``iterations`` counted it)."""
+        assert self.trace is not None  # (called only when tracing)
         self.trace.extend(observe.trace_rows(plan, self.iterations - len(durations), start_ns, durations))
 
     # ---- the end, and checks -----------------------------------------------------------------
