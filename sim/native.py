@@ -41,10 +41,9 @@ from pathlib import Path
 MODULES = ("sim/core/apply.py", "sim/core/binding.py", "sim/core/cohort.py", "sim/core/columns.py",
            "sim/core/costs.py", "sim/core/engine.py", "sim/core/fastforward.py", "sim/core/kvpool.py",
            "sim/core/limits.py", "sim/core/loop.py", "sim/core/observe.py", "sim/core/parts.py", "sim/core/plan.py",
-           "sim/core/planner.py",
-           "sim/core/preemption.py", "sim/core/prefix_cache.py", "sim/core/queues.py", "sim/core/request.py",
-           "sim/core/simpy_adapter.py", "sim/core/source.py", "sim/core/speculation.py", "sim/core/stepper.py",
-           "sim/core/telemetry.py", "sim/cluster/replicas.py")
+           "sim/core/planner.py", "sim/core/preemption.py", "sim/core/prefix_cache.py", "sim/core/queues.py",
+           "sim/core/request.py", "sim/core/simpy_adapter.py", "sim/core/source.py", "sim/core/speculation.py",
+           "sim/core/stepper.py", "sim/core/telemetry.py", "sim/cluster/replicas.py")
 
 ROOT = Path(__file__).resolve().parent.parent  # (this module itself is never compiled)
 BUILD_RECORD = ROOT / "sim" / "native_build.json"  # module -> sha256 of the source compiled
