@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, model_validator
 
 from sim.core.errors import ScenarioError, error_message
+from sim.link import LINK_PRESETS
 from sim.routers import make_router
 from plumbing.numbers import in_range
 from sim.schema import FieldError, Table, checked, format_error, number, one_of
@@ -147,6 +148,27 @@ class GroupConfig(Table):
         None, description="the group's autoscaler (default: the cluster's autoscale); replicas is the count at the start")
     gpu_hour_usd: Annotated[int | float, number(minimum=0, note=" (dollars per GPU-hour)")] | None = Field(
         None, description="price of one GPU-hour on this group's replicas, $ (default: the cluster's gpu_hour_usd)")
+    role: Annotated[str, one_of("both", "prefill", "decode")] = Field(
+        "both", description="'both' (co-located), or 'prefill' / 'decode' replicas of a disaggregated "
+                            "cluster (docs/disaggregation.md)")
+
+
+class LinkConfig(Table):
+    """The link a disaggregated cluster copies KV over (:mod:`sim.link`): a preset's
+    figures, or your own."""
+
+    preset: Annotated[str, checked(lambda v: v in LINK_PRESETS, f"one of {', '.join(LINK_PRESETS)}")] | None = Field(
+        None, description="start from this preset's figures (default ib-400)")
+    bandwidth_bytes_per_s: Annotated[int | float, number(note=" (bytes per second per GPU)")] | None = Field(
+        None, description="bandwidth per GPU, bytes/s (a tensor-parallel replica's GPUs copy side by side)")
+    latency_s: Annotated[int | float, number(minimum=0, note=" (seconds per transfer)")] | None = Field(
+        None, description="fixed time per transfer, s")
+    pipelined: Annotated[bool, checked(lambda v: isinstance(v, bool), "true or false")] = Field(
+        False, description="copy layer by layer as the prefill computes them (Mooncake, DistServe)")
+
+
+def _link_value(v: Any) -> bool:
+    return (isinstance(v, str) and v in LINK_PRESETS) or isinstance(v, (dict, LinkConfig))
 
 
 def _router_value(v: Any) -> bool:
@@ -168,6 +190,11 @@ class ClusterConfig(Table):
     gpu_hour_usd: Annotated[int | float | dict, checked(
         _price_value, "a number >= 0 (dollars per GPU-hour) or a table of group name or engine.gpu = price")] | None = Field(
         None, description="price of one GPU-hour, $: one number, or a table by group name or engine.gpu")
+    link: Annotated[str | LinkConfig, checked(_link_value, f"a link preset ({', '.join(LINK_PRESETS)}) or a table "
+                                                        f"with bandwidth_bytes_per_s, latency_s, pipelined")] | None = Field(
+        None, description="disaggregated clusters: the link KV is copied over (default ib-400)")
+    decode_router: Annotated[str | dict, checked(_router_value, "a router name or a table with 'name'")] | None = Field(
+        None, description="disaggregated clusters: the router that picks a decode replica (default least_kv)")
 
     @classmethod
     def check_keys(cls, data: dict) -> None:
@@ -190,6 +217,21 @@ class ClusterConfig(Table):
         if self.groups is None:
             return [("default", GroupConfig(replicas=self.replicas))]
         return [(g.name if g.name is not None else f"g{i}", g) for i, g in enumerate(self.groups)]
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether some group is a prefill or decode group."""
+        return any(g.role != "both" for g in self.groups or [])
+
+    @property
+    def decode_router_name(self) -> str:
+        r = self.decode_router
+        return "least_kv" if r is None else (r if isinstance(r, str) else r["name"])
+
+    @property
+    def decode_router_params(self) -> dict:
+        r = self.decode_router
+        return {k: v for k, v in r.items() if k != "name"} if isinstance(r, dict) else {}
 
     @property
     def partitioned(self) -> bool:
@@ -232,6 +274,12 @@ def check_tables(sc) -> None:
         _check_router(sc)
         _check_autoscale(sc)
         _check_prices(sc)
+        if sc.cluster.disaggregated:
+            _check_disaggregated(sc)
+        elif sc.cluster.link is not None or sc.cluster.decode_router is not None:
+            from plumbing.notices import warn
+            warn(f"{sc.source}: cluster.{'link' if sc.cluster.link is not None else 'decode_router'} is set but "
+                 f"no group has role = 'prefill' or 'decode': it does nothing")
 
 
 def group_engine(sc, g: GroupConfig):
@@ -320,18 +368,49 @@ def _check_router(sc) -> None:
     if c.partitioned and not router.class_aware:
         raise ScenarioError(f"{src}: cluster.router: groups list 'classes', which only the class_aware "
                             f"router honours (got {c.router_name!r})")
-    if router.class_aware:
+    if router.class_aware and not c.disaggregated:
         for cname in sc.class_names:
             if not serving_groups(c, cname):
                 raise ScenarioError(f"{src}: cluster.groups: no group serves class {cname!r} (expected a "
                                     f"group listing it in 'classes', or a group without 'classes')")
 
 
-def serving_groups(c: ClusterConfig, cls: str) -> list[int]:
-    """Groups that serve ``cls`` under static partitioning: those listing it, else the catch-alls."""
+def serving_groups(c: ClusterConfig, cls: str, roles: tuple[str, ...] = ("both", "prefill", "decode")) -> list[int]:
+    """Groups (of the given ``roles``) that serve ``cls`` under static partitioning: those listing
+    it, else the catch-alls."""
+    groups = [(i, g) for i, (_, g) in enumerate(c.group_list()) if g.role in roles]
+    listed = [i for i, g in groups if g.classes is not None and cls in g.classes]
+    return listed or [i for i, g in groups if g.classes is None]
+
+
+#: a disaggregated cluster's first stop for a request (a prefill or co-located group), and its decode side
+FRONT_ROLES, DECODE_ROLES = ("both", "prefill"), ("decode",)
+
+
+def _check_disaggregated(sc) -> None:
+    """A disaggregated cluster's layout: every class has a first stop, a class whose first stop
+    may be a prefill group has a decode group, the decode router exists, and nothing that does
+    not work with disaggregation yet is asked for."""
+    src, c = sc.source, sc.cluster
     groups = [g for _, g in c.group_list()]
-    listed = [i for i, g in enumerate(groups) if g.classes is not None and cls in g.classes]
-    return listed or [i for i, g in enumerate(groups) if g.classes is None]
+    for cname in sc.class_names:
+        front = serving_groups(c, cname, FRONT_ROLES)
+        if not front:
+            raise ScenarioError(f"{src}: cluster.groups: no prefill or co-located group serves class {cname!r} "
+                                f"(expected a group with role = 'prefill' or 'both' for it)")
+        if any(groups[i].role == "prefill" for i in front) and not serving_groups(c, cname, DECODE_ROLES):
+            raise ScenarioError(f"{src}: cluster.groups: class {cname!r} is prefilled by a prefill group but no "
+                                f"decode group serves it (expected a group with role = 'decode' for it)")
+    if c.refresh_s is not None:
+        raise ScenarioError(f"{src}: cluster.router.refresh_s: not available with prefill and decode groups yet "
+                            f"(expected no refresh_s; docs/disaggregation.md)")
+    if c.autoscale is not None or any(g.autoscale is not None for g in groups):
+        raise ScenarioError(f"{src}: cluster.autoscale: not available with prefill and decode groups yet "
+                            f"(expected no 'autoscale'; docs/disaggregation.md)")
+    try:
+        make_router(c.decode_router_name, **c.decode_router_params)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ScenarioError(f"{src}: cluster.decode_router: {error_message(exc)}") from None
 
 
 def group_autoscale(c: ClusterConfig, g: GroupConfig) -> AutoscaleConfig | None:

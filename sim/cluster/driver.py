@@ -12,14 +12,18 @@ from pathlib import Path
 
 from sim.assembly import Setup, build_engine, prepare, quiet_gc, seed_for
 from sim.cluster.autoscale import Fleet
+from sim.cluster.disagg import DECODE, PREFILL, DisaggCluster, PDReplica
 from sim.cluster.replicas import Replica, _Cluster
-from sim.cluster.results import ClusterResults, cluster_results
+from sim.cluster.results import ClusterResults, cluster_results, disagg_results
 from sim.routers import make_router
 from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
 from sim.core.costs import load_profile
 from sim.core.errors import ScenarioError
-from sim.tables import serving_groups
+from sim.core.preemption import PREEMPTION_MODES
+from sim.core.telemetry import Telemetry
+from sim.link import Links
+from sim.tables import DECODE_ROLES, FRONT_ROLES, serving_groups
 
 
 def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, progress: bool | None = False,
@@ -40,6 +44,11 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     """
     sc = scenario
     spec = parse_cluster(sc)
+    if spec.disaggregated:
+        return _simulate_disaggregated(sc, spec, load_scale=load_scale, lenient=lenient, workload=workload,
+                                       progress=progress, per_replica=per_replica, trace_iterations=trace_iterations,
+                                       check_invariants=check_invariants, on_end=on_end, backend=backend,
+                                       workers=workers)
     # the front end (latency, serial work per request) is the first group's engine overhead's
     setup = prepare(sc, spec.groups[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
                     progress=progress, desc=f"{sc.name} x{spec.n_replicas}", frontends=spec.n_replicas)
@@ -94,6 +103,95 @@ def _simulate_windowed(sc: Scenario, spec: ClusterSpec, setup: Setup, *, per_rep
         return simulate_windows(sc, spec, setup, ex, per_replica=per_replica, trace_iterations=trace_iterations)
     finally:
         ex.close()
+
+
+def _simulate_disaggregated(sc: Scenario, spec: ClusterSpec, *, load_scale: float, lenient: bool, workload,
+                            progress, per_replica: bool, trace_iterations: bool, check_invariants: bool, on_end,
+                            backend: str, workers: int) -> ClusterResults:
+    """A cluster with prefill and decode groups (:mod:`sim.cluster.disagg`)."""
+    if backend != "local" or workers != 1:
+        raise ScenarioError(f"{sc.source}: cluster.groups: a run on {workers} workers ({backend}) is not available "
+                            f"with prefill and decode groups yet (docs/disaggregation.md)")
+    front = [g for g in spec.groups if g.role != DECODE]
+    # the front end (latency, serial work per request) is the first prefill or co-located group's
+    setup = prepare(sc, front[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
+                    progress=progress, desc=f"{sc.name} x{spec.n_replicas}",
+                    frontends=sum(g.replicas for g in front))
+    if setup.closed_loop:
+        raise ScenarioError(f"{sc.source}: streams: closed-loop users are not available with prefill and decode "
+                            f"groups yet (expected open arrivals; docs/disaggregation.md)")
+    router = make_router(spec.router, **spec.router_params)
+    router.bind(spec.slots, seed_for(sc.seed, "router"))
+    decode_router = make_router(spec.decode_router, **spec.decode_router_params)
+    decode_router.bind(spec.slots, seed_for(sc.seed, "decode_router"))
+    assert spec.link is not None  # (a disaggregated spec has one)
+    front_tel = Telemetry(sc.class_names, setup.interval_ns, setup.costs, sc.engine.block_size)
+    cl = DisaggCluster(setup.env, setup.source, router, decode_router, Links(spec.link, spec.slots), setup.stop_ns,
+                       sc.classes, front_tel)
+    cl.on_end = on_end
+    group_sc = _add_pd_replicas(sc, spec, setup, cl, trace_iterations)
+    cl.start()
+    for rep in cl.replicas:
+        setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))
+    end_ns = setup.run()
+    with quiet_gc():
+        cl.close(end_ns)
+        facts = {**setup.timing(), "workload": setup.workload.meta}
+        return disagg_results(sc, spec, cl, group_sc, end_ns, setup.interval_ns, facts, per_replica=per_replica,
+                              trace_iterations=trace_iterations)
+
+
+def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCluster,
+                     trace_iterations: bool) -> dict[str, Scenario]:
+    """Build every group's replicas into ``cl`` with their roles, and each class's first stops
+    and decode replicas; returns each group's scenario."""
+    group_sc: dict[str, Scenario] = {}
+    priced = {_pricing(spec.groups[0].engine): load_profile(
+        spec.groups[0].engine.profile, Path(sc.base_dir), overhead=spec.groups[0].engine.overhead,
+        host_cpu=spec.groups[0].engine.host_cpu, entrypoint=spec.groups[0].engine.entrypoint,
+        scale=spec.groups[0].engine.cost_scale)}
+    role_of: list[str] = []
+    group_of: list[int] = []
+    for gi, g in enumerate(spec.groups):
+        scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": None})
+        group_sc[g.name] = scg
+        key = _pricing(g.engine)
+        if key not in priced:
+            priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead,
+                                       host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint,
+                                       scale=g.engine.cost_scale)
+        costs = priced[key]
+        if g.role == PREFILL and not cl.bytes_per_token:
+            if costs.shape is None:
+                raise ScenarioError(f"{sc.source}: cluster.groups: profile {g.engine.profile!r} does not give the "
+                                    f"model's shape, so its KV bytes per token (for the copy to the decode side) "
+                                    f"are unknown (expected a profile with a 'model' table)")
+            cl.bytes_per_token = costs.shape.kv_bytes_per_token
+            cl.layers = costs.shape.layers
+        for _ in range(g.replicas):
+            i = len(cl.replicas)
+            trace = [] if trace_iterations else None
+            eng = build_engine(scg, setup.env, costs, trace=trace, seed_tag=f"/replica{i}")
+            if g.role == PREFILL:
+                eng.keeps_kv = True
+                eng.on_request_end = cl.on_leg_end
+            else:
+                eng.on_request_end = cl.on_request_end
+            if g.role == DECODE and PREEMPTION_MODES.resolve(g.engine.preemption).name != "swap":
+                eng.on_recompute = cl.on_recompute
+                cl.victims_to_prefill = True
+            rep = PDReplica(i, g.name, g.role, g.gpus, eng, cl, trace)
+            cl.replicas.append(rep)
+            (cl.prefills if g.role == PREFILL else cl.decodes if g.role == DECODE else []).append(rep)
+            role_of.append(g.role)
+            group_of.append(gi)
+    c = sc.cluster
+    for cname in sc.class_names:
+        fronts = set(serving_groups(c, cname, FRONT_ROLES))
+        decodes = set(serving_groups(c, cname, DECODE_ROLES))
+        cl.prefill_cands.append([r for r, gi in zip(cl.replicas, group_of) if gi in fronts])
+        cl.decode_cands.append([r for r, gi in zip(cl.replicas, group_of) if gi in decodes])
+    return group_sc
 
 
 def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,

@@ -218,3 +218,99 @@ def _layout(spec: ClusterSpec, replicas: list, infos: list[dict], rep_res: list,
                 row[f"ttft_p99_s[{cname}]"] = m["ttft_p99_s"]
         layout["replicas"].append(row)
     return layout
+
+
+# ---- a disaggregated cluster ------------------------------------------------------------------------
+#: the per-request phases of a disaggregated request's first token (seconds), after its TTFT
+PD_COLUMNS = ("prefill_queue_s", "prefill_s", "decode_wait_s", "transfer_s", "decode_join_s")
+
+
+def disagg_results(sc: Scenario, spec: ClusterSpec, cl, group_sc: dict[str, Scenario], end_ns: int,
+                   interval_ns: int, facts: dict, *, per_replica: bool = True,
+                   trace_iterations: bool = False) -> ClusterResults:
+    """The results of a finished disaggregated run (:class:`sim.cluster.disagg.DisaggCluster`
+    ``cl``): the request table holds every request once, as it ended (decode and co-located
+    replicas, and the requests that ended elsewhere: refused at arrival, or still prefilling or
+    on their way at the horizon), with its replica, group and the phases of its first token
+    (:data:`PD_COLUMNS`, NaN for a co-located request; ``prefill_passes``: prefills it took,
+    more than one after decode-side recompute); each prefill replica's own Results hold its
+    prefill legs (one output token each). ``summary_dict["cluster"]["disaggregation"]``: GPUs
+    per role, the link's totals and each class's phase statistics."""
+    replicas = cl.replicas
+    infos = [engine_run_info(rep.engine, end_ns, reports=per_replica) for rep in replicas]
+    b = _Builder(sc, interval_ns, facts)
+    rep_res = [_replica_result(b, group_sc[rep.group], rep, info)
+               for rep, info in zip(replicas, infos)] if per_replica else []
+    grp_res = _group_results(b, spec, replicas, infos, group_sc, end_ns) if per_replica else {}
+    owners = [r for r in replicas if r.role != "prefill"]
+    costs = owners[0].engine.costs
+    tel = Telemetry.merged([r.engine.tel for r in owners] + [cl.front_tel], sc.class_names, interval_ns, costs,
+                           sc.engine.block_size)
+    comb = Results.build(sc, costs, tel, {**_sum_info(infos, end_ns), **facts}, None)
+    req = comb.requests
+    ids = req["request_id"].to_numpy()
+    replica = _replica_of(ids, cl.assign)
+    req.insert(1, "replica", replica)
+    req.insert(2, "group", _strings([r.group for r in replicas], replica) if len(replica) else [])
+    _add_phases(req, cl.phases)
+    if per_replica and trace_iterations:
+        its = [r.iterations for r in rep_res if r.iterations is not None]
+        comb.iterations = pd.concat(its, ignore_index=True) if its else None
+    layout = _layout(spec, replicas, infos, rep_res, grp_res, end_ns, per_replica)
+    for g in spec.groups:
+        layout["groups"][g.name]["role"] = g.role
+    for row, rep in zip(layout["replicas"], replicas):
+        row["role"] = rep.role
+    layout["router_report"] = cl.router.report()
+    layout["disaggregation"] = _pd_report(sc, spec, cl, req, end_ns)
+    comb.summary_dict["cluster"] = layout
+    comb.summary_dict["cost"] = cost_report(spec, _whole_run(replicas, end_ns), end_ns, req, sc.class_names)
+    comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas,
+                                "decode_router": spec.decode_router, "link": spec.link.name if spec.link else None}
+    return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
+                          comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
+
+
+def _add_phases(req: pd.DataFrame, phases: dict[int, list[int]]) -> None:
+    """Each request's first-token phases (s) from the cluster's clocks ``phases`` (request id ->
+    [prefill start, prefill end, copy reserved, landed, prefill passes] ns; -1: did not happen)."""
+    n = len(req)
+    cols = {c: np.full(n, np.nan) for c in PD_COLUMNS}
+    passes = np.zeros(n, dtype=np.int64)
+    if n and phases:
+        pos = {int(i): k for k, i in enumerate(req["request_id"].to_numpy().tolist())}
+        first = req["first_token_s"].to_numpy()
+        arrival = req["arrival_s"].to_numpy()
+        for rid, (p0, p1, res, land, n_pass) in phases.items():
+            k = pos.get(rid)
+            if k is None:
+                continue
+            passes[k] = n_pass
+            clocks = [arrival[k], p0 / NS if p0 >= 0 else np.nan, p1 / NS if p1 >= 0 else np.nan,
+                      res / NS if res >= 0 else np.nan, land / NS if land >= 0 else np.nan,
+                      first[k] if land >= 0 else np.nan]
+            for j, c in enumerate(PD_COLUMNS):
+                cols[c][k] = clocks[j + 1] - clocks[j]
+    for c in PD_COLUMNS:
+        req[c] = cols[c]
+    req["prefill_passes"] = passes
+
+
+def _pd_report(sc: Scenario, spec: ClusterSpec, cl, req: pd.DataFrame, end_ns: int) -> dict:
+    """GPUs per role, the link, and per class the mean, p50 and p99 of each first-token phase
+    over the requests that reached their first token through a prefill replica."""
+    classes = {}
+    started = req[req["decode_join_s"].notna()]
+    for cname in sc.class_names:
+        part = started[started["class"] == cname]
+        entry: dict = {"requests": int(len(part)), "prefill_passes_mean": (
+            float(req.loc[req["class"] == cname, "prefill_passes"].mean()) if (req["class"] == cname).any() else None)}
+        for c in PD_COLUMNS:
+            v = part[c].to_numpy()
+            entry[c.replace("_s", "_mean_s")] = float(v.mean()) if len(v) else None
+            entry[c.replace("_s", "_p50_s")] = float(np.quantile(v, 0.5)) if len(v) else None
+            entry[c.replace("_s", "_p99_s")] = float(np.quantile(v, 0.99)) if len(v) else None
+        classes[cname] = entry
+    return {"gpus_by_role": spec.gpus_by_role(), "decode_router": spec.decode_router,
+            **cl.links.report(end_ns), "recompute_prefills": cl.recompute_legs,
+            "refused_too_large_for_decode": cl.too_large, "classes": classes}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.core.errors import ScenarioError
+from sim.link import LinkSpec, link_spec
 from sim.tables import AutoscaleConfig, group_autoscale, group_engine, group_policy, group_price
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class GroupSpec:
     gpus: int = 1  # GPUs per replica (for capacity reports)
     autoscale: AutoscaleConfig | None = None  # None: a fixed group of ``replicas``
     gpu_hour_usd: float | None = None  # dollars per GPU-hour (None: no price given)
+    role: str = "both"  # "both" (co-located), "prefill" or "decode" (docs/disaggregation.md)
 
     @property
     def slots(self) -> int:
@@ -32,6 +34,20 @@ class ClusterSpec:
     router: str
     router_params: dict = field(default_factory=dict)
     refresh_s: float | None = None  # the router's snapshot interval (None: it reads every arrival)
+    link: LinkSpec | None = None  # disaggregated: the link KV is copied over
+    decode_router: str = "least_kv"  # disaggregated: picks a decode replica
+    decode_router_params: dict = field(default_factory=dict)
+
+    @property
+    def disaggregated(self) -> bool:
+        return any(g.role != "both" for g in self.groups)
+
+    def gpus_by_role(self) -> dict[str, int]:
+        """GPUs per role (prefill, decode, both), of the replicas at the start."""
+        out: dict[str, int] = {}
+        for g in self.groups:
+            out[g.role] = out.get(g.role, 0) + g.replicas * g.gpus
+        return out
 
     @property
     def n_replicas(self) -> int:
@@ -61,8 +77,10 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
         eng = group_engine(sc, g)
         groups.append(GroupSpec(name, g.replicas, eng, group_policy(sc, g),
                                 tuple(g.classes) if g.classes is not None else None, _gpus(g, eng),
-                                group_autoscale(c, g), group_price(sc, name, g, eng)))
-    return ClusterSpec(tuple(groups), c.router_name, c.router_params, c.refresh_s)
+                                group_autoscale(c, g), group_price(sc, name, g, eng), g.role))
+    link = link_spec(c.link) if c.disaggregated else None
+    return ClusterSpec(tuple(groups), c.router_name, c.router_params, c.refresh_s, link, c.decode_router_name,
+                       c.decode_router_params)
 
 
 def _gpus(g, eng: EngineConfig) -> int:

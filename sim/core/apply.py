@@ -321,7 +321,10 @@ def finish(eng: Engine, r: Request, now_ns: int, in_order: bool = True) -> None:
     eng.queues.remove_running(r)
     if in_order:  # (cohort members are not in the rank order)
         eng.queues.ordered_out(r)
-    eng.pool.release_request(r)
+    if eng.keeps_kv:  # (a prefill replica's: the KV stays until it is sent)
+        eng.held[r.request_id] = r
+    else:
+        eng.pool.release_request(r)
     r.state = FINISHED
     r.finish_ns = now_ns
     now_s = now_ns / NS

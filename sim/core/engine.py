@@ -137,6 +137,7 @@ class Engine(EngineParts):
         self.cohort = DecodeCohort(len(classes), self.bs, self.grows_blocks, class_priority) if lazy else None
         # set by the runner when a finish can create no new arrival (no closed-loop users)
         self.through_finishes = False
+        self.held: dict[int, Request] = {}  # (disaggregated clusters: EngineParts)
         self.gate_view = GateView(self) if gate is not None else None
 
     # ---- ranking ---------------------------------------------------------------------------
@@ -210,6 +211,35 @@ class Engine(EngineParts):
         if self.on_request_end is not None:
             self.on_request_end(req, req.arrival_ns)  # a closed-loop user has its answer
         return False
+
+    def take_landed(self, req: Request, now_ns: int) -> None:
+        """``req``'s KV arrived from a prefill replica into the blocks reserved for it here
+        (it is in ``held``, every token it knows computed): at this step boundary it joins the
+        running set and the token the prefill replica sampled is emitted (its first, or the
+        next after a re-prefill); a request with nothing more to generate finishes at once."""
+        del self.held[req.request_id]
+        q = self.queues
+        req.key = self.policy.key_tuple(req, now_ns / NS)
+        req.generated += 1
+        req.tokens += 1
+        q.take(req)
+        req.state = State.RUNNING
+        req.admitted_s = now_ns / NS
+        q.add_running(req)
+        q.ordered_in(req)
+        ci = req.cls_idx
+        last = req.last_token_ns
+        if last < 0:
+            req.first_token_ns = now_ns
+        else:  # (after a re-prefill: the gap since its last token here)
+            gap = now_ns - last
+            self.tel.itl_scalars[ci].append(gap)
+            if gap > req.max_itl_ns:
+                req.max_itl_ns = gap
+        req.last_token_ns = now_ns
+        self.tel.on_token(now_ns, ci, req.tenant)
+        if req.generated >= req.hidden_output_tokens:
+            _apply.finish(self, req, now_ns)
 
     # ---- a step: plan, price, run length, apply ----------------------------------------------
     def plan(self, now_ns: int) -> StepPlan:

@@ -35,6 +35,10 @@ def check_invariants(eng: Engine) -> None:
             refs[h] = refs.get(h, 0) + 1
         if eng.grows_blocks and r.blocks + r.base_blocks < pool.blocks_for(r.computed):
             raise AssertionError(f"request {r.request_id} holds {r.blocks} blocks for {r.computed} tokens")
+    for r in eng.held.values():  # (disaggregated: KV being sent, or arriving)
+        used[r.cls_idx] += r.blocks
+        for h in r.shared:
+            refs[h] = refs.get(h, 0) + 1
     host = 0
     for _, _, r in q.waiting:
         if r.blocks:

@@ -39,6 +39,12 @@ class EngineParts:
     ``trace`` (iteration rows or None), ``gate`` (admission gate or None), ``next_change_ns``,
     ``through_finishes``, the counters ``iterations`` / ``events`` / ``busy_ns`` /
     ``thrash_ns``, and ``on_request_end``.
+
+    In a disaggregated cluster (:mod:`sim.cluster.disagg`) a replica's KV may be held outside
+    its queues: ``held`` (request id -> request) are requests holding device blocks that are
+    neither waiting nor running (a finished prefill whose KV is still being sent when
+    ``keeps_kv``; a request whose KV is arriving from a prefill replica), and
+    ``on_recompute`` takes a victim preempted by recompute away to be prefilled elsewhere.
     """
 
     queues: Queues
@@ -63,8 +69,14 @@ class EngineParts:
     events: int
     busy_ns: int
     thrash_ns: int
+    held: dict[int, Request]
     #: set by the runner for closed-loop users: called with (request, end time in ns)
     on_request_end: Callable[[Request, int], None] | None = None
+    #: a prefill replica whose finished requests keep their KV blocks (in ``held``) until sent
+    keeps_kv: bool = False
+    #: set by a disaggregated cluster: takes a victim preempted by recompute (request, ns)
+    #: instead of its waiting again here
+    on_recompute: Callable[[Request, int], None] | None = None
 
     def push_waiting(self, req: Request, now_ns: int) -> None:
         """``req`` (new, or preempted) joins the waiting set under the policy's key now."""

@@ -170,7 +170,9 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
     Preconditions: ``v`` is RUNNING. Effects: its blocks are released as the mode says (decided
     while it still counts in the running set); it leaves the running set and this step's plan
     (its tokens return to the budget); it rejoins the waiting set with its progress (if kept) and
-    a preemption counted, recorded by how it was released. The policy is told.
+    a preemption counted, recorded by how it was released. The policy is told. (A victim that
+    recomputes is handed to ``eng.on_recompute`` instead, when set: a disaggregated decode
+    replica's, which sends it back through a prefill replica.)
     """
     how = eng.preemption.release(eng, v, plan)
     eng.queues.remove_running(v)
@@ -180,7 +182,10 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
     plan.preempted += 1
     eng.tel.on_preempt(v, how, now_ns)
     eng.policy.on_preempt(v, now_ns / NS)
-    eng.push_waiting(v, now_ns)
+    if eng.on_recompute is not None and v.state is State.WAITING:
+        eng.on_recompute(v, now_ns)  # (a disaggregated decode replica's: re-prefilled elsewhere)
+    else:
+        eng.push_waiting(v, now_ns)
 
 
 # ---- whom to preempt --------------------------------------------------------------------------

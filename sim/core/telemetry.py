@@ -147,6 +147,13 @@ class Telemetry:
         if len(rows) >= ROW_BLOCK * _WIDTH:
             self._flush_rows()
 
+    def on_token(self, t_ns: int, cls_idx: int, tenant: str) -> None:
+        """One token emitted at ``t_ns`` outside a step (a disaggregated decode replica emits
+        the token a prefill replica sampled when the request's KV lands)."""
+        b = t_ns // self.interval_ns
+        self._tokens_bin[(b, cls_idx)] += 1
+        self._tenant_tokens_bin[(b, tenant)] += 1
+
     def rows_recorded(self) -> int:
         """Requests whose row has been recorded (finished, rejected or ended by the horizon)."""
         return sum(len(t._rows) // _WIDTH + len(t.raw["request_id"]) for t in self.parts or [self])

@@ -1,0 +1,497 @@
+"""A disaggregated cluster: prefill replicas and decode replicas (and co-located ones) on one clock.
+
+A group's ``role`` (docs/disaggregation.md) says what its replicas do: ``"both"`` (the default:
+co-located, as in an ordinary cluster), ``"prefill"`` or ``"decode"``. A request of a class served
+by a prefill group goes:
+
+1. **Prefill.** The router (the cluster's ``router``) sends it to a prefill replica, where it is
+   an ordinary request of one output token (its *prefill leg*: the prompt, or after a decode-side
+   recompute the prompt and every token generated so far), ranked by that replica's policy,
+   chunked under its token budget, gated by its admission gate. Its first token is sampled there;
+   its KV stays in the prefill replica's memory (held, counted, until it has been sent).
+2. **Decode admission.** The decode router (``decode_router``, e.g. ``least_kv``) picks a decode
+   replica; the request waits there, ranked by that replica's policy (class priority first), for
+   blocks for its KV and a running slot (strictly in rank order, above the watermark, as vLLM
+   admits). This is the declared choice of where a request waits when the decode side is full:
+   in the decode replica's queue, its KV held in the prefill replica's memory (vLLM's KV
+   connectors free a prefill's blocks only once the decode side has read them).
+3. **Transfer.** With blocks reserved, its KV is copied over the link (:mod:`sim.link`);
+   the prefill replica frees its blocks when the copy lands.
+4. **Decode.** At the decode replica's first step boundary after the copy lands, the request
+   joins the running batch and the token sampled by the prefill is emitted: that is its first
+   token (TTFT = prefill queue + prefill + decode-admission wait + transfer + the wait for that
+   boundary). It then decodes there, and may be preempted: by swap (its KV to that replica's host
+   memory, as ever), or by recompute, when it goes back through a prefill replica (a new leg of
+   its prompt and generated tokens; counted in ``prefill_passes``) and is transferred again.
+
+Exactness. Every replica is an ordinary :class:`~sim.core.engine.Engine` run by
+:func:`sim.core.loop.replica_loop` and fast-forwarded as far as nothing can reach it. What
+crosses between replicas is a message, delivered at a known instant by one urgent SimPy event
+(before any replica's step boundary at that instant) and taken in by the receiver at its first
+step boundary at or after it: a finished prefill (delivered 1 ns after the prefill's step
+ended, so the order in which same-instant processes run never matters), a copy that lands
+(to the decode replica, and the release of the prefill's blocks to the prefill replica), a
+recompute victim (1 ns after the decode step boundary that preempted it). Each replica's run
+stops at a lower bound of the next message it could receive (:meth:`PDReplica.next_arrival_ns`),
+and everything a router reads (running and waiting counts, KV blocks allocated through the step
+in progress) is the same whether the replicas step one iteration at a time or fast-forward, so
+the two give the same bytes (``tests/test_disagg.py``).
+
+Not yet available with disaggregation (refused in one line): closed-loop users, an autoscaler,
+the router's ``refresh_s`` (windowed or distributed runs).
+"""
+from __future__ import annotations
+
+from collections import deque
+from heapq import heappop, heappush
+from typing import Any, Callable
+
+import simpy
+
+from sim.link import Links
+from sim.core.costs import NEVER
+from sim.core.loop import replica_loop
+from sim.core.request import Request, State
+from sim.core.simpy_adapter import drop_dead_events, trigger, trigger_urgent
+
+PREFILL, DECODE, BOTH = "prefill", "decode", "both"
+ROLES = (BOTH, PREFILL, DECODE)
+
+# message kinds, delivered to a replica's mail (taken in at its next step boundary)
+HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
+
+
+class PDReplica:
+    """One replica of a disaggregated cluster: its engine, role and mail; the per-replica source
+    its ``replica_loop`` reads (``pop_due``, ``next_arrival_ns``, ``wakeup``, ``finished``,
+    ``on_run``); and the view a router reads (:class:`policies.contracts.ReplicaView`)."""
+
+    def __init__(self, index: int, group: str, role: str, gpus: int, engine, cluster: "DisaggCluster",
+                 trace) -> None:
+        self.index = index
+        self.group = group
+        self.role = role
+        self.gpus = gpus
+        self.engine = engine
+        self.cluster = cluster
+        self.trace = trace
+        self.routed = 0
+        self.exited = False
+        self.inbox: deque = deque()  # requests routed here (prefill legs, co-located requests)
+        self.mail: list = []  # delivered messages: (kind, request), in delivery order
+        self.incoming: list[int] = []  # heap: instants of messages posted here, not yet delivered
+        self.pending: list = []  # decode: (key, seq, request) waiting here for blocks and a slot
+        self.unsent: dict[int, Request] = {}  # prefill: finished legs whose copy has not started
+        self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
+        self.idle = False  # asleep with nothing to do (``wakeup``)
+        self._wake: simpy.Event | None = None
+
+    # -- the router's view --
+    @property
+    def running(self) -> int:
+        return len(self.engine.queues.running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self.engine.queues.waiting) + len(self.inbox) + len(self.pending)
+
+    @property
+    def outstanding(self) -> int:
+        # (a decode replica's also: KV on its way here, or landed and not yet taken in)
+        held = len(self.engine.held) if self.role == DECODE else 0
+        return self.running + self.waiting + held + sum(1 for k, _ in self.mail if k == HANDOFF)
+
+    @property
+    def kv_used(self) -> float:
+        p = self.engine.pool
+        return (p.total - p.free) / p.total
+
+    @property
+    def waiting_by_class(self) -> dict[str, int]:
+        e = self.engine
+        counts = {c.name: n for c, n in zip(e.classes, e.queues.waiting_count)}
+        for r in self.inbox:
+            counts[r.cls] += 1
+        for _, _, r in self.pending:
+            counts[r.cls] += 1
+        return counts
+
+    # -- the source replica_loop reads --
+    def on_run(self, now_ns: int, durations: list[int]) -> None:
+        self.step_end_lb = now_ns + sum(durations)
+
+    def pop_due(self, now_ns: int) -> list:
+        self.idle = False
+        cl = self.cluster
+        eng = self.engine
+        if self.mail:
+            mail, self.mail = self.mail, []
+            for kind, r in mail:
+                if kind == RELEASE:  # (prefill) the leg's KV was copied: its blocks are free
+                    del eng.held[r.request_id]
+                    eng.pool.release_request(r)
+                elif kind == LAND:  # (decode) its KV is here: it joins the batch
+                    eng.take_landed(r, now_ns)
+                elif kind == HANDOFF:  # (decode) it waits here for blocks and a slot
+                    if eng.policy.on_arrival is not None:
+                        eng.policy.on_arrival(r, now_ns / 1e9)
+                    cl.seq += 1
+                    cl.tried[r.request_id] = now_ns
+                    heappush(self.pending, (eng.policy.key_tuple(r, now_ns / 1e9), cl.seq, r))
+                else:  # LEG: a re-prefill routed here
+                    self.inbox.append(r)
+        if self.pending:
+            cl.reserve(self, now_ns)
+        if not self.inbox:
+            return []
+        out = list(self.inbox)
+        self.inbox.clear()
+        return out
+
+    def next_arrival_ns(self) -> int:
+        """A lower bound of when the next message or request could reach this replica (see the
+        module docstring): a run stops there, as at an arrival."""
+        cl = self.cluster
+        now = int(cl.env.now)
+        t = self.incoming[0] if self.incoming else NEVER
+        if self.role != DECODE:
+            a = cl.source.next_arrival_ns()
+            if a < t:
+                t = a
+            if self.unsent:  # a copy not started yet could land, and free blocks, this soon
+                u = now + min(cl.min_transfer_ns(r, self) for r in self.unsent.values())
+                if u < t:
+                    t = u
+            if self.role == PREFILL and cl.victims_to_prefill:
+                v = cl.victim_bound()
+                if v < t:
+                    t = v
+        else:
+            h = cl.handoff_bound()
+            if h < t:
+                t = h
+        # provisional: if nothing can run, replica_loop waits until this (on_run corrects it)
+        self.step_end_lb = min(t, self.engine.next_change_ns, cl.stop_ns)
+        return t
+
+    def wakeup(self, until_ns: int):
+        """Fires when something is delivered or routed here, or at the horizon."""
+        env = self.cluster.env
+        ev = env.event()
+        self._wake = ev
+        self.idle = True
+        self.step_end_lb = NEVER
+        stop = self.cluster.stop_ns
+        if stop < NEVER:
+            env.timeout(max(stop - env.now, 0)).callbacks.append(lambda _e, ev=ev: self._fire(ev))
+        return ev
+
+    def _fire(self, ev) -> None:
+        if self._wake is ev:
+            self._wake = None
+        if not ev.triggered:
+            self.idle = False
+            self.step_end_lb = int(self.cluster.env.now)
+            trigger(ev, 0)
+
+    def notify(self) -> None:
+        """Something was routed or delivered here now: wake the replica if it sleeps."""
+        if self._wake is not None:
+            self._fire(self._wake)
+
+    def finished(self) -> bool:
+        return self.cluster.finished()
+
+
+class DisaggCluster:
+    """The replicas, their routers, the link and the messages between them (see the module
+    docstring). ``prefill_cands[c]`` / ``decode_cands[c]``: the replicas that may take class
+    ``c``'s requests first (prefill or co-located) and the decode replicas it may go to."""
+
+    def __init__(self, env, source, router, decode_router, links: Links, stop_ns: int, classes: list,
+                 front_tel) -> None:
+        self.env = env
+        self.source = source
+        self.router = router
+        self.decode_router = decode_router
+        self.links = links
+        self.stop_ns = stop_ns
+        self.classes = classes
+        self.front_tel = front_tel  # requests that end outside a decode or co-located replica
+        self.replicas: list[PDReplica] = []
+        self.prefill_cands: list[list[PDReplica]] = []
+        self.decode_cands: list[list[PDReplica]] = []
+        self.prefills: list[PDReplica] = []
+        self.decodes: list[PDReplica] = []
+        self.assign: dict[int, int] = {}  # request id -> the replica it ended on (or was last at)
+        self.origin: dict[int, Request] = {}  # request id -> the request, while its prefill leg runs
+        self.at_prefill: dict[int, int] = {}  # request id -> the prefill replica holding its KV
+        self.live = 0  # requests arrived and not ended
+        self.seq = 0
+        self.victims_to_prefill = False  # a decode replica may send recompute victims back
+        self.on_end: Callable[[Any, int], None] | None = None
+        # per request id: [prefill start, prefill end (first pass), reserved, landed, passes] ns
+        self.phases: dict[int, list[int]] = {}
+        self.tried: dict[int, int] = {}  # request id -> when a decode replica first ranked it for room
+        self.recompute_legs = 0
+        self.too_large = 0
+        # the post office: (instant, seq, kind, request, replica) messages not yet delivered, and
+        # the one urgent event armed for the first of them (or the next arrival); the instants
+        # of those still to be routed: finished prefills, recompute victims
+        self._posts: list = []
+        self.handoffs_due: list[int] = []
+        self.victims_due: list[int] = []
+        self._ev: simpy.Event | None = None
+        self._at = NEVER
+        self.bytes_per_token = 0
+        self.layers = 1
+
+    # -- delivery --
+    def post(self, t_ns: int, kind: int, r: Request, rep: PDReplica | None) -> None:
+        """Deliver ``(kind, r)`` to ``rep`` at ``t_ns`` (before any step boundary then); with
+        ``rep`` None, route it then (a finished prefill, a recompute victim)."""
+        self.seq += 1
+        heappush(self._posts, (t_ns, self.seq, kind, r, rep))
+        if rep is not None:
+            heappush(rep.incoming, t_ns)
+        else:
+            heappush(self.handoffs_due if kind == HANDOFF else self.victims_due, t_ns)
+        self._arm(t_ns)
+
+    def _arm(self, t_ns: int) -> None:
+        if t_ns < self._at:
+            self._at = t_ns
+            ev = self.env.event()
+            ev.callbacks.append(self._deliver)
+            self._ev = ev
+            trigger_urgent(ev, max(t_ns - int(self.env.now), 0))
+
+    def start(self) -> None:
+        self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
+
+    def _deliver(self, ev) -> None:
+        if ev is not self._ev:
+            return  # (superseded by an earlier one)
+        self._ev = None
+        self._at = NEVER
+        now = int(self.env.now)
+        self.route_until(now)
+        posts = self._posts
+        while posts and posts[0][0] <= now:
+            _, _, kind, r, rep = heappop(posts)
+            if rep is None:
+                if kind == HANDOFF:  # a finished prefill
+                    heappop(self.handoffs_due)
+                    self.hand_off(r, now)
+                else:  # a recompute victim
+                    heappop(self.victims_due)
+                    self.reprefill(r, now)
+            else:
+                heappop(rep.incoming)
+                rep.mail.append((kind, r))
+                rep.notify()
+        nxt = min(posts[0][0] if posts else NEVER, self.source.next_arrival_ns())
+        if nxt < NEVER and now < self.stop_ns:
+            self._arm(min(nxt, self.stop_ns))
+
+    # -- routing --
+    def route_until(self, now_ns: int) -> None:
+        """Route the arrivals due now: each to a prefill or co-located replica."""
+        for r in self.source.pop_due(min(now_ns, self.stop_ns)):
+            self.live += 1
+            cands = self.prefill_cands[r.cls_idx]
+            rep = self.router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+            if rep.role == PREFILL:
+                if not self._fits_decode(r):
+                    self._end_here(r, State.REJECTED, r.arrival_ns, "too_large", rep)
+                    continue
+                self.phases[r.request_id] = [-1, -1, -1, -1, 0]
+                r = self._leg(r, r.arrival_ns)
+            self.assign[r.request_id] = rep.index
+            rep.routed += 1
+            rep.inbox.append(r)
+            rep.notify()
+
+    def _fits_decode(self, r: Request) -> bool:
+        """Whether some decode replica could ever hold ``r`` whole (prompt + max_tokens)."""
+        return any(d.engine.limits.need_limit(r.priority, d.engine.pool)
+                   >= r.prompt_tokens + r.max_tokens + d.engine.limits.draft_slots
+                   for d in self.decode_cands[r.cls_idx])
+
+    def _leg(self, r: Request, now_ns: int) -> Request:
+        """The prefill leg of ``r``: every token it knows, to prefill and sample one more."""
+        leg = Request(r.request_id, now_ns, r.tenant, r.cls, r.cls_idx, r.priority, r.tokens, 1, 1, r.deadline_s,
+                      r.stream, r.user, r.features, r.hash_ids)
+        leg.predicted = r.predicted
+        self.origin[r.request_id] = r
+        self.phases[r.request_id][4] += 1
+        return leg
+
+    def on_leg_end(self, leg: Request, now_ns: int) -> None:
+        """A prefill replica's leg ended: prefilled (hand the request to the decode side), or
+        refused by its admission gate (the request ends so)."""
+        r = self.origin.pop(leg.request_id)
+        rep = self.replicas[self.assign[leg.request_id]]
+        if leg.state is not State.FINISHED:  # (rejected at arrival: an answer in the front)
+            self._end_here(r, leg.state, leg.finish_ns, leg.reject_reason, rep)
+            return
+        ph = self.phases[r.request_id]
+        if ph[0] < 0:
+            ph[0], ph[1] = leg.first_admit_ns, now_ns
+            r.first_admit_ns = leg.first_admit_ns
+        r.computed = r.tokens  # its KV: every token it knows (the leg's prompt)
+        r.attained_ns += leg.attained_ns
+        r.evicted_miss_tokens += leg.evicted_miss_tokens
+        if r.prefix_hit_tokens == 0:
+            r.prefix_hit_tokens = leg.prefix_hit_tokens
+        self.at_prefill[r.request_id] = rep.index
+        rep.unsent[r.request_id] = leg
+        self.post(now_ns + 1, HANDOFF, r, None)
+
+    def hand_off(self, r: Request, now_ns: int) -> None:
+        """Route a prefilled request to a decode replica (it waits there for room)."""
+        cands = self.decode_cands[r.cls_idx]
+        d = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+        self.assign[r.request_id] = d.index
+        d.routed += 1
+        d.mail.append((HANDOFF, r))
+        d.notify()
+
+    def reprefill(self, r: Request, now_ns: int) -> None:
+        """A decode replica's recompute victim goes back through a prefill replica."""
+        cands = [c for c in self.prefill_cands[r.cls_idx] if c.role == PREFILL]
+        rep = self.router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+        self.recompute_legs += 1
+        leg = self._leg(r, now_ns)
+        self.assign[r.request_id] = rep.index
+        rep.routed += 1
+        rep.inbox.append(leg)
+        rep.notify()
+
+    def on_recompute(self, r: Request, now_ns: int) -> None:
+        """(A decode engine's ``on_recompute``.) Its progress dropped, ``r`` leaves the replica."""
+        self.post(now_ns + 1, LEG, r, None)
+
+    # -- decode admission and the copy --
+    def reserve(self, d: PDReplica, now_ns: int) -> None:
+        """At decode replica ``d``'s step boundary: reserve blocks for the requests waiting there,
+        in rank order while they fit (a slot free and blocks above the watermark), and start
+        each one's copy."""
+        eng = d.engine
+        pool, lim, q = eng.pool, eng.limits, eng.queues
+        pending = d.pending
+        while pending:
+            r = pending[0][2]
+            need = pool.blocks_for(r.computed)
+            if (len(q.running) + len(eng.held) >= lim.max_num_seqs
+                    or pool.available_for(r.priority) - need < lim.watermark_blocks):
+                return
+            heappop(pending)
+            pool.allocate(r.cls_idx, need)
+            r.blocks = need
+            eng.held[r.request_id] = r
+            src = self.replicas[self.at_prefill.pop(r.request_id)]
+            leg = src.unsent.pop(r.request_id)
+            ph = self.phases[r.request_id]
+            prefill_ns = 0
+            first_try = self.tried.pop(r.request_id, -1) == now_ns
+            if self.links.spec.pipelined and first_try and ph[2] < 0:
+                # room was here at once: the copy overlapped the prefill (its first pass only)
+                prefill_ns = max(ph[1] - ph[0], 0)
+            _, land = self.links.send(src.index, d.index, now_ns, r.computed * self.bytes_per_token,
+                                      min(src.gpus, d.gpus), prefill_ns, self.layers)
+            if ph[2] < 0:
+                ph[2], ph[3] = now_ns, land
+            self.post(land, LAND, r, d)
+            self.post(land, RELEASE, leg, src)
+
+    def min_transfer_ns(self, leg: Request, src: PDReplica) -> int:
+        lanes = min([src.gpus] + [d.gpus for d in self.decode_cands[leg.cls_idx]])
+        return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, lanes, self.layers)
+
+    # -- the bounds replicas' runs stop at --
+    def handoff_bound(self) -> int:
+        """A lower bound of the next finished prefill's delivery (to any decode replica)."""
+        t = self.handoffs_due[0] if self.handoffs_due else NEVER
+        idle = False
+        for p in self.prefills:
+            if p.idle:
+                idle = True
+            elif p.step_end_lb + 1 < t:
+                t = p.step_end_lb + 1
+        if idle:  # (an idle prefill replica starts when a request or a message reaches it)
+            w = min(self.source.next_arrival_ns(), min((p.incoming[0] for p in self.prefills if p.incoming),
+                                                       default=NEVER))
+            if self.victims_to_prefill:
+                w = min(w, self.victim_bound())
+            if w + 1 < t:
+                t = w + 1
+        return t
+
+    def victim_bound(self) -> int:
+        """A lower bound of the next recompute victim's delivery (from any decode replica)."""
+        t = self.victims_due[0] if self.victims_due else NEVER
+        for d in self.decodes:
+            if d.idle:
+                if d.incoming and d.incoming[0] + 1 < t:
+                    t = d.incoming[0] + 1
+            elif d.step_end_lb + 1 < t:
+                t = d.step_end_lb + 1
+        return t
+
+    # -- ends --
+    def on_request_end(self, r: Request, now_ns: int) -> None:
+        """(A decode or co-located engine's ``on_request_end``.)"""
+        self.live -= 1
+        if self.on_end is not None:
+            self.on_end(r, now_ns)
+        if self.live == 0:
+            for rep in self.replicas:
+                rep.notify()
+
+    def _end_here(self, r: Request, state: State, t_ns: int, reason: str, rep: PDReplica) -> None:
+        """``r`` ends before it reaches a decode replica (refused at its arrival)."""
+        r.state = state
+        r.reject_reason = reason
+        r.finish_ns = t_ns
+        if reason == "too_large":
+            self.too_large += 1
+        self.assign[r.request_id] = rep.index
+        self.front_tel.on_end(r)
+        self.on_request_end(r, t_ns)
+
+    def finished(self) -> bool:
+        s = self.source
+        return s.next_arrival_ns() >= NEVER and self.live == 0 and not self._posts
+
+    def close(self, end_ns: int) -> None:
+        """The run is over: every replica's engine closes (its queues end unfinished), and
+        every request that is elsewhere (its prefill leg still running, waiting for decode room,
+        its KV on the way) ends unfinished at ``end_ns`` in the front's table."""
+        for rep in self.replicas:
+            also = list(rep.inbox) if rep.role == BOTH else []
+            rep.engine.close(end_ns, also=also)
+            rep.inbox.clear()
+        ended = (State.FINISHED, State.REJECTED, State.UNFINISHED)
+        for rep in self.decodes:
+            for r in [x[2] for x in rep.pending] + list(rep.engine.held.values()) + [m[1] for m in rep.mail]:
+                if r.state not in ended:
+                    self._unfinished(r, end_ns)
+        for r in list(self.origin.values()) + [p[3] for p in self._posts if p[4] is None]:
+            if r.state not in ended:
+                self._unfinished(r, end_ns)
+
+    def _unfinished(self, r: Request, end_ns: int) -> None:
+        r.state = State.UNFINISHED
+        r.finish_ns = end_ns
+        self.front_tel.on_end(r)
+
+    def replica_proc(self, rep: PDReplica, interval_ns: int, check_invariants: bool, on_boundary):
+        yield from replica_loop(self.env, rep.engine, rep, self.stop_ns, interval_ns, check_invariants, on_boundary)
+        rep.exited = True
+        rep.step_end_lb = NEVER
+        rep.idle = True
+        for o in self.replicas:
+            o.notify()
+        if all(o.exited for o in self.replicas):
+            drop_dead_events(self.env)
