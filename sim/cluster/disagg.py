@@ -42,17 +42,19 @@ the router's ``refresh_s`` (windowed or distributed runs).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from heapq import heappop, heappush
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import simpy
 
 from sim.link import Links
 from sim.core.costs import NEVER
+from sim.core.fastforward import allocate_run, run_need
 from sim.core.loop import replica_loop
 from sim.core.request import Request, State
-from sim.core.simpy_adapter import drop_dead_events, trigger, trigger_urgent
+from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 ROLES = (BOTH, PREFILL, DECODE)
@@ -85,6 +87,19 @@ class PDReplica:
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
+        # a decode replica holds its runs open (``hold``): priced to their end, cut short when a
+        # message is delivered here (``cut``), their KV blocks allocated as far as read
+        self._plan: Any = None
+        self._durs: list[int] = []
+        self._ends: list[int] = []
+        self._alloc_k = 1
+        self._run_ev: simpy.Event | None = None
+        self._run: Any = None  # the run in flight while it may be priced further
+        self._open: Any = None  # the run in flight (an OpenRun), or None for a single step
+        self._price_ev: simpy.Event | None = None
+        self._span = 0  # the least time a stretch prices ahead, ns
+        if role == DECODE:
+            self.hold = self._hold
 
     # -- the router's view --
     @property
@@ -103,6 +118,8 @@ class PDReplica:
 
     @property
     def kv_used(self) -> float:
+        if self._run_ev is not None:  # (the blocks a stepped run would hold by now)
+            self._allocate_through(self._steps_before(int(self.cluster.env.now)))
         p = self.engine.pool
         return (p.total - p.free) / p.total
 
@@ -119,6 +136,98 @@ class PDReplica:
     # -- the source replica_loop reads --
     def on_run(self, now_ns: int, durations: list[int]) -> None:
         self.step_end_lb = now_ns + sum(durations)
+
+    # -- a decode replica's runs: held open, cut by what reaches it --
+    # A decode replica's run is not bounded by every finished prefill in the cluster (one of
+    # which may be routed here): it is priced to its own end and cut short when a message is
+    # delivered here, ending with the first step that does not start before the delivery, where
+    # a stepped replica would take the message in. What a router reads of it meanwhile is what
+    # stepping shows: the running and waiting sets do not change inside a run (a run stops at
+    # a request's last token), and the KV blocks of the steps begun by then are allocated when
+    # read (``kv_used``).
+    # A run is priced a stretch at a time: at least STRETCH steps' worth of time, or up to the
+    # next instant a message could be delivered here (a finished prefill anywhere, a copy
+    # landing here), and on from there when that instant comes without a cut; where a stretch
+    # ends changes nothing in the results (only how many steps are priced and then cut off).
+    STRETCH: ClassVar[int] = 16
+
+    def _hold(self, now_ns: int, plan, dur0: int, run):
+        self._plan, self._alloc_k, self._open = plan, 1, run
+        ev = self._run_ev = simpy.Event(self.cluster.env)
+        if run is not None:
+            self._run = run
+            self._durs, self._ends = run.durs, run.ends
+            self._span = self.STRETCH * dur0
+            self._price(now_ns)
+        else:
+            self._durs, self._ends = [dur0], [now_ns + dur0]
+            self.step_end_lb = now_ns + dur0
+            trigger(ev, dur0)
+        return ev
+
+    def _price(self, now_ns: int) -> None:
+        run = self._run
+        assert run is not None and self._run_ev is not None
+        bound = self.cluster.handoff_bound()
+        if self.incoming and self.incoming[0] < bound:
+            bound = self.incoming[0]
+        bound = max(bound, now_ns + self._span)
+        run.extend(bound)
+        if run.done:
+            self._run = None
+            self.step_end_lb = end = self._ends[-1]
+            trigger(self._run_ev, end - now_ns)
+        else:
+            pev = self._price_ev = simpy.Event(self.cluster.env)
+            pev.callbacks.append(self._price_on)
+            trigger_urgent(pev, bound - now_ns)
+
+    def _price_on(self, pev) -> None:
+        if pev is self._price_ev and self._run is not None:
+            self._price(int(self.cluster.env.now))
+
+    def held(self) -> list[int]:
+        """The durations of the run that just ended (its blocks all allocated)."""
+        self._allocate_through(len(self._durs))
+        self._plan = self._run_ev = self._open = None
+        return self._durs
+
+    def _steps_before(self, t_ns: int) -> int:
+        """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
+        return min(bisect_left(self._ends, t_ns) + 1, len(self._ends))
+
+    def _allocate_through(self, k: int) -> None:
+        if k > self._alloc_k:
+            allocate_run(self.engine, self._plan, k, self._alloc_k)
+            self._alloc_k = k
+
+    def next_boundary_lb(self, now_ns: int) -> int:
+        """A lower bound of this replica's next step boundary: a run in flight ends at the end of
+        the step in progress at the earliest (a cut ends it there)."""
+        if self._run_ev is not None:
+            return self._ends[min(bisect_left(self._ends, now_ns), len(self._ends) - 1)]
+        return self.step_end_lb
+
+    def cut(self, t_ns: int) -> None:
+        """A message is delivered here at ``t_ns``: the run in flight ends with the first step
+        that does not start before it."""
+        ev = self._run_ev
+        if ev is None:
+            return
+        ends = self._ends
+        k = bisect_left(ends, t_ns) + 1
+        if self._run is not None:  # (its end not scheduled yet: it is now)
+            self._run = self._price_ev = None
+            del self._durs[k:]
+            del ends[k:]
+            self.step_end_lb = ends[-1]
+            trigger(ev, ends[-1] - int(self.cluster.env.now))
+        elif k < len(ends):
+            del self._durs[k:]
+            del ends[k:]
+            self.step_end_lb = ends[-1]
+            ev = self._run_ev = hand_over(ev)
+            trigger(ev, ends[-1] - int(self.cluster.env.now))
 
     def pop_due(self, now_ns: int) -> list:
         self.idle = False
@@ -195,9 +304,12 @@ class PDReplica:
             trigger(ev, 0)
 
     def notify(self) -> None:
-        """Something was routed or delivered here now: wake the replica if it sleeps."""
+        """Something was routed or delivered here now: wake the replica if it sleeps, or cut
+        its run in flight."""
         if self._wake is not None:
             self._fire(self._wake)
+        elif self._run_ev is not None:
+            self.cut(int(self.cluster.env.now))
 
     def finished(self) -> bool:
         return self.cluster.finished()
@@ -349,13 +461,47 @@ class DisaggCluster:
         self.post(now_ns + 1, HANDOFF, r, None)
 
     def hand_off(self, r: Request, now_ns: int) -> None:
-        """Route a prefilled request to a decode replica (it waits there for room)."""
+        """Route a prefilled request to a decode replica: its blocks are reserved there at once
+        when that is sure to change nothing else (:meth:`reserve_now`), else it waits there
+        for room, taken in at the replica's next step boundary."""
         cands = self.decode_cands[r.cls_idx]
         d = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
         self.assign[r.request_id] = d.index
         d.routed += 1
+        if not d.pending and not d.mail and self.reserve_now(d, r, now_ns):
+            return
         d.mail.append((HANDOFF, r))
         d.notify()
+
+    def reserve_now(self, d: PDReplica, r: Request, now_ns: int) -> bool:
+        """Reserve ``r``'s blocks at decode replica ``d`` now, between its step boundaries, and
+        start its copy; True when done. Only where that is what the replica's next boundary
+        would decide and changes nothing it does meanwhile: nobody waits there for room, its
+        pool is plain (no class reservations, no prefix cache), and the run in flight keeps
+        every block it is priced to take (the blocks it may take from now on shrink by these);
+        else False, and the request waits for the replica's next boundary as usual. Decided
+        the same way whether the replica steps or fast-forwards, on the blocks it holds by now."""
+        eng = d.engine
+        pool = eng.pool
+        if not pool.plain or not eng.grows_blocks:
+            return False
+        if eng.policy.on_arrival is not None:
+            return False  # (a policy told of it at the boundary, in its order there)
+        run = d._open
+        if d._run_ev is not None:
+            d._allocate_through(d._steps_before(now_ns))
+        need = pool.blocks_for(r.computed)
+        lim = eng.limits
+        if len(eng.queues.running) + len(eng.held) >= lim.max_num_seqs or pool.free - need < lim.watermark_blocks:
+            return False
+        if eng.queues.waiting:
+            return False  # (a waiter there could be admitted with these blocks at its next boundary)
+        if run is not None:
+            if run_need(eng, d._plan, len(d._durs)) > run.avail - need:
+                return False
+            run.avail -= need
+        self._start_copy(d, r, now_ns, first_try=True)
+        return True
 
     def reprefill(self, r: Request, now_ns: int) -> None:
         """A decode replica's recompute victim goes back through a prefill replica."""
@@ -387,23 +533,29 @@ class DisaggCluster:
                     or pool.available_for(r.priority) - need < lim.watermark_blocks):
                 return
             heappop(pending)
-            pool.allocate(r.cls_idx, need)
-            r.blocks = need
-            eng.held[r.request_id] = r
-            src = self.replicas[self.at_prefill.pop(r.request_id)]
-            leg = src.unsent.pop(r.request_id)
-            ph = self.phases[r.request_id]
-            prefill_ns = 0
-            first_try = self.tried.pop(r.request_id, -1) == now_ns
-            if self.links.spec.pipelined and first_try and ph[2] < 0:
-                # room was here at once: the copy overlapped the prefill (its first pass only)
-                prefill_ns = max(ph[1] - ph[0], 0)
-            _, land = self.links.send(src.index, d.index, now_ns, r.computed * self.bytes_per_token,
-                                      min(src.gpus, d.gpus), prefill_ns, self.layers)
-            if ph[2] < 0:
-                ph[2], ph[3] = now_ns, land
-            self.post(land, LAND, r, d)
-            self.post(land, RELEASE, leg, src)
+            self._start_copy(d, r, now_ns, self.tried.pop(r.request_id, -1) == now_ns)
+
+    def _start_copy(self, d: PDReplica, r: Request, now_ns: int, first_try: bool) -> None:
+        """Take ``r``'s blocks at decode replica ``d`` (checked) and send its KV from the prefill
+        replica that holds it; it lands, and the prefill's blocks are freed, when the copy ends."""
+        eng = d.engine
+        need = eng.pool.blocks_for(r.computed)
+        eng.pool.allocate(r.cls_idx, need)
+        r.blocks = need
+        eng.held[r.request_id] = r
+        src = self.replicas[self.at_prefill.pop(r.request_id)]
+        leg = src.unsent.pop(r.request_id)
+        ph = self.phases[r.request_id]
+        prefill_ns = 0
+        if self.links.spec.pipelined and first_try and ph[2] < 0:
+            # room was there at once: the copy overlapped the prefill (its first pass only)
+            prefill_ns = max(ph[1] - ph[0], 0)
+        _, land = self.links.send(src.index, d.index, now_ns, r.computed * self.bytes_per_token,
+                                  min(src.gpus, d.gpus), prefill_ns, self.layers)
+        if ph[2] < 0:
+            ph[2], ph[3] = now_ns, land
+        self.post(land, LAND, r, d)
+        self.post(land, RELEASE, leg, src)
 
     def min_transfer_ns(self, leg: Request, src: PDReplica) -> int:
         lanes = min([src.gpus] + [d.gpus for d in self.decode_cands[leg.cls_idx]])
@@ -431,12 +583,15 @@ class DisaggCluster:
     def victim_bound(self) -> int:
         """A lower bound of the next recompute victim's delivery (from any decode replica)."""
         t = self.victims_due[0] if self.victims_due else NEVER
+        now = int(self.env.now)
         for d in self.decodes:
             if d.idle:
                 if d.incoming and d.incoming[0] + 1 < t:
                     t = d.incoming[0] + 1
-            elif d.step_end_lb + 1 < t:
-                t = d.step_end_lb + 1
+            else:
+                b = d.next_boundary_lb(now) + 1
+                if b < t:
+                    t = b
         return t
 
     # -- ends --
