@@ -185,6 +185,19 @@ def test_attention_runs_in_the_kv_caches_format_not_the_weights():
     assert w8kv8["prefill_attn_s"] == pytest.approx(bf16["prefill_attn_s"] / 2)
 
 
+def test_prefill_attention_at_head_dim_64_runs_at_flashattention3s_measured_rate():
+    """FlashAttention-3 runs head dim 64 at 497 / 648 of head dim 128's rate: gpt-oss's prefill
+    attention (head dim 64) is priced at that rate, head dim 128 models and MLA's 192 at 1."""
+    doc = derived("gpt-oss-20b", "h200")
+    c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
+    assert c["attention_head_dim_rate"] == pytest.approx(497 / 648)
+    assert doc["step"]["prefill_attn_s"] == pytest.approx(c["attn_flops_l2"] / (989e12 * 0.6 * 497 / 648))
+    assert doc["step"]["chunk_attn_s"] == pytest.approx(2 * doc["step"]["prefill_attn_s"])
+    for model in ("llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3"):
+        assert "attention_head_dim_rate" not in derived(model, "h200", tp=8 if model == "deepseek-v3" else 1)[
+            "meta"]["constants"]
+
+
 def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_rate():
     """Qwen3-235B-A22B at tp 4 on H100: routed experts at the FP8 rate, attention projections at
     0.68 x the BF16 rate (vLLM's CUTLASS block-FP8 GEMM), so past the knee one token costs

@@ -30,7 +30,7 @@ from sim.core.overhead import default_preset
 from sim.engines.gpu import kv_capacity_bytes
 from sim.models.config import Architecture
 from sim.models.devices import EP_ASSUMPTIONS, Device, const, constants, get_device
-from sim.models.formulas import StepInputs, ring_allreduce_bytes, step_terms
+from sim.models.formulas import StepInputs, attention_rate, ring_allreduce_bytes, step_terms
 
 SCHEMA = "priosim.profile/1"
 #: Bytes of an activation (all-reduces, all-to-alls) and of the 16-bit parts (embedding, norms).
@@ -223,6 +223,10 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
     # KV cache is attended in FP8 where the device has FP8 tensor cores (FlashAttention-3)
     attn_key = "fp8_flops" if kv_dtype == "fp8" and dev.has("fp8_flops") else "bf16_flops"
     attn_scale = v[rate_key] / v[attn_key]
+    # prefill attention at the model's head dimension: FlashAttention-3 runs head dim 64 slower
+    # than the head dim 128 the efficiency was measured on (MLA's prefill heads are 192 / 128)
+    prefill_hd = a.qk_nope_head_dim + a.qk_rope_head_dim if a.mla else a.head_dim
+    hd_rate = attention_rate(prefill_hd)
     # block-scaled FP8: the non-expert GEMMs run at a measured fraction of the BF16 rate, priced
     # as extra parameters at the format's rate (the recorded parameter counts stay the real ones)
     lin_scale = 1.0
@@ -244,7 +248,7 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
                    miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0,
                    flop_params=sh.flop_params + (lin_scale - 1.0) * sh.linear_params,
                    peak_flops=v[rate_key], n_allreduce=n_ar, allreduce_bytes=ar, n_alltoall=n_a2a,
-                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2 * attn_scale,
+                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2 * attn_scale / hd_rate,
                    kv_bytes_per_token=sh.kv_bytes_per_token, ctx_flops=sh.ctx_flops * attn_scale, local_experts=sh.local_experts,
                    expert_row_params=sh.expert_row_params, moe_act_bytes=sh.moe_act_bytes)
     step = step_terms(x, v)
@@ -270,6 +274,11 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
                                                               "#23280): the non-expert GEMMs of a block-scaled "
                                                               "checkpoint")}
            if lin_scale != 1.0 else {}),
+        **({"attention_head_dim_rate": const(hd_rate, f"measured: FlashAttention-3 (BF16 forward, H100 SXM5) runs "
+                                                      f"head dim {prefill_hd} at 497 TFLOP/s where head dim 128 "
+                                                      f"runs at 648 (16k tokens; arXiv:2407.08608, Fig. 5): "
+                                                      f"prefill attention's rate relative to head dim 128")}
+           if hd_rate != 1.0 else {}),
         "kv_bytes_per_token": const(float(sh.kv_bytes_per_token), f"{src}: KV bytes per token on one GPU "
                                                                  f"({kv_dtype})"),
         "attn_flops_l2": const(sh.attn_flops_l2, f"{src}: prefill attention FLOPs per chunk length^2 (causal)"),
