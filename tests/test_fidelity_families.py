@@ -19,6 +19,13 @@ def test_model_row_derives_its_profile(tmp_path):
     assert (eng["model"], eng["gpu"], eng["tp"], eng["ep"], eng["dtype"]) == ("qwen3-235b-a22b", "h100-pcie", 4, 4, "fp8-block")
 
 
+def test_model_row_averages_windowed_layers_at_its_own_requests_length(tmp_path):
+    # docs/models.md: set engine.typical_context to the typical prompt + output length
+    row = _row(load_table(), "gs-oss20b-h100-vllm-rand2k")
+    eng = scenario_for(row, tmp_path)["engine"]
+    assert eng["typical_context"] == int(row["prompt_tokens"]) + int(row["output_tokens"])
+
+
 def test_model_row_runs():
     table = load_table()
     res = run_table(table[table.id == "gs-oss120b-h100-vllm-c4-tpot-med"])

@@ -156,6 +156,12 @@ def test_sliding_window_layers_count_their_window_at_the_typical_context():
     # Mistral-7B's 4096 window covers the whole typical context: exactly the full KV
     assert derived("mistral-7b", "h200")["model"]["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
     assert derived("mistral-7b", "h200", context=8192)["model"]["kv_bytes_per_token"] == 32 * 8 * 128 * 2
+    # prefill attention: a window of w over c tokens covers w c - w^2 / 2 of a full layer's c^2 / 2 pairs
+    r = 128 / 4096
+    c = doc["meta"]["constants"]
+    assert c["attn_flops_l2"]["value"] == pytest.approx((12 + 12 * (2 * r - r * r)) * 64 * 128)
+    assert derived("mistral-7b", "h200", context=8192)["meta"]["constants"]["attn_flops_l2"]["value"] == \
+        pytest.approx(32 * 0.75 * 32 * 256)
 
 
 def test_fp8_weights_halve_the_linear_bytes_and_run_at_the_fp8_rate():

@@ -14,7 +14,8 @@ this module counts, from first principles:
 * attention: prefill FLOPs per l^2 = layers' x heads x (d_qk + d_v); decode per context token
   reads layers' x KV bytes per layer and multiplies layers' x heads x 2 (d_qk + d_v) (MLA decodes
   absorbed: d_qk = kv_lora_rank + qk_rope_head_dim, d_v = kv_lora_rank), where layers' counts a
-  windowed layer as min(1, window / typical context) of a layer;
+  windowed layer as min(1, window / typical context) = r of a layer (in prefill attention 2r - r^2,
+  the share of a full layer's causal query-key pairs its window covers);
 * communication: 2 ring all-reduces per layer under TP (an MoE layer's second one replaced by the
   dispatch and combine all-to-alls under EP), priced by bytes over NVLink and a latency each;
 * KV memory as vLLM sizes it (:func:`sim.engines.gpu.kv_capacity_bytes`).
@@ -190,14 +191,17 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         act = m * (combine + swiglu) * ACT_BYTES
     params = sixteen + linear + experts
     fixed = sixteen * ACT_BYTES + linear * fmt.linear
-    window = a.window_layers * min(1.0, a.sliding_window / context) if a.window_layers else 0.0
-    layers_eff = (L - a.window_layers) + window
+    r = min(1.0, a.sliding_window / context) if a.window_layers else 0.0
+    layers_eff = (L - a.window_layers) + a.window_layers * r
+    # prefill: a windowed layer's causal attention over a prompt of `context` tokens covers
+    # w x context - w^2 / 2 query-key pairs where a full layer covers context^2 / 2: 2r - r^2 of it
+    attn_layers = (L - a.window_layers) + a.window_layers * (2 * r - r * r)
     return Shard(
         params=float(params), weights_bytes=fixed + experts * fmt.expert, fixed_bytes=fixed,
         expert_bytes=experts * fmt.expert, flop_params=float(sixteen + linear + flop_experts), heads=heads,
         kv_heads=1 if a.mla else kvh, head_dim=(a.kv_lora_rank + a.qk_rope_head_dim) if a.mla else a.head_dim,
         ffn=ffn, vocab=vocab, layers_eff=layers_eff, kv_bytes_per_token=math.ceil(layers_eff * kv_layer),
-        attn_flops_l2=layers_eff * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
+        attn_flops_l2=attn_layers * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
         local_experts=local, expert_row_params=float(row), moe_act_bytes=float(act), linear_params=float(linear),
     )
 
