@@ -50,8 +50,9 @@ MOE_GRID_TOKENS = 16384.0
 TILE_M_MIN, TILE_M_MAX = 16, 64
 #: FlashAttention-3's BF16 forward rate at head dimension 64 relative to head dimension 128 on
 #: H100 SXM5: 497 vs 648 TFLOP/s at 16k tokens (0.74-0.77 from 2k to 16k; Shah et al.,
-#: "FlashAttention-3", arXiv:2407.08608, Fig. 5). The shipped profiles' FLOPs efficiency was
-#: measured on head dimension 128 (every dense model priosim ships), so it is the reference.
+#: "FlashAttention-3", arXiv:2407.08608, Fig. 5). The profiles' FLOPs efficiency (assumed, or
+#: fitted on H100-SXM) is that of head dimension 128 (every dense model the fidelity table fits
+#: on), so head dimension 128 is the reference.
 FA3_HEAD_DIM_64_RATE = 497.0 / 648.0
 
 
