@@ -12,10 +12,18 @@ def _row(table, rid):
 
 def test_model_row_derives_its_profile(tmp_path):
     # an empty profile: the model keys of engine_settings go to the engine, no engine.profile
+    # (the checkpoint served, Qwen3-235B-A22B-Instruct-2507-FP8, is block-scaled FP8)
     row = _row(load_table(), "gs-q3-235b-fp8-h100-vllm-tp4ep4-sharegpt")
     eng = scenario_for(row, tmp_path)["engine"]
     assert "profile" not in eng
-    assert (eng["model"], eng["gpu"], eng["tp"], eng["ep"], eng["dtype"]) == ("qwen3-235b-a22b", "h100-pcie", 4, 4, "fp8")
+    assert (eng["model"], eng["gpu"], eng["tp"], eng["ep"], eng["dtype"]) == ("qwen3-235b-a22b", "h100-pcie", 4, 4, "fp8-block")
+
+
+def test_model_row_averages_windowed_layers_at_its_own_requests_length(tmp_path):
+    # docs/models.md: set engine.typical_context to the typical prompt + output length
+    row = _row(load_table(), "gs-oss20b-h100-vllm-rand2k")
+    eng = scenario_for(row, tmp_path)["engine"]
+    assert eng["typical_context"] == int(row["prompt_tokens"]) + int(row["output_tokens"])
 
 
 def test_model_row_runs():

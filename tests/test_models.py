@@ -156,6 +156,12 @@ def test_sliding_window_layers_count_their_window_at_the_typical_context():
     # Mistral-7B's 4096 window covers the whole typical context: exactly the full KV
     assert derived("mistral-7b", "h200")["model"]["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
     assert derived("mistral-7b", "h200", context=8192)["model"]["kv_bytes_per_token"] == 32 * 8 * 128 * 2
+    # prefill attention: a window of w over c tokens covers w c - w^2 / 2 of a full layer's c^2 / 2 pairs
+    r = 128 / 4096
+    c = doc["meta"]["constants"]
+    assert c["attn_flops_l2"]["value"] == pytest.approx((12 + 12 * (2 * r - r * r)) * 64 * 128)
+    assert derived("mistral-7b", "h200", context=8192)["meta"]["constants"]["attn_flops_l2"]["value"] == \
+        pytest.approx(32 * 0.75 * 32 * 256)
 
 
 def test_fp8_weights_halve_the_linear_bytes_and_run_at_the_fp8_rate():
@@ -183,6 +189,19 @@ def test_attention_runs_in_the_kv_caches_format_not_the_weights():
     assert w8["meta"]["constants"]["attention_flops"]["value"] == 989e12
     w8kv8 = derived("llama-3.1-8b", "h200", dtype="fp8", kv_dtype="fp8")["step"]
     assert w8kv8["prefill_attn_s"] == pytest.approx(bf16["prefill_attn_s"] / 2)
+
+
+def test_prefill_attention_at_head_dim_64_runs_at_flashattention3s_measured_rate():
+    """FlashAttention-3 runs head dim 64 at 497 / 648 of head dim 128's rate: gpt-oss's prefill
+    attention (head dim 64) is priced at that rate, head dim 128 models and MLA's 192 at 1."""
+    doc = derived("gpt-oss-20b", "h200")
+    c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
+    assert c["attention_head_dim_rate"] == pytest.approx(497 / 648)
+    assert doc["step"]["prefill_attn_s"] == pytest.approx(c["attn_flops_l2"] / (989e12 * 0.6 * 497 / 648))
+    assert doc["step"]["chunk_attn_s"] == pytest.approx(2 * doc["step"]["prefill_attn_s"])
+    for model in ("llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3"):
+        assert "attention_head_dim_rate" not in derived(model, "h200", tp=8 if model == "deepseek-v3" else 1)[
+            "meta"]["constants"]
 
 
 def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_rate():

@@ -23,7 +23,8 @@ server) says ``entrypoint=offline``, so no front-end term prices it.
 
 A row whose ``profile`` is empty derives its profile from a bundled model config instead: its
 ``engine_settings`` give the model keys (``model``, ``gpu``, ``dtype``, ``kv_dtype``, ``tp``,
-``ep``; docs/models.md), as a scenario naming ``engine.model`` does. The MoE and FP8 rows are of
+``ep``; docs/models.md), as a scenario naming ``engine.model`` does, with ``typical_context`` the
+mean prompt + output length of the row's requests unless it gives one. The MoE and FP8 rows are of
 this kind; column ``family`` (``moe``, ``fp8``, ``moe-fp8``; empty: a dense 16-bit model) marks them, and
 :func:`summary` reports them apart.
 """
@@ -113,6 +114,10 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
         eng.update({"max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
                     "preemption": "recompute", "preempt_for_waiting": "never"})
     eng.update(settings)
+    if eng.get("model") is not None and "typical_context" not in eng:
+        # a derived profile averages windowed layers' KV and attention at the typical context,
+        # which docs/models.md asks a scenario to set to its typical prompt + output length
+        eng["typical_context"] = max(1, int(round(float(p.mean() + o.mean()))))
     path = trace_dir / f"{row['id']}.csv"
     cls = [{"name": "all", "priority": 0}]
     base = {"name": f"fidelity-{row['id']}", "seed": seed, "drain": True, "engine": eng,

@@ -14,7 +14,8 @@ this module counts, from first principles:
 * attention: prefill FLOPs per l^2 = layers' x heads x (d_qk + d_v); decode per context token
   reads layers' x KV bytes per layer and multiplies layers' x heads x 2 (d_qk + d_v) (MLA decodes
   absorbed: d_qk = kv_lora_rank + qk_rope_head_dim, d_v = kv_lora_rank), where layers' counts a
-  windowed layer as min(1, window / typical context) of a layer;
+  windowed layer as min(1, window / typical context) = r of a layer (in prefill attention 2r - r^2,
+  the share of a full layer's causal query-key pairs its window covers);
 * communication: 2 ring all-reduces per layer under TP (an MoE layer's second one replaced by the
   dispatch and combine all-to-alls under EP), priced by bytes over NVLink and a latency each;
 * KV memory as vLLM sizes it (:func:`sim.engines.gpu.kv_capacity_bytes`).
@@ -30,7 +31,7 @@ from sim.core.overhead import default_preset
 from sim.engines.gpu import kv_capacity_bytes
 from sim.models.config import Architecture
 from sim.models.devices import EP_ASSUMPTIONS, Device, const, constants, get_device
-from sim.models.formulas import StepInputs, ring_allreduce_bytes, step_terms
+from sim.models.formulas import StepInputs, attention_rate, ring_allreduce_bytes, step_terms
 
 SCHEMA = "priosim.profile/1"
 #: Bytes of an activation (all-reduces, all-to-alls) and of the 16-bit parts (embedding, norms).
@@ -190,14 +191,17 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
         act = m * (combine + swiglu) * ACT_BYTES
     params = sixteen + linear + experts
     fixed = sixteen * ACT_BYTES + linear * fmt.linear
-    window = a.window_layers * min(1.0, a.sliding_window / context) if a.window_layers else 0.0
-    layers_eff = (L - a.window_layers) + window
+    r = min(1.0, a.sliding_window / context) if a.window_layers else 0.0
+    layers_eff = (L - a.window_layers) + a.window_layers * r
+    # prefill: a windowed layer's causal attention over a prompt of `context` tokens covers
+    # w x context - w^2 / 2 query-key pairs where a full layer covers context^2 / 2: 2r - r^2 of it
+    attn_layers = (L - a.window_layers) + a.window_layers * (2 * r - r * r)
     return Shard(
         params=float(params), weights_bytes=fixed + experts * fmt.expert, fixed_bytes=fixed,
         expert_bytes=experts * fmt.expert, flop_params=float(sixteen + linear + flop_experts), heads=heads,
         kv_heads=1 if a.mla else kvh, head_dim=(a.kv_lora_rank + a.qk_rope_head_dim) if a.mla else a.head_dim,
         ffn=ffn, vocab=vocab, layers_eff=layers_eff, kv_bytes_per_token=math.ceil(layers_eff * kv_layer),
-        attn_flops_l2=layers_eff * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
+        attn_flops_l2=attn_layers * heads * (d_qk + d_v), ctx_flops=layers_eff * heads * 2 * (dec_qk + dec_v),
         local_experts=local, expert_row_params=float(row), moe_act_bytes=float(act), linear_params=float(linear),
     )
 
@@ -223,6 +227,10 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
     # KV cache is attended in FP8 where the device has FP8 tensor cores (FlashAttention-3)
     attn_key = "fp8_flops" if kv_dtype == "fp8" and dev.has("fp8_flops") else "bf16_flops"
     attn_scale = v[rate_key] / v[attn_key]
+    # prefill attention at the model's head dimension: FlashAttention-3 runs head dim 64 slower
+    # than the head dim 128 the efficiency was measured on (MLA's prefill heads are 192 / 128)
+    prefill_hd = a.qk_nope_head_dim + a.qk_rope_head_dim if a.mla else a.head_dim
+    hd_rate = attention_rate(prefill_hd)
     # block-scaled FP8: the non-expert GEMMs run at a measured fraction of the BF16 rate, priced
     # as extra parameters at the format's rate (the recorded parameter counts stay the real ones)
     lin_scale = 1.0
@@ -244,7 +252,7 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
                    miss=1.0 - a.experts_per_token / a.experts if a.moe else 1.0,
                    flop_params=sh.flop_params + (lin_scale - 1.0) * sh.linear_params,
                    peak_flops=v[rate_key], n_allreduce=n_ar, allreduce_bytes=ar, n_alltoall=n_a2a,
-                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2 * attn_scale,
+                   alltoall_bytes=a2a, attn_flops_l2=sh.attn_flops_l2 * attn_scale / hd_rate,
                    kv_bytes_per_token=sh.kv_bytes_per_token, ctx_flops=sh.ctx_flops * attn_scale, local_experts=sh.local_experts,
                    expert_row_params=sh.expert_row_params, moe_act_bytes=sh.moe_act_bytes)
     step = step_terms(x, v)
@@ -270,6 +278,11 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
                                                               "#23280): the non-expert GEMMs of a block-scaled "
                                                               "checkpoint")}
            if lin_scale != 1.0 else {}),
+        **({"attention_head_dim_rate": const(hd_rate, f"measured: FlashAttention-3 (BF16 forward, H100 SXM5) runs "
+                                                      f"head dim {prefill_hd} at 497 TFLOP/s where head dim 128 "
+                                                      f"runs at 648 (16k tokens; arXiv:2407.08608, Fig. 5): "
+                                                      f"prefill attention's rate relative to head dim 128")}
+           if hd_rate != 1.0 else {}),
         "kv_bytes_per_token": const(float(sh.kv_bytes_per_token), f"{src}: KV bytes per token on one GPU "
                                                                  f"({kv_dtype})"),
         "attn_flops_l2": const(sh.attn_flops_l2, f"{src}: prefill attention FLOPs per chunk length^2 (causal)"),

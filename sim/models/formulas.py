@@ -48,6 +48,19 @@ MOE_GRID_TOKENS = 16384.0
 #: (vllm/model_executor/layers/fused_moe/fused_moe.py, get_default_config); triton_kernels'
 #: matmul_ogs picks the power of two at or above the tokens per expert, from 16.
 TILE_M_MIN, TILE_M_MAX = 16, 64
+#: FlashAttention-3's BF16 forward rate at head dimension 64 relative to head dimension 128 on
+#: H100 SXM5: 497 vs 648 TFLOP/s at 16k tokens (0.74-0.77 from 2k to 16k; Shah et al.,
+#: "FlashAttention-3", arXiv:2407.08608, Fig. 5). The profiles' FLOPs efficiency (assumed, or
+#: fitted on H100-SXM) is that of head dimension 128 (every dense model the fidelity table fits
+#: on), so head dimension 128 is the reference.
+FA3_HEAD_DIM_64_RATE = 497.0 / 648.0
+
+
+def attention_rate(head_dim: int) -> float:
+    """Prefill attention's FLOP rate relative to head dimension 128 (FlashAttention-3's tiles
+    multiply fewer columns per load at head dimension 64): ``FA3_HEAD_DIM_64_RATE`` at 64 or
+    less, 1 at 128 and above (and in between, which no bundled model has)."""
+    return FA3_HEAD_DIM_64_RATE if head_dim <= 64 else 1.0
 
 
 @dataclass(frozen=True)
