@@ -4,7 +4,7 @@ arrivals routed elsewhere) and stepped (``fast_forward = false``, ``lazy_batch =
 cluster run stopped at every arrival), and compared: the request table, the time series and
 summary.json. The tests hold a few such scenarios each; this draws as many as you like.
 
-    python -m scripts.exactness_fuzz [--kind cluster|replica|prefix|join] [--start S] [--trials N]
+    python -m scripts.exactness_fuzz [--kind cluster|replica|prefix|join|disagg] [--start S] [--trials N]
 
 Run from the repository root. Trial ``i`` draws its scenario from seed ``i``, so a mismatch
 printed as ``trial i`` reproduces with ``--start i --trials 1``. Each scenario draws a policy,
@@ -13,7 +13,10 @@ step budget and prefill caps, overlap scheduling and front-end delay, speculatio
 fairness accountant and drain; ``replica`` adds closed-loop users, admission gates, the
 ``prefix_aware`` victim rule and prefills without chunking; ``prefix`` turns prefix caching on
 (one replica or a cluster); ``join`` draws clusters whose requests may join runs in flight
-(count routing, a fixed ranking, nothing else for a boundary's plan to decide). Left out of the
+(count routing, a fixed ranking, nothing else for a boundary's plan to decide); ``disagg`` draws
+disaggregated clusters (prefill and decode groups, sometimes a co-located one beside them, each
+with its own pool and preemption mode, a link preset or pipelining, a decode router, prefix
+caching). Left out of the
 summary comparison: what only the engine's speed changes (event counts, wall and CPU seconds,
 the fast-path settings it echoes); the fairness accountant's books (per-window service, GPU
 seconds, counters, the gap) are compared too.
@@ -38,7 +41,7 @@ LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_tok
 POLICIES = ["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle", "sjf_rank"]
 ROUTERS = ["least_outstanding", "round_robin", "least_kv", "power_of_two"]
 #: what :func:`draw` can draw
-KINDS = ("cluster", "replica", "prefix", "join")
+KINDS = ("cluster", "replica", "prefix", "join", "disagg")
 #: summary.json keys (any part of the dotted path) that are not compared (see the docstring)
 NOT_COMPARED = ("engine_events", "wall_s", "cpu_s", "run.lazy_batch", "run.fast_forward")
 
@@ -98,12 +101,42 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
             e["victim"] = "prefix_aware"
         if rng.random() < 0.2:
             d["policy"] = {"name": "lpm"}
+    if kind == "disagg":
+        _disaggregated(d, rng)
+        return d
     if kind == "cluster" or (kind == "prefix" and rng.random() < 0.5):
         d["cluster"] = ({"groups": [{"name": "fast", "replicas": 1, "classes": ["hi"]},
                                     {"name": "bulk", "replicas": 2, "classes": ["lo"], "engine": {"kv_blocks": 96}}],
                          "router": "class_aware"} if rng.random() < 0.2
                         else {"replicas": int(rng.choice([2, 3, 4])), "router": str(rng.choice(ROUTERS))})
     return d
+
+
+def _disaggregated(d: dict, rng: np.random.Generator) -> None:
+    """A cluster of prefill and decode groups (``sim.cluster.disagg``): 1-2 prefill replicas,
+    1-3 decode replicas with their own pool and preemption mode, sometimes a co-located group
+    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching."""
+    e = d["engine"]
+    e.pop("speculative", None) if rng.random() < 0.5 else None
+    decode_engine = {"kv_blocks": int(rng.choice([48, 96, 200])),
+                     "preemption": str(rng.choice(["recompute", "swap", "auto", "off"]))}
+    groups = [{"name": "p", "role": "prefill", "replicas": int(rng.choice([1, 2]))},
+              {"name": "d", "role": "decode", "replicas": int(rng.choice([1, 2, 3])), "engine": decode_engine}]
+    router = str(rng.choice(["least_outstanding", "round_robin", "least_kv", "power_of_two"]))
+    if rng.random() < 0.3:  # a co-located group for the urgent class beside the P/D pools
+        groups[0]["classes"] = groups[1]["classes"] = ["lo"]
+        groups.append({"name": "c", "role": "both", "replicas": 1, "classes": ["hi"]})
+        router = "class_aware"
+    d["cluster"] = {"groups": groups, "router": router,
+                    "decode_router": str(rng.choice(["least_kv", "least_outstanding", "round_robin"])),
+                    "link": {"preset": str(rng.choice(["nvlink", "ib-200", "pcie4"])), "kv_bytes_per_token": 131072,
+                             "layers": 32, "pipelined": bool(rng.random() < 0.5)} if rng.random() < 0.5 else
+                    {"bandwidth_bytes_per_s": float(rng.choice([1e8, 1e9])), "latency_s": 0.002,
+                     "pipelined": bool(rng.random() < 0.5), "kv_bytes_per_token": 131072, "layers": 32}}
+    if rng.random() < 0.25:
+        e.update(prefix_caching=True, prefix_block_tokens=32)
+        for s in d["streams"]:
+            s["prefix"] = {"system_tokens": 64, "conversations": 3, "block_tokens": 32}
 
 
 def _joinable(d: dict, rng: np.random.Generator) -> None:

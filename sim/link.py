@@ -60,6 +60,8 @@ class LinkSpec:
     bandwidth_bytes_per_s: float
     latency_s: float
     pipelined: bool = False
+    kv_bytes_per_token: int | None = None  # (None: the prefill profile's model shape says)
+    layers: int | None = None
 
     def transfer_ns(self, nbytes: int, lanes: int, prefill_ns: int = 0, layers: int = 1) -> int:
         """How long a copy of ``nbytes`` over ``lanes`` links takes once it starts, ns; with
@@ -73,8 +75,9 @@ class LinkSpec:
 
 def link_spec(value) -> LinkSpec:
     """The link a scenario's ``[cluster] link`` names: a preset name, or a table with
-    ``bandwidth_bytes_per_s`` and ``latency_s`` (or ``preset`` to start from) and ``pipelined``
-    (validated by :class:`sim.tables.LinkConfig`); None: the default preset."""
+    ``bandwidth_bytes_per_s`` and ``latency_s`` (or ``preset`` to start from), ``pipelined``, and
+    for a profile without a model shape ``kv_bytes_per_token`` and ``layers`` (validated by
+    :class:`sim.tables.LinkConfig`); None: the default preset."""
     if value is None:
         value = DEFAULT_LINK
     if isinstance(value, str):
@@ -84,7 +87,8 @@ def link_spec(value) -> LinkSpec:
     bw, lat = LINK_PRESETS[base]
     return LinkSpec(base if value.bandwidth_bytes_per_s is None and value.latency_s is None else "custom",
                     float(value.bandwidth_bytes_per_s if value.bandwidth_bytes_per_s is not None else bw),
-                    float(value.latency_s if value.latency_s is not None else lat), bool(value.pipelined))
+                    float(value.latency_s if value.latency_s is not None else lat), bool(value.pipelined),
+                    value.kv_bytes_per_token, value.layers)
 
 
 class Links:

@@ -165,6 +165,10 @@ class LinkConfig(Table):
         None, description="fixed time per transfer, s")
     pipelined: Annotated[bool, checked(lambda v: isinstance(v, bool), "true or false")] = Field(
         False, description="copy layer by layer as the prefill computes them (Mooncake, DistServe)")
+    kv_bytes_per_token: Annotated[int, number(integer=True, note=" (bytes of KV per token)")] | None = Field(
+        None, description="KV bytes per token copied (default: the prefill profile's model shape)")
+    layers: Annotated[int, number(integer=True, note=" (layers)")] | None = Field(
+        None, description="layers, for pipelining (default: the prefill profile's model shape)")
 
 
 def _link_value(v: Any) -> bool:

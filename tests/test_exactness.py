@@ -47,7 +47,7 @@ MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("of
 OVERHEADS = [None, "vllm-0.6", {"preset": "vllm-0.4", "scheduler_steps": 4}, "sglang-0.5"]
 
 #: draws per kind (the replica kind carries the engine's corners as well as the fuzz's)
-EXAMPLES = {"replica": 20, "cluster": 10, "prefix": 8, "join": 6}
+EXAMPLES = {"replica": 20, "cluster": 10, "prefix": 8, "join": 6, "disagg": 8}
 
 
 def _run(d: dict, fast: bool, check: bool = False):

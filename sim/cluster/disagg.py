@@ -51,7 +51,7 @@ import simpy
 
 from sim.link import Links
 from sim.core.costs import NEVER
-from sim.core.fastforward import allocate_run, run_need
+from sim.core.fastforward import allocate_run, block_limited
 from sim.core.loop import replica_loop
 from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
@@ -211,11 +211,14 @@ class PDReplica:
     def cut(self, t_ns: int) -> None:
         """A message is delivered here at ``t_ns``: the run in flight ends with the first step
         that does not start before it."""
+        if self._run_ev is not None:
+            self._end_after(bisect_left(self._ends, t_ns) + 1)
+
+    def _end_after(self, k: int) -> None:
+        """The run in flight ends with its ``k``-th step (no later than it was to)."""
         ev = self._run_ev
-        if ev is None:
-            return
+        assert ev is not None
         ends = self._ends
-        k = bisect_left(ends, t_ns) + 1
         if self._run is not None:  # (its end not scheduled yet: it is now)
             self._run = self._price_ev = None
             del self._durs[k:]
@@ -468,6 +471,7 @@ class DisaggCluster:
         d = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
         self.assign[r.request_id] = d.index
         d.routed += 1
+        r.reveals_output = d.engine.policy.oracle  # (as an arrival there: an oracle policy reads it)
         if not d.pending and not d.mail and self.reserve_now(d, r, now_ns):
             return
         d.mail.append((HANDOFF, r))
@@ -497,9 +501,13 @@ class DisaggCluster:
         if eng.queues.waiting:
             return False  # (a waiter there could be admitted with these blocks at its next boundary)
         if run is not None:
-            if run_need(eng, d._plan, len(d._durs)) > run.avail - need:
-                return False
+            # the run's blocks from now on shrink by these: it ends where they run out, as a
+            # stepped replica would find at that step's boundary
             run.avail -= need
+            kb = block_limited(eng, d._plan, len(d._durs), run.avail, d._alloc_k)
+            if kb < len(d._durs):
+                run.done = True
+                d._end_after(kb)
         self._start_copy(d, r, now_ns, first_try=True)
         return True
 

@@ -162,12 +162,14 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
                                        scale=g.engine.cost_scale)
         costs = priced[key]
         if g.role == PREFILL and not cl.bytes_per_token:
-            if costs.shape is None:
-                raise ScenarioError(f"{sc.source}: cluster.groups: profile {g.engine.profile!r} does not give the "
-                                    f"model's shape, so its KV bytes per token (for the copy to the decode side) "
-                                    f"are unknown (expected a profile with a 'model' table)")
-            cl.bytes_per_token = costs.shape.kv_bytes_per_token
-            cl.layers = costs.shape.layers
+            link = spec.link
+            assert link is not None
+            if costs.shape is None and link.kv_bytes_per_token is None:
+                raise ScenarioError(f"{sc.source}: cluster.link.kv_bytes_per_token: profile {g.engine.profile!r} does "
+                                    f"not give the model's shape, so the KV bytes per token copied to the decode side "
+                                    f"are unknown (expected a profile with a 'model' table, or this key)")
+            cl.bytes_per_token = link.kv_bytes_per_token or costs.shape.kv_bytes_per_token
+            cl.layers = link.layers or (costs.shape.layers if costs.shape is not None else 1)
         for _ in range(g.replicas):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None

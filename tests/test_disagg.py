@@ -1,0 +1,222 @@
+"""Disaggregated prefill and decode (sim/cluster/disagg.py, sim/link.py): one request computed by
+hand, conservation on both sides, the fast paths equal to stepping, decode-side preemption by
+recompute (back through a prefill replica) and by swap, priority in both pools, and bad layouts
+refused in one line."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from sim import ScenarioError, scenario_from_dict, simulate
+from sim.cli import main
+from sim.core.costs import NS, load_profile
+from sim.core.plan import StepShape
+from sim.link import LINK_PRESETS, LinkSpec
+from tests.conftest import small_scenario
+
+PD = {"groups": [{"name": "p", "role": "prefill", "replicas": 1}, {"name": "d", "role": "decode", "replicas": 1}]}
+LINK = {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5, "kv_bytes_per_token": 131072, "layers": 32}
+
+
+def pd_scenario(cluster: dict | None = None, **over) -> dict:
+    d = small_scenario(**over)
+    d["horizon_s"] = 8.0
+    d["cluster"] = copy.deepcopy(cluster or PD)
+    d["cluster"].setdefault("link", dict(LINK))
+    return d
+
+
+def run(d: dict, **kw):
+    return simulate(scenario_from_dict(copy.deepcopy(d)), **kw)
+
+
+# ---- one request, by hand ---------------------------------------------------------------------------
+def test_one_request_ttft_is_prefill_plus_transfer_then_decode_at_the_decode_step_time():
+    prompt, output = 1000, 6
+    d = {"name": "one", "seed": 0, "horizon_s": 10.0, "drain": True,
+         "engine": {"profile": "h200-llama-3-8b", "overhead": "none", "max_num_seqs": 8,
+                    "max_batched_tokens": 2048},
+         "policy": {"name": "fcfs"}, "classes": [{"name": "c", "priority": 0}],
+         "streams": [{"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1, "at_s": 0.0},
+                      "prompt_tokens": {"dist": "constant", "value": prompt},
+                      "output_tokens": {"dist": "constant", "value": output}, "max_tokens": output}],
+         "cluster": {**PD, "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5}}}
+    res = run(d)
+    costs = load_profile("h200-llama-3-8b", overhead="none")
+    prefill = costs.price(StepShape(prompt, 0, prompt * prompt, 0, 0, 1, 1))
+    copy_ns = LinkSpec("x", 50e9, 1e-5).transfer_ns(prompt * costs.shape.kv_bytes_per_token, 1)
+    landed = prefill + 1 + copy_ns  # the finished prefill reaches the decode side 1 ns after its step
+    decode = [costs.price(StepShape(0, 1, 0, 0, prompt + i, 0, 0)) for i in range(1, output)]
+    r = res.requests.iloc[0]
+    assert r["status"] == "finished" and r["generated_tokens"] == output
+    assert r["ttft_s"] == pytest.approx(landed / NS, abs=1e-12)
+    assert r["e2e_s"] == pytest.approx((landed + sum(decode)) / NS, abs=1e-12)
+    assert r["prefill_queue_s"] == 0 and r["prefill_s"] == pytest.approx(prefill / NS, abs=1e-12)
+    assert r["decode_wait_s"] == pytest.approx(1e-9, abs=1e-12)
+    assert r["transfer_s"] == pytest.approx(copy_ns / NS, abs=1e-12) and r["decode_join_s"] == 0
+    assert r["prefill_passes"] == 1 and r["replica"] == 1 and r["group"] == "d"
+    pd_report = res.summary_dict["cluster"]["disaggregation"]
+    assert pd_report["transfers"] == 1 and pd_report["bytes"] == prompt * costs.shape.kv_bytes_per_token
+    assert pd_report["gpus_by_role"] == {"prefill": 1, "decode": 1}
+
+
+def test_link_presets_and_pipelining():
+    spec = LinkSpec("ib-400", *LINK_PRESETS["ib-400"])
+    assert spec.transfer_ns(50_000_000_000, 1) == round(1e-5 * NS + 1e9)  # 50 GB at 50 GB/s: one second
+    assert spec.transfer_ns(50_000_000_000, 4) == round(1e-5 * NS + 0.25e9)  # a TP4 replica's four links
+    piped = LinkSpec("x", 50e9, 0.0, pipelined=True)
+    # a one-second copy behind a 0.6 s prefill: 0.4 s left; behind a long prefill, its last layer
+    assert piped.transfer_ns(50_000_000_000, 1, prefill_ns=600_000_000, layers=10) == 400_000_000
+    assert piped.transfer_ns(50_000_000_000, 1, prefill_ns=5 * NS, layers=10) == 100_000_000
+
+
+# ---- conservation, and every request ends once ----------------------------------------------------------
+LAYOUTS = {
+    "1p1d": PD,
+    "2p2d-small-decode": {"groups": [{"name": "p", "role": "prefill", "replicas": 2},
+                                     {"name": "d", "role": "decode", "replicas": 2, "engine": {"kv_blocks": 48}}]},
+    "swap-decode": {"groups": [{"name": "p", "role": "prefill", "replicas": 1},
+                               {"name": "d", "role": "decode", "replicas": 2,
+                                "engine": {"kv_blocks": 48, "preemption": "swap", "swap_blocks": 200}}]},
+    "mixed": {"groups": [{"name": "p", "role": "prefill", "replicas": 1, "classes": ["lo"]},
+                         {"name": "d", "role": "decode", "replicas": 1, "classes": ["lo"]},
+                         {"name": "c", "role": "both", "replicas": 1, "classes": ["hi"]}], "router": "class_aware"},
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_blocks_balance_on_both_sides_and_every_request_ends_once(layout):
+    d = pd_scenario(LAYOUTS[layout])
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    res = run(d, check_invariants=True)  # (KV conserved on every replica after every event, held KV counted)
+    req = res.requests
+    arrived = len(req)
+    assert req["request_id"].is_unique and sorted(req["request_id"]) == list(range(arrived))
+    assert set(req["status"]) <= {"finished", "unfinished", "rejected"}
+    assert (req["status"] == "finished").sum() == arrived  # (drain: everything finishes)
+    assert (req["generated_tokens"] == req["output_tokens"]).all()
+    legs = sum(len(r.requests) for r, rep in zip(res.replicas, res.cluster["replicas"]) if rep["role"] == "prefill")
+    assert legs == req["prefill_passes"].sum()  # each prefill pass is one leg on a prefill replica
+    if layout == "mixed":
+        co = req["group"] == "c"
+        assert co.any() and req.loc[co, "transfer_s"].isna().all() and (req.loc[co, "prefill_passes"] == 0).all()
+        assert (req.loc[co, "class"] == "hi").all() and (req.loc[~co, "group"] == "d").all()
+
+
+def test_decode_side_recompute_goes_back_through_a_prefill_replica():
+    d = pd_scenario(LAYOUTS["2p2d-small-decode"])
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    res = run(d, check_invariants=True)
+    req = res.requests
+    again = req[req["prefill_passes"] > 1]
+    assert len(again) and res.cluster["disaggregation"]["recompute_prefills"] == (req["prefill_passes"] - 1).sum()
+    assert (again["preemptions"] >= again["prefill_passes"] - 1).all()
+    assert (again["recomputed_tokens"] > 0).all()
+
+
+def test_decode_side_swap_keeps_the_request_on_its_decode_replica():
+    d = pd_scenario(LAYOUTS["swap-decode"])
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    res = run(d, check_invariants=True)
+    req = res.requests
+    assert req["swapped_blocks"].sum() > 0
+    assert res.cluster["disaggregation"]["recompute_prefills"] == 0 and (req["prefill_passes"] == 1).all()
+
+
+# ---- the fast paths equal stepping ----------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fast_paths_equal_stepping(layout):
+    d = pd_scenario(LAYOUTS[layout], drain=False)
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    fast = run(d)
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    stepped = run(d)
+    pd.testing.assert_frame_equal(fast.requests, stepped.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.timeseries, stepped.timeseries, check_exact=True)
+    assert fast.summary_dict["run"]["engine_events"] < stepped.summary_dict["run"]["engine_events"]
+
+
+# ---- priority in both pools -----------------------------------------------------------------------------
+def test_priority_ranks_the_prefill_queue_and_decode_admission():
+    d = pd_scenario({"groups": [{"name": "p", "role": "prefill", "replicas": 1},
+                                {"name": "d", "role": "decode", "replicas": 1, "engine": {"kv_blocks": 48}}]},
+                    drain=False)
+    d["streams"][1]["arrival"]["rate"] = 6.0  # a flood of the low class
+    ttft = {}
+    for pol in ("fcfs", "priority"):
+        d["policy"] = {"name": pol}
+        req = run(d).requests
+        hi = req[(req["class"] == "hi") & req["ttft_s"].notna()]
+        ttft[pol] = (hi["ttft_s"].quantile(0.9), hi["prefill_queue_s"].quantile(0.9), hi["decode_wait_s"].quantile(0.9))
+    assert ttft["priority"][0] < ttft["fcfs"][0]
+    assert ttft["priority"][1] <= ttft["fcfs"][1] and ttft["priority"][2] <= ttft["fcfs"][2]
+
+
+def test_the_summary_splits_ttft_per_class_and_the_files_hold_it(tmp_path):
+    d = pd_scenario()
+    res = run(d)
+    rep = res.cluster["disaggregation"]
+    for cname in ("hi", "lo"):
+        c = rep["classes"][cname]
+        parts = sum(c[k] for k in ("prefill_queue_mean_s", "prefill_mean_s", "decode_wait_mean_s", "transfer_mean_s",
+                                   "decode_join_mean_s"))
+        req = res.requests
+        started = req[(req["class"] == cname) & req["decode_join_s"].notna()]
+        assert parts == pytest.approx(started["ttft_s"].mean(), rel=1e-9)
+    out = res.save(tmp_path / "run")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cluster"]["disaggregation"]["link"] == "custom"
+    assert "transfer_s" in pd.read_parquet(out / "requests.parquet").columns
+
+
+# ---- bad layouts: one line, exit 2 -------------------------------------------------------------------------
+@pytest.mark.parametrize("cluster, words", [
+    ({"groups": [{"role": "prefil", "replicas": 1}]}, "role"),
+    ({"groups": [{"name": "p", "role": "prefill", "replicas": 1}]}, "but no decode group serves it"),
+    ({"groups": [{"name": "d", "role": "decode", "replicas": 1}]}, "no prefill or co-located group"),
+    ({**PD, "link": "infiniband"}, "cluster.link"),
+    ({**PD, "link": {"bandwidth_bytes_per_s": -1}}, "bandwidth_bytes_per_s"),
+    ({**PD, "decode_router": "nearest"}, "cluster.decode_router"),
+    ({**PD, "router": {"name": "least_outstanding", "refresh_s": 1.0}}, "refresh_s"),
+])
+def test_bad_layouts_are_refused_in_one_line(cluster, words):
+    d = small_scenario()
+    d["cluster"] = cluster
+    with pytest.raises(ScenarioError, match=words):
+        scenario_from_dict(d)
+
+
+@pytest.mark.parametrize("cluster, words", [
+    ('{groups=[{role="prefil"}]}', "cluster.groups.0.role"),
+    ('{groups=[{name="p",role="prefill"},{name="d",role="decode"}],link="infiniband"}', "cluster.link"),
+])
+def test_bad_layouts_on_the_command_line_exit_2(tmp_path, cluster, words):
+    res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--no-plots", "--out", str(tmp_path / "o"),
+                                    "--set", f"cluster={cluster}"])
+    assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_closed_loop_users_are_refused_with_disaggregation():
+    d = pd_scenario()
+    d["streams"][0]["arrival"] = {"process": "closed_loop", "users": 2, "think": {"dist": "exponential", "mean": 0.3}}
+    with pytest.raises(ScenarioError, match="closed-loop"):
+        run(d)
+
+
+def test_a_profile_without_a_shape_needs_the_link_bytes():
+    d = pd_scenario()
+    del d["cluster"]["link"]["kv_bytes_per_token"]
+    with pytest.raises(ScenarioError, match="kv_bytes_per_token"):
+        run(d)
+
+
+def test_link_without_prefill_groups_warns_that_it_does_nothing():
+    d = small_scenario()
+    d["cluster"] = {"replicas": 2, "link": "nvlink"}
+    with pytest.warns(Warning, match="does nothing"):
+        scenario_from_dict(d)
