@@ -53,6 +53,8 @@ from sim.link import Links
 from sim.core.costs import NEVER
 from sim.core.fastforward import allocate_run, block_limited
 from sim.core.loop import replica_loop
+from sim.core.plan import rank
+from sim.core.preemption import drop_progress
 from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
 
@@ -249,7 +251,8 @@ class PDReplica:
                         eng.policy.on_arrival(r, now_ns / 1e9)
                     cl.seq += 1
                     cl.tried[r.request_id] = now_ns
-                    heappush(self.pending, (eng.policy.key_tuple(r, now_ns / 1e9), cl.seq, r))
+                    r.key = eng.policy.key_tuple(r, now_ns / 1e9)
+                    heappush(self.pending, (r.key, cl.seq, r))
                 else:  # LEG: a re-prefill routed here
                     self.inbox.append(r)
         if self.pending:
@@ -539,9 +542,46 @@ class DisaggCluster:
             need = pool.blocks_for(r.computed)
             if (len(q.running) + len(eng.held) >= lim.max_num_seqs
                     or pool.available_for(r.priority) - need < lim.watermark_blocks):
-                return
+                if not self._evict_for(d, r, need, now_ns):
+                    return
             heappop(pending)
             self._start_copy(d, r, now_ns, self.tried.pop(r.request_id, -1) == now_ns)
+
+    def _evict_for(self, d: PDReplica, w: Request, need: int, now_ns: int) -> bool:
+        """Make room at decode replica ``d`` for ``w`` (waiting there, ``need`` blocks) by evicting
+        running requests that ``engine.preempt_for_waiting`` lets it evict (ranked below it;
+        under a policy whose keys change, those of a less urgent class), the lowest ranked
+        first, as few as make it fit; none when even all of them would not.
+        An evicted request goes back through a prefill replica (recompute), counted as a
+        preemption, whatever ``engine.preemption`` says: a swap's copy would need a step of
+        this replica to carry it. True when ``w`` fits now."""
+        eng = d.engine
+        rule, pool, lim, q = eng.waiting_rule, eng.pool, eng.limits, eng.queues
+        if not (rule.evicts and eng.grows_blocks and pool.plain) or eng.on_recompute is None:
+            return False
+        if eng.cohort is not None and eng.cohort.members:
+            eng.cohort.dissolve()  # (its members' fields brought up to date: they may be victims)
+            q.rank_order = None
+        if eng.policy.static_ranking:
+            victims = sorted(rule.victims(w, q.running.values(), q), key=rank, reverse=True)
+        else:  # (keys that change with time or service: by class priority alone, which does not)
+            victims = sorted((v for v in q.running.values() if v.priority > w.priority), key=rank, reverse=True)
+        slots = len(q.running) + len(eng.held) - lim.max_num_seqs + 1  # victims needed for a slot
+        short = need + lim.watermark_blocks - pool.free  # blocks still missing
+        if not victims or len(victims) < slots or sum(v.blocks for v in victims) < short:
+            return False
+        for v in victims:
+            if slots <= 0 and short <= 0:
+                break
+            short -= v.blocks
+            slots -= 1
+            drop_progress(eng, v)  # (its blocks freed, its computed tokens dropped)
+            q.remove_running(v)
+            v.preemptions += 1
+            eng.tel.on_preempt(v, "recompute", now_ns)
+            eng.policy.on_preempt(v, now_ns / 1e9)
+            eng.on_recompute(v, now_ns)
+        return True
 
     def _start_copy(self, d: PDReplica, r: Request, now_ns: int, first_try: bool) -> None:
         """Take ``r``'s blocks at decode replica ``d`` (checked) and send its KV from the prefill
