@@ -63,7 +63,8 @@ def margins(doc: dict) -> list[dict]:
         roles = ", ".join(f"{r} {a[f'gpus_{r}']}" for r in ("prefill", "decode")
                           if a.get(f"gpus_{r}") is not None) or None
         rows.append({"design": d, "meets the SLOs": a.get("ok"), "replicas": a.get("replicas"),
-                     "GPUs": gpus, "GPUs per role": roles, "split": ", ".join(f"{k}={v}" for k, v in split.items()) or None,
+                     "GPUs": gpus, "GPUs per role": roles,
+                     "split": ", ".join(f"{k}={v}" for k, v in split.items()) or None,
                      "worst p99/SLO": ratio, "headroom": None if ratio is None else 1 - ratio,
                      "largest miss": ", ".join(f"{k}={'none' if v is None else v}" for k, v in miss.items()) or None,
                      "utilisation": a.get("utilisation"),
