@@ -9,7 +9,13 @@ A *design* turns a replica-count vector into a ``[cluster]`` table:
   searched independently: a probe simulates one partition alone (its class's requests on ``k_c``
   replicas), which is exact when the replicas are interchangeable (open arrivals, no speculative
   decoding, a policy that draws no random numbers: nothing then depends on a replica's place in
-  the cluster). Otherwise the partitions are probed in lockstep, all at once.
+  the cluster). Otherwise the partitions are probed in lockstep, all at once;
+* ``disaggregated``: prefill and decode replicas (docs/disaggregation.md): ``P`` replicas of
+  role ``prefill`` and ``D`` of role ``decode``, every class on both, with the shared design's
+  router in front and the default decode router (the scenario's own ``[cluster] link`` and
+  ``decode_router`` where it has them); the scenario's ``[engine]`` on both roles. The search is
+  over the split too (:mod:`sim.experiments.capacity_pd`): the fewest ``P + D`` that meets the
+  SLOs, and the answer reports GPUs per role (``gpus_prefill``, ``gpus_decode``).
 
 A point *meets the SLOs* when, for every class: every request finished (none rejected or left
 unfinished), ``ttft_p99_s <= ttft`` and ``tpot_p99_s <= tpot`` where the class has those SLOs, and
@@ -19,7 +25,8 @@ done by the end of the day (plus a grace). ``--slo CLASS:ttft=S,tpot=S,done=S`` 
 
 The search, per dimension: double from 1 until a point meets the SLOs (or ``max_replicas``), then
 bisect between the largest failing and the smallest passing count. It assumes more replicas never
-hurt (monotone). Every probe is a full simulation; a round's probes (all designs, and several
+hurt (monotone); ``disaggregated`` has its own search of the two counts, under the same assumption
+for each role. Every probe is a full simulation; a round's probes (all designs, and several
 probes per design when there are more workers than designs: a k-ary search) run in parallel on
 local processes. The answer of each design is simulated once more as a whole and reported: GPUs
 needed, the batch throughput achieved, utilisation and the classes' p99 latencies.
@@ -43,7 +50,9 @@ from sim.outdir import KINDS, locked, write_file, write_marker
 from sim.progress import progress_bar
 from sim import jsonout
 
-DESIGNS = ("shared", "partitioned")
+DESIGNS = ("shared", "partitioned", "disaggregated")
+#: the roles of the disaggregated design's groups, in the order of its counts
+PD_ROLES = ("prefill", "decode")
 
 
 # ---- designs -------------------------------------------------------------------------------------
@@ -92,16 +101,36 @@ def design_dims(design: str, class_names: list[str], limit: int) -> list[Dim]:
         return [Dim("shared", list(class_names), limit=limit)]
     if design == "partitioned":
         return [Dim(c, [c], limit=limit) for c in class_names]
+    if design == "disaggregated":  # (every class on both roles; searched together: capacity_pd)
+        return [Dim(r, list(class_names), limit=limit) for r in PD_ROLES]
     raise ScenarioError(f"--designs: unknown design {design!r} (expected one of {', '.join(DESIGNS)})")
 
 
-def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str | dict | None) -> dict:
+def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str | dict | None,
+                   pd: dict | None = None) -> dict:
     """The ``[cluster]`` of ``design`` at ``counts``. ``router``: the shared design's, a name or a
-    table; a table's ``refresh_s`` (docs/distributed.md) applies to every design's router."""
+    table; a table's ``refresh_s`` (docs/distributed.md) applies to every design's router.
+    ``pd``: the disaggregated design's other ``[cluster]`` keys (:func:`pd_settings`)."""
     if design == "shared":
         return {"replicas": counts[0], "router": router or "least_outstanding"}
+    if design == "disaggregated":
+        return {"groups": [{"name": d.name, "role": d.name, "replicas": k} for d, k in zip(dims, counts)],
+                "router": router or "least_outstanding", **(pd or {})}
     return {"groups": [{"name": d.name, "replicas": k, "classes": list(d.classes)} for d, k in zip(dims, counts)],
             "router": _refreshed("class_aware", router)}
+
+
+def pd_settings(sc) -> dict:
+    """The scenario's own ``[cluster] link`` and ``decode_router`` (as written), which the
+    disaggregated design keeps: the link is the hardware's, not the design's. Absent: the
+    defaults (docs/disaggregation.md)."""
+    c = sc.cluster
+    out: dict = {}
+    if c is not None and c.link is not None:
+        out["link"] = c.link if isinstance(c.link, str) else c.link.model_dump()
+    if c is not None and c.decode_router is not None:
+        out["decode_router"] = c.decode_router
+    return out
 
 
 def _refreshed(name: str, router: str | dict | None) -> str | dict:
@@ -181,10 +210,14 @@ def evaluate(base, cluster: dict, load_scale: float, slos: dict,
     lay = s["cluster"]
     span = s["run"]["end_s"]
     busy = sum(r["busy_s"] for r in lay["replicas"])
-    return {"ok": all(c["ok"] for c in classes.values()), "classes": classes,
-            "replicas": lay["replicas_total"], "gpus": lay["gpus_total"], "end_s": span,
-            "utilisation": busy / (lay["replicas_total"] * span) if span > 0 else 0.0,
-            "wall_s": time.perf_counter() - t0, "engine_events": s["run"]["engine_events"]}
+    out = {"ok": all(c["ok"] for c in classes.values()), "classes": classes,
+           "replicas": lay["replicas_total"], "gpus": lay["gpus_total"], "end_s": span,
+           "utilisation": busy / (lay["replicas_total"] * span) if span > 0 else 0.0,
+           "wall_s": time.perf_counter() - t0, "engine_events": s["run"]["engine_events"]}
+    if "disaggregation" in lay:  # GPUs per role (a replica may have several: tensor parallel)
+        by_role = lay["disaggregation"]["gpus_by_role"]
+        out.update({f"gpus_{r}": by_role.get(r, 0) for r in PD_ROLES})
+    return out
 
 
 def _draws_random(obj) -> bool:
@@ -234,9 +267,12 @@ class CapacityReport:
 
     def table(self) -> pd.DataFrame:
         rows = []
+        roles = "disaggregated" in self.designs  # (GPUs per role: the disaggregated design's answer)
         for name, d in self.designs.items():
-            row = {"design": name, "replicas": d.get("replicas"), "gpus": d.get("gpus"),
-                   "split": d.get("split"), "meets_slo": d.get("ok"), "gpu_hours": d.get("gpu_hours")}
+            row = {"design": name, "replicas": d.get("replicas"), "gpus": d.get("gpus")}
+            if roles:
+                row.update({f"gpus_{r}": d.get(f"gpus_{r}") for r in PD_ROLES})
+            row.update({"split": d.get("split"), "meets_slo": d.get("ok"), "gpu_hours": d.get("gpu_hours")})
             if any(x.get("cost_usd") is not None for x in self.designs.values()):
                 row["cost_usd"] = d.get("cost_usd")
             for cname, m in (d.get("classes") or {}).items():
@@ -330,6 +366,10 @@ class _Search:
         self.designs, self.slos, self.router, self.max_replicas = designs, slos, router, max_replicas
         self.load_scale, self.workers, self.log, self.early_stop = load_scale, workers, log, early_stop
         self.state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}  # (checks the names)
+        from sim.experiments.capacity_pd import SplitSearch
+
+        self.splits = {d: SplitSearch(max_replicas) for d in designs if d == "disaggregated"}  # (its own search)
+        self.pd = pd_settings(sc)
         if apart is None:
             apart = "partitioned" in designs and partitions_apart(sc, load_scale)
         self.alone = {d for d in designs if d == "partitioned" and apart}  # probed a partition at a time
@@ -363,7 +403,7 @@ class _Search:
             return (self.base, {"replicas": c[j], "router": _refreshed("least_outstanding", self.router)},
                     self.load_scale, self.slos, [x.classes] if self.early_stop else None, x.classes,
                     self.distributed)
-        return (self.base, design_cluster(d, self.state[d], list(c), self.router),
+        return (self.base, design_cluster(d, self.state[d], list(c), self.router, self.pd),
                 self.load_scale, self.slos, [x.classes for x in self.state[d]] if self.early_stop else None, None,
                 self.distributed)
 
@@ -427,22 +467,33 @@ class _Search:
     def probe_round(self) -> bool:
         """One round of probes for every design still searching, spread over the workers, then
         each probed dimension's bisection told the verdict. False when every design is done."""
-        active = [d for d in self.designs if not all(x.done for x in self.state[d])]
+        active = [d for d in self.designs if not self.done(d)]
         if not active:
             return False
         m = max(1, self.workers // len(active))
         plan = [step for d in active for step in self.round_plan(d, m)]
         self.run_all([(d, counts) for d, counts, _ in plan])
+        for d, search in self.splits.items():
+            if d in active:
+                search.told({c: (self.cache[(d, c)]["ok"], _worst(self.cache[(d, c)]))
+                             for dd, c, _ in plan if dd == d})
         for d, counts, probed in plan:
+            if d in self.splits:
+                continue
             r = self.cache[(d, counts)]
             for x, k, pr in zip(self.state[d], counts, probed):
                 if pr:
                     x.update(k, all(r["classes"][c]["ok"] for c in x.classes))
         return True
 
+    def done(self, d: str) -> bool:
+        return self.splits[d].done if d in self.splits else all(x.done for x in self.state[d])
+
     def round_plan(self, d: str, m: int) -> list[tuple[str, tuple, list[bool]]]:
         """Design ``d``'s points this round (up to ``m`` probes per dimension), each with which
         dimensions it probes; a dimension already done sits at its answer (or its limit)."""
+        if d in self.splits:  # (the split search says which points)
+            return [(d, c, [True, True]) for c in self.splits[d].probes(m)]
         dims = self.state[d]
         per_dim = [x.probes(m) for x in dims]
         plan = []
@@ -459,7 +510,8 @@ class _Search:
 
     def answers_as_a_whole(self) -> dict[str, tuple | None]:
         """Each design's answer (None: some dimension found no count), simulated as a whole."""
-        finals = {d: None if any(x.exhausted for x in self.state[d]) else tuple(x.hi for x in self.state[d])
+        finals = {d: self.splits[d].answer if d in self.splits else
+                  None if any(x.exhausted for x in self.state[d]) else tuple(x.hi for x in self.state[d])
                   for d in self.designs}
         self.run_all([(d, c) for d, c in finals.items() if c is not None])
         return finals
@@ -467,21 +519,26 @@ class _Search:
     def record_answers(self, finals: dict[str, tuple | None]) -> None:
         for d in self.designs:
             c = finals[d]
+            # the disaggregated design's answer has its GPUs per role beside its GPUs
+            roles = [f"gpus_{role}" for role in PD_ROLES] if d in self.splits else []
             if c is None:
                 bad = [x.name for x in self.state[d] if x.exhausted]
-                self.rep.designs[d] = {"ok": False, "replicas": None, "gpus": None,
-                                       "note": f"no count up to --max-replicas={self.max_replicas} meets the SLOs "
-                                               f"({', '.join(bad)})"}
+                what = (f"no split up to --max-replicas={self.max_replicas} of each role meets the SLOs"
+                        if d in self.splits else
+                        f"no count up to --max-replicas={self.max_replicas} meets the SLOs ({', '.join(bad)})")
+                self.rep.designs[d] = {"ok": False, "replicas": None, "gpus": None, **dict.fromkeys(roles),
+                                       "note": what}
                 continue
             r = self.cache[(d, c)]
             gpu_h = r["gpus"] * r["end_s"] / 3600 if r.get("end_s") is not None else None
             price = gpu_hour_price(self.base)
             self.rep.designs[d] = {"ok": r["ok"], "replicas": r["replicas"], "gpus": r["gpus"],
+                                   **{k: r[k] for k in roles},
                                    "gpu_hours": gpu_h, "cost_usd": gpu_h * price if gpu_h is not None and
                                    price is not None else None,
                                    "split": {x.name: k for x, k in zip(self.state[d], c)}, "classes": r["classes"],
                                    "utilisation": r["utilisation"], "end_s": r["end_s"],
-                                   "cluster": design_cluster(d, self.state[d], list(c), self.router)}
+                                   "cluster": design_cluster(d, self.state[d], list(c), self.router, self.pd)}
 
 
 # ---- output --------------------------------------------------------------------------------------
@@ -503,9 +560,13 @@ def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
     return out
 
 
+#: the disaggregated design's bars, by role
+ROLE_COLORS = {"prefill": "#8c564b", "decode": "#17becf"}
+
+
 def plot_capacity(rep: CapacityReport, path: str | Path) -> Path:
-    """Left: GPUs each design needs (partitioned stacked by partition), annotated with the batch
-    throughput achieved. Right: every probe, worst p99/SLO ratio against replicas."""
+    """Left: GPUs each design needs (partitioned stacked by partition, disaggregated by role),
+    annotated with the batch throughput achieved. Right: every probe, worst p99/SLO ratio against replicas."""
     from matplotlib.figure import Figure
 
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
@@ -520,11 +581,12 @@ def plot_capacity(rep: CapacityReport, path: str | Path) -> Path:
             ax.text(i, 0.5, "not found", ha="center")
             continue
         split = a["split"]
-        if d == "partitioned":
+        if d in ("partitioned", "disaggregated"):  # stacked: a partition per class, or a role's replicas
             bottom = 0
             for part, k in split.items():
-                ax.bar(i, k, bottom=bottom, color=cc.get(part, "grey"), edgecolor="white",
-                       label=f"{part} partition" if i == names.index(d) else None)
+                role = d == "disaggregated"
+                ax.bar(i, k, bottom=bottom, color=ROLE_COLORS[part] if role else cc.get(part, "grey"),
+                       edgecolor="white", label=f"{part} {'replicas' if role else 'partition'}")
                 ax.text(i, bottom + k / 2, f"{part}\n{k}", ha="center", va="center", fontsize=8, color="white")
                 bottom += k
         else:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sim.experiments.capacity import (_eval_task, _only, _refreshed, _workload, design_cluster, design_dims,
-                                      partitions_apart)
+                                      partitions_apart, pd_settings)
 
 #: a curve whose worst ratio moves less than this share of its value is flat in the replica count
 FLAT = 0.10
@@ -98,15 +98,22 @@ class _Dims:
                     self.slos, None, dims[j].classes)
         counts = self.answer(d) or [self.max_replicas] * len(dims)
         counts[j] = k
-        return (self.sc, design_cluster(d, dims, counts, self.router), self.load_scale, self.slos, None)
+        return (self.sc, design_cluster(d, dims, counts, self.router, pd_settings(self.sc)), self.load_scale,
+                self.slos, None)
 
 
-def _curve(rep, d: str, j: int, names: list[str], slos: dict, extra: dict[int, dict]) -> dict[int, dict]:
+def _curve(rep, d: str, j: int, names: list[str], slos: dict, extra: dict[int, dict],
+           answer: list[int] | None = None) -> dict[int, dict]:
     """Replica count of dimension ``j`` -> the worst ratio of its classes, from every point of
-    design ``d`` that ran to its end (the search's probes, its answer) and the extra points."""
+    design ``d`` that ran to its end (the search's probes, its answer) and the extra points.
+    The disaggregated design's roles serve the same classes, so there only the points with the
+    other role's count at ``answer``'s count are on the curve."""
     out: dict[int, dict] = {}
     for p in rep.points:
         if p["design"] != d or p.get("stopped_at_s") is not None or p["counts"][j] is None:
+            continue
+        if d == "disaggregated" and (answer is None or any(k != a for i, (k, a) in enumerate(
+                zip(p["counts"], answer)) if i != j)):
             continue
         w = worst_of(p["classes"], slos, names)
         if w is not None:
@@ -147,7 +154,7 @@ def explain_capacity(rep, sc, slos: dict, *, router: str | dict | None = None, l
                 extra.setdefault((d, j), {})[ans[j]] = a["classes"]
         parts = []
         for j, x in enumerate(ds.dims(d)):
-            curve = _curve(rep, d, j, x.classes, slos, extra.get((d, j), {}))
+            curve = _curve(rep, d, j, x.classes, slos, extra.get((d, j), {}), ans)
             info = _judge(d, x.name, ans[j] if ans else None, curve, max_replicas)
             if info["binding"] == "per-step time" and trace:
                 k = ans[j] if ans else max_replicas

@@ -25,18 +25,25 @@ def worst(point: dict) -> float | None:
 
 def nearest_misses(doc: dict, design: str, split: dict) -> dict:
     """Per searched count of ``design`` (a partition, or the shared pool): the largest count a
-    probe saw miss that count's SLOs (a partition is judged on its own class alone)."""
+    probe saw miss that count's SLOs (a partition is judged on its own class alone). The
+    disaggregated design's roles (``split``: its answer): the largest count of a role that missed
+    with the other role at its answer's count or more (so fewer of that role would not do)."""
     out = {}
     pts = [p for p in doc.get("points", []) if p.get("design") == design]
+    answer = list(split.values()) if design == "disaggregated" else None  # (roles, judged on every class)
     for i, name in enumerate(split):
         misses = []
         for p in pts:
             counts = p.get("counts") or []
             if i >= len(counts) or counts[i] is None:
                 continue
+            if answer is not None and any(not isinstance(k, int) or k < a for j, (k, a) in
+                                          enumerate(zip(counts, answer)) if j != i):
+                continue
             cl = p.get("classes") or {}
-            judged = [cl[name]] if name in cl else list(cl.values())
-            if any(isinstance(m, dict) and m.get("ok") is False for m in judged) or (name not in cl and not p.get("ok")):
+            own = name in cl and answer is None
+            judged = [cl[name]] if own else list(cl.values())
+            if any(isinstance(m, dict) and m.get("ok") is False for m in judged) or (not own and not p.get("ok")):
                 misses.append(counts[i])
         out[name] = max(misses) if misses else None
     return out
@@ -53,8 +60,11 @@ def margins(doc: dict) -> list[dict]:
         gpus = a.get("gpus")
         if u and gpus is not None:  # (capacity's --uncertainty, on by default: "N (lo-hi)")
             gpus = f"{gpus} ({u.get('gpus_lo')}-{'more than the search limit' if u.get('gpus_hi') is None else u['gpus_hi']})"
+        roles = ", ".join(f"{r} {a[f'gpus_{r}']}" for r in ("prefill", "decode")
+                          if a.get(f"gpus_{r}") is not None) or None
         rows.append({"design": d, "meets the SLOs": a.get("ok"), "replicas": a.get("replicas"),
-                     "GPUs": gpus, "split": ", ".join(f"{k}={v}" for k, v in split.items()) or None,
+                     "GPUs": gpus, "GPUs per role": roles,
+                     "split": ", ".join(f"{k}={v}" for k, v in split.items()) or None,
                      "worst p99/SLO": ratio, "headroom": None if ratio is None else 1 - ratio,
                      "largest miss": ", ".join(f"{k}={'none' if v is None else v}" for k, v in miss.items()) or None,
                      "utilisation": a.get("utilisation"),

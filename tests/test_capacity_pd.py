@@ -1,0 +1,119 @@
+"""The ``disaggregated`` capacity design: the fewest prefill + decode replicas meeting the SLOs,
+its split searched too, GPUs per role in the answer (sim/experiments/capacity_pd.py)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from sim.config import load_scenario
+from sim.experiments.capacity import capacity_search
+from sim.experiments.capacity_pd import SplitSearch
+from sim.experiments.slos import parse_slos
+
+
+# ---- the split search against an oracle -------------------------------------------------------------
+def _search(ok, worst, limit: int, m: int) -> tuple[SplitSearch, int]:
+    s, probes = SplitSearch(limit), 0
+    while not s.done:
+        pts = s.probes(m)
+        assert pts and not any(p in s.seen for p in pts), "each round probes splits not probed before"
+        probes += len(pts)
+        s.told({p: (ok(p), worst(p)) for p in pts})
+    return s, probes
+
+
+def _fewest(ok, worst, limit: int):
+    """By brute force: the passing split of the smallest total, the lowest worst ratio among them
+    (then the fewer prefill replicas)."""
+    for n in range(2, 2 * limit + 1):
+        got = [(p, n - p) for p in range(1, n) if p <= limit and n - p <= limit and ok((p, n - p))]
+        if got:
+            return min(got, key=lambda s: (worst(s), s[0]))
+    return None
+
+
+def test_split_search_finds_the_fewest_total_on_any_up_set():
+    """Passing splits that form an up-set (more of either role never hurts; here the union of a
+    few quadrants): the search's answer is the brute-force one, whatever the probes per round."""
+    rng = random.Random(7)
+    for _ in range(300):
+        limit = rng.choice([1, 2, 3, 5, 8, 16])
+        corners = [(rng.randint(1, limit + 2), rng.randint(1, limit + 2)) for _ in range(rng.randint(1, 3))]
+
+        def ok(s, corners=corners):
+            return any(s[0] >= a and s[1] >= b for a, b in corners)
+
+        ratios: dict = {}
+
+        def worst(s, ratios=ratios):
+            return ratios.setdefault(s, rng.random())
+
+        want = _fewest(ok, worst, limit)
+        for m in (1, 2, 5):
+            s, _ = _search(ok, worst, limit, m)
+            assert s.answer == want, (limit, corners, m)
+            assert s.exhausted == (want is None)
+
+
+def test_split_search_probes_few_when_the_roles_barely_interact():
+    """Prefill needs 3 replicas and decode 5, whatever the other role has (no interaction): the
+    answer (3, 5) in a handful of probes, one at a time, with 64 allowed per role."""
+    s, probes = _search(lambda s: s[0] >= 3 and s[1] >= 5, lambda s: 0.5, 64, 1)
+    assert s.answer == (3, 5)
+    assert probes <= 12
+
+
+# ---- the search on a scenario ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small():
+    sc = load_scenario("diurnal_two_class", overrides=["horizon_s=30.0"])
+    return sc, parse_slos(sc)
+
+
+def test_disaggregated_answers_with_gpus_per_role(small):
+    sc, slos = small
+    rep = capacity_search(sc, ["shared", "disaggregated"], slos, workers=1, max_replicas=8)
+    a = rep.designs["disaggregated"]
+    assert a["ok"] is True and a["split"] == {"prefill": a["gpus_prefill"], "decode": a["gpus_decode"]}
+    assert a["gpus_prefill"] >= 1 and a["gpus_decode"] >= 1
+    assert a["gpus"] == a["replicas"] == a["gpus_prefill"] + a["gpus_decode"]  # (one GPU per replica here)
+    assert [(g["role"], g["replicas"]) for g in a["cluster"]["groups"]] == [("prefill", a["gpus_prefill"]),
+                                                                            ("decode", a["gpus_decode"])]
+    # the fewest: every split the search tried with fewer replicas in all missed the SLOs
+    tried = [p for p in rep.points if p["design"] == "disaggregated"]
+    assert all(not p["ok"] for p in tried if sum(p["counts"]) < a["gpus"])
+    table = rep.table()
+    assert {"gpus_prefill", "gpus_decode"} <= set(table.columns)
+    row = table.set_index("design").loc["disaggregated"]
+    assert (row["gpus_prefill"], row["gpus_decode"]) == (a["gpus_prefill"], a["gpus_decode"])
+    # a probe stopped once it had lost gives the verdicts of running it to its end
+    full = capacity_search(sc, ["disaggregated"], slos, workers=1, max_replicas=8, early_stop=False)
+    assert full.designs["disaggregated"] == a
+
+
+def test_cli_capacity_disaggregated(tmp_path):
+    from sim.cli import main
+
+    out = tmp_path / "cap"
+    r = CliRunner().invoke(main, ["capacity", "diurnal_two_class", "--designs", "shared,disaggregated",
+                                  "--set", "horizon_s=30", "--max-replicas", "8", "--workers", "1",
+                                  "--no-uncertainty", "--no-plots", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    header = next(line for line in r.output.splitlines() if line.lstrip().startswith("design"))
+    assert "gpus_prefill" in header and "gpus_decode" in header
+    assert any(line.lstrip().startswith("disaggregated") for line in r.output.splitlines())
+    assert (out / "capacity.json").exists() and (out / "points.csv").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--designs", "shared,disagregated"], "unknown design 'disagregated'"),
+    (["--designs", "disaggregated", "--refresh-s", "1"], "--designs disaggregated: not available with --refresh-s"),
+])
+def test_cli_capacity_bad_designs_one_line(args, says):
+    from sim.cli import main
+
+    r = CliRunner().invoke(main, ["capacity", "diurnal_two_class", "--no-uncertainty", *args])
+    assert r.exit_code == 2
+    assert says in r.output and len(r.output.strip().splitlines()) == 1, r.output
