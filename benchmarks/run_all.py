@@ -171,7 +171,7 @@ def case_list(sizes: list[int], pricing: str, compiled: bool) -> list[dict]:
     return cases
 
 
-def table(rows: list[dict], sizes: list[int]) -> list[str]:
+def table(rows: list[dict]) -> list[str]:
     """One pricing's markdown table and the speed-ups read from it."""
     md = ["| case | engine build | requests | fast-forward | decode cohort | wall (s) | wall / yardstick | CPU (s) | "
           "engine events | events / request | wall us / request | iterations represented | peak RSS (MB) |",
@@ -224,8 +224,6 @@ def per_request(tables: dict[str, list[dict]]) -> list[str]:
 def main() -> None:
     import argparse
 
-    from benchmarks.core_scenario import SATURATION_RPS_MEASURED
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only the 10k cases, no sweep or path cases (about a minute)")
     ap.add_argument("--no-paths", action="store_true",
@@ -233,6 +231,8 @@ def main() -> None:
                          "results.md keeps that section as it was")
     ap.add_argument("--no-servegen", action="store_true", help="leave out the 16-replica ServeGen row (minutes)")
     args = ap.parse_args()
+    from benchmarks.core_scenario import SATURATION_RPS_MEASURED  # (after --help: run as a script, no package)
+
     quick = args.quick
     sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
     compiled = ensure_compiled()
@@ -251,11 +251,11 @@ def main() -> None:
           f"The core scenario with steps priced as users run them (the default `engine.overhead` preset), at "
           f"0.75 of its saturation rate under that pricing, {SATURATION_RPS_MEASURED['default']:g} requests/s "
           f"(`benchmarks.core_scenario.SATURATION_RPS_MEASURED`; how it was found: the Notes).", ""]
-    md += table(tables["default"], sizes)
+    md += table(tables["default"])
     md += ["", '## The engine with `engine.overhead = "none"`', "",
            f"The same scenario priced by the profile's step times alone, at 0.75 of "
            f"{SATURATION_RPS_MEASURED['none']:g} requests/s, its saturation rate under that pricing.", ""]
-    md += table(tables["none"], sizes)
+    md += table(tables["none"])
     md += ["", "## Per request at each pricing", ""] + per_request(tables)
     out = HERE / "results.md"
     old = out.read_text() if out.exists() else ""
