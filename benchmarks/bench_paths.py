@@ -4,9 +4,10 @@ on pure Python against a yardstick measured in the same run.
     python -m benchmarks.bench_paths [--no-servegen]      (from the repository root)
 
 This machine's speed drifts by 20-30 % within an hour (more when it is shared), so every row is
-reported as a ratio to the yardstick: the core 10k-request case with fast-forward and the decode
-cohort off, pure Python (``run_all.py``'s slowest core row), measured before and after the rows
-(their mean); the minute-long ServeGen row has a yardstick of its own before and after it. Each
+reported as a ratio to the yardstick (``python -m benchmarks.yardstick``, the shared one; until
+2026-12-06 the core 10k-request case with fast-forward and the decode cohort off), measured before
+and after the rows (their mean); the minute-long ServeGen row has a yardstick of its own before and
+after it. Each
 command runs in a fresh process with ``PRIOSIM_PURE_PYTHON=1``; "wall" is the whole command as
 a user waits for it (start-up, workload, engine, writing results), "engine" the simulation alone
 where the run reports it. The project's bytecode is written first
@@ -89,8 +90,8 @@ def _py(code: str) -> dict:
 
 
 def yardstick() -> float:
-    from benchmarks.run_all import run_case
-    return run_case("core", 10_000, False, lazy=False, pure=True)["wall_s"]
+    from benchmarks.run_all import yardstick as shared
+    return shared()
 
 
 def sweep_pair(repeats: int = 3, n: int = 10_000) -> list[dict]:
@@ -128,7 +129,7 @@ def host_pair(n: int = 4_000, repeats: int = 2) -> dict:
     the cores do not slow each other) bounds a sweep's parallel efficiency on this host whatever
     the sweep does; on a VM whose two vCPUs share a physical core or its caches it is well below 1."""
     from benchmarks.run_all import CASE
-    code = CASE.format(kind="core", n=n, ff=False, lazy=False)
+    code = CASE.format(kind="core", n=n, ff=False, lazy=False, pricing="default")
 
     def start():
         return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=_env(),
@@ -216,7 +217,7 @@ def measure(servegen: bool = True, sweeps: list[dict] | None = None) -> list[str
     y = (y0 + y1) / 2
     md = [SECTION, "",
           f"Pure Python, {time.strftime('%Y-%m-%d %H:%M')}, produced by `python -m benchmarks.bench_paths`. "
-          f"Yardstick (core 10k, fast-forward and cohort off, pure Python): {y0:.2f} s before the rows, "
+          f"Yardstick (`python -m benchmarks.yardstick`): {y0:.2f} s before the rows, "
           f"{y1:.2f} s after; ratios are to their mean, {y:.2f} s.", "",
           "| what a user runs | requests | wall (s) | wall / yardstick | engine (s) | engine / yardstick | engine events per request |",
           "|---|---|---|---|---|---|---|"]

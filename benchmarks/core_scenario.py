@@ -3,23 +3,34 @@ lengths, strict priority with recompute preemption, on the default H200 / Llama-
 and the overrides that make the shipped ``servegen_multitenant`` scenario the 16-replica
 ServeGen cluster the speed rows measure (:func:`servegen_overrides`).
 
-``SATURATION_RPS_MEASURED`` is the replica's sustainable request rate for this length mix, measured by
-``python -m benchmarks.core_scenario`` (a saturated run: arrivals far above capacity, completions
-per second over the second half of the run). ``load`` multiplies it.
+Two pricings: ``"default"`` leaves ``engine.overhead`` unset, so the profile's default preset
+prices the steps (what users run; the headline rows), ``"none"`` pins the profile's step times
+alone (the rows before 2026-12-06, kept as a second table).
+
+``SATURATION_RPS_MEASURED`` is the replica's sustainable request rate for this length mix under
+each pricing, found by ``python -m benchmarks.core_scenario`` (:func:`search`: a bisection on the
+arrival rate for the highest one whose completions keep pace with it, next to a saturated run's
+throughput). ``load`` multiplies it.
 """
 from __future__ import annotations
 
+PRICINGS = ("default", "none")
 
 
 def scenario(n_requests: int, load: float = 0.8, fast_forward: bool = True, sat_rps: float | None = None,
-             seed: int = 7) -> dict:
-    sat = sat_rps or SATURATION_RPS_MEASURED
+             seed: int = 7, pricing: str = "default") -> dict:
+    """The core scenario with ``n_requests`` expected arrivals at ``load`` times the saturation
+    rate (requests/s) of ``pricing`` (or ``sat_rps``)."""
+    if pricing not in PRICINGS:
+        raise ValueError(f"pricing: expected one of {', '.join(PRICINGS)} (got {pricing!r})")
+    sat = sat_rps or SATURATION_RPS_MEASURED[pricing]
     rate = load * sat
     horizon = n_requests / rate
+    # "none": the profile's step times alone; "default": no key, so the default preset applies
+    overhead = {"overhead": "none"} if pricing == "none" else {}
     return {
         "name": f"bench-{n_requests}", "seed": seed, "horizon_s": horizon, "drain": True,
-        # overhead "none": the yardstick keeps the step pricing its saturation rate was measured with
-        "engine": {"profile": "h200-llama-3-8b", "overhead": "none", "max_num_seqs": 256, "max_batched_tokens": 8192,
+        "engine": {"profile": "h200-llama-3-8b", **overhead, "max_num_seqs": 256, "max_batched_tokens": 8192,
                    "preemption": "recompute", "preempt_for_waiting": "strict",
                    "fast_forward": fast_forward, "timeseries_interval_s": 10.0},
         "policy": {"name": "priority"},
@@ -38,7 +49,9 @@ def scenario(n_requests: int, load: float = 0.8, fast_forward: bool = True, sat_
     }
 
 
-SATURATION_RPS_MEASURED = 28.0  # measured 2026-11-29: 27.97 completions/s
+# requests/s, by pricing (python -m benchmarks.core_scenario; see results.md). "none" was 28.0
+# (27.97 completions/s) until the profile's refit of 2026-12-06.
+SATURATION_RPS_MEASURED = {"default": 25.0, "none": 25.6}  # measured 2026-12-06
 
 
 def servegen_overrides(horizon_s: float, pinned: bool = True) -> list[str]:
@@ -53,12 +66,38 @@ def servegen_overrides(horizon_s: float, pinned: bool = True) -> list[str]:
             + [f"streams.{i}.trace.window=[0.0, 86400.0]" for i in range(3)])
 
 
-if __name__ == "__main__":
+
+def _second_half_rate(pricing: str, rate: float, n: int, seed: int) -> float:
+    """Completions per second over the second half of a run with Poisson arrivals at ``rate``
+    (requests/s) for ``n`` expected requests, not drained: equal to ``rate`` (up to noise) while
+    the replica keeps pace, its capacity once the queue grows."""
     from sim import scenario_from_dict, simulate
 
-    sc = scenario_from_dict(scenario(20000, load=3.0, sat_rps=50.0) | {"drain": False})
-    res = simulate(sc)
+    d = scenario(n, load=1.0, sat_rps=rate, seed=seed, pricing=pricing) | {"drain": False}
+    res = simulate(scenario_from_dict(d))
     r = res.requests
-    fin = r[r.status == "finished"]
     half = res.summary_dict["run"]["end_s"] / 2
-    print("saturation completions/s (second half):", (fin.finish_s > half).sum() / half)
+    return float(((r.status == "finished") & (r.finish_s > half)).sum() / half)
+
+
+def search(pricing: str, n: int = 20_000, steps: int = 7, keep_pace: float = 0.98, seed: int = 7) -> dict:
+    """The saturation rate (requests/s) under ``pricing``: first a saturated run's throughput
+    (arrivals at 150/s, completions per second over its second half), then a bisection on the
+    arrival rate between half and 1.2 times it for the highest rate whose completions keep pace
+    (at least ``keep_pace`` of the rate over the second half), ``steps`` probes of ``n``
+    requests each. Returns both and the probes."""
+    saturated = _second_half_rate(pricing, 150.0, n, seed)
+    lo, hi, probes = 0.5 * saturated, 1.2 * saturated, []
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        done = _second_half_rate(pricing, mid, n, seed)
+        probes.append((round(mid, 2), round(done, 2)))
+        lo, hi = (mid, hi) if done >= keep_pace * mid else (lo, mid)
+    return {"pricing": pricing, "saturated_rps": round(saturated, 2), "sustainable_rps": round(lo, 2),
+            "probes": probes}
+
+
+
+if __name__ == "__main__":
+    for p in PRICINGS:
+        print(search(p), flush=True)

@@ -45,7 +45,7 @@ import sys
 from benchmarks.core_scenario import SATURATION_RPS_MEASURED, scenario
 from sim import scenario_from_dict, simulate
 load = 0.75  # (the benchmarks' core case: its horizon is the requests over load x the saturation rate)
-simulate(scenario_from_dict(scenario(int(float(sys.argv[1]) * load * SATURATION_RPS_MEASURED), load=load)))
+simulate(scenario_from_dict(scenario(int(float(sys.argv[1]) * load * SATURATION_RPS_MEASURED["default"]), load=load)))
 ''',
 }
 

@@ -8,8 +8,10 @@ are byte-identical.
 Run from the repository root. COMMIT is checked out into a temporary git worktree (removed
 afterwards); each side runs in its own Python process from its own root, so it imports its own
 ``sim``, ``policies`` and ``workloads`` and reads its own bundled data. The runs: every scenario
-shipped here (``workloads/scenarios/*.toml``), ``diurnal_two_class`` on a 3-replica cluster, and
-``chat_vs_batch`` under each preemption mode (off, recompute, swap, auto). ``--set`` overrides
+shipped here (``workloads/scenarios/*.toml``; ``fleet_day``, a 200-replica day, over its first
+180 s only), ``diurnal_two_class`` on a 3-replica cluster, and ``chat_vs_batch`` under each
+preemption mode (off, recompute, swap, auto). A scenario shipped here but not at COMMIT is
+reported as new and not compared. ``--set`` overrides
 apply to every run on both sides (the same pricing there and here, e.g.
 ``--set engine.overhead='"none"'``). Tables are compared as CSV text (sha256; the summary table
 with its index), as the project's before/after checks always have.
@@ -22,8 +24,8 @@ overlap, speculation, closed-loop users, gates, prefix caching), so a refactor o
 held to the same bytes there too. The scenarios are drawn here and handed to both sides, so
 COMMIT's own fuzz does not matter; a draw COMMIT's schema refuses shows as FAILED there.
 
-Exit status 0 when every run is identical, 1 when any differs or fails on either side, 2 when
-COMMIT cannot be checked out.
+Exit status 0 when every run compared is identical, 1 when any differs or fails on either side,
+2 when COMMIT cannot be checked out.
 """
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ from workloads.library import shipped_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("requests", "timeseries", "summary")
+#: shipped scenarios run shorter than shipped (hours of simulation as they are), before ``--set``
+SHORTER = {"fleet_day": ["horizon_s=180"]}  # (the night's batch jobs start at 150 s)
+#: a scenario COMMIT does not ship: compared once both sides have it
+NEW_HERE = "no such scenario file"
 #: runs beyond the shipped scenarios: key -> (scenario, overrides)
 EXTRA = {
     "cluster3": ("diurnal_two_class", ["cluster={replicas=3}"]),
@@ -81,7 +87,7 @@ def runs(names: list[str] | None, sets: list[str]) -> list[tuple[str, str, list[
     """(key, scenario, overrides) of every run: the shipped scenarios and EXTRA, or only ``names``
     (scenario names or EXTRA keys); ``sets`` is appended to every run's overrides."""
     shipped = shipped_scenarios()
-    table = {n: (n, []) for n in shipped} | EXTRA
+    table = {n: (n, list(SHORTER.get(n, []))) for n in shipped} | EXTRA
     unknown = [n for n in names or [] if n not in table]
     if unknown:
         raise ValueError(f"--only: unknown run {unknown[0]!r} (expected one of {', '.join(table)})")
@@ -121,10 +127,14 @@ def collect(proc: subprocess.Popen) -> dict[str, dict]:
 
 
 def compare(keys: list[str], here: dict[str, dict], there: dict[str, dict]) -> tuple[list[str], int]:
-    """One line per run (each table: identical / DIFFERENT) and how many runs are not identical."""
+    """One line per run (each table: identical / DIFFERENT) and how many runs are not identical
+    (a scenario only this side ships is neither: its line says so)."""
     lines, bad = [], 0
     for k in keys:
         a, b = here.get(k, here.get("*", {"error": "no result"})), there.get(k, there.get("*", {"error": "no result"}))
+        if "error" not in a and NEW_HERE in b.get("error", ""):
+            lines.append(f"{k:24s} new here (not shipped there): not compared")
+            continue
         if "error" in a or "error" in b:
             bad += 1
             side = "here" if "error" in a else "there"
@@ -179,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     lines, bad = compare([k for k, _, _ in todo], here_res, there_res)
+    new = sum(ln.endswith("new here (not shipped there): not compared") for ln in lines)
     print("\n".join(lines))
-    print(f"{len(todo) - bad} of {len(todo)} runs byte-identical" + ("" if not bad else f"; {bad} not"))
+    print(f"{len(todo) - new - bad} of {len(todo) - new} runs byte-identical" + ("" if not bad else f"; {bad} not")
+          + (f"; {new} new here, not compared" if new else ""))
     return 1 if bad else 0
 
 

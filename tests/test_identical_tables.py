@@ -20,6 +20,9 @@ def test_the_runs_are_every_shipped_scenario_a_cluster_and_each_preemption_mode(
                               "preemption_auto"]
     assert all(sets[-1] == "horizon_s=5" for _, _, sets in todo)
     assert ("cluster3", "diurnal_two_class", ["cluster={replicas=3}", "horizon_s=5"]) in todo
+    # the 200-replica day runs its first 180 s (hours as shipped); --set still comes last
+    assert ("fleet_day", "fleet_day", ["horizon_s=180", "horizon_s=5"]) in todo
+    assert it.runs(["fleet_day"], []) == [("fleet_day", "fleet_day", ["horizon_s=180"])]
     assert it.runs(["preemption_swap"], []) == [("preemption_swap", "chat_vs_batch", ['engine.preemption="swap"'])]
     with pytest.raises(ValueError, match="--only: unknown run 'nope'"):
         it.runs(["nope"], [])
@@ -35,6 +38,11 @@ def test_compare_names_each_table_and_counts_runs_that_differ_or_fail():
     assert "timeseries DIFFERENT" in lines[1] and "requests identical" in lines[1]
     assert "FAILED here: KeyError: k" in lines[2]
     assert it.compare(["x"], {"x": same}, {"*": {"error": "boom"}}) == ([f"{'x':24s} FAILED there: boom"], 1)
+    # a scenario the other commit does not ship yet is new, neither identical nor a failure
+    missing = {"error": "ScenarioError: new: no such scenario file (expected a TOML file path ...)"}
+    assert it.compare(["new"], {"new": same}, {"new": missing}) == (
+        [f"{'new':24s} new here (not shipped there): not compared"], 0)
+    assert it.compare(["new"], {"new": missing}, {"new": missing})[1] == 1  # missing here too: a failure
 
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None or subprocess.run(
