@@ -50,20 +50,32 @@ COMMAND = "python -m scripts.pd_paper"
 #: stated before any disaggregated run)
 TOLERANCE = 0.25
 
+#: Table 2's real-system attainment at per-GPU rates (req/s per GPU -> share), §6.4
+TABLE2 = {"vllm": {1.0: 0.970, 1.5: 0.655, 2.0: 0.528, 2.5: 0.449, 3.0: 0.367, 3.5: 0.278, 4.0: 0.236},
+          "distserve": {1.0: 1.0, 1.5: 1.0, 2.0: 0.993, 2.5: 0.873, 3.0: 0.830, 3.5: 0.773, 4.0: 0.700}}
+
+
+def crossing(curve: dict[float, float], target: float = 0.9) -> float:
+    """The rate at which an attainment curve (rate -> share, falling) first drops below
+    ``target``, interpolated linearly between its points (as DistServe's plot script does)."""
+    pts = sorted(curve.items())
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if (y0 < target) != (y1 < target):
+            return x0 + (target - y0) * (x1 - x0) / (y1 - y0)
+    raise ValueError(f"the curve never crosses {target}")
+
+
 PUBLISHED = {
     "fig1": Comparison("Zhong et al. 2024 (DistServe)", "per-GPU goodput, 2P1D / co-located vLLM",
                        "§1, Figure 1: 3.3 (10 req/s on 3 GPUs, composed) against 1.6 req/s", 3.3 / 1.6,
                        "13B (OPT-13B) on A100-80GB, 512/64 tokens, Poisson, P90 TTFT 0.4 s, P90 TPOT 0.04 s"),
     "t2": Comparison("Zhong et al. 2024 (DistServe)", "per-GPU goodput at 90 % attainment, DistServe / vLLM",
                      "§6.4, Table 2 (real system), interpolated at 90 %: 2.39 against 1.11 req/s per GPU",
-                     2.39 / 1.11, "OPT-13B, ShareGPT < 2048 tokens, Poisson, TTFT 0.25 s and TPOT 0.1 s; "
+                     crossing(TABLE2["distserve"]) / crossing(TABLE2["vllm"]), "OPT-13B, ShareGPT < 2048 tokens, Poisson, TTFT 0.25 s and TPOT 0.1 s; "
                                   "P TP 2 + D TP 1 against vLLM TP 1"),
 }
 #: the published one-phase and co-located goodputs of Figure 1, req/s per GPU (no tolerance)
 FIG1_PARTS = {"colocated": 1.6, "prefill_only": 5.6, "decode_only": 10.0}
-#: Table 2's real-system attainment at per-GPU rates (req/s per GPU -> share), for the page
-TABLE2 = {"vllm": {1.0: 0.970, 1.5: 0.655, 2.0: 0.528, 2.5: 0.449, 3.0: 0.367, 3.5: 0.278, 4.0: 0.236},
-          "distserve": {1.0: 1.0, 1.5: 1.0, 2.0: 0.993, 2.5: 0.873, 3.0: 0.830, 3.5: 0.773, 4.0: 0.700}}
 
 
 # ---- judging a probe ---------------------------------------------------------------------------
@@ -156,8 +168,9 @@ class Watch:
     def __init__(self, crit: Criterion, total: int) -> None:
         self.crit = crit
         self.over = {"ttft": 0, "tpot": 0, "any": 0}
-        self.need = (total - math.floor((total - 1) * crit.target) if crit.how == "p90"
-                     else math.floor((1 - crit.target) * total) + 1)
+        # (rounded before floor / ceil: 0.9 x 100 is 90.00000000000001 in floating point)
+        self.need = (total - math.floor(round((total - 1) * crit.target, 9)) if crit.how == "p90"
+                     else total - math.ceil(round(crit.target * total, 9)) + 1)
 
     def __call__(self, req, now_ns: int) -> None:
         from sim.core.costs import NS

@@ -77,6 +77,19 @@ def test_sharegpt_table_is_distserves_filter_and_byte_stable(tmp_path):
     assert gzip.decompress(a.read_bytes()).startswith(b"num_prefill_tokens,num_decode_tokens\n")
 
 
+def test_table2_crossings_are_the_pages_published_goodputs():
+    assert pd_paper.crossing(pd_paper.TABLE2["vllm"]) == pytest.approx(1.111, abs=1e-3)
+    assert pd_paper.crossing(pd_paper.TABLE2["distserve"]) == pytest.approx(2.3875)
+    assert pd_paper.PUBLISHED["t2"].published == pytest.approx(2.15, abs=0.005)
+
+
+def test_the_watch_stops_only_once_the_miss_is_certain():
+    """100 requests judged on 90 % attainment: 10 misses still meet it, the 11th cannot."""
+    watch = pd_paper.Watch(pd_paper.Criterion(0.25, 0.1, "attainment"), 100)
+    assert watch.need == 11
+    assert pd_paper.Watch(pd_paper.Criterion(0.4, 0.04, "p90"), 300).need == 31  # 300 - floor(299 x 0.9)
+
+
 def test_every_published_row_names_its_source_and_the_band_is_symmetric():
     for c in pd_paper.PUBLISHED.values():
         assert c.source and c.published > 1
