@@ -1,5 +1,5 @@
 """DistServe's disaggregated-against-co-located comparison, published against simulated:
-docs/disaggregation-paper.md. Runnable once prefill/decode pools land (issue 43): the
+docs/disaggregation-paper.md. Runnable once prefill/decode pools land: the
 disaggregated scenarios use their ``[cluster]`` keys (``role``, ``link``, ``decode_router``).
 
 Zhong et al., OSDI 2024 (arXiv:2401.09670). The metric is theirs, *per-GPU goodput*: the highest

@@ -2,7 +2,7 @@
 judged, the early stop agreeing with a full run, the GPUs a design counts, the rate search
 bracketing the co-located goodput, the ShareGPT table written as DistServe filtered it, and the
 paper scenarios naming only files of their own folder. The disaggregated comparison itself waits
-for issue 43. Seeded; inequalities, not golden values."""
+for prefill/decode pools. Seeded; inequalities, not golden values."""
 import gzip
 
 import numpy as np
