@@ -380,16 +380,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
         return 0
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - the search's progress
+    from sim import ScenarioError
+
     readings = {"as written": 1.0}
-    if not args.uncalibrated_only:
-        scale = fit_cost_scale(args.small, log)
-        print(f"cost_scale fitted on Figure 1's co-located baseline: {scale:.4g}")
-        readings[f"cost_scale {scale:.3g}"] = scale
     sim = {}
-    for reading, scale in readings.items():
-        for key in args.only or list(PUBLISHED):
-            sim[key, reading] = (fig1 if key == "fig1" else t2)(args.small, log, scale)
-            print(f"{key}, {reading}: " + ", ".join(f"{k} {v:.3g}" for k, v in sim[key, reading].items()))
+    try:
+        if not args.uncalibrated_only:
+            scale = fit_cost_scale(args.small, log)
+            print(f"cost_scale fitted on Figure 1's co-located baseline: {scale:.4g}")
+            readings[f"cost_scale {scale:.3g}"] = scale
+        for reading, scale in readings.items():
+            for key in args.only or list(PUBLISHED):
+                sim[key, reading] = (fig1 if key == "fig1" else t2)(args.small, log, scale)
+                print(f"{key}, {reading}: " + ", ".join(f"{k} {v:.3g}" for k, v in sim[key, reading].items()))
+    except (ScenarioError, ValueError) as exc:  # e.g. a disaggregated scenario before the pools exist
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(rows(sim)))
     return 0
 
