@@ -71,6 +71,21 @@ def test_readme_names_every_bundled_config_and_its_licence():
         assert f"`{name}`" in text, name
 
 
+def test_opt_has_a_two_matrix_mlp_and_the_published_parameter_count():
+    """OPT-13B (facebook/opt-13b: ffn_dim, a ReLU MLP of fc1 and fc2, biases everywhere) holds
+    12,853,473,280 parameters; the derivation leaves out only the learned positions (2050 x 5120)
+    and the MLP and LayerNorm biases: within 0.1 %. Its MHA KV is 40 layers x 2 x 5120 x 2 bytes."""
+    a = load_architecture("opt-13b")
+    assert (a.mlp_matrices, a.ffn, a.kv_heads, a.qkv_bias, a.tied) == (2, 20480, 40, True, True)
+    assert load_architecture("llama-3.1-8b").mlp_matrices == 3
+    doc = derived("opt-13b", "a100-80gb", dtype="fp16")
+    c = {k: v["value"] for k, v in doc["meta"]["constants"].items()}
+    assert c["params"] == pytest.approx(12_853_473_280, rel=1e-3)
+    assert c["kv_bytes_per_token"] == 40 * 2 * 5120 * 2
+    assert derived("opt-66b", "a100-80gb", dtype="fp16", tp=4)["meta"]["constants"]["params"]["value"] * 4 \
+        == pytest.approx(65.7e9, rel=5e-3)
+
+
 def test_moe_weights_read_follow_the_expected_distinct_experts():
     """Qwen3-30B-A3B on one H200: a step of T tokens reads the non-expert weights and
     48 layers x 128 experts x (1 - (1 - 8/128)^T) of the experts (bf16); compute adds the

@@ -9,9 +9,12 @@ only to a sliding window. Nothing else of the checkpoint is read and nothing is 
 Fields read (the first present name wins; a multimodal config's ``text_config`` is read):
 
 * shape: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``
-  (default: the heads), ``head_dim`` (default hidden / heads), ``intermediate_size``,
-  ``vocab_size``, ``tie_word_embeddings`` (Hugging Face's default: true), ``attention_bias``
+  (default: the heads), ``head_dim`` (default hidden / heads), ``intermediate_size`` (OPT:
+  ``ffn_dim``), ``vocab_size``, ``tie_word_embeddings`` (Hugging Face's default: true), ``attention_bias``
   (Qwen2 always has Q/K/V biases);
+* the feed-forward's kind: gated (SwiGLU/GeGLU, three matrices) except for ``model_type = "opt"``,
+  whose feed-forward is two matrices with a ReLU between (``fc1``, ``fc2``) and whose projections
+  all carry biases (``enable_bias``, default true);
 * mixture of experts: ``num_local_experts`` | ``num_experts`` | ``n_routed_experts``;
   ``num_experts_per_tok`` | ``experts_per_token``; ``moe_intermediate_size`` (else
   ``intermediate_size``); ``n_shared_experts`` (x the expert size) or
@@ -48,7 +51,8 @@ class Architecture:
     Attributes (counts and widths; ``0`` where a feature is absent):
         name, source: what it is and where it was read.
         layers, hidden, heads, kv_heads, head_dim, ffn, vocab: the shape (``ffn``: a dense
-            layer's gated-MLP intermediate size).
+            layer's MLP intermediate size).
+        mlp_matrices: matrices of hidden x ffn in a dense layer's MLP (3 gated; OPT's plain MLP 2).
         tied: the LM head shares the embedding matrix.
         qkv_bias, o_bias: projection biases.
         norms_per_layer: RMSNorm vectors per layer (2; Gemma 3: 4); qk_norm: per-head Q/K norms.
@@ -72,6 +76,7 @@ class Architecture:
     head_dim: int
     ffn: int
     vocab: int
+    mlp_matrices: int = 3
     tied: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
@@ -191,7 +196,7 @@ def architecture(doc: dict, name: str, where: str, source: str | None = None) ->
     k = r.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0) if experts else 0
     if experts and not 1 <= k <= experts:
         raise ScenarioError(f"{where}: num_experts_per_tok: expected an integer in 1..{experts} (got {k})")
-    ffn = r.int("intermediate_size", default=0 if experts else None, minimum=0 if experts else 1)
+    ffn = r.int("intermediate_size", "ffn_dim", default=0 if experts else None, minimum=0 if experts else 1)
     expert_ffn = r.int("moe_intermediate_size", default=ffn, minimum=1) if experts else 0
     shared = 0
     moe_layers = 0
@@ -232,12 +237,16 @@ def architecture(doc: dict, name: str, where: str, source: str | None = None) ->
         else:
             window_layers = layers
     gemma = model_type.startswith("gemma")
+    # OPT (and GPT-2-era decoders like it): a plain two-matrix ReLU MLP, biases on every projection
+    opt = model_type == "opt"
+    opt_bias = opt and r.bool("enable_bias", True)
     return Architecture(
         name=name, source=source or where, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, ffn=ffn, vocab=vocab, tied=r.bool("tie_word_embeddings", True),
-        qkv_bias=r.bool("attention_bias", model_type.startswith("qwen2") and not experts or
-                        model_type == "qwen2_moe"),
-        o_bias=r.bool("attention_bias", False) and model_type == "gpt_oss",
+        head_dim=head_dim, ffn=ffn, vocab=vocab, mlp_matrices=2 if opt else 3,
+        tied=r.bool("tie_word_embeddings", True),
+        qkv_bias=opt_bias or r.bool("attention_bias", model_type.startswith("qwen2") and not experts or
+                                    model_type == "qwen2_moe"),
+        o_bias=opt_bias or r.bool("attention_bias", False) and model_type == "gpt_oss",
         norms_per_layer=4 if gemma else 2, qk_norm=model_type.startswith(("qwen3", "gemma3")),
         experts=experts, experts_per_token=k, expert_ffn=expert_ffn, shared_ffn=shared,
         moe_layers=moe_layers, expert_bias=model_type == "gpt_oss", sliding_window=window,

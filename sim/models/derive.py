@@ -167,7 +167,7 @@ def shard(a: Architecture, fmt: WeightFormat, kv_bytes: int, tp: int = 1, ep: in
             attn += h
         d_qk = d_v = dec_qk = dec_v = a.head_dim
         kv_layer = 2 * kvh * a.head_dim * kv_bytes
-    linear = L * attn + a.dense_layers * 3 * h * ffn
+    linear = L * attn + a.dense_layers * a.mlp_matrices * h * ffn
     experts = flop_experts = row = act = 0.0
     local = 0
     if a.moe:
