@@ -559,17 +559,25 @@ class DisaggCluster:
         rule, pool, lim, q = eng.waiting_rule, eng.pool, eng.limits, eng.queues
         if not (rule.evicts and eng.grows_blocks and pool.plain) or eng.on_recompute is None:
             return False
-        if eng.cohort is not None and eng.cohort.members:
-            eng.cohort.dissolve()  # (its members' fields brought up to date: they may be victims)
-            q.rank_order = None
         if eng.policy.static_ranking:
-            victims = sorted(rule.victims(w, q.running.values(), q), key=rank, reverse=True)
-        else:  # (keys that change with time or service: by class priority alone, which does not)
-            victims = sorted((v for v in q.running.values() if v.priority > w.priority), key=rank, reverse=True)
+            victims = rule.victims(w, q.running.values(), q)
+        elif q.top > w.priority:  # (keys that change with time or service: by class priority alone)
+            victims = [v for v in q.running.values() if v.priority > w.priority]
+        else:
+            return False
+        if not victims:
+            return False
+        victims.sort(key=rank, reverse=True)
+        coh = eng.cohort
+        if coh is not None and coh.members:
+            coh.sync_all()  # (its members' blocks brought up to date: they may be victims)
         slots = len(q.running) + len(eng.held) - lim.max_num_seqs + 1  # victims needed for a slot
         short = need + lim.watermark_blocks - pool.free  # blocks still missing
         if not victims or len(victims) < slots or sum(v.blocks for v in victims) < short:
             return False
+        if coh is not None and coh.members:
+            coh.dissolve()  # (victims leave the running set as explicit requests)
+            q.rank_order = None
         for v in victims:
             if slots <= 0 and short <= 0:
                 break
