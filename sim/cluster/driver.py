@@ -18,7 +18,7 @@ from sim.cluster.results import ClusterResults, cluster_results, disagg_results
 from sim.routers import make_router
 from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
-from sim.core.costs import load_profile
+from sim.core.costs import CostModel, load_profile
 from sim.core.errors import ScenarioError
 from sim.core.preemption import PREEMPTION_MODES
 from sim.core.telemetry import Telemetry
@@ -146,21 +146,12 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
     """Build every group's replicas into ``cl`` with their roles, and each class's first stops
     and decode replicas; returns each group's scenario."""
     group_sc: dict[str, Scenario] = {}
-    priced = {_pricing(spec.groups[0].engine): load_profile(
-        spec.groups[0].engine.profile, Path(sc.base_dir), overhead=spec.groups[0].engine.overhead,
-        host_cpu=spec.groups[0].engine.host_cpu, entrypoint=spec.groups[0].engine.entrypoint,
-        scale=spec.groups[0].engine.cost_scale)}
-    role_of: list[str] = []
+    priced: dict[str, CostModel] = {}
     group_of: list[int] = []
     for gi, g in enumerate(spec.groups):
         scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": None})
         group_sc[g.name] = scg
-        key = _pricing(g.engine)
-        if key not in priced:
-            priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead,
-                                       host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint,
-                                       scale=g.engine.cost_scale)
-        costs = priced[key]
+        costs = _group_costs(sc, g, priced)
         if g.role == PREFILL and not cl.bytes_per_token:
             link = spec.link
             assert link is not None
@@ -185,7 +176,6 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
             rep = PDReplica(i, g.name, g.role, g.gpus, eng, cl, trace)
             cl.replicas.append(rep)
             (cl.prefills if g.role == PREFILL else cl.decodes if g.role == DECODE else []).append(rep)
-            role_of.append(g.role)
             group_of.append(gi)
     c = sc.cluster
     for cname in sc.class_names:
@@ -207,12 +197,7 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
     for gi, g in enumerate(spec.groups):
         scg = sc.model_copy(update={"engine": g.engine, "policy": g.policy, "cluster": None})
         group_sc[g.name] = scg
-        key = _pricing(g.engine)
-        if key not in priced:
-            priced[key] = load_profile(g.engine.profile, Path(sc.base_dir), overhead=g.engine.overhead,
-                                         host_cpu=g.engine.host_cpu, entrypoint=g.engine.entrypoint,
-                                         scale=g.engine.cost_scale)
-        costs = priced[key]
+        costs = _group_costs(sc, g, priced)
         for _ in range(g.slots):
             i = len(cl.replicas)
             trace = [] if trace_iterations else None
@@ -234,6 +219,16 @@ def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
     cl.routing_ready()
     cl.ahead = max(int(Replica.LOOKAHEAD * len(cl.replicas)), 1) - 1
     return group_sc
+
+
+def _group_costs(sc: Scenario, g, priced: dict[str, CostModel]) -> CostModel:
+    """Group ``g``'s cost model: one per distinct pricing (kept in ``priced``), not one per group."""
+    key = _pricing(g.engine)
+    if key not in priced:
+        e = g.engine
+        priced[key] = load_profile(e.profile, Path(sc.base_dir), overhead=e.overhead, host_cpu=e.host_cpu,
+                                   entrypoint=e.entrypoint, scale=e.cost_scale)
+    return priced[key]
 
 
 def _pricing(engine) -> str:
