@@ -183,7 +183,8 @@ def select() -> str:
 def build(opt_level: str = "3") -> None:
     """Compile MODULES in place with mypyc (needs mypy and a C compiler), then record the
     sources compiled. ``opt_level`` is the C compiler's (mypyc's ``opt_level``): "3" for speed;
-    "0" spares the C compiler its optimiser (code that computes the same; the tests use it)."""
+    "1" (the tests) or "0" spare the C compiler most or all of its optimiser (code that computes
+    the same, slower)."""
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError('mypyc is not installed: pip install -e ".[native]" (it comes with mypy)')
     clean()
