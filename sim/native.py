@@ -61,11 +61,12 @@ setup(name="priosim_native", ext_modules=mypycify(["--config-file", {config!r}, 
 """
 
 #: mypy's settings for the build (build/mypy.ini): packages the compiled modules reach only through
-#: imports of modules that are not compiled (the cluster's Ray executor) are not analysed, which
-#: would take mypyc minutes (ray's own annotations), for types it does not use
+#: imports of modules that are not compiled (the cluster's Ray executor, plots, progress, reports)
+#: are not analysed, for types mypyc does not use: ray's own annotations would take minutes, and
+#: IPython, matplotlib, rich and pydantic (with what they import: 700 modules) two thirds of mypy's time
 MYPY_INI = """[mypy]
 
-[mypy-ray,ray.*,torch,torch.*,optuna,optuna.*]
+[mypy-ray,ray.*,torch,torch.*,optuna,optuna.*,IPython,IPython.*,matplotlib,matplotlib.*,rich,rich.*,pydantic,pydantic.*]
 follow_imports = skip
 """
 
@@ -182,7 +183,8 @@ def select() -> str:
 def build(opt_level: str = "3") -> None:
     """Compile MODULES in place with mypyc (needs mypy and a C compiler), then record the
     sources compiled. ``opt_level`` is the C compiler's (mypyc's ``opt_level``): "3" for speed;
-    "0" spares the C compiler its optimiser (code that computes the same; the tests use it)."""
+    "1" (the tests) or "0" spare the C compiler most or all of its optimiser (code that computes
+    the same, slower)."""
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError('mypyc is not installed: pip install -e ".[native]" (it comes with mypy)')
     clean()

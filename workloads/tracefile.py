@@ -83,6 +83,9 @@ class Chunk:
     lines: np.ndarray
     json_errors: dict[int, str] = field(default_factory=dict)  # row -> message (JSONL)
     error_after: str | None = None  # the file cannot be read past this chunk: raise unless the load stops here
+    # (JSONL) the parsed objects, row by row: hash_ids are read from them. Not in ``raw.attrs``:
+    # pandas deep-copies a frame's attrs into every column taken from it (half of a load's time)
+    objects: list[dict] | None = None
 
 
 def csv_chunks(path: Path) -> Iterator[Chunk]:
@@ -202,7 +205,5 @@ def _records(recs: list[dict], fields: list[str]) -> pd.DataFrame:
 
 def json_chunks(path: Path, fields: list[str]) -> Iterator[Chunk]:
     for recs, lines, errors in _jsonl_chunks(path):
-        raw = _records(recs, fields)
-        raw.attrs["objects"] = recs  # (hash_ids are read from the objects themselves)
-        yield Chunk(raw, lines, errors)
+        yield Chunk(_records(recs, fields), lines, errors, objects=recs)
 

@@ -386,7 +386,7 @@ def read_table(path: Path, chunks: Iterator[Chunk], cols: Columns, spec: dict, l
         for ours, c in cols.names.items():
             frame[ours] = pd.Series(_names(ck, raw[c], c), dtype=object)
         if cols.hash_ids is not None:
-            objs = raw.attrs.get("objects")
+            objs = chunk.objects
             values = [o.get(cols.hash_ids) for o in objs] if objs is not None else list(raw[cols.hash_ids])
             frame["hash_ids"] = pd.Series(_hash_ids(ck, values, cols.hash_ids), dtype=object)
         if t is not None and not lenient and not cols.sort_first:
