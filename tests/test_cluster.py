@@ -834,3 +834,16 @@ def test_a_new_router_is_one_file():
     finally:
         ROUTERS.unregister("tenant_affinity")
     assert "tenant_affinity" not in ROUTERS.names()
+
+
+def test_iteration_trace_of_a_cluster_with_an_idle_replica_keeps_its_types():
+    """A replica that never stepped has an empty trace: the cluster's trace stays numeric (a
+    capacity search's explanation once failed on an object column there)."""
+    d = cluster_scenario({"groups": [{"name": "idle", "replicas": 1, "classes": ["hi"]},
+                                     {"name": "busy", "replicas": 1, "classes": ["lo"]}], "router": "class_aware"},
+                         drain=False)
+    d["streams"][0]["arrival"] = {"process": "batch", "n": 1, "at_s": 1e6}  # (after the horizon: none arrives)
+    res = simulate_cluster(scenario_from_dict(d), trace_iterations=True)
+    it = res.iterations
+    assert len(it) and (it["replica"] == 1).all()
+    assert it["tokens"].dtype.kind == "i" and it["end_s"].dtype.kind == "f"

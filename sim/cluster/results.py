@@ -128,7 +128,7 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
     # (each replica's group name taken by Arrow, not a list of 815k names converted one by one)
     req.insert(2, "group", _strings(names, replica) if len(replica) else [])
     if per_replica and trace_iterations:
-        its = [r.iterations for r in rep_res if r.iterations is not None]
+        its = [r.iterations for r in rep_res if r.iterations is not None and len(r.iterations)]
         comb.iterations = pd.concat(its, ignore_index=True) if its else None
     layout = _layout(spec, replicas, infos, rep_res, grp_res, end_ns, per_replica)
     layout["router_report"] = router.report()
@@ -254,7 +254,7 @@ def disagg_results(sc: Scenario, spec: ClusterSpec, cl, group_sc: dict[str, Scen
     req.insert(2, "group", _strings([r.group for r in replicas], replica) if len(replica) else [])
     _add_phases(req, cl.phases)
     if per_replica and trace_iterations:
-        its = [r.iterations for r in rep_res if r.iterations is not None]
+        its = [r.iterations for r in rep_res if r.iterations is not None and len(r.iterations)]
         comb.iterations = pd.concat(its, ignore_index=True) if its else None
     layout = _layout(spec, replicas, infos, rep_res, grp_res, end_ns, per_replica)
     for g in spec.groups:
