@@ -55,7 +55,8 @@ def markdown(rows: list[dict]) -> list[str]:
     md = [SECTION, "", f"{time.strftime('%Y-%m-%d %H:%M')}, pure Python, `python -m benchmarks.bench_disagg`: "
           f"the quickest of {REPEATS} alternating runs of each design, in one process (a ratio of two "
           "times taken together needs no yardstick).", "",
-          "| traffic | requests | co-located, µs per request | 2P2D, µs per request | ratio | engine events per request (co-located / 2P2D) |",
+          "| traffic | requests | co-located, µs per request | 2P2D, µs per request | ratio "
+          "| engine events per request (co-located / 2P2D) |",
           "|---|---:|---:|---:|---:|---|"]
     for r in rows:
         md.append(f"| {r['case']} | {r['requests']:,} | {r['co_us']:.0f} | {r['pd_us']:.0f} | {r['ratio']:.2f} | "

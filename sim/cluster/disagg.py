@@ -59,7 +59,6 @@ from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
-ROLES = (BOTH, PREFILL, DECODE)
 
 # message kinds, delivered to a replica's mail (taken in at its next step boundary)
 HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
@@ -89,8 +88,8 @@ class PDReplica:
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
-        # a decode replica holds its runs open (``hold``): priced to their end, cut short when a
-        # message is delivered here (``cut``), their KV blocks allocated as far as read
+        # a decode replica holds its runs open (``hold``): priced a stretch at a time, cut short
+        # when a message is delivered here (``cut``), their KV blocks allocated as far as read
         self._plan: Any = None
         self._durs: list[int] = []
         self._ends: list[int] = []
