@@ -50,7 +50,7 @@ from typing import Any, Callable, ClassVar
 import simpy
 
 from sim.link import Links
-from sim.core.costs import NEVER
+from sim.core.costs import NEVER, NS
 from sim.core.fastforward import allocate_run, block_limited
 from sim.core.loop import replica_loop
 from sim.core.plan import rank
@@ -247,10 +247,10 @@ class PDReplica:
                     eng.take_landed(r, now_ns)
                 elif kind == HANDOFF:  # (decode) it waits here for blocks and a slot
                     if eng.policy.on_arrival is not None:
-                        eng.policy.on_arrival(r, now_ns / 1e9)
+                        eng.policy.on_arrival(r, now_ns / NS)
                     cl.seq += 1
                     cl.tried[r.request_id] = now_ns
-                    r.key = eng.policy.key_tuple(r, now_ns / 1e9)
+                    r.key = eng.policy.key_tuple(r, now_ns / NS)
                     heappush(self.pending, (r.key, cl.seq, r))
                 else:  # LEG: a re-prefill routed here
                     self.inbox.append(r)
@@ -586,7 +586,7 @@ class DisaggCluster:
             q.remove_running(v)
             v.preemptions += 1
             eng.tel.on_preempt(v, "recompute", now_ns)
-            eng.policy.on_preempt(v, now_ns / 1e9)
+            eng.policy.on_preempt(v, now_ns / NS)
             eng.on_recompute(v, now_ns)
         return True
 
