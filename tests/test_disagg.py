@@ -220,3 +220,16 @@ def test_link_without_prefill_groups_warns_that_it_does_nothing():
     d["cluster"] = {"replicas": 2, "link": "nvlink"}
     with pytest.warns(Warning, match="does nothing"):
         scenario_from_dict(d)
+
+
+def test_the_shipped_scenario_fast_equals_stepping_with_decode_side_evictions():
+    """A request waiting for decode room evicts running batch requests: stepped, the kept rank
+    order once still listed the victims (they were planned after they had left)."""
+    from sim import load_scenario
+    over = ["horizon_s=15.0", 'cluster={groups=[{name="p",role="prefill",replicas=2},'
+            '{name="d",role="decode",replicas=2}]}']
+    fast = simulate(load_scenario("disaggregated_chat_batch", overrides=over), check_invariants=True)
+    stepped = simulate(load_scenario("disaggregated_chat_batch",
+                                     overrides=over + ["engine.fast_forward=false", "engine.lazy_batch=false"]))
+    pd.testing.assert_frame_equal(fast.requests, stepped.requests, check_exact=True)
+    assert (fast.requests["prefill_passes"] > 1).any()  # (evicted and prefilled again)

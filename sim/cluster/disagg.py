@@ -576,7 +576,7 @@ class DisaggCluster:
             return False
         if coh is not None and coh.members:
             coh.dissolve()  # (victims leave the running set as explicit requests)
-            q.rank_order = None
+        q.rank_order = None  # (the kept rank order is rebuilt without the victims)
         for v in victims:
             if slots <= 0 and short <= 0:
                 break
