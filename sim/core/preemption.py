@@ -399,8 +399,10 @@ class ByPolicy(WaitingRule):
         # request, once it has been preempted, is not evicted for a waiter again: it runs
         # to its end, then the next oldest, so the run progresses (a first preemption,
         # the policy's ordinary use of this mode, is left alone).
+        # (none: also when nothing runs, as a disaggregated prefill replica whose pool is full of
+        # KV being sent)
         if not ok:
-            return ok  # (nothing runs: a disaggregated prefill replica's pool may be full of KV being sent)
+            return ok
         oldest = min(queues.running.values(), key=age)
         if oldest.preemptions:
             ok = [r for r in ok if r is not oldest]
