@@ -233,3 +233,19 @@ def test_the_shipped_scenario_fast_equals_stepping_with_decode_side_evictions():
                                      overrides=over + ["engine.fast_forward=false", "engine.lazy_batch=false"]))
     pd.testing.assert_frame_equal(fast.requests, stepped.requests, check_exact=True)
     assert (fast.requests["prefill_passes"] > 1).any()  # (evicted and prefilled again)
+
+
+def test_fast_equals_stepping_when_decode_replicas_copy_over_different_numbers_of_links():
+    """A prefill replica's run stops at the earliest a copy not started yet could land: over the
+    most links any decode replica offers (a TP2 replica's two), not the fewest."""
+    d = pd_scenario({"groups": [{"name": "p", "role": "prefill", "replicas": 1, "gpus": 2},
+                                {"name": "d1", "role": "decode", "replicas": 1, "gpus": 1,
+                                 "engine": {"kv_blocks": 48}},
+                                {"name": "d2", "role": "decode", "replicas": 1, "gpus": 2,
+                                 "engine": {"kv_blocks": 48}}],
+                     "link": {"bandwidth_bytes_per_s": 2e8, "latency_s": 1e-4, "kv_bytes_per_token": 131072}},
+                    drain=False)
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    fast = run(d)
+    d["engine"].update(fast_forward=False, lazy_batch=False)
+    pd.testing.assert_frame_equal(fast.requests, run(d).requests, check_exact=True)

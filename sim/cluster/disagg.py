@@ -613,7 +613,9 @@ class DisaggCluster:
         self.post(land, RELEASE, leg, src)
 
     def min_transfer_ns(self, leg: Request, src: PDReplica) -> int:
-        lanes = min([src.gpus] + [d.gpus for d in self.decode_cands[leg.cls_idx]])
+        """The shortest the copy of ``leg``'s KV from ``src`` could take: to the decode replica it
+        could go to that offers the most links side by side."""
+        lanes = max(min(src.gpus, d.gpus) for d in self.decode_cands[leg.cls_idx])
         return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, lanes, self.layers)
 
     # -- the bounds replicas' runs stop at --
