@@ -126,7 +126,7 @@ class Links:
             copy_ns /= max(layers, 1)
         return max(int(spec.latency_s * NS + copy_ns) - 1, 1)
 
-    def report(self, span_ns: int) -> dict:
+    def report(self) -> dict:
         return {"link": self.spec.name, "bandwidth_bytes_per_s": self.spec.bandwidth_bytes_per_s,
                 "latency_s": self.spec.latency_s, "pipelined": self.spec.pipelined, "transfers": self.transfers,
                 "bytes": self.bytes, "transfer_s": self.busy_ns / NS, "link_queue_s": self.queued_ns / NS,

@@ -54,7 +54,7 @@ from sim.core.costs import NEVER, NS
 from sim.core.fastforward import allocate_run, block_limited
 from sim.core.loop import replica_loop
 from sim.core.plan import rank
-from sim.core.preemption import drop_progress
+from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
 
@@ -62,6 +62,14 @@ PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 
 # message kinds, delivered to a replica's mail (taken in at its next step boundary)
 HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
+
+
+def _room(eng, r: Request, need: int) -> bool:
+    """Whether decode engine ``eng`` has a running slot and ``need`` blocks above its watermark
+    for ``r`` now (its running requests and the KV reserved or arriving count)."""
+    lim = eng.limits
+    return (len(eng.queues.running) + len(eng.held) < lim.max_num_seqs
+            and eng.pool.available_for(r.priority) - need >= lim.watermark_blocks)
 
 
 class PDReplica:
@@ -325,15 +333,13 @@ class DisaggCluster:
     docstring). ``prefill_cands[c]`` / ``decode_cands[c]``: the replicas that may take class
     ``c``'s requests first (prefill or co-located) and the decode replicas it may go to."""
 
-    def __init__(self, env, source, router, decode_router, links: Links, stop_ns: int, classes: list,
-                 front_tel) -> None:
+    def __init__(self, env, source, router, decode_router, links: Links, stop_ns: int, front_tel) -> None:
         self.env = env
         self.source = source
         self.router = router
         self.decode_router = decode_router
         self.links = links
         self.stop_ns = stop_ns
-        self.classes = classes
         self.front_tel = front_tel  # requests that end outside a decode or co-located replica
         self.replicas: list[PDReplica] = []
         self.prefill_cands: list[list[PDReplica]] = []
@@ -497,8 +503,7 @@ class DisaggCluster:
         if d._run_ev is not None:
             d._allocate_through(d._steps_before(now_ns))
         need = pool.blocks_for(r.computed)
-        lim = eng.limits
-        if len(eng.queues.running) + len(eng.held) >= lim.max_num_seqs or pool.free - need < lim.watermark_blocks:
+        if not _room(eng, r, need):
             return False
         if eng.queues.waiting:
             return False  # (a waiter there could be admitted with these blocks at its next boundary)
@@ -534,15 +539,12 @@ class DisaggCluster:
         in rank order while they fit (a slot free and blocks above the watermark), and start
         each one's copy."""
         eng = d.engine
-        pool, lim, q = eng.pool, eng.limits, eng.queues
         pending = d.pending
         while pending:
             r = pending[0][2]
-            need = pool.blocks_for(r.computed)
-            if (len(q.running) + len(eng.held) >= lim.max_num_seqs
-                    or pool.available_for(r.priority) - need < lim.watermark_blocks):
-                if not self._evict_for(d, r, need, now_ns):
-                    return
+            need = eng.pool.blocks_for(r.computed)
+            if not _room(eng, r, need) and not self._evict_for(d, r, need, now_ns):
+                return
             heappop(pending)
             self._start_copy(d, r, now_ns, self.tried.pop(r.request_id, -1) == now_ns)
 
@@ -572,7 +574,7 @@ class DisaggCluster:
             coh.sync_all()  # (its members' blocks brought up to date: they may be victims)
         slots = len(q.running) + len(eng.held) - lim.max_num_seqs + 1  # victims needed for a slot
         short = need + lim.watermark_blocks - pool.free  # blocks still missing
-        if not victims or len(victims) < slots or sum(v.blocks for v in victims) < short:
+        if len(victims) < slots or sum(v.blocks for v in victims) < short:
             return False
         if coh is not None and coh.members:
             coh.dissolve()  # (victims leave the running set as explicit requests)
@@ -584,10 +586,7 @@ class DisaggCluster:
             slots -= 1
             drop_progress(eng, v)  # (its blocks freed, its computed tokens dropped)
             q.remove_running(v)
-            v.preemptions += 1
-            eng.tel.on_preempt(v, "recompute", now_ns)
-            eng.policy.on_preempt(v, now_ns / NS)
-            eng.on_recompute(v, now_ns)
+            count_preempted(eng, v, "recompute", now_ns)  # (on to eng.on_recompute)
         return True
 
     def _start_copy(self, d: PDReplica, r: Request, now_ns: int, first_try: bool) -> None:

@@ -127,7 +127,7 @@ def _simulate_disaggregated(sc: Scenario, spec: ClusterSpec, *, load_scale: floa
     assert spec.link is not None  # (a disaggregated spec has one)
     front_tel = Telemetry(sc.class_names, setup.interval_ns, setup.costs, sc.engine.block_size)
     cl = DisaggCluster(setup.env, setup.source, router, decode_router, Links(spec.link, spec.slots), setup.stop_ns,
-                       sc.classes, front_tel)
+                       front_tel)
     cl.on_end = on_end
     group_sc = _add_pd_replicas(sc, spec, setup, cl, trace_iterations)
     cl.start()

@@ -262,7 +262,7 @@ def disagg_results(sc: Scenario, spec: ClusterSpec, cl, group_sc: dict[str, Scen
     for row, rep in zip(layout["replicas"], replicas):
         row["role"] = rep.role
     layout["router_report"] = cl.router.report()
-    layout["disaggregation"] = _pd_report(sc, spec, cl, req, end_ns)
+    layout["disaggregation"] = _pd_report(sc, spec, cl, req)
     comb.summary_dict["cluster"] = layout
     comb.summary_dict["cost"] = cost_report(spec, _whole_run(replicas, end_ns), end_ns, req, sc.class_names)
     comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas,
@@ -296,7 +296,7 @@ def _add_phases(req: pd.DataFrame, phases: dict[int, list[int]]) -> None:
     req["prefill_passes"] = passes
 
 
-def _pd_report(sc: Scenario, spec: ClusterSpec, cl, req: pd.DataFrame, end_ns: int) -> dict:
+def _pd_report(sc: Scenario, spec: ClusterSpec, cl, req: pd.DataFrame) -> dict:
     """GPUs per role, the link, and per class the mean, p50 and p99 of each first-token phase
     over the requests that reached their first token through a prefill replica."""
     classes = {}
@@ -306,11 +306,11 @@ def _pd_report(sc: Scenario, spec: ClusterSpec, cl, req: pd.DataFrame, end_ns: i
         entry: dict = {"requests": int(len(part)), "prefill_passes_mean": (
             float(req.loc[req["class"] == cname, "prefill_passes"].mean()) if (req["class"] == cname).any() else None)}
         for c in PD_COLUMNS:
-            v = part[c].to_numpy()
-            entry[c.replace("_s", "_mean_s")] = float(v.mean()) if len(v) else None
-            entry[c.replace("_s", "_p50_s")] = float(np.quantile(v, 0.5)) if len(v) else None
-            entry[c.replace("_s", "_p99_s")] = float(np.quantile(v, 0.99)) if len(v) else None
+            v, base = part[c].to_numpy(), c.removesuffix("_s")
+            entry[f"{base}_mean_s"] = float(v.mean()) if len(v) else None
+            entry[f"{base}_p50_s"] = float(np.quantile(v, 0.5)) if len(v) else None
+            entry[f"{base}_p99_s"] = float(np.quantile(v, 0.99)) if len(v) else None
         classes[cname] = entry
     return {"gpus_by_role": spec.gpus_by_role(), "decode_router": spec.decode_router,
-            **cl.links.report(end_ns), "recompute_prefills": cl.recompute_legs,
+            **cl.links.report(), "recompute_prefills": cl.recompute_legs,
             "refused_too_large_for_decode": cl.too_large, "classes": classes}

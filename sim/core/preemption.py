@@ -178,12 +178,19 @@ def preempt(eng: Engine, v: Request, plan: StepPlan, scheduled: dict, now_ns: in
     eng.queues.remove_running(v)
     eng.queues.ordered_out(v)
     scheduled.pop(v.request_id, None)
-    v.preemptions += 1
     plan.preempted += 1
+    count_preempted(eng, v, how, now_ns)
+
+
+def count_preempted(eng: Engine, v: Request, how: str, now_ns: int) -> None:
+    """Victim ``v`` has given up its blocks (``how``) and left the running set: its preemption is
+    counted and recorded, the policy told, and it waits again here, or, recomputing on a
+    disaggregated decode replica, goes to ``eng.on_recompute`` (re-prefilled elsewhere)."""
+    v.preemptions += 1
     eng.tel.on_preempt(v, how, now_ns)
     eng.policy.on_preempt(v, now_ns / NS)
     if eng.on_recompute is not None and v.state is State.WAITING:
-        eng.on_recompute(v, now_ns)  # (a disaggregated decode replica's: re-prefilled elsewhere)
+        eng.on_recompute(v, now_ns)
     else:
         eng.push_waiting(v, now_ns)
 
