@@ -30,9 +30,11 @@ crosses between replicas is a message, delivered at a known instant by one urgen
 (before any replica's step boundary at that instant) and taken in by the receiver at its first
 step boundary at or after it: a finished prefill (delivered 1 ns after the prefill's step
 ended, so the order in which same-instant processes run never matters), a copy that lands
-(to the decode replica, and the release of the prefill's blocks to the prefill replica), a
-recompute victim (1 ns after the decode step boundary that preempted it). Each replica's run
-stops at a lower bound of the next message it could receive (:meth:`PDReplica.next_arrival_ns`),
+(to the decode replica), a recompute victim (1 ns after the decode step boundary that
+preempted it). The one exception: the prefill replica frees a copied leg's blocks at the
+instant the copy lands, between its boundaries. Each replica's run stops at a lower bound of
+the next message it could receive, or of the next release while requests wait there for
+blocks (:meth:`PDReplica.next_arrival_ns`),
 and everything a router reads (running and waiting counts, KV blocks allocated through the step
 in progress) is the same whether the replicas step one iteration at a time or fast-forward, so
 the two give the same bytes (``tests/test_disagg.py``).
@@ -248,10 +250,7 @@ class PDReplica:
         if self.mail:
             mail, self.mail = self.mail, []
             for kind, r in mail:
-                if kind == RELEASE:  # (prefill) the leg's KV was copied: its blocks are free
-                    del eng.held[r.request_id]
-                    eng.pool.release_request(r)
-                elif kind == LAND:  # (decode) its KV is here: it joins the batch
+                if kind == LAND:  # (decode) its KV is here: it joins the batch
                     eng.take_landed(r, now_ns)
                 elif kind == HANDOFF:  # (decode) it waits here for blocks and a slot
                     if eng.policy.on_arrival is not None:
@@ -275,12 +274,15 @@ class PDReplica:
         module docstring): a run stops there, as at an arrival."""
         cl = self.cluster
         now = int(cl.env.now)
-        t = self.incoming[0] if self.incoming else NEVER
         if self.role != DECODE:
+            # a copy that lands frees blocks here (:meth:`DisaggCluster.release`), which only a
+            # request waiting here could take: without one, a run goes on past it
+            waiters = bool(self.engine.queues.waiting)
+            t = self.incoming[0] if self.incoming and waiters else NEVER
             a = cl.source.next_arrival_ns()
             if a < t:
                 t = a
-            if self.unsent:  # a copy not started yet could land, and free blocks, this soon
+            if self.unsent and waiters:  # a copy not started yet could land, and free blocks, this soon
                 u = now + min(cl.min_transfer_ns(r, self) for r in self.unsent.values())
                 if u < t:
                     t = u
@@ -289,6 +291,7 @@ class PDReplica:
                 if v < t:
                     t = v
         else:
+            t = self.incoming[0] if self.incoming else NEVER
             h = cl.handoff_bound()
             if h < t:
                 t = h
@@ -411,11 +414,23 @@ class DisaggCluster:
                     self.reprefill(r, now)
             else:
                 heappop(rep.incoming)
-                rep.mail.append((kind, r))
-                rep.notify()
+                if kind == RELEASE:
+                    self.release(rep, r)
+                else:
+                    rep.mail.append((kind, r))
+                    rep.notify()
         nxt = min(posts[0][0] if posts else NEVER, self.source.next_arrival_ns())
         if nxt < NEVER and now < self.stop_ns:
             self._arm(min(nxt, self.stop_ns))
+
+    def release(self, rep: PDReplica, leg: Request) -> None:
+        """``leg``'s KV has landed at its decode replica: prefill replica ``rep`` frees its blocks
+        now, between its step boundaries (a copy completes beside the steps, and the blocks are
+        only read by the next plan, by a router and by a request waiting there, whose replica
+        stops its run at this instant: :meth:`PDReplica.next_arrival_ns`)."""
+        eng = rep.engine
+        del eng.held[leg.request_id]
+        eng.pool.release_request(leg)
 
     # -- routing --
     def route_until(self, now_ns: int) -> None:
