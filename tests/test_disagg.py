@@ -140,6 +140,23 @@ def test_fast_paths_equal_stepping(layout):
     assert fast.summary_dict["run"]["engine_events"] < stepped.summary_dict["run"]["engine_events"]
 
 
+def test_landed_decoders_join_the_decode_run_in_flight(monkeypatch):
+    # a request whose KV lands while the decode replica's run is in flight joins that run at its
+    # next step boundary instead of ending it there: fewer engine events, the same bytes
+    from sim.cluster.disagg import PDReplica
+    d = pd_scenario(LAYOUTS["1p1d"], drain=False)
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    joined = run(d)
+    monkeypatch.setattr(PDReplica, "LAND", False)
+    cut = run(d)
+    pd.testing.assert_frame_equal(joined.requests, cut.requests, check_exact=True)
+    pd.testing.assert_frame_equal(joined.timeseries, cut.timeseries, check_exact=True)
+
+    def decode_events(res):
+        return sum(r["engine_events"] for r in res.summary_dict["cluster"]["replicas"] if r["group"] == "d")
+    assert decode_events(joined) < decode_events(cut)
+
+
 # ---- priority in both pools -----------------------------------------------------------------------------
 def test_priority_ranks_the_prefill_queue_and_decode_admission():
     d = pd_scenario({"groups": [{"name": "p", "role": "prefill", "replicas": 1},

@@ -55,7 +55,7 @@ from sim.link import Links
 from sim.core.costs import NEVER, NS
 from sim.core.fastforward import allocate_run, block_limited
 from sim.core.loop import replica_loop
-from sim.core.plan import rank
+from sim.core.plan import Scheduled, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
@@ -109,13 +109,27 @@ class PDReplica:
         self._open: Any = None  # the run in flight (an OpenRun), or None for a single step
         self._price_ev: simpy.Event | None = None
         self._span = 0  # the least time a stretch prices ahead, ns
+        # decoders whose KV landed while the run was in flight and that joined it (``land``):
+        # (request, boundary ns, step, the run's k before, its plan item), in order
+        self._lands: list[tuple[Request, int, int, int, Scheduled]] = []
+        self.landable = False
         if role == DECODE:
             self.hold = self._hold
+            e = engine
+            pol = e.policy
+            self.landable = (pol.static_ranking and pol.on_scheduled is None and pol.on_arrival is None
+                             and pol.own_queues is None and e.spec is None and e.trace is None and e.gate is None
+                             and e.pool.plain and e.grows_blocks and not e.limits.counting_prefill
+                             and e.cfg.fast_forward and e.costs.overhead.overlap_schedule != 1)
 
     # -- the router's view --
     @property
     def running(self) -> int:
-        return len(self.engine.queues.running)
+        n = len(self.engine.queues.running)
+        if self._lands:  # (landed decoders that joined the run in flight, taken in by now)
+            now = int(self.cluster.env.now)
+            n += sum(1 for x in self._lands if x[1] < now)
+        return n
 
     @property
     def waiting(self) -> int:
@@ -124,8 +138,10 @@ class PDReplica:
     @property
     def outstanding(self) -> int:
         # (a decode replica's also: KV on its way here, or landed and not yet taken in)
+        # (a landed decoder that joined the run in flight is in ``held`` until the run ends)
         held = len(self.engine.held) if self.role == DECODE else 0
-        return self.running + self.waiting + held + sum(1 for k, _ in self.mail if k == HANDOFF)
+        return (len(self.engine.queues.running) + self.waiting + held
+                + sum(1 for k, _ in self.mail if k == HANDOFF))
 
     @property
     def kv_used(self) -> float:
@@ -198,7 +214,13 @@ class PDReplica:
             self._price(int(self.cluster.env.now))
 
     def held(self) -> list[int]:
-        """The durations of the run that just ended (its blocks all allocated)."""
+        """The durations of the run that just ended (its blocks all allocated; the decoders that
+        landed and joined it taken in, each at its boundary, and in its plan from its step on)."""
+        if self._lands:
+            eng = self.engine
+            for r, b, _, _, _ in self._lands:
+                eng.take_landed(r, b)
+            self._lands = []
         self._allocate_through(len(self._durs))
         self._plan = self._run_ev = self._open = None
         return self._durs
@@ -221,9 +243,92 @@ class PDReplica:
 
     def cut(self, t_ns: int) -> None:
         """A message is delivered here at ``t_ns``: the run in flight ends with the first step
-        that does not start before it."""
+        that does not start before it (the decoders that landed and joined it at that step's
+        end are taken in there with the message instead, in their order)."""
         if self._run_ev is not None:
-            self._end_after(bisect_left(self._ends, t_ns) + 1)
+            self.end_at(bisect_left(self._ends, t_ns) + 1)
+
+    def end_at(self, k: int) -> None:
+        """The run in flight ends with its ``k``-th step (no later than it was to); the decoders
+        that landed and joined it at that step's end are taken in there instead, first."""
+        while self._lands and self._lands[-1][2] >= k:
+            self._unland()
+        self._end_after(k)
+
+    # -- decoders that land while a run is in flight --
+    # A request whose KV lands here joins the running batch at the replica's next step boundary
+    # b (the end of the first step that does not end before the landing). Without this the run
+    # would end at b (a cut) and a new run start there with it. Where nothing else can happen at
+    # b, it joins the run in flight instead (``OpenRun.land``): the run prices the steps from b
+    # with it, as the new run would, and the replica takes it in when the run ends (``held``),
+    # as the boundary would have (its token emitted at b). Nothing else can happen at b when:
+    # no message waits here and nobody waits for blocks or a slot (``pending``) or in the
+    # engine's queue, the engine's plan has nothing else to decide (``landable``: a fixed
+    # ranking, no policy books, gate, speculation, trace, prefix cache or reservations, prefill
+    # caps or overlap scheduling), b is before the run's limit (a sample, the horizon), it has
+    # two tokens or more left (the last one ends the run at the latest), and no KV block limit
+    # can bind in the run either way (an upper bound of every running request's blocks to its
+    # end within the blocks the run may take). What a router reads is what the boundary shows:
+    # it counts as running from b (``running``), its blocks are its plan item's (``kv_used``).
+    # A message delivered here that cuts the run at b (or before) undoes the joins at b
+    # (``_unland``): they are taken in there, before that message, as delivered.
+    LAND: ClassVar[bool] = True  # (a switch for the tests: False cuts the run at every landing)
+
+    def land(self, r: Request, t_ns: int) -> bool:
+        """Let ``r``, whose KV landed here at ``t_ns``, join the run in flight if that is exact
+        (above); False when it must wait for the run's next boundary as usual."""
+        run = self._open
+        e = self.engine
+        if (not self.LAND or run is None or self._run_ev is None or not self.landable or run.chunking or self.mail
+                or self.pending or e.queues.waiting or r.hidden_output_tokens - r.generated < 2):
+            return False
+        ends = self._ends
+        j = bisect_left(ends, t_ns) + 1  # the steps up to the first that does not end before t
+        if j == len(ends) and self._run is None:
+            return False  # (the run ends at that boundary anyway)
+        b = ends[j - 1]
+        if b >= run.limit:
+            return False
+        bs = e.bs
+        k = min(run.k, j + r.hidden_output_tokens - r.generated - 1)
+        n = len(e.queues.running) + len(self._lands) + 1
+        if n * ((k + bs - 1) // bs + 1) + e.limits.watermark_blocks > run.avail:
+            return False
+        item = Scheduled(r, 1, r.computed, True, at=j)
+        self._lands.append((r, b, j, run.k, item))
+        self._plan.items.append(item)
+        self._plan.landed += 1
+        run.land(j, r)
+        self._reopen()
+        self._price(t_ns)
+        return True
+
+    def lands_after(self, t_ns: int) -> bool:
+        """Has a decoder joined the run in flight at a boundary not before ``t_ns`` (stepping, its
+        landing would still be in the mail at ``t_ns``)?"""
+        return bool(self._lands) and self._lands[-1][1] >= t_ns
+
+    def _unland(self) -> None:
+        """Undo the last :meth:`land`: the run ends at its boundary (the caller's cut), where
+        the request is taken in first of what is in the mail."""
+        r, _, j, k, item = self._lands.pop()
+        run = self._open
+        assert run is not None
+        run.unjoin_landed(j, k)
+        self._plan.items.pop()  # (its item, the last)
+        self._plan.landed -= 1
+        self.mail.insert(0, (LAND, r))
+        self._reopen()
+
+    def _reopen(self) -> None:
+        """The run in flight is priced again from a step inside it: its end, if scheduled, is
+        not known any more (a new event takes over the old one's waiter)."""
+        if self._run is None:
+            ev = self._run_ev
+            assert ev is not None
+            self._run_ev = hand_over(ev)
+            self._run = self._open
+        self._price_ev = None
 
     def _end_after(self, k: int) -> None:
         """The run in flight ends with its ``k``-th step (no later than it was to)."""
@@ -416,6 +521,8 @@ class DisaggCluster:
                 heappop(rep.incoming)
                 if kind == RELEASE:
                     self.release(rep, r)
+                elif kind == LAND and rep.land(r, now):
+                    pass  # (it joined the decode replica's run in flight)
                 else:
                     rep.mail.append((kind, r))
                     rep.notify()
@@ -495,7 +602,7 @@ class DisaggCluster:
         self.assign[r.request_id] = d.index
         d.routed += 1
         r.reveals_output = d.engine.policy.oracle  # (as an arrival there: an oracle policy reads it)
-        if not d.pending and not d.mail and self.reserve_now(d, r, now_ns):
+        if not d.pending and not d.mail and not d.lands_after(now_ns) and self.reserve_now(d, r, now_ns):
             return
         d.mail.append((HANDOFF, r))
         d.notify()
@@ -528,8 +635,8 @@ class DisaggCluster:
             run.avail -= need
             kb = block_limited(eng, d._plan, len(d._durs), run.avail, d._alloc_k)
             if kb < len(d._durs):
+                d.end_at(kb)
                 run.done = True
-                d._end_after(kb)
         self._start_copy(d, r, now_ns, first_try=True)
         return True
 

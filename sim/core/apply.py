@@ -105,8 +105,12 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     extra_tokens = [0] * nc  # tokens beyond one per emitting request (speculation)
     leavers: list[tuple[int, Request]] = []  # (steps taken part in, item) of those leaving inside
     entrants: list[tuple[int, Request]] = []  # (step, item) of those that joined inside the run
+    landed: list[tuple[int, Request]] = []  # (step, item) of decoders that landed inside the run
     for s in plan.items:
         r = s.req
+        if s.at and s.decode:  # (a disaggregated decode replica's landed decoder)
+            _apply_landed(s, start_ns, durations, finished, landed)
+            continue
         if s.at or s.chunk:
             if not s.at:  # the chunking item's first chunk is in the first step
                 step_tokens += s.tokens
@@ -184,8 +188,34 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
                 lost = durations[i] * toks // st
                 eng.thrash_ns += lost
                 eng.tel.recompute_ns_class[ci] += lost
-    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant, leavers, entrants)
+    _record(eng, plan, start_ns, durations, emitted, steady, extra_tokens, by_tenant, leavers, entrants, landed)
     return finished
+
+
+def _apply_landed(s: Scheduled, start_ns: int, durations: list[int], finished: list,
+                  landed: list[tuple[int, Request]]) -> None:
+    """:func:`apply_items` for a decoder whose KV landed inside the run
+    (:meth:`sim.core.fastforward.OpenRun.land`): taken in at the boundary before step ``s.at``
+    (:meth:`sim.core.engine.Engine.take_landed`, which emitted its token there), it emits one
+    token at the end of each step from ``s.at`` to the run's end (its last token ends the run
+    at the latest), each a steady gap, as stepping would have it."""
+    r = s.req
+    j = s.at
+    own = durations[j:]
+    kk = len(own)
+    end = start_ns + sum(durations)
+    r.attained_ns += sum(own)
+    r.last_scheduled_s = end / NS
+    r.computed += kk
+    r.generated += kk
+    r.tokens += kk
+    m = max(own)
+    if m > r.max_itl_ns:
+        r.max_itl_ns = m
+    r.last_token_ns = end
+    landed.append((j, r))
+    if r.generated >= r.hidden_output_tokens:
+        finished.append((end, r, True))
 
 
 def _apply_entrant(s: Scheduled, start_ns: int, durations: list[int], finished: list,
@@ -240,15 +270,17 @@ def _apply_entrant(s: Scheduled, start_ns: int, durations: list[int], finished: 
 
 def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], emitted: list[int],
             steady: list[int], extra_tokens: list[int], by_tenant: dict[str, int],
-            leavers: list[tuple[int, Request]], entrants: list[tuple[int, Request]]) -> None:
+            leavers: list[tuple[int, Request]], entrants: list[tuple[int, Request]],
+            landed: list[tuple[int, Request]]) -> None:
     """Telemetry of the run's explicit items (tokens per class and tenant, inter-token gaps)
     and the policy's per-step books. ``leavers``: ``(steps, item)`` of the items that took
     part in the run's first ``steps`` steps only; ``entrants``: ``(step, item)`` of those that
-    joined at that step."""
+    joined at that step; ``landed``: ``(step, item)`` of decoders that joined the batch at
+    the boundary before that step."""
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-    if leavers or entrants:
-        _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants)
+    if leavers or entrants or landed:
+        _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants, landed)
     else:
         eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
                         extra_tokens if eng.spec is not None else None)
@@ -278,9 +310,10 @@ def run_totals(items: list, start_ns: int, durations: list[int]):
 
 def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], steady: list[int],
                   by_tenant: dict[str, int], leavers: list[tuple[int, Request]],
-                  entrants: list[tuple[int, Request]]) -> None:
+                  entrants: list[tuple[int, Request]], landed: list[tuple[int, Request]]) -> None:
     """Log a run whose emitting items change inside it (``leavers`` leave after their
-    ``steps``, ``entrants`` emit from the end of their step on; ``emitted``, ``steady`` and
+    ``steps``, ``entrants`` emit from the end of their step on, ``landed`` too but after a
+    token at the boundary before it, so steadily from the first; ``emitted``, ``steady`` and
     ``by_tenant`` describe its first step): one log entry per stretch of steps with the same
     emitters, each request emitting one token a step (no speculation: runs of speculative
     steps are one step). At the start of every stretch after the first, the emitters that
@@ -291,7 +324,8 @@ def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], 
     steady = steady[:]
     by_tenant = dict(by_tenant)
     a, t = 0, start_ns
-    changes = sorted([(kk, False, r) for kk, r in leavers] + [(j, True, r) for j, r in entrants], key=_STEPS)
+    changes = sorted([(kk, 0, r) for kk, r in leavers] + [(j, 1, r) for j, r in entrants]
+                     + [(j, 2, r) for j, r in landed], key=_STEPS)
     for step, enters, r in changes:
         if step > a:
             seg = durations[a:step]
@@ -303,6 +337,8 @@ def _log_segments(tel, start_ns: int, durations: list[int], emitted: list[int], 
         ci = r.cls_idx
         if enters:
             emitted[ci] += 1
+            if enters == 2:
+                steady[ci] += 1
             by_tenant[r.tenant] = by_tenant.get(r.tenant, 0) + 1
             continue
         emitted[ci] -= 1

@@ -232,12 +232,22 @@ class OpenRun:
                 line = costs.decode_line(D)
                 a, b = line if line is not None else (0.0, 0.0)
             if i == i_enter:
+                _, n_tok, l2, lc, n_adm, add, r = entries[ei]
+                ei += 1
+                if not n_tok:
+                    # a decoder whose KV landed (:meth:`land`) decodes from step i on, with
+                    # context ``add + i'`` at step i': the batch's shape is worked out again
+                    n_exp += 1
+                    ctx_exp += add
+                    insort(ifin, (_leaves(i, n_tok, r), add), lo=ii)
+                    i_item = ifin[ii][0]
+                    i_enter = entries[ei][0] if ei < len(entries) else NEVER
+                    i_gone = i
+                    continue
                 # a prefill beside the decoders, priced as :meth:`Engine.compute_ns` prices the
                 # plan of that step: a joined request's whole prompt, or the chunking item's next
                 # chunk; one that ends its prompt decodes from the next step on, with context
                 # ``add + i'`` at step i' (n + (i' - i) for a prompt of n ending at step i)
-                _, n_tok, l2, lc, n_adm, add, r = entries[ei]
-                ei += 1
                 d = costs.price(StepShape(n_tok, D, l2, lc, ctx, 1, n_adm))
                 durs.append(d)
                 start += d
@@ -250,7 +260,7 @@ class OpenRun:
                 if add is not None:
                     n_exp += 1
                     ctx_exp += add
-                    insort(ifin, (i + r.hidden_output_tokens - r.generated, add), lo=ii)
+                    insort(ifin, (_leaves(i, n_tok, r), add), lo=ii)
                     i_item = ifin[ii][0]
                 i += 1
                 i_enter = entries[ei][0] if ei < len(entries) else NEVER
@@ -317,6 +327,27 @@ class OpenRun:
             self.k = left
         self.done = False
 
+    def land(self, j: int, r: Request) -> None:
+        """``r``, whose KV landed here from a prefill replica (a disaggregated decode replica's
+        :meth:`sim.cluster.disagg.PDReplica.land`), joins the run's batch at the boundary before
+        step ``j`` (1 <= j <= steps priced, at or after the last entry's), where the token its
+        prefill sampled is emitted, and decodes from step j to its last token (two or more
+        left: the run ends there at the latest). The steps from ``j`` on are priced again."""
+        self.rewind(j)
+        self.entries.append((j, 0, 0, 0, 0, r.computed + 1 - j, r))
+        last = _leaves(j, 0, r)
+        if last < self.k:
+            self.k = last
+        self.done = False
+
+    def unjoin_landed(self, j: int, k: int) -> None:
+        """Undo the last :meth:`land` (at step ``j``; ``k``: the run's k before it): the steps
+        from ``j`` on are forgotten (the caller's cut ends the run there)."""
+        self.rewind(j)
+        self.entries.pop()
+        self.k = k
+        self.done = True
+
     def unjoin(self, k: int) -> None:
         """Undo the last :meth:`join` (its request is admitted at that boundary with another
         instead): the run ends with the step before it; ``k``: the run's k before the join."""
@@ -354,12 +385,21 @@ class OpenRun:
             if add is not None:
                 n_exp -= 1
                 ctx_exp -= add
-                ifin.remove((step + r.hidden_output_tokens - r.generated, add))
+                ifin.remove((_leaves(step, entries[ei][1], r), add))
         self.fi, self.ctx_off, self.d_coh, self.ii, self.ei = fi, ctx_off, d_coh, ii, ei
         self.n_exp, self.ctx_exp = n_exp, ctx_exp
         self.i_item = ifin[ii][0] if ii < len(ifin) else NEVER
         self.start = b
         self.done = len(durs) >= self.k
+
+
+def _leaves(step: int, n_tok: int, r: Request) -> int:
+    """The step before which a request entering a run at ``step`` (an ``OpenRun.entries``
+    entry) is gone: after its last token. A prefill's (``n_tok`` tokens) first token ends
+    ``step``; a landed decoder's (``n_tok`` 0) first token came at the boundary before it (its
+    ``generated`` does not count that one yet)."""
+    left = r.hidden_output_tokens - r.generated
+    return step + left if n_tok else step + left - 1
 
 
 def item_steps(s: Scheduled, k: int) -> int:
@@ -497,11 +537,19 @@ def through_finishes(eng: Engine) -> bool:
 def run_need(eng: Engine, plan: StepPlan, k: int) -> int:
     """Blocks steps 2..k of a run take (each request up to its last token)."""
     bs = eng.bs
-    n = sum(-(-held_after(s, k) // bs) - -(-(s.computed_before + s.tokens) // bs) for s in plan.items)
+    n = sum(_landed_need(s, k, bs) if s.at and s.decode else
+            -(-held_after(s, k) // bs) - -(-(s.computed_before + s.tokens) // bs) for s in plan.items)
     if plan.cohort:
         assert eng.cohort is not None
         n += sum(eng.cohort.run_blocks(k))  # (members finishing inside the run take none after)
     return n
+
+
+def _landed_need(s: Scheduled, k: int, bs: int) -> int:
+    """Blocks a landed decoder (:meth:`OpenRun.land`) takes in the run's first ``k`` steps: its
+    blocks hold its context when it lands, and grow by a token a step from step ``s.at``."""
+    steps = k - s.at
+    return -(-(s.computed_before + steps) // bs) - -(-s.computed_before // bs) if steps > 0 else 0
 
 
 def block_avail(eng: Engine, plan: StepPlan, k: int) -> int:
@@ -533,7 +581,7 @@ def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) 
     """Largest k' <= k such that steps 2..k' of the run can allocate their blocks within
     ``avail`` (:func:`block_avail`); steps 2..lo are known to."""
     bs = eng.bs
-    D = len(eng.queues.running)
+    D = len(eng.queues.running) + plan.landed
     prompts = sum(-(-prompt_left(s) // bs) for s in plan.items if s.chunk)
     if D * ((k + bs - 1) // bs + 1) + prompts <= avail:
         return k

@@ -88,6 +88,9 @@ class StepPlan:
     # tokens, the step's tokens, its class), for the share of their time lost to preemption
     # (None: none)
     recompute_steps: list | None = None
+    # items that are decoders whose KV landed inside a held run (``at`` > 0, ``decode``; a
+    # disaggregated decode replica's): not in the running set until the run ends
+    landed: int = 0
 
     @property
     def empty(self) -> bool:
