@@ -66,12 +66,13 @@ PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
 
 
-def _room(eng, r: Request, need: int) -> bool:
+def _room(eng, r: Request, need: int, gone: tuple[int, int] = (0, 0)) -> bool:
     """Whether decode engine ``eng`` has a running slot and ``need`` blocks above its watermark
-    for ``r`` now (its running requests and the KV reserved or arriving count)."""
+    for ``r`` now (its running requests and the KV reserved or arriving count; ``gone``: the
+    requests, and their blocks, that ended inside the run in flight before now)."""
     lim = eng.limits
-    return (len(eng.queues.running) + len(eng.held) < lim.max_num_seqs
-            and eng.pool.available_for(r.priority) - need >= lim.watermark_blocks)
+    return (len(eng.queues.running) + len(eng.held) - gone[0] < lim.max_num_seqs
+            and eng.pool.available_for(r.priority) + gone[1] - need >= lim.watermark_blocks)
 
 
 class PDReplica:
@@ -113,6 +114,7 @@ class PDReplica:
         # (request, boundary ns, step, the run's k before, its plan item), in order
         self._lands: list[tuple[Request, int, int, int, Scheduled]] = []
         self.landable = False
+        self._through = False  # the run in flight goes past its requests' last tokens
         if role == DECODE:
             self.hold = self._hold
             e = engine
@@ -126,9 +128,9 @@ class PDReplica:
     @property
     def running(self) -> int:
         n = len(self.engine.queues.running)
-        if self._lands:  # (landed decoders that joined the run in flight, taken in by now)
+        if self._run_ev is not None:  # (as stepping shows it now)
             now = int(self.cluster.env.now)
-            n += sum(1 for x in self._lands if x[1] < now)
+            n += sum(1 for x in self._lands if x[1] < now) - self.gone(now)[0]
         return n
 
     @property
@@ -140,14 +142,17 @@ class PDReplica:
         # (a decode replica's also: KV on its way here, or landed and not yet taken in)
         # (a landed decoder that joined the run in flight is in ``held`` until the run ends)
         held = len(self.engine.held) if self.role == DECODE else 0
-        return (len(self.engine.queues.running) + self.waiting + held
+        gone = self.gone(int(self.cluster.env.now))[0] if self._run_ev is not None else 0
+        return (len(self.engine.queues.running) - gone + self.waiting + held
                 + sum(1 for k, _ in self.mail if k == HANDOFF))
 
     @property
     def kv_used(self) -> float:
-        if self._run_ev is not None:  # (the blocks a stepped run would hold by now)
-            self._allocate_through(self._steps_before(int(self.cluster.env.now)))
         p = self.engine.pool
+        if self._run_ev is not None:  # (the blocks a stepped run would hold by now)
+            now = int(self.cluster.env.now)
+            self._allocate_through(self._steps_before(now))
+            return (p.total - p.free - self.gone(now)[1]) / p.total
         return (p.total - p.free) / p.total
 
     @property
@@ -180,6 +185,7 @@ class PDReplica:
 
     def _hold(self, now_ns: int, plan, dur0: int, run):
         self._plan, self._alloc_k, self._open = plan, 1, run
+        self._through = run is not None and run.through
         ev = self._run_ev = simpy.Event(self.cluster.env)
         if run is not None:
             self._run = run
@@ -223,7 +229,43 @@ class PDReplica:
             self._lands = []
         self._allocate_through(len(self._durs))
         self._plan = self._run_ev = self._open = None
+        self._through = False
         return self._durs
+
+    def gone(self, t_ns: int) -> tuple[int, int]:
+        """The requests of the run in flight whose last token ended a step before ``t_ns`` (a run
+        that goes past last tokens: stepping, they would have ended by then, their blocks
+        freed), and the blocks they hold: ``(count, blocks)``."""
+        if not self._through:
+            return 0, 0
+        done = bisect_left(self._ends, t_ns)  # (steps that ended before t)
+        if not done:
+            return 0, 0
+        run = self._open
+        assert run is not None
+        eng = self.engine
+        blocks_for = eng.pool.blocks_for
+        n = blocks = 0
+        for s in self._plan.items:
+            r = s.req
+            left = r.hidden_output_tokens - r.generated  # (its steps, to its last token)
+            if s.at:  # (a landed decoder: from step at, after the token emitted when it landed)
+                left -= 1
+                if s.at + left <= done:
+                    n += 1
+                    blocks += blocks_for(s.computed_before + left) - r.base_blocks
+            elif left <= done:
+                n += 1
+                blocks += blocks_for(s.computed_before + s.tokens + left - 1) - r.base_blocks
+        if self._plan.cohort:
+            fin = eng.cohort.finish  # (members by the cohort step they are gone at)
+            g = run.g
+            for f, _, m in fin:
+                if f - g > done:
+                    break
+                n += 1
+                blocks += blocks_for(m.prompt_tokens + m.hidden_output_tokens - 1) - m.base_blocks
+        return n, blocks
 
     def _steps_before(self, t_ns: int) -> int:
         """Steps of the run in flight that start before ``t_ns`` (at least the first)."""
@@ -290,7 +332,8 @@ class PDReplica:
         if b >= run.limit:
             return False
         bs = e.bs
-        k = min(run.k, j + r.hidden_output_tokens - r.generated - 1)
+        last = j + r.hidden_output_tokens - r.generated - 1
+        k = max(run.k, last) if run.through else min(run.k, last)
         n = len(e.queues.running) + len(self._lands) + 1
         if n * ((k + bs - 1) // bs + 1) + e.limits.watermark_blocks > run.avail:
             return False
@@ -368,6 +411,10 @@ class PDReplica:
                     self.inbox.append(r)
         if self.pending:
             cl.reserve(self, now_ns)
+        if self.landable:
+            # a run may go past last tokens only while nobody waits here for the blocks and the
+            # slot a finish frees (stepping, the boundary at the finish would reserve them)
+            eng.through_finishes = not self.pending
         if not self.inbox:
             return []
         out = list(self.inbox)
@@ -625,7 +672,8 @@ class DisaggCluster:
         if d._run_ev is not None:
             d._allocate_through(d._steps_before(now_ns))
         need = pool.blocks_for(r.computed)
-        if not _room(eng, r, need):
+        gone = d.gone(now_ns) if d._run_ev is not None else (0, 0)
+        if not _room(eng, r, need, gone):
             return False
         if eng.queues.waiting:
             return False  # (a waiter there could be admitted with these blocks at its next boundary)
@@ -637,7 +685,7 @@ class DisaggCluster:
             if kb < len(d._durs):
                 d.end_at(kb)
                 run.done = True
-        self._start_copy(d, r, now_ns, first_try=True)
+        self._start_copy(d, r, now_ns, first_try=True, freeing=gone[1])
         return True
 
     def reprefill(self, r: Request, now_ns: int) -> None:
@@ -711,12 +759,16 @@ class DisaggCluster:
             count_preempted(eng, v, "recompute", now_ns)  # (on to eng.on_recompute)
         return True
 
-    def _start_copy(self, d: PDReplica, r: Request, now_ns: int, first_try: bool) -> None:
-        """Take ``r``'s blocks at decode replica ``d`` (checked) and send its KV from the prefill
+    def _start_copy(self, d: PDReplica, r: Request, now_ns: int, first_try: bool, freeing: int = 0) -> None:
+        """Take ``r``'s blocks at decode replica ``d`` (checked; ``freeing``: blocks of requests
+        that ended inside its run in flight, not yet freed) and send its KV from the prefill
         replica that holds it; it lands, and the prefill's blocks are freed, when the copy ends."""
         eng = d.engine
         need = eng.pool.blocks_for(r.computed)
-        eng.pool.allocate(r.cls_idx, need)
+        if freeing:
+            eng.pool.allocate_ahead(r.cls_idx, need, freeing)
+        else:
+            eng.pool.allocate(r.cls_idx, need)
         r.blocks = need
         eng.held[r.request_id] = r
         src = self.replicas[self.at_prefill.pop(r.request_id)]

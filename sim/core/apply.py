@@ -109,7 +109,7 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     for s in plan.items:
         r = s.req
         if s.at and s.decode:  # (a disaggregated decode replica's landed decoder)
-            _apply_landed(s, start_ns, durations, finished, landed)
+            _apply_landed(s, start_ns, durations, finished, leavers, landed)
             continue
         if s.at or s.chunk:
             if not s.at:  # the chunking item's first chunk is in the first step
@@ -193,17 +193,23 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
 
 
 def _apply_landed(s: Scheduled, start_ns: int, durations: list[int], finished: list,
-                  landed: list[tuple[int, Request]]) -> None:
+                  leavers: list[tuple[int, Request]], landed: list[tuple[int, Request]]) -> None:
     """:func:`apply_items` for a decoder whose KV landed inside the run
     (:meth:`sim.core.fastforward.OpenRun.land`): taken in at the boundary before step ``s.at``
     (:meth:`sim.core.engine.Engine.take_landed`, which emitted its token there), it emits one
-    token at the end of each step from ``s.at`` to the run's end (its last token ends the run
-    at the latest), each a steady gap, as stepping would have it."""
+    token at the end of each step from ``s.at`` to its last token or the run's end, each a
+    steady gap, as stepping would have it."""
     r = s.req
     j = s.at
-    own = durations[j:]
+    k = len(durations)
+    stop = j + r.hidden_output_tokens - r.generated
+    if stop < k:  # (it leaves inside a run that goes past last tokens)
+        leavers.append((stop, r))
+    else:
+        stop = k
+    own = durations[j:stop]
     kk = len(own)
-    end = start_ns + sum(durations)
+    end = start_ns + sum(durations[:stop])
     r.attained_ns += sum(own)
     r.last_scheduled_s = end / NS
     r.computed += kk

@@ -122,7 +122,7 @@ class OpenRun:
 
     __slots__ = ("eng", "plan", "durs", "ends", "gone_ns", "k", "limit", "done", "avail", "n_exp", "ctx_exp",
                  "g", "fin", "fi", "ifin", "ii", "i_item", "ctx_off", "d_coh", "start",
-                 "entries", "ei", "all_leave", "chunking")
+                 "entries", "ei", "all_leave", "chunking", "through")
 
     def __init__(self, eng: Engine, plan: StepPlan, now_ns: int, dur0: int, k: int, limit: int) -> None:
         self.eng = eng
@@ -174,6 +174,7 @@ class OpenRun:
         self.start = now_ns + dur0  # of the next step
         self.ei = 0  # entries priced so far
         self.all_leave = False  # every item's last token in ``ifin`` (made at the first join)
+        self.through = through_finishes(eng)  # (k: to the last request's last token, not the first's)
 
     def extend(self, bound_ns: int) -> bool:
         """Price the steps that start before ``bound_ns`` (within the run's own caps); False
@@ -310,15 +311,7 @@ class OpenRun:
         steps priced, after the last entry's): it prefills its whole prompt in step j and decodes
         from step j+1 to its last token, and the run may go on to it. The steps from ``j`` on are
         priced again (:meth:`extend`)."""
-        if not self.all_leave:
-            # every item now leaves at its last token: the run's k bounded the items' steps so
-            # far, and a joiner can make the run longer (those at or past k were left out)
-            self.all_leave = True
-            k, ifin = self.k, self.ifin
-            for s in self.plan.items:
-                left = s.req.hidden_output_tokens - s.req.generated
-                if left >= k:
-                    insort(ifin, (left, s.computed_before + s.tokens), lo=self.ii)
+        self._all_leave()
         self.rewind(j)
         n = r.tokens - r.computed
         self.entries.append((j, n, n * n, 0, 1, n - j, r))
@@ -327,17 +320,36 @@ class OpenRun:
             self.k = left
         self.done = False
 
+    def _all_leave(self) -> None:
+        """Every item now leaves at its last token: the run's k bounded the items' steps so far,
+        and a joiner can make the run longer (those at or past k were left out of ``ifin``)."""
+        if self.all_leave:
+            return
+        self.all_leave = True
+        k, ifin = self.k, self.ifin
+        for s in self.plan.items:
+            if s.at:
+                continue  # (a landed decoder's is its entry's)
+            left = s.req.hidden_output_tokens - s.req.generated
+            if left >= k:
+                insort(ifin, (left, s.computed_before + s.tokens), lo=self.ii)
+
     def land(self, j: int, r: Request) -> None:
         """``r``, whose KV landed here from a prefill replica (a disaggregated decode replica's
         :meth:`sim.cluster.disagg.PDReplica.land`), joins the run's batch at the boundary before
         step ``j`` (1 <= j <= steps priced, at or after the last entry's), where the token its
         prefill sampled is emitted, and decodes from step j to its last token (two or more
-        left: the run ends there at the latest). The steps from ``j`` on are priced again."""
+        left). A run that goes past last tokens (``through``) may go on to its; any other ends
+        there at the latest. The steps from ``j`` on are priced again."""
+        last = _leaves(j, 0, r)
+        if self.through:
+            self._all_leave()
+            if last > self.k:
+                self.k = last
+        elif last < self.k:
+            self.k = last
         self.rewind(j)
         self.entries.append((j, 0, 0, 0, 0, r.computed + 1 - j, r))
-        last = _leaves(j, 0, r)
-        if last < self.k:
-            self.k = last
         self.done = False
 
     def unjoin_landed(self, j: int, k: int) -> None:

@@ -76,6 +76,16 @@ class KVPool:
         self.free -= n
         self.used[cls_idx] += n
 
+    def allocate_ahead(self, cls_idx: int, n: int, freeing: int) -> None:
+        """Take ``n`` blocks for class ``cls_idx`` (a plain pool) while ``freeing`` more are still
+        held by requests that ended inside a fast-forwarded run in flight and are freed when it
+        is applied: until then ``free`` may be below zero (a disaggregated decode replica's
+        reservation, :class:`sim.cluster.disagg.PDReplica`)."""
+        if n < 0 or n > self.free + freeing or not self.plain:
+            raise KVInvariantError(f"allocate {n} blocks with {self.free} free and {freeing} being freed")
+        self.free -= n
+        self.used[cls_idx] += n
+
     def allocate_each(self, blocks: list[int]) -> None:
         """Take ``blocks[c]`` blocks for each class ``c`` at once: the same as :meth:`allocate`
         class by class (the same cached groups evicted, as few as let the total fit), in one
