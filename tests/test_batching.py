@@ -147,3 +147,18 @@ def test_mixed_is_not_written_into_the_scenario():
     assert "batching" not in scenario_from_dict(d).engine.as_written()
     d["engine"] = {"batching": "prefill_first"}
     assert scenario_from_dict(d).engine.as_written()["batching"] == "prefill_first"
+
+
+def test_decode_stretches_stay_fast_and_exact():
+    """Under prefill_first the fast paths still run decode stretches in one event (far fewer
+    events than steps) and give what stepping gives (the exactness suite draws many more)."""
+    from scripts.exactness_fuzz import differences
+    from sim import load_scenario, simulate
+
+    over = ['engine.batching="prefill_first"', "horizon_s=10"]
+    fast = simulate(load_scenario("chat_vs_batch", overrides=over))
+    stepped = simulate(load_scenario("chat_vs_batch", overrides=over + ["engine.fast_forward=false",
+                                                                        "engine.lazy_batch=false"]))
+    assert not differences(fast, stepped)
+    run = fast.summary_dict["run"]
+    assert run["engine_events"] * 3 < run["iterations"]
