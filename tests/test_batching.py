@@ -162,3 +162,23 @@ def test_decode_stretches_stay_fast_and_exact():
     assert not differences(fast, stepped)
     run = fast.summary_dict["run"]
     assert run["engine_events"] * 3 < run["iterations"]
+
+
+def test_a_chunking_prompt_is_not_fast_forwarded_under_prefill_first():
+    """A step that prefills a short prompt whole (4 tokens) and a long one's first chunk (8 of
+    20, ``max_prefill_chunk``) holds every running request, and nobody waits: under mixed
+    batching fast-forward runs on from it (the long prompt chunking beside the new decoder), but
+    under prefill_first the next step is the long prompt's chunk alone, so the plan is the
+    planned step alone (``sim.core.fastforward.start_run``)."""
+    from sim.core.costs import NEVER
+    from sim.core.fastforward import start_run
+
+    for batching, runs in (("mixed", True), ("prefill_first", False)):
+        b = Bench(batching=batching, max_prefill_chunk=8, fast_forward=True, lazy_batch=False)
+        short, long = b.add("hi", prompt=4, output=10), b.add("hi", prompt=20, output=10)
+        plan = b.plan()
+        assert b.tokens(plan) == {short.request_id: 4, long.request_id: 8}
+        run = start_run(b.eng, plan, b.now, NEVER, b.eng.compute_ns(plan))
+        assert (run is not None) is runs
+    b.apply(plan)
+    assert b.tokens(b.step()) == {long.request_id: 8}
