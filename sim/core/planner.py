@@ -10,6 +10,10 @@ Order, as in vLLM's V1 scheduler:
      admission (strict order, no bypass), unless ``preempt_for_waiting`` lets it evict
      lower-ranked running requests.
 
+That is ``engine.batching = "mixed"``. With ``"prefill_first"`` (:func:`plan_prefill_first`) the
+same two steps run for prefill work alone first, and a step that takes any holds nothing else;
+only when none can be taken do the decoders (and swapped-out waiters swapping in) run.
+
 The lazily-advanced cohort of steady decoders (:mod:`sim.core.cohort`) takes its tokens first,
 as one count, when that changes nothing any other request gets (:func:`cohort_step_blocks`);
 when the budget cuts a request some members rank below, those members leave it (they get
