@@ -4,7 +4,7 @@ arrivals routed elsewhere) and stepped (``fast_forward = false``, ``lazy_batch =
 cluster run stopped at every arrival), and compared: the request table, the time series and
 summary.json. The tests hold a few such scenarios each; this draws as many as you like.
 
-    python -m scripts.exactness_fuzz [--kind cluster|replica|prefix|join|disagg] [--start S] [--trials N]
+    python -m scripts.exactness_fuzz [--kind cluster|replica|prefix|join|disagg|prefill_first] [--start S] [--trials N]
 
 Run from the repository root. Trial ``i`` draws its scenario from seed ``i``, so a mismatch
 printed as ``trial i`` reproduces with ``--start i --trials 1``. Each scenario draws a policy,
@@ -16,7 +16,9 @@ fairness accountant and drain; ``replica`` adds closed-loop users, admission gat
 (count routing, a fixed ranking, nothing else for a boundary's plan to decide); ``disagg`` draws
 disaggregated clusters (prefill and decode groups, sometimes a co-located one beside them, each
 with its own pool and preemption mode, a link preset or pipelining, a decode router, prefix
-caching). Left out of the
+caching); ``prefill_first`` draws one of the other kinds' scenarios (no speculation) with
+``engine.batching = "prefill_first"``, sometimes without chunked prefill (vLLM V0's shape).
+Left out of the
 summary comparison: what only the engine's speed changes (event counts, wall and CPU seconds,
 the fast-path settings it echoes); the fairness accountant's books (per-window service, GPU
 seconds, counters, the gap) are compared too.
@@ -41,7 +43,7 @@ LINEAR = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 1e-5, "decode_tok
 POLICIES = ["fcfs", "priority", "wfq", "aging", "mlfq", "srpt_oracle", "sjf_rank"]
 ROUTERS = ["least_outstanding", "round_robin", "least_kv", "power_of_two"]
 #: what :func:`draw` can draw
-KINDS = ("cluster", "replica", "prefix", "join", "disagg")
+KINDS = ("cluster", "replica", "prefix", "join", "disagg", "prefill_first")
 #: summary.json keys (any part of the dotted path) that are not compared (see the docstring)
 NOT_COMPARED = ("engine_events", "wall_s", "cpu_s", "run.lazy_batch", "run.fast_forward")
 
@@ -54,6 +56,8 @@ def _stream(tenant: str, cls: str, rate: float, prompt: tuple[int, int], output:
 
 def draw(kind: str, rng: np.random.Generator) -> dict:
     """A random small scenario (a dict for ``scenario_from_dict``) of the given kind."""
+    if kind == "prefill_first":
+        return _prefill_first(rng)
     rate = float(rng.choice([0.3, 1.0, 2.0, 4.0]))
     short = rng.random() < 0.3  # answers of a few tokens: runs go on past them
     d: dict = {
@@ -109,6 +113,19 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
                                     {"name": "bulk", "replicas": 2, "classes": ["lo"], "engine": {"kv_blocks": 96}}],
                          "router": "class_aware"} if rng.random() < 0.2
                         else {"replicas": int(rng.choice([2, 3, 4])), "router": str(rng.choice(ROUTERS))})
+    return d
+
+
+def _prefill_first(rng: np.random.Generator) -> dict:
+    """A scenario of another kind (drawn first: replica, cluster, prefix, join or disagg) whose
+    steps hold prefill work apart from decodes (``engine.batching = "prefill_first"``), without
+    speculation (refused with it); sometimes without chunked prefill, as vLLM V0 ran."""
+    d = draw(str(rng.choice(["replica", "cluster", "prefix", "join", "disagg"])), rng)
+    e = d["engine"]
+    e.pop("speculative", None)
+    e["batching"] = "prefill_first"
+    if rng.random() < 0.3:
+        e.update(chunked_prefill=False, max_batched_tokens=int(rng.choice([512, 1024])))
     return d
 
 

@@ -141,6 +141,11 @@ class EngineConfig(BaseModel):
                             "swap plus the re-prefill it would push onto waiting requests reusing its prefix)")
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
     chunked_prefill: bool = Field(True, description="split long prompts across steps")
+    batching: Literal["mixed", "prefill_first"] = Field(
+        "mixed", description="what one step holds: mixed (decodes and prompt chunks together, vLLM V1 and "
+                             "chunked prefill, SGLang --enable-mixed-chunk) or prefill_first (a step that can take "
+                             "prefill work holds prefills only and the decoders wait a step: vLLM V0 without "
+                             "chunked prefill, SGLang's default); docs/engine-step.md")
     fast_forward: bool = Field(True, description="advance quiet decode stretches in one event (exact)")
     lazy_batch: bool = Field(True, description="advance steady decoders as one lazily-updated cohort (exact; "
                                                "false updates every request every step)")
@@ -203,6 +208,14 @@ class EngineConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _batching_alone(self) -> "EngineConfig":
+        # a speculative step verifies drafts of every decoder: a prefill-only step has none to verify
+        if self.batching == "prefill_first" and self.speculative is not None:
+            raise ValueError("engine.batching: 'prefill_first' is not modelled with engine.speculative (expected "
+                             "batching = 'mixed', or no [engine.speculative])")
+        return self
+
+    @model_validator(mode="after")
     def _model_keys(self) -> "EngineConfig":
         if self.model is None:
             for key in MODEL_KEYS[1:]:
@@ -230,7 +243,7 @@ class EngineConfig(BaseModel):
         skip = set(self._defaults) | ({"profile"} if self.model is not None else
                                       {k for k in MODEL_KEYS if getattr(self, k) is None})
         return {k: v for k, v in self.model_dump(mode=mode).items()
-                if k not in skip and not (k == "cost_scale" and v == 1.0)}
+                if k not in skip and not (k == "cost_scale" and v == 1.0) and not (k == "batching" and v == "mixed")}
 
 
 class ClassConfig(BaseModel):

@@ -115,6 +115,8 @@ def test_flags_become_overrides_and_unmodelled_flags_are_named():
     sets, _ = flags_to_overrides("sglang", "--max-running-requests 32 --enable-priority-scheduling --disable-radix-cache")
     assert sets == ['engine.engine="sglang"', "engine.max_num_seqs=32", 'policy.name="priority"',
                     'engine.preempt_for_waiting="threshold"', "engine.prefix_caching=false"]
+    sets, unmodelled = flags_to_overrides("sglang", "--enable-mixed-chunk")
+    assert sets == ['engine.engine="sglang"', 'engine.batching="mixed"'] and not unmodelled
 
 
 @pytest.mark.parametrize("text, message", [

@@ -8,7 +8,8 @@ series and summary.json (all but what only the engine's speed changes:
 ``scripts.exactness_fuzz.differences``).
 
 * ``test_fast_paths_equal_stepping``: random small scenarios of each kind of
-  ``scripts/exactness_fuzz.py`` (``cluster``, ``replica``, ``prefix``, ``join``), drawn by
+  ``scripts/exactness_fuzz.py`` (``cluster``, ``replica``, ``prefix``, ``join``, ``disagg``,
+  ``prefill_first``), drawn by
   Hypothesis with ``derandomize`` (the same draws on every run). The ``replica`` kind also draws
   the engine's own corners over the fuzz's draw: any policy (``lpm`` too), every overhead
   preset (multi-step scheduling, overlap scheduling), prefix caching, reservations, prefill
@@ -47,7 +48,7 @@ MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("of
 OVERHEADS = [None, "vllm-0.6", {"preset": "vllm-0.4", "scheduler_steps": 4}, "sglang-0.5"]
 
 #: draws per kind (the replica kind carries the engine's corners as well as the fuzz's)
-EXAMPLES = {"replica": 20, "cluster": 10, "prefix": 8, "join": 6, "disagg": 8}
+EXAMPLES = {"replica": 20, "cluster": 10, "prefix": 8, "join": 6, "disagg": 8, "prefill_first": 10}
 
 
 def _run(d: dict, fast: bool, check: bool = False):
@@ -156,6 +157,10 @@ FOUND = {
     # prefix caching under each preemption mode that keeps a victim's blocks or frees them
     "prefix-recompute": _prefix_case("recompute"),
     "prefix-swap": _prefix_case("swap"),
+    # engine.batching = "prefill_first" under MLFQ (told of every step): a decode run after a
+    # prefill step ran past a decoder's quantum, which the policy had not declared (the
+    # decoders sat that step out), so such policies' plans are stepped in that mode
+    "prefill-first-mlfq": fuzz.draw("prefill_first", np.random.default_rng(365)),
 }
 #: the cases whose fast run checks the invariants after every event (as when they were found)
 CHECKED = {"prefix-publish"}

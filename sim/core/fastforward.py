@@ -13,6 +13,16 @@ Durations are integer nanoseconds from one cost function, evaluated step by step
 result is identical to stepping one iteration at a time (``engine.fast_forward = false``),
 which the tests assert. Speculative steps emit a random number of tokens and are never
 fast-forwarded.
+
+With ``engine.batching = "prefill_first"`` a run is a plan followed by decode steps of every
+running request just the same: a decode plan (nobody's prefill could be taken: the later
+steps' plans are decode steps too until an event the run stops at, since a waiter that did not
+fit a whole step's budget at the start fits no better as the decoders grow), or a prefill step
+that holds every running request and ends every prompt in it with nobody left to admit (the
+conditions above). A prompt chunking on (:func:`_chunking`) would take its next chunks beside
+the decoders, which that mode never does: such a plan is the planned step alone. So is every
+plan of a policy told who ran in each step (``on_scheduled``, e.g. MLFQ): it may declare its
+next change from the requests the last step served, and a prefill step left the decoders out.
 """
 from __future__ import annotations
 
@@ -60,6 +70,8 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
     if now_ns + dur0 >= limit:
         return None  # (often: an arrival comes during an admission's prefill step)
     ok, pf = _chunking(eng, plan)
+    if eng.limits.prefill_first and (pf is not None or eng.policy.on_scheduled is not None):
+        return None  # (see the module docstring)
     if not ok or not _may_run(eng, plan, pf):
         return None
     c = m = 0  # the chunking item's (pf's) chunk, and the steps after the first it prefills in

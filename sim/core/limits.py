@@ -19,13 +19,14 @@ class StepLimits:
 
     Args:
         cfg: the scenario's EngineConfig (``max_batched_tokens``, ``max_num_seqs``,
-            ``chunked_prefill``, ``max_prefill_chunk``, ``watermark``).
+            ``chunked_prefill``, ``batching``, ``max_prefill_chunk``, ``watermark``).
         class_prefill_cap: each class's prefill tokens per step (0: no cap).
         pool_blocks: the KV pool's blocks (the watermark is a share of them).
         draft_slots: KV slots a speculative decode step's drafts take beyond its token.
 
     Attributes (read by the planner and fast-forward): ``max_batched_tokens`` (tokens per
-    step), ``max_num_seqs`` (running requests), ``chunked_prefill``, ``chunk_cap`` (tokens of
+    step), ``max_num_seqs`` (running requests), ``chunked_prefill``, ``prefill_first`` (the
+    batching mode: prefill steps apart from decode steps), ``chunk_cap`` (tokens of
     one prefill chunk; NEVER for none), ``class_prefill_cap`` and ``class_prefill`` (per class:
     the cap and what the step being planned took), ``counting_prefill`` (any cap set),
     ``watermark_blocks`` (blocks admission leaves free), ``draft_slots``.
@@ -35,6 +36,8 @@ class StepLimits:
         self.max_batched_tokens: int = cfg.max_batched_tokens
         self.max_num_seqs: int = cfg.max_num_seqs
         self.chunked_prefill: bool = cfg.chunked_prefill
+        # a step that can take prefill work holds only that (engine.batching; sim.core.planner)
+        self.prefill_first: bool = cfg.batching == "prefill_first"
         self.chunk_cap: int = cfg.max_prefill_chunk or NEVER
         self.class_prefill_cap = class_prefill_cap
         self.class_prefill = [0] * len(class_prefill_cap)

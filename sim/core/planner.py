@@ -10,6 +10,10 @@ Order, as in vLLM's V1 scheduler:
      admission (strict order, no bypass), unless ``preempt_for_waiting`` lets it evict
      lower-ranked running requests.
 
+That is ``engine.batching = "mixed"``. With ``"prefill_first"`` (:func:`plan_prefill_first`) the
+same two steps run for prefill work alone first, and a step that takes any holds nothing else;
+only when none can be taken do the decoders (and swapped-out waiters swapping in) run.
+
 The lazily-advanced cohort of steady decoders (:mod:`sim.core.cohort`) takes its tokens first,
 as one count, when that changes nothing any other request gets (:func:`cohort_step_blocks`);
 when the budget cuts a request some members rank below, those members leave it (they get
@@ -146,23 +150,93 @@ def _cohort_share(eng: Engine, plan: StepPlan) -> None:
 
 
 # ---- the step ----------------------------------------------------------------------------------
+#: which work a walk of the running set or an admission takes: all of it (``engine.batching =
+#: "mixed"``), or, planning a ``"prefill_first"`` step, prefill work only or decode work only
+ALL, PREFILLS, DECODES = 0, 1, 2
+
+
 def plan(eng: Engine, now_ns: int) -> StepPlan:
     """Decide the next step (see the module docstring)."""
+    lim = eng.limits
+    if lim.prefill_first:
+        return plan_prefill_first(eng, now_ns)
+    plan = StepPlan()
+    scheduled: dict[int, Scheduled] = {}
+    lim.new_step()
+    _cohort_share(eng, plan)
+    budget = run_running(eng, plan, scheduled, lim.max_batched_tokens - plan.cohort, now_ns, ALL)
+    if plan.preempted == 0:
+        admit_waiting(eng, plan, scheduled, budget, now_ns)
+    plan.items = list(scheduled.values())
+    return plan
+
+
+def plan_prefill_first(eng: Engine, now_ns: int) -> StepPlan:
+    """Decide the next step with prefill steps apart from decode steps (``engine.batching =
+    "prefill_first"``: vLLM V0's ``_schedule_default`` without chunked prefill, SGLang's
+    ``get_next_batch_to_run`` without mixed chunks).
+
+    First the prefill work, under the same rules as a mixed step: running requests whose prompt
+    (or recompute) has chunks left, in rank order (a chunk that needs blocks preempts as in a
+    mixed step), then, when nobody was preempted, waiting requests whose admission step is a
+    prefill, in rank order (the first one that does not fit, or whose admission would be a
+    decode, a swapped-out request's, stops admission). When that takes any tokens, the step is
+    that alone: the running decoders get no token in it. Otherwise it is a decode step: the
+    running decoders (the cohort among them), then, when nobody was preempted, waiting requests
+    whose admission is a decode (swapped-out ones swapping in) in rank order, up to the first
+    prefill among them.
+    """
     plan = StepPlan()
     scheduled: dict[int, Scheduled] = {}
     lim = eng.limits
     lim.new_step()
+    q = eng.queues
+    coh = eng.cohort
+    chunks = False
+    for r in q.ranked_running():  # (the cohort's members all decode)
+        if r.tokens - r.computed > 1:
+            chunks = True
+            break
+    if chunks or q.waiting:
+        if chunks and coh is not None and coh.members:
+            # a chunk that needs blocks may preempt a member: the cohort, which takes no
+            # part in a prefill step, leaves the walk to ordinary running requests
+            dissolve_cohort(eng)
+        budget = lim.max_batched_tokens
+        if chunks:
+            budget = run_running(eng, plan, scheduled, budget, now_ns, PREFILLS)
+        if plan.preempted == 0:
+            admit_waiting(eng, plan, scheduled, budget, now_ns, PREFILLS)
+        if scheduled or plan.preempted:
+            if coh is not None and coh.members:
+                dissolve_cohort(eng)  # (its members sit this step out, or were preempted)
+            if scheduled:
+                plan.items = list(scheduled.values())
+                return plan
+    _cohort_share(eng, plan)
+    budget = run_running(eng, plan, scheduled, lim.max_batched_tokens - plan.cohort, now_ns, DECODES)
+    if plan.preempted == 0:
+        admit_waiting(eng, plan, scheduled, budget, now_ns, DECODES)
+    plan.items = list(scheduled.values())
+    return plan
+
+
+def run_running(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int, only: int) -> int:
+    """Running requests in rank order take their tokens (step 1 of the module docstring);
+    ``only``: :data:`ALL`, or :data:`PREFILLS` / :data:`DECODES` to walk past the others.
+    Returns the budget left."""
+    lim = eng.limits
     counting = lim.counting_prefill
     pool = eng.pool
     bs = eng.bs
     grows = eng.grows_blocks
     spec = eng.spec
-    _cohort_share(eng, plan)
-    budget = lim.max_batched_tokens - plan.cohort
     for req in list(eng.queues.ranked_running()):  # a copy: preemption edits the order
         if req.state is not State.RUNNING:
             continue  # preempted earlier in this loop
         decode = req.tokens - req.computed == 1
+        if only and decode != (only == DECODES):
+            continue  # (a prefill_first step: work of the other kind waits)
         if decode:
             if budget < 1:
                 continue
@@ -195,15 +269,14 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
         budget -= n
         if counting and not decode:
             lim.took_prefill(req.cls_idx, n)
-    if plan.preempted == 0:
-        admit_waiting(eng, plan, scheduled, budget, now_ns)
-    plan.items = list(scheduled.values())
-    return plan
+    return budget
 
 
 # ---- admission ---------------------------------------------------------------------------------
-def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int) -> int:
-    """Admit waiting requests in rank order while they fit; returns the budget left."""
+def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_ns: int, only: int = ALL) -> int:
+    """Admit waiting requests in rank order while they fit; returns the budget left. ``only``
+    (:data:`PREFILLS` / :data:`DECODES`, a prefill_first step): the first waiter whose admission
+    step would be of the other kind stops admission too (strict order, as a misfit does)."""
     q = eng.queues
     if not q.waiting or budget <= 0:
         return budget  # (most events: nobody waits)
@@ -213,6 +286,8 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
     caps = lim.class_prefill_cap
     while q.waiting and budget > 0:
         w = q.waiting[0][2]
+        if only and (w.tokens - w.computed == 1) != (only == DECODES):
+            break
         fit, n, need_blocks, hit = fits(eng, w, budget)
         if not fit and lim.class_capped(w):
             throttled.append(q.pop_entry())

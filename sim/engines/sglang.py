@@ -13,6 +13,12 @@ GPU-memory settings):
   waiting requests never preempt (priority scheduling is off unless asked for), at most 1024
   running requests (SGLang derives its cap from the KV pool, which binds first in practice).
 * overhead preset ``sglang`` before 0.4, else ``sglang-0.5`` (overlap scheduling).
+
+Batching: SGLang forms a prefill batch whenever it can and decodes otherwise (``get_next_batch_to_run``
+in sgl-project/sglang ``python/sglang/srt/managers/scheduler.py``), unless
+``--enable-mixed-chunk`` puts decodes beside a prefill chunk; that default is
+``engine.batching = "prefill_first"``, but these defaults leave ``batching`` at priosim's
+``"mixed"`` (the overhead presets were fitted with mixed steps): a known difference.
 """
 from __future__ import annotations
 
@@ -60,6 +66,10 @@ FLAGS = {
     "--mem-fraction-static": Flag("engine.mem_fraction_static", fraction),
     "--page-size": Flag("engine.block_size", positive_int),
     "--disable-radix-cache": Flag("engine.prefix_caching", None, False),
+    # decodes beside prefill chunks in one batch; without it SGLang runs a prefill batch alone
+    # whenever it can form one (engine.batching = "prefill_first"), but priosim's SGLang
+    # defaults keep "mixed", the batching the presets were fitted with (docs/engines.md)
+    "--enable-mixed-chunk": Flag("engine.batching", None, "mixed"),
     "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
     "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),

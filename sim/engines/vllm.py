@@ -17,6 +17,12 @@ Defaults as read in vLLM's ``vllm/engine/arg_utils.py`` (``_set_default_args`` /
   from 0.9 (vLLM PR #17885) a GPU of at least 70 GiB that is not an A100 gets 8192 tokens (16384
   offline) and 1024 sequences, the rest 2048 (8192) and 256.
 * ``gpu_memory_utilization`` 0.9, block size 16, recompute preemption.
+
+Batching: V0 without chunked prefill (``_schedule_default`` in vllm-project/vllm
+``vllm/core/scheduler.py``, 0.3 to 0.7) runs a step of prefills alone whenever it can schedule
+one, and decodes otherwise: ``engine.batching = "prefill_first"``. These defaults leave
+``batching`` at priosim's ``"mixed"`` for every version (the overhead presets were fitted with
+mixed steps): set it for V0 runs without chunked prefill.
 """
 from __future__ import annotations
 
