@@ -122,7 +122,8 @@ class PDReplica:
             self.landable = (pol.static_ranking and pol.on_scheduled is None and pol.on_arrival is None
                              and pol.own_queues is None and e.spec is None and e.trace is None and e.gate is None
                              and e.pool.plain and e.grows_blocks and not e.limits.counting_prefill
-                             and e.cfg.fast_forward and e.costs.overhead.overlap_schedule != 1)
+                             and e.cfg.fast_forward and e.costs.overhead.overlap_schedule != 1
+                             and not e.limits.prefill_first)
 
     # -- the router's view --
     @property
