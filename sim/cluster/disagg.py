@@ -44,7 +44,7 @@ the router's ``refresh_s`` (windowed or distributed runs).
 """
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import deque
 from heapq import heappop, heappush
 from typing import Any, Callable, ClassVar
@@ -115,6 +115,8 @@ class PDReplica:
         self._lands: list[tuple[Request, int, int, int, Scheduled]] = []
         self.landable = False
         self._through = False  # the run in flight goes past its requests' last tokens
+        self._reset_gone()
+        self._coh_blocks: list[int] | None = None  # the cohort's blocks to step _alloc_k (allocate_run)
         if role == DECODE:
             self.hold = self._hold
             e = engine
@@ -187,6 +189,8 @@ class PDReplica:
     def _hold(self, now_ns: int, plan, dur0: int, run):
         self._plan, self._alloc_k, self._open = plan, 1, run
         self._through = run is not None and run.through
+        self._reset_gone()
+        self._coh_blocks = None
         ev = self._run_ev = simpy.Event(self.cluster.env)
         if run is not None:
             self._run = run
@@ -223,49 +227,68 @@ class PDReplica:
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated; the decoders that
         landed and joined it taken in, each at its boundary, and in its plan from its step on)."""
+        self._allocate_through(len(self._durs))  # (before the landed are taken in: their counts then)
         if self._lands:
             eng = self.engine
             for r, b, _, _, _ in self._lands:
                 eng.take_landed(r, b)
             self._lands = []
-        self._allocate_through(len(self._durs))
         self._plan = self._run_ev = self._open = None
         self._through = False
         return self._durs
 
+    # A run that goes past last tokens (``_through``) keeps its requests until it ends; stepping,
+    # each would have ended at its last token, its blocks freed. ``gone`` says how many had by an
+    # instant, and their blocks, for what a router or a reservation reads then. Reads come at
+    # instants that never go back within a run, and the steps that ended before one are never
+    # priced again (a landing re-prices from a later step, a cut ends later), so the count is
+    # kept as cursors: through the explicit items' last steps (sorted, made at the first read)
+    # and through the cohort's members in their finish order.
+    def _reset_gone(self) -> None:
+        self._g_items: list[tuple[int, int]] | None = None  # (last step, blocks) of the items, sorted
+        self._g_ii = self._g_fi = self._g_done = self._g_n = self._g_blocks = 0
+
+    def _item_end(self, s: Scheduled) -> tuple[int, int]:
+        """(the run's step its last token ends, the blocks it holds then) of plan item ``s``."""
+        r = s.req
+        left = r.hidden_output_tokens - r.generated  # (its steps, to its last token)
+        if s.at:  # (a landed decoder: from step at, after the token emitted when it landed)
+            left -= 1
+            return s.at + left - 1, self.engine.pool.blocks_for(s.computed_before + left) - r.base_blocks
+        return left - 1, self.engine.pool.blocks_for(s.computed_before + s.tokens + left - 1) - r.base_blocks
+
     def gone(self, t_ns: int) -> tuple[int, int]:
-        """The requests of the run in flight whose last token ended a step before ``t_ns`` (a run
-        that goes past last tokens: stepping, they would have ended by then, their blocks
-        freed), and the blocks they hold: ``(count, blocks)``."""
+        """The requests of the run in flight whose last token ended a step before ``t_ns`` (above),
+        and the blocks they hold: ``(count, blocks)``."""
         if not self._through:
             return 0, 0
         done = bisect_left(self._ends, t_ns)  # (steps that ended before t)
-        if not done:
-            return 0, 0
-        run = self._open
-        assert run is not None
-        eng = self.engine
-        blocks_for = eng.pool.blocks_for
-        n = blocks = 0
-        for s in self._plan.items:
-            r = s.req
-            left = r.hidden_output_tokens - r.generated  # (its steps, to its last token)
-            if s.at:  # (a landed decoder: from step at, after the token emitted when it landed)
-                left -= 1
-                if s.at + left <= done:
-                    n += 1
-                    blocks += blocks_for(s.computed_before + left) - r.base_blocks
-            elif left <= done:
-                n += 1
-                blocks += blocks_for(s.computed_before + s.tokens + left - 1) - r.base_blocks
+        if done <= self._g_done:
+            return self._g_n, self._g_blocks
+        self._g_done = done
+        items = self._g_items
+        if items is None:
+            items = self._g_items = sorted(self._item_end(s) for s in self._plan.items)
+        n, blocks, i = self._g_n, self._g_blocks, self._g_ii
+        while i < len(items) and items[i][0] < done:
+            n += 1
+            blocks += items[i][1]
+            i += 1
+        self._g_ii = i
         if self._plan.cohort:
-            fin = eng.cohort.finish  # (members by the cohort step they are gone at)
-            g = run.g
-            for f, _, m in fin:
-                if f - g > done:
-                    break
+            fin = self.engine.cohort.finish  # (members by the cohort step they are gone at)
+            run = self._open
+            assert run is not None
+            last = run.g + done  # (gone before step done: their cohort step count at most this)
+            blocks_for = self.engine.pool.blocks_for
+            f = self._g_fi
+            while f < len(fin) and fin[f][0] <= last:
+                m = fin[f][2]
                 n += 1
                 blocks += blocks_for(m.prompt_tokens + m.hidden_output_tokens - 1) - m.base_blocks
+                f += 1
+            self._g_fi = f
+        self._g_n, self._g_blocks = n, blocks
         return n, blocks
 
     def _steps_before(self, t_ns: int) -> int:
@@ -274,7 +297,7 @@ class PDReplica:
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
-            allocate_run(self.engine, self._plan, k, self._alloc_k)
+            self._coh_blocks = allocate_run(self.engine, self._plan, k, self._alloc_k, self._coh_blocks)
             self._alloc_k = k
 
     def next_boundary_lb(self, now_ns: int) -> int:
@@ -342,6 +365,8 @@ class PDReplica:
         self._lands.append((r, b, j, run.k, item))
         self._plan.items.append(item)
         self._plan.landed += 1
+        if self._g_items is not None:
+            insort(self._g_items, self._item_end(item), lo=self._g_ii)
         run.land(j, r)
         self._reopen()
         self._price(t_ns)
@@ -361,6 +386,8 @@ class PDReplica:
         run.unjoin_landed(j, k)
         self._plan.items.pop()  # (its item, the last)
         self._plan.landed -= 1
+        if self._g_items is not None:
+            self._g_items.remove(self._item_end(item))
         self.mail.insert(0, (LAND, r))
         self._reopen()
 

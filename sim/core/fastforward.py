@@ -573,6 +573,9 @@ def _landed_need(s: Scheduled, k: int, bs: int) -> int:
     """Blocks a landed decoder (:meth:`OpenRun.land`) takes in the run's first ``k`` steps: its
     blocks hold its context when it lands, and grow by a token a step from step ``s.at``."""
     steps = k - s.at
+    left = s.req.hidden_output_tokens - s.req.generated - 1  # (its steps, to its last token)
+    if steps > left:
+        steps = left
     return -(-(s.computed_before + steps) // bs) - -(-s.computed_before // bs) if steps > 0 else 0
 
 
@@ -619,19 +622,24 @@ def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) 
     return lo
 
 
-def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
+def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1,
+                 done_cohort: list[int] | None = None) -> list[int] | None:
     """Allocate the blocks steps done+1..k of a fast-forwarded run need (steps 1..done have
-    theirs: a cluster replica allocates a run piecewise, as far as a router reads it)."""
+    theirs: a cluster replica allocates a run piecewise, as far as a router reads it). Returns
+    the cohort's blocks for steps 1..k (``Cohort.run_blocks(k)``, None without a cohort), which
+    the next piece may pass as ``done_cohort`` (the cohort does not change inside a run)."""
     if k <= done or not eng.grows_blocks:
-        return
+        return done_cohort
     pool = eng.pool
     # every class's blocks in one allocate_each call (the same blocks, and the same cached
     # groups evicted, as class by class)
     coh = eng.cohort if plan.cohort else None
+    at_k: list[int] | None = None
     if coh is not None:
-        need = coh.run_blocks(k)
+        at_k = coh.run_blocks(k)
+        need = at_k[:]
         if done > 1:
-            for ci, n in enumerate(coh.run_blocks(done)):
+            for ci, n in enumerate(done_cohort if done_cohort is not None else coh.run_blocks(done)):
                 need[ci] -= n
     else:
         need = [0] * len(pool.used)
@@ -641,6 +649,8 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
             target = pool.blocks_for(held_after(s, k)) - r.base_blocks
         else:
             left = r.hidden_output_tokens - r.generated  # (held_after, inline: the allocation is hot)
+            if s.at and s.decode:
+                left -= 1  # (a landed decoder: the token emitted when it landed is not counted yet)
             steps = k - s.at  # (an item that joined inside the run takes part from step ``at`` on)
             target = pool.blocks_for(s.computed_before + s.tokens + (left if left < steps else steps) - 1) - r.base_blocks
         extra = target - r.blocks
@@ -650,3 +660,4 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1) -> None:
     pool.allocate_each(need)
     if coh is not None:
         coh.steps_allocated = coh.steps + k
+    return at_k
