@@ -50,6 +50,36 @@ def test_vllm_batch_defaults_by_version_and_gpu(tmp_path, profile, version, seqs
     assert sc.engine.overhead == ("vllm-v1" if v1 else "vllm-0.6")
     assert sc.engine.preempt_for_waiting == ("never" if v1 else "priority")
     assert sc.engine.chunked_prefill is v1 and sc.engine.prefix_caching is v1
+    assert sc.engine.batching == ("mixed" if v1 else "prefill_first")  # V0: _schedule_default
+
+
+@pytest.mark.parametrize("engine, sets, batching", [
+    ('engine = "vllm"\nengine_version = "0.6.3"', ["engine.chunked_prefill=true"], "mixed"),
+    ('engine = "vllm"\nengine_version = "0.4.2"\nchunked_prefill = false', [], "prefill_first"),
+    ('engine = "vllm"\nengine_version = "0.6.3"\nchunked_prefill = true\nbatching = "prefill_first"', [],
+     "prefill_first"),                                        # batching set: it wins
+    ('engine = "vllm"\nengine_version = "0.11.0"\nchunked_prefill = false', [], "mixed"),  # V1: mixed always
+    ('engine = "sglang"\nengine_version = "0.3.0"', [], "prefill_first"),
+    ('engine = "sglang"\nengine_version = "0.5.5"\nchunked_prefill = false', [], "prefill_first"),
+    ('engine = "sglang"', ['engine.batching="mixed"'], "mixed"),  # --enable-mixed-chunk
+])
+def test_era_batching_follows_chunked_prefill_unless_set(tmp_path, engine, sets, batching):
+    sc = scenario(tmp_path, engine + '\nprofile = "h100-sxm-llama-3-8b"', sets)
+    assert sc.engine.batching == batching
+
+
+@pytest.mark.parametrize("flags, batching", [
+    ("--enable-chunked-prefill", "mixed"), ("--no-enable-chunked-prefill", "prefill_first"), ("", "prefill_first")])
+def test_chunked_prefill_flags_imply_the_v0_batching(tmp_path, flags, batching):
+    sets, _ = flags_to_overrides("vllm", flags)
+    sc = scenario(tmp_path, 'engine_version = "0.6.3"\nprofile = "h100-sxm-llama-3-8b"', sets)
+    assert sc.engine.batching == batching
+
+
+def test_speculative_decoding_keeps_mixed_batching(tmp_path):
+    sc = scenario(tmp_path, 'engine = "sglang"\nprofile = "h100-sxm-llama-3-8b"\n'
+                            '[engine.speculative]\nk = 3\nacceptance = 0.7')
+    assert sc.engine.batching == "mixed"
 
 
 def test_offline_entrypoint_has_the_larger_budget(tmp_path):

@@ -252,7 +252,9 @@ def _columns_lines() -> list[str]:
             "reproduced: `scenario` (fixed_batch, batch1, offline, poisson, concurrency), `dataset` (fixed, random "
             "with +-`spread`, sharegpt), `n`, `prompt_tokens`, `output_tokens`, `rate` (req/s), `concurrency`, "
             "`prompt_mean` / `output_mean` (ShareGPT lengths scaled to these means, from the source's token totals), "
-            "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`), "
+            "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`; "
+            "a row that does not name its `engine` there runs with the batching of its engine and era: `prefill_first` "
+            "for vLLM V0 without chunked prefill and for SGLang, else `mixed`), "
             "`split` (fit, held-out or excluded), `setup` (the benchmark, in short), `not_reproduced` and `family` "
             "(`moe` or `fp8` for MoE and FP8 models, whose profiles are derived from a bundled config (`profile` "
             "empty, the model keys in `engine_settings`); empty for the dense 16-bit rows).",

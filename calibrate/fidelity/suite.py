@@ -17,7 +17,9 @@ A row's ``engine_settings`` are engine keys, plus ``num_scheduler_steps`` (vLLM'
 scheduling), which goes to the overhead model as its ``scheduler_steps`` term. A row that ran an
 engine's defaults says so with ``engine=vllm; engine_version=0.11.0`` (sim.engines fills every
 engine key the row does not give, as for a scenario naming its engine); a row without ``engine``
-gets the suite's own base settings (below) under its explicit ones. A row measured through
+gets the suite's own base settings (below) under its explicit ones, with the ``engine.batching``
+its engine's era used (:func:`era_batching`: vLLM V0 without chunked prefill and SGLang run
+prefill-only steps) unless it gives one. A row measured through
 vLLM's ``LLM`` class (the latency and throughput benchmarks, the Qwen speed tables: no API
 server) says ``entrypoint=offline``, so no front-end term prices it.
 
@@ -85,6 +87,22 @@ def engine_defaults(eng: dict) -> dict:
                         eng.get("entrypoint", "server"), gpu.tp)
 
 
+#: The engine version each overhead preset stands for (its era), for rows that do not name one.
+ERA_VERSION = {"vllm-0.4": "0.4.2", "vllm-0.6": "0.6.3", "vllm-v1": "0.11.0", "sglang": "0.3.0",
+               "sglang-0.5": "0.5.5"}
+
+
+def era_batching(row: dict, chunked_prefill: bool) -> str:
+    """The ``engine.batching`` of the row's engine (column ``engine``) in the era of its overhead
+    preset, with chunked prefill on or off (sim.engines' rule); "mixed" for another preset."""
+    from sim.engines import batching, family, version_tuple
+    version = ERA_VERSION.get(row["overhead"])
+    if not row.get("engine") or version is None:
+        return "mixed"
+    fam = family(row["engine"])
+    return batching(fam, version_tuple(version, fam.latest), chunked_prefill)
+
+
 def _profile_doc(eng: dict):
     """The engine's profile: its ``profile`` value, or the one derived for its ``model`` keys."""
     if eng.get("model") is None:
@@ -112,7 +130,8 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
         eng["profile"] = row["profile"]
     if "engine" not in settings:
         eng.update({"max_num_seqs": 256, "max_batched_tokens": 8192, "chunked_prefill": True,
-                    "preemption": "recompute", "preempt_for_waiting": "never"})
+                    "preemption": "recompute", "preempt_for_waiting": "never",
+                    "batching": era_batching(row, bool(settings.get("chunked_prefill", True)))})
     eng.update(settings)
     if eng.get("model") is not None and "typical_context" not in eng:
         # a derived profile averages windowed layers' KV and attention at the typical context,

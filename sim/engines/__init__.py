@@ -53,6 +53,10 @@ class EngineFamily:
     flags: dict[str, Flag]
     #: flags that change nothing a simulation models (addresses, logging, names): accepted quietly
     inert: frozenset[str] = field(default_factory=frozenset)
+    #: ``batching(version, chunked_prefill)``: the ``engine.batching`` the version uses with chunked
+    #: prefill on or off, so that a scenario (or flag) setting ``chunked_prefill`` gets the
+    #: matching batching; None: the ``batching`` of ``defaults`` whatever chunked prefill is
+    batching: Callable[[tuple, bool], str] | None = None
 
 
 ENGINES: Registry = Registry("engine")
@@ -76,6 +80,13 @@ def family(name: str) -> EngineFamily:
     """The registered engine ``name`` (KeyError with a "did you mean" otherwise)."""
     from sim.engines import sglang, vllm  # noqa: F401  (registers them)
     return ENGINES.resolve(name)
+
+
+def batching(fam: EngineFamily, version: tuple, chunked_prefill: bool) -> str:
+    """The ``engine.batching`` engine ``fam`` at ``version`` uses with chunked prefill on or off."""
+    if fam.batching is not None:
+        return fam.batching(version, chunked_prefill)
+    return fam.defaults(version, Gpu("", 0.0, 0.0, 0.0, 0.9, 1), "server", 1).get("batching", "mixed")
 
 
 def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args") -> tuple[list[str], list[str]]:
@@ -187,6 +198,11 @@ def resolve(cfg, base_dir, source: str):
             raise ScenarioError(f"{source}: engine.{other}: not a setting of {fam.name} "
                                 f"(expected engine.{fam.memory_key})")
         updates = {k: v for k, v in fam.defaults(version, gpu, cfg.entrypoint, gpu.tp).items() if k not in given}
+        if "batching" in updates and cfg.speculative is not None:
+            updates["batching"] = "mixed"  # prefill_first is not modelled with speculative decoding
+        elif "batching" in updates and fam.batching is not None and "chunked_prefill" in given:
+            # chunked prefill set by the scenario (or --enable-chunked-prefill): its batching follows
+            updates["batching"] = fam.batching(version, cfg.chunked_prefill)
         if gpus.fitted_overhead_engine(doc) == fam.name:
             # a profile fitted to this engine's own runs carries the overhead they measured
             updates.pop("overhead", None)

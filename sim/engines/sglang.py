@@ -15,10 +15,10 @@ GPU-memory settings):
 * overhead preset ``sglang`` before 0.4, else ``sglang-0.5`` (overlap scheduling).
 
 Batching: SGLang forms a prefill batch whenever it can and decodes otherwise (``get_next_batch_to_run``
-in sgl-project/sglang ``python/sglang/srt/managers/scheduler.py``), unless
-``--enable-mixed-chunk`` puts decodes beside a prefill chunk; that default is
-``engine.batching = "prefill_first"``, but these defaults leave ``batching`` at priosim's
-``"mixed"`` (the overhead presets were fitted with mixed steps): a known difference.
+in sgl-project/sglang ``python/sglang/srt/managers/scheduler.py``): ``engine.batching =
+"prefill_first"``, every version's default; ``--enable-mixed-chunk`` puts decodes beside a prefill
+chunk (``"mixed"``). A scenario with ``[engine.speculative]`` keeps ``"mixed"`` (priosim does not
+model speculative decoding with prefill-only steps).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     return {"overhead": "sglang" if version < (0, 4, 0) else "sglang-0.5", "max_num_seqs": 1024,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
             "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preemption": "recompute",
-            "mem_fraction_static": mem_fraction(version, gpu, tp, chunk)}
+            "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": "prefill_first"}
 
 
 def _priority_on(_: bool) -> dict:
@@ -67,8 +67,7 @@ FLAGS = {
     "--page-size": Flag("engine.block_size", positive_int),
     "--disable-radix-cache": Flag("engine.prefix_caching", None, False),
     # decodes beside prefill chunks in one batch; without it SGLang runs a prefill batch alone
-    # whenever it can form one (engine.batching = "prefill_first"), but priosim's SGLang
-    # defaults keep "mixed", the batching the presets were fitted with (docs/engines.md)
+    # whenever it can form one (engine.batching = "prefill_first", the defaults' batching)
     "--enable-mixed-chunk": Flag("engine.batching", None, "mixed"),
     "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),

@@ -18,11 +18,12 @@ Defaults as read in vLLM's ``vllm/engine/arg_utils.py`` (``_set_default_args`` /
   offline) and 1024 sequences, the rest 2048 (8192) and 256.
 * ``gpu_memory_utilization`` 0.9, block size 16, recompute preemption.
 
-Batching: V0 without chunked prefill (``_schedule_default`` in vllm-project/vllm
+Batching (``engine.batching``): V0 without chunked prefill (``_schedule_default`` in vllm-project/vllm
 ``vllm/core/scheduler.py``, 0.3 to 0.7) runs a step of prefills alone whenever it can schedule
-one, and decodes otherwise: ``engine.batching = "prefill_first"``. These defaults leave
-``batching`` at priosim's ``"mixed"`` for every version (the overhead presets were fitted with
-mixed steps): set it for V0 runs without chunked prefill.
+one, and decodes otherwise: ``"prefill_first"``, V0's default. V0 with chunked prefill
+(``_schedule_chunked_prefill``: the decodes, then prompt chunks in the same step) and V1 run
+``"mixed"`` steps. A scenario that sets ``engine.chunked_prefill`` (or ``--enable-chunked-prefill``
+/ ``--no-enable-chunked-prefill``) gets the matching batching unless it sets ``engine.batching``.
 """
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ from sim.engines.gpu import Gpu
 LATEST = "0.11.0"
 
 
+def batching(version: tuple, chunked_prefill: bool) -> str:
+    """The ``engine.batching`` vLLM ``version`` uses with chunked prefill on or off."""
+    return "prefill_first" if version < (0, 8, 0) and not chunked_prefill else "mixed"
+
+
 def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     """Engine keys and the values vLLM ``version`` uses on ``gpu`` (see the module docstring)."""
     offline = entrypoint == "offline"
@@ -39,10 +45,10 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     if version < (0, 8, 0):
         out.update(overhead="vllm-0.4" if version < (0, 5, 0) else "vllm-0.6", max_num_seqs=256,
                    max_batched_tokens=8192, chunked_prefill=False, prefix_caching=False,
-                   preempt_for_waiting="priority")
+                   preempt_for_waiting="priority", batching=batching(version, False))
         return out
     out.update(overhead="vllm-v1", chunked_prefill=True, prefix_caching=True, prefix_block_tokens=16,
-               preempt_for_waiting="never")
+               preempt_for_waiting="never", batching=batching(version, True))
     if version < (0, 9, 0):
         big = "h100" in gpu.key or "h200" in gpu.key
         out.update(max_num_seqs=1024 if big or version < (0, 8, 4) else 256)
@@ -60,6 +66,7 @@ FLAGS = {
     "--block-size": Flag("engine.block_size", positive_int),
     "--enable-prefix-caching": Flag("engine.prefix_caching", None, True),
     "--no-enable-prefix-caching": Flag("engine.prefix_caching", None, False),
+    # (V0: the batching follows, mixed with chunked prefill, prefill_first without; see batching())
     "--enable-chunked-prefill": Flag("engine.chunked_prefill", None, True),
     "--no-enable-chunked-prefill": Flag("engine.chunked_prefill", None, False),
     "--long-prefill-token-threshold": Flag("engine.max_prefill_chunk", positive_int),
@@ -74,5 +81,6 @@ INERT = frozenset({
     "--seed", "--enable-log-requests", "--disable-uvicorn-access-log", "--chat-template", "--hf-token",
 })
 
-ENGINES.register("vllm", EngineFamily("vllm", LATEST, defaults, "gpu_memory_utilization", FLAGS, INERT),
+ENGINES.register("vllm", EngineFamily("vllm", LATEST, defaults, "gpu_memory_utilization", FLAGS, INERT,
+                                     batching),
                  "vLLM (V0 before 0.8, V1 from 0.8)")
