@@ -332,7 +332,7 @@ class PDReplica:
     # engine's queue, the engine's plan has nothing else to decide (``landable``: a fixed
     # ranking, no policy books, gate, speculation, trace, prefix cache or reservations, prefill
     # caps or overlap scheduling), b is before the run's limit (a sample, the horizon), it has
-    # two tokens or more left (the last one ends the run at the latest), and no KV block limit
+    # two tokens or more left (a last token at b would end it there), and no KV block limit
     # can bind in the run either way (an upper bound of every running request's blocks to its
     # end within the blocks the run may take). What a router reads is what the boundary shows:
     # it counts as running from b (``running``), its blocks are its plan item's (``kv_used``).
