@@ -118,9 +118,9 @@ def _count_leaving_runs(monkeypatch) -> list:
     seen: list[int] = []
     segments = apply_mod._log_segments
 
-    def spy(tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants):
+    def spy(tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants, landed):
         seen.append(len(leavers))
-        return segments(tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants)
+        return segments(tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants, landed)
 
     monkeypatch.setattr(apply_mod, "_log_segments", spy)
     return seen
