@@ -55,7 +55,7 @@ class EngineFamily:
     inert: frozenset[str] = field(default_factory=frozenset)
     #: ``batching(version, chunked_prefill)``: the ``engine.batching`` the version uses with chunked
     #: prefill on or off, so that a scenario (or flag) setting ``chunked_prefill`` gets the
-    #: matching batching; None: the ``batching`` of ``defaults`` whatever chunked prefill is
+    #: matching batching; None: an engine whose defaults leave batching "mixed"
     batching: Callable[[tuple, bool], str] | None = None
 
 
@@ -84,9 +84,7 @@ def family(name: str) -> EngineFamily:
 
 def batching(fam: EngineFamily, version: tuple, chunked_prefill: bool) -> str:
     """The ``engine.batching`` engine ``fam`` at ``version`` uses with chunked prefill on or off."""
-    if fam.batching is not None:
-        return fam.batching(version, chunked_prefill)
-    return fam.defaults(version, Gpu("", 0.0, 0.0, 0.0, 0.9, 1), "server", 1).get("batching", "mixed")
+    return fam.batching(version, chunked_prefill) if fam.batching is not None else "mixed"
 
 
 def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args") -> tuple[list[str], list[str]]:

@@ -51,7 +51,13 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     return {"overhead": "sglang" if version < (0, 4, 0) else "sglang-0.5", "max_num_seqs": 1024,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
             "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preemption": "recompute",
-            "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": "prefill_first"}
+            "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": batching(version, True)}
+
+
+def batching(version: tuple, chunked_prefill: bool) -> str:
+    """The ``engine.batching`` SGLang uses, chunked prefill on or off: a prefill batch alone
+    whenever one can be formed (``--enable-mixed-chunk``, a flag, sets "mixed")."""
+    return "prefill_first"
 
 
 def _priority_on(_: bool) -> dict:
@@ -78,5 +84,6 @@ INERT = frozenset({
     "--download-dir", "--model-path", "--model", "--tokenizer-path", "--random-seed", "--log-requests",
 })
 
-ENGINES.register("sglang", EngineFamily("sglang", LATEST, defaults, "mem_fraction_static", FLAGS, INERT),
+ENGINES.register("sglang", EngineFamily("sglang", LATEST, defaults, "mem_fraction_static", FLAGS, INERT,
+                                       batching),
                  "SGLang (overlap scheduling from 0.4)")
