@@ -501,20 +501,22 @@ def test_gpu_script_runs_its_whole_path_on_cpu(tmp_path):
     assert load_profile(str(tmp_path / "h200-tiny-measured.json")).meta["grid"] == "quick"
 
 
-def test_shipped_h200_measurement_is_listed_and_runs_a_scenario(tmp_path):
-    """The measured H200 profile is a shipped name with its provenance, and a scenario runs on it."""
+@pytest.mark.parametrize("name, device", [("h200-llama-3-8b-measured", "NVIDIA H200"),
+                                          ("h100-llama-3-8b-measured", "NVIDIA H100 80GB HBM3")])
+def test_shipped_gpu_measurement_is_listed_and_runs_a_scenario(tmp_path, name, device):
+    """Each measured GPU profile is a shipped name with its provenance, and a scenario runs on it."""
     from click.testing import CliRunner
     from sim.cli import main
 
-    cm = load_profile("h200-llama-3-8b-measured")
+    cm = load_profile(name)
     meta = cm.meta
-    assert meta["kind"] == "measured" and meta["device"] == "NVIDIA H200" and meta["cuda_graphs"] is True
+    assert meta["kind"] == "measured" and meta["device"] == device and meta["cuda_graphs"] is True
     for key in ("driver", "torch", "cuda", "dtype", "grid", "grid_spec", "date", "shape"):
         assert meta.get(key), key
     assert cm.step.prefill_step_s > 0   # eager steps with prefill cost more than graphed decode steps
     r = CliRunner().invoke(main, ["profiles"])
-    assert "h200-llama-3-8b-measured" in r.output
-    r = CliRunner().invoke(main, ["run", "--set", 'engine.profile="h200-llama-3-8b-measured"', "--set",
+    assert name in r.output
+    r = CliRunner().invoke(main, ["run", "--set", f'engine.profile="{name}"', "--set",
                                   "horizon_s=20", "--no-plots", "--out", str(tmp_path / "r")])
     assert r.exit_code == 0, r.output
-    assert "profile=h200-llama-3-8b-measured" in r.output
+    assert f"profile={name}" in r.output
