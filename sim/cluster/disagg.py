@@ -53,7 +53,7 @@ import simpy
 
 from sim.link import Links
 from sim.core.costs import NEVER, NS
-from sim.core.fastforward import allocate_run, block_limited
+from sim.core.fastforward import allocate_run, block_limited, landed_steps_left
 from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, rank
 from sim.core.preemption import count_preempted, drop_progress
@@ -251,10 +251,10 @@ class PDReplica:
     def _item_end(self, s: Scheduled) -> tuple[int, int]:
         """(the run's step its last token ends, the blocks it holds then) of plan item ``s``."""
         r = s.req
-        left = r.hidden_output_tokens - r.generated  # (its steps, to its last token)
         if s.at:  # (a landed decoder: from step at, after the token emitted when it landed)
-            left -= 1
+            left = landed_steps_left(r)
             return s.at + left - 1, self.engine.pool.blocks_for(s.computed_before + left) - r.base_blocks
+        left = r.hidden_output_tokens - r.generated  # (its steps, to its last token)
         return left - 1, self.engine.pool.blocks_for(s.computed_before + s.tokens + left - 1) - r.base_blocks
 
     def gone(self, t_ns: int) -> tuple[int, int]:
@@ -356,7 +356,7 @@ class PDReplica:
         if b >= run.limit:
             return False
         bs = e.bs
-        last = j + r.hidden_output_tokens - r.generated - 1
+        last = j + landed_steps_left(r)
         k = max(run.k, last) if run.through else min(run.k, last)
         n = len(e.queues.running) + len(self._lands) + 1
         if n * ((k + bs - 1) // bs + 1) + e.limits.watermark_blocks > run.avail:

@@ -417,13 +417,18 @@ class OpenRun:
         self.done = len(durs) >= self.k
 
 
+def landed_steps_left(r: Request) -> int:
+    """Steps a landed decoder (:meth:`OpenRun.land`) still takes, to its last token: its first
+    token came when its KV landed, at the boundary before it joined, and its ``generated``
+    does not count that one until the replica takes it in."""
+    return r.hidden_output_tokens - r.generated - 1
+
+
 def _leaves(step: int, n_tok: int, r: Request) -> int:
     """The step before which a request entering a run at ``step`` (an ``OpenRun.entries``
     entry) is gone: after its last token. A prefill's (``n_tok`` tokens) first token ends
-    ``step``; a landed decoder's (``n_tok`` 0) first token came at the boundary before it (its
-    ``generated`` does not count that one yet)."""
-    left = r.hidden_output_tokens - r.generated
-    return step + left if n_tok else step + left - 1
+    ``step``; a landed decoder's (``n_tok`` 0) steps are :func:`landed_steps_left`."""
+    return step + (r.hidden_output_tokens - r.generated if n_tok else landed_steps_left(r))
 
 
 def item_steps(s: Scheduled, k: int) -> int:
@@ -573,7 +578,7 @@ def _landed_need(s: Scheduled, k: int, bs: int) -> int:
     """Blocks a landed decoder (:meth:`OpenRun.land`) takes in the run's first ``k`` steps: its
     blocks hold its context when it lands, and grow by a token a step from step ``s.at``."""
     steps = k - s.at
-    left = s.req.hidden_output_tokens - s.req.generated - 1  # (its steps, to its last token)
+    left = landed_steps_left(s.req)
     if steps > left:
         steps = left
     return -(-(s.computed_before + steps) // bs) - -(-s.computed_before // bs) if steps > 0 else 0
@@ -648,9 +653,8 @@ def allocate_run(eng: Engine, plan: StepPlan, k: int, done: int = 1,
         if s.chunk:
             target = pool.blocks_for(held_after(s, k)) - r.base_blocks
         else:
-            left = r.hidden_output_tokens - r.generated  # (held_after, inline: the allocation is hot)
-            if s.at and s.decode:
-                left -= 1  # (a landed decoder: the token emitted when it landed is not counted yet)
+            # (held_after, inline: the allocation is hot)
+            left = landed_steps_left(r) if s.at and s.decode else r.hidden_output_tokens - r.generated
             steps = k - s.at  # (an item that joined inside the run takes part from step ``at`` on)
             target = pool.blocks_for(s.computed_before + s.tokens + (left if left < steps else steps) - 1) - r.base_blocks
         extra = target - r.blocks
