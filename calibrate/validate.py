@@ -52,6 +52,7 @@ class _Req:
     admitted_s: float = float("nan")
     first_token_s: float = float("nan")
     finish_s: float = float("nan")
+    token_s: list[float] = field(default_factory=list)  # when each output token was emitted
 
 
 @dataclass
@@ -126,8 +127,10 @@ class MiniScheduler:
                 if r.prefilled == r.prompt:
                     r.generated = 1
                     r.first_token_s = t_end
+                    r.token_s.append(t_end)
             else:
                 r.generated += 1
+                r.token_s.append(t_end)
             if r.generated >= r.output:
                 r.finish_s = t_end
                 done.append(r)
@@ -199,7 +202,8 @@ def _serve(reqs: list[_Req], params: dict, execute: Callable[[list[_Part]], None
                      "admitted_s": r.admitted_s, "first_token_s": r.first_token_s,
                      "finish_s": r.finish_s, "queue_s": r.admitted_s - r.arrival_s,
                      "ttft_s": r.first_token_s - r.arrival_s, "tpot_s": tpot,
-                     "e2e_s": r.finish_s - r.arrival_s})
+                     "e2e_s": r.finish_s - r.arrival_s,
+                     "token_s": [t - r.arrival_s for t in r.token_s]})
     out = pd.DataFrame(rows)
     out.attrs["steps"] = steps
     out.attrs["step_log"] = pd.DataFrame(log, columns=["t_plan", "t_start", "t_end", "P", "D", "sum_l2",
@@ -237,7 +241,8 @@ def run_real(profile_path: str | Path, requests_df: pd.DataFrame, engine_params:
     With ``repeats > 1`` the trace runs that many times and each time column is the per-request
     median (the machine is noisy). Returns the requests table (columns: ``request_id``, ``cls``,
     ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``admitted_s``, ``first_token_s``,
-    ``finish_s``, ``queue_s``, ``ttft_s``, ``tpot_s``, ``e2e_s``; ``attrs["step_log"]``).
+    ``finish_s``, ``queue_s``, ``ttft_s``, ``tpot_s``, ``e2e_s``, and with one run ``token_s``,
+    each output token's time after the arrival, s; ``attrs["step_log"]``).
     """
     import torch
 
@@ -437,6 +442,7 @@ def _median_of_runs(runs: list[pd.DataFrame], repeats: int, clock: str) -> pd.Da
     if repeats > 1:
         for col in ("admitted_s", "first_token_s", "finish_s", "queue_s", "ttft_s", "tpot_s", "e2e_s"):
             out[col] = np.median(np.stack([r[col].to_numpy() for r in runs]), axis=0)
+        out = out.drop(columns="token_s")  # (one run's token times would not match the medians)
     out.attrs["steps"] = runs[0].attrs.get("steps")
     out.attrs["step_log"] = runs[0].attrs.get("step_log")
     out.attrs["executor"] = f"real ({clock} clock)"

@@ -369,7 +369,31 @@ def test_priced_loop_follows_fcfs_chunked_prefill_semantics(tmp_path):
     r = out.iloc[0]
     assert r.ttft_s == pytest.approx(0.032) and r.e2e_s == pytest.approx(0.052)
     assert r.tpot_s == pytest.approx(0.010)
+    assert r.token_s == pytest.approx([0.032, 0.042, 0.052])  # each token's time after the arrival
     assert out.attrs["steps"] == 4
+
+
+def test_harness_runs_are_vllm_result_files_that_replay(tmp_path):
+    """A harness run written by scripts.harness_runs reads back as a vLLM result file with the
+    loop's own token times (its ITLs are the gaps between them), and replays."""
+    from calibrate.runs import read_run, replay
+    from calibrate.validate import run_priced
+    from scripts.harness_runs import run_file
+    prof = _linear_profile(tmp_path)
+    df = pd.DataFrame({"arrival_s": [0.0, 0.005, 0.02], "cls": ["a"] * 3, "prompt_tokens": [12, 4, 6],
+                       "output_tokens": [3, 5, 1]})
+    loop = run_priced(prof, df, {"token_budget": 8, "max_num_seqs": 4})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run_file(loop, 0.5, {"shape": "tiny"}), allow_nan=False))
+    run = read_run(str(path))
+    assert run.format == "vllm" and len(run.requests) == 3 and run.has_starts
+    for (_, got), (_, want) in zip(run.requests.iterrows(), loop.iterrows()):
+        assert got.ttft_s == pytest.approx(want.ttft_s) and got.e2e_s == pytest.approx(want.e2e_s)
+        assert list(got.itl_s) == pytest.approx(list(np.diff(want.token_s)))
+    cmp = replay(run, ["engine.overhead=none", "engine.max_num_seqs=4", "engine.max_batched_tokens=8",
+                       "engine.kv_blocks=64"],
+                 profile=str(prof), seed=0)
+    assert cmp.metrics["request_throughput"]["measured"] > 0
 
 
 def test_real_loop_runs_a_short_trace_and_compare_reports_every_metric(measured):

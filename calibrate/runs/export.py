@@ -3,8 +3,9 @@ that client's schema as :mod:`calibrate.runs` reads it: a simulated run exported
 replays to itself (the tests' round trip), and a later fit can generate runs to check itself on.
 
 ``requests``: ``input_tokens``, ``output_tokens`` (tokens), ``start_s``, ``ttft_s``, ``e2e_s``
-(seconds). A request's chunks are spread evenly between its first token and its end (a
-simulation keeps no per-token times). ``settings``: :data:`calibrate.runs.table.SETTINGS`.
+(seconds); optional ``token_s``, each output token's time after the send (s). Without it a
+request's chunks are spread evenly between its first token and its end (a simulation keeps no
+per-token times). ``settings``: :data:`calibrate.runs.table.SETTINGS`.
 """
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ def simulated_table(cmp) -> pd.DataFrame:
 
 
 def _chunk_times(row) -> np.ndarray:
-    """Each output token's time after the send, s: the first at TTFT, the last at E2E."""
+    """Each output token's time after the send, s: the row's own (``token_s``) where it has them,
+    else the first at TTFT, the last at E2E and the others evenly between."""
+    own = getattr(row, "token_s", None)
+    if own is not None and len(own) == int(row.output_tokens):
+        return np.asarray(own, dtype=float)
     n = int(row.output_tokens)
     if n <= 1:
         return np.array([row.e2e_s])
