@@ -7,8 +7,9 @@ the simulation's results. It is the unit a later fit of overhead terms over seve
 over. Definitions, each the client's own (docs/replay.md has their sources):
 
 * TTFT, E2E: per successful request; ``vllm`` (also SGLang), ``guidellm``, ``genai-perf`` alike.
-* TPOT: ``vllm``: (E2E - TTFT) / (output - 1) over requests with output > 1. ``guidellm``:
-  (last token - send) / output, every request. ``genai-perf`` reports none: vLLM's is used.
+* TPOT: ``vllm``: (E2E - TTFT) / (output - 1) over requests with output > 1. ``guidellm``
+  (0.4 on): (last token - send) / output, every request; ``guidellm-0.3`` (0.2-0.3 reports):
+  (last token - first token) / output. ``genai-perf`` reports none: vLLM's is used.
 * ITL: ``vllm``: every streamed chunk's gap, all requests' gaps pooled. ``guidellm`` and
   ``genai-perf``: per request (last token - first token) / (output - 1), output > 1.
   priosim keeps no per-token times, so a simulated request's chunk gaps are its mean gap
@@ -84,6 +85,8 @@ def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.
     mean_gap = np.where(many, (last - ttft) / np.maximum(out - 1, 1), np.nan)
     if definitions == "guidellm":
         tpot = last / np.maximum(out, 1)
+    elif definitions == "guidellm-0.3":  # GuideLLM 0.2-0.3: from the first token, not the send
+        tpot = (last - ttft) / np.maximum(out, 1)
     else:
         tpot = np.where(many, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
     if definitions == "vllm" and gaps is not None:
