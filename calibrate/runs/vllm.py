@@ -36,7 +36,10 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
     if not present:
         return None
     for k in DETAIL_KEYS:
-        need(doc, k, name)
+        if k not in doc:
+            # some forks keep input_lens/output_lens without --save-detailed, but no times
+            raise RunError(f"{name}: {k}: missing (the file keeps {', '.join(present)} but not every per-request "
+                           f"list: re-run with --save-detailed, or --output-details for SGLang)")
     n = len(doc["ttfts"]) if isinstance(doc["ttfts"], list) else -1
     if n < 0:
         raise RunError(f"{name}: ttfts: must be a list of times in seconds (got {type(doc['ttfts']).__name__})")
@@ -70,7 +73,11 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
 
 def read_common(doc: dict, name: str, fmt: str) -> Run:
     """vLLM's and SGLang's result objects share these keys."""
-    rate = number_or_none(need(doc, "request_rate", name), "request_rate", name)
+    raw_rate = need(doc, "request_rate", name)
+    # SGLang writes "trace" when it sent at a trace's own timestamps (--use-trace-timestamps),
+    # which the result does not keep: sent as recorded if it has send times, else all at once
+    traced = isinstance(raw_rate, str) and raw_rate.strip().lower() == "trace"
+    rate = None if traced else number_or_none(raw_rate, "request_rate", name)
     burst = number_or_none(doc.get("burstiness", 1.0), "burstiness", name)
     mc = number_or_none(doc.get("max_concurrency"), "max_concurrency", name)
     if mc is not None and (mc < 1 or mc != int(mc)):
@@ -88,12 +95,16 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
         raise RunError(f"{name}: errors: every request failed (expected at least one successful request)")
     summary = {k: v for k, v in doc.items() if not isinstance(v, (list, dict))}
     dur = doc.get("duration")
-    return Run(frame(inp, out, start, ttft, gaps, e2e),
-               settings(request_rate=rate if rate is not None else math.inf, burstiness=burst if burst else 1.0,
-                        max_concurrency=None if mc is None else int(mc), num_prompts=doc.get("num_prompts"),
-                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
-                        date=doc.get("date")),
-               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+    run = Run(frame(inp, out, start, ttft, gaps, e2e),
+              settings(request_rate=rate if rate is not None else math.inf, burstiness=burst if burst else 1.0,
+                       max_concurrency=None if mc is None else int(mc), num_prompts=doc.get("num_prompts"),
+                       model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
+                       date=doc.get("date")),
+              summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+    if traced:
+        run.notes.append("request_rate 'trace': sent at the file's send times" if start is not None else
+                         "request_rate 'trace': the trace's send times are not in the file; sent all at once")
+    return run
 
 
 def read(doc: Any, name: str) -> Run:
