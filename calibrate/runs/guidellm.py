@@ -15,8 +15,11 @@ output_tokens in 0.2-0.3 (metrics ``guidellm-0.3``); ITL = (last token - first t
 ``concurrent`` ``streams`` at a time, ``throughput`` all at once, ``constant``/``poisson`` a rate.
 
 The request list may be a sample of the run's requests (``sample_size``, a stripped report):
-a note says how many of how many; an empty list is refused. A successful request with no
-first-token time is dropped with a note.
+a note says how many of how many; an empty list is refused. Requests outside 0.4+'s measured
+window (``scheduler_metrics.measure_start_time``/``measure_end_time``; a request counts when
+it finished after the window opened and was sent before it closed: warmup and cooldown
+requests are still listed) are dropped, as GuideLLM's own metrics drop them; so is a successful request
+with no first-token time. Each drop is noted.
 """
 from __future__ import annotations
 
@@ -62,6 +65,22 @@ def _made(b: dict) -> int | None:
     return max(counts) if counts else None
 
 
+def _window(b: dict) -> tuple[float, float] | None:
+    """GuideLLM 0.4+'s measured window (``scheduler_metrics.measure_start_time`` /
+    ``measure_end_time``, s, epoch): its metrics count only the requests that overlap it;
+    warmup and cooldown requests are still listed."""
+    sm = b.get("scheduler_metrics") if isinstance(b.get("scheduler_metrics"), dict) else {}
+    lo, hi = sm.get("measure_start_time"), sm.get("measure_end_time")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (lo, hi))
+    return (float(lo), float(hi)) if ok and hi > lo else None
+
+
+def _in_window(window: tuple[float, float] | None, start: float, end: float) -> bool:
+    # GuideLLM counts a request that overlaps the window (it finished after the warmup ended and
+    # was sent before the cooldown began): this rule gives its own request counts exactly
+    return window is None or (end > window[0] and start < window[1])
+
+
 def _strategy(b: dict) -> dict:
     for k in ("config", "args"):
         s = b.get(k, {}).get("strategy") if isinstance(b.get(k), dict) else None
@@ -90,7 +109,8 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     if not isinstance(ok, list):
         raise RunError(f"{name}: benchmarks[{index}].requests.successful: must be a non-empty list of requests")
     cols: dict[str, list] = {k: [] for k in ("inp", "out", "start", "ttft", "e2e", "first", "last")}
-    untimed = 0
+    untimed = outside = 0
+    window = _window(b)
     for i, r in enumerate(ok):
         where = f"benchmarks[{index}].requests.successful[{i}]"
         if not isinstance(r, dict):
@@ -116,6 +136,11 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
             continue
         if not (ttft >= 0 and e2e >= 0):
             raise RunError(f"{name}: {where}: negative time to first token or latency ({ttft!r}, {e2e!r})")
+        if not _in_window(window, start, end):
+            outside += 1
+            for col in ("inp", "out"):
+                cols[col].pop()
+            continue
         cols["start"].append(start)
         cols["ttft"].append(ttft)
         cols["e2e"].append(e2e)
@@ -150,6 +175,9 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     if made is not None and made > len(ok):
         run.notes.append(f"the report lists {len(ok)} of the {made} successful requests (a sample): measured "
                          f"metrics and the replay use the listed ones, so the load sent is thinner than the run's")
+    if outside:
+        run.notes.append(f"{outside} requests outside GuideLLM's measured window (its warmup/cooldown): dropped, "
+                         f"as its own metrics drop them")
     if untimed:
         run.notes.append(f"{untimed} successful requests without a first-token time: dropped")
     if len(benches) > 1:
