@@ -228,3 +228,49 @@ def test_replay_runs_on_the_real_shapes(tmp_path):
     assert "note: the report lists 3 of the 46" in res.output
     m = json.loads(out.read_text())["metrics"]
     assert m["tpot_mean_ms"]["measured"] == pytest.approx(5.0 * 127 / 128)
+
+
+def _guidellm_05(windowed: bool):
+    """GuideLLM 0.4+ layout, synchronous, five requests 10 s apart, output 4, 8, 2, 6, 3 tokens;
+    with ``windowed`` a measured window that leaves out the first (warmup) and last (cooldown)."""
+    reqs = []
+    for i, out in enumerate((4, 8, 2, 6, 3)):
+        s = 100.0 + 10 * i
+        first, last = s + 0.05 * (i + 1), s + 0.05 * (i + 1) + 0.01 * (out - 1)
+        timings = {"request_start": s, "first_token_iteration": first, "last_token_iteration": last,
+                   "request_end": last + 0.001}
+        reqs.append({"type_": "generative_request_stats", "info": {"timings": timings}, "request_start_time": s,
+                     "request_end_time": last + 0.001, "request_latency": last + 0.001 - s, "prompt_tokens": 50,
+                     "output_tokens": out, "time_to_first_token_ms": 1e3 * (first - s)})
+    sm = {"measure_start_time": 105.0, "measure_end_time": 139.0} if windowed else {
+        "measure_start_time": 100.0, "measure_end_time": reqs[-1]["request_end_time"]}
+    sm["requests_made"] = {"successful": 5}
+    return {"metadata": {"guidellm_version": "0.5.0"},
+            "benchmarks": [{"config": {"strategy": {"type_": "synchronous"}}, "scheduler_metrics": sm,
+                            "requests": {"successful": reqs}}]}
+
+
+def test_guidellm_warmup_and_cooldown_requests_are_dropped(tmp_path):
+    """Listed but outside scheduler_metrics' window: GuideLLM's metrics leave them out; a
+    request counts when it ends after the window opens and starts before it closes."""
+    run = read_run(_write(tmp_path, "r.json", _guidellm_05(windowed=True)))
+    assert list(run.requests["output_tokens"]) == [8, 2, 6]
+    assert run.requests["start_s"].iloc[0] == 0.0
+    assert any("2 requests outside GuideLLM's measured window" in n for n in run.notes)
+    assert len(read_run(_write(tmp_path, "all.json", _guidellm_05(windowed=False))).requests) == 5
+
+
+def test_guidellm_04_tpot_is_token_weighted_and_percentiles_are_its_own(tmp_path):
+    """0.4+: TPOT weighted by output tokens, ITL by output - 1; percentiles are the lower value
+    where the CDF reaches p (for five requests, p50 is the third smallest, not an interpolation)."""
+    doc = _guidellm_05(windowed=False)
+    run = read_run(_write(tmp_path, "r.json", doc))
+    reqs = doc["benchmarks"][0]["requests"]["successful"]
+    tpot = [(r["info"]["timings"]["last_token_iteration"] - r["request_start_time"]) * 1e3 / r["output_tokens"]
+            for r in reqs]
+    outs = [r["output_tokens"] for r in reqs]
+    m = measured_metrics(run)
+    assert m["tpot_mean_ms"] == pytest.approx(np.average(tpot, weights=outs))
+    assert m["itl_mean_ms"] == pytest.approx(10.0)  # every gap is 10 ms
+    ttft = sorted(r["time_to_first_token_ms"] for r in reqs)
+    assert m["ttft_p50_ms"] == pytest.approx(ttft[2]) and m["ttft_p90_ms"] == pytest.approx(ttft[4])
