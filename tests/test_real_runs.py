@@ -274,3 +274,22 @@ def test_guidellm_04_tpot_is_token_weighted_and_percentiles_are_its_own(tmp_path
     assert m["itl_mean_ms"] == pytest.approx(10.0)  # every gap is 10 ms
     ttft = sorted(r["time_to_first_token_ms"] for r in reqs)
     assert m["ttft_p50_ms"] == pytest.approx(ttft[2]) and m["ttft_p90_ms"] == pytest.approx(ttft[4])
+
+
+def test_vllm_ramp_up_run_replays_with_a_ramp(tmp_path):
+    """``--ramp-up-strategy linear`` 1 -> 9 req/s, no send times: the replay's arrivals ramp as
+    vLLM's do (request i at the rate after i / (n - 1) of the list), not all at once."""
+    n = 40
+    doc = {"date": "20260101-000000", "backend": "vllm", "num_prompts": n, "request_rate": "inf", "burstiness": 1.0,
+           "max_concurrency": None, "ramp_up_strategy": "linear", "ramp_up_start_rps": 1, "ramp_up_end_rps": 9,
+           "mean_ttft_ms": 1.0, "duration": 10.0, "input_lens": [20] * n, "output_lens": [4] * n,
+           "ttfts": [0.02] * n, "itls": [[0.01] * 3] * n, "errors": [""] * n}
+    run = read_run(_write(tmp_path, "v.json", doc))
+    assert run.settings["ramp_up"] == ("linear", 1.0, 9.0)
+    from calibrate.runs.scenario import process_times
+    # a nearly regular process (burstiness 10,000): each gap is 1 / the rate reached at its request
+    t = process_times(n, math.inf, 10_000.0, seed=3, ramp=run.settings["ramp_up"])
+    rates = 1 + 8 * np.arange(n) / (n - 1)
+    assert t[0] == 0.0 and np.diff(t) == pytest.approx(1 / rates[1:], rel=0.05)
+    with pytest.raises(RunError, match="ramp_up_start_rps: must be a rate > 0"):
+        read_run(_write(tmp_path, "bad.json", {**doc, "ramp_up_start_rps": 0}))

@@ -1,8 +1,10 @@
 """vLLM's serving benchmark result (``vllm bench serve --save-result [--save-detailed]``, formerly
 ``benchmarks/benchmark_serving.py``): one JSON object.
 
-Settings: ``request_rate`` (a number, or the string ``"inf"``), ``burstiness``,
-``max_concurrency`` (null: none), ``num_prompts``, ``model_id``, ``backend``, ``date``. Summary:
+Settings: ``request_rate`` (a number, or the string ``"inf"``; SGLang: ``"trace"``), ``burstiness``,
+``max_concurrency`` (null: none), ``num_prompts``, ``model_id``, ``backend``, ``date``, and with
+``--ramp-up-strategy`` ``ramp_up_strategy``/``ramp_up_start_rps``/``ramp_up_end_rps`` (setting
+``ramp_up``). Summary:
 ``duration`` (s), ``completed``, ``request_throughput``, ``output_throughput`` and every
 ``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`` key. With ``--save-detailed`` also per request
 (one entry each, failed ones included with ``errors[i]`` non-empty): ``input_lens``,
@@ -71,6 +73,20 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
             [gaps[i] for i in keep], e2e[keep])
 
 
+def _ramp(doc: dict, name: str) -> tuple[str, float, float] | None:
+    """``vllm bench serve --ramp-up-strategy``: (``linear``/``exponential``, start, end req/s)."""
+    kind = doc.get("ramp_up_strategy")
+    if kind is None:
+        return None
+    lo, hi = doc.get("ramp_up_start_rps"), doc.get("ramp_up_end_rps")
+    if kind not in ("linear", "exponential"):
+        raise RunError(f"{name}: ramp_up_strategy: must be 'linear' or 'exponential' (got {kind!r})")
+    for key, v in (("ramp_up_start_rps", lo), ("ramp_up_end_rps", hi)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            raise RunError(f"{name}: {key}: must be a rate > 0 in requests/s (got {v!r})")
+    return str(kind), float(lo), float(hi)
+
+
 def read_common(doc: dict, name: str, fmt: str) -> Run:
     """vLLM's and SGLang's result objects share these keys."""
     raw_rate = need(doc, "request_rate", name)
@@ -101,6 +117,12 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
                        date=doc.get("date")),
               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+    ramp = _ramp(doc, name)
+    if ramp is not None:
+        run.settings["ramp_up"] = ramp
+        if start is None and mc is None:
+            run.notes.append(f"--ramp-up-strategy {ramp[0]} from {ramp[1]:g} to {ramp[2]:g} req/s: "
+                             f"the replay's arrival process ramps the same way")
     if traced:
         run.notes.append("request_rate 'trace': sent at the file's send times" if start is not None else
                          "request_rate 'trace': the trace's send times are not in the file; sent all at once")
