@@ -53,7 +53,8 @@ def test_genai_perf_non_streamed_answers_use_their_usage(tmp_path):
         {"timestamp": 10 * NS, "request_inputs": _payload(5), "response_timestamps": [10 * NS + 400_000_000],
          "response_outputs": [answer(33, 32)]},
         {"timestamp": 11 * NS, "request_inputs": _payload(5), "response_timestamps": [11 * NS + 500_000_000],
-         "response_outputs": [answer(40, 16)]}]}], "version": "", "service_kind": "openai", "endpoint": "v1/chat/completions"}
+         "response_outputs": [answer(40, 16)]}]}],
+           "version": "", "service_kind": "openai", "endpoint": "v1/chat/completions"}
     run = read_run(_write(tmp_path, "profile_export.json", doc))
     assert list(run.requests["input_tokens"]) == [33, 40]
     assert list(run.requests["output_tokens"]) == [32, 16]
@@ -74,7 +75,8 @@ def test_genai_perf_streamed_with_usage_and_failures(tmp_path):
          "response_timestamps": [t + 50, t + 100_000_000, t + 120_000_000, t + 150_000_000, t + 151_000_000,
                                  t + 152_000_000],
          "response_outputs": [_sse({"choices": [{"delta": {"role": "assistant"}}]}), _sse(_delta("Hi")),
-                              _sse(_delta(" there")), _sse(_delta("!")), _sse(usage), {"response": "data: [DONE]\n\n"}]},
+                              _sse(_delta(" there")), _sse(_delta("!")), _sse(usage),
+                              {"response": "data: [DONE]\n\n"}]},
         {"timestamp": t + 1, "request_inputs": _payload(10), "response_timestamps": [], "response_outputs": []},
         {"timestamp": t + 2, "request_inputs": _payload(10), "response_timestamps": [t + 9_000_000],
          "response_outputs": [{"response": json.dumps({"object": "error", "message": "overloaded"})}]}]}]}

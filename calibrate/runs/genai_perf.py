@@ -187,7 +187,8 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
             dropped += 1  # no response: a failed request, which genai-perf skips too
             continue
         if not isinstance(outs, list) or len(outs) != len(rts):
-            raise RunError(f"{name}: {where}.response_outputs: must be a list of {len(rts)} responses, one per timestamp")
+            raise RunError(f"{name}: {where}.response_outputs: must be a list of {len(rts)} responses, "
+                           f"one per timestamp")
         chunks = [_chunk(o) for o in _join_splinters(outs)]
         times = [t for t, (text, _) in zip(rts, chunks) if text]
         if not times:
