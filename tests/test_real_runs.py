@@ -295,3 +295,15 @@ def test_vllm_ramp_up_run_replays_with_a_ramp(tmp_path):
     assert t[0] == 0.0 and np.diff(t) == pytest.approx(1 / rates[1:], rel=0.05)
     with pytest.raises(RunError, match="ramp_up_start_rps: must be a rate > 0"):
         read_run(_write(tmp_path, "bad.json", {**doc, "ramp_up_start_rps": 0}))
+
+
+def test_vllm_append_result_file_reads_its_last_run(tmp_path):
+    """``vllm bench serve --append-result`` writes one result object per line."""
+    def one(ttft):
+        return {"date": "20260101-000000", "backend": "vllm", "num_prompts": 2, "request_rate": "inf",
+                "max_concurrency": 2, "mean_ttft_ms": 1e3 * ttft, "duration": 1.0, "input_lens": [10, 20],
+                "output_lens": [2, 3], "ttfts": [ttft, ttft], "itls": [[0.01], [0.01, 0.02]], "errors": ["", ""]}
+    p = _write(tmp_path, "v.json", json.dumps(one(0.1)) + "\n" + json.dumps(one(0.3)))
+    run = read_run(p)
+    assert run.format == "vllm" and list(run.requests["ttft_s"]) == [0.3, 0.3]
+    assert any("--append-result" in n for n in run.notes)

@@ -6,7 +6,8 @@ Settings: ``request_rate`` (a number, or the string ``"inf"``; SGLang: ``"trace"
 ``--ramp-up-strategy`` ``ramp_up_strategy``/``ramp_up_start_rps``/``ramp_up_end_rps`` (setting
 ``ramp_up``). Summary:
 ``duration`` (s), ``completed``, ``request_throughput``, ``output_throughput`` and every
-``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`` key. With ``--save-detailed`` also per request
+``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`` key. A file written with ``--append-result``
+holds one result per line: the last is read. With ``--save-detailed`` also per request
 (one entry each, failed ones included with ``errors[i]`` non-empty): ``input_lens``,
 ``output_lens``, ``ttfts`` (s), ``itls`` (lists of s, one gap per streamed chunk after the first),
 ``errors`` and, in recent versions, ``start_times`` (s, the client's clock). vLLM saves no
@@ -26,7 +27,13 @@ from calibrate.runs.table import (Run, RunError, RunFormat, frame, lengths, need
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 
 
+def _last(doc: Any) -> Any:
+    # --append-result writes one result object per line: the last is the newest run
+    return doc[-1] if isinstance(doc, list) and doc else doc
+
+
 def detect(doc: Any) -> bool:
+    doc = _last(doc)
     return (isinstance(doc, dict) and not str(doc.get("backend", "")).startswith("sglang")
             and "mean_e2e_latency_ms" not in doc
             and ("mean_ttft_ms" in doc or "ttfts" in doc) and ("num_prompts" in doc or "request_rate" in doc))
@@ -130,9 +137,13 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
 
 
 def read(doc: Any, name: str) -> Run:
-    if not isinstance(doc, dict):
-        raise RunError(f"{name}: not a vLLM result (expected one JSON object, got a {type(doc).__name__})")
-    return read_common(doc, name, "vllm")
+    d = _last(doc)
+    if not isinstance(d, dict):
+        raise RunError(f"{name}: not a vLLM result (expected one JSON object, got a {type(d).__name__})")
+    run = read_common(d, name, "vllm")
+    if isinstance(doc, list) and len(doc) > 1:
+        run.notes.append(f"{len(doc)} results in the file (--append-result): the last one was read")
+    return run
 
 
 register_run_format("vllm", RunFormat(detect, read, "vLLM bench serve / benchmark_serving.py JSON (--save-detailed)"))
