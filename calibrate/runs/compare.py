@@ -7,14 +7,17 @@ the simulation's results. It is the unit a later fit of overhead terms over seve
 over. Definitions, each the client's own (docs/replay.md has their sources):
 
 * TTFT, E2E: per successful request; ``vllm`` (also SGLang), ``guidellm``, ``genai-perf`` alike.
-* TPOT: ``vllm``: (E2E - TTFT) / (output - 1) over requests with output > 1. ``guidellm``:
-  (last token - send) / output, every request. ``genai-perf`` reports none: vLLM's is used.
+* TPOT: ``vllm``: (E2E - TTFT) / (output - 1) over requests with output > 1. ``guidellm``
+  (0.4 on): (last token - send) / output, every request; ``guidellm-0.3`` (0.2-0.3 reports):
+  (last token - first token) / output. ``genai-perf`` reports none: vLLM's is used.
 * ITL: ``vllm``: every streamed chunk's gap, all requests' gaps pooled. ``guidellm`` and
   ``genai-perf``: per request (last token - first token) / (output - 1), output > 1.
   priosim keeps no per-token times, so a simulated request's chunk gaps are its mean gap
   (E2E - TTFT) / (output - 1), output - 1 times: the means agree by construction of the pooled
   mean, the percentiles of the simulated pool are those of per-request means.
-* Percentiles: ``numpy.percentile`` (linear), as vLLM, SGLang and genai-perf compute them.
+* Percentiles: ``numpy.percentile`` (linear), as vLLM, SGLang and genai-perf compute them;
+  GuideLLM's: the lower value where the CDF reaches p (``method="inverted_cdf"``), and from
+  0.4 on TPOT weighted by each request's output tokens, ITL by its output tokens - 1.
 * Throughput: completed requests and output tokens over the duration: the file's own
   ``duration`` when it has one (vLLM, SGLang), else first send to last answer; simulated: first
   arrival to last finish.
@@ -64,14 +67,14 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.4g}"
 
 
-def _stats(values: np.ndarray, prefix: str, scale: float = 1e3) -> dict[str, float]:
+def _stats(values: np.ndarray, prefix: str, scale: float = 1e3, method: str = "linear") -> dict[str, float]:
+    """Mean and percentiles (``numpy.percentile`` ``method``) of the finite values, in ms."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if v.size == 0:
         return {f"{prefix}_{s}_ms": math.nan for s in STATS}
-    return {f"{prefix}_mean_ms": float(v.mean()) * scale, f"{prefix}_p50_ms": float(np.percentile(v, 50)) * scale,
-            f"{prefix}_p90_ms": float(np.percentile(v, 90)) * scale,
-            f"{prefix}_p99_ms": float(np.percentile(v, 99)) * scale}
+    return {f"{prefix}_mean_ms": float(v.mean()) * scale,
+            **{f"{prefix}_p{q}_ms": float(np.percentile(v, q, method=method)) * scale for q in (50, 90, 99)}}
 
 
 def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.ndarray, last: np.ndarray,
@@ -84,19 +87,28 @@ def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.
     mean_gap = np.where(many, (last - ttft) / np.maximum(out - 1, 1), np.nan)
     if definitions == "guidellm":
         tpot = last / np.maximum(out, 1)
+    elif definitions == "guidellm-0.3":  # GuideLLM 0.2-0.3: from the first token, not the send
+        tpot = (last - ttft) / np.maximum(out, 1)
     else:
         tpot = np.where(many, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
     if definitions == "vllm" and gaps is not None:
         pooled = np.concatenate([np.asarray(g, dtype=float) for g in gaps] or [np.zeros(0)])
     elif definitions == "vllm":
         pooled = np.repeat(mean_gap[many], (out[many] - 1).astype(np.int64))
+    elif definitions == "guidellm":
+        # GuideLLM 0.4+ weighs each request's ITL by its gaps and its TPOT by its tokens
+        pooled = np.repeat(mean_gap[many], (out[many] - 1).astype(np.int64))
+        ok_tpot = np.isfinite(tpot)
+        tpot = np.repeat(tpot[ok_tpot], out[ok_tpot].astype(np.int64))
     else:
         pooled = mean_gap
+    # GuideLLM's percentiles are the lower value where the CDF reaches p (numpy's inverted_cdf)
+    method = "inverted_cdf" if definitions.startswith("guidellm") else "linear"
     m: dict[str, float] = {}
-    m.update(_stats(ttft, "ttft"))
-    m.update(_stats(tpot, "tpot"))
-    m.update(_stats(pooled, "itl"))
-    m.update(_stats(e2e, "e2e"))
+    m.update(_stats(ttft, "ttft", method=method))
+    m.update(_stats(tpot, "tpot", method=method))
+    m.update(_stats(pooled, "itl", method=method))
+    m.update(_stats(e2e, "e2e", method=method))
     ok = duration_s > 0 and math.isfinite(duration_s)
     m["request_throughput"] = len(ttft) / duration_s if ok else math.nan
     m["output_throughput"] = float(out.sum()) / duration_s if ok else math.nan

@@ -1,4 +1,4 @@
-"""GuideLLM's JSON report (``guidellm benchmark ... --output-path report.json``; 0.2 to 0.5):
+"""GuideLLM's JSON report (``guidellm benchmark ... --output-path report.json``; 0.2 to 0.8):
 ``{"benchmarks": [{"config" | "args": {"strategy": {...}}, "requests": {"successful": [...],
 ...}, "metrics": {...}}]}``. A report may hold several benchmarks (a sweep); the first is read
 (``benchmark = N`` picks another, :func:`read_run`'s ``index``).
@@ -8,10 +8,18 @@ Per successful request: ``prompt_tokens``, ``output_tokens``, the send and end t
 ``time_to_first_token_ms``, ``request_latency`` (s) and the first/last token times
 (``info.timings.first_token_iteration``/``last_token_iteration``, or ``first_token_time``/
 ``last_token_time``). GuideLLM keeps no per-chunk gaps, so ``itl_s`` is None. Its own
-per-request definitions (checked against a real report's numbers): TPOT = (last token - send)
-/ output_tokens (the first token's wait included), ITL = (last token - first token) /
-(output_tokens - 1). The strategy gives the settings: ``synchronous`` is one at a time,
+per-request definitions (checked against real reports' numbers): TPOT = (last token - send)
+/ output_tokens from 0.4 on (the first token's wait included), (last token - first token) /
+output_tokens in 0.2-0.3 (metrics ``guidellm-0.3``); ITL = (last token - first token) /
+(output_tokens - 1) in all. The strategy gives the settings: ``synchronous`` is one at a time,
 ``concurrent`` ``streams`` at a time, ``throughput`` all at once, ``constant``/``poisson`` a rate.
+
+The request list may be a sample of the run's requests (``sample_size``, a stripped report):
+a note says how many of how many; an empty list is refused. Requests outside 0.4+'s measured
+window (``scheduler_metrics.measure_start_time``/``measure_end_time``; a request counts when
+it finished after the window opened and was sent before it closed: warmup and cooldown
+requests are still listed) are dropped, as GuideLLM's own metrics drop them; so is a successful request
+with no first-token time. Each drop is noted.
 """
 from __future__ import annotations
 
@@ -42,6 +50,37 @@ def _num(r: dict, keys: tuple[str, ...], name: str, where: str, required: bool =
     return math.nan
 
 
+def _made(b: dict) -> int | None:
+    """How many requests of the benchmark succeeded, by its own count (the request list may be
+    a sample of them: ``--output-sampling`` / ``sample_size``, or a stripped report)."""
+    counts = []
+    for path in ("scheduler_metrics.requests_made.successful", "run_stats.requests_made.successful",
+                 "request_totals.successful", "metrics.request_totals.successful"):
+        node: Any = b
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, int) and not isinstance(node, bool):
+            counts.append(node)
+    # the largest: a stripped report may have edited one count and not the others
+    return max(counts) if counts else None
+
+
+def _window(b: dict) -> tuple[float, float] | None:
+    """GuideLLM 0.4+'s measured window (``scheduler_metrics.measure_start_time`` /
+    ``measure_end_time``, s, epoch): its metrics count only the requests that overlap it;
+    warmup and cooldown requests are still listed."""
+    sm = b.get("scheduler_metrics") if isinstance(b.get("scheduler_metrics"), dict) else {}
+    lo, hi = sm.get("measure_start_time"), sm.get("measure_end_time")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (lo, hi))
+    return (float(lo), float(hi)) if ok and hi > lo else None
+
+
+def _in_window(window: tuple[float, float] | None, start: float, end: float) -> bool:
+    # GuideLLM counts a request that overlaps the window (it finished after the warmup ended and
+    # was sent before the cooldown began): this rule gives its own request counts exactly
+    return window is None or (end > window[0] and start < window[1])
+
+
 def _strategy(b: dict) -> dict:
     for k in ("config", "args"):
         s = b.get(k, {}).get("strategy") if isinstance(b.get(k), dict) else None
@@ -59,9 +98,19 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     b = benches[index]
     reqs = need(b, "requests", name, f"benchmarks[{index}].")
     ok = reqs.get("successful") if isinstance(reqs, dict) else None
-    if not isinstance(ok, list) or not ok:
+    made = _made(b)
+    if isinstance(ok, list) and not ok:
+        others = [k for k, o in enumerate(benches) if k != index and isinstance(o, dict)
+                  and isinstance(o.get("requests"), dict) and o["requests"].get("successful")]
+        raise RunError(f"{name}: benchmarks[{index}].requests.successful: empty (the report keeps no per-request "
+                       f"records for this benchmark" + (f", though {made} succeeded" if made else "")
+                       + (f"; benchmark {others[0]} has some)" if others else
+                          "; expected a report saved with its requests, not stripped or sampled to none)"))
+    if not isinstance(ok, list):
         raise RunError(f"{name}: benchmarks[{index}].requests.successful: must be a non-empty list of requests")
     cols: dict[str, list] = {k: [] for k in ("inp", "out", "start", "ttft", "e2e", "first", "last")}
+    untimed = outside = 0
+    window = _window(b)
     for i, r in enumerate(ok):
         where = f"benchmarks[{index}].requests.successful[{i}]"
         if not isinstance(r, dict):
@@ -79,13 +128,29 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
         ttft = ttft_ms / 1e3 if math.isfinite(ttft_ms) else first - start
         lat = _num(r, ("request_latency",), name, where, False)
         e2e = lat if math.isfinite(lat) else end - start
+        if math.isnan(ttft):
+            # no first-token time (GuideLLM 0.7+ leaves it null when no token was streamed)
+            untimed += 1
+            for col in ("inp", "out"):
+                cols[col].pop()
+            continue
         if not (ttft >= 0 and e2e >= 0):
             raise RunError(f"{name}: {where}: negative time to first token or latency ({ttft!r}, {e2e!r})")
+        if not _in_window(window, start, end):
+            outside += 1
+            for col in ("inp", "out"):
+                cols[col].pop()
+            continue
         cols["start"].append(start)
         cols["ttft"].append(ttft)
         cols["e2e"].append(e2e)
         cols["first"].append(first)
         cols["last"].append(last)
+    if not cols["start"]:
+        raise RunError(f"{name}: benchmarks[{index}].requests.successful: no request has a first-token time "
+                       f"(expected time_to_first_token_ms or info.timings.first_token_iteration)")
+    # 0.2-0.3 reports (top-level first_token_time) define TPOT from the first token, 0.4+ from the send
+    legacy = "first_token_time" in ok[0] and "info" not in ok[0]
     start = np.asarray(cols["start"])
     t0 = float(start.min())
     df = frame(cols["inp"], cols["out"], start - t0, cols["ttft"], None, cols["e2e"])
@@ -98,13 +163,23 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     rate = float(st["rate"]) if kind in ("constant", "poisson") and isinstance(st.get("rate"), (int, float)) else math.inf
     args = doc.get("args", {}) if isinstance(doc.get("args"), dict) else {}
     backend = b.get("config", {}).get("backend", {}) if isinstance(b.get("config"), dict) else {}
-    model = args.get("model") or (backend.get("model") if isinstance(backend, dict) else None)
+    worker = b.get("worker") if isinstance(b.get("worker"), dict) else {}  # 0.2-0.3: the worker names it
+    model = (args.get("model") or (backend.get("model") if isinstance(backend, dict) else None)
+             or worker.get("backend_model"))
     ends = start + np.asarray(cols["e2e"])
     run = Run(df, settings(request_rate=rate, burstiness=1.0 if kind == "poisson" else None, max_concurrency=mc,
                            num_prompts=len(ok), model=model, backend=args.get("backend"), date=None),
               {"strategy": kind, "benchmarks": len(benches), "successful": len(ok),
                "errored": len(reqs.get("errored") or []), "incomplete": len(reqs.get("incomplete") or [])},
-              name, "guidellm", "guidellm", float(ends.max() - t0))
+              name, "guidellm", "guidellm-0.3" if legacy else "guidellm", float(ends.max() - t0))
+    if made is not None and made > len(ok):
+        run.notes.append(f"the report lists {len(ok)} of the {made} successful requests (a sample): measured "
+                         f"metrics and the replay use the listed ones, so the load sent is thinner than the run's")
+    if outside:
+        run.notes.append(f"{outside} requests outside GuideLLM's measured window (its warmup/cooldown): dropped, "
+                         f"as its own metrics drop them")
+    if untimed:
+        run.notes.append(f"{untimed} successful requests without a first-token time: dropped")
     if len(benches) > 1:
         run.notes.append(f"{len(benches)} benchmarks in the report: benchmark {index} was read")
     return run

@@ -14,7 +14,8 @@ importing this package). How the requests are sent (:func:`arrival_mode`):
 * ``process``: no limit and no times: the client's own arrival process, vLLM's
   ``get_request``: the first request at 0, then gaps drawn from Gamma(shape = burstiness,
   scale = 1 / (rate * burstiness)) (burstiness 1: Poisson), seeded by the scenario seed; an
-  infinite rate sends every request at 0.
+  infinite rate sends every request at 0; a ``--ramp-up-strategy`` run's rate moves from its
+  start to its end value over the requests (settings ``ramp_up``).
 
 The simulated request ``k`` is the run's row ``order[k]`` (:func:`row_order`).
 """
@@ -45,11 +46,22 @@ def arrival_mode(run: Run) -> str:
     return "recorded" if run.has_starts else "process"
 
 
-def process_times(n: int, rate: float, burstiness: float | None, seed: int) -> np.ndarray:
-    """vLLM's arrival times for ``n`` requests, seconds (see the module docstring)."""
+def process_times(n: int, rate: float, burstiness: float | None, seed: int,
+                  ramp: tuple[str, float, float] | None = None) -> np.ndarray:
+    """vLLM's arrival times for ``n`` requests, seconds (see the module docstring). ``ramp``:
+    ``vllm bench serve --ramp-up-strategy`` (``linear``/``exponential``, start and end
+    requests/s): request ``i``'s gap is drawn at the rate reached after ``i / (n - 1)`` of the
+    requests, as vLLM's ``_get_current_request_rate`` does."""
+    k = float(burstiness or 1.0)
+    if ramp is not None and n > 0:
+        kind, lo, hi = ramp
+        progress = np.arange(n) / max(n - 1, 1)
+        rates = lo + (hi - lo) * progress if kind == "linear" else lo * (hi / lo) ** progress
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0, 0)))
+        t = np.cumsum(rng.gamma(shape=k, scale=1.0 / (rates * k)))
+        return t - t[0]  # seconds after the first send
     if not math.isfinite(rate):
         return np.zeros(n)
-    k = float(burstiness or 1.0)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0, 0)))
     gaps = rng.gamma(shape=k, scale=1.0 / (rate * k), size=max(n - 1, 0))
     return np.concatenate([[0.0], np.cumsum(gaps)])
@@ -97,7 +109,7 @@ def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:
         t = req["start_s"].to_numpy(dtype=float)
     else:
         t = process_times(n, float(run.settings.get("request_rate") or math.inf), run.settings.get("burstiness"),
-                          _spec_int(spec, "seed", 0))
+                          _spec_int(spec, "seed", 0), run.settings.get("ramp_up"))
     df = pd.DataFrame({"arrival_s": t, "prompt_tokens": np.maximum(req["input_tokens"].to_numpy(), 1),
                        "output_tokens": np.maximum(req["output_tokens"].to_numpy(), 1)})
     zeros = int((req["input_tokens"] == 0).sum() + (req["output_tokens"] == 0).sum())
@@ -121,7 +133,7 @@ def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None
     else:
         starts = (run.requests["start_s"].to_numpy() if mode == "recorded"
                   else process_times(len(run.requests), float(run.settings.get("request_rate") or math.inf),
-                                     run.settings.get("burstiness"), seed))
+                                     run.settings.get("burstiness"), seed, run.settings.get("ramp_up")))
         horizon = float(np.max(starts)) + 1.0
     name = re.sub(r"[^A-Za-z0-9._-]", "_", f"replay-{Path(run.source).stem}")
     return {"name": name, "seed": seed, "horizon_s": horizon, "drain": True,

@@ -1,10 +1,13 @@
 """vLLM's serving benchmark result (``vllm bench serve --save-result [--save-detailed]``, formerly
 ``benchmarks/benchmark_serving.py``): one JSON object.
 
-Settings: ``request_rate`` (a number, or the string ``"inf"``), ``burstiness``,
-``max_concurrency`` (null: none), ``num_prompts``, ``model_id``, ``backend``, ``date``. Summary:
+Settings: ``request_rate`` (a number, or the string ``"inf"``; SGLang: ``"trace"``), ``burstiness``,
+``max_concurrency`` (null: none), ``num_prompts``, ``model_id``, ``backend``, ``date``, and with
+``--ramp-up-strategy`` ``ramp_up_strategy``/``ramp_up_start_rps``/``ramp_up_end_rps`` (setting
+``ramp_up``). Summary:
 ``duration`` (s), ``completed``, ``request_throughput``, ``output_throughput`` and every
-``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`` key. With ``--save-detailed`` also per request
+``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`` key. A file written with ``--append-result``
+holds one result per line: the last is read. With ``--save-detailed`` also per request
 (one entry each, failed ones included with ``errors[i]`` non-empty): ``input_lens``,
 ``output_lens``, ``ttfts`` (s), ``itls`` (lists of s, one gap per streamed chunk after the first),
 ``errors`` and, in recent versions, ``start_times`` (s, the client's clock). vLLM saves no
@@ -24,7 +27,13 @@ from calibrate.runs.table import (Run, RunError, RunFormat, frame, lengths, need
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 
 
+def _last(doc: Any) -> Any:
+    # --append-result writes one result object per line: the last is the newest run
+    return doc[-1] if isinstance(doc, list) and doc else doc
+
+
 def detect(doc: Any) -> bool:
+    doc = _last(doc)
     return (isinstance(doc, dict) and not str(doc.get("backend", "")).startswith("sglang")
             and "mean_e2e_latency_ms" not in doc
             and ("mean_ttft_ms" in doc or "ttfts" in doc) and ("num_prompts" in doc or "request_rate" in doc))
@@ -36,7 +45,10 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
     if not present:
         return None
     for k in DETAIL_KEYS:
-        need(doc, k, name)
+        if k not in doc:
+            # some forks keep input_lens/output_lens without --save-detailed, but no times
+            raise RunError(f"{name}: {k}: missing (the file keeps {', '.join(present)} but not every per-request "
+                           f"list: re-run with --save-detailed, or --output-details for SGLang)")
     n = len(doc["ttfts"]) if isinstance(doc["ttfts"], list) else -1
     if n < 0:
         raise RunError(f"{name}: ttfts: must be a list of times in seconds (got {type(doc['ttfts']).__name__})")
@@ -68,9 +80,27 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
             [gaps[i] for i in keep], e2e[keep])
 
 
+def _ramp(doc: dict, name: str) -> tuple[str, float, float] | None:
+    """``vllm bench serve --ramp-up-strategy``: (``linear``/``exponential``, start, end req/s)."""
+    kind = doc.get("ramp_up_strategy")
+    if kind is None:
+        return None
+    lo, hi = doc.get("ramp_up_start_rps"), doc.get("ramp_up_end_rps")
+    if kind not in ("linear", "exponential"):
+        raise RunError(f"{name}: ramp_up_strategy: must be 'linear' or 'exponential' (got {kind!r})")
+    for key, v in (("ramp_up_start_rps", lo), ("ramp_up_end_rps", hi)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            raise RunError(f"{name}: {key}: must be a rate > 0 in requests/s (got {v!r})")
+    return str(kind), float(lo), float(hi)
+
+
 def read_common(doc: dict, name: str, fmt: str) -> Run:
     """vLLM's and SGLang's result objects share these keys."""
-    rate = number_or_none(need(doc, "request_rate", name), "request_rate", name)
+    raw_rate = need(doc, "request_rate", name)
+    # SGLang writes "trace" when it sent at a trace's own timestamps (--use-trace-timestamps),
+    # which the result does not keep: sent as recorded if it has send times, else all at once
+    traced = isinstance(raw_rate, str) and raw_rate.strip().lower() == "trace"
+    rate = None if traced else number_or_none(raw_rate, "request_rate", name)
     burst = number_or_none(doc.get("burstiness", 1.0), "burstiness", name)
     mc = number_or_none(doc.get("max_concurrency"), "max_concurrency", name)
     if mc is not None and (mc < 1 or mc != int(mc)):
@@ -88,18 +118,32 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
         raise RunError(f"{name}: errors: every request failed (expected at least one successful request)")
     summary = {k: v for k, v in doc.items() if not isinstance(v, (list, dict))}
     dur = doc.get("duration")
-    return Run(frame(inp, out, start, ttft, gaps, e2e),
-               settings(request_rate=rate if rate is not None else math.inf, burstiness=burst if burst else 1.0,
-                        max_concurrency=None if mc is None else int(mc), num_prompts=doc.get("num_prompts"),
-                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
-                        date=doc.get("date")),
-               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+    run = Run(frame(inp, out, start, ttft, gaps, e2e),
+              settings(request_rate=rate if rate is not None else math.inf, burstiness=burst if burst else 1.0,
+                       max_concurrency=None if mc is None else int(mc), num_prompts=doc.get("num_prompts"),
+                       model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
+                       date=doc.get("date")),
+              summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+    ramp = _ramp(doc, name)
+    if ramp is not None:
+        run.settings["ramp_up"] = ramp
+        if start is None and mc is None:
+            run.notes.append(f"--ramp-up-strategy {ramp[0]} from {ramp[1]:g} to {ramp[2]:g} req/s: "
+                             f"the replay's arrival process ramps the same way")
+    if traced:
+        run.notes.append("request_rate 'trace': sent at the file's send times" if start is not None else
+                         "request_rate 'trace': the trace's send times are not in the file; sent all at once")
+    return run
 
 
 def read(doc: Any, name: str) -> Run:
-    if not isinstance(doc, dict):
-        raise RunError(f"{name}: not a vLLM result (expected one JSON object, got a {type(doc).__name__})")
-    return read_common(doc, name, "vllm")
+    d = _last(doc)
+    if not isinstance(d, dict):
+        raise RunError(f"{name}: not a vLLM result (expected one JSON object, got a {type(d).__name__})")
+    run = read_common(d, name, "vllm")
+    if isinstance(doc, list) and len(doc) > 1:
+        run.notes.append(f"{len(doc)} results in the file (--append-result): the last one was read")
+    return run
 
 
 register_run_format("vllm", RunFormat(detect, read, "vLLM bench serve / benchmark_serving.py JSON (--save-detailed)"))
