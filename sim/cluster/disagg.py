@@ -853,22 +853,25 @@ class DisaggCluster:
     def victim_bound(self) -> int:
         """A lower bound of the next recompute victim's delivery (from any decode replica)."""
         t = self.victims_due[0] if self.victims_due else NEVER
-        b = self._acts_after(self.decodes, None)
-        return b if b < t else t
+        now = int(self.env.now)
+        for d in self.decodes:
+            if d.idle:
+                if d.incoming and d.incoming[0] + 1 < t:
+                    t = d.incoming[0] + 1
+            else:
+                b = d.next_boundary_lb(now) + 1
+                if b < t:
+                    t = b
+        return t
 
     def end_bound(self, rep: PDReplica) -> int:
         """A lower bound of when a closed-loop user could next hear of an end anywhere but at
-        ``rep`` (its own ends come at its runs' ends)."""
-        return self._acts_after(self.replicas, rep)
-
-    def _acts_after(self, reps: list[PDReplica], skip: PDReplica | None) -> int:
-        """1 ns after the earliest next step boundary of ``reps`` (but ``skip``): where a replica
-        that runs could next end a request or preempt one, or where an idle decode replica's
-        first landing wakes it (an idle prefill or co-located one waits for an arrival)."""
+        ``rep`` (its own ends come at its runs' ends): 1 ns after the next step boundary of a
+        replica that runs, or after the first landing at an idle decode replica."""
         t = NEVER
         now = int(self.env.now)
-        for o in reps:
-            if o is skip:
+        for o in self.replicas:
+            if o is rep:
                 continue
             if o.idle:
                 if o.role == DECODE and o.incoming and o.incoming[0] + 1 < t:
