@@ -132,8 +132,7 @@ def _prefill_first(rng: np.random.Generator) -> dict:
 def _disaggregated(d: dict, rng: np.random.Generator) -> None:
     """A cluster of prefill and decode groups (``sim.cluster.disagg``): 1-2 prefill replicas,
     1-3 decode replicas with their own pool and preemption mode, sometimes a co-located group
-    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching,
-    sometimes closed-loop users."""
+    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching."""
     e = d["engine"]
     e.pop("speculative", None) if rng.random() < 0.5 else None
     decode_engine = {"kv_blocks": int(rng.choice([48, 96, 200])),
@@ -155,14 +154,6 @@ def _disaggregated(d: dict, rng: np.random.Generator) -> None:
         e.update(prefix_caching=True, prefix_block_tokens=32)
         for s in d["streams"]:
             s["prefix"] = {"system_tokens": 64, "conversations": 3, "block_tokens": 32}
-    if rng.random() < 0.3:  # closed-loop users beside the open streams (sometimes without thinking)
-        think = {"dist": "exponential", "mean": 0.3} if rng.random() < 0.6 else {"dist": "constant", "value": 0.0}
-        d["streams"].append({"tenant": "u", "class": str(rng.choice(["hi", "lo"])),
-                             "arrival": {"process": "closed_loop", "users": int(rng.integers(1, 6)), "think": think},
-                             "prompt_tokens": {"dist": "uniform", "low": 10, "high": 200},
-                             "output_tokens": {"dist": "uniform", "low": 1, "high": 60}, "max_tokens": 60})
-        if "tenants" in d:
-            d["tenants"].append({"name": "u", "share": 1.0})
 
 
 def _joinable(d: dict, rng: np.random.Generator) -> None:

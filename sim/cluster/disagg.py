@@ -39,14 +39,8 @@ and everything a router reads (running and waiting counts, KV blocks allocated t
 in progress) is the same whether the replicas step one iteration at a time or fast-forward, so
 the two give the same bytes (``tests/test_disagg.py``).
 
-Closed-loop users: a request's user hears of its end 1 ns after it (as any message is
-delivered), then thinks and sends its next request. Ends come only at a replica's step
-boundary, so a prefill or co-located replica's run also stops at a lower bound of the next end
-anywhere else (:meth:`DisaggCluster.end_bound`), and a decode replica's run stops at its
-requests' last tokens (it does not go on past them) so that each end is told at its instant.
-
-Not yet available with disaggregation (refused in one line): an autoscaler, the router's
-``refresh_s`` (windowed or distributed runs).
+Not yet available with disaggregation (refused in one line): closed-loop users, an autoscaler,
+the router's ``refresh_s`` (windowed or distributed runs).
 """
 from __future__ import annotations
 
@@ -447,9 +441,8 @@ class PDReplica:
             cl.reserve(self, now_ns)
         if self.landable:
             # a run may go past last tokens only while nobody waits here for the blocks and the
-            # slot a finish frees (stepping, the boundary at the finish would reserve them), and
-            # no closed-loop user waits for a finish to send its next request
-            eng.through_finishes = not self.pending and not cl.closed
+            # slot a finish frees (stepping, the boundary at the finish would reserve them)
+            eng.through_finishes = not self.pending
         if not self.inbox:
             return []
         out = list(self.inbox)
@@ -475,10 +468,6 @@ class PDReplica:
                     t = u
             if self.role == PREFILL and cl.victims_to_prefill:
                 v = cl.victim_bound()
-                if v < t:
-                    t = v
-            if cl.closed:  # (a request that ends elsewhere sends its user's next one)
-                v = cl.end_bound(self)
                 if v < t:
                     t = v
         else:
@@ -546,7 +535,6 @@ class DisaggCluster:
         self.live = 0  # requests arrived and not ended
         self.seq = 0
         self.victims_to_prefill = False  # a decode replica may send recompute victims back
-        self.closed = bool(source.closed)  # closed-loop users send a request when one ends
         self.on_end: Callable[[Any, int], None] | None = None
         # per request id: [prefill start, prefill end (first pass), reserved, landed, passes] ns
         self.phases: dict[int, list[int]] = {}
@@ -864,36 +852,12 @@ class DisaggCluster:
                     t = b
         return t
 
-    def end_bound(self, rep: PDReplica) -> int:
-        """A lower bound of when a closed-loop user could next hear of an end anywhere but at
-        ``rep`` (its own ends come at its runs' ends): 1 ns after the next step boundary of a
-        replica that runs, or after the first landing at an idle decode replica."""
-        t = NEVER
-        now = int(self.env.now)
-        for o in self.replicas:
-            if o is rep:
-                continue
-            if o.idle:
-                if o.role == DECODE and o.incoming and o.incoming[0] + 1 < t:
-                    t = o.incoming[0] + 1
-            else:
-                b = o.next_boundary_lb(now) + 1
-                if b < t:
-                    t = b
-        return t
-
     # -- ends --
     def on_request_end(self, r: Request, now_ns: int) -> None:
-        """(A decode or co-located engine's ``on_request_end``.) A closed-loop user hears of
-        it 1 ns later (as of any message: the order of same-instant processes never matters)."""
+        """(A decode or co-located engine's ``on_request_end``.)"""
         self.live -= 1
         if self.on_end is not None:
             self.on_end(r, now_ns)
-        if self.closed:
-            self.source.on_request_end(r, now_ns + 1)
-            nxt = self.source.next_arrival_ns()
-            if nxt < NEVER and now_ns < self.stop_ns:
-                self._arm(min(nxt, self.stop_ns))
         if self.live == 0:
             for rep in self.replicas:
                 rep.notify()
