@@ -224,7 +224,8 @@ def _preset_lines(res: pd.DataFrame) -> list[str]:
     lines += ["",
              "Three terms change how an engine era schedules or runs its kernels rather than adding time: "
              "`scheduler_steps` (vLLM 0.6 multi-step scheduling, declared by a row as `num_scheduler_steps`: the "
-             "per-step and per-sequence CPU terms of a decode-only step are paid once per N steps), `kv_reread` "
+             "per-step CPU term of a decode-only step is paid once per N steps, the per-sequence one, each sampled "
+             "token's output processing, every step), `kv_reread` "
              "(vLLM 0.4's paged-attention decode reads each KV head's cache once per query head; the fraction of "
              "those repeat reads that reach memory is fitted on the 0.4-era rows) and `overlap_schedule` (SGLang "
              "0.4+ forms the next batch while the current step runs, so a request arriving mid-step joins the "
