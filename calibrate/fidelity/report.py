@@ -204,7 +204,7 @@ def _host_lines() -> list[str]:
             "and with 4 or 8 in flight a p99 inter-token gap of 41-45 ms (8 ms with 1 or 2): each new request "
             "holds the other streams up about 33 ms, far more than its GPU prefill; its Qwen3-14B runs of 1000 "
             "random 128-token prompts reach the engine 22.7 ms (H100) and 26.8 ms (A100) apart, their GPU steps "
-            "filling 9.5 s of 22.7 s and 15 s of 26.8 s. vLLM PR #14431's host served 48 ShareGPT requests a "
+            "filling 9.3 s of 22.7 s and 15 s of 26.8 s. vLLM PR #14431's host served 48 ShareGPT requests a "
             "second (at most 21 ms a request, streaming included) and the lab's own 8-GPU host 111 random-128 "
             "requests a second. One preset cannot price both kinds of host: the fit leaves those rows as they are "
             "(their notes give the figures), and in the leave-one-source-out evaluation a held-out publisher brings "
