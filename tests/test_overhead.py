@@ -84,10 +84,10 @@ def test_kv_reread_scales_decode_context_cost_and_zero_changes_nothing():
     assert half.step_ns(0, 4, 0, 0, 5000) == max(1, round((a + b * 5000) * 1e9))
 
 
-def test_scheduler_steps_divides_cpu_terms_of_decode_steps_only():
-    """Multi-step scheduling: a step without prefill pays step_s and seq_s once per N steps
-    (sampling and all-reduces stay per step); a step with prefill pays in full; N = 1 is
-    exactly the single-step pricing."""
+def test_scheduler_steps_divides_the_step_term_of_decode_steps_only():
+    """Multi-step scheduling: a step without prefill pays step_s once per N steps (seq_s, each
+    token's output processing, sampling and all-reduces stay per step); a step with prefill
+    pays in full; N = 1 is exactly the single-step pricing."""
     o = {"step_s": 1e-3, "seq_s": 2e-5, "sample_s": 1e-11, "allreduce_latency_s": 1e-5}
     none = load_profile("h200-llama-3-70b-tp4", overhead="none")
     one = load_profile("h200-llama-3-70b-tp4", overhead=o)
@@ -99,7 +99,7 @@ def test_scheduler_steps_divides_cpu_terms_of_decode_steps_only():
     assert ten.step_ns(*pre, 1, 1) == one.step_ns(*pre, 1, 1)
     vocab = ten.shape.vocab * 4
     got = ten.step_ns(*dec) - none.step_ns(*dec)
-    want = (1e-3 / 10 + 2 * 80 * 1e-5 + (2e-5 / 10 + 1e-11 * vocab) * 16) * 1e9
+    want = (1e-3 / 10 + 2 * 80 * 1e-5 + (2e-5 + 1e-11 * vocab) * 16) * 1e9
     assert abs(got - want) <= 2
     a, b = ten.decode_line(16)
     assert ten.step_ns(*dec) == max(1, round((a + b * dec[4]) * 1e9))

@@ -49,9 +49,14 @@ eras whose kernels or scheduler differ from what the roofline assumes:
   kernels), 1 reads it once per query head.
 * ``scheduler_steps`` (an integer >= 1): multi-step scheduling (vLLM 0.6 ``--num-scheduler-steps
   N``): the scheduler and input preparation run once and the model then runs N decode steps, so
-  the CPU terms ``step_s`` and ``seq_s`` of a step without prefill are paid once per N steps
-  (``/ N``); sampling and all-reduces are GPU work and stay per step; a step with prefill is a
-  single step and pays in full. 1 (the default) is ordinary step-by-step scheduling.
+  ``step_s`` of a step without prefill is paid once per N steps (``/ N``). ``seq_s`` stays per
+  step: the engine still takes every sampled token of every sequence through its output
+  processing (append, incremental detokenisation, stop checks: vLLM 0.6's
+  ``MultiStepOutputProcessor`` walks the window's N tokens one by one), which is most of V0's
+  per-sequence work; the per-sequence part of the scheduler call, also amortised, is the smaller
+  share the rows cannot tell apart. Sampling and all-reduces are GPU work and stay per step; a
+  step with prefill is a single step and pays in full. 1 (the default) is ordinary step-by-step
+  scheduling.
 * ``overlap_schedule`` (0 or 1): the scheduler forms the next batch while the GPU runs the
   current one (SGLang's overlap scheduler, on by default since SGLang 0.4; TensorRT-LLM's too).
   A request that reaches the engine after the running step started cannot join the batch already
@@ -157,16 +162,16 @@ class Overhead:
 
     def decode_coefficients(self, vocab: int, layers: int, hidden: int, dtype_bytes: int,
                             tp: int) -> tuple[float, float, float, float]:
-        """:meth:`coefficients` for a step without prefill: with multi-step scheduling the CPU
-        terms (``step_s``, ``seq_s``) are paid once per ``scheduler_steps`` steps. The very same
-        tuple when ``scheduler_steps`` is 1."""
+        """:meth:`coefficients` for a step without prefill: with multi-step scheduling the
+        scheduler's ``step_s`` is paid once per ``scheduler_steps`` steps (``seq_s``, each
+        token's output processing, stays per step). The very same tuple when
+        ``scheduler_steps`` is 1."""
         full = self.coefficients(vocab, layers, hidden, dtype_bytes, tp)
         n = self.scheduler_steps
         if n == 1:
             return full
         fixed, per_seq, per_token, per_admit = full
-        return (fixed - self.step_s + self.step_s / n, per_seq - self.seq_s + self.seq_s / n,
-                per_token, per_admit)
+        return fixed - self.step_s + self.step_s / n, per_seq, per_token, per_admit
 
     def on_host(self, host_cpu: float) -> "Overhead":
         """These terms on a host ``host_cpu`` times as slow as the one they were measured on:
