@@ -58,11 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     taken = [p for p in paths if p.exists()]
     if taken:
         ap.error(f"--out {a.out}: {taken[0].name} exists (choose another folder)")
+    try:
+        meta = json.loads(Path(a.profile).read_text())["meta"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        ap.exit(2, f"error: --profile {a.profile}: not a measured profile ({exc}); expected a priosim calibrate "
+                   f"output\n")
     out.mkdir(parents=True, exist_ok=True)
-    meta = json.loads(Path(a.profile).read_text())["meta"]
     for i, (load, path) in enumerate(zip(loads, paths)):
         trace = builtin_trace(a.profile, n=a.requests, utilization=load, seed=a.seed + i)
-        real = run_real(a.profile, trace, repeats=1, progress=not a.no_progress)
+        try:
+            real = run_real(a.profile, trace, repeats=1, progress=not a.no_progress)
+        except RuntimeError as exc:  # (e.g. a CUDA profile where torch sees no GPU)
+            ap.exit(2, f"error: {exc}\n")
         path.write_text(json.dumps(run_file(real, load, meta), allow_nan=False))
         print(f"wrote {path}: {len(real)} requests at utilization {load:g}, "
               f"TTFT p50 {real['ttft_s'].median() * 1e3:.1f} ms, E2E p50 {real['e2e_s'].median() * 1e3:.0f} ms")

@@ -373,6 +373,23 @@ def test_priced_loop_follows_fcfs_chunked_prefill_semantics(tmp_path):
     assert out.attrs["steps"] == 4
 
 
+def test_harness_runs_refuse_a_profile_they_cannot_run_in_one_line(tmp_path, capsys):
+    """A CUDA profile where torch sees no GPU (or a file that is not a profile): one line, exit 2,
+    and no run file written."""
+    import torch
+    from scripts.harness_runs import main as harness_main
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    cases = [str(bad)] + ([] if torch.cuda.is_available() else ["sim/core/profiles/h100-llama-3-8b-measured.json"])
+    for prof in cases:
+        with pytest.raises(SystemExit) as exc:
+            harness_main(["--profile", prof, "--loads", "0.5", "--requests", "4", "--no-progress",
+                          "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error:"), err
+        assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
 def test_harness_runs_are_vllm_result_files_that_replay(tmp_path):
     """A harness run written by scripts.harness_runs reads back as a vLLM result file with the
     loop's own token times (its ITLs are the gaps between them), and replays."""

@@ -31,6 +31,9 @@ NOT_RUN = {
     "jupyter nbconvert ": "tests/test_notebooks.py runs this very line and checks the executed notebooks",
     "vllm bench serve ": "runs vLLM on your GPU; tests/test_replay.py reads files of its format",
     "priosim replay run3.json": "needs your own run file: tests/test_calibrate_from_runs.py replays a held-out run",
+    "python -m scripts.harness_runs ": "needs the profile's GPU; tests/test_calibrate.py writes a harness run "
+                                       "(the priced loop) and replays it",
+    "priosim replay results/harness-runs/": "needs the GPU runs above: tests/test_calibrate.py replays a harness run",
 }
 SYNOPSIS = re.compile(r"\[(--|[A-Z])")
 

@@ -463,7 +463,7 @@ class PDReplica:
             if a < t:
                 t = a
             if self.unsent and waiters:  # a copy not started yet could land, and free blocks, this soon
-                u = now + min(cl.min_transfer_ns(r, self) for r in self.unsent.values())
+                u = cl.copy_start_bound(now) + min(cl.min_transfer_ns(r, self) for r in self.unsent.values())
                 if u < t:
                     t = u
             if self.role == PREFILL and cl.victims_to_prefill:
@@ -837,6 +837,24 @@ class DisaggCluster:
             if w + 1 < t:
                 t = w + 1
         return t
+
+    def copy_start_bound(self, now_ns: int) -> int:
+        """A lower bound, not before ``now_ns``, of when a copy not started yet could start: a
+        copy starts where a finished prefill is delivered (its blocks reserved at once) or at
+        a decode replica's step boundary (reserved for a request waiting there); an idle
+        decode replica's next boundary comes with the next message to it. (Without this a
+        prefill replica whose waiters need the blocks of copies the decode side has no room
+        for would wake every shortest copy's time to find nothing changed.)"""
+        t = self.handoffs_due[0] if self.handoffs_due else NEVER
+        for d in self.decodes:
+            if d.idle:
+                if d.incoming and d.incoming[0] < t:
+                    t = d.incoming[0]
+            else:
+                b = d.next_boundary_lb(now_ns)
+                if b < t:
+                    t = b
+        return t if t > now_ns else now_ns
 
     def victim_bound(self) -> int:
         """A lower bound of the next recompute victim's delivery (from any decode replica)."""
