@@ -258,6 +258,61 @@ def test_a_prefill_replica_blocked_behind_unsent_copies_does_not_spin(monkeypatc
     assert wakes[0] < 20 * events, (wakes[0], events)
 
 
+#: the exactness fuzz's disagg draw 774: MLFQ, decode-side recompute, copies landing on 3 decode replicas
+MLFQ_LANDING = {'name': 'fuzz-disagg',
+                'seed': 2434,
+                'horizon_s': 10.0,
+                'drain': True,
+                'engine': {'profile': {'kind': 'linear',
+                                       'base_s': 0.01,
+                                       'prefill_token_s': 1e-05,
+                                       'decode_token_s': 0.0001,
+                                       'context_token_s': 1e-07,
+                                       'swap_block_s': 0.0001},
+                           'max_num_seqs': 8,
+                           'max_batched_tokens': 512,
+                           'block_size': 16,
+                           'kv_blocks': 128,
+                           'swap_blocks': 32,
+                           'preemption': 'recompute',
+                           'preempt_for_waiting': 'priority',
+                           'timeseries_interval_s': 3.0,
+                           'overhead': {'preset': 'none', 'step_s': 0.001, 'frontend_s': 0.003},
+                           'watermark': 0.05},
+                'policy': {'name': 'mlfq'},
+                'classes': [{'name': 'hi', 'priority': 0, 'ttft_slo_s': 1.0}, {'name': 'lo', 'priority': 1}],
+                'streams': [{'tenant': 'a',
+                             'class': 'hi',
+                             'arrival': {'process': 'poisson', 'rate': 2.0},
+                             'prompt_tokens': {'dist': 'uniform', 'low': 10, 'high': 200},
+                             'output_tokens': {'dist': 'uniform', 'low': 5, 'high': 150},
+                             'max_tokens': 150},
+                            {'tenant': 'b',
+                             'class': 'lo',
+                             'arrival': {'process': 'poisson', 'rate': 1.0},
+                             'prompt_tokens': {'dist': 'uniform', 'low': 50, 'high': 400},
+                             'output_tokens': {'dist': 'uniform', 'low': 20, 'high': 300},
+                             'max_tokens': 300}],
+                'cluster': {'groups': [{'name': 'p', 'role': 'prefill', 'replicas': 2},
+                                       {'name': 'd',
+                                        'role': 'decode',
+                                        'replicas': 3,
+                                        'engine': {'kv_blocks': 48, 'preemption': 'recompute'}}],
+                            'router': 'least_kv',
+                            'decode_router': 'least_outstanding',
+                            'link': {'preset': 'ib-200', 'kv_bytes_per_token': 131072, 'layers': 32,
+                                     'pipelined': True}}}
+
+
+def test_a_landed_decoder_under_a_policy_with_quanta_is_stepped_exactly():
+    """A decoder taken in at a boundary (its copy landed) is first scheduled there: under MLFQ
+    its quantum's end is declared only after that first step, so the run there is that step
+    alone, as an admitted prefill's is. (Fast-forwarded past it, its level went stale and a
+    later eviction took another request.)"""
+    from scripts.exactness_fuzz import _run, differences
+    assert differences(_run(MLFQ_LANDING, True), _run(MLFQ_LANDING, False)) == []
+
+
 def test_closed_loop_users_are_refused_with_disaggregation():
     d = pd_scenario()
     d["streams"][0]["arrival"] = {"process": "closed_loop", "users": 2, "think": {"dist": "exponential", "mean": 0.3}}

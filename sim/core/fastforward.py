@@ -74,6 +74,11 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         return None  # (see the module docstring)
     if not ok or not _may_run(eng, plan, pf):
         return None
+    if not eng.policy.static_ranking and _taken_in_now(plan, now_ns):
+        # a decoder taken in at this boundary (a disaggregated decode replica's landed copy):
+        # the policy hears of its first step only at that step's end (``on_scheduled``), and
+        # may then declare a change of its key (a quantum), as for an admitted prefill
+        return None
     c = m = 0  # the chunking item's (pf's) chunk, and the steps after the first it prefills in
     if pf is not None:
         c = eng.limits.chunk_size(pf.req)
@@ -513,6 +518,16 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
         if q.waiting[0][0] < q.lowest_running().key:  # (kept by the queues, not a walk)
             return False
     return True
+
+
+def _taken_in_now(plan: StepPlan, now_ns: int) -> bool:
+    """Does the plan decode a request that joined the running set at ``now_ns`` without a
+    prefill here (a landed copy, :meth:`~sim.core.engine.Engine.take_landed`)?"""
+    now_s = now_ns / NS
+    for s in plan.items:
+        if s.decode and s.req.admitted_s == now_s:
+            return True
+    return False
 
 
 def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
