@@ -10,28 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from calibrate.runs.table import Run, RunError, RunFormat, register_run_format
-from calibrate.runs.vllm import read_common
-
-
-def _last(doc: Any) -> Any:
-    return doc[-1] if isinstance(doc, list) and doc else doc
+from calibrate.runs.table import Run, RunFormat, register_run_format
+from calibrate.runs.vllm import last_result, read_last
 
 
 def detect(doc: Any) -> bool:
-    d = _last(doc)
+    d = last_result(doc)
     return isinstance(d, dict) and ("mean_e2e_latency_ms" in d or "total_output_tokens_retokenized" in d
                                     or str(d.get("backend", "")).startswith("sglang"))
 
 
 def read(doc: Any, name: str) -> Run:
-    d = _last(doc)
-    if not isinstance(d, dict):
-        raise RunError(f"{name}: not an SGLang result (expected JSON objects, one per line)")
-    run = read_common(d, name, "sglang")
-    if isinstance(doc, list) and len(doc) > 1:
-        run.notes.append(f"{len(doc)} result lines: the last one was read")
-    return run
+    return read_last(doc, name, "sglang", "not an SGLang result (expected JSON objects, one per line)",
+                     "result lines")
 
 
 register_run_format("sglang", RunFormat(detect, read, "SGLang bench_serving JSONL (--output-details)"))

@@ -27,13 +27,14 @@ from calibrate.runs.table import (Run, RunError, RunFormat, frame, lengths, need
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 
 
-def _last(doc: Any) -> Any:
-    # --append-result writes one result object per line: the last is the newest run
+def last_result(doc: Any) -> Any:
+    """The newest run of a file that may hold one result object per line (vLLM's
+    ``--append-result``, SGLang's ``--output-file``): the last."""
     return doc[-1] if isinstance(doc, list) and doc else doc
 
 
 def detect(doc: Any) -> bool:
-    doc = _last(doc)
+    doc = last_result(doc)
     return (isinstance(doc, dict) and not str(doc.get("backend", "")).startswith("sglang")
             and "mean_e2e_latency_ms" not in doc
             and ("mean_ttft_ms" in doc or "ttfts" in doc) and ("num_prompts" in doc or "request_rate" in doc))
@@ -136,14 +137,23 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
     return run
 
 
-def read(doc: Any, name: str) -> Run:
-    d = _last(doc)
+def read_last(doc: Any, name: str, definitions: str, refused: str, several: str) -> Run:
+    """:func:`read_common` on the file's newest result (:func:`last_result`); ``refused``: what
+    the one-line error says when that is not an object, ``several``: how the note names the
+    results when the file holds more than one."""
+    d = last_result(doc)
     if not isinstance(d, dict):
-        raise RunError(f"{name}: not a vLLM result (expected one JSON object, got a {type(d).__name__})")
-    run = read_common(d, name, "vllm")
+        raise RunError(f"{name}: {refused}")
+    run = read_common(d, name, definitions)
     if isinstance(doc, list) and len(doc) > 1:
-        run.notes.append(f"{len(doc)} results in the file (--append-result): the last one was read")
+        run.notes.append(f"{len(doc)} {several}: the last one was read")
     return run
+
+
+def read(doc: Any, name: str) -> Run:
+    return read_last(doc, name, "vllm",
+                     f"not a vLLM result (expected one JSON object, got a {type(last_result(doc)).__name__})",
+                     "results in the file (--append-result)")
 
 
 register_run_format("vllm", RunFormat(detect, read, "vLLM bench serve / benchmark_serving.py JSON (--save-detailed)"))
