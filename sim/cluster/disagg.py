@@ -841,31 +841,33 @@ class DisaggCluster:
     def copy_start_bound(self, now_ns: int) -> int:
         """A lower bound, not before ``now_ns``, of when a copy not started yet could start: a
         copy starts where a finished prefill is delivered (its blocks reserved at once) or at
-        a decode replica's step boundary (reserved for a request waiting there); an idle
-        decode replica's next boundary comes with the next message to it. (Without this a
+        a decode replica's step boundary (reserved for a request waiting there). (Without this a
         prefill replica whose waiters need the blocks of copies the decode side has no room
         for would wake every shortest copy's time to find nothing changed.)"""
         t = self.handoffs_due[0] if self.handoffs_due else NEVER
+        b = self._decode_boundary_lb(now_ns)
+        if b < t:
+            t = b
+        return t if t > now_ns else now_ns
+
+    def victim_bound(self) -> int:
+        """A lower bound of the next recompute victim's delivery (from any decode replica): 1 ns
+        after a decode step boundary."""
+        t = self.victims_due[0] if self.victims_due else NEVER
+        b = self._decode_boundary_lb(int(self.env.now)) + 1
+        return b if b < t else t
+
+    def _decode_boundary_lb(self, now_ns: int) -> int:
+        """A lower bound of the next step boundary of any decode replica: an idle one's comes
+        with the next message to it, a landing (its ``incoming``) or a handoff (which a caller
+        counts where it matters: an idle replica has nothing running to preempt)."""
+        t = NEVER
         for d in self.decodes:
             if d.idle:
                 if d.incoming and d.incoming[0] < t:
                     t = d.incoming[0]
             else:
                 b = d.next_boundary_lb(now_ns)
-                if b < t:
-                    t = b
-        return t if t > now_ns else now_ns
-
-    def victim_bound(self) -> int:
-        """A lower bound of the next recompute victim's delivery (from any decode replica)."""
-        t = self.victims_due[0] if self.victims_due else NEVER
-        now = int(self.env.now)
-        for d in self.decodes:
-            if d.idle:
-                if d.incoming and d.incoming[0] + 1 < t:
-                    t = d.incoming[0] + 1
-            else:
-                b = d.next_boundary_lb(now) + 1
                 if b < t:
                     t = b
         return t
