@@ -115,11 +115,12 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
         where = f"benchmarks[{index}].requests.successful[{i}]"
         if not isinstance(r, dict):
             raise RunError(f"{name}: {where}: must be a request object (got {r!r})")
-        for key, col in (("prompt_tokens", "inp"), ("output_tokens", "out")):
+        counts = []  # (prompt, output): kept only with the request
+        for key in ("prompt_tokens", "output_tokens"):
             v = r.get(key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
                 raise RunError(f"{name}: {where}.{key}: must be a non-negative integer token count (got {v!r})")
-            cols[col].append(int(v))
+            counts.append(int(v))
         start = _num(r, ("request_start_time", "info.timings.request_start", "start_time"), name, where)
         end = _num(r, ("request_end_time", "info.timings.request_end", "end_time"), name, where)
         first = _num(r, ("info.timings.first_token_iteration", "first_token_time"), name, where, False)
@@ -131,16 +132,14 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
         if math.isnan(ttft):
             # no first-token time (GuideLLM 0.7+ leaves it null when no token was streamed)
             untimed += 1
-            for col in ("inp", "out"):
-                cols[col].pop()
             continue
         if not (ttft >= 0 and e2e >= 0):
             raise RunError(f"{name}: {where}: negative time to first token or latency ({ttft!r}, {e2e!r})")
         if not _in_window(window, start, end):
             outside += 1
-            for col in ("inp", "out"):
-                cols[col].pop()
             continue
+        cols["inp"].append(counts[0])
+        cols["out"].append(counts[1])
         cols["start"].append(start)
         cols["ttft"].append(ttft)
         cols["e2e"].append(e2e)
