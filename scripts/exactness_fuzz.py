@@ -132,7 +132,9 @@ def _prefill_first(rng: np.random.Generator) -> dict:
 def _disaggregated(d: dict, rng: np.random.Generator) -> None:
     """A cluster of prefill and decode groups (``sim.cluster.disagg``): 1-2 prefill replicas,
     1-3 decode replicas with their own pool and preemption mode, sometimes a co-located group
-    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching."""
+    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching;
+    in a third of the draws (by the scenario's seed, so that the draws before stay as they were)
+    the first token streams from the prefill replica (``first_token = "prefill"``)."""
     e = d["engine"]
     e.pop("speculative", None) if rng.random() < 0.5 else None
     decode_engine = {"kv_blocks": int(rng.choice([48, 96, 200])),
@@ -154,6 +156,8 @@ def _disaggregated(d: dict, rng: np.random.Generator) -> None:
         e.update(prefix_caching=True, prefix_block_tokens=32)
         for s in d["streams"]:
             s["prefix"] = {"system_tokens": 64, "conversations": 3, "block_tokens": 32}
+    if d["seed"] % 3 == 0:
+        d["cluster"]["first_token"] = "prefill"
 
 
 def _joinable(d: dict, rng: np.random.Generator) -> None:

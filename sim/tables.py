@@ -199,6 +199,10 @@ class ClusterConfig(Table):
         None, description="disaggregated clusters: the link KV is copied over (default ib-400)")
     decode_router: Annotated[str | dict, checked(_router_value, "a router name or a table with 'name'")] | None = Field(
         None, description="disaggregated clusters: the router that picks a decode replica (default least_kv)")
+    first_token: Annotated[str, one_of("decode", "prefill")] | None = Field(
+        None, description="disaggregated clusters: where the client gets a request's first token: 'decode' (the "
+                          "default; vLLM's KV connectors, SGLang, Dynamo: once its KV has landed) or 'prefill' "
+                          "(DistServe: streamed at the prefill's end)")
 
     @classmethod
     def check_keys(cls, data: dict) -> None:
@@ -280,10 +284,12 @@ def check_tables(sc) -> None:
         _check_prices(sc)
         if sc.cluster.disaggregated:
             _check_disaggregated(sc)
-        elif sc.cluster.link is not None or sc.cluster.decode_router is not None:
-            from plumbing.notices import warn
-            warn(f"{sc.source}: cluster.{'link' if sc.cluster.link is not None else 'decode_router'} is set but "
-                 f"no group has role = 'prefill' or 'decode': it does nothing")
+        else:
+            pd_only = [k for k in ("link", "decode_router", "first_token") if getattr(sc.cluster, k) is not None]
+            if pd_only:
+                from plumbing.notices import warn
+                warn(f"{sc.source}: cluster.{pd_only[0]} is set but no group has role = 'prefill' or 'decode': "
+                     f"it does nothing")
 
 
 def group_engine(sc, g: GroupConfig):

@@ -64,6 +64,39 @@ def test_one_request_ttft_is_prefill_plus_transfer_then_decode_at_the_decode_ste
     assert pd_report["gpus_by_role"] == {"prefill": 1, "decode": 1}
 
 
+def test_with_the_first_token_from_the_prefill_ttft_ends_at_the_prefill_and_the_copy_delays_the_second():
+    """DistServe's engine streams the token the prefill sampled at once (``first_token =
+    "prefill"``): TTFT is the prefill alone; the copy and the decode boundary come before the
+    second token, so they are in its gap and in TPOT."""
+    prompt, output = 1000, 6
+    d = {"name": "one", "seed": 0, "horizon_s": 10.0, "drain": True,
+         "engine": {"profile": "h200-llama-3-8b", "overhead": "none", "max_num_seqs": 8,
+                    "max_batched_tokens": 2048},
+         "policy": {"name": "fcfs"}, "classes": [{"name": "c", "priority": 0}],
+         "streams": [{"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1, "at_s": 0.0},
+                      "prompt_tokens": {"dist": "constant", "value": prompt},
+                      "output_tokens": {"dist": "constant", "value": output}, "max_tokens": output}],
+         "cluster": {**PD, "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5}, "first_token": "prefill"}}
+    res = run(d)
+    costs = load_profile("h200-llama-3-8b", overhead="none")
+    prefill = costs.price(StepShape(prompt, 0, prompt * prompt, 0, 0, 1, 1))
+    copy_ns = LinkSpec("x", 50e9, 1e-5).transfer_ns(prompt * costs.shape.kv_bytes_per_token, 1)
+    landed = prefill + 1 + copy_ns
+    decode = [costs.price(StepShape(0, 1, 0, 0, prompt + i, 0, 0)) for i in range(1, output)]
+    r = res.requests.iloc[0]
+    assert r["status"] == "finished" and r["generated_tokens"] == output
+    assert r["ttft_s"] == pytest.approx(prefill / NS, abs=1e-12)
+    assert r["e2e_s"] == pytest.approx((landed + sum(decode)) / NS, abs=1e-12)  # (the same end)
+    assert r["tpot_s"] == pytest.approx((landed - prefill + sum(decode)) / NS / (output - 1), abs=1e-12)
+    assert r["max_itl_s"] == pytest.approx((1 + copy_ns + decode[0]) / NS, abs=1e-12)
+    # the phases after the prefill still say where the gap went
+    assert r["transfer_s"] == pytest.approx(copy_ns / NS, abs=1e-12) and r["decode_join_s"] == 0
+    assert r["prefill_queue_s"] + r["prefill_s"] == pytest.approx(r["ttft_s"], abs=1e-12)
+    decode_mode = copy.deepcopy(d)
+    del decode_mode["cluster"]["first_token"]
+    assert run(decode_mode).requests.iloc[0]["ttft_s"] == pytest.approx(landed / NS, abs=1e-12)
+
+
 def test_link_presets_and_pipelining():
     spec = LinkSpec("ib-400", *LINK_PRESETS["ib-400"])
     assert spec.transfer_ns(50_000_000_000, 1) == round(1e-5 * NS + 1e9)  # 50 GB at 50 GB/s: one second
@@ -128,9 +161,11 @@ def test_decode_side_swap_keeps_the_request_on_its_decode_replica():
 
 
 # ---- the fast paths equal stepping ----------------------------------------------------------------------
+@pytest.mark.parametrize("first_token", ["decode", "prefill"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fast_paths_equal_stepping(layout):
+def test_fast_paths_equal_stepping(layout, first_token):
     d = pd_scenario(LAYOUTS[layout], drain=False)
+    d["cluster"]["first_token"] = first_token
     d["streams"][1]["arrival"]["rate"] = 4.0
     fast = run(d)
     d["engine"].update(fast_forward=False, lazy_batch=False)
@@ -198,6 +233,7 @@ def test_the_summary_splits_ttft_per_class_and_the_files_hold_it(tmp_path):
     ({**PD, "link": "infiniband"}, "cluster.link"),
     ({**PD, "link": {"bandwidth_bytes_per_s": -1}}, "bandwidth_bytes_per_s"),
     ({**PD, "decode_router": "nearest"}, "cluster.decode_router"),
+    ({**PD, "first_token": "client"}, "cluster.first_token"),
     ({**PD, "router": {"name": "least_outstanding", "refresh_s": 1.0}}, "refresh_s"),
 ])
 def test_bad_layouts_are_refused_in_one_line(cluster, words):
@@ -327,10 +363,11 @@ def test_a_profile_without_a_shape_needs_the_link_bytes():
         run(d)
 
 
-def test_link_without_prefill_groups_warns_that_it_does_nothing():
+@pytest.mark.parametrize("key, value", [("link", "nvlink"), ("first_token", "prefill")])
+def test_disaggregation_keys_without_prefill_groups_warn_that_they_do_nothing(key, value):
     d = small_scenario()
-    d["cluster"] = {"replicas": 2, "link": "nvlink"}
-    with pytest.warns(Warning, match="does nothing"):
+    d["cluster"] = {"replicas": 2, key: value}
+    with pytest.warns(Warning, match=f"cluster.{key} is set but .* does nothing"):
         scenario_from_dict(d)
 
 

@@ -20,7 +20,10 @@ by a prefill group goes:
 4. **Decode.** At the decode replica's first step boundary after the copy lands, the request
    joins the running batch and the token sampled by the prefill is emitted: that is its first
    token (TTFT = prefill queue + prefill + decode-admission wait + transfer + the wait for that
-   boundary). It then decodes there, and may be preempted: by swap (its KV to that replica's host
+   boundary), as vLLM's KV connectors, SGLang and Dynamo stream it. With ``cluster.first_token =
+   "prefill"`` (DistServe's engine) that token reaches the client at the prefill's end instead
+   (TTFT = prefill queue + prefill; the rest is the gap before the second token). It then
+   decodes there, and may be preempted: by swap (its KV to that replica's host
    memory, as ever), or by recompute, when it goes back through a prefill replica (a new leg of
    its prompt and generated tokens; counted in ``prefill_passes``) and is transferred again.
 
@@ -231,7 +234,7 @@ class PDReplica:
         if self._lands:
             eng = self.engine
             for r, b, _, _, _ in self._lands:
-                eng.take_landed(r, b)
+                self._take_in(r, b)
             self._lands = []
         self._plan = self._run_ev = self._open = None
         self._through = False
@@ -419,6 +422,13 @@ class PDReplica:
             ev = self._run_ev = hand_over(ev)
             trigger(ev, ends[-1] - int(self.cluster.env.now))
 
+    def _take_in(self, r: Request, b_ns: int) -> None:
+        """``r``, whose KV landed, joins the running batch at the boundary ``b_ns`` (ns)."""
+        self.engine.take_landed(r, b_ns)
+        ph = self.cluster.phases[r.request_id]
+        if ph[5] < 0:
+            ph[5] = b_ns
+
     def pop_due(self, now_ns: int) -> list:
         self.idle = False
         cl = self.cluster
@@ -427,7 +437,7 @@ class PDReplica:
             mail, self.mail = self.mail, []
             for kind, r in mail:
                 if kind == LAND:  # (decode) its KV is here: it joins the batch
-                    eng.take_landed(r, now_ns)
+                    self._take_in(r, now_ns)
                 elif kind == HANDOFF:  # (decode) it waits here for blocks and a slot
                     if eng.policy.on_arrival is not None:
                         eng.policy.on_arrival(r, now_ns / NS)
@@ -516,7 +526,8 @@ class DisaggCluster:
     docstring). ``prefill_cands[c]`` / ``decode_cands[c]``: the replicas that may take class
     ``c``'s requests first (prefill or co-located) and the decode replicas it may go to."""
 
-    def __init__(self, env, source, router, decode_router, links: Links, stop_ns: int, front_tel) -> None:
+    def __init__(self, env, source, router, decode_router, links: Links, stop_ns: int, front_tel,
+                 first_token: str = DECODE) -> None:
         self.env = env
         self.source = source
         self.router = router
@@ -524,6 +535,9 @@ class DisaggCluster:
         self.links = links
         self.stop_ns = stop_ns
         self.front_tel = front_tel  # requests that end outside a decode or co-located replica
+        # the token a prefill leg samples reaches the client at the leg's end (DistServe), not
+        # when the KV lands at the decode replica (vLLM, SGLang, Dynamo)
+        self.sampled_sent_at_prefill = first_token == PREFILL
         self.replicas: list[PDReplica] = []
         self.prefill_cands: list[list[PDReplica]] = []
         self.decode_cands: list[list[PDReplica]] = []
@@ -536,7 +550,8 @@ class DisaggCluster:
         self.seq = 0
         self.victims_to_prefill = False  # a decode replica may send recompute victims back
         self.on_end: Callable[[Any, int], None] | None = None
-        # per request id: [prefill start, prefill end (first pass), reserved, landed, passes] ns
+        # per request id: [prefill start, prefill end (first pass), reserved, landed, passes,
+        # taken in at the decode replica] ns
         self.phases: dict[int, list[int]] = {}
         self.tried: dict[int, int] = {}  # request id -> when a decode replica first ranked it for room
         self.recompute_legs = 0
@@ -625,7 +640,7 @@ class DisaggCluster:
                 if not self._fits_decode(r):
                     self._end_here(r, State.REJECTED, r.arrival_ns, "too_large", rep)
                     continue
-                self.phases[r.request_id] = [-1, -1, -1, -1, 0]
+                self.phases[r.request_id] = [-1, -1, -1, -1, 0, -1]
                 r = self._leg(r, r.arrival_ns)
             self.assign[r.request_id] = rep.index
             rep.routed += 1
@@ -666,7 +681,26 @@ class DisaggCluster:
             r.prefix_hit_tokens = leg.prefix_hit_tokens
         self.at_prefill[r.request_id] = rep.index
         rep.unsent[r.request_id] = leg
+        if self.sampled_sent_at_prefill:
+            self._send_sampled(r, now_ns)
         self.post(now_ns + 1, HANDOFF, r, None)
+
+    def _send_sampled(self, r: Request, now_ns: int) -> None:
+        """(``first_token = "prefill"``) The token ``r``'s prefill leg sampled reaches the client
+        now: its first, or after a decode-side recompute the next, the gap since its last token
+        recorded here (its decode replica takes it in without emitting it:
+        ``Engine.sampled_token_sent``)."""
+        tel = self.front_tel
+        last = r.last_token_ns
+        if last < 0:
+            r.first_token_ns = now_ns
+        else:
+            gap = now_ns - last
+            tel.itl_scalars[r.cls_idx].append(gap)
+            if gap > r.max_itl_ns:
+                r.max_itl_ns = gap
+        r.last_token_ns = now_ns
+        tel.on_token(now_ns, r.cls_idx, r.tenant)
 
     def hand_off(self, r: Request, now_ns: int) -> None:
         """Route a prefilled request to a decode replica: its blocks are reserved there at once

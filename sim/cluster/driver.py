@@ -127,7 +127,7 @@ def _simulate_disaggregated(sc: Scenario, spec: ClusterSpec, *, load_scale: floa
     assert spec.link is not None  # (a disaggregated spec has one)
     front_tel = Telemetry(sc.class_names, setup.interval_ns, setup.costs, sc.engine.block_size)
     cl = DisaggCluster(setup.env, setup.source, router, decode_router, Links(spec.link, spec.slots), setup.stop_ns,
-                       front_tel)
+                       front_tel, spec.first_token)
     cl.on_end = on_end
     group_sc = _add_pd_replicas(sc, spec, setup, cl, trace_iterations)
     cl.start()
@@ -170,6 +170,8 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
                 eng.on_request_end = cl.on_leg_end
             else:
                 eng.on_request_end = cl.on_request_end
+            if g.role == DECODE:
+                eng.sampled_token_sent = cl.sampled_sent_at_prefill
             if g.role == DECODE and PREEMPTION_MODES.resolve(g.engine.preemption).name != "swap":
                 eng.on_recompute = cl.on_recompute
                 cl.victims_to_prefill = True

@@ -221,7 +221,8 @@ def _layout(spec: ClusterSpec, replicas: list, infos: list[dict], rep_res: list,
 
 
 # ---- a disaggregated cluster ------------------------------------------------------------------------
-#: the per-request phases of a disaggregated request's first token (seconds), after its TTFT
+#: the per-request phases of a disaggregated request's first token (seconds), after its TTFT (with
+#: ``first_token = "prefill"`` the last three come after it, before its second token)
 PD_COLUMNS = ("prefill_queue_s", "prefill_s", "decode_wait_s", "transfer_s", "decode_join_s")
 
 
@@ -273,22 +274,22 @@ def disagg_results(sc: Scenario, spec: ClusterSpec, cl, group_sc: dict[str, Scen
 
 def _add_phases(req: pd.DataFrame, phases: dict[int, list[int]]) -> None:
     """Each request's first-token phases (s) from the cluster's clocks ``phases`` (request id ->
-    [prefill start, prefill end, copy reserved, landed, prefill passes] ns; -1: did not happen)."""
+    [prefill start, prefill end, copy reserved, landed, prefill passes, taken in] ns; -1: did not
+    happen)."""
     n = len(req)
     cols = {c: np.full(n, np.nan) for c in PD_COLUMNS}
     passes = np.zeros(n, dtype=np.int64)
     if n and phases:
         pos = {int(i): k for k, i in enumerate(req["request_id"].to_numpy().tolist())}
-        first = req["first_token_s"].to_numpy()
         arrival = req["arrival_s"].to_numpy()
-        for rid, (p0, p1, res, land, n_pass) in phases.items():
+        for rid, (p0, p1, res, land, n_pass, joined) in phases.items():
             k = pos.get(rid)
             if k is None:
                 continue
             passes[k] = n_pass
             clocks = [arrival[k], p0 / NS if p0 >= 0 else np.nan, p1 / NS if p1 >= 0 else np.nan,
                       res / NS if res >= 0 else np.nan, land / NS if land >= 0 else np.nan,
-                      first[k] if land >= 0 else np.nan]
+                      joined / NS if joined >= 0 else np.nan]
             for j, c in enumerate(PD_COLUMNS):
                 cols[c][k] = clocks[j + 1] - clocks[j]
     for c in PD_COLUMNS:

@@ -37,6 +37,9 @@ class ClusterSpec:
     link: LinkSpec | None = None  # disaggregated: the link KV is copied over
     decode_router: str = "least_kv"  # disaggregated: picks a decode replica
     decode_router_params: dict = field(default_factory=dict)
+    # disaggregated: where the client gets the first token, "decode" (once the KV has landed) or
+    # "prefill" (streamed at the prefill's end, as DistServe does)
+    first_token: str = "decode"
 
     @property
     def disaggregated(self) -> bool:
@@ -80,7 +83,7 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
                                 group_autoscale(c, g), group_price(sc, name, g, eng), g.role))
     link = link_spec(c.link) if c.disaggregated else None
     return ClusterSpec(tuple(groups), c.router_name, c.router_params, c.refresh_s, link, c.decode_router_name,
-                       c.decode_router_params)
+                       c.decode_router_params, c.first_token or "decode")
 
 
 def _gpus(g, eng: EngineConfig) -> int:

@@ -9,6 +9,7 @@ the end of that step. Steady decoders then join the lazily-advanced cohort
 """
 from __future__ import annotations
 
+from array import array
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -109,7 +110,10 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     for s in plan.items:
         r = s.req
         if s.at and s.decode:  # (a disaggregated decode replica's landed decoder)
-            _apply_landed(s, start_ns, durations, finished, leavers, landed)
+            if eng.sampled_token_sent:  # (its token before these went out at its prefill's end)
+                _apply_landed(s, start_ns, durations, finished, leavers, entrants, irregular[r.cls_idx])
+            else:
+                _apply_landed(s, start_ns, durations, finished, leavers, landed)
             continue
         if s.at or s.chunk:
             if not s.at:  # the chunking item's first chunk is in the first step
@@ -193,12 +197,15 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
 
 
 def _apply_landed(s: Scheduled, start_ns: int, durations: list[int], finished: list,
-                  leavers: list[tuple[int, Request]], landed: list[tuple[int, Request]]) -> None:
+                  leavers: list[tuple[int, Request]], landed: list[tuple[int, Request]],
+                  gaps: array | None = None) -> None:
     """:func:`apply_items` for a decoder whose KV landed inside the run
     (:meth:`sim.core.fastforward.OpenRun.land`): taken in at the boundary before step ``s.at``
     (:meth:`sim.core.engine.Engine.take_landed`, which emitted its token there), it emits one
     token at the end of each step from ``s.at`` to its last token or the run's end, each a
-    steady gap, as stepping would have it."""
+    steady gap, as stepping would have it. With ``gaps`` (its class's single gaps: the token
+    before was sent at its prefill's end, ``Engine.sampled_token_sent``) the first of them
+    follows that token, a gap of its own recorded there, and ``landed`` is the run's entrants."""
     r = s.req
     j = s.at
     k = len(durations)
@@ -216,6 +223,11 @@ def _apply_landed(s: Scheduled, start_ns: int, durations: list[int], finished: l
     r.generated += kk
     r.tokens += kk
     m = max(own)
+    if gaps is not None:
+        gap = start_ns + sum(durations[:j + 1]) - r.last_token_ns
+        gaps.append(gap)
+        if gap > m:
+            m = gap
     if m > r.max_itl_ns:
         r.max_itl_ns = m
     r.last_token_ns = end

@@ -216,7 +216,8 @@ class Engine(EngineParts):
         """``req``'s KV arrived from a prefill replica into the blocks reserved for it here
         (it is in ``held``, every token it knows computed): at this step boundary it joins the
         running set and the token the prefill replica sampled is emitted (its first, or the
-        next after a re-prefill); a request with nothing more to generate finishes at once."""
+        next after a re-prefill), unless it was sent at the prefill's end
+        (``sampled_token_sent``); a request with nothing more to generate finishes at once."""
         del self.held[req.request_id]
         q = self.queues
         req.key = self.policy.key_tuple(req, now_ns / NS)
@@ -227,17 +228,18 @@ class Engine(EngineParts):
         req.admitted_s = now_ns / NS
         q.add_running(req)
         q.ordered_in(req)
-        ci = req.cls_idx
-        last = req.last_token_ns
-        if last < 0:
-            req.first_token_ns = now_ns
-        else:  # (after a re-prefill: the gap since its last token here)
-            gap = now_ns - last
-            self.tel.itl_scalars[ci].append(gap)
-            if gap > req.max_itl_ns:
-                req.max_itl_ns = gap
-        req.last_token_ns = now_ns
-        self.tel.on_token(now_ns, ci, req.tenant)
+        if not self.sampled_token_sent:
+            ci = req.cls_idx
+            last = req.last_token_ns
+            if last < 0:
+                req.first_token_ns = now_ns
+            else:  # (after a re-prefill: the gap since its last token here)
+                gap = now_ns - last
+                self.tel.itl_scalars[ci].append(gap)
+                if gap > req.max_itl_ns:
+                    req.max_itl_ns = gap
+            req.last_token_ns = now_ns
+            self.tel.on_token(now_ns, ci, req.tenant)
         if req.generated >= req.hidden_output_tokens:
             _apply.finish(self, req, now_ns)
 

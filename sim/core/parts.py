@@ -74,6 +74,9 @@ class EngineParts:
     on_request_end: Callable[[Request, int], None] | None = None
     #: a prefill replica whose finished requests keep their KV blocks (in ``held``) until sent
     keeps_kv: bool = False
+    #: a decode replica whose landed requests' sampled token reached the client at their
+    #: prefill's end (``cluster.first_token = "prefill"``), not when their KV lands here
+    sampled_token_sent: bool = False
     #: set by a disaggregated cluster: takes a victim preempted by recompute (request, ns)
     #: instead of its waiting again here
     on_recompute: Callable[[Request, int], None] | None = None
