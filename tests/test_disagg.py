@@ -121,9 +121,11 @@ LAYOUTS = {
 }
 
 
+@pytest.mark.parametrize("first_token", ["decode", "prefill"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_blocks_balance_on_both_sides_and_every_request_ends_once(layout):
+def test_blocks_balance_on_both_sides_and_every_request_ends_once(layout, first_token):
     d = pd_scenario(LAYOUTS[layout])
+    d["cluster"]["first_token"] = first_token
     d["streams"][1]["arrival"]["rate"] = 4.0
     res = run(d, check_invariants=True)  # (KV conserved on every replica after every event, held KV counted)
     req = res.requests
@@ -132,6 +134,10 @@ def test_blocks_balance_on_both_sides_and_every_request_ends_once(layout):
     assert set(req["status"]) <= {"finished", "unfinished", "rejected"}
     assert (req["status"] == "finished").sum() == arrived  # (drain: everything finishes)
     assert (req["generated_tokens"] == req["output_tokens"]).all()
+    # every token counted once in the time series, wherever it was emitted
+    ts = res.timeseries
+    interval = ts["t_s"].drop_duplicates().diff().iloc[1]
+    assert (ts["tokens_per_s"] * interval).sum() == pytest.approx(req["generated_tokens"].sum(), abs=1e-6)
     legs = sum(len(r.requests) for r, rep in zip(res.replicas, res.cluster["replicas"]) if rep["role"] == "prefill")
     assert legs == req["prefill_passes"].sum()  # each prefill pass is one leg on a prefill replica
     if layout == "mixed":
