@@ -656,7 +656,7 @@ class _Cluster:
 
     def finished(self) -> bool:
         s = self.source
-        if s.i < s.n_open or s.closed_heap:
+        if s.i < s.n_open or s.closed_pending:
             return False
         if any(r.inbox for r in self.replicas):
             return False

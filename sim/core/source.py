@@ -65,14 +65,20 @@ class RequestSource:
     requests keep their arrival time.
 
     Open arrivals and closed-loop sends queue at the front end separately (a scenario with both
-    kinds of stream sees each limit alone), and closed-loop sends take it in the order they are
-    scheduled (at the end of the user's previous request: exact with no think time)."""
+    kinds of stream sees each limit alone). Closed-loop sends take it in the order they are
+    made, first come first served: a user schedules its send when its last request ends, think
+    time ahead, so sends are scheduled out of the order they are made in; each is put through
+    the front end once the clock reaches it (:meth:`_serve_sends`), when every send made before
+    it is known."""
 
     def __init__(self, workload, class_index: dict[str, int], class_priority: list[int],
                  delay_ns: int = 0, busy_ns: int = 0) -> None:
         self.delay = delay_ns
         self.busy = busy_ns
         self._free = -NEVER  # when the front end is free for the next closed-loop send (ns)
+        # closed-loop sends scheduled but not made yet, with a busy front end: (made at ns, seq,
+        # stream, user, row), taken through the front end in that order as the clock reaches them
+        self._sends: list[tuple] = []
         df = workload.open
         self.n_open = len(df)
         # typed arrays: 8 bytes a request, and indexing yields plain Python numbers
@@ -117,18 +123,41 @@ class RequestSource:
             self._push_closed(t_ns, stream, user, row)
 
     def _push_closed(self, t_ns: int, stream: int, user: int, row: dict) -> None:
+        """Schedule a closed-loop send made at ``t_ns`` (ns, not before now)."""
         self._seq += 1
-        seen = t_ns
         if self.busy:
-            seen = max(t_ns, self._free)  # (starts its front-end service)
-            self._free = seen + self.busy
-        heapq.heappush(self.closed_heap, (seen + self.delay, self._seq, stream, user, row, t_ns))
+            heapq.heappush(self._sends, (t_ns, self._seq, stream, user, row))
+        else:
+            heapq.heappush(self.closed_heap, (t_ns + self.delay, self._seq, stream, user, row, t_ns))
+
+    def _serve_sends(self, now_ns: int) -> None:
+        """(A busy front end) Take the closed-loop sends made by ``now_ns`` through the front end,
+        in the order they were made: when each starts its service is final, since a send is
+        scheduled no later than it is made (at the end of the user's last request), so every
+        send made by now is known now."""
+        sends = self._sends
+        while sends and sends[0][0] <= now_ns:
+            t_ns, seq, stream, user, row = heapq.heappop(sends)
+            start = t_ns if t_ns > self._free else self._free
+            self._free = start + self.busy
+            heapq.heappush(self.closed_heap, (start + self.delay, seq, stream, user, row, t_ns))
+
+    @property
+    def closed_pending(self) -> bool:
+        """Whether a closed-loop send is scheduled that the engine has not seen yet."""
+        return bool(self.closed_heap or self._sends)
 
     def next_arrival_ns(self) -> int:
-        """Time of the next arrival known now (NEVER when none)."""
+        """Time of the next arrival known now (NEVER when none); a send not yet through a busy
+        front end counts at the earliest it could get through (a lower bound)."""
         a = self._next_open
         if self.closed_heap and self.closed_heap[0][0] < a:
-            return self.closed_heap[0][0]
+            a = self.closed_heap[0][0]
+        if self._sends:
+            t_ns = self._sends[0][0]
+            lb = (t_ns if t_ns > self._free else self._free) + self.delay
+            if lb < a:
+                a = lb
         return a
 
     def pop_due(self, now_ns: int) -> list[Request]:
@@ -143,6 +172,8 @@ class RequestSource:
                 i += 1
             self.i = i
             self._next_open = vis[i] if i < n else NEVER
+        if self._sends:
+            self._serve_sends(now_ns)
         while self.closed_heap and self.closed_heap[0][0] <= now_ns:
             _, _, stream, user, row, t = heapq.heappop(self.closed_heap)
             out.append(self._make_closed(t, stream, user, row))
