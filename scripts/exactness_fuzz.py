@@ -82,6 +82,8 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
     if rng.random() < 0.3:
         e["overhead"] = ({"preset": "none", "overlap_schedule": 1, "step_s": 0.002} if rng.random() < 0.5
                          else {"preset": "none", "step_s": 0.001, "frontend_s": 0.003})
+        if "frontend_s" in e["overhead"] and d["seed"] % 2:  # (a busy front end; by seed: no draw taken)
+            e["overhead"]["frontend_busy_s"] = 0.004
     if rng.random() < 0.2:
         e["max_prefill_chunk"] = 64
     if rng.random() < 0.2:
@@ -132,9 +134,10 @@ def _prefill_first(rng: np.random.Generator) -> dict:
 def _disaggregated(d: dict, rng: np.random.Generator) -> None:
     """A cluster of prefill and decode groups (``sim.cluster.disagg``): 1-2 prefill replicas,
     1-3 decode replicas with their own pool and preemption mode, sometimes a co-located group
-    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching;
-    in a third of the draws (by the scenario's seed, so that the draws before stay as they were)
-    the first token streams from the prefill replica (``first_token = "prefill"``)."""
+    serving one class, a link (preset or pipelined), a decode router, sometimes prefix caching,
+    sometimes closed-loop users; in a third of the draws (by the scenario's seed, so that the
+    draws before stay as they were) the first token streams from the prefill replica
+    (``first_token = "prefill"``)."""
     e = d["engine"]
     e.pop("speculative", None) if rng.random() < 0.5 else None
     decode_engine = {"kv_blocks": int(rng.choice([48, 96, 200])),
@@ -156,6 +159,14 @@ def _disaggregated(d: dict, rng: np.random.Generator) -> None:
         e.update(prefix_caching=True, prefix_block_tokens=32)
         for s in d["streams"]:
             s["prefix"] = {"system_tokens": 64, "conversations": 3, "block_tokens": 32}
+    if rng.random() < 0.3:  # closed-loop users beside the open streams (sometimes without thinking)
+        think = {"dist": "exponential", "mean": 0.3} if rng.random() < 0.6 else {"dist": "constant", "value": 0.0}
+        d["streams"].append({"tenant": "u", "class": str(rng.choice(["hi", "lo"])),
+                             "arrival": {"process": "closed_loop", "users": int(rng.integers(1, 6)), "think": think},
+                             "prompt_tokens": {"dist": "uniform", "low": 10, "high": 200},
+                             "output_tokens": {"dist": "uniform", "low": 1, "high": 60}, "max_tokens": 60})
+        if "tenants" in d:
+            d["tenants"].append({"name": "u", "share": 1.0})
     if d["seed"] % 3 == 0:
         d["cluster"]["first_token"] = "prefill"
 

@@ -117,3 +117,20 @@ def test_cli_capacity_bad_designs_one_line(args, says):
     r = CliRunner().invoke(main, ["capacity", "diurnal_two_class", "--no-uncertainty", *args])
     assert r.exit_code == 2
     assert says in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_disaggregated_answers_with_closed_loop_users():
+    """Closed-loop users (a user sends again when its answer ends) in every design: the
+    disaggregated search finds its split as it does for open arrivals."""
+    from sim import scenario_from_dict
+    from tests.conftest import small_scenario
+
+    d = small_scenario(horizon_s=15.0)
+    d["engine"].update(profile="h200-llama-3-8b", kv_blocks=400, max_num_seqs=64)  # (a model's shape: KV bytes)
+    d["streams"][0]["arrival"] = {"process": "closed_loop", "users": 4, "think": {"dist": "exponential", "mean": 0.5}}
+    d["classes"][0]["tpot_slo_s"] = 0.1
+    sc = scenario_from_dict(d)
+    rep = capacity_search(sc, ["shared", "disaggregated"], parse_slos(sc), workers=1, max_replicas=6)
+    a = rep.designs["disaggregated"]
+    assert a["ok"] is True and a["gpus_prefill"] >= 1 and a["gpus_decode"] >= 1
+    assert rep.designs["shared"]["ok"] is True

@@ -355,11 +355,28 @@ def test_a_landed_decoder_under_a_policy_with_quanta_is_stepped_exactly():
     assert differences(_run(MLFQ_LANDING, True), _run(MLFQ_LANDING, False)) == []
 
 
-def test_closed_loop_users_are_refused_with_disaggregation():
-    d = pd_scenario()
-    d["streams"][0]["arrival"] = {"process": "closed_loop", "users": 2, "think": {"dist": "exponential", "mean": 0.3}}
-    with pytest.raises(ScenarioError, match="closed-loop"):
-        run(d)
+@pytest.mark.parametrize("think", [{"dist": "constant", "value": 0.0}, {"dist": "exponential", "mean": 0.3}])
+def test_closed_loop_users_send_when_their_request_ends_and_fast_is_stepping(think):
+    """A closed-loop user's next request goes out 1 ns after its last one ended (with no think
+    time), so each user has one request in flight; the fast paths give stepping's bytes."""
+    d = pd_scenario(cluster={"groups": [{"name": "p", "role": "prefill", "replicas": 2},
+                                        {"name": "d", "role": "decode", "replicas": 2}]})
+    d["streams"][0]["arrival"] = {"process": "closed_loop", "users": 3, "think": think}
+    fast = run(d)
+    slow = copy.deepcopy(d)
+    slow["engine"].update(fast_forward=False, lazy_batch=False)
+    stepped = run(slow)
+    pd.testing.assert_frame_equal(fast.requests, stepped.requests)
+    req = fast.requests
+    users = req[req["stream"] == 0].sort_values(["user", "arrival_s"])
+    assert users["user"].nunique() == 3 and len(users) > 6
+    for _, u in users.groupby("user"):
+        prev_end = u["finish_s"].to_numpy()[:-1]
+        nxt = u["arrival_s"].to_numpy()[1:]
+        if think["dist"] == "constant":
+            assert nxt == pytest.approx(prev_end + 1e-9, abs=1e-12)
+        else:
+            assert (nxt >= prev_end + 1e-9 - 1e-12).all()
 
 
 def test_a_profile_without_a_shape_needs_the_link_bytes():

@@ -341,15 +341,12 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             except (KeyError, ValueError, TypeError) as exc:
                 fail(f"--router: {error_message(exc)}")
         # validate one point before the search starts
-        from sim.experiments.capacity import _workload, design_cluster, design_dims, pd_settings
+        from sim.experiments.capacity import design_cluster, design_dims, pd_settings
         from sim.config import with_cluster
         if "disaggregated" in names:  # (what prefill and decode groups do not run with yet)
             if refresh_s is not None:
                 fail("--designs disaggregated: not available with --refresh-s yet (expected no --refresh-s; "
                      "docs/disaggregation.md)")
-            if _workload(sc, load_scale) is None:
-                fail(f"--designs disaggregated: {sc.source}: closed-loop users are not available with prefill and "
-                     f"decode groups yet (expected open arrivals; docs/disaggregation.md)")
         for d in names:
             dims = design_dims(d, sc.class_names, max_replicas)
             with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router, pd_settings(sc)))

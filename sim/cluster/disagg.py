@@ -42,14 +42,21 @@ and everything a router reads (running and waiting counts, KV blocks allocated t
 in progress) is the same whether the replicas step one iteration at a time or fast-forward, so
 the two give the same bytes (``tests/test_disagg.py``).
 
-Not yet available with disaggregation (refused in one line): closed-loop users, an autoscaler,
-the router's ``refresh_s`` (windowed or distributed runs).
+Closed-loop users: a request's user hears of its end 1 ns after it (as any message is
+delivered), then thinks and sends its next request. Ends come only at a replica's step
+boundary, so a prefill or co-located replica's run also stops at a lower bound of the next end
+anywhere else (:meth:`DisaggCluster.end_bound`), and a decode replica's run stops at its
+requests' last tokens (it does not go on past them) so that each end is told at its instant.
+
+Not yet available with disaggregation (refused in one line): an autoscaler, the router's
+``refresh_s`` (windowed or distributed runs).
 """
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import deque
 from heapq import heappop, heappush
+from operator import itemgetter
 from typing import Any, Callable, ClassVar
 
 import simpy
@@ -64,6 +71,8 @@ from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
+
+_KEY_SEQ = itemgetter(0, 1)  # (key, admit_seq) of a (key, admit_seq, request) triple: its rank
 
 # message kinds, delivered to a replica's mail (taken in at its next step boundary)
 HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
@@ -451,8 +460,9 @@ class PDReplica:
             cl.reserve(self, now_ns)
         if self.landable:
             # a run may go past last tokens only while nobody waits here for the blocks and the
-            # slot a finish frees (stepping, the boundary at the finish would reserve them)
-            eng.through_finishes = not self.pending
+            # slot a finish frees (stepping, the boundary at the finish would reserve them), and
+            # no closed-loop user waits for a finish to send its next request
+            eng.through_finishes = not self.pending and not cl.closed
         if not self.inbox:
             return []
         out = list(self.inbox)
@@ -478,6 +488,10 @@ class PDReplica:
                     t = u
             if self.role == PREFILL and cl.victims_to_prefill:
                 v = cl.victim_bound()
+                if v < t:
+                    t = v
+            if cl.closed:  # (a request that ends elsewhere sends its user's next one)
+                v = cl.end_bound(self)
                 if v < t:
                     t = v
         else:
@@ -549,6 +563,7 @@ class DisaggCluster:
         self.live = 0  # requests arrived and not ended
         self.seq = 0
         self.victims_to_prefill = False  # a decode replica may send recompute victims back
+        self.closed = bool(source.closed)  # closed-loop users send a request when one ends
         self.on_end: Callable[[Any, int], None] | None = None
         # per request id: [prefill start, prefill end (first pass), reserved, landed, passes,
         # taken in at the decode replica] ns
@@ -794,13 +809,20 @@ class DisaggCluster:
             return False
         if eng.policy.static_ranking:
             victims = rule.victims(w, q.running.values(), q)
+            victims.sort(key=rank, reverse=True)
         elif q.top > w.priority:  # (keys that change with time or service: by class priority alone)
-            victims = [v for v in q.running.values() if v.priority > w.priority]
+            # ranked by their keys now, as a plan here would rank them (the running requests'
+            # keys are those of the replica's last plan, a step ago stepping, a run ago
+            # fast-forwarding)
+            now_s = now_ns / NS
+            key = eng.policy.key_tuple
+            victims = sorted(((key(v, now_s), v.admit_seq, v) for v in q.running.values() if v.priority > w.priority),
+                             key=_KEY_SEQ, reverse=True)
+            victims = [v for _, _, v in victims]
         else:
             return False
         if not victims:
             return False
-        victims.sort(key=rank, reverse=True)
         coh = eng.cohort
         if coh is not None and coh.members:
             coh.sync_all()  # (its members' blocks brought up to date: they may be victims)
@@ -906,12 +928,43 @@ class DisaggCluster:
                     t = b
         return t
 
+    def end_bound(self, rep: PDReplica) -> int:
+        """A lower bound of when a closed-loop user could next hear of an end anywhere but at
+        ``rep`` (its own ends come at its runs' ends; a caller's bound has the next arrival
+        already). A request ends at a decode or co-located replica's step boundary: 1 ns after
+        the next boundary of one with requests running; one with none ends a request only after
+        one lands (decode: not before its first landing or handoff still to come) or arrives
+        (co-located). A prefill replica ends one only by refusing a leg it takes in, an arrival
+        or a recompute victim, which come after those. Blocked replicas' own wake times are not
+        read, so that no two blocked replicas bound each other a nanosecond at a time."""
+        t = NEVER
+        now = int(self.env.now)
+        for o in self.replicas:
+            if o is rep or o.role == PREFILL:
+                continue
+            if o.engine.queues.running or o._run_ev is not None:
+                b = o.next_boundary_lb(now) + 1
+            elif o.role == DECODE:
+                b = min(o.incoming[0] if o.incoming else NEVER,
+                        self.handoffs_due[0] if self.handoffs_due else NEVER) + 1
+            else:
+                continue
+            if b < t:
+                t = b
+        return t
+
     # -- ends --
     def on_request_end(self, r: Request, now_ns: int) -> None:
-        """(A decode or co-located engine's ``on_request_end``.)"""
+        """(A decode or co-located engine's ``on_request_end``.) A closed-loop user hears of
+        it 1 ns later (as of any message: the order of same-instant processes never matters)."""
         self.live -= 1
         if self.on_end is not None:
             self.on_end(r, now_ns)
+        if self.closed:
+            self.source.on_request_end(r, now_ns + 1)
+            nxt = self.source.next_arrival_ns()
+            if nxt < NEVER and now_ns < self.stop_ns:
+                self._arm(min(nxt, self.stop_ns))
         if self.live == 0:
             for rep in self.replicas:
                 rep.notify()

@@ -117,9 +117,6 @@ def _simulate_disaggregated(sc: Scenario, spec: ClusterSpec, *, load_scale: floa
     setup = prepare(sc, front[0].engine, load_scale=load_scale, lenient=lenient, workload=workload,
                     progress=progress, desc=f"{sc.name} x{spec.n_replicas}",
                     frontends=sum(g.replicas for g in front))
-    if setup.closed_loop:
-        raise ScenarioError(f"{sc.source}: streams: closed-loop users are not available with prefill and decode "
-                            f"groups yet (expected open arrivals; docs/disaggregation.md)")
     router = make_router(spec.router, **spec.router_params)
     router.bind(spec.slots, seed_for(sc.seed, "router"))
     decode_router = make_router(spec.decode_router, **spec.decode_router_params)
