@@ -273,6 +273,28 @@ def write_parquet(df: pd.DataFrame, path: Path) -> None:
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False, nthreads=1), str(path), compression="snappy")
 
 
+#: a run whose requests still awaiting their first token at the horizon are more than this share
+#: of those that arrived by then is *overloaded*: its queues grew for the whole run
+OVERLOADED_SHARE = 0.1
+
+
+def backlog_at(req: pd.DataFrame, horizon_s: float) -> dict:
+    """The requests that arrived by ``horizon_s`` (s) and had no first token by then (neither
+    refused nor started: still queued), overall and per class, and whether they are more than
+    :data:`OVERLOADED_SHARE` of the arrivals (``overloaded``). In a steady state they are the
+    arrival rate times the time to first token, a small share; a larger one means the offered
+    load outran what was served and latencies grew with the run's length."""
+    arrival = req["arrival_s"].to_numpy()
+    first = req["first_token_s"].to_numpy(dtype=float)
+    arrived = arrival <= horizon_s
+    queued = arrived & (req["status"].to_numpy() != "rejected") & ~(first <= horizon_s)
+    n, k = int(arrived.sum()), int(queued.sum())
+    by_class = req.loc[queued, "class"].value_counts()
+    return {"requests": k, "arrived": n, "share": k / n if n else 0.0,
+            "by_class": {str(c): int(v) for c, v in by_class.items()},
+            "overloaded": bool(n and k / n > OVERLOADED_SHARE)}
+
+
 @dataclass
 class Results:
     """What ``simulate`` returns. ``requests``, ``summary`` and ``timeseries`` are DataFrames;
@@ -291,6 +313,7 @@ class Results:
         req = _request_table(tel)
         run_info["thrash_ratio"] = run_info["thrash_s"] / run_info["busy_s"] if run_info["busy_s"] else 0.0
         run_info["thrashing"] = bool(run_info["thrash_ratio"] > sc.engine.thrash_threshold)
+        run_info["backlog_at_horizon"] = backlog_at(req, sc.horizon_s)
         run_info["timeseries_interval_s"] = tel.interval_ns / NS  # (as used: sim.assembly.sample_interval_ns)
 
         # (a million-row run copies little; the clocks place each group's rate window)

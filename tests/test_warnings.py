@@ -92,8 +92,23 @@ def test_a_thrashing_run_says_so(tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["run"]["thrashing"] is True
+    (w,) = [w for w in warnings_of(res) if "thrashed" in w]  # (it is overloaded too: churn serves little)
+    assert "engine.thrash_threshold = 0.05" in w
+
+
+def test_an_overloaded_run_says_so(tmp_path):
+    """A batch of 300 prompts at t = 0 on an engine that serves a few a second: most still wait
+    for their first token at the 5 s horizon; summary.json says how many, per class."""
+    res = run(tmp_path, stream2='arrival = { process = "batch", n = 300 }\nprompt_tokens = 2000\noutput_tokens = 20')
+    assert res.exit_code == 0, res.output
     (w,) = warnings_of(res)
-    assert "thrashed" in w and "engine.thrash_threshold = 0.05" in w
+    b = json.loads((tmp_path / "out" / "summary.json").read_text())["run"]["backlog_at_horizon"]
+    assert b["overloaded"] is True and b["by_class"]["batch"] > 200 and b["requests"] == sum(b["by_class"].values())
+    assert w.startswith("warning: overloaded:") and f"{b['requests']:,} of the {b['arrived']:,} requests" in w and "batch" in w
+    light = run(tmp_path)  # (the same engine at 3 requests a second: nothing queues)
+    assert warnings_of(light) == []
+    b = json.loads((tmp_path / "out" / "summary.json").read_text())["run"]["backlog_at_horizon"]
+    assert b["overloaded"] is False and b["share"] < 0.1
 
 
 def ms_trace(tmp_path, time_unit: str = "") -> str:

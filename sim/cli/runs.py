@@ -12,6 +12,21 @@ from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, fail_wr
 from sim.cli.report import check_report, report_beside, report_option
 
 
+def warn_overloaded(sc, run_info: dict) -> None:
+    """One line on stderr when the run was overloaded (summary.json's ``backlog_at_horizon``):
+    many requests still queued for their first token at the horizon."""
+    b = run_info.get("backlog_at_horizon") or {}
+    if not b.get("overloaded"):
+        return
+    from plumbing.notices import warn
+
+    worst = ", ".join(f"{c} {n:,}" for c, n in sorted(b["by_class"].items(), key=lambda x: -x[1]))
+    warn(f"overloaded: {b['requests']:,} of the {b['arrived']:,} requests that arrived by the horizon "
+         f"({sc.horizon_s:g} s) had no first token by then ({b['share']:.0%}; {worst}): the offered load outran what "
+         f"was served, so queues grew all run and its latencies grow with its length (how many replicas it needs: "
+         f"priosim capacity)")
+
+
 @main.command()
 @click.argument("scenario", required=False)
 @click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
@@ -86,6 +101,7 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
     if sc.cluster:
         echo_cluster(res)
     warn_thrashing(sc, run_info)
+    warn_overloaded(sc, run_info)
     if plots:
         from sim.experiments.plots import plot_run
 
