@@ -24,7 +24,9 @@ before judging. Assumes more load never helps (monotone).
 Run: ``python -m scripts.pd_paper [--only fig1|t2] [--small]``; ``--small`` is a quick check
 (fewer requests and seeds, a coarser bracket), not the comparison.
 ``python -m scripts.pd_paper --write-lengths`` writes the ShareGPT length table the ``t2``
-scenarios read (``workloads/papers/data/sharegpt_under_2048.csv.gz``, a new file only).
+scenarios' first runs read (``workloads/papers/data/sharegpt_under_2048.csv.gz``, a new file
+only); they now read DistServe's own sample (``sharegpt_distserve_cl100k.csv.gz``, written by
+``scripts/make_distserve_sharegpt.py`` in a scratch environment: it needs the data set).
 """
 from __future__ import annotations
 
@@ -340,7 +342,7 @@ def rows(sim: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     return out
 
 
-# ---- the ShareGPT lengths of the t2 scenarios ------------------------------------------------------
+# ---- the ShareGPT lengths of the t2 scenarios' first runs --------------------------------------------
 def sharegpt_under_2048() -> pd.DataFrame:
     """The bundled ShareGPT length table's rows as DistServe filtered its dataset
     (evaluation/2-benchmark-serving/0-prepare-dataset.py): prompt + output < 2048 tokens, and
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="a quick check: fewer requests and seeds")
     ap.add_argument("--uncalibrated-only", action="store_true",
                     help="only the reading as written (no engine.cost_scale fitted on the co-located baseline)")
-    ap.add_argument("--write-lengths", action="store_true", help="write the t2 scenarios' ShareGPT table and stop")
+    ap.add_argument("--write-lengths", action="store_true", help="write the t2 scenarios' first ShareGPT table and stop")
     args = ap.parse_args(argv)
     if args.write_lengths:
         path = PAPERS / "data" / "sharegpt_under_2048.csv.gz"

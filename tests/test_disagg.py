@@ -35,16 +35,22 @@ def run(d: dict, **kw):
 
 
 # ---- one request, by hand ---------------------------------------------------------------------------
+def one_request(prompt: int, output: int, **cluster) -> dict:
+    """One request of ``prompt`` / ``output`` tokens at t = 0 on 1P1D (H200, no overhead), a
+    50 GB/s link; ``cluster``: more ``[cluster]`` keys."""
+    return {"name": "one", "seed": 0, "horizon_s": 10.0, "drain": True,
+            "engine": {"profile": "h200-llama-3-8b", "overhead": "none", "max_num_seqs": 8,
+                       "max_batched_tokens": 2048},
+            "policy": {"name": "fcfs"}, "classes": [{"name": "c", "priority": 0}],
+            "streams": [{"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1, "at_s": 0.0},
+                         "prompt_tokens": {"dist": "constant", "value": prompt},
+                         "output_tokens": {"dist": "constant", "value": output}, "max_tokens": output}],
+            "cluster": {**PD, "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5}, **cluster}}
+
+
 def test_one_request_ttft_is_prefill_plus_transfer_then_decode_at_the_decode_step_time():
     prompt, output = 1000, 6
-    d = {"name": "one", "seed": 0, "horizon_s": 10.0, "drain": True,
-         "engine": {"profile": "h200-llama-3-8b", "overhead": "none", "max_num_seqs": 8,
-                    "max_batched_tokens": 2048},
-         "policy": {"name": "fcfs"}, "classes": [{"name": "c", "priority": 0}],
-         "streams": [{"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1, "at_s": 0.0},
-                      "prompt_tokens": {"dist": "constant", "value": prompt},
-                      "output_tokens": {"dist": "constant", "value": output}, "max_tokens": output}],
-         "cluster": {**PD, "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5}}}
+    d = one_request(prompt, output)
     res = run(d)
     costs = load_profile("h200-llama-3-8b", overhead="none")
     prefill = costs.price(StepShape(prompt, 0, prompt * prompt, 0, 0, 1, 1))
@@ -69,14 +75,7 @@ def test_with_the_first_token_from_the_prefill_ttft_ends_at_the_prefill_and_the_
     "prefill"``): TTFT is the prefill alone; the copy and the decode boundary come before the
     second token, so they are in its gap and in TPOT."""
     prompt, output = 1000, 6
-    d = {"name": "one", "seed": 0, "horizon_s": 10.0, "drain": True,
-         "engine": {"profile": "h200-llama-3-8b", "overhead": "none", "max_num_seqs": 8,
-                    "max_batched_tokens": 2048},
-         "policy": {"name": "fcfs"}, "classes": [{"name": "c", "priority": 0}],
-         "streams": [{"tenant": "t", "class": "c", "arrival": {"process": "batch", "n": 1, "at_s": 0.0},
-                      "prompt_tokens": {"dist": "constant", "value": prompt},
-                      "output_tokens": {"dist": "constant", "value": output}, "max_tokens": output}],
-         "cluster": {**PD, "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5}, "first_token": "prefill"}}
+    d = one_request(prompt, output, first_token="prefill")
     res = run(d)
     costs = load_profile("h200-llama-3-8b", overhead="none")
     prefill = costs.price(StepShape(prompt, 0, prompt * prompt, 0, 0, 1, 1))

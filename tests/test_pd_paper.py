@@ -77,6 +77,31 @@ def test_sharegpt_table_is_distserves_filter_and_byte_stable(tmp_path):
     assert gzip.decompress(a.read_bytes()).startswith(b"num_prefill_tokens,num_decode_tokens\n")
 
 
+def test_distserves_sample_takes_the_first_turns_as_the_prompt_and_the_next_as_the_answer():
+    """scripts/make_distserve_sharegpt.py as DistServe's artifact samples: conversations of three
+    turns or more, k of the first turns (1 <= k < turns) joined by newlines, turn k the answer,
+    the 2048-token and both-under-4 filters; the shipped table keeps to them."""
+    import random
+
+    from scripts import make_distserve_sharegpt as m
+
+    def turns(*vals):
+        return [{"value": v} for v in vals]
+
+    convs = [turns("aa", "bbbb"), turns("a", "bb", "ccc"), turns("a" * 10, "b" * 20, "c" * 30, "d" * 40),
+             turns("x" * 3000, "y", "z")]
+    got = m.rows(convs, list)  # (one token a character)
+    rng = random.Random(m.SEED)
+    k1, k2 = rng.randint(1, 2), rng.randint(1, 3)  # (the 2-turn one is skipped: no draw)
+    want = [(len("\n".join(["a", "bb", "ccc"][:k1])), len(["a", "bb", "ccc"][k1])),
+            (len("\n".join(["a" * 10, "b" * 20, "c" * 30, "d" * 40][:k2])), [10, 20, 30, 40][k2])]
+    assert got == want  # (the last: a 3000-token prompt, over 2048 whatever its k)
+    d = pd.read_csv(pd_paper.PAPERS / "data" / "sharegpt_distserve_cl100k.csv.gz")
+    p, o = d["num_prefill_tokens"], d["num_decode_tokens"]
+    assert len(d) == 13296 and (p + o).max() < 2048 and not ((p < 4) & (o < 4)).any()
+    assert p.mean() == pytest.approx(743.3, abs=0.1) and o.mean() == pytest.approx(189.7, abs=0.1)
+
+
 def test_table2_crossings_are_the_pages_published_goodputs():
     assert pd_paper.crossing(pd_paper.TABLE2["vllm"]) == pytest.approx(1.111, abs=1e-3)
     assert pd_paper.crossing(pd_paper.TABLE2["distserve"]) == pytest.approx(2.3875)

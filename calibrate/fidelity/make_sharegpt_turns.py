@@ -25,9 +25,9 @@ import json
 import sys
 
 
-def turns(text: str, encode) -> list[tuple[int, int]]:
-    """(turn-0 tokens, turn-1 tokens) of every complete conversation with >= 2 turns in ``text``
-    (a JSON list, possibly truncated), in order."""
+def conversations(text: str) -> list[list[dict]]:
+    """Every complete conversation (its list of turns) in ``text`` (ShareGPT's JSON list,
+    possibly truncated), in order."""
     dec = json.JSONDecoder()
     i = text.index("[") + 1
     out = []
@@ -38,9 +38,14 @@ def turns(text: str, encode) -> list[tuple[int, int]]:
             obj, i = dec.raw_decode(text, i)
         except json.JSONDecodeError:  # the truncated tail
             return out
-        conv = obj.get("conversations") or []
-        if len(conv) >= 2:
-            out.append((len(encode(conv[0]["value"])), len(encode(conv[1]["value"]))))
+        out.append(obj.get("conversations") or [])
+
+
+def turns(text: str, encode) -> list[tuple[int, int]]:
+    """(turn-0 tokens, turn-1 tokens) of every complete conversation with >= 2 turns in ``text``
+    (a JSON list, possibly truncated), in order."""
+    return [(len(encode(conv[0]["value"])), len(encode(conv[1]["value"])))
+            for conv in conversations(text) if len(conv) >= 2]
 
 
 def main(argv=None) -> None:
