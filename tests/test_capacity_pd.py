@@ -134,3 +134,15 @@ def test_disaggregated_answers_with_closed_loop_users():
     a = rep.designs["disaggregated"]
     assert a["ok"] is True and a["gpus_prefill"] >= 1 and a["gpus_decode"] >= 1
     assert rep.designs["shared"]["ok"] is True
+
+
+def test_the_disaggregated_design_keeps_the_scenarios_link_and_first_token():
+    """The link is the hardware's and where the first token is streamed the engine's: every
+    disaggregated point keeps the scenario's own."""
+    from sim.experiments.capacity import design_cluster, design_dims, pd_settings
+
+    sc = load_scenario("disaggregated_chat_batch", overrides=['cluster.first_token="prefill"'])
+    pd_keys = pd_settings(sc)
+    assert pd_keys["first_token"] == "prefill" and "link" in pd_keys
+    cl = design_cluster("disaggregated", design_dims("disaggregated", sc.class_names, 4), [1, 2], None, pd_keys)
+    assert cl["first_token"] == "prefill" and [g["role"] for g in cl["groups"]] == ["prefill", "decode"]

@@ -121,15 +121,17 @@ def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str 
 
 
 def pd_settings(sc) -> dict:
-    """The scenario's own ``[cluster] link`` and ``decode_router`` (as written), which the
-    disaggregated design keeps: the link is the hardware's, not the design's. Absent: the
-    defaults (docs/disaggregation.md)."""
+    """The scenario's own ``[cluster] link``, ``decode_router`` and ``first_token`` (as written),
+    which the disaggregated design keeps: the link is the hardware's and where the first token
+    is streamed the engine's, not the design's. Absent: the defaults (docs/disaggregation.md)."""
     c = sc.cluster
     out: dict = {}
     if c is not None and c.link is not None:
         out["link"] = c.link if isinstance(c.link, str) else c.link.model_dump()
     if c is not None and c.decode_router is not None:
         out["decode_router"] = c.decode_router
+    if c is not None and c.first_token is not None:
+        out["first_token"] = c.first_token
     return out
 
 
