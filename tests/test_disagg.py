@@ -94,6 +94,12 @@ def test_with_the_first_token_from_the_prefill_ttft_ends_at_the_prefill_and_the_
     decode_mode = copy.deepcopy(d)
     del decode_mode["cluster"]["first_token"]
     assert run(decode_mode).requests.iloc[0]["ttft_s"] == pytest.approx(landed / NS, abs=1e-12)
+    # a one-token answer is whole at the prefill's end: it ends there, its KV never copied
+    res = run(one_request(prompt, 1, first_token="prefill"), check_invariants=True)
+    r = res.requests.iloc[0]
+    assert r["status"] == "finished" and r["generated_tokens"] == 1 and r["group"] == "p"
+    assert r["e2e_s"] == r["ttft_s"] == pytest.approx(prefill / NS, abs=1e-12) and pd.isna(r["transfer_s"])
+    assert res.cluster["disaggregation"]["transfers"] == 0
 
 
 def test_link_presets_and_pipelining():

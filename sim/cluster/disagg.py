@@ -694,11 +694,27 @@ class DisaggCluster:
         r.evicted_miss_tokens += leg.evicted_miss_tokens
         if r.prefix_hit_tokens == 0:
             r.prefix_hit_tokens = leg.prefix_hit_tokens
-        self.at_prefill[r.request_id] = rep.index
-        rep.unsent[r.request_id] = leg
         if self.sampled_sent_at_prefill:
             self._send_sampled(r, now_ns)
+            if r.generated + 1 >= r.hidden_output_tokens:  # (its answer is whole: nothing to decode)
+                self._finish_at_prefill(r, rep, leg, now_ns)
+                return
+        self.at_prefill[r.request_id] = rep.index
+        rep.unsent[r.request_id] = leg
         self.post(now_ns + 1, HANDOFF, r, None)
+
+    def _finish_at_prefill(self, r: Request, rep: PDReplica, leg: Request, now_ns: int) -> None:
+        """(``first_token = "prefill"``) The token ``r``'s prefill leg sampled was its last: it
+        ends on prefill replica ``rep`` now, its KV freed there and never copied (DistServe
+        migrates only requests with more to generate)."""
+        self.release(rep, leg)
+        r.generated += 1
+        r.tokens += 1
+        r.state = State.FINISHED
+        r.finish_ns = now_ns
+        self.assign[r.request_id] = rep.index
+        self.front_tel.on_end(r)
+        self.on_request_end(r, now_ns)
 
     def _send_sampled(self, r: Request, now_ns: int) -> None:
         """(``first_token = "prefill"``) The token ``r``'s prefill leg sampled reaches the client
