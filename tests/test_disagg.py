@@ -426,3 +426,22 @@ def test_fast_equals_stepping_when_decode_replicas_copy_over_different_numbers_o
     fast = run(d)
     d["engine"].update(fast_forward=False, lazy_batch=False)
     pd.testing.assert_frame_equal(fast.requests, run(d).requests, check_exact=True)
+
+
+def test_one_token_answers_ending_at_the_prefill_bound_closed_loop_runs_exactly():
+    """With the first token from the prefill, a one-token answer ends at a prefill replica's step
+    boundary and its closed-loop user sends again 1 ns later: other replicas' runs stop there
+    too (DisaggCluster.end_bound). The fuzz's disagg draw 27 with such users differed before."""
+    import numpy as np
+
+    from scripts.exactness_fuzz import _run, differences, draw
+
+    d = draw("disagg", np.random.default_rng(27))
+    d["cluster"]["first_token"] = "prefill"
+    d["streams"].append({"tenant": "u", "class": "hi", "arrival": {"process": "closed_loop", "users": 4,
+                                                                   "think": {"dist": "constant", "value": 0.0}},
+                         "prompt_tokens": {"dist": "uniform", "low": 10, "high": 200},
+                         "output_tokens": {"dist": "uniform", "low": 1, "high": 3}, "max_tokens": 3})
+    if "tenants" in d:
+        d["tenants"].append({"name": "u", "share": 1.0})
+    assert differences(_run(copy.deepcopy(d), True), _run(copy.deepcopy(d), False)) == []

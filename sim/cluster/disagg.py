@@ -951,14 +951,30 @@ class DisaggCluster:
         the next boundary of one with requests running; one with none ends a request only after
         one lands (decode: not before its first landing or handoff still to come) or arrives
         (co-located). A prefill replica ends one only by refusing a leg it takes in, an arrival
-        or a recompute victim, which come after those. Blocked replicas' own wake times are not
-        read, so that no two blocked replicas bound each other a nanosecond at a time."""
+        or a recompute victim, which come after those; with ``first_token = "prefill"`` also at
+        its step boundaries (a one-token answer ends there): 1 ns after the next one of a prefill
+        replica that runs, after its next release (a blocked one resumes then) or now (an idle
+        one with legs just routed to it), and after the next recompute victim's routing. Blocked replicas' own wake
+        times are not read, so that no two blocked replicas bound each other a nanosecond at a
+        time."""
         t = NEVER
         now = int(self.env.now)
+        ends_at_prefill = self.sampled_sent_at_prefill
+        if ends_at_prefill and self.victims_due:
+            t = self.victims_due[0] + 1
         for o in self.replicas:
-            if o is rep or o.role == PREFILL:
+            if o is rep:
                 continue
-            if o.engine.queues.running or o._run_ev is not None:
+            if o.role == PREFILL:
+                if not ends_at_prefill:
+                    continue
+                if o.engine.queues.running or o._run_ev is not None:
+                    b = o.next_boundary_lb(now) + 1  # (legs in its inbox start at that boundary)
+                else:
+                    b = now + 1 if o.inbox else NEVER  # (idle: it takes them in now)
+                if o.incoming and o.incoming[0] + 1 < b:
+                    b = o.incoming[0] + 1
+            elif o.engine.queues.running or o._run_ev is not None:
                 b = o.next_boundary_lb(now) + 1
             elif o.role == DECODE:
                 b = min(o.incoming[0] if o.incoming else NEVER,
