@@ -168,8 +168,16 @@ class StarvationClock:
     def starved(self, req: RequestView, now: float) -> bool:
         return req.request_id in self.live and now - self.last_seen(req) >= self.limit - self.EPS
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self, now: float | None = None) -> float | None:
+        """The earliest time after ``now`` (s) at which a live request will next count as
+        starved; None when none will. A deadline already reached is skipped: a request ranked
+        since then was reset (and its deadline moved on), and one the engine does not rank (a
+        disaggregated decode replica's request waiting for room, or one whose copy is landing)
+        changes no ranking by starving; declaring that past time again would stop every run a
+        nanosecond later, over and over, while nothing can run."""
         heap = self.heap
+        reached = []
+        out = None
         while heap:
             d, rid = heap[0]
             req = self.live.get(rid)
@@ -180,5 +188,11 @@ class StarvationClock:
             if real > d + self.EPS:
                 heapq.heapreplace(heap, (real, rid))
                 continue
-            return d
-        return None
+            if now is not None and d <= now + self.EPS:
+                reached.append(heapq.heappop(heap))  # (put back below: it moves on when the request does)
+                continue
+            out = d
+            break
+        for entry in reached:
+            heapq.heappush(heap, entry)
+        return out

@@ -120,7 +120,7 @@ class MLFQ(RankedPolicy):
                 if r.request_id in self._entry:
                     t = min(t, now + self._level(r)[1])
         if self._clock is not None:
-            d = self._clock.next_deadline()
+            d = self._clock.next_deadline(now)
             if d is not None:
                 t = min(t, d)
         return None if t == math.inf else t

@@ -60,7 +60,7 @@ class SJFRank(RankedPolicy):
         return (tier, self.predictor.estimate(req, now), req.arrival_s, rid)
 
     def next_change(self, now: float) -> float | None:
-        return None if self._clock is None else self._clock.next_deadline()
+        return None if self._clock is None else self._clock.next_deadline(now)
 
     def on_preempt(self, req: RequestView, now: float) -> None:
         super().on_preempt(req, now)

@@ -182,3 +182,24 @@ def test_srpt_order_tau_separates_policies(policy, low, high):
     rep = simulate(scenario_from_dict(sc)).summary_dict["run"]["policy"]
     assert rep["srpt_order_pairs"] > 1000
     assert low <= rep["srpt_order_tau"] <= high
+
+
+def test_a_reached_starvation_deadline_is_not_declared_again():
+    """A request that starved and was not ranked since (nothing reset its clock) changes no
+    ranking by starving further: the next deadline declared is the next one still to come, not
+    the past one again (which stopped every run a nanosecond later, over and over: the
+    disaggregated fuzz's draw 368, MLFQ with decode-side waiters, ran for minutes)."""
+    from types import SimpleNamespace
+
+    from policies.common import StarvationClock
+
+    clock = StarvationClock(1.0)
+    a = SimpleNamespace(request_id=0, arrival_s=0.0, last_scheduled_s=float("nan"))
+    b = SimpleNamespace(request_id=1, arrival_s=0.5, last_scheduled_s=float("nan"))
+    clock.add(a, 0.0)
+    clock.add(b, 0.5)
+    assert clock.next_deadline() == 1.0 and clock.next_deadline(0.9) == 1.0
+    assert clock.next_deadline(1.2) == 1.5  # (a starved at 1.0 and was never reset)
+    assert clock.next_deadline(2.0) is None
+    clock.reset(a, 2.0)  # (a progresses: its deadline moves on)
+    assert clock.next_deadline(2.0) == 3.0 and clock.next_deadline() == 1.5
