@@ -63,6 +63,7 @@ import simpy
 
 from sim.link import Links
 from sim.core.costs import NEVER, NS
+from sim.core.engine import emit_sampled_token
 from sim.core.fastforward import allocate_run, block_limited, landed_steps_left
 from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, rank
@@ -710,28 +711,12 @@ class DisaggCluster:
         self.release(rep, leg)
         r.generated += 1
         r.tokens += 1
-        r.state = State.FINISHED
-        r.finish_ns = now_ns
-        self.assign[r.request_id] = rep.index
-        self.front_tel.on_end(r)
-        self.on_request_end(r, now_ns)
+        self._end_here(r, State.FINISHED, now_ns, "", rep)
 
     def _send_sampled(self, r: Request, now_ns: int) -> None:
         """(``first_token = "prefill"``) The token ``r``'s prefill leg sampled reaches the client
-        now: its first, or after a decode-side recompute the next, the gap since its last token
-        recorded here (its decode replica takes it in without emitting it:
-        ``Engine.sampled_token_sent``)."""
-        tel = self.front_tel
-        last = r.last_token_ns
-        if last < 0:
-            r.first_token_ns = now_ns
-        else:
-            gap = now_ns - last
-            tel.itl_scalars[r.cls_idx].append(gap)
-            if gap > r.max_itl_ns:
-                r.max_itl_ns = gap
-        r.last_token_ns = now_ns
-        tel.on_token(now_ns, r.cls_idx, r.tenant)
+        now (its decode replica takes it in without emitting it: ``Engine.sampled_token_sent``)."""
+        emit_sampled_token(self.front_tel, r, now_ns)
 
     def hand_off(self, r: Request, now_ns: int) -> None:
         """Route a prefilled request to a decode replica: its blocks are reserved there at once
@@ -1002,7 +987,8 @@ class DisaggCluster:
                 rep.notify()
 
     def _end_here(self, r: Request, state: State, t_ns: int, reason: str, rep: PDReplica) -> None:
-        """``r`` ends before it reaches a decode replica (refused at its arrival)."""
+        """``r`` ends before it reaches a decode replica: refused at its arrival (``reason``), or
+        finished at its prefill (``first_token = "prefill"``, a one-token answer)."""
         r.state = state
         r.reject_reason = reason
         r.finish_ns = t_ns

@@ -68,6 +68,23 @@ def change_ns(t: Any, now_ns: int, policy: Any) -> int:
                         f"{t!r}: expected None (no change declared) or a time in seconds >= 0 (NaN is not a time)")
 
 
+def emit_sampled_token(tel, req: Request, t_ns: int) -> None:
+    """The token a disaggregated prefill replica sampled for ``req`` is emitted at ``t_ns`` (ns),
+    outside any step: its first token, or after a re-prefill the next, the gap since its last
+    recorded as a single inter-token gap; counted in ``tel``'s tokens."""
+    ci = req.cls_idx
+    last = req.last_token_ns
+    if last < 0:
+        req.first_token_ns = t_ns
+    else:
+        gap = t_ns - last
+        tel.itl_scalars[ci].append(gap)
+        if gap > req.max_itl_ns:
+            req.max_itl_ns = gap
+    req.last_token_ns = t_ns
+    tel.on_token(t_ns, ci, req.tenant)
+
+
 class Engine(EngineParts):
     """A replica's scheduler and executor; :func:`sim.core.loop.replica_loop` drives it.
 
@@ -229,17 +246,7 @@ class Engine(EngineParts):
         q.add_running(req)
         q.ordered_in(req)
         if not self.sampled_token_sent:
-            ci = req.cls_idx
-            last = req.last_token_ns
-            if last < 0:
-                req.first_token_ns = now_ns
-            else:  # (after a re-prefill: the gap since its last token here)
-                gap = now_ns - last
-                self.tel.itl_scalars[ci].append(gap)
-                if gap > req.max_itl_ns:
-                    req.max_itl_ns = gap
-            req.last_token_ns = now_ns
-            self.tel.on_token(now_ns, ci, req.tenant)
+            emit_sampled_token(self.tel, req, now_ns)
         if req.generated >= req.hidden_output_tokens:
             _apply.finish(self, req, now_ns)
 
