@@ -57,6 +57,30 @@ def test_split_search_finds_the_fewest_total_on_any_up_set():
             assert s.exhausted == (want is None)
 
 
+def test_split_search_from_known_verdicts():
+    """Started from some true verdicts (as another search's, carried over), the search still
+    finds the fewest total, without probing a split it was told about."""
+    rng = random.Random(11)
+    for _ in range(200):
+        limit = rng.choice([2, 3, 5, 8])
+        corners = [(rng.randint(1, limit + 2), rng.randint(1, limit + 2)) for _ in range(rng.randint(1, 3))]
+
+        def ok(s, corners=corners):
+            return any(s[0] >= a and s[1] >= b for a, b in corners)
+
+        want = _fewest(ok, lambda s: 0.5, limit)
+        told = {(rng.randint(1, limit), rng.randint(1, limit)) for _ in range(rng.randint(0, 6))}
+        s = SplitSearch(limit)
+        s.take_known([(t, ok(t)) for t in sorted(told)])
+        while not s.done:
+            pts = s.probes(2)
+            assert pts and not any(p in s.seen for p in pts)
+            s.told({p: (ok(p), 0.5) for p in pts})
+        assert (s.answer is None) == (want is None), (limit, corners, told)
+        if want is not None:
+            assert sum(s.answer) == sum(want) and ok(s.answer), (limit, corners, told)
+
+
 def test_split_search_probes_few_when_the_roles_barely_interact():
     """Prefill needs 3 replicas and decode 5, whatever the other role has (no interaction): the
     answer (3, 5) in a handful of probes, one at a time, with 64 allowed per role."""

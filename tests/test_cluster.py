@@ -577,6 +577,33 @@ def test_capacity_search_by_hand():
     assert tried[("shared", (8,))] is False and tried[("shared", (9,))] is True
 
 
+def test_capacity_search_from_known_verdicts():
+    """A search at another time factor started from the verdicts a first search established
+    that still hold (a miss stays a miss with slower steps, a pass stays a pass with faster
+    ones) finds the answers a search from scratch finds, with fewer probes; without simulating
+    the answers as a whole (``whole=False``) it reports their counts and the GPUs of their layout."""
+    from sim.experiments.uncertainty import at_scale
+
+    sc = scenario_from_dict(toy(6))
+    slos = parse_slos(sc, ["lo:done=2.5"])
+    first = capacity_search(sc, ["shared", "partitioned"], slos, workers=1)
+    assert first.known["partitioned"].passes == (4, 3) and first.known["partitioned"].fails == (3, 2)
+    assert "known" not in first.to_dict()
+    for f in (0.6, 1.5):
+        scf = at_scale(sc, f)
+        cold = capacity_search(scf, ["shared", "partitioned"], slos, workers=1)
+        known = {d: k.carried(slower=f > 1.0) for d, k in first.known.items()}
+        warm = capacity_search(scf, ["shared", "partitioned"], slos, workers=1, known=known, whole=False)
+        for d in ("shared", "partitioned"):
+            assert (warm.designs[d]["gpus"], warm.designs[d]["split"]) == (cold.designs[d]["gpus"],
+                                                                             cold.designs[d]["split"]), (f, d)
+        assert len(warm.points) < len(cold.points) - 1  # (the answers as a whole, and probes carried)
+    slower = first.known["shared"].carried(slower=True)
+    assert slower.fails == first.known["shared"].fails and slower.passes == (None,)
+    faster = first.known["shared"].carried(slower=False)
+    assert faster.fails == (0,) and faster.passes == first.known["shared"].passes
+
+
 def test_capacity_early_stop_same_verdicts():
     """A probe stops once it has lost (a request past its deadline, enough TTFTs over the SLO
     that the p99 must be over it); every probe's verdict and every answer are the same as

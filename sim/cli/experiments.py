@@ -435,9 +435,9 @@ def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, 
     from sim.experiments.uncertainty import UncertaintyError, capacity_uncertainty
     from sim.outdir import OutError
 
-    def again(sc_f):
+    def again(sc_f, known):  # (only each answer's GPUs count: not simulated again as a whole)
         return capacity_search(sc_f, names, slo, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                               workers=workers, log=None, progress=None)
+                               workers=workers, log=None, progress=None, known=known, whole=False)
     try:
         capacity_uncertainty(rep, sc, slo, again, log=click.echo)
     except (ScenarioError, OutError, UncertaintyError) as exc:

@@ -266,6 +266,8 @@ class CapacityReport:
     wall_s: float = 0.0
     #: why each answer is what it is (:func:`sim.experiments.capacity_explain.explain_capacity`)
     explain: dict | None = None
+    #: what the search established, per design (:class:`Known`; not written to capacity.json)
+    known: dict = field(default_factory=dict, repr=False)
 
     def table(self) -> pd.DataFrame:
         rows = []
@@ -307,11 +309,33 @@ def _worst(point: dict) -> float:
     return max((m["slo_ratio"] for m in point["classes"].values() if m["slo_ratio"] is not None), default=0.0)
 
 
+@dataclass(frozen=True)
+class Known:
+    """What one design's search established: each dimension's largest count known to miss the
+    SLOs (0: none) and smallest known to meet them (None: none), and the disaggregated design's
+    splits with their verdicts."""
+
+    fails: tuple[int, ...] = ()
+    passes: tuple[int | None, ...] = ()
+    splits: tuple[tuple[tuple[int, int], bool], ...] = ()
+
+    def carried(self, slower: bool) -> "Known":
+        """The verdicts that hold for the same search with every step ``slower`` (or faster):
+        a count that missed the SLOs misses them when steps take longer, and one that met them
+        meets them when steps take less time (steps that take longer never help a request)."""
+        if slower:
+            return Known(fails=self.fails, passes=tuple(None for _ in self.passes),
+                         splits=tuple((s, ok) for s, ok in self.splits if not ok))
+        return Known(fails=tuple(0 for _ in self.fails), passes=self.passes,
+                     splits=tuple((s, ok) for s, ok in self.splits if ok))
+
+
 def capacity_search(sc, designs: list[str], slos: dict, *, router: str | dict | None = None, max_replicas: int = 64,
                     load_scale: float = 1.0, workers: int | None = None, log=None,
                     early_stop: bool = True, progress: bool | None = False,
                     apart: bool | None = None, out_dir: str | Path | None = None,
-                    finish=None, distributed: dict | None = None) -> CapacityReport:
+                    finish=None, distributed: dict | None = None, known: dict[str, Known] | None = None,
+                    whole: bool = True) -> CapacityReport:
     """Search each design's fewest replicas meeting ``slos`` (see module docstring).
     ``early_stop=False`` runs every failing probe to its end (same answers, slower). ``progress``
     counts the simulations done on stderr (see :func:`sim.progress.progress_bar`). ``apart``:
@@ -323,15 +347,17 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | dict | 
     that lock is still held (the CLI writes ``capacity.json`` and the figure there, so that a
     second search waiting on the lock writes its own after them, never before). ``distributed``:
     each probe a windowed run over these workers (:func:`evaluate`); the probes then run one
-    at a time."""
+    at a time. ``known``: verdicts established before (by design, :meth:`Known.carried`), which
+    the search takes as given instead of probing them. ``whole=False``: each design's answer
+    is not simulated once more as a whole; the report then has its counts and GPUs only (what
+    a search at another time factor needs, :func:`sim.experiments.uncertainty.capacity_uncertainty`)."""
+    opts = dict(router=router, max_replicas=max_replicas, load_scale=load_scale, workers=workers, log=log,
+                early_stop=early_stop, progress=progress, apart=apart, distributed=distributed, known=known,
+                whole=whole)
     if out_dir is None:
-        return _search(sc, designs, slos, None, router=router, max_replicas=max_replicas, load_scale=load_scale,
-                       workers=workers, log=log, early_stop=early_stop, progress=progress, apart=apart,
-                       distributed=distributed)
+        return _search(sc, designs, slos, None, **opts)
     with locked(Path(out_dir), "capacity") as out:
-        rep = _search(sc, designs, slos, out / "probes", router=router, max_replicas=max_replicas,
-                      load_scale=load_scale, workers=workers, log=log, early_stop=early_stop, progress=progress,
-                      apart=apart, distributed=distributed)
+        rep = _search(sc, designs, slos, out / "probes", **opts)
         if finish is not None:
             finish(rep)
         return rep
@@ -339,19 +365,24 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | dict | 
 
 def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, max_replicas: int,
             load_scale: float, workers: int | None, log, early_stop: bool, progress, apart,
-            distributed: dict | None = None) -> CapacityReport:
+            distributed: dict | None = None, known: dict[str, Known] | None = None,
+            whole: bool = True) -> CapacityReport:
     if distributed:
         workers = 1  # (each probe uses the workers itself)
     search = _Search(sc, designs, slos, router=router, max_replicas=max_replicas, load_scale=load_scale,
                      workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart,
                      probes=probes)
     search.distributed = distributed
+    if known:
+        search.take_known(known)
     t0 = time.perf_counter()
     with search.running(progress):
         while search.probe_round():
             pass
-        finals = search.answers_as_a_whole()
-    search.record_answers(finals)
+        finals = search.answers()
+        if whole:
+            search.run_all([(d, c) for d, c in finals.items() if c is not None])
+    search.record_answers(finals, whole)
     search.rep.wall_s = time.perf_counter() - t0
     return search.rep
 
@@ -510,15 +541,34 @@ class _Search:
             plan.append((d, counts, [bool(p) for p in per_dim]))
         return plan
 
-    def answers_as_a_whole(self) -> dict[str, tuple | None]:
-        """Each design's answer (None: some dimension found no count), simulated as a whole."""
-        finals = {d: self.splits[d].answer if d in self.splits else
-                  None if any(x.exhausted for x in self.state[d]) else tuple(x.hi for x in self.state[d])
-                  for d in self.designs}
-        self.run_all([(d, c) for d, c in finals.items() if c is not None])
-        return finals
+    def answers(self) -> dict[str, tuple | None]:
+        """Each design's answer (None: some dimension found no count)."""
+        return {d: self.splits[d].answer if d in self.splits else
+                None if any(x.exhausted for x in self.state[d]) else tuple(x.hi for x in self.state[d])
+                for d in self.designs}
 
-    def record_answers(self, finals: dict[str, tuple | None]) -> None:
+    def take_known(self, known: dict[str, Known]) -> None:
+        """Start each design's search from verdicts established before (:class:`Known`)."""
+        for d, k in known.items():
+            if d in self.splits:
+                self.splits[d].take_known(k.splits)
+            elif d in self.state:
+                for x, lo, hi in zip(self.state[d], k.fails, k.passes):
+                    if lo:
+                        x.update(lo, False)
+                    if hi is not None:
+                        x.update(hi, True)
+
+    def record_known(self) -> None:
+        for d in self.designs:
+            if d in self.splits:
+                self.rep.known[d] = Known(splits=tuple((s, v.ok) for s, v in self.splits[d].seen.items()))
+            else:
+                self.rep.known[d] = Known(fails=tuple(x.lo for x in self.state[d]),
+                                          passes=tuple(x.hi for x in self.state[d]))
+
+    def record_answers(self, finals: dict[str, tuple | None], whole: bool = True) -> None:
+        self.record_known()
         for d in self.designs:
             c = finals[d]
             # the disaggregated design's answer has its GPUs per role beside its GPUs
@@ -530,6 +580,17 @@ class _Search:
                         f"no count up to --max-replicas={self.max_replicas} meets the SLOs ({', '.join(bad)})")
                 self.rep.designs[d] = {"ok": False, "replicas": None, "gpus": None, **dict.fromkeys(roles),
                                        "note": what}
+                continue
+            if not whole:  # (the counts, and the GPUs their layout has)
+                from sim.cluster.spec import parse_cluster
+                from sim.config import with_cluster
+
+                lay = parse_cluster(with_cluster(self.base, design_cluster(d, self.state[d], list(c), self.router,
+                                                                           self.pd)))
+                by_role = lay.gpus_by_role()
+                self.rep.designs[d] = {"ok": True, "replicas": lay.n_replicas, "gpus": lay.gpus,
+                                       **{f"gpus_{r}": by_role.get(r, 0) for r in PD_ROLES if roles},
+                                       "split": {x.name: k for x, k in zip(self.state[d], c)}}
                 continue
             r = self.cache[(d, c)]
             gpu_h = r["gpus"] * r["end_s"] / 3600 if r.get("end_s") is not None else None

@@ -124,6 +124,15 @@ class SplitSearch:
                     self.corners[1].update(s[1], self.seen[s].ok)
         self._advance()
 
+    def take_known(self, verdicts) -> None:
+        """Start from verdicts established before (``(split, ok)`` pairs): taken as seen, with no
+        ratio (a known pass ranks after the passes probed here among the answer's splits)."""
+        for s, ok in verdicts:
+            self.seen[s] = Seen(bool(ok), float("inf"))
+            if s[0] == s[1]:
+                self.diagonal.update(s[0], bool(ok))
+        self._advance()
+
     def _advance(self) -> None:
         if self.phase == "diagonal" and self.diagonal.done:
             if self.diagonal.exhausted or self.diagonal.hi is None:

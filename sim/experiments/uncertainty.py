@@ -279,9 +279,12 @@ def binding_kinds(rep, slos: dict) -> list[str]:
 def capacity_uncertainty(rep, sc, slos: dict, search, log=None) -> dict:
     """Search again at the low and high time factor of the kinds that bind the answers
     (:func:`binding_kinds`; the widest over them) and record each design's GPUs as
-    ``uncertainty = {gpus_lo, gpus_hi, ...}`` in ``rep.designs``; ``search``: ``scenario ->
-    CapacityReport`` (the same search on another scenario). Returns the factors' metadata.
-    ``gpus_hi`` None: no count up to the search limit meets the SLOs at the high factor."""
+    ``uncertainty = {gpus_lo, gpus_hi, ...}`` in ``rep.designs``; ``search``: ``(scenario,
+    known) -> CapacityReport`` (the same search on another scenario, started from ``known``:
+    the verdicts of ``rep``'s search that hold at the other factor, as every step taking longer
+    never helps a request meet its SLO, :meth:`sim.experiments.capacity.Known.carried`).
+    Returns the factors' metadata. ``gpus_hi`` None: no count up to the search limit meets the
+    SLOs at the high factor."""
     dist = distribution_of(cost_model_of(sc))
     kinds = binding_kinds(rep, slos)
     lo, hi = dist.span(kinds)
@@ -291,7 +294,7 @@ def capacity_uncertainty(rep, sc, slos: dict, search, log=None) -> dict:
             continue
         if log is not None:
             log(f"uncertainty: searching again at cost_scale x{f:.3g}")
-        other[f] = search(at_scale(sc, f))
+        other[f] = search(at_scale(sc, f), {d: k.carried(slower=f > 1.0) for d, k in rep.known.items()})
     meta = {**dist.meta(SPANS.replace("each metric kind's", "the binding metric kinds' widest")),
             "kinds": kinds, "design_factors": [lo, hi]}
     for d, a in rep.designs.items():
