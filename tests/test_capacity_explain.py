@@ -53,6 +53,25 @@ def test_queueing_case_binds_on_queueing_without_a_warning(tmp_path):
     assert "warning: capacity" not in res.stderr
 
 
+def test_the_answers_say_which_metric_binds_as_the_explanation_does():
+    """The searches at the cost model's error bounds start while the explanation simulates: the
+    metric that binds each answer, read from the answers themselves, is the explanation's."""
+    from sim.config import load_scenario
+    from sim.experiments.capacity import capacity_search
+    from sim.experiments.capacity_explain import answer_kinds, explain_capacity
+    from sim.experiments.slos import parse_slos
+
+    for path, designs in [(KNIFE, ["shared"]), ("diurnal_two_class", ["shared", "partitioned"])]:
+        sc = load_scenario(path, overrides=["horizon_s=60.0"])
+        slos = parse_slos(sc)
+        rep = capacity_search(sc, designs, slos, workers=1, max_replicas=16)
+        doc = explain_capacity(rep, sc, slos, workers=1, max_replicas=16, trace=False)
+        said = {info["at_answer"]["metric"] for infos in doc["designs"].values() for info in infos}
+        assert answer_kinds(rep, slos, sc.class_names) == said
+    rep.designs["shared"] = {"ok": False, "replicas": None, "split": None}  # (no answer: the explanation says)
+    assert answer_kinds(rep, slos, sc.class_names) is None
+
+
 def _w(r):
     return {"ratio": r, "class": "c", "metric": "tpot"}
 

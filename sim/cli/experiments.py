@@ -372,9 +372,18 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     figures: list[Path] = []
 
     def finish(rep) -> None:  # (called while the folder's lock is held)
-        _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)  # (capacity.json holds it)
+        # the explanation (capacity.json holds it) simulates its points meanwhile, unless a
+        # design has no answer: then its points say which metric binds, which the searches at
+        # the cost model's error bounds need first
+        explaining = _explain_capacity(rep, sc, slo, router, load_scale, max_replicas, workers)
+        from sim.experiments.capacity_explain import answer_kinds
+
+        if not uncertainty or answer_kinds(rep, slo, sc.class_names) is None:
+            _explained(rep, explaining)
         if uncertainty:
             _capacity_uncertainty(rep, sc, names, slo, router, max_replicas, load_scale, workers)
+        if rep.explain is None:
+            _explained(rep, explaining)
         try:
             save_report(rep, out)
             if not no_plots:
@@ -447,14 +456,23 @@ def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, 
         sys.exit(EXIT_FAILED_RUNS)
 
 
-def _explain_capacity(rep, sc, slo: dict, router, load_scale: float, max_replicas: int, workers) -> None:
-    """Add why each answer is what it is to ``rep`` (margins, binding limits, knife edges: a
-    few more simulations, see :mod:`sim.experiments.capacity_explain`)."""
-    from sim.experiments.capacity_explain import explain_capacity
+def _explain_capacity(rep, sc, slo: dict, router, load_scale: float, max_replicas: int, workers):
+    """Begin explaining why each answer is what it is (margins, binding limits, knife edges: a
+    few more simulations, see :mod:`sim.experiments.capacity_explain`); :func:`_explained`
+    adds it to ``rep``."""
+    from sim.experiments.capacity_explain import Explaining
 
     click.echo("explaining the answers (margins and binding limits: a few more simulations)")
     try:
-        rep.explain = explain_capacity(rep, sc, slo, router=router, load_scale=load_scale,
-                                       max_replicas=max_replicas, workers=workers)
+        return Explaining(rep, sc, slo, router=router, load_scale=load_scale, max_replicas=max_replicas,
+                          workers=workers)
+    except (RuntimeError, ScenarioError) as exc:
+        fail(str(exc))
+
+
+def _explained(rep, explaining) -> None:
+    """Wait for the explanation begun by :func:`_explain_capacity`, and add it to ``rep``."""
+    try:
+        rep.explain = explaining.result()
     except (RuntimeError, ScenarioError) as exc:
         fail(str(exc))

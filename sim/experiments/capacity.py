@@ -28,8 +28,9 @@ bisect between the largest failing and the smallest passing count. It assumes mo
 hurt (monotone); ``disaggregated`` has its own search of the two counts, under the same assumption
 for each role. Every probe is a full simulation; a round's probes (all designs, and several
 probes per design when there are more workers than designs: a k-ary search) run in parallel on
-local processes. The answer of each design is simulated once more as a whole and reported: GPUs
-needed, the batch throughput achieved, utilisation and the classes' p99 latencies.
+local processes. The answer of each design is simulated once more as a whole (beside the next
+round of the designs still searching, or after the last) and reported: GPUs needed, the batch
+throughput achieved, utilisation and the classes' p99 latencies.
 """
 from __future__ import annotations
 
@@ -373,6 +374,7 @@ def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, 
                      workers=max(1, workers or os.cpu_count() or 1), log=log, early_stop=early_stop, apart=apart,
                      probes=probes)
     search.distributed = distributed
+    search.whole = whole
     if known:
         search.take_known(known)
     t0 = time.perf_counter()
@@ -380,7 +382,7 @@ def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, 
         while search.probe_round():
             pass
         finals = search.answers()
-        if whole:
+        if whole:  # (those not simulated yet in a round beside other designs' probes)
             search.run_all([(d, c) for d, c in finals.items() if c is not None])
     search.record_answers(finals, whole)
     search.rep.wall_s = time.perf_counter() - t0
@@ -412,6 +414,7 @@ class _Search:
         self.bar = None
         self.probes = probes
         self.distributed: dict | None = None  # (set by _search: evaluate's)
+        self.whole = True  # (set by _search: each answer simulated once more as a whole)
         # what every probe's outcome depends on besides its own cluster (its file name's key)
         self.base_key = json.dumps(sc.to_dict(), sort_keys=True, default=str) if probes is not None else ""
 
@@ -503,9 +506,13 @@ class _Search:
         active = [d for d in self.designs if not self.done(d)]
         if not active:
             return False
-        m = max(1, self.workers // len(active))
+        # a design found already has its answer simulated as a whole in this round, on a
+        # worker that the searching designs' probes leave (or share) rather than after them
+        found = [(d, c) for d, c in self.answers().items()
+                 if self.whole and d not in active and c is not None and (d, c) not in self.cache]
+        m = max(1, (self.workers - len(found)) // len(active))
         plan = [step for d in active for step in self.round_plan(d, m)]
-        self.run_all([(d, counts) for d, counts, _ in plan])
+        self.run_all([(d, counts) for d, counts, _ in plan] + found)
         for d, search in self.splits.items():
             if d in active:
                 search.told({c: (self.cache[(d, c)]["ok"], _worst(self.cache[(d, c)]))

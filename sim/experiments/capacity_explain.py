@@ -132,46 +132,80 @@ def explain_capacity(rep, sc, slos: dict, *, router: str | dict | None = None, l
     the module docstring). ``rep``: a finished :class:`sim.experiments.capacity.CapacityReport`
     of scenario ``sc`` with SLOs ``slos`` (the search's own settings). ``trace=False`` skips the
     traced run of the step breakdown."""
-    ds = _Dims(rep, sc, slos, router, load_scale, max_replicas, apart)
-    plan: list[tuple[str, int, int]] = []  # (design, dimension, count)
-    for d in rep.designs:
-        ans = ds.answer(d)
-        for j, _ in enumerate(ds.dims(d)):
-            ks = [ans[j] - 1, 2 * ans[j]] if ans else [max_replicas // 2, max_replicas]
-            plan += [(d, j, k) for k in ks if k >= 1]
-    plan = list(dict.fromkeys(plan))
-    outs = _map([ds.args(d, j, k) for d, j, k in plan], workers)
-    extra: dict[tuple[str, int], dict[int, dict]] = {}
-    for (d, j, k), out in zip(plan, outs):
-        if out[0] != "ok":
-            raise RuntimeError(f"capacity explanation {d} {k} replicas failed: {out[1]}\n{out[2]}")
-        extra.setdefault((d, j), {})[k] = out[1]["classes"]
-    doc: dict = {"flat": FLAT, "designs": {}, "warnings": []}
-    for d, a in rep.designs.items():
-        ans = ds.answer(d)
-        if ans:  # the answer as a whole is exact
+    return Explaining(rep, sc, slos, router=router, load_scale=load_scale, max_replicas=max_replicas,
+                      workers=workers, apart=apart, trace=trace).result()
+
+
+class Explaining:
+    """:func:`explain_capacity` begun: its points simulate on their own workers from the start
+    (so that other work, such as the searches at the cost model's error bounds, can run
+    meanwhile); :meth:`result` waits for them and explains."""
+
+    def __init__(self, rep, sc, slos: dict, *, router: str | dict | None = None, load_scale: float = 1.0,
+                 max_replicas: int = 64, workers: int | None = None, apart: bool | None = None,
+                 trace: bool = True) -> None:
+        self.rep, self.slos, self.max_replicas, self.trace = rep, slos, max_replicas, trace
+        ds = self.ds = _Dims(rep, sc, slos, router, load_scale, max_replicas, apart)
+        plan: list[tuple[str, int, int]] = []  # (design, dimension, count)
+        for d in rep.designs:
+            ans = ds.answer(d)
             for j, _ in enumerate(ds.dims(d)):
-                extra.setdefault((d, j), {})[ans[j]] = a["classes"]
-        parts = []
-        for j, x in enumerate(ds.dims(d)):
-            curve = _curve(rep, d, j, x.classes, slos, extra.get((d, j), {}), ans)
-            info = _judge(d, x.name, ans[j] if ans else None, curve, max_replicas)
-            if info["binding"] == "per-step time" and trace:
-                k = ans[j] if ans else max_replicas
-                info["steps"] = step_breakdown(ds.args(d, j, k), info["worst_more"] or info["at_answer"])
-            parts.append(info)
-            if info.get("warning"):
-                doc["warnings"].append(info["warning"])
-        doc["designs"][d] = parts
-    return doc
+                ks = [ans[j] - 1, 2 * ans[j]] if ans else [max_replicas // 2, max_replicas]
+                plan += [(d, j, k) for k in ks if k >= 1]
+        self.plan = list(dict.fromkeys(plan))
+        args = [ds.args(d, j, k) for d, j, k in self.plan]
+        n = max(1, min(workers or os.cpu_count() or 1, len(args)))
+        self.pool = ProcessPoolExecutor(max_workers=n) if n > 1 else None
+        self.outs = [self.pool.submit(_eval_task, a) for a in args] if self.pool is not None else args
+
+    def result(self) -> dict:
+        if self.pool is not None:
+            try:
+                outs = [f.result() for f in self.outs]
+            finally:
+                self.pool.shutdown()
+        else:
+            outs = [_eval_task(a) for a in self.outs]
+        rep, ds, slos, max_replicas = self.rep, self.ds, self.slos, self.max_replicas
+        extra: dict[tuple[str, int], dict[int, dict]] = {}
+        for (d, j, k), out in zip(self.plan, outs):
+            if out[0] != "ok":
+                raise RuntimeError(f"capacity explanation {d} {k} replicas failed: {out[1]}\n{out[2]}")
+            extra.setdefault((d, j), {})[k] = out[1]["classes"]
+        doc: dict = {"flat": FLAT, "designs": {}, "warnings": []}
+        for d, a in rep.designs.items():
+            ans = ds.answer(d)
+            if ans:  # the answer as a whole is exact
+                for j, _ in enumerate(ds.dims(d)):
+                    extra.setdefault((d, j), {})[ans[j]] = a["classes"]
+            parts = []
+            for j, x in enumerate(ds.dims(d)):
+                curve = _curve(rep, d, j, x.classes, slos, extra.get((d, j), {}), ans)
+                info = _judge(d, x.name, ans[j] if ans else None, curve, max_replicas)
+                if info["binding"] == "per-step time" and self.trace:
+                    k = ans[j] if ans else max_replicas
+                    info["steps"] = step_breakdown(ds.args(d, j, k), info["worst_more"] or info["at_answer"])
+                parts.append(info)
+                if info.get("warning"):
+                    doc["warnings"].append(info["warning"])
+            doc["designs"][d] = parts
+        return doc
 
 
-def _map(args: list[tuple], workers: int | None) -> list:
-    n = max(1, min(workers or os.cpu_count() or 1, len(args)))
-    if n == 1:
-        return [_eval_task(a) for a in args]
-    with ProcessPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(_eval_task, args))
+def answer_kinds(rep, slos: dict, class_names: list[str]) -> set[str] | None:
+    """The metrics (``ttft`` / ``tpot`` / ``done``) with the worst ratio to their SLO at each
+    design's answer, per searched dimension: what the explanation's ``at_answer`` says, read
+    from the answers themselves (None when a design has no answer: its explanation's points
+    say it)."""
+    got = set()
+    for d, a in rep.designs.items():
+        if not a.get("split") or a.get("classes") is None:
+            return None
+        for x in design_dims(d, class_names, 1):
+            w = worst_of(a["classes"], slos, x.classes)
+            if w is not None:
+                got.add(w["metric"])
+    return got
 
 
 def _judge(design: str, dim: str, n: int | None, curve: dict[int, dict], limit: int) -> dict:

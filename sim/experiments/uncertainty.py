@@ -262,15 +262,20 @@ def table(res, ivs: dict) -> str:
 SLO_KINDS = {"ttft": "TTFT", "tpot": "TPOT/ITL", "done": "E2E/latency"}
 
 
-def binding_kinds(rep, slos: dict) -> list[str]:
+def binding_kinds(rep, slos: dict, class_names: list[str] | None = None) -> list[str]:
     """The metric kinds that bind the answers: the metric with the worst ratio to its SLO at each
-    design's answer (``rep.explain``), else every kind ``slos`` constrain."""
+    design's answer (read from the answers where every design has one and ``class_names`` are
+    given, else from ``rep.explain``), else every kind ``slos`` constrain."""
+    from sim.experiments.capacity_explain import answer_kinds
+
     got = set()
-    for infos in ((rep.explain or {}).get("designs") or {}).values():
-        for info in infos or []:
-            m = ((info or {}).get("at_answer") or {}).get("metric")
-            if m in SLO_KINDS:
-                got.add(SLO_KINDS[m])
+    metrics = answer_kinds(rep, slos, class_names) if class_names is not None else None
+    if metrics is None:
+        metrics = {((info or {}).get("at_answer") or {}).get("metric")
+                   for infos in ((rep.explain or {}).get("designs") or {}).values() for info in infos or []}
+    for m in metrics:
+        if m in SLO_KINDS:
+            got.add(SLO_KINDS[m])
     if not got:
         got = {SLO_KINDS[k] for s in slos.values() for k, v in s.items() if v is not None and k in SLO_KINDS}
     return sorted(got)
@@ -286,7 +291,7 @@ def capacity_uncertainty(rep, sc, slos: dict, search, log=None) -> dict:
     Returns the factors' metadata. ``gpus_hi`` None: no count up to the search limit meets the
     SLOs at the high factor."""
     dist = distribution_of(cost_model_of(sc))
-    kinds = binding_kinds(rep, slos)
+    kinds = binding_kinds(rep, slos, sc.class_names)
     lo, hi = dist.span(kinds)
     other = {}
     for f in (lo, hi):
