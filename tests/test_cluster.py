@@ -627,6 +627,21 @@ def test_capacity_early_stop_same_verdicts():
                     assert m["slo_ratio"] <= q["classes"][c]["slo_ratio"] + 1e-12
 
 
+def test_a_stopped_probe_counts_the_gpus_of_its_replicas():
+    """A probe stopped early (it lost) reports the GPUs of its layout, as one run to its end
+    does: a tensor-parallel replica has several."""
+    from sim.experiments.capacity import evaluate
+
+    d = toy(6)
+    d["engine"] = {"model": "qwen3-8b", "gpu": "h200", "tp": 2, "max_num_seqs": 1}
+    sc = scenario_from_dict(d)
+    slos = parse_slos(sc, ["lo:done=0.001"])
+    stopped = evaluate(sc, {"replicas": 2, "router": "least_outstanding"}, 1.0, slos, [["hi", "lo"]])
+    full = evaluate(sc, {"replicas": 2, "router": "least_outstanding"}, 1.0, slos)
+    assert stopped["stopped_at_s"] is not None and full.get("stopped_at_s") is None
+    assert (stopped["replicas"], stopped["gpus"]) == (full["replicas"], full["gpus"]) == (2, 4)
+
+
 def test_capacity_partitions_apart_same_answers():
     """Probing each partition alone (its class's requests on its replicas) gives the answers of
     probing all partitions in lockstep, and each probe's verdict is its class's verdict there."""

@@ -203,9 +203,10 @@ def evaluate(base, cluster: dict, load_scale: float, slos: dict,
         classes = {c: {"ok": False if c in watch.lost else None, "arrived": None, "finished": None,
                        "ttft_p99_s": None, "tpot_p99_s": None, "last_finish_s": None,
                        "output_tokens_per_s": None, "slo_ratio": watch.lost.get(c)} for c in slos}
-        spec_groups = cluster.get("groups") or [{"replicas": cluster["replicas"]}]
-        n = sum(g["replicas"] for g in spec_groups)
-        return {"ok": False, "classes": classes, "replicas": n, "gpus": n, "end_s": None,
+        from sim.cluster.spec import parse_cluster
+
+        lay = parse_cluster(sc)  # (GPUs: a replica may have several, tensor parallel)
+        return {"ok": False, "classes": classes, "replicas": lay.n_replicas, "gpus": lay.gpus, "end_s": None,
                 "utilisation": None, "wall_s": time.perf_counter() - t0, "engine_events": None,
                 "stopped_at_s": watch.at_ns / 1e9}
     s = res.summary_dict
