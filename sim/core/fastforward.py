@@ -81,7 +81,7 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         return None
     c = m = 0  # the chunking item's (pf's) chunk, and the steps after the first it prefills in
     if pf is not None:
-        c = eng.limits.chunk_size(pf.req)
+        c = chunk_of(eng, pf)
         m = -(-prompt_left(pf) // c)
     # at most up to the first running request's last token; or, when nothing else could
     # change at those instants (:func:`through_finishes`), past every request's last token
@@ -102,9 +102,21 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
             if left < k:
                 k = left
     q = eng.queues
+    if pf is not None and c < eng.limits.chunk_size(pf.req):
+        # its chunk is what the budget leaves it beside the decoders: one more when a decoder
+        # leaves, so the run ends with the first last token before its prompt's end
+        first = coh.steps_to_last_token() if coh is not None else NEVER
+        for s in plan.items:
+            if s is not pf:
+                left = s.req.hidden_output_tokens - s.req.generated
+                if left < first:
+                    first = left
+        if first <= m and first < k:
+            k = first
     if pf is not None and q.waiting and len(q.running) < eng.limits.max_num_seqs:
-        # (_capped_out: the waiters are held back while its chunks take the whole cap; the
-        # run ends before a step where it takes less, or after its last chunk)
+        # (_capped_out, _takes_budget: the waiters are held back while its chunks take the
+        # whole cap or budget; the run ends before a step where it takes less, or after its
+        # last chunk)
         last = m + 1 if prompt_left(pf) % c == 0 else m
         if last < k:
             k = last
@@ -498,10 +510,12 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
         # the policy would see the new decoders only at the next boundary
         if not policy.static_ranking:
             return False
-        if q.waiting and D < lim.max_num_seqs and not (pf is not None and _capped_out(eng, pf)):
+        if q.waiting and D < lim.max_num_seqs and not (pf is not None and (_capped_out(eng, pf)
+                                                                            or _takes_budget(eng, pf))):
             # the prefill's budget is free again at the next step, where a waiter could fit;
             # not while every slot is taken (nobody leaves inside a run while others wait), nor
-            # while a chunking prefill uses up the per-step cap of the only class waiting
+            # while a chunking prefill uses up the per-step cap of the only class waiting, or
+            # the whole budget
             return False
         if eng.pool.cache is not None:
             for s in items:
@@ -535,10 +549,13 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
     then takes a chunk of :func:`chunk_size` tokens a step beside the decoders to its prompt's
     end), and which it is: ``(True, None)`` when every prefill ends its prompt.
 
-    It may when it is the only such prefill and its caps are what limit its chunks: then the
-    planner gives it the same chunk at every step (its class's cap is its own, the budget holds
-    every decoder and the chunk) and the decoders their token, with no trace, policy books or
-    speculation asking for steps one by one."""
+    It may when it is the only such prefill and the planner gives it the same chunk at every
+    step (:func:`chunk_of`) and the decoders their token, with no trace, policy books or
+    speculation asking for steps one by one: when its caps are what limit its chunks (its
+    class's cap is its own, the budget holds every decoder and the chunk), or when the budget
+    does and it is the running request ranked last (the planner walks the running requests in
+    rank order, the cohort first, so each decoder takes its token and it takes what is left;
+    the run ends before a decoder leaves, :func:`start_run`)."""
     pf = None
     for s in plan.items:
         if not s.decode and s.computed_before + s.tokens != s.req.tokens:
@@ -550,12 +567,28 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
     lim = eng.limits
     if not lim.chunked_prefill or eng.trace is not None or eng.policy.on_scheduled is not None:
         return False, None
-    c = lim.chunk_size(pf.req)
-    if c >= NEVER or len(eng.queues.running) - 1 + c > lim.max_batched_tokens:
-        return False, None
+    c = chunk_of(eng, pf)
+    if c < lim.chunk_size(pf.req) and eng.queues.lowest_running() is not pf.req:
+        return False, None  # (a decoder ranked after it would get no token while it chunks)
     if c < 2 or prompt_left(pf) % c == 1:
         return False, None  # (a last chunk of one token is planned, and priced, as a decode)
     return True, pf
+
+
+def chunk_of(eng: Engine, pf: Scheduled) -> int:
+    """The chunk the chunking item ``pf`` takes in each step after the plan's, while no running
+    request leaves: its caps' (:meth:`~sim.core.limits.StepLimits.chunk_size`), or less where
+    the budget left beside every other running request's token is less."""
+    c = eng.limits.chunk_size(pf.req)
+    share = eng.limits.max_batched_tokens - (len(eng.queues.running) - 1)
+    return share if share < c else c
+
+
+def _takes_budget(eng: Engine, pf: Scheduled) -> bool:
+    """Do the chunking item's chunks take the whole budget of each step after the plan's, so
+    that no waiter is taken in at its boundaries until its prompt's last, shorter chunk (the
+    run then ends before it: :func:`start_run`)?"""
+    return chunk_of(eng, pf) < eng.limits.chunk_size(pf.req)
 
 
 def _capped_out(eng: Engine, pf: Scheduled) -> bool:
