@@ -79,3 +79,32 @@ def test_capped_prompts_chunk_inside_fast_forwarded_runs(monkeypatch):
     apart = simulate(load_scenario("chat_vs_batch", overrides=over))
     pd.testing.assert_frame_equal(fast.requests, apart.requests)
     assert fast.summary_dict["run"]["engine_events"] < 0.5 * apart.summary_dict["run"]["engine_events"]
+
+
+def test_prompts_chunked_by_the_budget_chunk_inside_fast_forwarded_runs(monkeypatch):
+    """A prompt chunked by what the step budget leaves beside the decoders (diurnal_two_class:
+    2,048 tokens a step, batch prompts of thousands) goes on chunking inside a fast-forwarded
+    run when it ranks last, holding every waiter back: the same outputs as stepping (with the
+    invariants checked), in fewer events than when each such chunk was a step of its own."""
+    import pandas as pd
+    from sim.core import fastforward
+
+    over = ["horizon_s=120.0"]
+    sc = load_scenario("diurnal_two_class", overrides=over)
+    fast = simulate(sc, load_scale=0.2, check_invariants=True)
+    stepped = simulate(load_scenario("diurnal_two_class", overrides=over + ["engine.fast_forward=false",
+                                                                            "engine.lazy_batch=false"]),
+                       load_scale=0.2)
+    pd.testing.assert_frame_equal(fast.requests, stepped.requests)
+    pd.testing.assert_frame_equal(fast.timeseries, stepped.timeseries)
+    chunking = fastforward._chunking
+
+    def by_caps_only(eng, plan):
+        ok, pf = chunking(eng, plan)
+        if pf is not None and fastforward._takes_budget(eng, pf):
+            return False, None
+        return ok, pf
+    monkeypatch.setattr(fastforward, "_chunking", by_caps_only)
+    apart = simulate(sc, load_scale=0.2)
+    pd.testing.assert_frame_equal(fast.requests, apart.requests)
+    assert fast.summary_dict["run"]["engine_events"] < 0.9 * apart.summary_dict["run"]["engine_events"]

@@ -6,9 +6,10 @@ arrival, a block shortage, the policy's next ranking change, a telemetry sample,
 engine then advances them as one event. The run may start with an admission and last prefill
 chunks, and go on past requests' last tokens, when nobody waits and the policy never re-ranks.
 A prompt chunked by its caps (``max_prefill_chunk``, its class's ``max_prefill_tokens_per_step``)
-goes on chunking in the run's next steps beside the decoders (:func:`_chunking`), and a prefill
-may open a run while others wait if no waiter could be taken in at its boundaries (every slot
-taken, or every waiter held back by the cap the chunks use up: :func:`_capped_out`).
+or, when it ranks last, by the budget the decoders leave goes on chunking in the run's next
+steps beside the decoders (:func:`_chunking`), and a prefill may open a run while others wait
+if no waiter could be taken in at its boundaries (every slot taken, or every waiter held back
+by the cap or the budget the chunks use up: :func:`_capped_out`, :func:`_takes_budget`).
 Durations are integer nanoseconds from one cost function, evaluated step by step, so the
 result is identical to stepping one iteration at a time (``engine.fast_forward = false``),
 which the tests assert. Speculative steps emit a random number of tokens and are never
