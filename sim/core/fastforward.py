@@ -333,6 +333,9 @@ class OpenRun:
                 del durs[kb:]
                 del ends[kb:]
                 self.done = True
+                # (and the leaves priced in the steps cut off, or at the new last step's end)
+                while gone_ns and gone_ns[-1] >= ends[-1]:
+                    gone_ns.pop()
         return len(durs) > n
 
 
