@@ -52,6 +52,7 @@ import json
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Final
 
 from plumbing.documents import DocumentError, loads_json, short
 from plumbing.numbers import in_range, is_integer, is_number
@@ -60,8 +61,11 @@ from sim.core.overhead import MAX_TERM_S, NONE as NO_OVERHEAD, Overhead, Overhea
 
 
 SCHEMA = "priosim.profile/1"
-NS = 1_000_000_000  # nanoseconds per second: every engine time is an integer ns
-NEVER = 2**62  # "no such time", in ns
+# (Final: the compiled build reads them as constants, not from the module's dict at every use)
+NS: Final = 1_000_000_000  # nanoseconds per second: every engine time is an integer ns
+# "no such time", in ns (73 years): below 2**62, so that the compiled build holds it, as every
+# time, in a machine word (mypyc's ints are tagged words up to 2**62 - 1, objects beyond)
+NEVER: Final = 2**61
 
 #: Where shipped profiles live (by name), beside this cost model that reads them: analytic
 #: rooflines and profiles measured by ``calibrate``, which writes this format.

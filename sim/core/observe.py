@@ -8,6 +8,8 @@ could spend re-prefilling them), the run stops with a StallError.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 from sim.core.cohort import NOT_MEMBER
@@ -16,7 +18,7 @@ from sim.core.errors import StallError
 from sim.core.parts import EngineParts as Engine
 from sim.core.plan import StepPlan, least_urgent, rank
 
-PROGRESS_EVERY = 8192
+PROGRESS_EVERY: Final = 8192
 STALL_MIN = 65536
 
 
