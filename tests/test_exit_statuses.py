@@ -43,6 +43,27 @@ def test_a_failed_capacity_probe_exits_1(tmp_path, monkeypatch):
     assert res.stderr.splitlines()[0] == "error: capacity point shared [1] failed: boom"
 
 
+def test_a_failed_error_bound_search_exits_1_and_drops_the_explanation(tmp_path, monkeypatch):
+    """The explanation's points simulate while the searches at the cost model's error bounds
+    run: when one of those fails, the command ends with status 1 at once, its explanation given
+    up (not waited for)."""
+    import sim.experiments.capacity_explain as ex
+    import sim.experiments.uncertainty as unc
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("capacity point shared [2] failed: boom")
+
+    dropped = []
+    cancel = ex.Explaining.cancel
+    monkeypatch.setattr(unc, "capacity_uncertainty", broken)
+    monkeypatch.setattr(ex.Explaining, "cancel", lambda self: (dropped.append(self.pool is not None), cancel(self)))
+    res = CliRunner().invoke(main, ["capacity", "chat_vs_batch", "--designs", "shared", "--max-replicas", "4",
+                                    "--set", "horizon_s=60.0", "--workers", "2", "--out", str(tmp_path / "c"), "--no-plots"])
+    assert res.exit_code == 1, res.output
+    assert "error: capacity point shared [2] failed: boom" in res.stderr
+    assert dropped == [True]  # (given up while its workers ran)
+
+
 @pytest.mark.parametrize("args", [["run", "chat_vs_batch", "--no-plots"], ["workload", "chat_vs_batch"]])
 def test_ctrl_c_in_any_command_is_one_line_and_130(tmp_path, monkeypatch, args):
     """Click's own handling printed "Aborted!" with status 1."""

@@ -381,7 +381,11 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         if not uncertainty or answer_kinds(rep, slo, sc.class_names) is None:
             _explained(rep, explaining)
         if uncertainty:
-            _capacity_uncertainty(rep, sc, names, slo, router, max_replicas, load_scale, workers)
+            try:
+                _capacity_uncertainty(rep, sc, names, slo, router, max_replicas, load_scale, workers)
+            except BaseException:  # (a failed search or Ctrl-C: the explanation's workers are not waited for)
+                explaining.cancel()
+                raise
         if rep.explain is None:
             _explained(rep, explaining)
         try:

@@ -158,6 +158,14 @@ class Explaining:
         self.pool = ProcessPoolExecutor(max_workers=n) if n > 1 else None
         self.outs = [self.pool.submit(_eval_task, a) for a in args] if self.pool is not None else args
 
+    def cancel(self) -> None:
+        """Give up the explanation: its points not started are dropped, and its workers are
+        not waited for (a failure or an interruption elsewhere ends the command)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+            self.outs = []
+
     def result(self) -> dict:
         if self.pool is not None:
             try:
