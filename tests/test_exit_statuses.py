@@ -58,7 +58,8 @@ def test_a_failed_error_bound_search_exits_1_and_drops_the_explanation(tmp_path,
     monkeypatch.setattr(unc, "capacity_uncertainty", broken)
     monkeypatch.setattr(ex.Explaining, "cancel", lambda self: (dropped.append(self.pool is not None), cancel(self)))
     res = CliRunner().invoke(main, ["capacity", "chat_vs_batch", "--designs", "shared", "--max-replicas", "4",
-                                    "--set", "horizon_s=60.0", "--workers", "2", "--out", str(tmp_path / "c"), "--no-plots"])
+                                    "--set", "horizon_s=60.0", "--workers", "2", "--out", str(tmp_path / "c"),
+                                    "--no-plots"])
     assert res.exit_code == 1, res.output
     assert "error: capacity point shared [2] failed: boom" in res.stderr
     assert dropped == [True]  # (given up while its workers ran)
