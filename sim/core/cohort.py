@@ -38,12 +38,13 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, insort
+from typing import Final
 
 from sim.core.costs import NS
 from sim.core.plan import NO_PRIORITY, least_urgent, rank
 from sim.core.request import Request
 
-NOT_MEMBER = -1  # Request.cohort_base_step of a request outside the cohort
+NOT_MEMBER: Final = -1  # Request.cohort_base_step of a request outside the cohort
 
 
 class DecodeCohort:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from sim.core.request import Request
 
@@ -17,7 +17,7 @@ def age(r: Request) -> tuple:
     return (r.arrival_ns, r.request_id)
 
 
-NO_PRIORITY = -(1 << 62)  # below every class priority: "no class present"
+NO_PRIORITY: Final = -(1 << 62)  # below every class priority: "no class present"
 
 
 def least_urgent(class_priority: list[int], counts: list[int], top: int = NO_PRIORITY) -> int:
@@ -31,7 +31,7 @@ def least_urgent(class_priority: list[int], counts: list[int], top: int = NO_PRI
 
 #: Rank order of running requests: ``(key, admit_seq)``, the policy key, then admission order
 #: (an attrgetter: sorts, bisections and maxima keyed by it read both fields in C).
-rank = attrgetter("key", "admit_seq")
+rank: Final = attrgetter("key", "admit_seq")
 
 
 class StepShape(NamedTuple):

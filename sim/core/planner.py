@@ -23,7 +23,7 @@ mutates blocks and the running set; the step is then priced and applied (:mod:`s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
@@ -33,7 +33,8 @@ from sim.core.preemption import eligible_unordered, eligible_victims, preempt, v
 from sim.core.request import Request, State
 
 # (an enum member read from its class costs about 8 times a module global's read, in Python 3.11)
-SWAPPED, RUNNING = State.SWAPPED, State.RUNNING
+SWAPPED: Final = State.SWAPPED
+RUNNING: Final = State.RUNNING
 
 
 class Fit(NamedTuple):
@@ -45,7 +46,7 @@ class Fit(NamedTuple):
     hit: int  # cached prefix groups it would reuse
 
 
-NO_FIT = Fit(False, 0, 0, 0)
+NO_FIT: Final = Fit(False, 0, 0, 0)
 
 
 def budget_left(eng: Engine, scheduled: dict, cohort: int = 0) -> int:
@@ -152,7 +153,9 @@ def _cohort_share(eng: Engine, plan: StepPlan) -> None:
 # ---- the step ----------------------------------------------------------------------------------
 #: which work a walk of the running set or an admission takes: all of it (``engine.batching =
 #: "mixed"``), or, planning a ``"prefill_first"`` step, prefill work only or decode work only
-ALL, PREFILLS, DECODES = 0, 1, 2
+ALL: Final = 0
+PREFILLS: Final = 1
+DECODES: Final = 2
 
 
 def plan(eng: Engine, now_ns: int) -> StepPlan:

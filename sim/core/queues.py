@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from typing import Any
+from typing import Any, Final
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.plan import NO_PRIORITY, least_urgent, rank
@@ -20,7 +20,7 @@ __all__ = ["Queues", "LEAST_KEPT"]
 
 #: how many of the least urgent running requests :meth:`Queues.lowest_running` finds at once
 #: (preemptions take them one by one; a few more cost little in the same walk)
-LEAST_KEPT = 8
+LEAST_KEPT: Final = 8
 
 
 class Queues:
