@@ -19,7 +19,7 @@ ways:
   counters move with every token); the engine re-keys before each plan.
 * ``next_change(now)``: the simulated time (seconds) at which keys change next without any event
   (e.g. aging promotes a class, a quantum expires). The engine never fast-forwards past it.
-  None: no change declared; inf or a time past the engine's integer-ns range (2^62 ns): never;
+  None: no change declared; inf or a time past the engine's integer-ns range (2^61 ns): never;
   NaN is refused (and so is a negative time from a user's policy).
 
 Hooks (all optional, defaults in :class:`BasePolicy`) let stateful policies keep their books:

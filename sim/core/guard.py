@@ -221,7 +221,7 @@ def checked_next_change(t: Any, who: str, now: float) -> float | None:
 
 def _bad_change(t: Any, who: str, now: float) -> float:
     raise PolicyContractError(f"policy '{who}': next_change({now:.9g}) returned {_short(t)}: expected None "
-                              "(no change declared) or a time in seconds >= 0 (inf, or beyond 2^62 ns, "
+                              "(no change declared) or a time in seconds >= 0 (inf, or beyond 2^61 ns, "
                               "means never; NaN is not a time)")
 
 
