@@ -939,9 +939,9 @@ class DisaggCluster:
         or a recompute victim, which come after those; with ``first_token = "prefill"`` also at
         its step boundaries (a one-token answer ends there): 1 ns after the next one of a prefill
         replica that runs, after its next release (a blocked one resumes then) or now (an idle
-        one with legs just routed to it), and after the next recompute victim's routing. Blocked replicas' own wake
-        times are not read, so that no two blocked replicas bound each other a nanosecond at a
-        time."""
+        one with legs just routed to it), and after the next recompute victim's routing.
+        Blocked replicas' own wake times are not read, so that no two blocked replicas bound
+        each other a nanosecond at a time."""
         t = NEVER
         now = int(self.env.now)
         ends_at_prefill = self.sampled_sent_at_prefill

@@ -103,7 +103,7 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
             if left < k:
                 k = left
     q = eng.queues
-    if pf is not None and c < eng.limits.chunk_size(pf.req):
+    if pf is not None and _takes_budget(eng, pf):
         # its chunk is what the budget leaves it beside the decoders: one more when a decoder
         # leaves, so the run ends with the first last token before its prompt's end
         first = coh.steps_to_last_token() if coh is not None else NEVER
@@ -571,9 +571,9 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
     lim = eng.limits
     if not lim.chunked_prefill or eng.trace is not None or eng.policy.on_scheduled is not None:
         return False, None
-    c = chunk_of(eng, pf)
-    if c < lim.chunk_size(pf.req) and eng.queues.lowest_running() is not pf.req:
+    if _takes_budget(eng, pf) and eng.queues.lowest_running() is not pf.req:
         return False, None  # (a decoder ranked after it would get no token while it chunks)
+    c = chunk_of(eng, pf)
     if c < 2 or prompt_left(pf) % c == 1:
         return False, None  # (a last chunk of one token is planned, and priced, as a decode)
     return True, pf

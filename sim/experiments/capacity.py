@@ -385,7 +385,7 @@ def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, 
         finals = search.answers()
         if whole:  # (those not simulated yet in a round beside other designs' probes)
             search.run_all([(d, c) for d, c in finals.items() if c is not None])
-    search.record_answers(finals, whole)
+    search.record_answers(finals)
     search.rep.wall_s = time.perf_counter() - t0
     return search.rep
 
@@ -575,7 +575,7 @@ class _Search:
                 self.rep.known[d] = Known(fails=tuple(x.lo for x in self.state[d]),
                                           passes=tuple(x.hi for x in self.state[d]))
 
-    def record_answers(self, finals: dict[str, tuple | None], whole: bool = True) -> None:
+    def record_answers(self, finals: dict[str, tuple | None]) -> None:
         self.record_known()
         for d in self.designs:
             c = finals[d]
@@ -589,7 +589,7 @@ class _Search:
                 self.rep.designs[d] = {"ok": False, "replicas": None, "gpus": None, **dict.fromkeys(roles),
                                        "note": what}
                 continue
-            if not whole:  # (the counts, and the GPUs their layout has)
+            if not self.whole:  # (the counts, and the GPUs their layout has)
                 from sim.cluster.spec import parse_cluster
                 from sim.config import with_cluster
 

@@ -153,27 +153,26 @@ class Explaining:
                 ks = [ans[j] - 1, 2 * ans[j]] if ans else [max_replicas // 2, max_replicas]
                 plan += [(d, j, k) for k in ks if k >= 1]
         self.plan = list(dict.fromkeys(plan))
-        args = [ds.args(d, j, k) for d, j, k in self.plan]
-        n = max(1, min(workers or os.cpu_count() or 1, len(args)))
+        self.args = [ds.args(d, j, k) for d, j, k in self.plan]
+        n = max(1, min(workers or os.cpu_count() or 1, len(self.args)))
         self.pool = ProcessPoolExecutor(max_workers=n) if n > 1 else None
-        self.outs = [self.pool.submit(_eval_task, a) for a in args] if self.pool is not None else args
+        self.futures = [self.pool.submit(_eval_task, a) for a in self.args] if self.pool is not None else None
 
     def cancel(self) -> None:
         """Give up the explanation: its points not started are dropped, and its workers are
         not waited for (a failure or an interruption elsewhere ends the command)."""
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
-            self.outs = []
+            self.pool = self.futures = None
 
     def result(self) -> dict:
-        if self.pool is not None:
+        if self.pool is not None and self.futures is not None:
             try:
-                outs = [f.result() for f in self.outs]
+                outs = [f.result() for f in self.futures]
             finally:
                 self.pool.shutdown()
-        else:
-            outs = [_eval_task(a) for a in self.outs]
+        else:  # (one worker: simulated here, now)
+            outs = [_eval_task(a) for a in self.args]
         rep, ds, slos, max_replicas = self.rep, self.ds, self.slos, self.max_replicas
         extra: dict[tuple[str, int], dict[int, dict]] = {}
         for (d, j, k), out in zip(self.plan, outs):
