@@ -115,7 +115,12 @@ class LeastKV(BaseRouter):
     name = "least_kv"
 
     def route(self, req, candidates, now_ns):
-        return min(candidates, key=lambda c: (c.kv_used, c.outstanding))
+        # min over (kv_used, outstanding), the first of equals; outstanding read only for a tie
+        kv = [c.kv_used for c in candidates]
+        low = min(kv)
+        if kv.count(low) == 1:
+            return candidates[kv.index(low)]
+        return min((c for c, u in zip(candidates, kv) if u == low), key=_OUTSTANDING)
 
 
 class PowerOfTwo(BaseRouter):

@@ -106,6 +106,7 @@ class PDReplica:
         self.exited = False
         self.inbox: deque = deque()  # requests routed here (prefill legs, co-located requests)
         self.mail: list = []  # delivered messages: (kind, request), in delivery order
+        self.handoffs_in_mail = 0  # of them, HANDOFF (a decode replica's outstanding counts these)
         self.incoming: list[int] = []  # heap: instants of messages posted here, not yet delivered
         self.pending: list = []  # decode: (key, seq, request) waiting here for blocks and a slot
         self.unsent: dict[int, Request] = {}  # prefill: finished legs whose copy has not started
@@ -121,7 +122,10 @@ class PDReplica:
         self._run_ev: simpy.Event | None = None
         self._run: Any = None  # the run in flight while it may be priced further
         self._open: Any = None  # the run in flight (an OpenRun), or None for a single step
-        self._price_ev: simpy.Event | None = None
+        # the instant the run in flight is next priced at (NEVER: none), and the instants of
+        # the pricing events in the queue (one a instant: a re-priced run reuses a stale one)
+        self._price_at = NEVER
+        self._price_armed: set[int] = set()
         self._span = 0  # the least time a stretch prices ahead, ns
         # decoders whose KV landed while the run was in flight and that joined it (``land``):
         # (request, boundary ns, step, the run's k before, its plan item), in order
@@ -155,12 +159,15 @@ class PDReplica:
 
     @property
     def outstanding(self) -> int:
-        # (a decode replica's also: KV on its way here, or landed and not yet taken in)
-        # (a landed decoder that joined the run in flight is in ``held`` until the run ends)
-        held = len(self.engine.held) if self.role == DECODE else 0
-        gone = self.gone(int(self.cluster.env.now))[0] if self._run_ev is not None else 0
-        return (len(self.engine.queues.running) - gone + self.waiting + held
-                + sum(1 for k, _ in self.mail if k == HANDOFF))
+        q = self.engine.queues
+        n = len(q.running) + len(q.waiting) + len(self.inbox) + len(self.pending)
+        if self.role != DECODE:  # (its mail stays empty: only a decode replica's has any)
+            return n
+        # a decode replica's also: KV on its way here (``held``, with a landed decoder that
+        # joined the run in flight, until the run ends), or handed off and not yet taken in
+        if self._run_ev is not None:
+            n -= self.gone(int(self.cluster.env.now))[0]
+        return n + len(self.engine.held) + self.handoffs_in_mail
 
     @property
     def kv_used(self) -> float:
@@ -226,16 +233,22 @@ class PDReplica:
         run.extend(bound)
         if run.done:
             self._run = None
+            self._price_at = NEVER
             self.step_end_lb = end = self._ends[-1]
             trigger(self._run_ev, end - now_ns)
         else:
-            pev = self._price_ev = simpy.Event(self.cluster.env)
-            pev.callbacks.append(self._price_on)
-            trigger_urgent(pev, bound - now_ns)
+            self._price_at = bound
+            if bound not in self._price_armed:
+                self._price_armed.add(bound)
+                pev = simpy.Event(self.cluster.env)
+                pev.callbacks.append(self._price_on)
+                trigger_urgent(pev, bound - now_ns)
 
     def _price_on(self, pev) -> None:
-        if pev is self._price_ev and self._run is not None:
-            self._price(int(self.cluster.env.now))
+        now = int(self.cluster.env.now)
+        self._price_armed.discard(now)
+        if now == self._price_at and self._run is not None:
+            self._price(now)
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated; the decoders that
@@ -412,7 +425,7 @@ class PDReplica:
             assert ev is not None
             self._run_ev = hand_over(ev)
             self._run = self._open
-        self._price_ev = None
+        self._price_at = NEVER
 
     def _end_after(self, k: int) -> None:
         """The run in flight ends with its ``k``-th step (no later than it was to)."""
@@ -420,7 +433,8 @@ class PDReplica:
         assert ev is not None
         ends = self._ends
         if self._run is not None:  # (its end not scheduled yet: it is now)
-            self._run = self._price_ev = None
+            self._run = None
+            self._price_at = NEVER
             del self._durs[k:]
             del ends[k:]
             self.step_end_lb = ends[-1]
@@ -445,6 +459,7 @@ class PDReplica:
         eng = self.engine
         if self.mail:
             mail, self.mail = self.mail, []
+            self.handoffs_in_mail = 0
             for kind, r in mail:
                 if kind == LAND:  # (decode) its KV is here: it joins the batch
                     self._take_in(r, now_ns)
@@ -578,8 +593,8 @@ class DisaggCluster:
         self._posts: list = []
         self.handoffs_due: list[int] = []
         self.victims_due: list[int] = []
-        self._ev: simpy.Event | None = None
-        self._at = NEVER
+        self._at = NEVER  # the next delivery's instant (NEVER: none armed)
+        self._armed: set[int] = set()  # instants of delivery events in the queue (one a instant)
         self.bytes_per_token = 0
         self.layers = 1
 
@@ -593,25 +608,32 @@ class DisaggCluster:
             heappush(rep.incoming, t_ns)
         else:
             heappush(self.handoffs_due if kind == HANDOFF else self.victims_due, t_ns)
-        self._arm(t_ns)
+        if t_ns < self._at:
+            self._arm(t_ns)
 
     def _arm(self, t_ns: int) -> None:
+        """Deliver at ``t_ns`` (now at the earliest) unless a delivery comes sooner. An event of
+        an instant armed before and superseded is still in the queue: it serves again."""
+        now = int(self.env.now)
+        if t_ns < now:
+            t_ns = now
         if t_ns < self._at:
             self._at = t_ns
-            ev = self.env.event()
-            ev.callbacks.append(self._deliver)
-            self._ev = ev
-            trigger_urgent(ev, max(t_ns - int(self.env.now), 0))
+            if t_ns not in self._armed:
+                self._armed.add(t_ns)
+                ev = self.env.event()
+                ev.callbacks.append(self._deliver)
+                trigger_urgent(ev, t_ns - now)
 
     def start(self) -> None:
         self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
 
     def _deliver(self, ev) -> None:
-        if ev is not self._ev:
-            return  # (superseded by an earlier one)
-        self._ev = None
-        self._at = NEVER
         now = int(self.env.now)
+        self._armed.discard(now)
+        if now != self._at:
+            return  # (superseded by an earlier one, or not armed again yet)
+        self._at = NEVER
         self.route_until(now)
         posts = self._posts
         while posts and posts[0][0] <= now:
@@ -632,9 +654,11 @@ class DisaggCluster:
                 else:
                     rep.mail.append((kind, r))
                     rep.notify()
-        nxt = min(posts[0][0] if posts else NEVER, self.source.next_arrival_ns())
+        nxt = self.source.next_arrival_ns()
+        if posts and posts[0][0] < nxt:
+            nxt = posts[0][0]
         if nxt < NEVER and now < self.stop_ns:
-            self._arm(min(nxt, self.stop_ns))
+            self._arm(nxt if nxt < self.stop_ns else self.stop_ns)
 
     def release(self, rep: PDReplica, leg: Request) -> None:
         """``leg``'s KV has landed at its decode replica: prefill replica ``rep`` frees its blocks
@@ -648,6 +672,8 @@ class DisaggCluster:
     # -- routing --
     def route_until(self, now_ns: int) -> None:
         """Route the arrivals due now: each to a prefill or co-located replica."""
+        if self.source.next_arrival_ns() > now_ns:
+            return  # (none: most deliveries are a finished prefill's or a landing's)
         for r in self.source.pop_due(min(now_ns, self.stop_ns)):
             self.live += 1
             cands = self.prefill_cands[r.cls_idx]
@@ -730,6 +756,7 @@ class DisaggCluster:
         if not d.pending and not d.mail and not d.lands_after(now_ns) and self.reserve_now(d, r, now_ns):
             return
         d.mail.append((HANDOFF, r))
+        d.handoffs_in_mail += 1
         d.notify()
 
     def reserve_now(self, d: PDReplica, r: Request, now_ns: int) -> bool:
