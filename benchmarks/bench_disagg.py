@@ -51,8 +51,14 @@ def measure() -> list[dict]:
     return rows
 
 
+def build() -> str:
+    """Which engine this process runs: the compiled build where ``import sim`` took it."""
+    import sim.core.engine
+    return "compiled build (mypyc)" if sim.core.engine.__file__.endswith(".so") else "pure Python"
+
+
 def markdown(rows: list[dict]) -> list[str]:
-    md = [SECTION, "", f"{time.strftime('%Y-%m-%d %H:%M')}, pure Python, `python -m benchmarks.bench_disagg`: "
+    md = [SECTION, "", f"{time.strftime('%Y-%m-%d %H:%M')}, {build()}, `python -m benchmarks.bench_disagg`: "
           f"the quickest of {REPEATS} alternating runs of each design, in one process (a ratio of two "
           "times taken together needs no yardstick).", "",
           "| traffic | requests | co-located, µs per request | 2P2D, µs per request | ratio "
@@ -78,7 +84,7 @@ def write(md: list[str], rows: list[dict]) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=HERE.parent).stdout.strip()
     with open(HERE / "history.csv", "a", newline="") as f:
-        csv.writer(f).writerow([time.strftime("%Y-%m-%d %H:%M"), commit, "", "python -m benchmarks.bench_disagg: "
+        csv.writer(f).writerow([time.strftime("%Y-%m-%d %H:%M"), commit, "", f"python -m benchmarks.bench_disagg ({build()}): "
                                 + "; ".join(f"{r['case']} 2P2D / co-located engine time per request {r['ratio']:.2f}"
                                             for r in rows)])
 

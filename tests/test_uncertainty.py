@@ -178,8 +178,9 @@ def test_capacity_reports_gpus_with_an_interval(tmp_path):
     assert res.exit_code == 0, res.output + res.stderr
     a = json.loads((out / "capacity.json").read_text())["designs"]["shared"]
     u = a["uncertainty"]
-    hi = ">16 replicas" if u["gpus_hi"] is None else str(u["gpus_hi"])
-    assert f"shared: {a['gpus']} GPUs ({u['gpus_lo']}-{hi};" in res.stdout
+    span = (f"{u['gpus_lo']} to more than --max-replicas=16 replicas" if u["gpus_hi"] is None
+            else f"{u['gpus_lo']}-{u['gpus_hi']}")
+    assert f"shared: {a['gpus']} GPUs ({span};" in res.stdout
     assert u["gpus_lo"] <= a["gpus"] and u["kinds"] == ["TPOT/ITL"]
     off = CliRunner().invoke(main, ["capacity", KNIFE, "--designs", "shared", "--max-replicas", "16", "--workers",
                                     "1", "--no-plots", "--no-uncertainty", "--out", str(tmp_path / "off")])

@@ -313,13 +313,18 @@ def capacity_uncertainty(rep, sc, slos: dict, search, log=None) -> dict:
 
 
 def capacity_lines(rep, max_replicas: int) -> list[str]:
-    """``shared: 8 GPUs (7-10)`` per design with an interval."""
+    """``shared: 8 GPUs (7-10; ...)`` per design with an interval (``(7 to more than
+    --max-replicas=64 replicas; ...)`` where no count up to the limit meets the SLOs at the high
+    factor)."""
     out = []
     for d, a in rep.designs.items():
         u = a.get("uncertainty")
         if u is None:
             continue
-        hi = f">{max_replicas} replicas" if u["gpus_hi"] is None else str(u["gpus_hi"])
-        out.append(f"{d}: {a['gpus']} GPUs ({u['gpus_lo']}-{hi}; {u['level']:.0%} interval from the cost "
+        if u["gpus_hi"] is None:
+            span = f"{u['gpus_lo']} to more than --max-replicas={max_replicas} replicas"
+        else:
+            span = f"{u['gpus_lo']}-{u['gpus_hi']}"
+        out.append(f"{d}: {a['gpus']} GPUs ({span}; {u['level']:.0%} interval from the cost "
                    f"model's error, time factors x{u['factors'][0]:.3g}..x{u['factors'][1]:.3g})")
     return out
