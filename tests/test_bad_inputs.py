@@ -261,7 +261,7 @@ CASES = [
     Case("replay_missing_key", "replay of a vLLM result without input_lens", ["replay", "r.json"],
          {"r.json": '{"num_prompts": 2, "request_rate": "inf", "mean_ttft_ms": 1.0, "output_lens": [3, 4], '
                     '"ttfts": [0.1, 0.1], "itls": [[0.01, 0.01], [0.01, 0.01, 0.01]]}'}),
-    Case("replay_summary_only", "replay of a vLLM result saved without --save-detailed", ["replay", "r.json"],
+    Case("replay_summary_only", "replay of a summary-only vLLM result without its token totals", ["replay", "r.json"],
          {"r.json": '{"num_prompts": 2, "request_rate": 4.0, "mean_ttft_ms": 12.5, "duration": 1.0}'}),
     Case("replay_negative_length", "replay of a vLLM result with a negative output length", ["replay", "r.json"],
          {"r.json": '{"num_prompts": 2, "request_rate": "inf", "mean_ttft_ms": 1.0, "input_lens": [5, 6], '

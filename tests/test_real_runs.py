@@ -202,8 +202,9 @@ def test_sglang_trace_request_rate_reads(tmp_path):
     assert any("'trace'" in n for n in run.notes)
 
 
-def test_summary_only_sglang_lines_are_one_line_exit_2(tmp_path):
-    """SGLang appends summary-only lines without --output-details (and writes Infinity)."""
+def test_summary_only_sglang_lines_without_totals_are_one_line_exit_2(tmp_path):
+    """SGLang appends summary-only lines without --output-details (and writes Infinity); one
+    without its token totals cannot be replayed at its mean lengths."""
     line = ('{"backend": "sglang", "dataset_name": "random", "request_rate": Infinity, "max_concurrency": null, '
             '"mean_e2e_latency_ms": 7840.6, "median_ttft_ms": 85.7, "duration": 298.4, "completed": 300}')
     p = _write(tmp_path, "online.jsonl", line + "\n" + line.replace("Infinity", "1.0") + "\n")

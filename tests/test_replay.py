@@ -138,3 +138,87 @@ def test_sequential_order_needs_a_trace():
     with pytest.raises(WorkloadError, match="order"):
         validate_streams([{"tenant": "a", "class": "c", "prompt_tokens": 5, "output_tokens": 5,
                            "arrival": {"process": "closed_loop", "users": 2, "order": "sequential"}}], {"c"}, Path("."))
+
+
+# -- summary-only files (no --save-detailed / --output-details) -------------------------------
+
+def _fixed_length_files(tmp_path, n: int = 24, prompt: int = 300, output: int = 40):
+    """A vLLM run of ``n`` requests of one length (3 in flight), simulated and exported with
+    --save-detailed, and the same run as vLLM writes it without: the per-request lists dropped,
+    the summary keys vLLM computes kept (mean, median, p99 of TTFT, TPOT, ITL and E2E)."""
+    from calibrate.runs.compare import measured_metrics
+    from calibrate.runs.table import frame, settings
+
+    st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=3, num_prompts=n,
+                  model="meta-llama/Meta-Llama-3-8B-Instruct", backend="vllm")
+    seed = tmp_path / "lengths.json"
+    seed.write_text(export_text("vllm", frame(np.full(n, prompt), np.full(n, output), None, np.zeros(n), None,
+                                              np.zeros(n)).assign(start_s=0.0), st))
+    cmp = replay(read_run(seed), profile=PROFILE, mode="closed")
+    detailed = tmp_path / "detailed.json"
+    detailed.write_text(export_text("vllm", simulated_table(cmp), st))
+    doc = json.loads(detailed.read_text())
+    m = measured_metrics(read_run(detailed))
+    for ours, theirs in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e", "e2el")):
+        doc[f"mean_{theirs}_ms"] = m[f"{ours}_mean_ms"]
+        doc[f"median_{theirs}_ms"] = m[f"{ours}_p50_ms"]
+        doc[f"p99_{theirs}_ms"] = m[f"{ours}_p99_ms"]
+    for k in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
+        doc.pop(k, None)
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(doc))
+    return detailed, summary, m
+
+
+def test_summary_only_vllm_file_replays_at_its_mean_lengths(tmp_path):
+    """Read as `completed` requests at the totals' mean lengths, compared with the file's own
+    summary; a run of one length replays exactly as its detailed file does."""
+    from calibrate.runs.compare import measured_metrics
+
+    detailed, summary, m = _fixed_length_files(tmp_path)
+    run = read_run(summary)
+    assert run.summary_only and not read_run(detailed).summary_only
+    assert list(run.requests["input_tokens"]) == [300] * 24 and list(run.requests["output_tokens"]) == [40] * 24
+    assert any("summary-only result (no --save-detailed)" in n for n in run.notes)
+    got = measured_metrics(run)
+    for k in ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_mean_ms", "e2e_p99_ms",
+              "request_throughput", "output_throughput"):
+        assert got[k] == pytest.approx(m[k], rel=1e-9), k
+    assert math.isnan(got["ttft_p90_ms"])  # (vLLM keeps p99 alone unless --metric-percentiles says more)
+    a, b = replay(read_run(detailed), profile=PROFILE, mode="closed"), replay(run, profile=PROFILE, mode="closed")
+    for name in REQUIRED:
+        assert b.metrics[name]["simulated"] == a.metrics[name]["simulated"], name
+        assert abs(b.metrics[name]["error"]) <= 0.02, (name, b.metrics[name])
+
+
+def test_summary_only_lengths_add_up_to_the_totals(tmp_path):
+    doc = {"backend": "sglang", "dataset_name": "random", "request_rate": 1.0, "max_concurrency": None,
+           "total_input_tokens": 1003, "total_output_tokens": 10, "mean_e2e_latency_ms": 900.0,
+           "median_e2e_latency_ms": 850.0, "median_ttft_ms": 80.0, "median_itl_ms": 13.0,
+           "output_throughput": 40.0, "duration": 3.0, "completed": 4}
+    p = tmp_path / "online.jsonl"
+    p.write_text(json.dumps(doc) + "\n")
+    run = read_run(p)
+    assert run.format == "sglang" and run.summary_only
+    assert list(run.requests["input_tokens"]) == [251, 251, 251, 250]
+    assert list(run.requests["output_tokens"]) == [3, 3, 2, 2]
+    from calibrate.runs.compare import measured_metrics
+
+    got = measured_metrics(run)
+    assert got["e2e_mean_ms"] == 900.0 and got["e2e_p50_ms"] == 850.0 and got["itl_p50_ms"] == 13.0
+    assert math.isnan(got["ttft_mean_ms"]) and math.isnan(got["request_throughput"])
+    assert any("--output-details" in n for n in run.notes)
+    bad = dict(doc, completed=0)
+    p.write_text(json.dumps(bad) + "\n")
+    res = CliRunner().invoke(main, ["replay", str(p)])
+    assert res.exit_code == 2 and "completed: must be a whole number >= 1 (got 0)" in res.stderr
+
+
+def test_summary_only_file_has_no_parity_figure(tmp_path):
+    _, summary, _ = _fixed_length_files(tmp_path, n=6)
+    fig = tmp_path / "p.png"
+    res = CliRunner().invoke(main, ["replay", str(summary), "--figure", str(fig)])
+    assert res.exit_code == 2 and "summary-only" in res.stderr and "Traceback" not in res.output
+    assert not fig.exists()
+    ok = CliRunner().invoke(main, ["replay", str(summary)])
+    assert ok.exit_code == 0 and "note: summary-only result" in ok.stdout

@@ -21,6 +21,8 @@ over. Definitions, each the client's own (docs/replay.md has their sources):
 * Throughput: completed requests and output tokens over the duration: the file's own
   ``duration`` when it has one (vLLM, SGLang), else first send to last answer; simulated: first
   arrival to last finish.
+* A summary-only vLLM or SGLang file (no per-request lists): the measured side is the file's
+  own summary (:func:`summary_metrics`), computed by the client under the definitions above.
 """
 from __future__ import annotations
 
@@ -115,7 +117,37 @@ def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.
     return m
 
 
+#: a summary-only file's keys for each latency (vLLM's ``e2el``, SGLang's ``e2e_latency``)
+SUMMARY_KEYS = {"ttft": ("ttft",), "tpot": ("tpot",), "itl": ("itl",), "e2e": ("e2el", "e2e_latency")}
+
+
+def summary_metrics(run: Run) -> dict[str, float]:
+    """A summary-only vLLM or SGLang file's own metrics (ms; throughput per s): ``mean_X_ms``,
+    ``median_X_ms`` (or ``p50_X_ms``), ``p90_X_ms``, ``p99_X_ms`` and the throughputs; NaN
+    where the file has no such key (vLLM keeps the percentiles ``--metric-percentiles`` named,
+    99 by default, and E2E only when ``--percentile-metrics`` names ``e2el``)."""
+    doc = run.summary
+
+    def value(*keys: str) -> float:
+        for k in keys:
+            v = doc.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+        return math.nan
+    m: dict[str, float] = {}
+    for name, keys in SUMMARY_KEYS.items():
+        m[f"{name}_mean_ms"] = value(*(f"mean_{k}_ms" for k in keys))
+        m[f"{name}_p50_ms"] = value(*(f"median_{k}_ms" for k in keys), *(f"p50_{k}_ms" for k in keys))
+        m[f"{name}_p90_ms"] = value(*(f"p90_{k}_ms" for k in keys))
+        m[f"{name}_p99_ms"] = value(*(f"p99_{k}_ms" for k in keys))
+    m["request_throughput"] = value("request_throughput")
+    m["output_throughput"] = value("output_throughput")
+    return m
+
+
 def measured_metrics(run: Run) -> dict[str, float]:
+    if run.summary_only:
+        return summary_metrics(run)
     r = run.requests
     last = r["last_token_s"].to_numpy() if "last_token_s" in r.columns else r["e2e_s"].to_numpy()
     gaps = list(r["itl_s"]) if r["itl_s"].notna().all() else None
@@ -169,4 +201,5 @@ def replay(run: Run, scenario_overrides: Iterable[str] = (), *, profile: str = "
     return cmp
 
 
-__all__ = ["Comparison", "replay", "client_metrics", "measured_metrics", "simulated_metrics", "REQUIRED"]
+__all__ = ["Comparison", "replay", "client_metrics", "measured_metrics", "simulated_metrics", "summary_metrics",
+           "REQUIRED"]

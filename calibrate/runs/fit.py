@@ -8,7 +8,9 @@ runs show its limit (:func:`kv_shown`), the KV capacity. ``scipy.optimize.least_
 region, bounds, soft-L1 loss with f_scale 0.1) minimises the relative errors
 ``simulated / measured - 1`` of :data:`METRICS` over every run. Each metric kind (TTFT,
 TPOT/ITL, E2E, throughput) weighs the same in total: a residual is weighted by 1/sqrt(the
-metrics of its kind), so TTFT's two count as much as TPOT/ITL's four.
+metrics of its kind), so TTFT's two count as much as TPOT/ITL's four. A summary-only run (no
+per-request lists) counts with its means and throughputs only: it is replayed at its mean
+lengths, which keep a length mix's means but not its percentiles.
 
 The optimiser works on each term mapped onto [0, 1] over its bounds, so one finite-difference
 step (:data:`DIFF_STEP`, 1 % of a term's range) suits terms of any unit: the simulator is
@@ -52,6 +54,13 @@ METRICS = {"ttft": ("ttft_mean_ms", "ttft_p50_ms"),
 FIT_METRICS = tuple(m for names in METRICS.values() for m in names)
 #: a metric the simulation could not compute (no request finished) counts as 100 % off
 PENALTY = 1.0
+
+
+def _kept_in_means(name: str) -> bool:
+    """The metrics a summary-only run is fitted on: its requests are replayed at their mean
+    lengths (:func:`calibrate.runs.vllm.mean_lengths`), which keeps a length mix's means and
+    throughput, not its percentiles."""
+    return "_mean_" in name or name.endswith("_throughput")
 #: finite-difference step, in units of a term's range
 DIFF_STEP = 0.01
 #: a term whose full range moves the weighted residuals by less than this is not identified
@@ -242,6 +251,8 @@ class Problem:
                 for name in names:
                     if not math.isfinite(self.measured[i].get(name, math.nan)) or self.measured[i][name] == 0:
                         continue
+                    if self.runs[i].summary_only and not _kept_in_means(name):
+                        continue  # (replayed at its mean lengths: a mix's percentiles are not reproduced)
                     e = cmp.metrics[name]["error"]
                     res.append(w * (e if e is not None and math.isfinite(e) else PENALTY))
         return np.asarray(res, dtype=float)

@@ -47,6 +47,9 @@ class Run:
     metrics: str
     duration_s: float = math.nan  # the client's own benchmark duration, s (NaN when absent)
     notes: list[str] = field(default_factory=list)
+    # no per-request lists in the file: its requests are at the run's mean lengths, with no
+    # times, and the measured metrics are the file's summary keys (calibrate.runs.vllm)
+    summary_only: bool = False
 
     @property
     def has_starts(self) -> bool:

@@ -13,6 +13,14 @@ holds one result per line: the last is read. With ``--save-detailed`` also per r
 ``errors`` and, in recent versions, ``start_times`` (s, the client's clock). vLLM saves no
 per-request latency: it is ``ttft + sum(itls)``, as the client measured it (the last chunk's
 time minus the send time). Failed requests are dropped, as vLLM's own metrics drop them.
+
+Without ``--save-detailed`` (SGLang: ``--output-details``) the file is *summary-only*: no
+per-request list, but ``completed``, ``total_input_tokens`` and ``total_output_tokens`` (the
+successful requests' tokens). It is read as ``completed`` requests at the run's mean lengths
+(:func:`mean_lengths`), its measured metrics the file's own summary keys
+(:func:`calibrate.runs.compare.summary_metrics`), with a note saying so: a run of one prompt
+and answer length (``--dataset-name random``, the default) is replayed as it ran, a mix of
+lengths only in its means.
 """
 from __future__ import annotations
 
@@ -81,6 +89,28 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
             [gaps[i] for i in keep], e2e[keep])
 
 
+def mean_lengths(doc: dict, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A summary-only file's requests: ``completed`` of them whose prompt and output tokens add
+    up to ``total_input_tokens`` and ``total_output_tokens``, spread as evenly as whole tokens
+    allow (the first requests take the remainder, one token each); None when a key is absent."""
+    keys = ("completed", "total_input_tokens", "total_output_tokens")
+    if any(doc.get(k) is None for k in keys):
+        return None
+    for k in keys:
+        v = doc[k]
+        least = 1 if k == "completed" else 0
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < least:
+            raise RunError(f"{name}: {k}: must be a whole number >= {least} (got {v!r})")
+    n = int(doc["completed"])
+
+    def spread(total: int) -> np.ndarray:
+        q, r = divmod(int(total), n)
+        a = np.full(n, q, dtype=np.int64)
+        a[:r] += 1
+        return a
+    return spread(doc["total_input_tokens"]), spread(doc["total_output_tokens"])
+
+
 def _ramp(doc: dict, name: str) -> tuple[str, float, float] | None:
     """``vllm bench serve --ramp-up-strategy``: (``linear``/``exponential``, start, end req/s)."""
     kind = doc.get("ramp_up_strategy")
@@ -111,10 +141,17 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
     if burst is not None and not burst > 0:
         raise RunError(f"{name}: burstiness: must be > 0 (got {doc['burstiness']!r})")
     det = read_detailed(doc, name)
+    summary_only = det is None
     if det is None:
-        raise RunError(f"{name}: input_lens: missing (a summary-only result: re-run the benchmark with "
-                       f"--save-detailed, or --output-details for SGLang, so each request's lengths are saved)")
-    inp, out, start, ttft, gaps, e2e = det
+        lens = mean_lengths(doc, name)
+        if lens is None:
+            raise RunError(f"{name}: input_lens: missing (a summary-only result without completed, "
+                           f"total_input_tokens and total_output_tokens: re-run the benchmark with --save-detailed, "
+                           f"or --output-details for SGLang, so each request's lengths are saved)")
+        inp, out = lens
+        start, ttft, gaps, e2e = None, np.full(len(inp), np.nan), None, np.full(len(inp), np.nan)
+    else:
+        inp, out, start, ttft, gaps, e2e = det
     if len(inp) == 0:
         raise RunError(f"{name}: errors: every request failed (expected at least one successful request)")
     summary = {k: v for k, v in doc.items() if not isinstance(v, (list, dict))}
@@ -124,7 +161,14 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
                        max_concurrency=None if mc is None else int(mc), num_prompts=doc.get("num_prompts"),
                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
                        date=doc.get("date")),
-              summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan)
+              summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan,
+              summary_only=summary_only)
+    if summary_only:
+        detail = "--output-details" if fmt == "sglang" else "--save-detailed"
+        run.notes.append(f"summary-only result (no {detail}): its {len(inp)} requests replayed at their mean "
+                         f"lengths, {inp.mean():.1f} prompt / {out.mean():.1f} output tokens, and compared with "
+                         f"the file's own summary metrics; a mix of lengths is kept only in its means (re-run "
+                         f"with {detail} for each request's lengths and times)")
     ramp = _ramp(doc, name)
     if ramp is not None:
         run.settings["ramp_up"] = ramp

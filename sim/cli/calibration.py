@@ -198,6 +198,9 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
         figure_out = check_out_file(figure_out, "--figure", overwrite=overwrite)
     try:
         run = read_run(run_file)
+        if figure_out and run.summary_only:
+            fail(f"--figure: {run_file} is a summary-only result (no per-request times to draw; expected a "
+                 f"file saved with --save-detailed, or --output-details for SGLang)")
         msg = model_differs(run.settings.get("model"), profile)
         if msg:
             warn(f"{run_file}: {msg}")
