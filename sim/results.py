@@ -307,6 +307,10 @@ class Results:
     scenario: dict
     iterations: pd.DataFrame | None = None
     manifest: dict = field(default_factory=dict)
+    # every inter-token gap of the run, all classes pooled: (distinct gaps in ns, ascending; how
+    # many there were of each), as a streaming client sees one gap per chunk (in memory only:
+    # replay compares them with vLLM's and SGLang's pooled ITL)
+    itl_gaps: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def build(cls, sc, costs, tel, run_info: dict, trace) -> "Results":
@@ -344,7 +348,8 @@ class Results:
         manifest = {"priosim_version": _version(), "seed": sc.seed, "scenario": sc.name,
                     "profile": costs.name, "profile_sha256": costs.digest, "overhead": costs.overhead.name,
                     "policy": sc.policy.name}
-        return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(), it, manifest)
+        return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(), it, manifest,
+                   tel.itl_arrays(-1, pd.factorize))
 
     # ---- output --------------------------------------------------------------------------
     def save(self, out_dir: str | Path, overwrite: bool = False) -> Path:

@@ -50,7 +50,7 @@ def simulated_file(fmt: str, rate: float, mc: int | None, n: int) -> str:
         doc = read_run(path)
         doc.requests["start_s"] = np.nan  # (placeholder times: the client's own process sends)
         # served by the engine the exported file names (an SGLang file's backend is sglang)
-        cmp = replay(doc, [f'engine.engine="{"sglang" if fmt == "sglang" else "vllm"}"'], profile=PROFILE)
+        cmp = replay(doc, [f'engine.engine="{"sglang" if fmt == "sglang" else "vllm"}"'], profile=PROFILE, trace=True)
     return export_text(fmt, simulated_table(cmp), run.settings)
 
 

@@ -58,7 +58,7 @@ def runs(tmp_path_factory) -> list[Path]:
         seedfile.write_text(export_text("vllm", frame(inp, gen, None, np.zeros(n), None, np.zeros(n)).assign(start_s=0.0), st))
         run = read_run(seedfile)
         run.requests["start_s"] = np.nan  # (every request at once, or one user: the client sends)
-        cmp = replay(run, sets, profile=str(profile))
+        cmp = replay(run, sets, profile=str(profile), trace=True)
         path = tmp / f"run-{fmt}.json"
         path.write_text(export_text(fmt, simulated_table(cmp), st))
         out.append(path)

@@ -154,7 +154,7 @@ def _fixed_length_files(tmp_path, n: int = 24, prompt: int = 300, output: int = 
     seed = tmp_path / "lengths.json"
     seed.write_text(export_text("vllm", frame(np.full(n, prompt), np.full(n, output), None, np.zeros(n), None,
                                               np.zeros(n)).assign(start_s=0.0), st))
-    cmp = replay(read_run(seed), profile=PROFILE, mode="closed")
+    cmp = replay(read_run(seed), profile=PROFILE, mode="closed", trace=True)
     detailed = tmp_path / "detailed.json"
     detailed.write_text(export_text("vllm", simulated_table(cmp), st))
     doc = json.loads(detailed.read_text())
@@ -222,3 +222,32 @@ def test_summary_only_file_has_no_parity_figure(tmp_path):
     assert not fig.exists()
     ok = CliRunner().invoke(main, ["replay", str(summary)])
     assert ok.exit_code == 0 and "note: summary-only result" in ok.stdout
+
+
+def test_pooled_itl_is_numpys_linear_percentile_of_every_gap():
+    """vLLM's ITL from a simulation's pooled gaps (distinct values and counts) equals numpy's
+    linear percentiles and mean over the pool written out gap by gap."""
+    from calibrate.runs.compare import _weighted_stats
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        vals = np.unique(rng.integers(1, 400, rng.integers(1, 30))).astype(float) / 1e3
+        counts = rng.integers(1, 9, len(vals))
+        pool = np.repeat(vals, counts)
+        got = _weighted_stats(vals, counts, "itl")
+        assert got["itl_mean_ms"] == pytest.approx(pool.mean() * 1e3, rel=1e-12)
+        for q in (50, 90, 99):
+            assert got[f"itl_p{q}_ms"] == pytest.approx(np.percentile(pool, q) * 1e3, rel=1e-12), q
+
+
+def test_replayed_itl_pools_the_simulated_steps(tmp_path):
+    """A vLLM run's simulated ITL is every simulated inter-token gap pooled (a chunked prefill's
+    long step among the decode steps), not each request's mean gap."""
+    cmp = replay(read_run(RUNS / "vllm_concurrency8.json"), profile=PROFILE)
+    vals, counts = cmp.results.itl_gaps
+    pool = np.repeat(vals / 1e9, counts)
+    sim = cmp.results.requests
+    assert len(pool) == int((sim["generated_tokens"] - 1).clip(lower=0).sum())  # (one gap a token after the first)
+    for q in (50, 99):
+        assert cmp.metrics[f"itl_p{q}_ms"]["simulated"] == pytest.approx(np.percentile(pool, q) * 1e3, rel=1e-9)
+    assert np.percentile(pool, 99) > 1.5 * np.percentile(pool, 50)  # (stalls: steps with a prefill in them)

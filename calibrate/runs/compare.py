@@ -10,11 +10,11 @@ over. Definitions, each the client's own (docs/replay.md has their sources):
 * TPOT: ``vllm``: (E2E - TTFT) / (output - 1) over requests with output > 1. ``guidellm``
   (0.4 on): (last token - send) / output, every request; ``guidellm-0.3`` (0.2-0.3 reports):
   (last token - first token) / output. ``genai-perf`` reports none: vLLM's is used.
-* ITL: ``vllm``: every streamed chunk's gap, all requests' gaps pooled. ``guidellm`` and
-  ``genai-perf``: per request (last token - first token) / (output - 1), output > 1.
-  priosim keeps no per-token times, so a simulated request's chunk gaps are its mean gap
-  (E2E - TTFT) / (output - 1), output - 1 times: the means agree by construction of the pooled
-  mean, the percentiles of the simulated pool are those of per-request means.
+* ITL: ``vllm``: every streamed chunk's gap, all requests' gaps pooled; simulated: every
+  inter-token gap of the run pooled (``Results.itl_gaps``, one per step a request emitted in:
+  a pure decode step's gap and a chunked prefill's long one each count as they happened).
+  ``guidellm`` and ``genai-perf``: per request (last token - first token) / (output - 1),
+  output > 1, simulated and measured alike.
 * Percentiles: ``numpy.percentile`` (linear), as vLLM, SGLang and genai-perf compute them;
   GuideLLM's: the lower value where the CDF reaches p (``method="inverted_cdf"``), and from
   0.4 on TPOT weighted by each request's output tokens, ITL by its output tokens - 1.
@@ -79,11 +79,35 @@ def _stats(values: np.ndarray, prefix: str, scale: float = 1e3, method: str = "l
             **{f"{prefix}_p{q}_ms": float(np.percentile(v, q, method=method)) * scale for q in (50, 90, 99)}}
 
 
+def _weighted_stats(values_s: np.ndarray, counts: np.ndarray, prefix: str) -> dict[str, float]:
+    """:func:`_stats` (linear percentiles) of the pool in which each of ``values_s`` (s,
+    ascending) appears ``counts`` times, without making that pool: numpy's linear percentile
+    of a sorted pool of N reads ranks floor(h) and floor(h) + 1 at h = (N - 1) q / 100."""
+    n = int(counts.sum())
+    if n == 0:
+        return {f"{prefix}_{s}_ms": math.nan for s in STATS}
+    cum = np.cumsum(counts)
+
+    def at(rank: int) -> float:
+        return float(values_s[np.searchsorted(cum, rank, side="right")])
+    out = {f"{prefix}_mean_ms": float(np.dot(values_s, counts) / n) * 1e3}
+    for q in (50, 90, 99):
+        h = (n - 1) * q / 100
+        lo = math.floor(h)
+        v = at(lo)
+        if lo + 1 < n:
+            v += (h - lo) * (at(lo + 1) - v)
+        out[f"{prefix}_p{q}_ms"] = v * 1e3
+    return out
+
+
 def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.ndarray, last: np.ndarray,
-                   gaps: Iterable[list[float]] | None, duration_s: float) -> dict[str, float]:
+                   gaps: Iterable[list[float]] | None, duration_s: float,
+                   pooled_gaps: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
     """The client's metrics (ms; throughput per s) from per-request seconds. ``last``: the
     last token's time after the send (GuideLLM's TPOT); ``gaps``: per-chunk gaps (vLLM's ITL),
-    None for the per-request mean gap."""
+    None for the per-request mean gap; ``pooled_gaps``: (distinct gaps in s, ascending; how
+    many of each), vLLM's pooled ITL given as counts (a simulation's ``Results.itl_gaps``)."""
     ttft, e2e, out, last = (np.asarray(x, dtype=float) for x in (ttft, e2e, out, last))
     many = out > 1
     mean_gap = np.where(many, (last - ttft) / np.maximum(out - 1, 1), np.nan)
@@ -109,7 +133,10 @@ def client_metrics(definitions: str, ttft: np.ndarray, e2e: np.ndarray, out: np.
     m: dict[str, float] = {}
     m.update(_stats(ttft, "ttft", method=method))
     m.update(_stats(tpot, "tpot", method=method))
-    m.update(_stats(pooled, "itl", method=method))
+    if definitions == "vllm" and pooled_gaps is not None:
+        m.update(_weighted_stats(*pooled_gaps, "itl"))
+    else:
+        m.update(_stats(pooled, "itl", method=method))
     m.update(_stats(e2e, "e2e", method=method))
     ok = duration_s > 0 and math.isfinite(duration_s)
     m["request_throughput"] = len(ttft) / duration_s if ok else math.nan
@@ -159,11 +186,14 @@ def measured_metrics(run: Run) -> dict[str, float]:
                           last, gaps, dur)
 
 
-def simulated_metrics(definitions: str, sim: pd.DataFrame) -> dict[str, float]:
-    """``sim``: the simulated request table (seconds), finished requests."""
+def simulated_metrics(definitions: str, sim: pd.DataFrame,
+                      itl_gaps: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
+    """``sim``: the simulated request table (seconds), finished requests; ``itl_gaps``: the
+    run's pooled inter-token gaps (``Results.itl_gaps``, ns), vLLM's ITL where given."""
     dur = float(sim["finish_s"].max() - sim["arrival_s"].min()) if len(sim) else math.nan
+    pooled = None if itl_gaps is None else (np.asarray(itl_gaps[0], dtype=float) / 1e9, itl_gaps[1])
     return client_metrics(definitions, sim["ttft_s"].to_numpy(), sim["e2e_s"].to_numpy(),
-                          sim["generated_tokens"].to_numpy(), sim["e2e_s"].to_numpy(), None, dur)
+                          sim["generated_tokens"].to_numpy(), sim["e2e_s"].to_numpy(), None, dur, pooled)
 
 
 def compare_metrics(measured: dict[str, float], simulated: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -176,26 +206,30 @@ def compare_metrics(measured: dict[str, float], simulated: dict[str, float]) -> 
 
 
 def replay(run: Run, scenario_overrides: Iterable[str] = (), *, profile: str = "h200-llama-3-8b", seed: int = 0,
-           mode: str | None = None) -> Comparison:
-    """Simulate ``run`` on ``profile`` (``--set`` style ``scenario_overrides``) and compare."""
+           mode: str | None = None, trace: bool = False) -> Comparison:
+    """Simulate ``run`` on ``profile`` (``--set`` style ``scenario_overrides``) and compare;
+    ``trace``: keep the iteration trace (``results.iterations``: each token's time, which
+    :func:`calibrate.runs.export.simulated_table` writes out)."""
     from sim.config import scenario_from_dict
     from sim.run import simulate
 
     mode = mode or arrival_mode(run)
     sc = scenario_from_dict(scenario_dict(run, profile, seed, mode), source=f"replay of {run.source}",
                             overrides=list(scenario_overrides))
-    res = simulate(sc)
+    res = simulate(sc, trace_iterations=trace)
     sim = res.requests.sort_values("request_id").reset_index(drop=True)
     order = row_order(run, mode)
     n = min(len(order), len(sim))
     meas = run.requests.iloc[order[:n]].reset_index(drop=True)
-    per = pd.DataFrame({"run_row": order[:n], "input_tokens": meas["input_tokens"], "output_tokens": meas["output_tokens"],
+    per = pd.DataFrame({"run_row": order[:n], "request_id": sim["request_id"][:n],
+                        "input_tokens": meas["input_tokens"], "output_tokens": meas["output_tokens"],
                         "start_measured_s": meas["start_s"], "start_simulated_s": sim["arrival_s"][:n],
                         "ttft_measured_s": meas["ttft_s"], "ttft_simulated_s": sim["ttft_s"][:n],
                         "e2e_measured_s": meas["e2e_s"], "e2e_simulated_s": sim["e2e_s"][:n],
                         "status": sim["status"][:n]})
     done = sim[sim["status"] == "finished"]
-    cmp = Comparison(compare_metrics(measured_metrics(run), simulated_metrics(run.metrics, done)), per, mode, sc, res)
+    cmp = Comparison(compare_metrics(measured_metrics(run), simulated_metrics(run.metrics, done, res.itl_gaps)),
+                     per, mode, sc, res)
     if len(done) < len(run.requests):
         cmp.notes.append(f"{len(run.requests) - len(done)} of {len(run.requests)} requests did not finish in the simulation")
     return cmp

@@ -20,23 +20,51 @@ T0 = 1_700_000_000.0
 
 
 def simulated_table(cmp) -> pd.DataFrame:
-    """A :class:`~calibrate.runs.compare.Comparison`'s simulated side as a request table."""
+    """A :class:`~calibrate.runs.compare.Comparison`'s simulated side as a request table; with
+    the replay's iteration trace (``replay(..., trace=True)``) also each token's time after the
+    send (``token_s``: the first at TTFT, then the end of every decode step it took part in, a
+    step's tokens sharing its end), so a client's per-chunk gaps are the simulated steps'."""
     r = cmp.requests
-    return pd.DataFrame({"input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"],
-                         "start_s": r["start_simulated_s"], "ttft_s": r["ttft_simulated_s"],
-                         "e2e_s": r["e2e_simulated_s"]})
+    df = pd.DataFrame({"input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"],
+                       "start_s": r["start_simulated_s"], "ttft_s": r["ttft_simulated_s"],
+                       "e2e_s": r["e2e_simulated_s"]})
+    it = getattr(cmp.results, "iterations", None)
+    if it is not None and len(it):
+        df["token_s"] = _token_times(it, r)
+    return df
+
+
+def _token_times(it: pd.DataFrame, r: pd.DataFrame) -> list:
+    """Per row of ``r`` (a replay's per-request table): its tokens' times after the send (s),
+    or None where the trace does not give one per output token (a request that was preempted
+    and recomputed samples tokens at prefill steps too)."""
+    dec = it[it["kind"] == "decode"]
+    ends = {rid: np.repeat(g["end_s"].to_numpy(), g["tokens"].to_numpy())
+            for rid, g in dec.sort_values("iteration").groupby("request_id", sort=False)}
+    out = []
+    for row in r.itertuples():
+        arrival = row.start_simulated_s
+        times = np.concatenate([[row.ttft_simulated_s], ends.get(row.request_id, np.zeros(0)) - arrival])
+        out.append(times if len(times) == int(row.output_tokens) else None)
+    return out
 
 
 def _chunk_times(row) -> np.ndarray:
     """Each output token's time after the send, s: the row's own (``token_s``) where it has them,
     else the first at TTFT, the last at E2E and the others evenly between."""
     own = getattr(row, "token_s", None)
-    if own is not None and len(own) == int(row.output_tokens):
+    if own is not None and not (isinstance(own, float) and math.isnan(own)) and len(own) == int(row.output_tokens):
         return np.asarray(own, dtype=float)
     n = int(row.output_tokens)
     if n <= 1:
         return np.array([row.e2e_s])
     return row.ttft_s + (row.e2e_s - row.ttft_s) * np.arange(n) / (n - 1)
+
+
+def _chunks(times: np.ndarray) -> np.ndarray:
+    """The streamed chunks' times: tokens emitted at one instant (a speculative step's) come in
+    one chunk, as vLLM and SGLang stream them (their ITL has one gap per chunk)."""
+    return times[np.r_[True, np.diff(times) > 0]] if len(times) > 1 else times
 
 
 def _rate(settings: dict):
@@ -50,7 +78,7 @@ def _duration(df: pd.DataFrame) -> float:
 
 def vllm(df: pd.DataFrame, settings: dict, backend: str = "vllm") -> dict:
     """``vllm bench serve --save-result --save-detailed``'s object (with ``start_times``)."""
-    itls = [np.diff(_chunk_times(r)).tolist() for r in df.itertuples()]
+    itls = [np.diff(_chunks(_chunk_times(r))).tolist() for r in df.itertuples()]
     dur = _duration(df)
     doc = {"date": settings.get("date") or "20250101-000000", "backend": backend,
            "model_id": settings.get("model") or "unknown", "tokenizer_id": settings.get("model") or "unknown",

@@ -143,7 +143,8 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
                                             end_ns, req, sc.class_names)
     comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas}
     return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
-                          comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
+                          comb.iterations, comb.manifest, comb.itl_gaps, replicas=rep_res, groups=grp_res,
+                          cluster=layout)
 
 
 def _whole_run(replicas: list, end_ns: int) -> list:
@@ -269,7 +270,8 @@ def disagg_results(sc: Scenario, spec: ClusterSpec, cl, group_sc: dict[str, Scen
     comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas,
                                 "decode_router": spec.decode_router, "link": spec.link.name if spec.link else None}
     return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
-                          comb.iterations, comb.manifest, replicas=rep_res, groups=grp_res, cluster=layout)
+                          comb.iterations, comb.manifest, comb.itl_gaps, replicas=rep_res, groups=grp_res,
+                          cluster=layout)
 
 
 def _add_phases(req: pd.DataFrame, phases: dict[int, list[int]]) -> None:

@@ -333,8 +333,8 @@ class Telemetry:
             tenant_tokens_bin[(interval[kb], names[t])] += int(m)
 
     def itl_arrays(self, cls_idx: int, factorize: Factorize | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """All inter-token gaps of a class: distinct gaps (ns, ascending) and how many there were
-        of each. Canonical, so statistics do not depend on how the engine batched its records.
+        """All inter-token gaps of a class (every class's, pooled, for ``cls_idx`` -1): distinct
+        gaps (ns, ascending) and how many there were of each. Canonical, so statistics do not depend on how the engine batched its records.
         ``factorize``: finds the distinct gaps, as ``pandas.factorize`` does (codes, distinct
         values in any order); the default, ``np.unique``, sorts every gap, which the results
         layer avoids by passing pandas' hashing one (the core does not import pandas)."""
@@ -345,6 +345,10 @@ class Telemetry:
         if self._gap_codes is None or self._gap_codes[0] != sizes:
             self._gap_codes = (sizes, *_gap_counts(parts, nc, factorize or _np_factorize))
         _, distinct, counts = self._gap_codes
+        if cls_idx < 0:  # (every class's gaps pooled)
+            pooled = counts.sum(axis=0)
+            seen = pooled > 0
+            return distinct[seen], pooled[seen].astype(np.int64)
         seen = counts[cls_idx] > 0
         return distinct[seen], counts[cls_idx][seen].astype(np.int64)
 
