@@ -251,3 +251,35 @@ def test_replayed_itl_pools_the_simulated_steps(tmp_path):
     for q in (50, 99):
         assert cmp.metrics[f"itl_p{q}_ms"]["simulated"] == pytest.approx(np.percentile(pool, q) * 1e3, rel=1e-9)
     assert np.percentile(pool, 99) > 1.5 * np.percentile(pool, 50)  # (stalls: steps with a prefill in them)
+
+
+def test_a_file_of_several_results_is_each_a_run_of_the_fit(tmp_path):
+    """vLLM's --append-result and SGLang's output file keep one result a line: replay reads the
+    last, read_runs every one (numbered), and calibrate --from-runs fits them all."""
+    from calibrate.runs.table import read_runs
+
+    line = (RUNS / "sglang_rate8.jsonl").read_text().strip()
+    several = tmp_path / "sweep.jsonl"
+    several.write_text(f"{line}\n{line}\n{line}\n")
+    runs = read_runs(several)
+    assert [r.part for r in runs] == [1, 2, 3] and [r.label for r in runs] == ["sweep.jsonl#1", "sweep.jsonl#2",
+                                                                             "sweep.jsonl#3"]
+    assert read_run(several).part is None and len(read_runs(RUNS / "vllm_concurrency8.json")) == 1
+    sweep = json.loads((RUNS / "guidellm_concurrent4.json").read_text())
+    sweep["benchmarks"] = sweep["benchmarks"] * 2  # (a GuideLLM sweep: several benchmarks)
+    (tmp_path / "g.json").write_text(json.dumps(sweep))
+    g = read_runs(tmp_path / "g.json")
+    assert [r.part for r in g] == [1, 2] and not any("was read" in n for r in g for n in r.notes)
+    assert any("benchmark 0 was read" in n for n in read_run(tmp_path / "g.json").notes)
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(main, ["calibrate", "--from-runs", str(several), "--profile", PROFILE, "--no-loro",
+                                    "--set", 'engine.engine="sglang"', "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "note: " + str(several) + ": 3 results, one per line" in res.stdout
+    meta = json.loads(out.read_text())["meta"]["fitted_from_runs"]
+    assert [r["result"] for r in meta["runs"]] == [1, 2, 3] and set(meta["residuals"]) == {r.label for r in runs}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(f"[1, 2]\n{line}\n")
+    res = CliRunner().invoke(main, ["calibrate", "--from-runs", str(bad), "--profile", PROFILE, "--out",
+                                    str(tmp_path / "q.json")])
+    assert res.exit_code == 2 and "bad.jsonl line 1: not an SGLang result" in res.stderr

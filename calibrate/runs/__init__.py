@@ -7,7 +7,7 @@ writes a simulated run back in each client's schema. No torch. docs/replay.md.
     cmp = replay(read_run("run.json"), ["engine.max_num_seqs=64"], profile="h100-sxm-llama-3-8b")
     cmp.metrics["ttft_p50_ms"]   # {"measured": ..., "simulated": ..., "error": ...}
 """
-from calibrate.runs.table import RUN_FORMATS, Run, RunError, read_run
+from calibrate.runs.table import RUN_FORMATS, Run, RunError, read_run, read_runs
 from calibrate.runs.compare import Comparison, replay
 
-__all__ = ["RUN_FORMATS", "Run", "RunError", "read_run", "Comparison", "replay"]
+__all__ = ["RUN_FORMATS", "Run", "RunError", "read_run", "read_runs", "Comparison", "replay"]

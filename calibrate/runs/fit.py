@@ -98,6 +98,11 @@ class RunResult:
     before: dict[str, float]
     after: dict[str, float]
     loro: dict[str, float] | None = None
+    part: int | None = None  # its place in a file of several results (Run.part)
+
+    @property
+    def label(self) -> str:
+        return Path(self.path).name if self.part is None else f"{Path(self.path).name}#{self.part}"
 
 
 @dataclass
@@ -153,7 +158,7 @@ class Problem:
             engines = {forced[-1]}
         if len(engines) > 1:
             raise RunError("--from-runs: the runs were served by different engines ("
-                           + ", ".join(f"{Path(r.source).name}: {engine_of(r)}" for r in runs)
+                           + ", ".join(f"{r.label}: {engine_of(r)}" for r in runs)
                            + "; expected one engine's runs: fit each engine on its own)")
         self.engine = engines.pop()
         self.runs, self.profile, self.seed = runs, profile, seed
@@ -266,7 +271,7 @@ def kv_shown(run: Run, cmp: Comparison, capacity_bytes: float, bytes_per_token: 
     """Why the runs show the KV limit (None when they do not): the replay on the base preempted
     or filled 90 % of its KV blocks, or the measured requests held at once (their prompts and
     the tokens they had generated, from the file's times) reached :data:`KV_SHOWN` of it."""
-    name = Path(run.source).name
+    name = run.label
     info = cmp.results.summary_dict["run"]
     if sum((info.get("preemptions_by_mode") or {}).values()):
         return f"{name}: the replay on the base profile preempted"
@@ -428,13 +433,13 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
     loro_err: list[dict | None] = [None] * n
     if loro and n >= 3:
         for i in every:
-            say(f"leaving out {Path(problem.runs[i].source).name}")
+            say(f"leaving out {problem.runs[i].label}")
             rest = tuple(j for j in every if j != i)
             ui, _ = _solve(problem, active, ua, rest, held, max(max_nfev // 2, 5))
             vi = problem.values({**held, **{t.name: _from_u(t, x) for t, x in zip(active, ui)}})
             loro_err[i] = errors(problem.replays(vi, (i,))[0])
     out_runs = [RunResult(run.source, run.format, sha256(run.source), len(run.requests), errors(b), errors(a),
-                          loro_err[i]) for i, (run, b, a) in enumerate(zip(problem.runs, before, after))]
+                          loro_err[i], run.part) for i, (run, b, a) in enumerate(zip(problem.runs, before, after))]
     cost = float(np.sum(2 * F_SCALE**2 * (np.sqrt(1 + (r / F_SCALE) ** 2) - 1)))
     return FitResult(terms, out_runs, problem.document(v), problem.overhead(v), problem.profile, problem.engine,
                      notes, cost, problem.evaluations)
@@ -455,14 +460,14 @@ def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -
         "method": "scipy.optimize.least_squares on simulated/measured - 1, bounds, soft-L1 (f_scale 0.1), "
                   "metric kinds weighted alike, finite differences of 1 % of each term's range",
         "metrics": dict(METRICS),
-        "runs": [{"path": str(Path(r.path).resolve()), "format": r.format, "sha256": r.sha256, "requests": r.requests}
-                 for r in fit.runs],
+        "runs": [{"path": str(Path(r.path).resolve()), **({"result": r.part} if r.part is not None else {}),
+                  "format": r.format, "sha256": r.sha256, "requests": r.requests} for r in fit.runs],
         "terms": {t.term.name: {"base": t.base, "value": t.value, "lo": t.term.lo, "hi": t.term.hi,
                                 "sigma": t.sigma, "identified": t.identified, "bounds_why": t.term.why,
                                 **({"not_identified": t.note} if t.note else {})} for t in fit.terms},
-        "residuals": {Path(r.path).name: {m: {"before": r.before.get(m), "after": r.after.get(m)} for m in r.after}
+        "residuals": {r.label: {m: {"before": r.before.get(m), "after": r.after.get(m)} for m in r.after}
                       for r in fit.runs},
-        "leave_one_run_out": {Path(r.path).name: r.loro for r in fit.runs if r.loro is not None},
+        "leave_one_run_out": {r.label: r.loro for r in fit.runs if r.loro is not None},
         "loss": fit.cost, "notes": fit.notes,
     }
     return doc

@@ -4,7 +4,6 @@ errors (relative errors, simulated / measured - 1, in %)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from calibrate.runs.fit import FIT_METRICS, FitResult
 
@@ -40,7 +39,7 @@ def errors_table(fit: FitResult, which: str) -> list[str]:
         errs = getattr(r, which)
         if errs is None:
             continue
-        lines.append(f"{Path(r.path).name[:28]:28s} " + " ".join(f"{_pct(errs.get(m)):>7s}" for m in FIT_METRICS))
+        lines.append(f"{r.label[:28]:28s} " + " ".join(f"{_pct(errs.get(m)):>7s}" for m in FIT_METRICS))
     return lines
 
 

@@ -1,7 +1,8 @@
 """GuideLLM's JSON report (``guidellm benchmark ... --output-path report.json``; 0.2 to 0.8):
 ``{"benchmarks": [{"config" | "args": {"strategy": {...}}, "requests": {"successful": [...],
 ...}, "metrics": {...}}]}``. A report may hold several benchmarks (a sweep); the first is read
-(``benchmark = N`` picks another, :func:`read_run`'s ``index``).
+(``benchmark = N`` picks another, :func:`read_run`'s ``index``), each by :func:`read_all`
+(``calibrate --from-runs`` fits every one).
 
 Per successful request: ``prompt_tokens``, ``output_tokens``, the send and end times
 (``request_start_time``/``request_end_time``, or 0.2-0.3's ``start_time``/``end_time``; s, epoch),
@@ -184,4 +185,18 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     return run
 
 
-register_run_format("guidellm", RunFormat(detect, read, "GuideLLM JSON report (benchmarks -> requests)"))
+def read_all(doc: Any, name: str) -> list[Run]:
+    """Every benchmark of the report (a sweep's), each a run numbered from 1 (``Run.part``)."""
+    n = len(need(doc, "benchmarks", name)) if isinstance(doc, dict) else 0
+    if n <= 1:
+        return [read(doc, name)]
+    runs = []
+    for i in range(n):
+        run = read(doc, name, i)
+        run.notes = [m for m in run.notes if not m.endswith(f"benchmark {i} was read")]
+        run.part = i + 1
+        runs.append(run)
+    return runs
+
+
+register_run_format("guidellm", RunFormat(detect, read, "GuideLLM JSON report (benchmarks -> requests)", read_all))

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from calibrate.runs.table import Run, RunFormat, register_run_format
-from calibrate.runs.vllm import last_result, read_last
+from calibrate.runs.vllm import last_result, read_each, read_last
+
+REFUSED = "not an SGLang result (expected JSON objects, one per line)"
 
 
 def detect(doc: Any) -> bool:
@@ -21,8 +23,11 @@ def detect(doc: Any) -> bool:
 
 
 def read(doc: Any, name: str) -> Run:
-    return read_last(doc, name, "sglang", "not an SGLang result (expected JSON objects, one per line)",
-                     "result lines")
+    return read_last(doc, name, "sglang", REFUSED, "result lines")
 
 
-register_run_format("sglang", RunFormat(detect, read, "SGLang bench_serving JSONL (--output-details)"))
+def read_all(doc: Any, name: str) -> list[Run]:
+    return read_each(doc, name, "sglang", REFUSED)
+
+
+register_run_format("sglang", RunFormat(detect, read, "SGLang bench_serving JSONL (--output-details)", read_all))

@@ -50,6 +50,13 @@ class Run:
     # no per-request lists in the file: its requests are at the run's mean lengths, with no
     # times, and the measured metrics are the file's summary keys (calibrate.runs.vllm)
     summary_only: bool = False
+    part: int | None = None  # its place (1-based) in a file of several results, else None
+
+    @property
+    def label(self) -> str:
+        """The file's name, with ``#N`` for the N-th result of a file of several."""
+        name = Path(self.source).name
+        return name if self.part is None else f"{name}#{self.part}"
 
     @property
     def has_starts(self) -> bool:
@@ -64,6 +71,8 @@ class RunFormat:
     detect: Callable[[Any], bool]
     read: Callable[[Any, str], Run]
     description: str = ""
+    # every result of a file that may hold several (one per line), each a Run; None: ``read``'s one
+    read_all: Callable[[Any, str], list[Run]] | None = None
 
 
 RUN_FORMATS = Registry("benchmark result format")
@@ -100,20 +109,34 @@ def parse_document(path: Path) -> Any:
 
 
 def read_run(path: str | Path, fmt: str | None = None) -> Run:
-    """Read a result file into a :class:`Run`; its format from the content (or ``fmt``)."""
+    """Read a result file into a :class:`Run`; its format from the content (or ``fmt``). A file
+    of several results (vLLM's ``--append-result``, SGLang's output file) gives its last."""
+    f, doc, name = _format_of(path, fmt)
+    return f.read(doc, name)
+
+
+def read_runs(path: str | Path, fmt: str | None = None) -> list[Run]:
+    """Every result of a file as a :class:`Run` each (one for most files; one per line of a
+    vLLM ``--append-result`` or SGLang output file, numbered by ``Run.part``)."""
+    f, doc, name = _format_of(path, fmt)
+    return f.read_all(doc, name) if f.read_all is not None else [f.read(doc, name)]
+
+
+def _format_of(path: str | Path, fmt: str | None) -> tuple[RunFormat, Any, str]:
+    """The file's format (detected from the content, or ``fmt``), its parsed document and name."""
     from calibrate.runs import formats  # noqa: F401  (registers the shipped formats)
 
     p = Path(path)
     doc = parse_document(p)
     if fmt is not None:
         try:
-            return RUN_FORMATS.resolve(fmt).read(doc, str(p))
+            return RUN_FORMATS.resolve(fmt), doc, str(p)
         except KeyError as exc:
             raise RunError(f"--format: {exc.args[0]}") from None
     for entry in RUN_FORMATS.entries():
         f = RUN_FORMATS.resolve(entry.name)
         if f.detect(doc):
-            return f.read(doc, str(p))
+            return f, doc, str(p)
     kind = type(doc).__name__
     keys = ", ".join(sorted(doc)[:8]) if isinstance(doc, dict) else ""
     raise RunError(f"{p}: not a benchmark result file of a known kind (a JSON {kind}"
@@ -185,5 +208,5 @@ def settings(**kw: Any) -> dict:
     return out
 
 
-__all__ = ["Run", "RunFormat", "RunError", "RUN_FORMATS", "register_run_format", "read_run",
+__all__ = ["Run", "RunFormat", "RunError", "RUN_FORMATS", "register_run_format", "read_run", "read_runs",
            "parse_document", "COLUMNS", "SETTINGS"]

@@ -194,10 +194,34 @@ def read_last(doc: Any, name: str, definitions: str, refused: str, several: str)
     return run
 
 
+def read_each(doc: Any, name: str, definitions: str, refused: str) -> list[Run]:
+    """Every result of a file that may hold several (one object per line): :func:`read_common`
+    on each, numbered (``Run.part``) when there are several; ``refused`` as in :func:`read_last`."""
+    docs = doc if isinstance(doc, list) else [doc]
+    if not docs:
+        raise RunError(f"{name}: {refused}")
+    runs = []
+    for i, d in enumerate(docs, 1):
+        if not isinstance(d, dict):
+            raise RunError(f"{name}" + (f" line {i}" if len(docs) > 1 else "") + f": {refused}")
+        run = read_common(d, name if len(docs) == 1 else f"{name} line {i}", definitions)  # (in its errors)
+        if len(docs) > 1:
+            run.source, run.part = name, i
+        runs.append(run)
+    return runs
+
+
 def read(doc: Any, name: str) -> Run:
-    return read_last(doc, name, "vllm",
-                     f"not a vLLM result (expected one JSON object, got a {type(last_result(doc)).__name__})",
-                     "results in the file (--append-result)")
+    return read_last(doc, name, "vllm", _refused(doc), "results in the file (--append-result)")
 
 
-register_run_format("vllm", RunFormat(detect, read, "vLLM bench serve / benchmark_serving.py JSON (--save-detailed)"))
+def read_all(doc: Any, name: str) -> list[Run]:
+    return read_each(doc, name, "vllm", _refused(doc))
+
+
+def _refused(doc: Any) -> str:
+    return f"not a vLLM result (expected one JSON object, got a {type(last_result(doc)).__name__})"
+
+
+register_run_format("vllm", RunFormat(detect, read, "vLLM bench serve / benchmark_serving.py JSON (--save-detailed)",
+                                      read_all))

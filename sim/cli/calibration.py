@@ -65,8 +65,9 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
     """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile; or, with
     --from-runs RUN ..., fit a profile to real benchmark results (docs/calibration.md)."""
     if from_runs:  # (every input checked, one line and exit 2, before the fit)
-        from calibrate.runs import RunError, read_run
+        from calibrate.runs import RunError
         from calibrate.runs.scenario import model_differs
+        from calibrate.runs.table import read_runs
         from sim.core.costs import ProfileError
         from plumbing.notices import warn
 
@@ -80,11 +81,19 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
 
         try:
             base_document(base)
-            loaded = [read_run(r) for r in runs]
-            for r, run in zip(runs, loaded):
+            loaded = []
+            for r in runs:
+                each = read_runs(r)
+                if len(each) > 1:  # (vLLM's --append-result, SGLang's output file: one result a line)
+                    click.echo(f"note: {r}: {len(each)} results, one per line: each is a run of the fit "
+                               f"({each[0].label} to {each[-1].label})")
+                loaded += each
+            warned = set()
+            for run in loaded:
                 msg = model_differs(run.settings.get("model"), base)
-                if msg:
-                    warn(f"{r}: {msg}")
+                if msg and (run.source, msg) not in warned:  # (once a file)
+                    warned.add((run.source, msg))
+                    warn(f"{run.source}: {msg}")
             sets = with_engine_flags(sets, engine_args, sglang_args)
             fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
                            echo=lambda m: click.echo(f"... {m}", err=True))
