@@ -271,6 +271,15 @@ def test_a_file_of_several_results_is_each_a_run_of_the_fit(tmp_path):
     g = read_runs(tmp_path / "g.json")
     assert [r.part for r in g] == [1, 2] and not any("was read" in n for r in g for n in r.notes)
     assert any("benchmark 0 was read" in n for n in read_run(tmp_path / "g.json").notes)
+    doc = json.loads(line)
+    doc["input_lens"] = [2 * n for n in doc["input_lens"]]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(f"{line}\n{json.dumps(doc)}\n")
+    first, second = read_runs(mixed)
+    for run in (first, second):  # (each replays its own line's requests, not the file's last)
+        sim = replay(run, profile=PROFILE).results.requests.sort_values("request_id")
+        assert sorted(sim["prompt_tokens"]) == sorted(run.requests["input_tokens"])
+    assert sorted(second.requests["input_tokens"]) == sorted(2 * first.requests["input_tokens"])
     out = tmp_path / "p.json"
     res = CliRunner().invoke(main, ["calibrate", "--from-runs", str(several), "--profile", PROFILE, "--no-loro",
                                     "--set", 'engine.engine="sglang"', "--out", str(out)])

@@ -214,7 +214,7 @@ def replay(run: Run, scenario_overrides: Iterable[str] = (), *, profile: str = "
     from sim.run import simulate
 
     mode = mode or arrival_mode(run)
-    sc = scenario_from_dict(scenario_dict(run, profile, seed, mode), source=f"replay of {run.source}",
+    sc = scenario_from_dict(scenario_dict(run, profile, seed, mode), source=f"replay of {run.source}" + (f"#{run.part}" if run.part else ""),
                             overrides=list(scenario_overrides))
     res = simulate(sc, trace_iterations=trace)
     sim = res.requests.sort_values("request_id").reset_index(drop=True)

@@ -39,7 +39,7 @@ def errors_table(fit: FitResult, which: str) -> list[str]:
         errs = getattr(r, which)
         if errs is None:
             continue
-        lines.append(f"{r.label[:28]:28s} " + " ".join(f"{_pct(errs.get(m)):>7s}" for m in FIT_METRICS))
+        lines.append(f"{_short(r.label, 28):28s} " + " ".join(f"{_pct(errs.get(m)):>7s}" for m in FIT_METRICS))
     return lines
 
 
@@ -59,6 +59,15 @@ def report(fit: FitResult) -> str:
     elif len(fit.runs) < 3:
         out.append("leave one run out: needs 3 runs or more")
     return "\n".join(out)
+
+
+def _short(label: str, width: int) -> str:
+    """``label`` in ``width`` characters, its ``#N`` (a result of several in one file) kept."""
+    if len(label) <= width:
+        return label
+    stem, sep, part = label.rpartition("#")
+    tail = sep + part if sep and part.isdigit() else ""
+    return (stem if tail else label)[:width - len(tail) - 1] + "~" + tail
 
 
 __all__ = ["report", "terms_table", "errors_table"]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibrate.runs.table import Run, read_run
+from calibrate.runs.table import Run, read_run, read_runs
 from workloads.errors import WorkloadError
 from workloads.traces import Trace, TraceFormat
 
@@ -87,6 +87,18 @@ def _check_spec(spec: dict) -> None:
     if mode not in MODES:
         raise WorkloadError(f"arrivals: must be one of {', '.join(MODES)} (got {mode!r})")
     _spec_int(spec, "seed", 0)
+    if spec.get("result") is not None and _spec_int(spec, "result", 1) < 1:
+        raise WorkloadError(f"result: must be an integer >= 1 (got {spec['result']!r})")
+
+
+def _read_result(path: Path, part: int | None) -> Run:
+    """The file's run (:func:`read_run`), or its ``part``-th result of several (``Run.part``)."""
+    if part is None:
+        return read_run(path)
+    runs = read_runs(path)
+    if not 1 <= part <= len(runs):
+        raise WorkloadError(f"{path.name}: result: the file holds {len(runs)} result(s) (got {part})")
+    return runs[part - 1]
 
 
 def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:
@@ -95,7 +107,7 @@ def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:
     from calibrate.runs.table import RunError
 
     try:
-        run = read_run(path)
+        run = _read_result(path, spec.get("result"))
     except RunError as exc:
         raise WorkloadError(str(exc)) from None
     mode = spec.get("arrivals", "recorded")
@@ -117,13 +129,15 @@ def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:
 
 
 RUN_TRACE = TraceFormat(load_run_trace, "a benchmark result file's requests (calibrate.runs)",
-                        options={"arrivals": None, "seed": None}, checker=_check_spec)
+                        options={"arrivals": None, "seed": None, "result": None}, checker=_check_spec)
 
 
 def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None) -> dict:
     """The scenario table (before ``--set`` overrides) that replays ``run`` on ``profile``."""
     mode = mode or arrival_mode(run)
     trace = {"format": RUN_TRACE_NAME, "path": str(Path(run.source).resolve()), "arrivals": mode, "seed": seed}
+    if run.part is not None:  # (the file holds several results: this one)
+        trace["result"] = run.part
     stream: dict[str, Any] = {"tenant": CLASS, "class": CLASS, "trace": trace}
     if mode == "closed":
         stream["arrival"] = {"process": "closed_loop", "users": int(run.settings["max_concurrency"]), "think": 0,
@@ -135,7 +149,7 @@ def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None
                   else process_times(len(run.requests), float(run.settings.get("request_rate") or math.inf),
                                      run.settings.get("burstiness"), seed, run.settings.get("ramp_up")))
         horizon = float(np.max(starts)) + 1.0
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"replay-{Path(run.source).stem}")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"replay-{Path(run.source).stem}" + (f"-{run.part}" if run.part else ""))
     return {"name": name, "seed": seed, "horizon_s": horizon, "drain": True,
             # the time series is not compared: one sample per 100,000th of the horizon at most
             "engine": {"profile": profile, "engine": engine_of(run),
