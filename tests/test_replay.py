@@ -292,3 +292,23 @@ def test_a_file_of_several_results_is_each_a_run_of_the_fit(tmp_path):
     res = CliRunner().invoke(main, ["calibrate", "--from-runs", str(bad), "--profile", PROFILE, "--out",
                                     str(tmp_path / "q.json")])
     assert res.exit_code == 2 and "bad.jsonl line 1: not an SGLang result" in res.stderr
+
+
+def test_summary_only_vllm_e2e_from_the_latencies_it_keeps(tmp_path):
+    """Recent vLLM keeps `latencies` without --save-detailed (its E2E keys only when asked):
+    the measured E2E comes from them when no request failed (the list holds failed ones too)."""
+    from calibrate.runs.compare import measured_metrics
+
+    lat = [1.0, 1.2, 0.9, 1.5, 1.1]
+    doc = {"backend": "vllm", "num_prompts": 5, "request_rate": 2.0, "burstiness": 1.0, "max_concurrency": None,
+           "duration": 3.0, "completed": 5, "failed": 0, "total_input_tokens": 500, "total_output_tokens": 100,
+           "request_throughput": 5 / 3, "output_throughput": 100 / 3, "mean_ttft_ms": 30.0, "median_ttft_ms": 29.0,
+           "p99_ttft_ms": 40.0, "latencies": lat}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(doc))
+    got = measured_metrics(read_run(p))
+    assert got["e2e_mean_ms"] == pytest.approx(np.mean(lat) * 1e3) and got["e2e_p99_ms"] == pytest.approx(
+        np.percentile(lat, 99) * 1e3)
+    assert got["ttft_mean_ms"] == 30.0
+    p.write_text(json.dumps(dict(doc, failed=1, completed=4, latencies=lat)))
+    assert math.isnan(measured_metrics(read_run(p))["e2e_mean_ms"])

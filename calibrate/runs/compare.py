@@ -167,6 +167,9 @@ def summary_metrics(run: Run) -> dict[str, float]:
         m[f"{name}_p50_ms"] = value(*(f"median_{k}_ms" for k in keys), *(f"p50_{k}_ms" for k in keys))
         m[f"{name}_p90_ms"] = value(*(f"p90_{k}_ms" for k in keys))
         m[f"{name}_p99_ms"] = value(*(f"p99_{k}_ms" for k in keys))
+    e2e = run.requests["e2e_s"].to_numpy()
+    if np.isfinite(e2e).all():  # (the per-request latencies the file kept: calibrate.runs.vllm.kept_latencies)
+        m.update({k: v for k, v in _stats(e2e, "e2e").items() if not math.isfinite(m[k])})
     m["request_throughput"] = value("request_throughput")
     m["output_throughput"] = value("output_throughput")
     return m

@@ -18,7 +18,8 @@ Without ``--save-detailed`` (SGLang: ``--output-details``) the file is *summary-
 per-request list, but ``completed``, ``total_input_tokens`` and ``total_output_tokens`` (the
 successful requests' tokens). It is read as ``completed`` requests at the run's mean lengths
 (:func:`mean_lengths`), its measured metrics the file's own summary keys
-(:func:`calibrate.runs.compare.summary_metrics`), with a note saying so: a run of one prompt
+(:func:`calibrate.runs.compare.summary_metrics`; E2E from the ``latencies`` list recent vLLM
+keeps, :func:`kept_latencies`), with a note saying so: a run of one prompt
 and answer length (``--dataset-name random``, the default) is replayed as it ran, a mix of
 lengths only in its means.
 """
@@ -111,6 +112,17 @@ def mean_lengths(doc: dict, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     return spread(doc["total_input_tokens"]), spread(doc["total_output_tokens"])
 
 
+def kept_latencies(doc: dict, name: str, n: int) -> np.ndarray:
+    """A summary-only file's end-to-end latencies (s), one per request: recent vLLM keeps its
+    ``latencies`` list without --save-detailed (its E2E summary keys only with
+    ``--percentile-metrics ...e2el``). Used when every request succeeded (``failed`` 0: the list
+    also holds failed requests, which the file no longer says); else NaN, unknown."""
+    lat = doc.get("latencies")
+    if not isinstance(lat, list) or len(lat) != n or doc.get("failed") not in (0, None):
+        return np.full(n, np.nan)
+    return seconds(lat, "latencies", name, n)
+
+
 def _ramp(doc: dict, name: str) -> tuple[str, float, float] | None:
     """``vllm bench serve --ramp-up-strategy``: (``linear``/``exponential``, start, end req/s)."""
     kind = doc.get("ramp_up_strategy")
@@ -149,7 +161,7 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
                            f"total_input_tokens and total_output_tokens: re-run the benchmark with --save-detailed, "
                            f"or --output-details for SGLang, so each request's lengths are saved)")
         inp, out = lens
-        start, ttft, gaps, e2e = None, np.full(len(inp), np.nan), None, np.full(len(inp), np.nan)
+        start, ttft, gaps, e2e = None, np.full(len(inp), np.nan), None, kept_latencies(doc, name, len(inp))
     else:
         inp, out, start, ttft, gaps, e2e = det
     if len(inp) == 0:
