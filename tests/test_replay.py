@@ -312,3 +312,25 @@ def test_summary_only_vllm_e2e_from_the_latencies_it_keeps(tmp_path):
     assert got["ttft_mean_ms"] == 30.0
     p.write_text(json.dumps(dict(doc, failed=1, completed=4, latencies=lat)))
     assert math.isnan(measured_metrics(read_run(p))["e2e_mean_ms"])
+
+
+def test_summary_only_sglang_random_lines_replay_their_dataset_lengths(tmp_path):
+    """SGLang's random dataset draws prompts uniformly from [max(int(L r), 1), L] and answers from
+    [int(L_out r), L_out]: a summary line of it replays that law (scaled to its totals), and is
+    fitted on every metric; another dataset, or totals far off that law, at its mean lengths."""
+    base = {"backend": "sglang", "dataset_name": "random", "request_rate": 2.0, "max_concurrency": None,
+            "random_input_len": 1000, "random_output_len": 200, "random_range_ratio": 0.5, "completed": 400,
+            "total_input_tokens": 400 * 740, "total_output_tokens": 400 * 150, "mean_e2e_latency_ms": 900.0,
+            "median_ttft_ms": 80.0, "duration": 200.0}
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps(base) + "\n")
+    run = read_run(p)
+    inp, out = run.requests["input_tokens"], run.requests["output_tokens"]
+    assert run.lengths == "law" and inp.sum() == 400 * 740 and out.sum() == 400 * 150
+    assert 485 <= inp.min() <= 510 and 980 <= inp.max() <= 1010 and 95 <= out.min() and out.max() <= 205
+    assert abs(np.corrcoef(inp, out)[0, 1]) < 0.2  # (independent draws)
+    assert any("random dataset's lengths" in n for n in run.notes)
+    for other in (dict(base, dataset_name="sharegpt"), dict(base, total_input_tokens=400 * 400)):
+        p.write_text(json.dumps(other) + "\n")
+        again = read_run(p)
+        assert again.lengths == "means" and again.requests["input_tokens"].nunique() <= 2

@@ -9,8 +9,9 @@ region, bounds, soft-L1 loss with f_scale 0.1) minimises the relative errors
 ``simulated / measured - 1`` of :data:`METRICS` over every run. Each metric kind (TTFT,
 TPOT/ITL, E2E, throughput) weighs the same in total: a residual is weighted by 1/sqrt(the
 metrics of its kind), so TTFT's two count as much as TPOT/ITL's four. A summary-only run (no
-per-request lists) counts with its means and throughputs only: it is replayed at its mean
-lengths, which keep a length mix's means but not its percentiles.
+per-request lists) replayed at its mean lengths counts with its means and throughputs only
+(they keep a length mix's means, not its percentiles); one whose lengths its dataset settings
+give (SGLang's random dataset) counts whole.
 
 The optimiser works on each term mapped onto [0, 1] over its bounds, so one finite-difference
 step (:data:`DIFF_STEP`, 1 % of a term's range) suits terms of any unit: the simulator is
@@ -256,7 +257,7 @@ class Problem:
                 for name in names:
                     if not math.isfinite(self.measured[i].get(name, math.nan)) or self.measured[i][name] == 0:
                         continue
-                    if self.runs[i].summary_only and not _kept_in_means(name):
+                    if self.runs[i].lengths == "means" and not _kept_in_means(name):
                         continue  # (replayed at its mean lengths: a mix's percentiles are not reproduced)
                     e = cmp.metrics[name]["error"]
                     res.append(w * (e if e is not None and math.isfinite(e) else PENALTY))

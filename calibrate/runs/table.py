@@ -50,6 +50,9 @@ class Run:
     # no per-request lists in the file: its requests are at the run's mean lengths, with no
     # times, and the measured metrics are the file's summary keys (calibrate.runs.vllm)
     summary_only: bool = False
+    # where the request lengths come from: "file" (per request), "law" (a summary-only file's
+    # dataset settings, e.g. SGLang's random lengths) or "means" (a summary-only file's totals)
+    lengths: str = "file"
     part: int | None = None  # its place (1-based) in a file of several results, else None
 
     @property

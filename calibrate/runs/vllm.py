@@ -112,6 +112,46 @@ def mean_lengths(doc: dict, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     return spread(doc["total_input_tokens"]), spread(doc["total_output_tokens"])
 
 
+def random_lengths(doc: dict, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """An SGLang summary line's lengths from its own dataset settings, where it ran its random
+    dataset (``dataset_name = "random"``): SGLang draws each prompt uniformly from
+    [max(int(L x r), 1), L] tokens and each answer from [int(L_out x r), L_out] (``random_input_len``,
+    ``random_output_len``, ``random_range_ratio``; ``sample_random_requests`` in its
+    bench_serving.py). Here the draws are that law's n evenly spaced quantiles, each list in its
+    own fixed shuffled order (the two draws are independent), scaled to the line's token totals
+    (special tokens and retokenisation move them a little). None when the line lacks those keys
+    or its totals are more than 10 % off the law's mean (another version's rule ran)."""
+    if doc.get("dataset_name") != "random":
+        return None
+    keys = ("random_input_len", "random_output_len", "random_range_ratio")
+    vals = [doc.get(k) for k in keys]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in vals):
+        return None
+    L_in, L_out, r = int(vals[0]), int(vals[1]), float(vals[2])
+    if L_in < 1 or not 0 <= r <= 1:
+        return None
+    rng = np.random.default_rng(0)
+    q = (np.arange(n) + 0.5) / n
+    out = []
+    for lo, hi, total, least in ((max(int(L_in * r), 1), L_in, doc["total_input_tokens"], 1),
+                                 (int(L_out * r), L_out, doc["total_output_tokens"], 0)):
+        law = lo + np.floor(q * (hi - lo + 1)).astype(np.int64)
+        if law.sum() <= 0 or abs(total / law.sum() - 1) > 0.10:
+            return None
+        out.append(_scaled_to(rng.permutation(law), int(total), least))
+    return out[0], out[1]
+
+
+def _scaled_to(a: np.ndarray, total: int, least: int) -> np.ndarray:
+    """``a`` scaled to sum to ``total`` in whole tokens (largest remainders round up), each >= ``least``."""
+    x = a * (total / a.sum())
+    b = np.maximum(np.floor(x).astype(np.int64), least)
+    short = total - int(b.sum())
+    if short > 0:
+        b[np.argsort(-(x - np.floor(x)), kind="stable")[:short]] += 1
+    return b
+
+
 def kept_latencies(doc: dict, name: str, n: int) -> np.ndarray:
     """A summary-only file's end-to-end latencies (s), one per request: recent vLLM keeps its
     ``latencies`` list without --save-detailed (its E2E summary keys only with
@@ -154,6 +194,7 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
         raise RunError(f"{name}: burstiness: must be > 0 (got {doc['burstiness']!r})")
     det = read_detailed(doc, name)
     summary_only = det is None
+    law = None  # (a summary-only SGLang line's lengths from its dataset settings: random_lengths)
     if det is None:
         lens = mean_lengths(doc, name)
         if lens is None:
@@ -161,6 +202,10 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
                            f"total_input_tokens and total_output_tokens: re-run the benchmark with --save-detailed, "
                            f"or --output-details for SGLang, so each request's lengths are saved)")
         inp, out = lens
+        if fmt == "sglang":
+            law = random_lengths(doc, len(inp))
+        if law is not None:
+            inp, out = law
         start, ttft, gaps, e2e = None, np.full(len(inp), np.nan), None, kept_latencies(doc, name, len(inp))
     else:
         inp, out, start, ttft, gaps, e2e = det
@@ -174,13 +219,20 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
                        date=doc.get("date")),
               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan,
-              summary_only=summary_only)
+              summary_only=summary_only, lengths="file" if not summary_only else "law" if law is not None else "means")
     if summary_only:
         detail = "--output-details" if fmt == "sglang" else "--save-detailed"
-        run.notes.append(f"summary-only result (no {detail}): its {len(inp)} requests replayed at their mean "
-                         f"lengths, {inp.mean():.1f} prompt / {out.mean():.1f} output tokens, and compared with "
-                         f"the file's own summary metrics; a mix of lengths is kept only in its means (re-run "
-                         f"with {detail} for each request's lengths and times)")
+        if law is not None:
+            r = float(doc["random_range_ratio"])
+            how = (f"at its random dataset's lengths (prompts uniform in [{int(inp.min())}, {int(inp.max())}], "
+                   f"answers in [{int(out.min())}, {int(out.max())}] tokens: --random-range-ratio {r:g}, scaled "
+                   f"to the file's totals, {inp.mean():.1f} / {out.mean():.1f} a request)")
+        else:
+            how = (f"at their mean lengths, {inp.mean():.1f} prompt / {out.mean():.1f} output tokens (a mix of "
+                   f"lengths is kept only in its means)")
+        run.notes.append(f"summary-only result (no {detail}): its {len(inp)} requests replayed {how}, and compared "
+                         f"with the file's own summary metrics (re-run with {detail} for each request's lengths "
+                         f"and times)")
     ramp = _ramp(doc, name)
     if ramp is not None:
         run.settings["ramp_up"] = ramp
