@@ -330,7 +330,9 @@ def identify(J: np.ndarray) -> tuple[np.ndarray, list[str]]:
     if cols.size > 1:
         _, R, piv = qr(J[:, cols] / norms[cols], mode="economic", pivoting=True)
         for k, p in enumerate(piv):
-            if abs(R[k, k]) * norms[cols[p]] < INSENSITIVE:
+            # (fewer residuals than terms: the columns past the rank have no diagonal, nothing
+            # left to tell them from the others)
+            if k >= R.shape[0] or abs(R[k, k]) * norms[cols[p]] < INSENSITIVE:
                 ok[cols[p]] = False
                 why[cols[p]] = "confounded with the other terms (the runs cannot tell them apart)"
     return ok, why
