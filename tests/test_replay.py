@@ -334,3 +334,20 @@ def test_summary_only_sglang_random_lines_replay_their_dataset_lengths(tmp_path)
         p.write_text(json.dumps(other) + "\n")
         again = read_run(p)
         assert again.lengths == "means" and again.requests["input_tokens"].nunique() <= 2
+
+
+def test_replay_takes_one_result_of_several(tmp_path):
+    """`priosim replay --result N` replays the N-th result of a file of several (what the fit
+    calls FILE#N); out of range is one line and exit 2."""
+    line = (RUNS / "sglang_rate8.jsonl").read_text().strip()
+    doc = json.loads(line)
+    doc["input_lens"] = [2 * n for n in doc["input_lens"]]
+    p = tmp_path / "two.jsonl"
+    p.write_text(f"{line}\n{json.dumps(doc)}\n")
+    first = CliRunner().invoke(main, ["replay", str(p), "--result", "1"])
+    last = CliRunner().invoke(main, ["replay", str(p)])
+    assert first.exit_code == 0 and last.exit_code == 0, first.output + last.output
+    assert f"{p}#1: sglang, 60 requests" in first.stdout and "2 result lines: the last one was read" in last.stdout
+    assert first.stdout.split("ttft_mean_ms")[1] != last.stdout.split("ttft_mean_ms")[1]
+    bad = CliRunner().invoke(main, ["replay", str(p), "--result", "3"])
+    assert bad.exit_code == 2 and "--result: " in bad.stderr and "holds 2 result(s)" in bad.stderr

@@ -192,11 +192,15 @@ def validate(profile, scenario, n, repeats, out):
 @click.option("--json", "json_out", help="write measured vs simulated metrics to this JSON file (a new file)")
 @click.option("--figure", "figure_out", help="draw per-request measured vs simulated TTFT and E2E (PNG; a new file)")
 @click.option("--overwrite", is_flag=True, help="replace the files --json and --figure name")
+@click.option("--result", "result", type=int, default=None,
+              help="of a file of several results (one a line, or a GuideLLM sweep), the N-th (from 1; default: "
+                   "the last line, the first benchmark); calibrate --from-runs names them FILE#N")
 @engine_flag_options
-def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwrite, engine_args, sglang_args):
+def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwrite, result, engine_args,
+           sglang_args):
     """Replay a real benchmark result RUN (vLLM, GuideLLM, SGLang, genai-perf) in the simulator;
     print measured vs simulated TTFT, TPOT, ITL, E2E and throughput."""
-    from calibrate.runs import RunError, read_run
+    from calibrate.runs import RunError, read_run, read_runs
     from calibrate.runs.compare import replay as run_replay
     from calibrate.runs.scenario import model_differs
     from plumbing.notices import warn
@@ -206,7 +210,13 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     if figure_out:
         figure_out = check_out_file(figure_out, "--figure", overwrite=overwrite)
     try:
-        run = read_run(run_file)
+        if result is None:
+            run = read_run(run_file)
+        else:
+            runs = read_runs(run_file)
+            if not 1 <= result <= len(runs):
+                fail(f"--result: {run_file} holds {len(runs)} result(s) (expected 1 to {len(runs)}, got {result})")
+            run = runs[result - 1]
         if figure_out and run.summary_only:
             fail(f"--figure: {run_file} is a summary-only result (no per-request times to draw; expected a "
                  f"file saved with --save-detailed, or --output-details for SGLang)")
@@ -218,7 +228,8 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     except (RunError, ScenarioError) as exc:
         fail(str(exc))
     st = run.settings
-    click.echo(f"{run_file}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
+    where = f"{run_file}#{run.part}" if run.part else run_file
+    click.echo(f"{where}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
                f"max_concurrency={st['max_concurrency']} model={st['model']}; sent: {cmp.mode}; profile={profile}")
     for note in run.notes + cmp.notes:
         click.echo(f"note: {note}")
