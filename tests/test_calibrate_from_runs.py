@@ -158,3 +158,12 @@ def test_identify_with_fewer_residuals_than_terms():
     J = rng.normal(size=(3, 5))
     ok, why = identify(J)
     assert ok.sum() <= 3 and all("confounded" in why[j] for j in range(5) if not ok[j])
+
+
+def test_the_fit_is_the_same_on_several_workers(runs):
+    """The runs of a trial replay in worker processes: every value and error as on one."""
+    one = fit_runs([read_run(p) for p in runs[:2]], BASE, SETS, loro=False, max_nfev=3)
+    two = fit_runs([read_run(p) for p in runs[:2]], BASE, SETS, loro=False, max_nfev=3, workers=2)
+    assert [(t.term.name, t.value, t.identified) for t in one.terms] == [(t.term.name, t.value, t.identified)
+                                                                        for t in two.terms]
+    assert [r.after for r in one.runs] == [r.after for r in two.runs]

@@ -36,7 +36,7 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -145,12 +145,16 @@ class Problem:
     """The replays of ``runs`` on ``profile`` as a function of the fitted terms."""
 
     def __init__(self, runs: list[Run], profile: str, overrides: Iterable[str] = (), seed: int = 0,
-                 workdir: str | Path | None = None):
+                 workdir: str | Path | None = None, workers: int = 1):
         from sim.config import scenario_from_dict
         from sim.core.overhead import resolve_overhead
 
         overrides = list(overrides)
         self.overrides = overrides
+        # the runs of one trial replay side by side in worker processes (each replay is its own
+        # deterministic simulation: the same fit whatever the count); made at the first trial
+        self.workers = max(1, min(workers, len(runs)))
+        self._pool: Any = None
         if not runs:
             raise RunError("--from-runs: no run files (expected at least one benchmark result file)")
         engines = {engine_of(r) for r in runs}
@@ -183,6 +187,8 @@ class Problem:
         self._n = 0
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -241,7 +247,13 @@ class Problem:
         path = self.workdir / f"trial-{self._n % 2}.json"  # (a file per trial; the previous one kept)
         path.write_text(json.dumps(self.document(v), allow_nan=False))
         sets = self.overrides + [f"engine.overhead={_toml_table(self.overhead(v))}"]
-        out = [replay(self.runs[i], sets, profile=str(path), seed=self.seed) for i in idx]
+        if self.workers > 1 and len(idx) > 1:
+            if self._pool is None:
+                from concurrent.futures import ProcessPoolExecutor
+                self._pool = ProcessPoolExecutor(self.workers)
+            out = list(self._pool.map(_replay_one, [(self.runs[i], sets, str(path), self.seed) for i in idx]))
+        else:
+            out = [replay(self.runs[i], sets, profile=str(path), seed=self.seed) for i in idx]
         self.evaluations += len(idx)
         if len(self._cache) > 4096:
             self._cache.clear()
@@ -380,13 +392,20 @@ def _plain(problem: Problem, active: list[Term], idx: tuple[int, ...], fixed: di
     return fun
 
 
+def _replay_one(args: tuple) -> Comparison:
+    """One replay of a trial, in a worker process: (run, overrides, trial profile path, seed)."""
+    run, sets, path, seed = args
+    return replay(run, sets, profile=path, seed=seed)
+
+
 def fit_runs(runs: list[Run], profile: str, overrides: Iterable[str] = (), *, seed: int = 0,
              loro: bool = True, max_nfev: int = 40, start: dict[str, float] | None = None,
-             echo: Callable[[str], None] | None = None) -> FitResult:
+             echo: Callable[[str], None] | None = None, workers: int = 1) -> FitResult:
     """Fit the terms to ``runs`` on base ``profile`` (see the module docstring). ``start``:
-    starting values other than the base's (by term name); ``echo``: progress lines."""
+    starting values other than the base's (by term name); ``echo``: progress lines;
+    ``workers``: processes replaying a trial's runs side by side (the same fit for any count)."""
     say = echo or (lambda _msg: None)
-    problem = Problem(runs, profile, overrides, seed)
+    problem = Problem(runs, profile, overrides, seed, workers=workers)
     try:
         return _fit(problem, loro, max_nfev, start or {}, say)
     finally:

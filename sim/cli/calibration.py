@@ -2,13 +2,14 @@
 and the compiled build (native)."""
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_out_file, claim_out, fail, fail_write, load, main
+from sim.cli.group import check_out_file, check_workers, claim_out, fail, fail_write, load, main
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 
 
@@ -50,6 +51,9 @@ def fidelity(prefixes, overhead, out, docs):
               "arrival process")
 @click.option("--loro/--no-loro", default=True, show_default=True,
               help="with --from-runs: leave each run out in turn (3 runs or more)")
+@click.option("--workers", type=int, default=None,
+              help="with --from-runs: processes replaying the runs side by side (default: the CPU count; "
+                   "the same fit for any count)")
 @engine_flag_options
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="where to measure (auto: cuda when a GPU is visible, else cpu)")
@@ -60,8 +64,8 @@ def fidelity(prefixes, overhead, out, docs):
 @click.option("--out", "out", required=True, help="profile JSON to write (a new file)")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=None, help="decode under CUDA graphs (CUDA only)")
 @click.option("--overwrite", is_flag=True, help="replace the file --out names")
-def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args, device, shape, dtype, grid, out,
-              cuda_graphs, overwrite):
+def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sglang_args, device, shape, dtype, grid,
+              out, cuda_graphs, overwrite):
     """Measure prefill, decode and KV transfers with PyTorch and write a fitted profile; or, with
     --from-runs RUN ..., fit a profile to real benchmark results (docs/calibration.md)."""
     if from_runs:  # (every input checked, one line and exit 2, before the fit)
@@ -73,6 +77,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
 
         if not runs:
             fail("--from-runs: no RUN files (expected one or more benchmark result files)")
+        check_workers(workers)
         if base is None:
             fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
         path = check_out_file(out, overwrite=overwrite)
@@ -96,7 +101,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, engine_args, sglang_args,
                     warn(f"{run.source}: {msg}")
             sets = with_engine_flags(sets, engine_args, sglang_args)
             fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
-                           echo=lambda m: click.echo(f"... {m}", err=True))
+                           echo=lambda m: click.echo(f"... {m}", err=True), workers=workers or os.cpu_count() or 1)
         except (RunError, ScenarioError, ProfileError) as exc:
             fail(str(exc))
         from sim import jsonout
