@@ -351,3 +351,20 @@ def test_replay_takes_one_result_of_several(tmp_path):
     assert first.stdout.split("ttft_mean_ms")[1] != last.stdout.split("ttft_mean_ms")[1]
     bad = CliRunner().invoke(main, ["replay", str(p), "--result", "3"])
     assert bad.exit_code == 2 and "--result: " in bad.stderr and "holds 2 result(s)" in bad.stderr
+
+
+def test_one_result_of_several_is_read_alone(tmp_path):
+    """A replay of FILE#N reads that result alone (every trial of a fit reads it again): another
+    line's mistake does not stop it, as it stops reading them all."""
+    from calibrate.runs.table import RunError, read_runs
+
+    line = (RUNS / "sglang_rate8.jsonl").read_text().strip()
+    bad = json.dumps(dict(json.loads(line), burstiness=-1.0))
+    p = tmp_path / "two.jsonl"
+    p.write_text(f"{bad}\n{line}\n")
+    (run,) = read_runs(p, only=2)
+    assert run.part == 2 and run.label == "two.jsonl#2"
+    with pytest.raises(RunError, match="line 1: burstiness: must be > 0"):
+        read_runs(p)
+    with pytest.raises(RunError, match=r"result: the file holds 2 result\(s\) \(got 3\)"):
+        read_runs(p, only=3)

@@ -44,7 +44,7 @@ from scipy.optimize import least_squares
 from calibrate.runs.compare import Comparison, measured_metrics, replay
 from calibrate.runs.rescale import base_efficiencies, rescale_profile
 from calibrate.runs.scenario import engine_of, scenario_dict
-from calibrate.runs.table import Run, RunError
+from calibrate.runs.table import Run, RunError, run_label
 from calibrate.runs.terms import OVERHEAD_TERMS, Term, efficiency_terms, kv_term
 
 #: metric kind -> the metric names fitted (each kind weighs the same in total)
@@ -55,13 +55,6 @@ METRICS = {"ttft": ("ttft_mean_ms", "ttft_p50_ms"),
 FIT_METRICS = tuple(m for names in METRICS.values() for m in names)
 #: a metric the simulation could not compute (no request finished) counts as 100 % off
 PENALTY = 1.0
-
-
-def _kept_in_means(name: str) -> bool:
-    """The metrics a summary-only run is fitted on: its requests are replayed at their mean
-    lengths (:func:`calibrate.runs.vllm.mean_lengths`), which keeps a length mix's means and
-    throughput, not its percentiles."""
-    return "_mean_" in name or name.endswith("_throughput")
 #: finite-difference step, in units of a term's range
 DIFF_STEP = 0.01
 #: a term whose full range moves the weighted residuals by less than this is not identified
@@ -90,6 +83,13 @@ class FittedTerm:
     note: str = ""
 
 
+def _kept_in_means(name: str) -> bool:
+    """The metrics a summary-only run is fitted on: its requests are replayed at their mean
+    lengths (:func:`calibrate.runs.vllm.mean_lengths`), which keeps a length mix's means and
+    throughput, not its percentiles."""
+    return "_mean_" in name or name.endswith("_throughput")
+
+
 @dataclass
 class RunResult:
     path: str
@@ -103,7 +103,7 @@ class RunResult:
 
     @property
     def label(self) -> str:
-        return Path(self.path).name if self.part is None else f"{Path(self.path).name}#{self.part}"
+        return run_label(self.path, self.part)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from calibrate.runs.table import Run, RunError, RunFormat, frame, need, register_run_format, settings
+from calibrate.runs.table import Run, RunError, RunFormat, frame, need, picked, register_run_format, settings
 
 
 def detect(doc: Any) -> bool:
@@ -185,16 +185,17 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     return run
 
 
-def read_all(doc: Any, name: str) -> list[Run]:
-    """Every benchmark of the report (a sweep's), each a run numbered from 1 (``Run.part``)."""
+def read_all(doc: Any, name: str, only: int | None = None) -> list[Run]:
+    """Every benchmark of the report (a sweep's), or the ``only``-th, each a run numbered from 1
+    (``Run.part``)."""
     n = len(need(doc, "benchmarks", name)) if isinstance(doc, dict) else 0
-    if n <= 1:
+    if n <= 1 and only in (None, 1):
         return [read(doc, name)]
     runs = []
-    for i in range(n):
-        run = read(doc, name, i)
-        run.notes = [m for m in run.notes if not m.endswith(f"benchmark {i} was read")]
-        run.part = i + 1
+    for k in picked(n, only, name):
+        run = read(doc, name, k - 1)
+        run.notes = [m for m in run.notes if not m.endswith(f"benchmark {k - 1} was read")]
+        run.part = k
         runs.append(run)
     return runs
 

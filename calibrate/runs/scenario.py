@@ -92,13 +92,9 @@ def _check_spec(spec: dict) -> None:
 
 
 def _read_result(path: Path, part: int | None) -> Run:
-    """The file's run (:func:`read_run`), or its ``part``-th result of several (``Run.part``)."""
-    if part is None:
-        return read_run(path)
-    runs = read_runs(path)
-    if not 1 <= part <= len(runs):
-        raise WorkloadError(f"{path.name}: result: the file holds {len(runs)} result(s) (got {part})")
-    return runs[part - 1]
+    """The file's run (:func:`read_run`), or its ``part``-th result of several (``Run.part``),
+    the others not read: every replay of a fit reads its run again."""
+    return read_run(path) if part is None else read_runs(path, only=part)[0]
 
 
 def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:

@@ -26,8 +26,8 @@ def read(doc: Any, name: str) -> Run:
     return read_last(doc, name, "sglang", REFUSED, "result lines")
 
 
-def read_all(doc: Any, name: str) -> list[Run]:
-    return read_each(doc, name, "sglang", REFUSED)
+def read_all(doc: Any, name: str, only: int | None = None) -> list[Run]:
+    return read_each(doc, name, "sglang", REFUSED, only)
 
 
 register_run_format("sglang", RunFormat(detect, read, "SGLang bench_serving JSONL (--output-details)", read_all))

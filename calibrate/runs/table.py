@@ -47,23 +47,30 @@ class Run:
     metrics: str
     duration_s: float = math.nan  # the client's own benchmark duration, s (NaN when absent)
     notes: list[str] = field(default_factory=list)
-    # no per-request lists in the file: its requests are at the run's mean lengths, with no
-    # times, and the measured metrics are the file's summary keys (calibrate.runs.vllm)
-    summary_only: bool = False
     # where the request lengths come from: "file" (per request), "law" (a summary-only file's
     # dataset settings, e.g. SGLang's random lengths) or "means" (a summary-only file's totals)
     lengths: str = "file"
     part: int | None = None  # its place (1-based) in a file of several results, else None
 
     @property
+    def summary_only(self) -> bool:
+        """No per-request lists in the file: no times, the lengths from its settings or totals,
+        the measured metrics its summary keys (:mod:`calibrate.runs.vllm`)."""
+        return self.lengths != "file"
+
+    @property
     def label(self) -> str:
-        """The file's name, with ``#N`` for the N-th result of a file of several."""
-        name = Path(self.source).name
-        return name if self.part is None else f"{name}#{self.part}"
+        return run_label(self.source, self.part)
 
     @property
     def has_starts(self) -> bool:
         return bool(len(self.requests)) and bool(np.isfinite(self.requests["start_s"]).all())
+
+
+def run_label(source: str, part: int | None) -> str:
+    """A run's name in reports: its file's name, with ``#N`` for the N-th result of a file of several."""
+    name = Path(source).name
+    return name if part is None else f"{name}#{part}"
 
 
 @dataclass(frozen=True)
@@ -74,8 +81,9 @@ class RunFormat:
     detect: Callable[[Any], bool]
     read: Callable[[Any, str], Run]
     description: str = ""
-    # every result of a file that may hold several (one per line), each a Run; None: ``read``'s one
-    read_all: Callable[[Any, str], list[Run]] | None = None
+    # every result of a file that may hold several (one per line), each a Run, or (``only`` N)
+    # the N-th alone; None: ``read``'s one
+    read_all: Callable[..., list[Run]] | None = None
 
 
 RUN_FORMATS = Registry("benchmark result format")
@@ -118,11 +126,25 @@ def read_run(path: str | Path, fmt: str | None = None) -> Run:
     return f.read(doc, name)
 
 
-def read_runs(path: str | Path, fmt: str | None = None) -> list[Run]:
+def read_runs(path: str | Path, fmt: str | None = None, only: int | None = None) -> list[Run]:
     """Every result of a file as a :class:`Run` each (one for most files; one per line of a
-    vLLM ``--append-result`` or SGLang output file, numbered by ``Run.part``)."""
+    vLLM ``--append-result`` or SGLang output file, numbered by ``Run.part``); ``only`` N: the
+    N-th alone, the others not read (a replay of one result of a sweep)."""
     f, doc, name = _format_of(path, fmt)
-    return f.read_all(doc, name) if f.read_all is not None else [f.read(doc, name)]
+    if f.read_all is not None:
+        return f.read_all(doc, name, only)
+    if only not in (None, 1):
+        raise RunError(f"{name}: result: the file holds 1 result(s) (got {only})")
+    return [f.read(doc, name)]
+
+
+def picked(n: int, only: int | None, name: str) -> range:
+    """The results (1-based) of a file of ``n`` that :func:`read_runs` reads: all, or ``only``."""
+    if only is None:
+        return range(1, n + 1)
+    if not 1 <= only <= n:
+        raise RunError(f"{name}: result: the file holds {n} result(s) (got {only})")
+    return range(only, only + 1)
 
 
 def _format_of(path: str | Path, fmt: str | None) -> tuple[RunFormat, Any, str]:
@@ -211,5 +233,5 @@ def settings(**kw: Any) -> dict:
     return out
 
 
-__all__ = ["Run", "RunFormat", "RunError", "RUN_FORMATS", "register_run_format", "read_run", "read_runs",
+__all__ = ["Run", "RunFormat", "RunError", "RUN_FORMATS", "register_run_format", "read_run", "read_runs", "run_label", "picked",
            "parse_document", "COLUMNS", "SETTINGS"]

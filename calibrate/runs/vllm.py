@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from calibrate.runs.table import (Run, RunError, RunFormat, frame, lengths, need, number_or_none, register_run_format,
-                                  seconds, settings)
+from calibrate.runs.table import (Run, RunError, RunFormat, frame, lengths, need, number_or_none, picked,
+                                  register_run_format, seconds, settings)
 
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 
@@ -193,7 +193,6 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
     if burst is not None and not burst > 0:
         raise RunError(f"{name}: burstiness: must be > 0 (got {doc['burstiness']!r})")
     det = read_detailed(doc, name)
-    summary_only = det is None
     law = None  # (a summary-only SGLang line's lengths from its dataset settings: random_lengths)
     if det is None:
         lens = mean_lengths(doc, name)
@@ -219,8 +218,8 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
                        model=doc.get("model_id") or doc.get("model"), backend=doc.get("backend"),
                        date=doc.get("date")),
               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan,
-              summary_only=summary_only, lengths="file" if not summary_only else "law" if law is not None else "means")
-    if summary_only:
+              lengths="file" if det is not None else "law" if law is not None else "means")
+    if run.summary_only:
         detail = "--output-details" if fmt == "sglang" else "--save-detailed"
         if law is not None:
             r = float(doc["random_range_ratio"])
@@ -258,14 +257,16 @@ def read_last(doc: Any, name: str, definitions: str, refused: str, several: str)
     return run
 
 
-def read_each(doc: Any, name: str, definitions: str, refused: str) -> list[Run]:
-    """Every result of a file that may hold several (one object per line): :func:`read_common`
-    on each, numbered (``Run.part``) when there are several; ``refused`` as in :func:`read_last`."""
+def read_each(doc: Any, name: str, definitions: str, refused: str, only: int | None = None) -> list[Run]:
+    """Every result of a file that may hold several (one object per line), or the ``only``-th:
+    :func:`read_common` on each, numbered (``Run.part``) when there are several; ``refused`` as
+    in :func:`read_last`."""
     docs = doc if isinstance(doc, list) else [doc]
     if not docs:
         raise RunError(f"{name}: {refused}")
     runs = []
-    for i, d in enumerate(docs, 1):
+    for i in picked(len(docs), only, name):
+        d = docs[i - 1]
         if not isinstance(d, dict):
             raise RunError(f"{name}" + (f" line {i}" if len(docs) > 1 else "") + f": {refused}")
         run = read_common(d, name if len(docs) == 1 else f"{name} line {i}", definitions)  # (in its errors)
@@ -279,8 +280,8 @@ def read(doc: Any, name: str) -> Run:
     return read_last(doc, name, "vllm", _refused(doc), "results in the file (--append-result)")
 
 
-def read_all(doc: Any, name: str) -> list[Run]:
-    return read_each(doc, name, "vllm", _refused(doc))
+def read_all(doc: Any, name: str, only: int | None = None) -> list[Run]:
+    return read_each(doc, name, "vllm", _refused(doc), only)
 
 
 def _refused(doc: Any) -> str:
