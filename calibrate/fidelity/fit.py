@@ -12,8 +12,9 @@ the rows used and the residuals are written into the preset's metadata in ``sim/
     python -m calibrate.fidelity.fit --flops-efficiency h100-sxm   # one GPU's achieved FLOPs fraction
 
 ``--loso``: for each independent publisher (the table's ``source_kind``), every engine era is
-fitted on the rows of the *other* publishers (all their reproducible rows of that era, whatever
-their split) and the held-out publisher's rows are simulated with those terms (:func:`loso`).
+fitted on the rows of the *other* publishers (all their reproducible rows of that era, fit and
+held-out alike; not ``host`` rows, which describe their publisher's host) and the held-out
+publisher's rows, all of them, are simulated with those terms (:func:`loso`).
 
 ``--flops-efficiency DEVICE`` fits the analytic profiles' achieved fraction of peak dense FLOP/s
 for one GPU (calibrate/roofline.py, ``flops_efficiency``) on the fit rows priced with that GPU's
@@ -33,7 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from calibrate.fidelity.suite import load_table, run_table, summary
+from calibrate.fidelity.suite import HELD_OUT, load_table, run_table, summary
 from sim.core.overhead import PRESETS_PATH
 
 #: The last leave-one-source-out evaluation (``--loso``), which docs/fidelity.md shows.
@@ -95,15 +96,17 @@ WHY_PRESET = {
 #: are offline runs (the LLM class: no API server) whose front end is not seen, so it is shared.
 FITTED_BY_PRESET = {"vllm-0.6": ("step_s", "seq_s", "admit_s", "allreduce_latency_s"),
                     "vllm-0.4": ("step_s", "allreduce_latency_s", "kv_reread"),
-                    "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_s", "frontend_busy_s"),
+                    "vllm-v1": ("step_s", "seq_s", "admit_s", "frontend_busy_s"),
                     "sglang": ("step_s", "seq_s", "admit_s", "allreduce_latency_s", "frontend_s"),
                     "sglang-0.5": ("step_s", "seq_s", "admit_s", "allreduce_latency_s", "frontend_s")}
-#: Terms a preset takes from another preset's fit (that one is fitted first). The V0 eras' front
-#: end (their rows never identify it) is SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060
-#: runs: the same benchmark client on the same hosts served vLLM 0.6.0 too, and both servers are a
-#: Python OpenAI-compatible front end in a process of its own handing requests to the engine over
-#: ZMQ (vLLM from 0.6.0; vLLM 0.4 ran it in the engine's process, so its value is a lower estimate).
-SHARED = {"vllm-0.6": {"frontend_s": "sglang"},
+#: Terms a preset takes from another preset's fit (that one is fitted first). The vLLM eras' front
+#: end is SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060 runs: the same benchmark client
+#: on the same hosts served vLLM 0.6.0 too, and both servers are a Python OpenAI-compatible front
+#: end in a process of its own handing requests to the engine over ZMQ (vLLM from 0.6.0, V1 too;
+#: vLLM 0.4 ran it in the engine's process, so its value is a lower estimate). The V0 fit rows never
+#: identify it; V1's light-load TTFT rows come from one publisher's hosts, whose API server is
+#: slower than the others' (split ``host``), so V1's fit would price that host for everyone.
+SHARED = {"vllm-0.6": {"frontend_s": "sglang"}, "vllm-v1": {"frontend_s": "sglang"},
           "vllm-0.4": {"seq_s": "vllm-0.6", "admit_s": "vllm-0.6", "frontend_s": "sglang"}}
 #: Presets derived from a fitted one (no fit rows of their own): base preset and the terms added.
 #: None now: sglang-0.5 was SGLang 0.3's fit plus the overlap scheduler SGLang 0.4 made the
@@ -142,7 +145,9 @@ SOURCES = {
     "vllm-v1": ["gpustack/gpustack docs/performance-lab (vLLM 0.11.0 default-settings runs, H100 / A100)",
                 "vLLM blog 2026-04-22 FP8 KV cache post (BF16 rows)",
                 "vllm-project/vllm pull-request benchmarks of the V1 engine, March 2025 (PRs #14152 and #14431: "
-                "1000 ShareGPT requests at once on an H100, engine_version 0.8.0 defaults)"],
+                "1000 ShareGPT requests at once on an H100, engine_version 0.8.0 defaults)",
+                "front end: the sglang preset's (sgl-project/sglang benchmark/benchmark_vllm_060, same client "
+                "and hosts as its vLLM 0.6.0 runs; V1's API server is the same kind of process)"],
     "vllm-0.4": ["QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst, Qwen2 tables (vLLM 0.4.2, A100)",
                  "vLLM 0.4 decodes with its own paged-attention kernel, one thread block per query head "
                  "(why the KV re-read term exists)",
@@ -235,8 +240,8 @@ def metric_kind(metric: str) -> str:
 def loso(df: pd.DataFrame, start: dict[str, dict] | None = None, presets=ORDER, max_nfev: int = 6,
          verbose: bool = False) -> pd.DataFrame:
     """Leave-one-source-out: for each ``source_kind``, fit every preset of ``presets`` (with the
-    presets derived from it) on the reproducible rows of the other sources, then simulate that
-    source's rows of the preset's era with those terms. ``start``: each preset's terms before the
+    presets derived from it) on the reproducible rows of the other sources (not their ``host``
+    rows), then simulate that source's rows of the preset's era with those terms. ``start``: each preset's terms before the
     fit (the terms it does not fit keep these values; default: the shipped presets'); the fitted
     ones start from :data:`NEUTRAL`, so nothing of the held-out rows enters.
 
@@ -252,7 +257,7 @@ def loso(df: pd.DataFrame, start: dict[str, dict] | None = None, presets=ORDER, 
     out = []
     for source in sorted(set(df.source_kind)):
         held = df[df.source_kind == source]
-        rest = df[df.source_kind != source]
+        rest = df[(df.source_kind != source) & (df.split != "host")]
         fitted: dict[str, dict] = {}
         # a preset is fitted when the held-out source has rows of its era, or a preset that does
         # takes terms from it
@@ -413,7 +418,7 @@ def main(argv=None) -> None:
         meta.update({
             "status": "fitted", "fitted_by": "python -m calibrate.fidelity.fit",
             "date": _dt.date.today().isoformat(), "sources": SOURCES.get(preset, []),
-            "fit_rows": sorted(res[res.split == "fit"].id), "held_out_rows": sorted(res[res.split == "held-out"].id),
+            "fit_rows": sorted(res[res.split == "fit"].id), "held_out_rows": sorted(res[res.split.isin(HELD_OUT)].id),
             "fit_median_abs_error": round(s["fit"]["median"], 4), "fit_worst_abs_error": round(s["fit"]["worst"], 4),
             "held_out_median_abs_error": round(s["held-out"]["median"], 4),
             "held_out_worst_abs_error": round(s["held-out"]["worst"], 4),

@@ -30,7 +30,7 @@ def parity_plot(res: pd.DataFrame, path: Path = FIGURE) -> Path:
     for f, alpha in ((0.25, 0.10), (0.10, 0.18)):
         ax.fill_between(x, x * (1 - f), x * (1 + f), color="tab:green", alpha=alpha, lw=0,
                         label=f"±{int(f * 100)} %")
-    markers = {"fit": ("o", "tab:blue"), "held-out": ("s", "tab:orange")}
+    markers = {"fit": ("o", "tab:blue"), "held-out": ("s", "tab:orange"), "host": ("D", "tab:red")}
     for split, (m, c) in markers.items():
         sub = res[res.split == split]
         ax.scatter(sub.published, sub.simulated, marker=m, color=c, s=22, label=f"{split} ({len(sub)})",
@@ -172,10 +172,11 @@ def _bound_lines() -> list[str]:
     shared = "; ".join(f"`{p}`: " + ", ".join(f"{t} from `{src}`" for t, src in terms.items())
                        for p, terms in SHARED.items())
     lines += ["", f"Shared terms: {shared}. The vLLM V0 fit rows are offline runs (the `LLM` class, no API "
-              "server: `entrypoint = \"offline\"`, no front-end term at all), so they cannot see a front end; "
+              "server: `entrypoint = \"offline\"`, no front-end term at all), so they cannot see a front end, "
+              "and the V1 rows that do see one measure one publisher's slower host (split `host`, below); "
               "SGLang 0.3's, fitted on sgl-project's benchmark_vllm_060 TTFT rows, was measured by the same client on the same hosts as that page's vLLM 0.6.0 server, "
               "and both are a Python OpenAI-compatible server in a process of its own feeding the engine over ZMQ "
-              "(vLLM 0.4 ran it inside the engine process, so for it the value is a lower estimate)."]
+              "(as V1's is; vLLM 0.4 ran it inside the engine process, so for it the value is a lower estimate)."]
     return lines
 
 
@@ -206,10 +207,15 @@ def _host_lines() -> list[str]:
             "random 128-token prompts reach the engine 22.7 ms (H100) and 26.8 ms (A100) apart, their GPU steps "
             "filling 9.3 s of 22.7 s and 15 s of 26.8 s. vLLM PR #14431's host served 48 ShareGPT requests a "
             "second (at most 21 ms a request, streaming included) and the lab's own 8-GPU host 111 random-128 "
-            "requests a second. One preset cannot price both kinds of host: the fit leaves those rows as they are "
-            "(their notes give the figures), and in the leave-one-source-out evaluation a held-out publisher brings "
-            "a host that no other publisher's rows describe, which is why GPUStack's TTFT and random-128 rows are "
-            "its largest misses.", ""]
+            "requests a second. One preset cannot price both kinds of host. Those six rows (the four vLLM TTFTs "
+            "of the Qwen3-8B runs and the two random-128 throughputs) have the split `host`: no fit uses them, "
+            "neither the presets' nor the leave-one-source-out ones, which would otherwise give every publisher "
+            "GPUStack's API server (the V1 fit put its front end at the 30 ms bound on them); they are judged "
+            "as held-out rows, and with their publisher held out they are its largest misses. The `vllm-v1` "
+            "front end is then SGLang 0.3's, measured by sgl-project's benchmark_vllm_060 page on the hosts that "
+            "served vLLM 0.6.0 to the same client (V1's API server is the same kind of process), as the V0 "
+            "presets' is. For a host like GPUStack's, `priosim calibrate --from-runs` on its own runs fits "
+            "the front end (`frontend_s`) with the other terms.", ""]
 
 
 def _preset_lines(res: pd.DataFrame) -> list[str]:
@@ -266,7 +272,8 @@ def _columns_lines() -> list[str]:
             "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`; "
             "a row that does not name its `engine` there runs with the batching of its engine and era: `prefill_first` "
             "for vLLM V0 without chunked prefill and for SGLang, else `mixed`), "
-            "`split` (fit, held-out or excluded), `setup` (the benchmark, in short), `not_reproduced` and `family` "
+            "`split` (fit, held-out, host (held out of every fit, the leave-one-source-out ones too: the row "
+            "measures its publisher's host, see 'The host CPU') or excluded), `setup` (the benchmark, in short), `not_reproduced` and `family` "
             "(`moe` or `fp8` for MoE and FP8 models, whose profiles are derived from a bundled config (`profile` "
             "empty, the model keys in `engine_settings`); empty for the dense 16-bit rows).",
             "",
