@@ -51,7 +51,7 @@ def scenario(n_requests: int, load: float = 0.8, fast_forward: bool = True, sat_
 
 # requests/s, by pricing (python -m benchmarks.core_scenario; see results.md); measure again after
 # a refit of the profile or of the default preset, which move it.
-SATURATION_RPS_MEASURED = {"default": 25.4, "none": 25.6}  # measured 2026-12-06
+SATURATION_RPS_MEASURED = {"default": 25.3, "none": 25.6}  # measured 2026-12-06
 
 
 def servegen_overrides(horizon_s: float, pinned: bool = True) -> list[str]:

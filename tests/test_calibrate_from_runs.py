@@ -75,7 +75,8 @@ def test_rescale_is_the_roofline_at_other_efficiencies():
         want = roofline_profile(dev, shape, tp=tp, hbm_efficiency=0.7, flops_efficiency=0.45)["step"]
         for k, v in want.items():
             assert np.allclose(got[k], v, rtol=1e-12, atol=0), k
-        assert rescale_profile(doc, 0.8, 0.52)["step"] == doc["step"]  # (the base's own fractions)
+        own = {k: doc["meta"]["constants"][k]["value"] for k in ("hbm_efficiency", "flops_efficiency")}
+        assert rescale_profile(doc, own["hbm_efficiency"], own["flops_efficiency"])["step"] == doc["step"]
 
 
 def test_identify_holds_insensitive_and_confounded_terms():

@@ -231,7 +231,8 @@ def test_block_scaled_fp8_runs_the_non_expert_gemms_at_the_measured_block_fp8_ra
     assert c["linear_rate_vs_bf16"] == 0.68 and "#23280" in blk["meta"]["constants"]["linear_rate_vs_bf16"]["source"]
     h, layers, heads, kvh, d = 4096, 94, 64 // 4, 4 // 4, 128
     linear = layers * (h * heads * d + 2 * h * kvh * d + heads * d * h)
-    f8, bf = 1979e12 * 0.52, 989e12 * 0.52
+    eff = c["flops_efficiency"]  # (H100-SXM's fitted fraction)
+    f8, bf = 1979e12 * eff, 989e12 * eff
     slope = 2 * (c["flop_params_per_token"] - linear) / f8 + 2 * linear / (0.68 * bf) \
         + c["moe_act_bytes_per_token"] / (3.35e12 * 0.8) + c["allreduce_bytes_per_token"] / (450e9 * 0.7)
     k, v = blk["step"]["token_knots"], blk["step"]["token_s"]

@@ -77,9 +77,10 @@ DEVICES: dict[str, Device] = {d.key: d for d in [
         # the 989 TFLOP/s datasheet figure is at boost clock; published H100 runs reach a smaller
         # fraction of it than A100 runs do of theirs (the 0.6 assumption over-predicts H100
         # prefill-heavy rows by up to 46 %)
-        "flops_efficiency": _c(0.52, "fitted: python -m calibrate.fidelity.fit --flops-efficiency h100-sxm "
-                                     "(soft-L1 relative error on the fidelity suite's 14 H100 fit rows, presets "
-                                     "held fixed; 0.521, loss 0.046 vs 0.049 at 0.6; 2026-11-30)"),
+        "flops_efficiency": _c(0.585, "fitted: python -m calibrate.fidelity.fit --flops-efficiency h100-sxm "
+                                      "(soft-L1 relative error on the fidelity suite's 24 H100 fit rows, presets "
+                                      "held fixed; 0.585, loss 0.066 vs 0.131 at 0.52 and 0.137 at 0.67; "
+                                      "2026-12-06)"),
     }),
     # no shipped profiles; one fidelity row (a run whose own decode speed shows a PCIe card)
     Device("h100-pcie", "NVIDIA H100 PCIe 80GB (HBM2e)", {
