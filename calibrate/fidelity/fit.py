@@ -241,9 +241,10 @@ def loso(df: pd.DataFrame, start: dict[str, dict] | None = None, presets=ORDER, 
          verbose: bool = False) -> pd.DataFrame:
     """Leave-one-source-out: for each ``source_kind``, fit every preset of ``presets`` (with the
     presets derived from it) on the reproducible rows of the other sources (not their ``host``
-    rows), then simulate that source's rows of the preset's era with those terms. ``start``: each preset's terms before the
-    fit (the terms it does not fit keep these values; default: the shipped presets'); the fitted
-    ones start from :data:`NEUTRAL`, so nothing of the held-out rows enters.
+    rows), then simulate that source's rows of the preset's era with those terms. ``start``: each
+    preset's terms before the fit (the terms it does not fit keep these values; default: the
+    shipped presets'); the fitted ones start from :data:`NEUTRAL`, so nothing of the held-out rows
+    enters.
 
     Returns one row per held-out row: id, source_kind, overhead, metric, kind, published,
     simulated, error; a row whose era has no row in any other source gets NaN (``evaluated``

@@ -273,7 +273,8 @@ def _columns_lines() -> list[str]:
             "a row that does not name its `engine` there runs with the batching of its engine and era: `prefill_first` "
             "for vLLM V0 without chunked prefill and for SGLang, else `mixed`), "
             "`split` (fit, held-out, host (held out of every fit, the leave-one-source-out ones too: the row "
-            "measures its publisher's host, see 'The host CPU') or excluded), `setup` (the benchmark, in short), `not_reproduced` and `family` "
+            "measures its publisher's host, see 'The host CPU') or excluded), `setup` (the benchmark, in short), "
+            "`not_reproduced` and `family` "
             "(`moe` or `fp8` for MoE and FP8 models, whose profiles are derived from a bundled config (`profile` "
             "empty, the model keys in `engine_settings`); empty for the dense 16-bit rows).",
             "",

@@ -242,8 +242,7 @@ FAMILY_KEY = "moe/fp8"
 
 def summary(res: pd.DataFrame) -> dict:
     """Median and worst |relative error| over all rows, the fit rows, the held-out rows (``host``
-    rows with them) and the
-    rows of MoE or FP8 models (key ``"moe/fp8"``; column ``family``)."""
+    rows with them) and the rows of MoE or FP8 models (key ``"moe/fp8"``; column ``family``)."""
     def stats(sub):
         e = sub.error.abs()
         return {"rows": int(len(sub)), "median": float(e.median()) if len(sub) else math.nan,
