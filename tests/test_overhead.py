@@ -402,6 +402,25 @@ def test_leave_one_source_out_fits_on_the_other_sources_and_reports_each_row():
     assert not one.evaluated.any() and one.error.isna().all()  # no other source: not evaluated
 
 
+def test_host_rows_are_judged_but_never_fitted():
+    """A ``host`` row (its publisher's host, not the engine, set its value: here three times the
+    engine's time) is evaluated with its publisher held out and counted as held out, but no
+    leave-one-source-out fit of another publisher sees it: those still recover the step cost."""
+    import pandas as pd
+    from calibrate.fidelity.fit import loso
+    from calibrate.fidelity.suite import summary
+    df = _tiny_table()
+    slow = df[df.source_kind == "b"].assign(id="b-host", split="host", value=lambda d: d.value / 3)
+    df = pd.concat([df, slow], ignore_index=True)
+    start = {"vllm-0.4": {"seq_s": 0.0, "admit_s": 0.0, "frontend_s": 0.0}}
+    res = loso(df, start=start, presets=("vllm-0.4",), max_nfev=4).set_index("id")
+    assert res.loc["b-host", "evaluated"] and res.loc["b-host", "error"] > 1.5  # judged: 3x off
+    assert abs(res.loc["a-row", "error"]) < 0.05 and abs(res.loc["c-row", "error"]) < 0.05  # never fitted
+    s = summary(pd.DataFrame({"id": ["f", "h", "x"], "split": ["fit", "host", "held-out"],
+                              "family": "", "error": [0.0, 0.5, 0.1]}))
+    assert s["held-out"]["rows"] == 2 and s["fit"]["rows"] == 1
+
+
 def test_fidelity_rows_naming_their_engine_get_its_defaults_on_their_gpu(tmp_path):
     """The GPUStack vLLM 0.11 A100 rows ran the defaults: 256 sequences and a 2048-token budget
     on an A100 (1024 / 8192 on an H100); sim.engines fills them, the row's preset stays."""
