@@ -315,8 +315,9 @@ def kind_summary(res: pd.DataFrame) -> dict[str, dict]:
     return loso_summary(res.assign(kind=res.metric.map(metric_kind), evaluated=True))
 
 
-def _soft_l1(err: np.ndarray, f_scale: float = 0.1) -> float:
-    """scipy's soft-L1 loss of the relative errors (the objective of :func:`fit_preset`)."""
+def soft_l1(err: np.ndarray, f_scale: float = 0.1) -> float:
+    """scipy's soft-L1 loss of the relative errors (the objective of :func:`fit_preset`, and of
+    calibrate.runs.fit's with its weighted residuals)."""
     return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (err / f_scale) ** 2) - 1)))
 
 
@@ -341,7 +342,7 @@ def fit_flops_efficiency(device: str, df, bounds=(0.3, 0.9), verbose: bool = Tru
                 f.write_text(json.dumps(roofline_profile(device, shape, "bf16", tp, flops_efficiency=eff)))
                 return str(f)
             trial = rows.assign(profile=rows.profile.map(path))
-            val = _soft_l1(run_table(trial).error.to_numpy())
+            val = soft_l1(run_table(trial).error.to_numpy())
             if verbose:
                 print(f"  flops_efficiency {eff:.4f}: loss {val:.5f}", flush=True)
             return val

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from scipy.optimize import least_squares
 
+from calibrate.fidelity.fit import soft_l1
 from calibrate.runs.compare import Comparison, measured_metrics, replay
 from calibrate.runs.rescale import base_efficiencies, rescale_profile
 from calibrate.runs.scenario import engine_of, scenario_dict
@@ -418,19 +419,14 @@ def fit_runs(runs: list[Run], profile: str, overrides: Iterable[str] = (), *, se
         problem.close()
 
 
-def _loss(r: np.ndarray) -> float:
-    """The fit's soft-L1 loss of weighted residuals ``r``."""
-    return float(np.sum(2 * F_SCALE**2 * (np.sqrt(1 + (r / F_SCALE) ** 2) - 1)))
-
-
 def _busy_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...], say) -> float:
     """Where ``frontend_busy_s`` starts: ``x0``'s value, or the point of :data:`BUSY_GRID_S` with
     the lowest loss (the other terms at ``x0``) if it is at least :data:`BUSY_GAIN` lower."""
     now = x0["frontend_busy_s"]
-    base = best = _loss(problem.residuals(problem.values(x0), every))
+    base = best = soft_l1(problem.residuals(problem.values(x0), every), F_SCALE)
     pick = now
     for b in BUSY_GRID_S:
-        loss = _loss(problem.residuals(problem.values({**x0, "frontend_busy_s": b}), every))
+        loss = soft_l1(problem.residuals(problem.values({**x0, "frontend_busy_s": b}), every), F_SCALE)
         if loss < best:
             pick, best = b, loss
     if best > (1 - BUSY_GAIN) * base:
@@ -491,7 +487,7 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
             loro_err[i] = errors(problem.replays(vi, (i,))[0])
     out_runs = [RunResult(run.source, run.format, sha256(run.source), len(run.requests), errors(b), errors(a),
                           loro_err[i], run.part) for i, (run, b, a) in enumerate(zip(problem.runs, before, after))]
-    cost = _loss(r)
+    cost = soft_l1(r, F_SCALE)
     return FitResult(terms, out_runs, problem.document(v), problem.overhead(v), problem.profile, problem.engine,
                      notes, cost, problem.evaluations)
 
