@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from calibrate.runs.compare import replay
 from calibrate.runs.export import export_text, simulated_table
-from calibrate.runs.fit import _toml_table, fit_runs, identify
+from calibrate.runs.fit import TIED_STEP, Problem, _toml_table, fit_runs, identify
 from calibrate.runs.rescale import rescale_profile
 from calibrate.runs.table import frame, read_run, settings
 from sim.core.costs import find_profile, load_profile
@@ -192,3 +192,34 @@ def test_a_slow_api_server_is_fitted_from_a_burst_of_short_requests(tmp_path):
     assert got["frontend_busy_s"].identified, got["frontend_busy_s"].note
     assert got["frontend_busy_s"].value == pytest.approx(13e-3, rel=0.05)
     assert abs(fit.runs[0].after["request_throughput"]) < 0.02
+
+
+def test_a_tensor_parallel_floor_below_the_presets_all_reduce_is_reached(tmp_path):
+    """A TP-4 host whose all-reduces cost nothing beyond the profile's own (custom all-reduce
+    over NVLink): its inter-token gaps are under what the preset's 160 all-reduces a step allow,
+    which step_s (bounded below by 0) cannot take away. A TP step's fixed time is fitted as
+    allreduce_latency_s (a term only a tensor-parallel profile has), step_s held, and the fit
+    reaches the run."""
+    base = "h100-sxm-llama-3-70b-tp4"
+    n = 8
+    ov = resolve_overhead("vllm-v1").terms() | {"allreduce_latency_s": 0.0, "step_s": 0.0}
+    st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=1, num_prompts=n,
+                  model="meta-llama/Meta-Llama-3-70B-Instruct", backend="vllm")
+    seedfile = tmp_path / "lengths.json"
+    seedfile.write_text(export_text("vllm", frame(np.full(n, 512), np.full(n, 64), None, np.zeros(n), None,
+                                                  np.zeros(n)).assign(start_s=0.0), st))
+    run = read_run(seedfile)
+    run.requests["start_s"] = np.nan
+    path = tmp_path / "tp4.json"
+    sets = SETS + [f"engine.overhead={_toml_table(ov)}"]
+    path.write_text(export_text("vllm", simulated_table(replay(run, sets, profile=base, trace=True)), st))
+    fit = fit_runs([read_run(path)], base, SETS, loro=False)
+    got = {t.term.name: t for t in fit.terms}
+    assert got["allreduce_latency_s"].identified and got["allreduce_latency_s"].value < 1e-6
+    assert not got["step_s"].identified and got["step_s"].note == TIED_STEP
+    assert fit.runs[0].before["itl_mean_ms"] > 0.05  # (the preset's floor is well above the host's)
+    for m in ("itl_mean_ms", "tpot_mean_ms", "e2e_mean_ms"):
+        assert abs(fit.runs[0].after[m]) < 0.02, (m, fit.runs[0].after)
+    one_gpu = Problem([read_run(path)], BASE, SETS)
+    one_gpu.close()
+    assert "allreduce_latency_s" not in {t.name for t in one_gpu.candidates}  # (a 1-GPU step has none)

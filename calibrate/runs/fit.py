@@ -2,10 +2,11 @@
 
 Every run (:func:`calibrate.runs.read_run`) is replayed (:func:`calibrate.runs.replay`) on the
 base profile with trial values of the terms of :mod:`calibrate.runs.terms`: the engine overhead
-(per step, per sequence, per admitted request, front end), the achieved HBM-bandwidth and FLOPs
-fractions (the profile's step terms rescaled by :mod:`calibrate.runs.rescale`) and, where the
-runs show its limit (:func:`kv_shown`), the KV capacity. ``scipy.optimize.least_squares`` (trust
-region, bounds, soft-L1 loss with f_scale 0.1) minimises the relative errors
+(per step, per sequence, per admitted request, front end; per all-reduce for a tensor-parallel
+profile), the achieved HBM-bandwidth and FLOPs fractions (the profile's step terms rescaled by
+:mod:`calibrate.runs.rescale`) and, where the runs show its limit (:func:`kv_shown`), the KV
+capacity. ``scipy.optimize.least_squares`` (trust region, bounds, soft-L1 loss with f_scale 0.1)
+minimises the relative errors
 ``simulated / measured - 1`` of :data:`METRICS` over every run. Each metric kind (TTFT,
 TPOT/ITL, E2E, throughput) weighs the same in total: a residual is weighted by 1/sqrt(the
 metrics of its kind), so TTFT's two count as much as TPOT/ITL's four. A summary-only run (no
@@ -22,7 +23,10 @@ Identification: before the fit the Jacobian at the base values is taken once. A 
 no metric by 1 % over its whole range is *not identified* (e.g. the KV capacity of runs that
 never fill it); nor is one whose effect the others can mimic but for under 1 % (the part of its
 Jacobian column orthogonal to the others', by pivoted QR: e.g. per step and per sequence when
-every run has one concurrency). Those are held at the base value and reported.
+every run has one concurrency). Those are held at the base value and reported. For a
+tensor-parallel profile ``step_s`` is held too: it and ``allreduce_latency_s`` are both a step's
+fixed time, which no run can split, and the all-reduces' range (2 x layers x 0-100 us) covers
+the fixed time's whole span, down to a floor that ``step_s`` alone (at least 0) cannot reach.
 Uncertainty: sqrt of the diagonal of (J^T J)^-1 times the residual variance sum(r^2) / (m - n),
 with J taken again at the solution. With three runs or more, each run is also left out in turn:
 the terms are refitted on the others (from the full fit) and the left-out run replayed.
@@ -46,7 +50,7 @@ from calibrate.runs.compare import Comparison, measured_metrics, replay
 from calibrate.runs.rescale import base_efficiencies, rescale_profile
 from calibrate.runs.scenario import engine_of, scenario_dict
 from calibrate.runs.table import Run, RunError, run_label
-from calibrate.runs.terms import OVERHEAD_TERMS, Term, efficiency_terms, kv_term
+from calibrate.runs.terms import ALLREDUCE_TERM, OVERHEAD_TERMS, Term, efficiency_terms, kv_term
 
 #: metric kind -> the metric names fitted (each kind weighs the same in total)
 METRICS = {"ttft": ("ttft_mean_ms", "ttft_p50_ms"),
@@ -75,6 +79,8 @@ DONE = 2e-5
 #: burst. The best point starts the fit if it lowers the loss by BUSY_GAIN or more.
 BUSY_GRID_S = (2e-3, 5e-3, 10e-3, 20e-3, 40e-3)
 BUSY_GAIN = 0.1
+#: why ``step_s`` is held for a tensor-parallel profile
+TIED_STEP = "a tensor-parallel step's fixed time is fitted as allreduce_latency_s: no run can split the two"
 
 
 @dataclass
@@ -184,8 +190,11 @@ class Problem:
         self.block_bytes_per_token = self._kv_bytes_per_token()
         h0, f0, datasheet = base_efficiencies(self.doc)
         eff = efficiency_terms(datasheet)
-        self.candidates: list[Term] = list(OVERHEAD_TERMS) + list(eff)
-        self.base = {t.name: float(self.base_overhead[t.name]) for t in OVERHEAD_TERMS}
+        self.tp = int((self.doc.get("model") or {}).get("tp") or 1)
+        #: the engine-overhead terms fitted (the all-reduce's only for a tensor-parallel profile)
+        self.overhead_terms = list(OVERHEAD_TERMS) + ([ALLREDUCE_TERM] if self.tp > 1 else [])
+        self.candidates: list[Term] = list(self.overhead_terms) + list(eff)
+        self.base = {t.name: float(self.base_overhead[t.name]) for t in self.overhead_terms}
         self.base.update(hbm_efficiency=h0, flops_efficiency=f0)
         self.base["kv_capacity_bytes"] = float((self.doc.get("memory") or {}).get("kv_capacity_bytes", 0.0))
         self.measured = [measured_metrics(r) for r in runs]
@@ -240,7 +249,7 @@ class Problem:
 
     def overhead(self, v: dict[str, float]) -> dict:
         table = dict(self.base_overhead)
-        for t in OVERHEAD_TERMS:
+        for t in self.overhead_terms:
             table[t.name] = float(v[t.name])
         return table
 
@@ -322,10 +331,14 @@ def _from_u(t: Term, u: float) -> float:
     return t.lo + float(u) * (t.hi - t.lo)
 
 
-def _jacobian(fun: Callable[[np.ndarray], np.ndarray], u: np.ndarray, r0: np.ndarray) -> np.ndarray:
-    """Forward differences of ``DIFF_STEP`` in [0, 1] (backward at the upper bound)."""
+def _jacobian(fun: Callable[[np.ndarray], np.ndarray], u: np.ndarray, r0: np.ndarray,
+              skip: Iterable[int] = ()) -> np.ndarray:
+    """Forward differences of ``DIFF_STEP`` in [0, 1] (backward at the upper bound); the
+    columns ``skip`` are left 0 (terms held whatever the runs show)."""
     J = np.zeros((r0.size, u.size))
     for j in range(u.size):
+        if j in skip:
+            continue
         h = DIFF_STEP if u[j] + DIFF_STEP <= 1.0 else -DIFF_STEP
         du = u.copy()
         du[j] += h
@@ -458,7 +471,11 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
         return problem.residuals(problem.values({t.name: _from_u(t, x) for t, x in zip(cand, u)}), every)
 
     r0 = fun_c(u0)
-    ok, why = identify(_jacobian(fun_c, u0, r0))
+    # (tensor parallel: a step's fixed time is fitted as its all-reduces, the module docstring)
+    tied = [cand.index(t) for t in cand if t.name == "step_s"] if problem.tp > 1 else []
+    ok, why = identify(_jacobian(fun_c, u0, r0, skip=tied))
+    for j in tied:
+        why[j] = TIED_STEP
     active = [t for t, k in zip(cand, ok) if k]
     held = {t.name: problem.base[t.name] for t, k in zip(cand, ok) if not k}
     say(f"fitting {', '.join(t.name for t in active) or 'nothing'}")

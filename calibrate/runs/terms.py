@@ -13,6 +13,12 @@ Engine overhead (:mod:`sim.core.overhead`, seconds):
 * ``frontend_s`` 0 - 100 ms: arrival to engine (HTTP, chat template, tokenisation; not GPU
   time). The presets stay under 30 ms; 100 ms allows a long prompt's tokenisation behind a
   proxy or gateway, which a user's own deployment may have.
+* ``allreduce_latency_s`` 0 - 100 us, only for a tensor-parallel profile: the latency of each of a
+  step's 2 x layers all-reduces (on top of the profile's own 10 us). Every step pays it whatever
+  its batch, so it is most of a TP step's floor: a host with a faster all-reduce path (NVLink,
+  custom all-reduce kernels) than the preset's shows lower inter-token gaps at light load than
+  ``step_s`` (bounded below by 0) alone could reach. It and ``step_s`` both price a step's fixed
+  time: runs of one model cannot tell them apart, and the fit reports which one it held.
 * ``frontend_busy_s`` 0 - 50 ms: the API server's serial CPU work per request (one process takes
   requests in one at a time), which caps the request rate of a burst without slowing the GPU's
   steps: runs of many short requests sent at once show it, where a per-admission term would
@@ -73,6 +79,12 @@ OVERHEAD_TERMS = (
 )
 
 
+#: Fitted only when the base profile is tensor-parallel (a 1-GPU step has no all-reduce).
+ALLREDUCE_TERM = Term("allreduce_latency_s", *_engine_bound("allreduce_latency_s"), "us", US,
+                      "per all-reduce, 2 per layer per step, TP only: 0-100 us (NVLink 10-30, PCIe up to 100)",
+                      "overhead")
+
+
 def efficiency_terms(datasheet: bool) -> tuple[Term, Term]:
     hi = 1.0 if datasheet else 3.0
     what = "of the datasheet peak" if datasheet else "relative to the base profile's measured speed"
@@ -85,4 +97,4 @@ def kv_term(lo: float, hi: float) -> Term:
                 "KV memory: the largest request's KV to the GPU memory less the weights", "kv")
 
 
-__all__ = ["Term", "OVERHEAD_TERMS", "efficiency_terms", "kv_term"]
+__all__ = ["Term", "OVERHEAD_TERMS", "ALLREDUCE_TERM", "efficiency_terms", "kv_term"]
