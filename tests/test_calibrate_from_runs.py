@@ -170,23 +170,31 @@ def test_the_fit_is_the_same_on_several_workers(runs):
     assert [r.after for r in one.runs] == [r.after for r in two.runs]
 
 
+def _same_lengths_run(tmp_path: Path, n: int, prompt: int, output: int, max_concurrency: int | None,
+                      overhead: dict, profile: str, model: str) -> Path:
+    """A vLLM result file of ``n`` requests of ``prompt`` / ``output`` tokens sent at once (or
+    ``max_concurrency`` at a time), simulated on ``profile`` with the vllm-v1 preset's terms
+    changed by ``overhead``."""
+    sets = SETS + [f"engine.overhead={_toml_table(resolve_overhead('vllm-v1').terms() | overhead)}"]
+    st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=max_concurrency, num_prompts=n,
+                  model=model, backend="vllm")
+    seedfile = tmp_path / "lengths.json"
+    seedfile.write_text(export_text("vllm", frame(np.full(n, prompt), np.full(n, output), None, np.zeros(n), None,
+                                                  np.zeros(n)).assign(start_s=0.0), st))
+    run = read_run(seedfile)
+    run.requests["start_s"] = np.nan
+    path = tmp_path / "run.json"
+    path.write_text(export_text("vllm", simulated_table(replay(run, sets, profile=profile, trace=True)), st))
+    return path
+
+
 def test_a_slow_api_server_is_fitted_from_a_burst_of_short_requests(tmp_path):
     """300 requests of 128 prompt / 4 output tokens sent at once to a host whose API server
     spends 13 ms on each: the run's rate is the front end's (about 77 requests a second), far
     under the GPU's, and the fit finds those 13 ms within 5 % from the preset's ~0 (a value off
     the starting grid), where a per-admission term would also slow the GPU's steps."""
-    n = 300
-    ov = resolve_overhead("vllm-v1").terms() | {"frontend_busy_s": 13e-3}
-    sets = SETS + [f"engine.overhead={_toml_table(ov)}"]
-    st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=None, num_prompts=n,
-                  model="meta-llama/Meta-Llama-3-8B-Instruct", backend="vllm")
-    seedfile = tmp_path / "lengths.json"
-    seedfile.write_text(export_text("vllm", frame(np.full(n, 128), np.full(n, 4), None, np.zeros(n), None,
-                                                  np.zeros(n)).assign(start_s=0.0), st))
-    run = read_run(seedfile)
-    run.requests["start_s"] = np.nan
-    path = tmp_path / "burst.json"
-    path.write_text(export_text("vllm", simulated_table(replay(run, sets, profile=BASE, trace=True)), st))
+    path = _same_lengths_run(tmp_path, 300, 128, 4, None, {"frontend_busy_s": 13e-3}, BASE,
+                             "meta-llama/Meta-Llama-3-8B-Instruct")
     fit = fit_runs([read_run(path)], BASE, SETS, loro=False)
     got = {t.term.name: t for t in fit.terms}
     assert got["frontend_busy_s"].identified, got["frontend_busy_s"].note
@@ -201,18 +209,8 @@ def test_a_tensor_parallel_floor_below_the_presets_all_reduce_is_reached(tmp_pat
     allreduce_latency_s (a term only a tensor-parallel profile has), step_s held, and the fit
     reaches the run."""
     base = "h100-sxm-llama-3-70b-tp4"
-    n = 8
-    ov = resolve_overhead("vllm-v1").terms() | {"allreduce_latency_s": 0.0, "step_s": 0.0}
-    st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=1, num_prompts=n,
-                  model="meta-llama/Meta-Llama-3-70B-Instruct", backend="vllm")
-    seedfile = tmp_path / "lengths.json"
-    seedfile.write_text(export_text("vllm", frame(np.full(n, 512), np.full(n, 64), None, np.zeros(n), None,
-                                                  np.zeros(n)).assign(start_s=0.0), st))
-    run = read_run(seedfile)
-    run.requests["start_s"] = np.nan
-    path = tmp_path / "tp4.json"
-    sets = SETS + [f"engine.overhead={_toml_table(ov)}"]
-    path.write_text(export_text("vllm", simulated_table(replay(run, sets, profile=base, trace=True)), st))
+    path = _same_lengths_run(tmp_path, 8, 512, 64, 1, {"allreduce_latency_s": 0.0, "step_s": 0.0}, base,
+                             "meta-llama/Meta-Llama-3-70B-Instruct")
     fit = fit_runs([read_run(path)], base, SETS, loro=False)
     got = {t.term.name: t for t in fit.terms}
     assert got["allreduce_latency_s"].identified and got["allreduce_latency_s"].value < 1e-6
