@@ -6,13 +6,12 @@ base profile with trial values of the terms of :mod:`calibrate.runs.terms`: the 
 profile), the achieved HBM-bandwidth and FLOPs fractions (the profile's step terms rescaled by
 :mod:`calibrate.runs.rescale`) and, where the runs show its limit (:func:`kv_shown`), the KV
 capacity. ``scipy.optimize.least_squares`` (trust region, bounds, soft-L1 loss with f_scale 0.1)
-minimises the relative errors
-``simulated / measured - 1`` of :data:`METRICS` over every run. Each metric kind (TTFT,
-TPOT/ITL, E2E, throughput) weighs the same in total: a residual is weighted by 1/sqrt(the
-metrics of its kind), so TTFT's two count as much as TPOT/ITL's four. A summary-only run (no
-per-request lists) replayed at its mean lengths counts with its means and throughputs only
-(they keep a length mix's means, not its percentiles); one whose lengths its dataset settings
-give (SGLang's random dataset) counts whole.
+minimises the relative errors ``simulated / measured - 1`` of :data:`METRICS` over every run.
+Each metric kind (TTFT, TPOT/ITL, E2E, throughput) weighs the same in total: a residual is
+weighted by 1/sqrt(the metrics of its kind), so TTFT's two count as much as TPOT/ITL's four. A
+summary-only run (no per-request lists) replayed at its mean lengths counts with its means and
+throughputs only (they keep a length mix's means, not its percentiles); one whose lengths its
+dataset settings give (SGLang's random dataset) counts whole.
 
 The optimiser works on each term mapped onto [0, 1] over its bounds, so one finite-difference
 step (:data:`DIFF_STEP`, 1 % of a term's range) suits terms of any unit: the simulator is

@@ -18,7 +18,8 @@ Engine overhead (:mod:`sim.core.overhead`, seconds):
   its batch, so it is most of a TP step's floor: a host with a faster all-reduce path (NVLink,
   custom all-reduce kernels) than the preset's shows lower inter-token gaps at light load than
   ``step_s`` (bounded below by 0) alone could reach. It and ``step_s`` both price a step's fixed
-  time: runs of one model cannot tell them apart, and the fit reports which one it held.
+  time, which runs of one model cannot split: for a TP profile this term carries it and
+  ``step_s`` is held at the base's (:data:`calibrate.runs.fit.TIED_STEP`).
 * ``frontend_busy_s`` 0 - 50 ms: the API server's serial CPU work per request (one process takes
   requests in one at a time), which caps the request rate of a burst without slowing the GPU's
   steps: runs of many short requests sent at once show it, where a per-admission term would
