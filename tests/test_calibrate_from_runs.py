@@ -171,19 +171,20 @@ def test_the_fit_is_the_same_on_several_workers(runs):
 
 
 def _same_lengths_run(tmp_path: Path, n: int, prompt: int, output: int, max_concurrency: int | None,
-                      overhead: dict, profile: str, model: str) -> Path:
+                      overhead: dict, profile: str, model: str, sets: list[str] = SETS,
+                      preset: str = "vllm-v1", name: str = "run.json") -> Path:
     """A vLLM result file of ``n`` requests of ``prompt`` / ``output`` tokens sent at once (or
-    ``max_concurrency`` at a time), simulated on ``profile`` with the vllm-v1 preset's terms
-    changed by ``overhead``."""
-    sets = SETS + [f"engine.overhead={_toml_table(resolve_overhead('vllm-v1').terms() | overhead)}"]
+    ``max_concurrency`` at a time), simulated on ``profile`` with ``sets`` and the ``preset``'s
+    terms changed by ``overhead``."""
+    sets = sets + [f"engine.overhead={_toml_table(resolve_overhead(preset).terms() | overhead)}"]
     st = settings(request_rate=math.inf, burstiness=1.0, max_concurrency=max_concurrency, num_prompts=n,
                   model=model, backend="vllm")
-    seedfile = tmp_path / "lengths.json"
+    seedfile = tmp_path / f"lengths-{name}"
     seedfile.write_text(export_text("vllm", frame(np.full(n, prompt), np.full(n, output), None, np.zeros(n), None,
                                                   np.zeros(n)).assign(start_s=0.0), st))
     run = read_run(seedfile)
     run.requests["start_s"] = np.nan
-    path = tmp_path / "run.json"
+    path = tmp_path / name
     path.write_text(export_text("vllm", simulated_table(replay(run, sets, profile=profile, trace=True)), st))
     return path
 
@@ -221,3 +222,25 @@ def test_a_tensor_parallel_floor_below_the_presets_all_reduce_is_reached(tmp_pat
     one_gpu = Problem([read_run(path)], BASE, SETS)
     one_gpu.close()
     assert "allreduce_latency_s" not in {t.name for t in one_gpu.candidates}  # (a 1-GPU step has none)
+
+
+def test_an_overlap_schedulers_cpu_bound_large_batches_are_fitted(tmp_path):
+    """An SGLang host whose scheduler's CPU work (150 us per running request) hides under the
+    GPU's: one request at a time is the GPU's step, 400 at once the CPU's. From the preset
+    (nothing hidden, no per-request CPU) the fit starts at cpu_overlap 1 (a per-request term
+    alone, added, would slow the single request too) and recovers both within 5 %."""
+    sg = ['engine.engine="sglang"']
+    true = {"seq_s": 150e-6, "cpu_overlap": 1.0}
+    paths = [_same_lengths_run(tmp_path, n, 256, 64, mc, true, BASE, "meta-llama/Meta-Llama-3-8B-Instruct",
+                               sets=sg, preset="sglang-0.5", name=f"run{n}.json")
+             for n, mc in ((6, 1), (400, None))]
+    fit = fit_runs([read_run(p) for p in paths], BASE, sg, loro=False)
+    got = {t.term.name: t for t in fit.terms}
+    assert got["cpu_overlap"].value == pytest.approx(1.0, abs=0.05)
+    assert got["seq_s"].value == pytest.approx(150e-6, rel=0.05)
+    for r in fit.runs:
+        for m in ("itl_mean_ms", "e2e_mean_ms", "output_throughput"):
+            assert abs(r.after[m]) < 0.02, (r.label, m, r.after)
+    vllm = Problem([read_run(paths[0])], BASE, SETS)
+    vllm.close()
+    assert "cpu_overlap" not in {t.name for t in vllm.candidates}  # (no overlap scheduler: not fitted)

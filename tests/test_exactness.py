@@ -43,9 +43,11 @@ MODES = [("recompute", "strict"), ("swap", "strict"), ("auto", "priority"), ("of
          ("recompute", "never"), ("swap", "threshold")]
 
 #: engine overheads: none, a preset (priced in the same step function), one with multi-step
-#: scheduling and decode KV re-reads (decode steps priced apart from others), and one with overlap
-#: scheduling (arrivals held back a step by the replica loop)
-OVERHEADS = [None, "vllm-0.6", {"preset": "vllm-0.4", "scheduler_steps": 4}, "sglang-0.5"]
+#: scheduling and decode KV re-reads (decode steps priced apart from others), one with overlap
+#: scheduling (arrivals held back a step by the replica loop), and one whose CPU work is hidden
+#: under the GPU's (a step priced as a maximum: no decode line, fast-forward steps one by one)
+OVERHEADS = [None, "vllm-0.6", {"preset": "vllm-0.4", "scheduler_steps": 4}, "sglang-0.5",
+             {"preset": "sglang-0.5", "seq_s": 1e-4, "cpu_overlap": 1.0}]
 
 #: draws per kind (the replica kind carries the engine's corners as well as the fuzz's)
 EXAMPLES = {"replica": 20, "cluster": 10, "prefix": 8, "join": 6, "disagg": 8, "prefill_first": 10}

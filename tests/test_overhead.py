@@ -65,6 +65,28 @@ def test_overhead_terms_add_up():
     assert abs(got - want) <= 2
 
 
+def test_cpu_overlap_prices_the_longer_of_cpu_and_gpu_and_zero_changes_nothing():
+    """cpu_overlap h: a step's CPU terms (per step, sequence, admission) c beside its GPU time g
+    take g + c - h min(g, c): the sum at 0 (bit for bit as without the term), the longer at 1,
+    so a small batch is the GPU's and a large one the CPU's; such a step has no decode line."""
+    cpu = {"step_s": 1e-3, "seq_s": 2e-4, "admit_s": 5e-4}
+    gpu_only = load_profile("h200-llama-3-70b-tp4", overhead={"allreduce_latency_s": 1e-5})
+    summed = load_profile("h200-llama-3-70b-tp4", overhead={**cpu, "allreduce_latency_s": 1e-5})
+    zero = load_profile("h200-llama-3-70b-tp4", overhead={**cpu, "allreduce_latency_s": 1e-5, "cpu_overlap": 0.0})
+    full = load_profile("h200-llama-3-70b-tp4", overhead={**cpu, "allreduce_latency_s": 1e-5, "cpu_overlap": 1.0})
+    half = load_profile("h200-llama-3-70b-tp4", overhead={**cpu, "allreduce_latency_s": 1e-5, "cpu_overlap": 0.5})
+    for P, D, n_pre, n_adm in ((0, 8, 0, 0), (0, 600, 0, 0), (512, 40, 1, 1)):
+        sh = (P, D, P * P, 0, D * 700, n_pre, n_adm)
+        g = gpu_only.step_ns(*sh)
+        c = (1e-3 + 2e-4 * (D + n_pre) + 5e-4 * n_adm) * 1e9
+        assert zero.step_ns(*sh) == summed.step_ns(*sh)
+        assert abs(full.step_ns(*sh) - max(g, c)) <= 2
+        assert abs(half.step_ns(*sh) - (g + c - 0.5 * min(g, c))) <= 2
+    assert full.step_ns(0, 8, 0, 0, 8 * 700) == gpu_only.step_ns(0, 8, 0, 0, 8 * 700)  # (GPU-bound)
+    assert full.step_ns(0, 600, 0, 0, 600 * 700) > gpu_only.step_ns(0, 600, 0, 0, 600 * 700)  # (CPU-bound)
+    assert zero.decode_line(8) == summed.decode_line(8) and full.decode_line(8) is None
+
+
 def test_kv_reread_scales_decode_context_cost_and_zero_changes_nothing():
     """kv_reread r multiplies the per-context-token decode cost by 1 + r (heads/kv_heads - 1);
     r = 0 prices every step exactly as without the term."""

@@ -235,7 +235,10 @@ def _preset_lines(res: pd.DataFrame) -> list[str]:
              "(vLLM 0.4's paged-attention decode reads each KV head's cache once per query head; the fraction of "
              "those repeat reads that reach memory is fitted on the 0.4-era rows) and `overlap_schedule` (SGLang "
              "0.4+ forms the next batch while the current step runs, so a request arriving mid-step joins the "
-             "batch after next). See sim/core/overhead.py."]
+             "batch after next). A fourth, `cpu_overlap` (0 in every preset: they are fitted with the CPU work "
+             "added), hides a step's CPU terms under its GPU work (at 1 a step is the longer of the two, as an overlap "
+             "scheduler runs): `priosim calibrate --from-runs` fits it for an engine with an overlap scheduler "
+             "(docs/fidelity-model.md says what shows it). See sim/core/overhead.py."]
     return lines
 
 

@@ -20,6 +20,11 @@ Engine overhead (:mod:`sim.core.overhead`, seconds):
   ``step_s`` (bounded below by 0) alone could reach. It and ``step_s`` both price a step's fixed
   time, which runs of one model cannot split: for a TP profile this term carries it and
   ``step_s`` is held at the base's (:data:`calibrate.runs.fit.TIED_STEP`).
+* ``cpu_overlap`` 0 - 1, only for an engine with an overlap scheduler (SGLang 0.4 and later: the
+  base overhead's ``overlap_schedule``): the share of the step's CPU work (``step_s``, ``seq_s``,
+  ``admit_s``) hidden under its GPU work (:mod:`sim.core.overhead`). Such a scheduler prepares
+  the next batch while the GPU runs, so at 1 a step is the longer of the two: small batches are
+  the GPU's and large ones the CPU's.
 * ``frontend_busy_s`` 0 - 50 ms: the API server's serial CPU work per request (one process takes
   requests in one at a time), which caps the request rate of a burst without slowing the GPU's
   steps: runs of many short requests sent at once show it, where a per-admission term would
@@ -86,6 +91,12 @@ ALLREDUCE_TERM = Term("allreduce_latency_s", *_engine_bound("allreduce_latency_s
                       "overhead")
 
 
+#: Fitted only for an engine with an overlap scheduler (the base overhead's overlap_schedule).
+OVERLAP_TERM = Term("cpu_overlap", 0.0, 1.0, "", 1.0,
+                    "share of the step's CPU work hidden under the GPU's: 0 (added) - 1 (the longer of the two)",
+                    "overhead")
+
+
 def efficiency_terms(datasheet: bool) -> tuple[Term, Term]:
     hi = 1.0 if datasheet else 3.0
     what = "of the datasheet peak" if datasheet else "relative to the base profile's measured speed"
@@ -98,4 +109,4 @@ def kv_term(lo: float, hi: float) -> Term:
                 "KV memory: the largest request's KV to the GPU memory less the weights", "kv")
 
 
-__all__ = ["Term", "OVERHEAD_TERMS", "ALLREDUCE_TERM", "efficiency_terms", "kv_term"]
+__all__ = ["Term", "OVERHEAD_TERMS", "ALLREDUCE_TERM", "OVERLAP_TERM", "efficiency_terms", "kv_term"]

@@ -19,6 +19,10 @@ Step-time model (all terms in seconds; the aggregates describe one engine iterat
       + decode_ctx_s    * sum(ctx_j)         # ctx_j: context length (tokens in KV) of decoder j
                                              # (times the overhead's KV re-read factor, if any)
 
+With the overhead's ``cpu_overlap`` > 0 its CPU terms (per step, per sequence, per admission) are
+left out of the sum above and the step takes ``t + cpu - cpu_overlap * min(t, cpu)``: an overlap
+scheduler's CPU work hidden under the GPU's (sim/core/overhead.py).
+
 The three terms of a step with prefill describe an engine that replays decode-only steps from
 captured CUDA graphs and runs every step with prefill eagerly (vLLM V0, whose graphs cover
 decode batches only; the calibration harness's serving loop): such a step pays a fixed launch
@@ -220,6 +224,11 @@ class CostModel:
     #: does a step with prefill pay the eager-step terms? (False: none set, the arithmetic of
     #: every other profile is untouched)
     _eager: bool = field(default=False, init=False, repr=False, compare=False)
+    #: (fixed, per sequence, per admission) seconds of a step's CPU work priced apart, for a step
+    #: with prefill and one without, when the overhead hides it under the GPU's (cpu_overlap);
+    #: None otherwise (the CPU terms are then in _ov and simply added)
+    _cpu: tuple[float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
+    _cpu_dec: tuple[float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
     #: decode_line's memo: batch size -> (a, b)
     _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict, init=False, repr=False,
                                                           compare=False)
@@ -237,6 +246,9 @@ class CostModel:
             return
         tp = int(self.meta.get("tp", 1) or 1)
         args = (0, 0, 0, 0, 1) if sh is None else (sh.vocab * tp, sh.layers, sh.hidden, sh.dtype_bytes, tp)
+        if o.hides_cpu:  # (the CPU terms priced apart and overlapped: step_ns)
+            self._cpu, self._cpu_dec = o.cpu_coefficients()
+            o = o.gpu_side()
         self._ov = o.coefficients(*args)
         self._ov_dec = o.decode_coefficients(*args)
 
@@ -304,6 +316,8 @@ class CostModel:
             if m is not None:
                 if self._ov is not None:
                     m += self.overhead_s(P, D, n_prefill, n_admit)
+                if self._cpu is not None:
+                    m = self._with_cpu(m, P, D, n_prefill, n_admit)
                 ns = round(m * NS)
                 return ns if ns > 1 else 1
         c = self.step
@@ -321,8 +335,17 @@ class CostModel:
         if self._ov is not None:
             t += self.overhead_s(P, D, n_prefill, n_admit)
         t += self._ctx_s * sum_ctx
+        if self._cpu is not None:
+            t = self._with_cpu(t, P, D, n_prefill, n_admit)
         ns = round(t * NS)
         return ns if ns > 1 else 1
+
+    def _with_cpu(self, gpu: float, P, D, n_prefill: int, n_admit: int) -> float:
+        """A step of GPU time ``gpu`` s with its CPU work (priced apart) partly hidden under it:
+        ``gpu + cpu - cpu_overlap * min(gpu, cpu)`` (the overhead's ``cpu_overlap``)."""
+        c = self._cpu if P else self._cpu_dec
+        cpu = c[0] + c[1] * (D + n_prefill) + c[2] * n_admit
+        return gpu + cpu - self.overhead.cpu_overlap * (gpu if gpu < cpu else cpu)
 
     def price(self, shape) -> int:
         """Duration of a step of this :class:`~sim.core.plan.StepShape`, integer ns
@@ -334,14 +357,15 @@ class CostModel:
         """For pure decode steps of D sequences: ``(a, b)`` with ``step_ns(0, D, 0, 0, ctx)`` ==
         ``round((a + b * ctx) * NS)`` bit for bit for every context ``ctx >= 0`` (the zero prefill
         terms add exactly nothing), so fast-forwarded runs price a step with one multiply-add.
-        None when measured tables price decode steps, or when a step could round below 1 ns
+        None when measured tables price decode steps, when the overhead hides CPU work under the
+        GPU's (``cpu_overlap``: a maximum, not a line), or when a step could round below 1 ns
         (``step_ns`` raises those to 1; a line with ``b >= 0`` and ``a * NS > 0.5`` never does)."""
         cache = self._decode_lines
         line = cache.get(D)
         if line is not None:  # (first: a fast-forwarded run asks again at every member's last token)
             return line
-        if self.tables is not None and self.tables.decode is not None:
-            return None  # (and the memo stays empty)
+        if (self.tables is not None and self.tables.decode is not None) or self._cpu is not None:
+            return None  # (and the memo stays empty; a step whose CPU work overlaps is no line)
         c = self.step
         t = c.base_s
         if c.token_knots:

@@ -63,6 +63,16 @@ eras whose kernels or scheduler differ from what the roofline assumes:
   formed for the next step: it waits one step more (a TTFT cost). Not a step price: the replica's
   step loop (sim/core/loop.py) applies it. 0 (the default): the batch is formed at each step
   boundary.
+* ``cpu_overlap`` (a fraction, 0..1): how much of a step's host-CPU work (``step_s``, ``seq_s``
+  and ``admit_s``, after ``engine.host_cpu``) is hidden under its GPU work. An overlap scheduler
+  prepares the next batch while the GPU runs the current one, so a step takes the longer of the
+  two rather than their sum: with CPU time ``c`` and GPU time ``g`` (the profile's step and the
+  GPU-side terms: sampling, all-reduces) a step takes ``g + c - cpu_overlap * min(g, c)``;
+  1 is ``max(g, c)``, 0 (the default: every preset) the sum. Small batches are then GPU-bound
+  and large ones CPU-bound: SGLang 0.4's inter-token gaps on four H200s are the GPU's with up to
+  about 50 requests running and about 0.2 ms per running request with hundreds
+  (docs/fidelity-model.md). A step priced so has no linear decode line, so fast-forwarded runs
+  price it step by step (the same bytes, more time).
 
 With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
 (one ring all-reduce of a token's hidden state). The all-reduce terms come *on top of* the
@@ -104,6 +114,7 @@ TERMS = {
     "kv_reread": "fraction (0..1) of the per-query-head repeat KV reads of a decode step that reach memory",
     "scheduler_steps": "decode steps per scheduler call (integer >= 1; multi-step scheduling)",
     "overlap_schedule": "1: the next batch is formed while the current step runs (0 or 1)",
+    "cpu_overlap": "fraction (0..1) of a step's host-CPU terms hidden under its GPU work (1: the longer of the two)",
 }
 #: The terms spent on the host CPU (the scheduler, per-sequence bookkeeping, admitting a request,
 #: the API server): ``engine.host_cpu`` scales them. Sampling, the KV re-read and the all-reduces
@@ -113,7 +124,10 @@ CPU_TERMS = ("step_s", "seq_s", "admit_s", "frontend_s", "frontend_busy_s")
 FRONTEND_TERMS = ("frontend_s", "frontend_busy_s")
 #: The terms that price steps (all but the front end's and the multi-step count, which only
 #: divides terms already counted).
-STEP_TERMS = tuple(k for k in TERMS if k not in (*FRONTEND_TERMS, "scheduler_steps", "overlap_schedule"))
+STEP_TERMS = tuple(k for k in TERMS if k not in (*FRONTEND_TERMS, "scheduler_steps", "overlap_schedule",
+                                                 "cpu_overlap"))
+#: The CPU-side terms that price a step (``cpu_overlap`` hides them under the GPU's work).
+STEP_CPU_TERMS = ("step_s", "seq_s", "admit_s")
 
 
 class OverheadError(ValueError):
@@ -136,6 +150,7 @@ class Overhead:
     kv_reread: float = 0.0
     scheduler_steps: int = 1
     overlap_schedule: int = 0
+    cpu_overlap: float = 0.0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -145,6 +160,25 @@ class Overhead:
 
     def terms(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TERMS}
+
+    @property
+    def hides_cpu(self) -> bool:
+        """Is part of a step's CPU work hidden under its GPU work (``cpu_overlap`` > 0 and a
+        CPU term to hide)?"""
+        return self.cpu_overlap > 0 and any(getattr(self, k) for k in STEP_CPU_TERMS)
+
+    def gpu_side(self) -> "Overhead":
+        """These terms without the step's CPU ones (:data:`STEP_CPU_TERMS`), which a step with
+        :attr:`hides_cpu` prices apart (:meth:`cpu_coefficients`)."""
+        return replace(self, **{k: 0.0 for k in STEP_CPU_TERMS})
+
+    def cpu_coefficients(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """The step's CPU work as ``(fixed, per_seq, per_admit)`` seconds, for a step with
+        prefill and for one without (multi-step scheduling pays ``step_s`` once per
+        ``scheduler_steps`` decode steps, as :meth:`decode_coefficients`)."""
+        n = self.scheduler_steps
+        full = (self.step_s, self.seq_s, self.admit_s)
+        return full, full if n == 1 else (self.step_s / n, self.seq_s, self.admit_s)
 
     def coefficients(self, vocab: int, layers: int, hidden: int, dtype_bytes: int,
                      tp: int) -> tuple[float, float, float, float]:
@@ -228,7 +262,7 @@ def _term(v, where: str, key: str) -> float:
         if not (is_integer(v, integral_floats=True) and v in (0, 1)):
             raise OverheadError(f"{where}.{key}: expected 0 or 1 (got {v!r}; terms: {', '.join(TERMS)})")
         return int(v)
-    if key == "kv_reread" and in_range(v, gt=1):
+    if key in ("kv_reread", "cpu_overlap") and in_range(v, gt=1):
         raise OverheadError(f"{where}.{key}: expected a fraction between 0 and 1 (got {v!r}; "
                             f"terms: {', '.join(TERMS)})")
     top = None if key.endswith("_per_s") else MAX_TERM_S  # (a rate is not a time)
@@ -287,6 +321,9 @@ def describe(o: Overhead) -> str:
             continue
         if f.name == "kv_reread":
             parts.append(f"KV re-read {v:.3g} per extra query head")
+            continue
+        if f.name == "cpu_overlap":
+            parts.append(f"{v:.3g} of the step's CPU work hidden under the GPU's")
             continue
         if f.name == "allreduce_bytes_per_s":
             parts.append(f"allreduce {v / 1e9:.0f} GB/s")
