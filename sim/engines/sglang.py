@@ -10,8 +10,12 @@ GPU-memory settings):
   from what is not KV: 512 MiB + 1.5 MiB per chunk token + 128 MiB per TP rank, at least 10 GiB on
   a GPU of more than 60 GiB (CUDA-graph memory, which SGLang adds too, is left out: an estimate).
 * page size 1 token (priosim's block size), the radix prefix cache on (16-token prefix hashes),
-  waiting requests never preempt (priority scheduling is off unless asked for), at most 1024
-  running requests (SGLang derives its cap from the KV pool, which binds first in practice).
+  waiting requests never preempt (priority scheduling is off unless asked for), at most 4096
+  running requests: SGLang's own cap (``max_running_requests`` unset) is the smaller of half its
+  KV pool's tokens and its request-slot pool, which holds KV tokens / context length x 512
+  requests, at least 2048 and at most 4096 (``model_runner.py`` / ``tp_worker.py``). priosim
+  takes the slot pool's largest size: its KV blocks bind first wherever requests are long, and
+  a 128k-context model with short requests may have a cap of 2048 that priosim does not apply.
 * overhead preset ``sglang`` before 0.4, else ``sglang-0.5`` (overlap scheduling).
 
 Batching: SGLang forms a prefill batch whenever it can and decodes otherwise (``get_next_batch_to_run``
@@ -48,7 +52,7 @@ def mem_fraction(version: tuple, gpu: Gpu, tp: int, chunk: int) -> float:
 def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     """Engine keys and the values SGLang ``version`` uses on ``gpu`` (see the module docstring)."""
     chunk = chunk_tokens(version, gpu)
-    return {"overhead": "sglang" if version < (0, 4, 0) else "sglang-0.5", "max_num_seqs": 1024,
+    return {"overhead": "sglang" if version < (0, 4, 0) else "sglang-0.5", "max_num_seqs": 4096,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
             "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preemption": "recompute",
             "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": batching(version, True)}
