@@ -241,6 +241,7 @@ class CostModel:
         self._ctx_s = self.step.decode_ctx_s if f == 1.0 else self.step.decode_ctx_s * f
         c = self.step
         self._eager = bool(c.prefill_step_s or c.prefill_chunk_s or c.mixed_step_s)
+        self._cpu = self._cpu_dec = None  # (set below when the overhead hides CPU work)
         if o.is_none:
             self._ov = self._ov_dec = None
             return
@@ -344,6 +345,7 @@ class CostModel:
         """A step of GPU time ``gpu`` s with its CPU work (priced apart) partly hidden under it:
         ``gpu + cpu - cpu_overlap * min(gpu, cpu)`` (the overhead's ``cpu_overlap``)."""
         c = self._cpu if P else self._cpu_dec
+        assert c is not None  # (both are set together, for a model that hides CPU work)
         cpu = c[0] + c[1] * (D + n_prefill) + c[2] * n_admit
         return gpu + cpu - self.overhead.cpu_overlap * (gpu if gpu < cpu else cpu)
 
