@@ -18,11 +18,12 @@ step (:data:`DIFF_STEP`, 1 % of a term's range) suits terms of any unit: the sim
 deterministic but piecewise (integer-nanosecond steps, discrete batches), and a step much
 smaller than a batch's worth of change would read the staircase instead of the slope.
 
-Identification: before the fit the Jacobian at the base values is taken once. A term that moves
+Identification: before the fit the Jacobian at the starting values is taken once. A term that moves
 no metric by 1 % over its whole range is *not identified* (e.g. the KV capacity of runs that
 never fill it); nor is one whose effect the others can mimic but for under 1 % (the part of its
 Jacobian column orthogonal to the others', by pivoted QR: e.g. per step and per sequence when
-every run has one concurrency). Those are held at the base value and reported. For a
+every run has one concurrency). Those are held where the Jacobian was taken (the base value, or
+the start a grid before the fit chose: :func:`_grid_start`) and reported. For a
 tensor-parallel profile ``step_s`` is held too: it and ``allreduce_latency_s`` are both a step's
 fixed time, which no run can split, and the all-reduces' range (2 x layers x 0-100 us) covers
 the fixed time's whole span, down to a floor that ``step_s`` alone (at least 0) cannot reach.
@@ -441,35 +442,39 @@ def fit_runs(runs: list[Run], profile: str, overrides: Iterable[str] = (), *, se
         problem.close()
 
 
+def _grid_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...],
+                points: Iterable[dict[str, float]]) -> tuple[dict[str, float], float, float]:
+    """``(start, its loss, x0's loss)``: the point of ``x0`` updated by each of ``points`` with
+    the lowest loss if it is at least :data:`BUSY_GAIN` lower than ``x0``'s, else ``x0``."""
+    base = best = soft_l1(problem.residuals(problem.values(x0), every), F_SCALE)
+    pick = x0
+    for p in points:
+        x = {**x0, **p}
+        loss = soft_l1(problem.residuals(problem.values(x), every), F_SCALE)
+        if loss < best:
+            pick, best = x, loss
+    if best > (1 - BUSY_GAIN) * base:
+        return x0, base, base
+    return pick, best, base
+
+
 def _busy_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...], say) -> float:
     """Where ``frontend_busy_s`` starts: ``x0``'s value, or the point of :data:`BUSY_GRID_S` with
     the lowest loss (the other terms at ``x0``) if it is at least :data:`BUSY_GAIN` lower."""
-    now = x0["frontend_busy_s"]
-    base = best = soft_l1(problem.residuals(problem.values(x0), every), F_SCALE)
-    pick = now
-    for b in BUSY_GRID_S:
-        loss = soft_l1(problem.residuals(problem.values({**x0, "frontend_busy_s": b}), every), F_SCALE)
-        if loss < best:
-            pick, best = b, loss
-    if best > (1 - BUSY_GAIN) * base:
-        return now
-    say(f"frontend_busy_s starts at {pick * 1e3:g} ms (loss {best:.4g} against {base:.4g} at {now * 1e3:.3g} ms)")
-    return pick
+    pick, best, base = _grid_start(problem, x0, every, ({"frontend_busy_s": b} for b in BUSY_GRID_S))
+    if pick is not x0:
+        say(f"frontend_busy_s starts at {pick['frontend_busy_s'] * 1e3:g} ms (loss {best:.4g} against {base:.4g} "
+            f"at {x0['frontend_busy_s'] * 1e3:.3g} ms)")
+    return pick["frontend_busy_s"]
 
 
 def _overlap_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...], say) -> dict[str, float]:
     """``x0``, or ``x0`` with ``cpu_overlap`` 1 and ``seq_s`` from :data:`OVERLAP_SEQ_GRID_S`
     where that lowers the loss by :data:`BUSY_GAIN` or more (the best such point)."""
-    base = best = soft_l1(problem.residuals(problem.values(x0), every), F_SCALE)
-    pick = x0
-    for seq in OVERLAP_SEQ_GRID_S:
-        x = {**x0, "cpu_overlap": 1.0, "seq_s": seq}
-        loss = soft_l1(problem.residuals(problem.values(x), every), F_SCALE)
-        if loss < best:
-            pick, best = x, loss
-    if pick is x0 or best > (1 - BUSY_GAIN) * base:
-        return x0
-    say(f"cpu_overlap starts at 1 with seq_s {pick['seq_s'] * 1e6:g} us (loss {best:.4g} against {base:.4g})")
+    pick, best, base = _grid_start(problem, x0, every,
+                                   ({"cpu_overlap": 1.0, "seq_s": seq} for seq in OVERLAP_SEQ_GRID_S))
+    if pick is not x0:
+        say(f"cpu_overlap starts at 1 with seq_s {pick['seq_s'] * 1e6:g} us (loss {best:.4g} against {base:.4g})")
     return pick
 
 
