@@ -9,8 +9,8 @@ summary.json. The tests hold a few such scenarios each; this draws as many as yo
 Run from the repository root. Trial ``i`` draws its scenario from seed ``i``, so a mismatch
 printed as ``trial i`` reproduces with ``--start i --trials 1``. Each scenario draws a policy,
 a router or replica groups (clusters), a preemption mode and who may evict, the KV pool, the
-step budget and prefill caps, overlap scheduling and front-end delay, speculation, the
-fairness accountant and drain; ``replica`` adds closed-loop users, admission gates, the
+step budget and prefill caps, overlap scheduling (with the CPU work hidden under the GPU's, by
+seed) and front-end delay, speculation, the fairness accountant and drain; ``replica`` adds closed-loop users, admission gates, the
 ``prefix_aware`` victim rule and prefills without chunking; ``prefix`` turns prefix caching on
 (one replica or a cluster); ``join`` draws clusters whose requests may join runs in flight
 (count routing, a fixed ranking, nothing else for a boundary's plan to decide); ``disagg`` draws
@@ -84,6 +84,10 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
                          else {"preset": "none", "step_s": 0.001, "frontend_s": 0.003})
         if "frontend_s" in e["overhead"] and d["seed"] % 2:  # (a busy front end; by seed: no draw taken)
             e["overhead"]["frontend_busy_s"] = 0.004
+        if "overlap_schedule" in e["overhead"] and d["seed"] % 3 == 0:
+            # the CPU work hidden under the GPU's: small batches on a decode line, large ones
+            # (100 us per running request) the CPU's, stepped one by one (by seed: no draw taken)
+            e["overhead"].update(cpu_overlap=1.0, seq_s=1e-4)
     if rng.random() < 0.2:
         e["max_prefill_chunk"] = 64
     if rng.random() < 0.2:

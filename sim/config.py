@@ -160,11 +160,17 @@ class EngineConfig(BaseModel):
     engine: Annotated[str, one_of(_engine_names)] | None = Field(
         None, description="the real engine modelled: its version's defaults on the profile's GPU fill every "
                           "engine key not set here (docs/engines.md); absent: priosim's own defaults")
-    engine_version: str | None = Field(None, description="the engine's release, e.g. '0.11.0' (absent: the "
-                                                         "latest priosim knows)")
+    engine_version: str | None = Field(None, description="the engine's release, e.g. '0.11.0' (absent: vLLM "
+                                                         "0.11.0, SGLang 0.5.5, the releases the presets are "
+                                                         "fitted on)")
     entrypoint: Literal["server", "offline"] = Field(
         "server", description="how the engine is run, where its defaults differ: 'server' (vllm serve, "
                               "sglang.launch_server) or 'offline' (vLLM's LLM class)")
+    overlap_scheduling: bool | None = Field(
+        None, description="with engine.engine: the scheduler forms the next batch while the GPU runs the current "
+                          "one (vLLM --async-scheduling, the default from 0.14; SGLang's overlap scheduler, the "
+                          "default from 0.4, off with --disable-overlap-schedule): picks the version's overhead "
+                          "preset that prices it (absent: the version's default)")
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1, description="vLLM's share of GPU memory for weights, activations and KV cache; sets "
                                       "kv_blocks from the profile's GPU memory (absent: the profile's KV memory)")

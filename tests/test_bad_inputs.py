@@ -300,6 +300,11 @@ CASES = [
                          'context_token_s=0}'], {"s.toml": scenario()}),
     Case("overhead_term_huge", "engine.overhead = {frontend_s = 1e300}", RUN + ["--set", "engine.overhead={frontend_s=1e300}"],
          {"s.toml": scenario()}),
+    Case("async_scheduling_v0", "--async-scheduling on vLLM 0.6.3",
+         RUN + ["--engine-args", "--async-scheduling", "--set", 'engine.engine_version="0.6.3"'],
+         {"s.toml": scenario()}),
+    Case("overlap_scheduling_no_engine", "engine.overlap_scheduling without engine.engine",
+         RUN + ["--set", "engine.overlap_scheduling=false"], {"s.toml": scenario()}),
     Case("profile_layers_negative", "a profile's model.layers = -4", RUN + ["--set", 'engine.profile="p.json"'],
          {"s.toml": scenario(), "p.json": _profile(lambda d: d["model"].update(layers=-4))}),
     # click's usage errors: one line too

@@ -47,10 +47,47 @@ def test_vllm_batch_defaults_by_version_and_gpu(tmp_path, profile, version, seqs
     sc = scenario(tmp_path, f'engine = "vllm"\nengine_version = "{version}"\nprofile = "{profile}"')
     assert (sc.engine.max_num_seqs, sc.engine.max_batched_tokens) == (seqs, tokens)
     v1 = version_tuple(version, "0") >= (0, 8, 0)
-    assert sc.engine.overhead == ("vllm-v1" if v1 else "vllm-0.6")
+    assert sc.engine.overhead == ("vllm-v1" if v1 else "vllm-0.6")  # (before 0.14: no async scheduling)
     assert sc.engine.preempt_for_waiting == ("never" if v1 else "priority")
     assert sc.engine.chunked_prefill is v1 and sc.engine.prefix_caching is v1
     assert sc.engine.batching == ("mixed" if v1 else "prefill_first")  # V0: _schedule_default
+
+
+@pytest.mark.parametrize("engine, sets, overhead", [
+    ('engine = "vllm"\nengine_version = "0.15.1"', [], "vllm-v1-async"),  # async by default from 0.14 (PR #27614)
+    ('engine = "vllm"\nengine_version = "0.13.0"', [], "vllm-v1"),
+    ('engine = "vllm"\nengine_version = "0.11.0"', ["engine.overlap_scheduling=true"], "vllm-v1-async"),
+    ('engine = "vllm"\nengine_version = "0.15.1"', ["engine.overlap_scheduling=false"], "vllm-v1"),
+    ('engine = "sglang"\nengine_version = "0.5.5"', [], "sglang-0.5"),
+    ('engine = "sglang"\nengine_version = "0.5.5"', ["engine.overlap_scheduling=false"],
+     {"preset": "sglang-0.5", "overlap_schedule": 0}),                    # --disable-overlap-schedule
+    ('engine = "sglang"\nengine_version = "0.3.0"', [], "sglang"),
+])
+def test_overlap_scheduling_picks_the_versions_overhead(tmp_path, engine, sets, overhead):
+    """The scheduler forming the next batch while the GPU runs the current one (vLLM's async
+    scheduling, SGLang's overlap scheduler) is priced by the era's overhead preset; the version's
+    default unless engine.overlap_scheduling (the engines' flags) says otherwise."""
+    sc = scenario(tmp_path, engine + '\nprofile = "h100-sxm-llama-3-8b"', sets)
+    assert sc.engine.overhead == overhead
+
+
+def test_async_scheduling_hides_the_step_cpu_and_defers_an_arrival_one_step(tmp_path):
+    """vllm-v1-async is vllm-v1's terms with the CPU work hidden under the GPU's and the batch
+    formed a step ahead: the flags map to engine.overlap_scheduling, and a V0 engine (no async
+    scheduling), the key without an engine, or the key beside an explicit overhead are told."""
+    from sim.core.overhead import resolve_overhead
+    v1, ahead = resolve_overhead("vllm-v1"), resolve_overhead("vllm-v1-async")
+    assert {**v1.terms(), "overlap_schedule": 1, "cpu_overlap": 1.0} == ahead.terms()
+    assert 'engine.overlap_scheduling=true' in flags_to_overrides("vllm", "--async-scheduling")[0]
+    assert 'engine.overlap_scheduling=false' in flags_to_overrides("vllm", "--no-async-scheduling")[0]
+    assert 'engine.overlap_scheduling=false' in flags_to_overrides("sglang", "--disable-overlap-schedule")[0]
+    with pytest.raises(ScenarioError, match="vLLM 0.6.3 has no async scheduling"):
+        scenario(tmp_path, 'engine = "vllm"\nengine_version = "0.6.3"', ["engine.overlap_scheduling=true"])
+    with pytest.raises(ScenarioError, match="overlap_scheduling: set without engine.engine"):
+        scenario(tmp_path, 'overlap_scheduling = true')
+    with pytest.warns(UserWarning, match="overlap_scheduling does nothing: engine.overhead is set"):
+        sc = scenario(tmp_path, 'engine = "vllm"\noverhead = "vllm-v1"\noverlap_scheduling = true')
+    assert sc.engine.overhead == "vllm-v1"
 
 
 @pytest.mark.parametrize("engine, sets, batching", [

@@ -68,7 +68,9 @@ def test_overhead_terms_add_up():
 def test_cpu_overlap_prices_the_longer_of_cpu_and_gpu_and_zero_changes_nothing():
     """cpu_overlap h: a step's CPU terms (per step, sequence, admission) c beside its GPU time g
     take g + c - h min(g, c): the sum at 0 (bit for bit as without the term), the longer at 1,
-    so a small batch is the GPU's and a large one the CPU's; such a step has no decode line."""
+    so a small batch is the GPU's and a large one the CPU's. A batch whose GPU time is the longer
+    even at no context has a decode line (the CPU's part not hidden, a constant) that prices its
+    steps bit for bit; one whose CPU time can be the longer has none (stepped one by one)."""
     cpu = {"step_s": 1e-3, "seq_s": 2e-4, "admit_s": 5e-4}
     gpu_only = load_profile("h200-llama-3-70b-tp4", overhead={"allreduce_latency_s": 1e-5})
     summed = load_profile("h200-llama-3-70b-tp4", overhead={**cpu, "allreduce_latency_s": 1e-5})
@@ -84,7 +86,12 @@ def test_cpu_overlap_prices_the_longer_of_cpu_and_gpu_and_zero_changes_nothing()
         assert abs(half.step_ns(*sh) - (g + c - 0.5 * min(g, c))) <= 2
     assert full.step_ns(0, 8, 0, 0, 8 * 700) == gpu_only.step_ns(0, 8, 0, 0, 8 * 700)  # (GPU-bound)
     assert full.step_ns(0, 600, 0, 0, 600 * 700) > gpu_only.step_ns(0, 600, 0, 0, 600 * 700)  # (CPU-bound)
-    assert zero.decode_line(8) == summed.decode_line(8) and full.decode_line(8) is None
+    assert zero.decode_line(8) == summed.decode_line(8)
+    assert full.decode_line(8) == gpu_only.decode_line(8)  # (all of the CPU's hidden)
+    assert full.decode_line(600) is None and half.decode_line(600) is None  # (the CPU's the longer at no context)
+    a, b = half.decode_line(8)
+    for ctx in (0, 8 * 700, 8 * 5000, 8 * 131072):
+        assert half.step_ns(0, 8, 0, 0, ctx) == round((a + b * ctx) * 1e9)
 
 
 def test_kv_reread_scales_decode_context_cost_and_zero_changes_nothing():

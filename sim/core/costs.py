@@ -318,7 +318,7 @@ class CostModel:
                 if self._ov is not None:
                     m += self.overhead_s(P, D, n_prefill, n_admit)
                 if self._cpu is not None:
-                    m = self._with_cpu(m, P, D, n_prefill, n_admit)
+                    m = self._with_cpu(m, 0.0, P, D, n_prefill, n_admit)
                 ns = round(m * NS)
                 return ns if ns > 1 else 1
         c = self.step
@@ -335,19 +335,30 @@ class CostModel:
         t += c.decode_seq_s * D
         if self._ov is not None:
             t += self.overhead_s(P, D, n_prefill, n_admit)
-        t += self._ctx_s * sum_ctx
         if self._cpu is not None:
-            t = self._with_cpu(t, P, D, n_prefill, n_admit)
+            t = self._with_cpu(t, self._ctx_s * sum_ctx, P, D, n_prefill, n_admit)
+        else:
+            t += self._ctx_s * sum_ctx
         ns = round(t * NS)
         return ns if ns > 1 else 1
 
-    def _with_cpu(self, gpu: float, P, D, n_prefill: int, n_admit: int) -> float:
-        """A step of GPU time ``gpu`` s with its CPU work (priced apart) partly hidden under it:
-        ``gpu + cpu - cpu_overlap * min(gpu, cpu)`` (the overhead's ``cpu_overlap``)."""
+    def _cpu_s(self, P, D, n_prefill: int, n_admit: int) -> float:
+        """A step's CPU work priced apart (the overhead hides it under the GPU's), seconds."""
         c = self._cpu if P else self._cpu_dec
         assert c is not None  # (both are set together, for a model that hides CPU work)
-        cpu = c[0] + c[1] * (D + n_prefill) + c[2] * n_admit
-        return gpu + cpu - self.overhead.cpu_overlap * (gpu if gpu < cpu else cpu)
+        return c[0] + c[1] * (D + n_prefill) + c[2] * n_admit
+
+    def _with_cpu(self, fixed: float, ctx: float, P, D, n_prefill: int, n_admit: int) -> float:
+        """A step of GPU time ``fixed + ctx`` s (``ctx``: the context term) with its CPU work
+        partly hidden under it: ``gpu + cpu - cpu_overlap * min(gpu, cpu)`` (the overhead's
+        ``cpu_overlap``). Where the GPU's is the longer, summed as ``(fixed + (1 - f) cpu) + ctx``,
+        the order of :meth:`decode_line`'s ``a + b * ctx``, so that the line prices it bit for bit."""
+        cpu = self._cpu_s(P, D, n_prefill, n_admit)
+        f = self.overhead.cpu_overlap
+        gpu = fixed + ctx
+        if gpu >= cpu:
+            return fixed + (cpu - f * cpu) + ctx
+        return gpu + cpu - f * gpu
 
     def price(self, shape) -> int:
         """Duration of a step of this :class:`~sim.core.plan.StepShape`, integer ns
@@ -360,14 +371,16 @@ class CostModel:
         ``round((a + b * ctx) * NS)`` bit for bit for every context ``ctx >= 0`` (the zero prefill
         terms add exactly nothing), so fast-forwarded runs price a step with one multiply-add.
         None when measured tables price decode steps, when the overhead hides CPU work under the
-        GPU's (``cpu_overlap``: a maximum, not a line), or when a step could round below 1 ns
+        GPU's (``cpu_overlap``) and D's CPU time is longer than its GPU time at no context (a
+        maximum of two lines there; from no context on the GPU's is the longer, the CPU's part
+        that is not hidden a constant: a line), or when a step could round below 1 ns
         (``step_ns`` raises those to 1; a line with ``b >= 0`` and ``a * NS > 0.5`` never does)."""
         cache = self._decode_lines
         line = cache.get(D)
         if line is not None:  # (first: a fast-forwarded run asks again at every member's last token)
             return line
-        if (self.tables is not None and self.tables.decode is not None) or self._cpu is not None:
-            return None  # (and the memo stays empty; a step whose CPU work overlaps is no line)
+        if self.tables is not None and self.tables.decode is not None:
+            return None  # (and the memo stays empty)
         c = self.step
         t = c.base_s
         if c.token_knots:
@@ -375,6 +388,11 @@ class CostModel:
         t += c.decode_seq_s * D
         if self._ov is not None:
             t += self.overhead_s(0, D)
+        if self._cpu is not None:  # (as _with_cpu sums it where the GPU's is the longer)
+            cpu = self._cpu_s(0, D, 0, 0)
+            if t < cpu or self._ctx_s < 0:
+                return None  # (a maximum: priced step by step, and the memo stays empty)
+            t = t + (cpu - self.overhead.cpu_overlap * cpu)
         if self._ctx_s < 0 or t * NS <= 0.5:
             return None  # (a degenerate profile: priced by step_ns, and the memo stays empty)
         line = cache[D] = (t, self._ctx_s)

@@ -68,11 +68,12 @@ eras whose kernels or scheduler differ from what the roofline assumes:
   prepares the next batch while the GPU runs the current one, so a step takes the longer of the
   two rather than their sum: with CPU time ``c`` and GPU time ``g`` (the profile's step and the
   GPU-side terms: sampling, all-reduces) a step takes ``g + c - cpu_overlap * min(g, c)``;
-  1 is ``max(g, c)``, 0 (the default: every preset) the sum. Small batches are then GPU-bound
+  1 is ``max(g, c)``, 0 (the default: every fitted preset) the sum. Small batches are then GPU-bound
   and large ones CPU-bound: SGLang 0.4's inter-token gaps on four H200s are the GPU's with up to
   about 50 requests running and about 0.2 ms per running request with hundreds
-  (docs/fidelity-model.md). A step priced so has no linear decode line, so fast-forwarded runs
-  price it step by step (the same bytes, more time).
+  (docs/fidelity-model.md). A batch whose GPU time at no context is already the longer has a
+  linear decode line (the CPU's part not hidden is a constant); one whose CPU time may be the
+  longer has none, so fast-forwarded runs price its steps one by one (the same bytes, more time).
 
 With ``vocab`` the model's full vocabulary and ``ar_bytes = hidden x dtype bytes x 2 (tp-1)/tp``
 (one ring all-reduce of a token's hidden state). The all-reduce terms come *on top of* the

@@ -57,6 +57,10 @@ class EngineFamily:
     #: prefill on or off, so that a scenario (or flag) setting ``chunked_prefill`` gets the
     #: matching batching; None: an engine whose defaults leave batching "mixed"
     batching: Callable[[tuple, bool], str] | None = None
+    #: ``overhead(version, overlapped)``: the overhead preset (a name or an inline table) the version
+    #: uses with its scheduler forming the next batch while the GPU runs the current one, or not
+    #: (``engine.overlap_scheduling``); ValueError (one line) where that version cannot
+    overhead: Callable[[tuple, bool], Any] | None = None
 
 
 ENGINES: Registry = Registry("engine")
@@ -179,6 +183,9 @@ def resolve(cfg, base_dir, source: str):
     from sim.engines import gpu as gpus
 
     given = {k for k in cfg.model_fields_set if getattr(cfg, k) is not None}  # None: not set
+    if cfg.engine is None and cfg.overlap_scheduling is not None:
+        raise ScenarioError(f"{source}: engine.overlap_scheduling: set without engine.engine (expected engine = "
+                            f"'vllm' or 'sglang', whose overhead preset it picks; or engine.overhead)")
     if cfg.engine is None and cfg.gpu_memory_utilization is None and cfg.mem_fraction_static is None:
         return cfg
     doc = gpus.document(cfg.profile, base_dir)
@@ -201,8 +208,19 @@ def resolve(cfg, base_dir, source: str):
         elif "batching" in updates and fam.batching is not None and "chunked_prefill" in given:
             # chunked prefill set by the scenario (or --enable-chunked-prefill): its batching follows
             updates["batching"] = fam.batching(version, cfg.chunked_prefill)
+        if cfg.overlap_scheduling is not None:
+            if "overhead" in given:
+                warn(f"{source}: engine.overlap_scheduling does nothing: engine.overhead is set (it prices the steps)")
+            elif fam.overhead is not None:
+                try:
+                    updates["overhead"] = fam.overhead(version, cfg.overlap_scheduling)
+                except ValueError as exc:
+                    raise ScenarioError(f"{source}: engine.overlap_scheduling: {exc}") from None
         if gpus.fitted_overhead_engine(doc) == fam.name:
             # a profile fitted to this engine's own runs carries the overhead they measured
+            if cfg.overlap_scheduling is not None:
+                warn(f"{source}: engine.overlap_scheduling does nothing: the profile's overhead was fitted to "
+                     f"{fam.name}'s own runs (it prices the steps as they ran)")
             updates.pop("overhead", None)
         memory_key = fam.memory_key
     elif cfg.gpu_memory_utilization is not None and cfg.mem_fraction_static is not None:

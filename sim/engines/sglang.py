@@ -52,10 +52,20 @@ def mem_fraction(version: tuple, gpu: Gpu, tp: int, chunk: int) -> float:
 def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     """Engine keys and the values SGLang ``version`` uses on ``gpu`` (see the module docstring)."""
     chunk = chunk_tokens(version, gpu)
-    return {"overhead": "sglang" if version < (0, 4, 0) else "sglang-0.5", "max_num_seqs": 4096,
+    return {"overhead": overhead(version, version >= (0, 4, 0)), "max_num_seqs": 4096,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
             "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preemption": "recompute",
             "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": batching(version, True)}
+
+
+def overhead(version: tuple, overlapped: bool):
+    """The overhead preset of SGLang ``version`` with its overlap scheduler on or off (on by
+    default from 0.4; ``--disable-overlap-schedule``): the era's preset, its ``overlap_schedule``
+    term set to match (the CPU terms stay as fitted, added to the GPU's)."""
+    preset = "sglang" if version < (0, 4, 0) else "sglang-0.5"
+    if overlapped == (preset == "sglang-0.5"):
+        return preset
+    return {"preset": preset, "overlap_schedule": int(overlapped)}
 
 
 def batching(version: tuple, chunked_prefill: bool) -> str:
@@ -82,6 +92,8 @@ FLAGS = {
     "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
     "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
+    "--disable-overlap-schedule": Flag("engine.overlap_scheduling", None, False),
+    "--enable-overlap-schedule": Flag("engine.overlap_scheduling", None, True),  # (before 0.4: off by default)
 }
 INERT = frozenset({
     "--host", "--port", "--served-model-name", "--log-level", "--api-key", "--trust-remote-code",
@@ -89,5 +101,5 @@ INERT = frozenset({
 })
 
 ENGINES.register("sglang", EngineFamily("sglang", LATEST, defaults, "mem_fraction_static", FLAGS, INERT,
-                                       batching),
+                                       batching, overhead),
                  "SGLang (overlap scheduling from 0.4)")

@@ -16,6 +16,11 @@ Defaults as read in vLLM's ``vllm/engine/arg_utils.py`` (``_set_default_args`` /
   (vLLM PR #16158, April 2025, after out-of-memory reports) went back to 256 except on H100 / H200;
   from 0.9 (vLLM PR #17885) a GPU of at least 70 GiB that is not an A100 gets 8192 tokens (16384
   offline) and 1024 sequences, the rest 2048 (8192) and 256.
+* Async scheduling (``--async-scheduling`` from 0.10; on by default from 0.14, vLLM PR #27614):
+  the scheduler forms step n+1 while the GPU runs step n, so a step's host-CPU work hides under
+  its GPU work and a request arriving during a step joins the one after next. Overhead preset
+  ``vllm-v1-async`` (``vllm-v1``'s terms, hidden) from 0.14, or where
+  ``engine.overlap_scheduling`` (``--[no-]async-scheduling``) asks for it.
 * ``gpu_memory_utilization`` 0.9, block size 16, recompute preemption.
 
 Batching (``engine.batching``): V0 without chunked prefill (``_schedule_default`` in vllm-project/vllm
@@ -30,6 +35,8 @@ from __future__ import annotations
 from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, positive_int
 from sim.engines.gpu import Gpu
 
+#: The release a vLLM scenario without ``engine_version`` models: the V1 preset's fit rows ran it
+#: (later ones schedule asynchronously, a preset derived and not fitted: give their version)
 LATEST = "0.11.0"
 
 
@@ -38,17 +45,32 @@ def batching(version: tuple, chunked_prefill: bool) -> str:
     return "prefill_first" if version < (0, 8, 0) and not chunked_prefill else "mixed"
 
 
+#: The first release that schedules asynchronously unless told not to (vLLM PR #27614, merged
+#: 2025-12; ``--async-scheduling`` from 0.10 turned it on before).
+ASYNC_DEFAULT = (0, 14, 0)
+
+
+def overhead(version: tuple, overlapped: bool) -> str:
+    """The overhead preset of vLLM ``version``, scheduling asynchronously or not (V0 cannot)."""
+    if overlapped and version < (0, 10, 0):
+        raise ValueError(f"vLLM {'.'.join(map(str, version))} has no async scheduling (expected "
+                         f"engine.overlap_scheduling = false, or engine_version 0.10 or later)")
+    if version < (0, 8, 0):
+        return "vllm-0.4" if version < (0, 5, 0) else "vllm-0.6"
+    return "vllm-v1-async" if overlapped else "vllm-v1"
+
+
 def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     """Engine keys and the values vLLM ``version`` uses on ``gpu`` (see the module docstring)."""
     offline = entrypoint == "offline"
     out = {"block_size": 16, "preemption": "recompute", "gpu_memory_utilization": 0.9}
     if version < (0, 8, 0):
-        out.update(overhead="vllm-0.4" if version < (0, 5, 0) else "vllm-0.6", max_num_seqs=256,
+        out.update(overhead=overhead(version, False), max_num_seqs=256,
                    max_batched_tokens=8192, chunked_prefill=False, prefix_caching=False,
                    preempt_for_waiting="priority", batching=batching(version, False))
         return out
-    out.update(overhead="vllm-v1", chunked_prefill=True, prefix_caching=True, prefix_block_tokens=16,
-               preempt_for_waiting="never", batching=batching(version, True))
+    out.update(overhead=overhead(version, version >= ASYNC_DEFAULT), chunked_prefill=True, prefix_caching=True,
+               prefix_block_tokens=16, preempt_for_waiting="never", batching=batching(version, True))
     if version < (0, 9, 0):
         big = "h100" in gpu.key or "h200" in gpu.key
         out.update(max_num_seqs=1024 if big or version < (0, 8, 4) else 256)
@@ -73,6 +95,8 @@ FLAGS = {
     "--preemption-mode": Flag("engine.preemption", choice("recompute", "swap")),
     # how a waiting request may preempt follows the era (V0: by priority; V1: never)
     "--scheduling-policy": Flag("policy.name", choice("fcfs", "priority")),
+    "--async-scheduling": Flag("engine.overlap_scheduling", None, True),
+    "--no-async-scheduling": Flag("engine.overlap_scheduling", None, False),
 }
 #: Flags that change no simulated time: where the server listens, what it logs, names and paths.
 INERT = frozenset({
@@ -82,5 +106,5 @@ INERT = frozenset({
 })
 
 ENGINES.register("vllm", EngineFamily("vllm", LATEST, defaults, "gpu_memory_utilization", FLAGS, INERT,
-                                     batching),
+                                     batching, overhead),
                  "vLLM (V0 before 0.8, V1 from 0.8)")
