@@ -143,7 +143,8 @@ class GroupConfig(Table):
                                           "a non-empty list of class names")] | None = Field(
         None, description="the classes it serves (class_aware router); absent: the classes no group lists")
     gpus: Annotated[int, number(integer=True, minimum=1, note=" (GPUs per replica)")] = Field(
-        1, description="GPUs per replica (for capacity reports; default: engine.tp of a derived profile, else 1)")
+        1, description="GPUs per replica (for capacity and cost reports; default: the profile's tensor-parallel "
+                       "degree, engine.tp of a derived one)")
     autoscale: AutoscaleConfig | None = Field(
         None, description="the group's autoscaler (default: the cluster's autoscale); replicas is the count at the start")
     gpu_hour_usd: Annotated[int | float, number(minimum=0, note=" (dollars per GPU-hour)")] | None = Field(

@@ -326,10 +326,13 @@ def test_a_group_of_a_cluster_may_run_another_model_and_counts_its_gpus(tmp_path
     (tmp_path / "s.toml").write_text(SCENARIO.format(engine='model = "qwen3-8b"\ngpu = "h200"') + """
 [cluster]
 groups = [{ replicas = 2 }, { replicas = 1, engine = { model = "llama-3.1-70b", tp = 4 } },
-          { replicas = 1, engine = { profile = "h200-llama-3-8b" } }]
+          { replicas = 1, engine = { profile = "h200-llama-3-8b" } },
+          { replicas = 2, engine = { profile = "h200-llama-3-70b-tp4" } },
+          { replicas = 1, gpus = 2, engine = { profile = "h200-llama-3-70b-tp4" } }]
 """)
     spec = parse_cluster(load_scenario(tmp_path / "s.toml"))
-    assert [g.gpus for g in spec.groups] == [1, 4, 1] and spec.gpus == 7
+    # (a shipped TP-4 profile is four GPUs a replica, as a derived one; gpus as written wins)
+    assert [g.gpus for g in spec.groups] == [1, 4, 1, 4, 2] and spec.gpus == 17
     assert spec.groups[1].engine.profile["meta"]["name"] == "h200-llama-3.1-70b-tp4"
     assert spec.groups[2].engine.profile == "h200-llama-3-8b"
 

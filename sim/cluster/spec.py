@@ -4,6 +4,7 @@ served classes) and its router, from the scenario's validated ``[cluster]`` tabl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sim.config import EngineConfig, PolicyConfig, Scenario
 from sim.core.errors import ScenarioError
@@ -79,16 +80,22 @@ def parse_cluster(sc: Scenario) -> ClusterSpec:
     for name, g in c.group_list():
         eng = group_engine(sc, g)
         groups.append(GroupSpec(name, g.replicas, eng, group_policy(sc, g),
-                                tuple(g.classes) if g.classes is not None else None, _gpus(g, eng),
+                                tuple(g.classes) if g.classes is not None else None, _gpus(g, eng, sc.base_dir),
                                 group_autoscale(c, g), group_price(sc, name, g, eng), g.role))
     link = link_spec(c.link) if c.disaggregated else None
     return ClusterSpec(tuple(groups), c.router_name, c.router_params, c.refresh_s, link, c.decode_router_name,
                        c.decode_router_params, c.first_token or "decode")
 
 
-def _gpus(g, eng: EngineConfig) -> int:
-    """GPUs per replica: the group's ``gpus`` as written; else a derived profile's tensor-parallel
-    degree (``engine.tp``: the replica spans that many GPUs); else 1."""
-    if "gpus" in g.model_fields_set or eng.model is None:
+def _gpus(g, eng: EngineConfig, base_dir) -> int:
+    """GPUs per replica: the group's ``gpus`` as written; else the tensor-parallel degree of the
+    replica's profile (the replica spans that many GPUs): a derived profile's ``engine.tp``, a
+    measured or fitted one's ``tp`` (a TP-4 profile is four GPUs a replica); else 1."""
+    if "gpus" in g.model_fields_set:
         return g.gpus
-    return eng.tp or 1
+    if eng.model is not None:
+        return eng.tp or 1
+    from sim.engines import gpu as gpus
+
+    found = gpus.load(eng.profile, Path(base_dir))
+    return found.tp if found is not None else g.gpus
