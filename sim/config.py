@@ -188,7 +188,7 @@ class EngineConfig(BaseModel):
     kv_dtype: Annotated[str, one_of(_kv_formats)] | None = Field(
         None, description="KV cache format of a derived profile, 2 or 1 bytes per element (absent: bf16)")
     tp: int | None = Field(None, ge=1, description="tensor-parallel degree of a derived profile: GPUs per replica "
-                                                   "(absent: 1)")
+                                                   "(absent: 1); beside a measured profile, its own degree only")
     ep: int | None = Field(None, ge=1, description="expert-parallel degree of a derived profile (a divisor of tp; "
                                                    "experts split over that many GPUs; absent: 1)")
     typical_context: int | None = Field(
@@ -225,7 +225,8 @@ class EngineConfig(BaseModel):
     def _model_keys(self) -> "EngineConfig":
         if self.model is None:
             for key in MODEL_KEYS[1:]:
-                if getattr(self, key) is not None:
+                # (tp may stand beside a measured profile, as its own degree: sim.models.apply)
+                if key != "tp" and getattr(self, key) is not None:
                     raise ValueError(f"engine.{key}: set without engine.model (expected engine.model, the "
                                      f"config.json of the model to derive a profile for)")
             return self

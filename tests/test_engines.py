@@ -186,6 +186,26 @@ def test_flags_become_overrides_and_unmodelled_flags_are_named():
     assert sets == ['engine.engine="sglang"', 'engine.batching="mixed"'] and not unmodelled
 
 
+def test_the_tensor_parallel_flag_must_be_the_profiles_own_degree(tmp_path):
+    """--tensor-parallel-size (vLLM; -tp) and --tp-size / --tp (SGLang) set engine.tp: beside a
+    measured profile its own degree passes quietly (a replica then spans that many GPUs, as a
+    derived profile's does), another is refused in one line naming the profile's; with
+    engine.model it derives the profile at that degree."""
+    from sim.cluster.spec import parse_cluster
+    for engine, flags in (("vllm", "--tensor-parallel-size 4"), ("vllm", "-tp 4"), ("sglang", "--tp 4"),
+                          ("sglang", "--tp-size=4")):
+        sets, unmodelled = flags_to_overrides(engine, flags + " --host 0.0.0.0 --max-log-len 100"
+                                              if engine == "vllm" else flags + " --enable-metrics")
+        assert "engine.tp=4" in sets and not unmodelled, (flags, unmodelled)
+    sets, _ = flags_to_overrides("vllm", "--tensor-parallel-size 4")
+    sc = scenario(tmp_path, 'profile = "h200-llama-3-70b-tp4"', [*sets, "cluster.replicas=2"])
+    assert sc.engine.tp == 4 and parse_cluster(sc).gpus == 8
+    with pytest.raises(ScenarioError, match="engine.tp = 4: h200-llama-3-8b is measured at tensor-parallel degree 1"):
+        scenario(tmp_path, 'profile = "h200-llama-3-8b"', sets)
+    derived = scenario(tmp_path, 'model = "llama-3.1-70b"\ngpu = "h200"', sets)
+    assert derived.engine.profile["meta"]["name"] == "h200-llama-3.1-70b-tp4"
+
+
 @pytest.mark.parametrize("text, message", [
     ("--max-num-seqs", "--max-num-seqs needs a value"),
     ("--max-num-seqs 0", "expected an integer >= 1"),

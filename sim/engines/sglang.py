@@ -92,12 +92,17 @@ FLAGS = {
     "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
     "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
+    "--tp-size": Flag("engine.tp", positive_int),
+    "--tp": Flag("engine.tp", positive_int),
+    "--tensor-parallel-size": Flag("engine.tp", positive_int),
     "--disable-overlap-schedule": Flag("engine.overlap_scheduling", None, False),
     "--enable-overlap-schedule": Flag("engine.overlap_scheduling", None, True),  # (before 0.4: off by default)
 }
 INERT = frozenset({
     "--host", "--port", "--served-model-name", "--log-level", "--api-key", "--trust-remote-code",
     "--download-dir", "--model-path", "--model", "--tokenizer-path", "--random-seed", "--log-requests",
+    "--log-level-http", "--enable-metrics", "--show-time-cost", "--chat-template", "--tool-call-parser",
+    "--revision", "--log-requests-level", "--enable-cache-report",
 })
 
 ENGINES.register("sglang", EngineFamily("sglang", LATEST, defaults, "mem_fraction_static", FLAGS, INERT,

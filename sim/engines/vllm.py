@@ -95,6 +95,8 @@ FLAGS = {
     "--preemption-mode": Flag("engine.preemption", choice("recompute", "swap")),
     # how a waiting request may preempt follows the era (V0: by priority; V1: never)
     "--scheduling-policy": Flag("policy.name", choice("fcfs", "priority")),
+    "--tensor-parallel-size": Flag("engine.tp", positive_int),
+    "-tp": Flag("engine.tp", positive_int),
     "--async-scheduling": Flag("engine.overlap_scheduling", None, True),
     "--no-async-scheduling": Flag("engine.overlap_scheduling", None, False),
 }
@@ -103,6 +105,9 @@ INERT = frozenset({
     "--host", "--port", "--served-model-name", "--disable-log-requests", "--disable-log-stats",
     "--api-key", "--trust-remote-code", "--download-dir", "--uvicorn-log-level", "--model", "--tokenizer",
     "--seed", "--enable-log-requests", "--disable-uvicorn-access-log", "--chat-template", "--hf-token",
+    "--max-log-len", "--disable-fastapi-docs", "--enable-auto-tool-choice", "--tool-call-parser", "--revision",
+    "--tokenizer-revision", "--response-role", "--root-path", "--allowed-origins", "--ssl-keyfile",
+    "--ssl-certfile", "--enable-prompt-tokens-details", "--enable-request-id-headers",
 })
 
 ENGINES.register("vllm", EngineFamily("vllm", LATEST, defaults, "gpu_memory_utilization", FLAGS, INERT,

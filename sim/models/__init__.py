@@ -42,10 +42,28 @@ def derived(model: str, gpu: str, dtype: str | None = None, kv_dtype: str | None
     return copy.deepcopy(doc)
 
 
+def _check_profile_tp(cfg, base_dir: Path, source: str) -> None:
+    """``engine.tp`` beside a measured or fitted profile (``--tensor-parallel-size`` in the engine's
+    flags): it must be the profile's own degree, which priced it; ScenarioError otherwise."""
+    from sim.engines import gpu as gpus
+
+    found = gpus.load(cfg.profile, base_dir)
+    if found is None:
+        raise ScenarioError(f"{source}: engine.tp: set with a profile that states no tensor-parallel degree "
+                            f"(expected engine.model, the config.json of the model to derive a profile for)")
+    if found.tp != cfg.tp:
+        name = cfg.profile if isinstance(cfg.profile, str) else "the profile"
+        raise ScenarioError(f"{source}: engine.tp = {cfg.tp}: {name} is measured at tensor-parallel degree "
+                            f"{found.tp} (expected {found.tp}, a profile of degree {cfg.tp}, or engine.model and "
+                            f"engine.gpu to derive one)")
+
+
 def apply(cfg, base_dir: Path, source: str):
     """Engine settings ``cfg`` (an ``EngineConfig``) with the profile derived for its
     ``engine.model`` (``cfg`` itself when it names none); ScenarioError naming ``source``."""
     if cfg.model is None:
+        if cfg.tp is not None:
+            _check_profile_tp(cfg, base_dir, source)
         return cfg
     try:
         doc = derived(cfg.model, cfg.gpu, cfg.dtype, cfg.kv_dtype, cfg.tp, cfg.ep, cfg.typical_context, base_dir)
