@@ -10,9 +10,10 @@ Run from the repository root. Trial ``i`` draws its scenario from seed ``i``, so
 printed as ``trial i`` reproduces with ``--start i --trials 1``. Each scenario draws a policy,
 a router or replica groups (clusters), a preemption mode and who may evict, the KV pool, the
 step budget and prefill caps, overlap scheduling (with the CPU work hidden under the GPU's, by
-seed) and front-end delay, speculation, the fairness accountant and drain; ``replica`` adds closed-loop users, admission gates, the
-``prefix_aware`` victim rule and prefills without chunking; ``prefix`` turns prefix caching on
-(one replica or a cluster); ``join`` draws clusters whose requests may join runs in flight
+seed) and front-end delay, speculation, the fairness accountant and drain; ``replica`` adds
+closed-loop users, admission gates, the ``prefix_aware`` victim rule and prefills without
+chunking; ``prefix`` turns prefix caching on (one replica or a cluster); ``join`` draws clusters
+whose requests may join runs in flight
 (count routing, a fixed ranking, nothing else for a boundary's plan to decide); ``disagg`` draws
 disaggregated clusters (prefill and decode groups, sometimes a co-located one beside them, each
 with its own pool and preemption mode, a link preset or pipelining, a decode router, prefix
