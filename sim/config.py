@@ -186,7 +186,9 @@ class EngineConfig(BaseModel):
         None, description="weight format of a derived profile (absent: the checkpoint's own: its "
                           "quantization_config, else bf16)")
     kv_dtype: Annotated[str, one_of(_kv_formats)] | None = Field(
-        None, description="KV cache format of a derived profile, 2 or 1 bytes per element (absent: bf16)")
+        None, description="KV cache format, 2 or 1 bytes per element: of a derived profile (absent: bf16); beside "
+                          "a measured or fitted one, its KV bytes per token and decode context term scaled from "
+                          "its own format's (fp8 on a 16-bit profile: half; vLLM --kv-cache-dtype fp8)")
     tp: int | None = Field(None, ge=1, description="tensor-parallel degree of a derived profile: GPUs per replica "
                                                    "(absent: 1); beside a measured profile, its own degree only")
     ep: int | None = Field(None, ge=1, description="expert-parallel degree of a derived profile (a divisor of tp; "
@@ -196,6 +198,8 @@ class EngineConfig(BaseModel):
                                 "averaged into KV bytes per token, for the per-token KV pool (absent: 4096)")
     # engine keys filled from `engine`'s defaults (sim.engines.resolve), left out of the scenario as written
     _defaults: frozenset = PrivateAttr(default_factory=frozenset)
+    # the profile as written where engine.kv_dtype rewrote a measured one (sim.models.apply)
+    _written_profile: Any = PrivateAttr(default=None)
 
     @field_validator("preemption", "preempt_for_waiting", mode="after")
     @classmethod
@@ -225,8 +229,8 @@ class EngineConfig(BaseModel):
     def _model_keys(self) -> "EngineConfig":
         if self.model is None:
             for key in MODEL_KEYS[1:]:
-                # (tp may stand beside a measured profile, as its own degree: sim.models.apply)
-                if key != "tp" and getattr(self, key) is not None:
+                # (tp and kv_dtype may stand beside a measured profile: sim.models.apply)
+                if key not in ("tp", "kv_dtype") and getattr(self, key) is not None:
                     raise ValueError(f"engine.{key}: set without engine.model (expected engine.model, the "
                                      f"config.json of the model to derive a profile for)")
             return self
@@ -249,8 +253,11 @@ class EngineConfig(BaseModel):
         written without them reads back the same, byte for byte)."""
         skip = set(self._defaults) | ({"profile"} if self.model is not None else
                                       {k for k in MODEL_KEYS if getattr(self, k) is None})
-        return {k: v for k, v in self.model_dump(mode=mode).items()
-                if k not in skip and not (k == "cost_scale" and v == 1.0) and not (k == "batching" and v == "mixed")}
+        out = {k: v for k, v in self.model_dump(mode=mode).items()
+               if k not in skip and not (k == "cost_scale" and v == 1.0) and not (k == "batching" and v == "mixed")}
+        if self._written_profile is not None:
+            out["profile"] = self._written_profile
+        return out
 
 
 class ClassConfig(BaseModel):

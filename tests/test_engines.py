@@ -177,8 +177,9 @@ def test_flags_become_overrides_and_unmodelled_flags_are_named():
                 "--enable-prefix-caching --scheduling-policy priority --kv-cache-dtype fp8 --port 8000 "
                 "--enforce-eager")
     assert sets == ['engine.engine="vllm"', "engine.max_num_seqs=64", "engine.max_batched_tokens=2048",
-                    "engine.gpu_memory_utilization=0.85", "engine.prefix_caching=true", 'policy.name="priority"']
-    assert unmodelled == ["--kv-cache-dtype fp8", "--enforce-eager"]  # --port changes no simulated time
+                    "engine.gpu_memory_utilization=0.85", "engine.prefix_caching=true", 'policy.name="priority"',
+                    'engine.kv_dtype="fp8"']
+    assert unmodelled == ["--enforce-eager"]  # --port changes no simulated time
     sets, _ = flags_to_overrides("sglang", "--max-running-requests 32 --enable-priority-scheduling --disable-radix-cache")
     assert sets == ['engine.engine="sglang"', "engine.max_num_seqs=32", 'policy.name="priority"',
                     'engine.preempt_for_waiting="threshold"', "engine.prefix_caching=false"]
@@ -204,6 +205,30 @@ def test_the_tensor_parallel_flag_must_be_the_profiles_own_degree(tmp_path):
         scenario(tmp_path, 'profile = "h200-llama-3-8b"', sets)
     derived = scenario(tmp_path, 'model = "llama-3.1-70b"\ngpu = "h200"', sets)
     assert derived.engine.profile["meta"]["name"] == "h200-llama-3.1-70b-tp4"
+
+
+def test_an_fp8_kv_cache_beside_a_measured_profile_halves_its_kv_bytes_and_decode_reads(tmp_path):
+    """--kv-cache-dtype fp8 (engine.kv_dtype) beside a measured or fitted 16-bit profile: a block
+    holds the same tokens in half the bytes (twice the blocks in the same KV memory) and a decode
+    step's per-context-token term halves; the rest of the step, and the scenario as written
+    (the profile's name), are kept. auto, or the profile's own format, changes nothing; a profile
+    priced from measured tables cannot say and is refused in one line."""
+    from sim.core.costs import load_profile
+    sets, unmodelled = flags_to_overrides("vllm", "--kv-cache-dtype fp8_e4m3")
+    assert 'engine.kv_dtype="fp8"' in sets and not unmodelled
+    assert flags_to_overrides("vllm", "--kv-cache-dtype auto") == (['engine.engine="vllm"'], [])
+    base = scenario(tmp_path, 'profile = "h100-sxm-llama-3-8b"')
+    fp8 = scenario(tmp_path, 'profile = "h100-sxm-llama-3-8b"', sets)
+    same = scenario(tmp_path, 'profile = "h100-sxm-llama-3-8b"\nkv_dtype = "bf16"')
+    assert same.engine.profile == "h100-sxm-llama-3-8b"
+    b, f = load_profile(base.engine.profile, tmp_path), load_profile(fp8.engine.profile, tmp_path)
+    assert f.name == "h100-sxm-llama-3-8b+kv-fp8" and fp8.engine.as_written()["profile"] == "h100-sxm-llama-3-8b"
+    assert f.shape.kv_bytes_per_token * 2 == b.shape.kv_bytes_per_token
+    assert f.kv_blocks(16) in (2 * b.kv_blocks(16), 2 * b.kv_blocks(16) + 1)
+    assert f.step.decode_ctx_s == b.step.decode_ctx_s / 2 and f.step.base_s == b.step.base_s
+    assert f.step_ns(2048, 0, 2048 ** 2, 0, 0, 1, 1) == b.step_ns(2048, 0, 2048 ** 2, 0, 0, 1, 1)  # (a prefill)
+    with pytest.raises(ScenarioError, match="kv_dtype: set with a profile whose decode steps are measured tables"):
+        scenario(tmp_path, 'profile = "h100-llama-3-8b-measured"\nkv_dtype = "fp8"')
 
 
 @pytest.mark.parametrize("text, message", [

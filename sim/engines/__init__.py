@@ -129,6 +129,8 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
             except ValueError:
                 raise ValueError(f"{option}: {name}: {value!r} is not a valid value "
                                  f"(expected {getattr(flag.parse, 'expects', flag.parse.__name__)})") from None
+        if val is None:
+            continue  # (a value that leaves the key as it is: --kv-cache-dtype auto)
         sets = {flag.key: val, **(flag.also(val) if flag.also else {})}
         out.extend(f"{k}={_toml(v)}" for k, v in sets.items())
     return out, unmodelled
@@ -160,6 +162,23 @@ def fraction(text: str) -> float:
 
 
 fraction.expects = "a fraction in (0, 1]"  # type: ignore[attr-defined]
+
+
+def kv_cache_dtype(text: str) -> str | None:
+    """An engine's ``--kv-cache-dtype`` as ``engine.kv_dtype``: None for ``auto`` (the model's
+    own format: the profile's), ``fp8`` for every FP8 variant (one byte an element either way)."""
+    t = text.lower()
+    if t == "auto":
+        return None
+    if t.startswith("fp8"):
+        return "fp8"
+    formats = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
+    if t in formats:
+        return formats[t]
+    raise ValueError(text)
+
+
+kv_cache_dtype.expects = "auto, fp8 (fp8_e4m3, fp8_e5m2), bfloat16 or float16"  # type: ignore[attr-defined]
 
 
 def positive_int(text: str) -> int:

@@ -26,7 +26,7 @@ model speculative decoding with prefill-only steps).
 """
 from __future__ import annotations
 
-from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, positive_int
+from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int
 from sim.engines.gpu import Gpu
 
 LATEST = "0.5.5"
@@ -92,6 +92,7 @@ FLAGS = {
     "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
     "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
+    "--kv-cache-dtype": Flag("engine.kv_dtype", kv_cache_dtype),
     "--tp-size": Flag("engine.tp", positive_int),
     "--tp": Flag("engine.tp", positive_int),
     "--tensor-parallel-size": Flag("engine.tp", positive_int),

@@ -32,7 +32,7 @@ one, and decodes otherwise: ``"prefill_first"``, V0's default. V0 with chunked p
 """
 from __future__ import annotations
 
-from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, positive_int
+from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int
 from sim.engines.gpu import Gpu
 
 #: The release a vLLM scenario without ``engine_version`` models: the V1 preset's fit rows ran it
@@ -95,6 +95,7 @@ FLAGS = {
     "--preemption-mode": Flag("engine.preemption", choice("recompute", "swap")),
     # how a waiting request may preempt follows the era (V0: by priority; V1: never)
     "--scheduling-policy": Flag("policy.name", choice("fcfs", "priority")),
+    "--kv-cache-dtype": Flag("engine.kv_dtype", kv_cache_dtype),
     "--tensor-parallel-size": Flag("engine.tp", positive_int),
     "-tp": Flag("engine.tp", positive_int),
     "--async-scheduling": Flag("engine.overlap_scheduling", None, True),

@@ -58,12 +58,66 @@ def _check_profile_tp(cfg, base_dir: Path, source: str) -> None:
                             f"engine.gpu to derive one)")
 
 
+def kv_format_document(doc: dict, kv_dtype: str) -> dict | None:
+    """Measured or fitted profile ``doc`` with its KV cache in ``kv_dtype`` (a key of
+    ``KV_FORMATS``): KV bytes per token and the decode step's per-context-token term scaled by the
+    ratio of element sizes (fp8 on a 16-bit profile: half; decode attention reads the cache, and
+    a block of it holds twice the tokens in the same memory); the prefill terms kept (attention
+    over a prompt is compute, and FP8 attention's gain there is small and kernel-dependent).
+    None when the format is the profile's own. ValueError (one line) for a profile that cannot
+    say: no model shape, or decode steps priced from measured tables in its own format."""
+    from sim.models.derive import KV_FORMATS
+
+    m, step = doc.get("model"), doc.get("step")
+    if not isinstance(m, dict) or not isinstance(step, dict) or not m.get("layers"):
+        raise ValueError("set with a profile that states no model shape (expected engine.model, the config.json "
+                         "of the model to derive a profile for)")
+    if doc.get("rows") and isinstance(doc.get("meta"), dict) and doc["meta"].get("kind") == "measured":
+        raise ValueError("set with a profile whose decode steps are measured tables, in its own KV format "
+                         "(expected a fitted or analytic profile, or engine.model)")
+    own = int(m.get("kv_dtype_bytes") or m.get("dtype_bytes") or 2)
+    new = KV_FORMATS[kv_dtype]
+    if new == own:
+        return None
+    ratio = new / own
+    per_token = m.get("kv_bytes_per_token") or 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * m["dtype_bytes"]
+    out = copy.deepcopy(doc)
+    out["model"]["kv_bytes_per_token"] = int(round(per_token * ratio))
+    out["model"]["kv_dtype_bytes"] = new
+    out["step"]["decode_ctx_s"] = float(step.get("decode_ctx_s", 0.0)) * ratio
+    meta = out.setdefault("meta", {})
+    meta["name"] = f"{meta.get('name', 'profile')}+kv-{kv_dtype}"
+    meta["kv_format"] = (f"KV cache in {kv_dtype} ({new} byte(s) an element, the profile's {own}): KV bytes per "
+                         f"token and decode_ctx_s x {ratio:g} (engine.kv_dtype)")
+    return out
+
+
+def _with_kv_format(cfg, base_dir: Path, source: str):
+    """``cfg`` with its measured or fitted profile rewritten for ``engine.kv_dtype``
+    (:func:`kv_format_document`); the profile as written is kept for the scenario as written."""
+    from sim.engines import gpu as gpus
+
+    doc = gpus.document(cfg.profile, base_dir)
+    try:
+        out_doc = kv_format_document(doc if doc is not None else {}, cfg.kv_dtype)
+    except ValueError as exc:
+        raise ScenarioError(f"{source}: engine.kv_dtype: {exc}") from None
+    if out_doc is None:
+        return cfg
+    out = cfg.model_copy(update={"profile": out_doc})
+    out._defaults = cfg._defaults
+    out._written_profile = cfg.profile
+    return out
+
+
 def apply(cfg, base_dir: Path, source: str):
     """Engine settings ``cfg`` (an ``EngineConfig``) with the profile derived for its
     ``engine.model`` (``cfg`` itself when it names none); ScenarioError naming ``source``."""
     if cfg.model is None:
         if cfg.tp is not None:
             _check_profile_tp(cfg, base_dir, source)
+        if cfg.kv_dtype is not None:
+            return _with_kv_format(cfg, base_dir, source)
         return cfg
     try:
         doc = derived(cfg.model, cfg.gpu, cfg.dtype, cfg.kv_dtype, cfg.tp, cfg.ep, cfg.typical_context, base_dir)
