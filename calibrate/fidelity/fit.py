@@ -119,7 +119,8 @@ SHARED = {"vllm-0.6": {"frontend_s": "sglang"}, "vllm-v1": {"frontend_s": "sglan
 #: CPU terms, measured on engines that scheduled each step after the last, hidden under the GPU's
 #: work (the scheduler forms step n+1 while step n runs), and an arrival joining the step after
 #: next. No row of the table is priced with it yet: its V1 rows are of engines before 0.14 but the
-#: vLLM blog's FP8-KV rows, whose version is not stated (about 0.19 by date), priced as vllm-v1.
+#: vLLM blog's FP8-KV post's BF16 rows (Table 4 states no version; the post's other runs are
+#: 0.19.1), priced as vllm-v1 (async: TTFT +7.2 % against +5.5 %, ITL +0.6 % against +1.9 %).
 DERIVED: dict[str, tuple[str, dict]] = {"vllm-v1-async": ("vllm-v1", {"overlap_schedule": 1, "cpu_overlap": 1.0})}
 #: The order presets are fitted in (SHARED terms come from presets fitted before).
 ORDER = ("sglang", "sglang-0.5", "vllm-0.6", "vllm-v1", "vllm-0.4")
