@@ -295,6 +295,23 @@ def test_overlap_schedule_holds_a_mid_step_arrival_back_one_step(tmp_path, run):
     assert run(sc).requests.equals(x.requests)
 
 
+def test_an_overlap_scheduled_run_goes_on_through_the_step_an_arrival_waits_out(run):
+    """One replica fed open arrivals under overlap scheduling: a run that an arrival would stop at
+    a boundary where it is only held back takes the step after too (the arrival joins at that
+    one's end): the same bytes as stepping every iteration, and not one engine event an arrival
+    more than without overlap scheduling."""
+    sc = small_scenario(engine__kv_blocks=4096, engine__overhead={"step_s": 2e-3, "frontend_s": 1e-3})
+    plain = run(sc)
+    sc["engine"]["overhead"] = {"step_s": 2e-3, "frontend_s": 1e-3, "overlap_schedule": 1}
+    ahead = run(sc)
+    sc["engine"]["fast_forward"] = False
+    stepped = run(sc)
+    assert ahead.requests.equals(stepped.requests)
+    assert (ahead.requests.ttft_s > plain.requests.ttft_s).any()  # (held back a step)
+    events = {r: x.summary_dict["run"]["engine_events"] for r, x in (("plain", plain), ("ahead", ahead))}
+    assert events["ahead"] <= events["plain"] * 1.1, events
+
+
 def test_derived_presets_follow_their_base():
     """A derived preset is its base's fit plus its own terms (calibrate.fidelity.fit keeps it so);
     sglang-0.5 is an era fitted on its own rows, its overlap scheduling kept through the fit."""

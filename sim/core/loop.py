@@ -54,6 +54,9 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     seen_after = round(engine.costs.overhead.frontend_s * NS)
     last_start = last_end = -1
     deferred: list = []
+    # (one replica fed open arrivals: a run goes on through the step an arrival waits out, rather
+    # than stopping where it would only be held back: Stepper.durations_deferring)
+    next_open = getattr(source, "next_open_arrival_ns", None) if ahead and hold is None else None
     while True:
         now = int(env.now)  # (always an int: every delay is in ns)
         due = source.pop_due(now)
@@ -122,7 +125,12 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             engine.check_progress(now)  # raises StallError when nothing has progressed for long
             check_at = min(engine.events + PROGRESS_EVERY, cfg.max_events or NEVER)
         if hold is None:
-            durations = stepper.durations(engine, plan, now, next_event, dur0)
+            arrived = next_open() if next_open is not None and not deferred and next_event == next_arrival else NEVER
+            if arrived < NEVER:
+                durations = stepper.durations_deferring(engine, plan, now, next_arrival, arrived + seen_after,
+                                                        min(next_sample, stop_ns), dur0)
+            else:
+                durations = stepper.durations(engine, plan, now, next_event, dur0)
             if on_run is not None:
                 on_run(now, durations)
             yield env.timeout(sum(durations))

@@ -160,6 +160,15 @@ class RequestSource:
                 a = lb
         return a
 
+    def next_open_arrival_ns(self) -> int:
+        """When the request the engine sees next arrived (ns), where that is an open request and
+        no closed-loop user could send one before it; NEVER otherwise. (An overlap-scheduled
+        replica takes a request in at the end of the first step that starts after the engine
+        saw it, its arrival plus the front end's latency: ``replica_loop``.)"""
+        if self.closed or self.i >= self.n_open:
+            return NEVER
+        return self.arr_ns[self.i]
+
     def pop_due(self, now_ns: int) -> list[Request]:
         """Every request that has arrived by ``now_ns``, in arrival order (open ones first on
         ties, then closed-loop sends)."""

@@ -39,6 +39,14 @@ class Stepper:
         it), or None for the planned step alone."""
         raise NotImplementedError
 
+    def durations_deferring(self, eng: Engine, plan: StepPlan, now_ns: int, visible_ns: int, seen_ns: int,
+                            next_event_ns: int, dur0: int) -> list[int]:
+        """:meth:`durations` for an overlap-scheduled replica whose next request becomes visible
+        at ``visible_ns`` (before ``next_event_ns``): the steps that start before it, and the
+        next one too when that request, seen at ``seen_ns``, would still be held back at the
+        boundary between (the step it waits out: ``replica_loop``)."""
+        raise NotImplementedError
+
 
 class ReferenceStepper(Stepper):
     """One step per event."""
@@ -48,6 +56,10 @@ class ReferenceStepper(Stepper):
 
     def open_run(self, eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> OpenRun | None:
         return None
+
+    def durations_deferring(self, eng: Engine, plan: StepPlan, now_ns: int, visible_ns: int, seen_ns: int,
+                            next_event_ns: int, dur0: int) -> list[int]:
+        return [dur0]  # (the loop holds the request back at the boundary itself)
 
 
 class FastStepper(Stepper):
@@ -60,6 +72,19 @@ class FastStepper(Stepper):
 
     def open_run(self, eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0: int) -> OpenRun | None:
         return fastforward.start_run(eng, plan, now_ns, next_event_ns, dur0)
+
+    def durations_deferring(self, eng: Engine, plan: StepPlan, now_ns: int, visible_ns: int, seen_ns: int,
+                            next_event_ns: int, dur0: int) -> list[int]:
+        run = fastforward.start_run(eng, plan, now_ns, next_event_ns, dur0)
+        if run is None:
+            return [dur0]
+        run.extend(visible_ns)
+        # stopped by the arrival, at a boundary where it would be held back (it was seen after
+        # the last step started): nothing happens there, and the run takes the next step too
+        if not run.done and seen_ns > run.ends[-1] - run.durs[-1]:
+            run.extend(run.start + 1)
+        fastforward.allocate_run(eng, plan, len(run.durs))
+        return run.durs
 
 
 def make_stepper(fast: bool) -> Stepper:
