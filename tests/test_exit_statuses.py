@@ -86,9 +86,12 @@ def test_a_run_sent_sigint_exits_130_and_publishes_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     err = tmp_path / "err.txt"
     with open(err, "wb") as fh:  # (a run of minutes: the progress bar says when it has started)
+        # (Ctrl-C's SIGINT, with its default action: a test run launched as a background job
+        # inherits SIGINT ignored, and a child would then never hear it)
         proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", "chat_vs_batch", "--set", "horizon_s=1e6",
                                  "--progress", "--out", str(tmp_path / "out")], cwd=tmp_path, env=env,
-                                stdout=subprocess.DEVNULL, stderr=fh)
+                                stdout=subprocess.DEVNULL, stderr=fh,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 120
             while b"sim-s" not in err.read_bytes() and proc.poll() is None and time.monotonic() < deadline:
