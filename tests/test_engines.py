@@ -185,6 +185,9 @@ def test_flags_become_overrides_and_unmodelled_flags_are_named():
                     'engine.preempt_for_waiting="threshold"', "engine.prefix_caching=false"]
     sets, unmodelled = flags_to_overrides("sglang", "--enable-mixed-chunk")
     assert sets == ['engine.engine="sglang"', 'engine.batching="mixed"'] and not unmodelled
+    # (--dtype: auto or 16 bits is the profiles' own format, passed quietly; another is named)
+    assert flags_to_overrides("vllm", "--dtype bfloat16 --dtype=auto") == (['engine.engine="vllm"'], [])
+    assert flags_to_overrides("vllm", "--dtype float32")[1] == ["--dtype float32"]
 
 
 def test_the_tensor_parallel_flag_must_be_the_profiles_own_degree(tmp_path):

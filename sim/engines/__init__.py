@@ -66,6 +66,10 @@ class EngineFamily:
 ENGINES: Registry = Registry("engine")
 
 
+class NotModelled(ValueError):
+    """A flag's value priosim does not model: named in the warning line, not refused."""
+
+
 def version_tuple(text: str | None, latest: str) -> tuple[int, int, int]:
     """``"0.11.0"``, ``"v0.5.3.post3"``, ``"0.9"`` -> (0, 11, 0); None: ``latest``."""
     m = re.match(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text if text is not None else latest))
@@ -126,6 +130,9 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
                 raise ValueError(f"{option}: {name} needs a value")
             try:
                 val = flag.parse(value)
+            except NotModelled:
+                unmodelled.append(f"{name} {value}")
+                continue
             except ValueError:
                 raise ValueError(f"{option}: {name}: {value!r} is not a valid value "
                                  f"(expected {getattr(flag.parse, 'expects', flag.parse.__name__)})") from None
@@ -179,6 +186,14 @@ def kv_cache_dtype(text: str) -> str | None:
 
 
 kv_cache_dtype.expects = "auto, fp8 (fp8_e4m3, fp8_e5m2), bfloat16 or float16"  # type: ignore[attr-defined]
+
+
+def sixteen_bit(text: str) -> None:
+    """An engine's ``--dtype``: ``auto`` or a 16-bit format is what every shipped profile was
+    measured or derived in (nothing to set); another one is not modelled (NotModelled)."""
+    if text.lower() not in ("auto", "bfloat16", "bf16", "half", "float16", "fp16"):
+        raise NotModelled(text)
+    return None
 
 
 def positive_int(text: str) -> int:

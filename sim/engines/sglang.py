@@ -26,7 +26,7 @@ model speculative decoding with prefill-only steps).
 """
 from __future__ import annotations
 
-from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int
+from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int, sixteen_bit
 from sim.engines.gpu import Gpu
 
 LATEST = "0.5.5"
@@ -93,6 +93,7 @@ FLAGS = {
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
     "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
     "--kv-cache-dtype": Flag("engine.kv_dtype", kv_cache_dtype),
+    "--dtype": Flag("engine.dtype", sixteen_bit),  # (16-bit or auto: the profile's; else not modelled)
     "--tp-size": Flag("engine.tp", positive_int),
     "--tp": Flag("engine.tp", positive_int),
     "--tensor-parallel-size": Flag("engine.tp", positive_int),
