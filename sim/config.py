@@ -118,6 +118,10 @@ class EngineConfig(BaseModel):
                                "its cost model's error (docs/uncertainty.md); 1.0 prices exactly as without it")
     max_num_seqs: int = Field(256, ge=1, description="max requests in the running batch")
     max_batched_tokens: int = Field(8192, ge=1, description="token budget per step")
+    max_model_len: int | None = Field(
+        None, ge=1, description="the longest request, prompt + max_tokens tokens, the server accepts; a longer one is "
+                                "refused at its arrival (reason too_long), as vLLM's --max-model-len and SGLang's "
+                                "--context-length answer (absent: no such limit)")
     max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")
     block_size: int = Field(16, ge=1, description="tokens per KV block")
     kv_blocks: int = Field(0, ge=0, description="device KV blocks; 0 derives them from the profile's memory")

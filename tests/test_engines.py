@@ -234,6 +234,21 @@ def test_an_fp8_kv_cache_beside_a_measured_profile_halves_its_kv_bytes_and_decod
         scenario(tmp_path, 'profile = "h100-llama-3-8b-measured"\nkv_dtype = "fp8"')
 
 
+def test_a_request_longer_than_the_models_context_is_refused_at_arrival(tmp_path):
+    """--max-model-len (vLLM; 32k = 32000, 32K = 32768) and --context-length (SGLang) set
+    engine.max_model_len: a request whose prompt plus max_tokens exceeds it is refused at its
+    arrival (reason too_long), as the server answers it; the others are served as without it."""
+    from sim import simulate
+    assert flags_to_overrides("vllm", "--max-model-len 32K")[0][1] == "engine.max_model_len=32768"
+    assert flags_to_overrides("sglang", "--context-length 8192")[0][1] == "engine.max_model_len=8192"
+    # MINIMAL's requests are 100 + 10 tokens
+    ok = simulate(scenario(tmp_path, 'max_model_len = 110')).requests
+    refused = simulate(scenario(tmp_path, 'max_model_len = 109')).requests
+    plain = simulate(scenario(tmp_path, '')).requests
+    assert ok.equals(plain) and (ok.status == "finished").all()
+    assert (refused.status == "rejected").all() and (refused.reject_reason == "too_long").all()
+
+
 @pytest.mark.parametrize("text, message", [
     ("--max-num-seqs", "--max-num-seqs needs a value"),
     ("--max-num-seqs 0", "expected an integer >= 1"),

@@ -44,6 +44,9 @@ class StepLimits:
         self.counting_prefill = any(class_prefill_cap)
         self.watermark_blocks = int(math.ceil(cfg.watermark * pool_blocks))
         self.draft_slots = draft_slots
+        # the longest request (prompt + max_tokens) the engine accepts (vLLM's max_model_len,
+        # SGLang's context length): NEVER for no such limit
+        self.max_model_len: int = cfg.max_model_len or NEVER
         self._need_limits: dict[int, int] = {}  # per priority: the largest request not too large
 
     def new_step(self) -> None:

@@ -196,6 +196,19 @@ def sixteen_bit(text: str) -> None:
     return None
 
 
+def token_count(text: str) -> int:
+    """A token count as vLLM's ``--max-model-len`` takes it: an integer, or with a suffix, ``k``
+    / ``m`` for thousands / millions and ``K`` / ``M`` for 1024 / 1024^2 (``32k``, ``128K``)."""
+    scale = {"k": 1000, "m": 1000**2, "K": 1024, "M": 1024**2}.get(text[-1:], 1)
+    v = int(float(text[:-1]) * scale) if scale != 1 else int(text)
+    if v < 1:
+        raise ValueError(text)
+    return v
+
+
+token_count.expects = "a token count >= 1, e.g. 32768, 32k or 32K"  # type: ignore[attr-defined]
+
+
 def positive_int(text: str) -> int:
     v = int(text)
     if v < 1:

@@ -93,6 +93,7 @@ FLAGS = {
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
     "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
     "--kv-cache-dtype": Flag("engine.kv_dtype", kv_cache_dtype),
+    "--context-length": Flag("engine.max_model_len", positive_int),
     "--dtype": Flag("engine.dtype", sixteen_bit),  # (16-bit or auto: the profile's; else not modelled)
     "--tp-size": Flag("engine.tp", positive_int),
     "--tp": Flag("engine.tp", positive_int),

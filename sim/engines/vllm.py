@@ -32,7 +32,8 @@ one, and decodes otherwise: ``"prefill_first"``, V0's default. V0 with chunked p
 """
 from __future__ import annotations
 
-from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int, sixteen_bit
+from sim.engines import (ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int, sixteen_bit,
+                         token_count)
 from sim.engines.gpu import Gpu
 
 #: The release a vLLM scenario without ``engine_version`` models: the V1 preset's fit rows ran it
@@ -96,6 +97,7 @@ FLAGS = {
     # how a waiting request may preempt follows the era (V0: by priority; V1: never)
     "--scheduling-policy": Flag("policy.name", choice("fcfs", "priority")),
     "--kv-cache-dtype": Flag("engine.kv_dtype", kv_cache_dtype),
+    "--max-model-len": Flag("engine.max_model_len", token_count),
     "--dtype": Flag("engine.dtype", sixteen_bit),  # (16-bit or auto: the profile's; else not modelled)
     "--tensor-parallel-size": Flag("engine.tp", positive_int),
     "-tp": Flag("engine.tp", positive_int),
