@@ -390,7 +390,7 @@ class CostModel:
             t += self.overhead_s(0, D)
         if self._cpu is not None:  # (as _with_cpu sums it where the GPU's is the longer)
             cpu = self._cpu_s(0, D, 0, 0)
-            if t < cpu or self._ctx_s < 0:
+            if t < cpu:
                 return None  # (a maximum: priced step by step, and the memo stays empty)
             t = t + (cpu - self.overhead.cpu_overlap * cpu)
         if self._ctx_s < 0 or t * NS <= 0.5:

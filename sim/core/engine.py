@@ -203,9 +203,9 @@ class Engine(EngineParts):
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """Gate a new request at its arrival instant; queue it or record its rejection."""
         req.reveals_output = self.policy.oracle
-        # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         if req.prompt_tokens + req.max_tokens > self.limits.max_model_len:
             return self._reject(req, "too_long", now_ns)  # (the server's answer: longer than the model's context)
+        # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
         need = req.prompt_tokens + req.max_tokens + self.limits.draft_slots
         if need > self.limits.need_limit(req.priority, self.pool):
             return self._reject(req, "too_large", now_ns)

@@ -128,7 +128,7 @@ FRONTEND_TERMS = ("frontend_s", "frontend_busy_s")
 STEP_TERMS = tuple(k for k in TERMS if k not in (*FRONTEND_TERMS, "scheduler_steps", "overlap_schedule",
                                                  "cpu_overlap"))
 #: The CPU-side terms that price a step (``cpu_overlap`` hides them under the GPU's work).
-STEP_CPU_TERMS = ("step_s", "seq_s", "admit_s")
+STEP_CPU_TERMS = tuple(k for k in CPU_TERMS if k not in FRONTEND_TERMS)
 
 
 class OverheadError(ValueError):

@@ -171,6 +171,10 @@ def fraction(text: str) -> float:
 fraction.expects = "a fraction in (0, 1]"  # type: ignore[attr-defined]
 
 
+#: The engines' names of the 16-bit formats, as priosim's formats name them.
+SIXTEEN_BIT = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
+
+
 def kv_cache_dtype(text: str) -> str | None:
     """An engine's ``--kv-cache-dtype`` as ``engine.kv_dtype``: None for ``auto`` (the model's
     own format: the profile's), ``fp8`` for every FP8 variant (one byte an element either way)."""
@@ -179,9 +183,8 @@ def kv_cache_dtype(text: str) -> str | None:
         return None
     if t.startswith("fp8"):
         return "fp8"
-    formats = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
-    if t in formats:
-        return formats[t]
+    if t in SIXTEEN_BIT:
+        return SIXTEEN_BIT[t]
     raise ValueError(text)
 
 
@@ -191,7 +194,7 @@ kv_cache_dtype.expects = "auto, fp8 (fp8_e4m3, fp8_e5m2), bfloat16 or float16"  
 def sixteen_bit(text: str) -> None:
     """An engine's ``--dtype``: ``auto`` or a 16-bit format is what every shipped profile was
     measured or derived in (nothing to set); another one is not modelled (NotModelled)."""
-    if text.lower() not in ("auto", "bfloat16", "bf16", "half", "float16", "fp16"):
+    if text.lower() != "auto" and text.lower() not in SIXTEEN_BIT:
         raise NotModelled(text)
     return None
 
