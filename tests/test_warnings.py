@@ -111,6 +111,21 @@ def test_an_overloaded_run_says_so(tmp_path):
     assert b["overloaded"] is False and b["share"] < 0.1
 
 
+def test_requests_refused_for_their_length_are_named_per_class(tmp_path):
+    """engine.max_model_len = 150 (vLLM's --max-model-len): the batch class's 1000 + 20 tokens are
+    refused at every arrival, the chat class's 100 + 20 served; one line names the class, the count
+    and the setting. Without the limit, no line."""
+    long = 'arrival = { process = "poisson", rate = 1.0 }\nprompt_tokens = 1000\noutput_tokens = 20'
+    res = run(tmp_path, engine="max_model_len = 150", stream2=long)
+    assert res.exit_code == 0, res.output
+    batch = json.loads((tmp_path / "out" / "summary.json").read_text())["classes"]["batch"]
+    assert batch["rejected"] == batch["arrived"] > 0 and batch["reject_reasons"] == {"too_long": batch["arrived"]}
+    (w,) = warnings_of(res)
+    assert f"batch {batch['arrived']:,} of {batch['arrived']:,}" in w and "engine.max_model_len = 150" in w
+    assert "chat" not in w
+    assert warnings_of(run(tmp_path, stream2=long)) == []
+
+
 def ms_trace(tmp_path, time_unit: str = "") -> str:
     (tmp_path / "t.csv").write_text("t,p,o,m\n" + "".join(f"{i * 500},100,10,x\n" for i in range(40)))
     unit = f', time_unit = "{time_unit}"' if time_unit else ""

@@ -27,6 +27,30 @@ def warn_overloaded(sc, run_info: dict) -> None:
          f"priosim capacity)")
 
 
+#: Reject reasons that come from the server's limits, not from load or an admission gate: each is
+#: every request of its kind, whatever the arrival rate (engine.py ``admit_arrival``).
+LENGTH_LIMITS = {"too_long": "prompt + max_tokens over engine.max_model_len{mml}",
+                 "too_large": "prompt + max_tokens more than the KV cache can ever hold for one request"}
+
+
+def warn_too_long(sc, classes: dict) -> None:
+    """One line on stderr when requests were refused at arrival for their length (``too_long``:
+    over ``engine.max_model_len``, as vLLM's and SGLang's servers answer 400; ``too_large``: more
+    KV than a replica could ever give one request): a setting, not the load, decided them."""
+    from plumbing.notices import warn
+
+    for reason, why in LENGTH_LIMITS.items():
+        hit = {c: (m.get("reject_reasons") or {}).get(reason, 0) for c, m in classes.items() if c != "overall"}
+        hit = {c: n for c, n in hit.items() if n}
+        if not hit:
+            continue
+        per_class = ", ".join(f"{c} {n:,} of {classes[c]['arrived']:,}" for c, n in hit.items())
+        mml = sc.engine.max_model_len
+        mml = f" = {mml:,}" if mml and not sc.cluster else ""  # (a cluster's groups may set their own)
+        warn(f"refused at arrival as too long ({reason}): {per_class} ({why.format(mml=mml)}); "
+             f"their rows in requests.parquet have reject_reason {reason}")
+
+
 @main.command()
 @click.argument("scenario", required=False)
 @click.option("--policy", help="policy name, module:Class or path/to/file.py:Class (overrides [policy] name)")
@@ -102,6 +126,7 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
         echo_cluster(res)
     warn_thrashing(sc, run_info)
     warn_overloaded(sc, run_info)
+    warn_too_long(sc, res.summary_dict["classes"])
     if plots:
         from sim.experiments.plots import plot_run
 
