@@ -263,3 +263,57 @@ def test_an_overlap_schedulers_cpu_bound_large_batches_are_fitted(tmp_path):
     vllm = Problem([read_run(paths[0])], BASE, SETS)
     vllm.close()
     assert "cpu_overlap" not in {t.name for t in vllm.candidates}  # (no overlap scheduler: not fitted)
+
+
+def test_a_slower_front_end_is_not_taken_for_a_serial_one(tmp_path):
+    """Two Poisson runs (3 and 10 requests a second) of an async-scheduled vLLM whose front end
+    takes 25 ms (the preset's 9.74 ms) and serves requests side by side: its TTFT is the
+    preset's plus a constant. The grid that starts frontend_busy_s compares its points with
+    frontend_s set to the runs' TTFT, so a serial server (which would cap the replica's rate
+    where no run went) is not started from; the fit recovers the 25 ms within 5 % and leaves
+    frontend_busy_s where it was."""
+    sets = ['engine.engine="vllm"', 'engine.engine_version="0.15.1"']
+    true = {"frontend_s": 25e-3}
+    paths = []
+    for rate, seed in ((3.0, 1), (10.0, 2)):
+        rng = np.random.default_rng(seed)
+        n = 150
+        inp = np.clip(rng.lognormal(6.0, 0.8, n).round(), 16, 4000).astype(int)
+        gen = np.clip(rng.lognormal(4.5, 0.6, n).round(), 4, 400).astype(int)
+        st = settings(request_rate=rate, burstiness=1.0, max_concurrency=None, num_prompts=n,
+                      model="meta-llama/Meta-Llama-3-8B-Instruct", backend="vllm")
+        seedfile = tmp_path / f"lengths-{rate:g}.json"
+        seedfile.write_text(export_text("vllm", frame(inp, gen, None, np.zeros(n), None, np.zeros(n))
+                                        .assign(start_s=0.0), st))
+        run = read_run(seedfile)
+        run.requests["start_s"] = np.nan  # (sent by the client's own Poisson process)
+        ov = resolve_overhead("vllm-v1-async").terms() | true
+        cmp = replay(run, sets + [f"engine.overhead={_toml_table(ov)}"], profile=BASE, trace=True)
+        paths.append(tmp_path / f"run-{rate:g}.json")
+        paths[-1].write_text(export_text("vllm", simulated_table(cmp), st))
+    fit = fit_runs([read_run(p) for p in paths], BASE, sets, loro=False)
+    got = {t.term.name: t for t in fit.terms}
+    assert got["frontend_s"].value == pytest.approx(25e-3, rel=0.05)
+    assert got["frontend_busy_s"].value < 1e-3, got["frontend_busy_s"]
+    assert not any("caps one replica" in n for n in fit.notes)
+    for r in fit.runs:
+        assert abs(r.after["ttft_p50_ms"]) < 0.02, r.after
+
+
+def test_a_fitted_serial_front_end_far_above_the_runs_rate_is_noted():
+    """A fitted frontend_busy_s of 20 ms caps a replica at 50 req/s: with runs up to 12 req/s
+    (4x under it) the fit says its queueing is extrapolated there; with a run at 30 req/s, not."""
+    from calibrate.runs.compare import Comparison
+    from calibrate.runs.fit import FittedTerm, _busy_note
+    from calibrate.runs.terms import OVERHEAD_TERMS
+
+    busy = next(t for t in OVERHEAD_TERMS if t.name == "frontend_busy_s")
+    terms = [FittedTerm(busy, 0.0, 20e-3, 1e-3, True)]
+
+    def at(rate):
+        return Comparison({"request_throughput": {"measured": rate, "simulated": rate, "error": 0.0}}, None, "poisson")
+
+    note = _busy_note(terms, [at(2.0), at(12.0)])
+    assert "caps one replica's API server at 50 req/s" in note and "4.2 times" in note
+    assert _busy_note(terms, [at(30.0)]) == ""
+    assert _busy_note([FittedTerm(busy, 0.0, 20e-3, None, False)], [at(2.0)]) == ""

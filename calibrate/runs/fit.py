@@ -443,14 +443,21 @@ def fit_runs(runs: list[Run], profile: str, overrides: Iterable[str] = (), *, se
 
 
 def _grid_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...],
-                points: Iterable[dict[str, float]]) -> tuple[dict[str, float], float, float]:
+                points: Iterable[dict[str, float]], centre: bool = False) -> tuple[dict[str, float], float, float]:
     """``(start, its loss, x0's loss)``: the point of ``x0`` updated by each of ``points`` with
-    the lowest loss if it is at least :data:`BUSY_GAIN` lower than ``x0``'s, else ``x0``."""
-    base = best = soft_l1(problem.residuals(problem.values(x0), every), F_SCALE)
-    pick = x0
+    the lowest loss if it is at least :data:`BUSY_GAIN` lower than ``x0``'s, else ``x0``.
+    ``centre``: each point, ``x0`` too, is compared with its ``frontend_s`` moved by the runs'
+    median TTFT gap (:func:`_centred`), so that a term which adds time before the first token
+    is not taken for the constant the front end's latency alone would add."""
+    def at(x):
+        if centre:
+            x = _centred(problem, x, every)
+        return x, soft_l1(problem.residuals(problem.values(x), every), F_SCALE)
+
+    x0, base = at(x0)
+    pick, best = x0, base
     for p in points:
-        x = {**x0, **p}
-        loss = soft_l1(problem.residuals(problem.values(x), every), F_SCALE)
+        x, loss = at({**x0, **p})
         if loss < best:
             pick, best = x, loss
     if best > (1 - BUSY_GAIN) * base:
@@ -458,13 +465,30 @@ def _grid_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...],
     return pick, best, base
 
 
+def _centred(problem: Problem, x: dict[str, float], every: tuple[int, ...]) -> dict[str, float]:
+    """``x`` with ``frontend_s`` (a delay before the engine sees a request: every TTFT and E2E
+    moves with it) moved by the mean over the runs of measured - simulated median TTFT, within
+    its bounds; ``x`` itself where ``frontend_s`` is not fitted or no run has a median TTFT."""
+    term = next((t for t in problem.candidates if t.name == "frontend_s"), None)
+    if term is None:
+        return x
+    pairs = [(m.get("measured"), m.get("simulated")) for cmp in problem.replays(problem.values(x), every)
+             if (m := cmp.metrics.get("ttft_p50_ms"))]
+    gaps = [a - b for a, b in pairs if a is not None and b is not None and math.isfinite(a - b)]
+    if not gaps:
+        return x
+    fe = min(max(x["frontend_s"] + float(np.mean(gaps)) / 1e3, term.lo), term.hi)
+    return {**x, "frontend_s": fe}
+
+
 def _busy_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...], say) -> float:
     """Where ``frontend_busy_s`` starts: ``x0``'s value, or the point of :data:`BUSY_GRID_S` with
-    the lowest loss (the other terms at ``x0``) if it is at least :data:`BUSY_GAIN` lower."""
-    pick, best, base = _grid_start(problem, x0, every, ({"frontend_busy_s": b} for b in BUSY_GRID_S))
-    if pick is not x0:
+    the lowest loss (the other terms at ``x0``, ``frontend_s`` set to the runs' TTFT for the
+    comparison only: :func:`_grid_start`) if it is at least :data:`BUSY_GAIN` lower."""
+    pick, best, base = _grid_start(problem, x0, every, ({"frontend_busy_s": b} for b in BUSY_GRID_S), centre=True)
+    if pick["frontend_busy_s"] != x0["frontend_busy_s"]:
         say(f"frontend_busy_s starts at {pick['frontend_busy_s'] * 1e3:g} ms (loss {best:.4g} against {base:.4g} "
-            f"at {x0['frontend_busy_s'] * 1e3:.3g} ms)")
+            f"at {x0['frontend_busy_s'] * 1e3:.3g} ms, each with frontend_s set to the runs' TTFT)")
     return pick["frontend_busy_s"]
 
 
@@ -537,9 +561,36 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
             loro_err[i] = errors(problem.replays(vi, (i,))[0])
     out_runs = [RunResult(run.source, run.format, sha256(run.source), len(run.requests), errors(b), errors(a),
                           loro_err[i], run.part) for i, (run, b, a) in enumerate(zip(problem.runs, before, after))]
+    busy = _busy_note(terms, after)
+    if busy:
+        notes.append(busy)
     cost = soft_l1(r, F_SCALE)
     return FitResult(terms, out_runs, problem.document(v), problem.overhead(v), problem.profile, problem.engine,
                      notes, cost, problem.evaluations)
+
+
+#: A fitted API-server rate (1 / frontend_busy_s) this many times the runs' highest request
+#: rate or more is an extrapolation: noted (:func:`_busy_note`)
+BUSY_EXTRAPOLATED = 2.0
+
+
+def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
+    """A note when a fitted ``frontend_busy_s`` caps the API server at a rate no run came near:
+    the runs only saw the start of its queueing (with an engine model that lacks something
+    else that grows with load, such as async scheduling's wait for the step after next, the fit
+    may take it for this), so at higher rates the answer extrapolates."""
+    t = next((t for t in terms if t.term.name == "frontend_busy_s" and t.identified), None)
+    rates = [m.get("measured") for c in after if (m := c.metrics.get("request_throughput"))]
+    rates = [x for x in rates if x is not None and math.isfinite(x) and x > 0]
+    if t is None or t.value <= 0 or not rates:
+        return ""
+    cap, top = 1.0 / t.value, max(rates)
+    if cap < BUSY_EXTRAPOLATED * top:
+        return ""
+    return (f"frontend_busy_s {t.value * 1e3:.3g} ms caps one replica's API server at {cap:.3g} req/s, "
+            f"{cap / top:.1f} times the runs' highest rate ({top:.3g} req/s): above their rates its queueing is "
+            "extrapolated (a run nearer that rate would settle it; give calibrate the engine's release and "
+            "flags, e.g. --set engine.engine_version=..., so that it is not standing in for their scheduling)")
 
 
 def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:
