@@ -467,8 +467,9 @@ def _grid_start(problem: Problem, x0: dict[str, float], every: tuple[int, ...],
 
 def _centred(problem: Problem, x: dict[str, float], every: tuple[int, ...]) -> dict[str, float]:
     """``x`` with ``frontend_s`` (a delay before the engine sees a request: every TTFT and E2E
-    moves with it) moved by the mean over the runs of measured - simulated median TTFT, within
-    its bounds; ``x`` itself where ``frontend_s`` is not fitted or no run has a median TTFT."""
+    moves with it) moved by the median over the runs of measured - simulated median TTFT (not
+    the mean: an overloaded run's queueing does not set it), within its bounds; ``x`` itself
+    where ``frontend_s`` is not fitted or no run has a median TTFT."""
     term = next((t for t in problem.candidates if t.name == "frontend_s"), None)
     if term is None:
         return x
@@ -477,7 +478,7 @@ def _centred(problem: Problem, x: dict[str, float], every: tuple[int, ...]) -> d
     gaps = [a - b for a, b in pairs if a is not None and b is not None and math.isfinite(a - b)]
     if not gaps:
         return x
-    fe = min(max(x["frontend_s"] + float(np.mean(gaps)) / 1e3, term.lo), term.hi)
+    fe = min(max(x["frontend_s"] + float(np.median(gaps)) / 1e3, term.lo), term.hi)
     return {**x, "frontend_s": fe}
 
 
