@@ -317,3 +317,18 @@ def test_a_fitted_serial_front_end_far_above_the_runs_rate_is_noted():
     assert "caps one replica's API server at 50 req/s" in note and "4.2 times" in note
     assert _busy_note(terms, [at(30.0)]) == ""
     assert _busy_note([FittedTerm(busy, 0.0, 20e-3, None, False)], [at(2.0)]) == ""
+
+
+def test_vllm_runs_fitted_without_a_release_are_told_which_one_prices_them(runs):
+    """A result file records no engine release: vLLM runs fitted without engine.engine_version
+    (or an explicit overhead, or --[no-]async-scheduling) get one note naming the release that
+    prices them and how to give theirs; SGLang runs and versioned ones none."""
+    from sim.cli.calibration import _unversioned_vllm
+    from sim.engines.vllm import LATEST
+
+    vllm_run = [read_run(runs[0])]
+    note = _unversioned_vllm(vllm_run, SETS)
+    assert f"priced as vLLM {LATEST}" in note and "engine.engine_version" in note
+    for given in ('engine.engine_version="0.15.1"', "engine.overlap_scheduling=true", 'engine.overhead="vllm-v1"'):
+        assert _unversioned_vllm(vllm_run, SETS + [given]) == ""
+    assert _unversioned_vllm(vllm_run, ['engine.engine="sglang"']) == ""
