@@ -571,8 +571,10 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
 
 
 #: A fitted API-server rate (1 / frontend_busy_s) this many times the runs' highest request
-#: rate or more is an extrapolation: noted (:func:`_busy_note`)
+#: rate or more is an extrapolation: noted (:func:`_busy_note`), where frontend_busy_s is at
+#: least BUSY_NOTED_S (a server of 1000 requests a second or more caps no replica)
 BUSY_EXTRAPOLATED = 2.0
+BUSY_NOTED_S = 1e-3
 
 
 def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
@@ -583,7 +585,7 @@ def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
     t = next((t for t in terms if t.term.name == "frontend_busy_s" and t.identified), None)
     rates = [m.get("measured") for c in after if (m := c.metrics.get("request_throughput"))]
     rates = [x for x in rates if x is not None and math.isfinite(x) and x > 0]
-    if t is None or t.value <= 0 or not rates:
+    if t is None or t.value < BUSY_NOTED_S or not rates:
         return ""
     cap, top = 1.0 / t.value, max(rates)
     if cap < BUSY_EXTRAPOLATED * top:
