@@ -368,3 +368,18 @@ def test_one_result_of_several_is_read_alone(tmp_path):
         read_runs(p)
     with pytest.raises(RunError, match=r"result: the file holds 2 result\(s\) \(got 3\)"):
         read_runs(p, only=3)
+
+
+def test_a_max_model_len_refuses_each_request_by_its_own_max_tokens():
+    """A benchmark client sends each request's output length as its max_tokens: replayed with
+    the server's --max-model-len, exactly the requests whose prompt plus output is longer are
+    refused (not every request measured against the run's longest output), and the note says
+    how many and why."""
+    run = read_run(RUNS / "vllm_concurrency8.json")
+    req = run.requests
+    limit = int(np.median(req.input_tokens + req.output_tokens))
+    over = int(((req.input_tokens + req.output_tokens) > limit).sum())
+    assert 0 < over < len(req) and int((req.input_tokens + req.output_tokens.max() > limit).sum()) > over
+    cmp = replay(run, [f"engine.max_model_len={limit}"], profile=PROFILE)
+    assert int((cmp.requests.status == "rejected").sum()) == over
+    assert any(f"{over} refused at arrival as too_long" in n for n in cmp.notes)

@@ -223,12 +223,18 @@ def _rule_text(r: dict) -> str:
     return "{" + ", ".join(f"{k} = {v!r}" for k, v in r.items()) + "}"
 
 
-def _cap(st: StreamSpec, out: np.ndarray, default_max: int, meta: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Declared ``max_tokens`` caps outputs (generation stops there); else max(default, output)."""
+def _cap(st: StreamSpec, out: np.ndarray, default_max: int, meta: dict,
+         own: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Declared ``max_tokens`` caps outputs (generation stops there); else each row's own
+    (``own``: a trace's ``max_tokens`` column, as a benchmark client sends its output length),
+    at least its output; else max(default, output)."""
     if st.max_tokens is not None:
         meta["outputs_capped"] = int((out > st.max_tokens).sum())
         out = np.minimum(out, st.max_tokens)
         return out, np.full(out.size, st.max_tokens, dtype=np.int64)
+    if own is not None:
+        meta["max_tokens_per_request"] = True  # (the trace's own)
+        return out, np.maximum(out, own).astype(np.int64)
     meta["max_tokens_default"] = int(default_max)
     return out, np.maximum(out, default_max).astype(np.int64)
 
@@ -364,7 +370,8 @@ def _warn_after_horizon(st: StreamSpec, t: np.ndarray, after: int, end: float) -
 
 def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict) -> pd.DataFrame:
     """Cap outputs, assign tenant / class, add the per-stream columns and sort by arrival."""
-    out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta)
+    own = df["max_tokens"].to_numpy(dtype=np.int64) if "max_tokens" in df.columns else None
+    out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta, own)
     df["output_tokens"] = out
     tenant, cls = _apply_rules(st, df, r_att)
     # kept as objects (the workload's dtype, see REQUIRED_COLUMNS): assigned as they are, pandas
@@ -397,38 +404,41 @@ def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float
             raise WorkloadError(f"streams[{st.index}].trace: no usable rows in {tr.source}")
         P = tr.df["prompt_tokens"].to_numpy()
         O = tr.df["output_tokens"].to_numpy()
+        # (a trace's own max_tokens column, as a benchmark client sends each request's: _cap)
+        M = tr.df["max_tokens"].to_numpy() if "max_tokens" in tr.df.columns else None
         default_max = int(O.max())
 
-        def lengths(rng: np.random.Generator) -> tuple[int, int]:
+        def lengths(rng: np.random.Generator) -> tuple[int, int, int | None]:
             k = int(rng.integers(0, P.size))
-            return int(P[k]), int(O[k])
+            return int(P[k]), int(O[k]), (int(M[k]) if M is not None else None)
     else:
+        M = None
         default_max = st.output.upper_bound()
 
-        def lengths(rng: np.random.Generator) -> tuple[int, int]:
+        def lengths(rng: np.random.Generator) -> tuple[int, int, int | None]:
             p, o = sample_pair(rng, 1, st.prompt, st.output, st.rho)
-            return int(p[0]), int(o[0])
+            return int(p[0]), int(o[0]), None
 
     cap = st.max_tokens
 
-    def draw_row(rng: np.random.Generator) -> dict:
-        p, o = lengths(rng)
+    def row(p: int, o: int, own: int | None) -> dict:
+        """A request's lengths and max_tokens as :func:`_cap` sets them for an open stream."""
         if cap is not None:
             o, mx = min(o, cap), cap
         else:
-            mx = max(o, default_max)
+            mx = max(o, own if own is not None else default_max)
         return {"prompt_tokens": p, "output_tokens": o, "max_tokens": mx, "deadline_s": deadline}
+
+    def draw_row(rng: np.random.Generator) -> dict:
+        return row(*lengths(rng))
 
     stream = ClosedLoopStream(st.index, st.tenant, st.cls, proc.users, proc.think, st.start_s, end,
                               draw_row, seed)
     if proc.order == "sequential":  # (validated: the stream has a per-request trace)
         df = tr.df
         ready = df["arrival_s"].to_numpy(dtype=float) if "arrival_s" in df.columns else np.zeros(len(df))
-        rows = []
-        for p, o in zip(P.tolist(), O.tolist()):
-            o = min(o, cap) if cap is not None else o
-            rows.append({"prompt_tokens": int(p), "output_tokens": int(o),
-                         "max_tokens": cap if cap is not None else max(int(o), default_max), "deadline_s": deadline})
+        own = M.tolist() if M is not None else [None] * len(P)
+        rows = [row(int(p), int(o), m) for p, o, m in zip(P.tolist(), O.tolist(), own)]
         meta.update(order="sequential", rows=len(rows))
         stream.sequential(rows, np.maximum(ready, 0.0))
     return stream

@@ -234,7 +234,12 @@ def replay(run: Run, scenario_overrides: Iterable[str] = (), *, profile: str = "
     cmp = Comparison(compare_metrics(measured_metrics(run), simulated_metrics(run.metrics, done, res.itl_gaps)),
                      per, mode, sc, res)
     if len(done) < len(run.requests):
-        cmp.notes.append(f"{len(run.requests) - len(done)} of {len(run.requests)} requests did not finish in the simulation")
+        why = sim.loc[sim["status"] == "rejected", "reject_reason"].value_counts()
+        refused = "".join(f"; {n} refused at arrival as {reason}" + (
+            " (prompt + max_tokens over engine.max_model_len: the server's --max-model-len)"
+            if reason == "too_long" else "") for reason, n in why.items())
+        cmp.notes.append(f"{len(run.requests) - len(done)} of {len(run.requests)} requests did not finish in the "
+                         f"simulation{refused}")
     return cmp
 
 

@@ -118,8 +118,12 @@ def load_run_trace(path: Path, spec: dict, lenient: bool) -> Trace:
     else:
         t = process_times(n, float(run.settings.get("request_rate") or math.inf), run.settings.get("burstiness"),
                           _spec_int(spec, "seed", 0), run.settings.get("ramp_up"))
+    out = np.maximum(req["output_tokens"].to_numpy(), 1)
+    # each request's max_tokens is its output length, as the benchmark clients send it (vLLM's
+    # and SGLang's max_tokens / max_new_tokens = the dataset's output length): what a server's
+    # --max-model-len checks, not the run's longest output
     df = pd.DataFrame({"arrival_s": t, "prompt_tokens": np.maximum(req["input_tokens"].to_numpy(), 1),
-                       "output_tokens": np.maximum(req["output_tokens"].to_numpy(), 1)})
+                       "output_tokens": out, "max_tokens": out})
     zeros = int((req["input_tokens"] == 0).sum() + (req["output_tokens"] == 0).sum())
     return Trace(df, path.name, n, 0, zeros)
 
