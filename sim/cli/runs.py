@@ -27,8 +27,8 @@ def warn_overloaded(sc, run_info: dict) -> None:
          f"priosim capacity)")
 
 
-#: Reject reasons that come from the server's limits, not from load or an admission gate: each is
-#: every request of its kind, whatever the arrival rate (engine.py ``admit_arrival``).
+#: Reject reasons a request's length decides against the server's limits, whatever the load and
+#: without an admission gate (engine.py ``admit_arrival``).
 LENGTH_LIMITS = {"too_long": "prompt + max_tokens over engine.max_model_len{mml}",
                  "too_large": "prompt + max_tokens more than the KV cache can ever hold for one request"}
 
