@@ -300,3 +300,15 @@ def test_report_shows_the_intervals_of_a_run_a_sweep_and_a_capacity_search(tmp_p
     a = json.loads((cap / "capacity.json").read_text())["designs"]["shared"]
     html = write_report(cap).read_text()
     assert f"{a['gpus']} ({a['uncertainty']['gpus_lo']}-" in html and '"error_y"' in html
+
+
+def test_factors_that_print_alike_are_one_run():
+    """Runs at the time factors are named by 4 significant digits (``x1.169``): two kinds'
+    factors that print alike (1.1685 and 1.169) are one factor, so a sweep's run ids stay
+    unique (they collided when the shipped distribution moved to those values)."""
+    from sim.experiments.uncertainty import Distribution
+
+    d = Distribution({"TPOT/ITL": (0.8416, 1.1685), "throughput": (0.7789, 1.169)}, "test")
+    assert d.factors() == [0.7789, 0.8416, 1.169]
+    assert d.by_kind["TPOT/ITL"] == (0.8416, 1.169)
+    assert len({f"x{f:.4g}" for f in d.factors()}) == len(d.factors())

@@ -59,6 +59,13 @@ class Distribution:
     level: float = 0.8
     rows: dict[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # every factor to 4 significant digits, as a run at it is named (``x{f:.4g}``): two
+        # kinds whose factors print alike share one run (1.1685 and 1.169 were two runs of
+        # one name); estimates from a few rows carry no more digits than that
+        object.__setattr__(self, "by_kind", {k: (float(f"{lo:.4g}"), float(f"{hi:.4g}"))
+                                             for k, (lo, hi) in self.by_kind.items()})
+
     def factors(self, kinds=KINDS) -> list[float]:
         """The distinct factors other than 1.0 the design runs for ``kinds``, ascending."""
         fs = {f for k in kinds if k in self.by_kind for f in self.by_kind[k]}
