@@ -326,12 +326,12 @@ def test_vllm_runs_fitted_without_a_release_are_told_which_one_prices_them(runs)
     """A result file records no engine release: vLLM runs fitted without engine.engine_version
     (or an explicit overhead, or --[no-]async-scheduling) get one note naming the release that
     prices them and how to give theirs; SGLang runs and versioned ones none."""
-    from sim.cli.calibration import _unversioned_vllm
+    from calibrate.runs.fit import unversioned_vllm
     from sim.engines.vllm import LATEST
 
     vllm_run = [read_run(runs[0])]
-    note = _unversioned_vllm(vllm_run, SETS)
+    note = unversioned_vllm(vllm_run, SETS)
     assert f"priced as vLLM {LATEST}" in note and "engine.engine_version" in note
     for given in ('engine.engine_version="0.15.1"', "engine.overlap_scheduling=true", 'engine.overhead="vllm-v1"'):
-        assert _unversioned_vllm(vllm_run, SETS + [given]) == ""
-    assert _unversioned_vllm(vllm_run, ['engine.engine="sglang"']) == ""
+        assert unversioned_vllm(vllm_run, SETS + [given]) == ""
+    assert unversioned_vllm(vllm_run, ['engine.engine="sglang"']) == ""

@@ -51,6 +51,7 @@ from calibrate.runs.rescale import base_efficiencies, rescale_profile
 from calibrate.runs.scenario import engine_of, scenario_dict
 from calibrate.runs.table import Run, RunError, run_label
 from calibrate.runs.terms import ALLREDUCE_TERM, OVERHEAD_TERMS, OVERLAP_TERM, Term, efficiency_terms, kv_term
+from sim.engines.vllm import LATEST as VLLM_UNVERSIONED
 
 #: metric kind -> the metric names fitted (each kind weighs the same in total)
 METRICS = {"ttft": ("ttft_mean_ms", "ttft_p50_ms"),
@@ -594,6 +595,21 @@ def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
             f"{cap / top:.1f} times the runs' highest rate ({top:.3g} req/s): above their rates its queueing is "
             "extrapolated (a run nearer that rate would settle it; give calibrate the engine's release and "
             "flags, e.g. --set engine.engine_version=..., so that it is not standing in for their scheduling)")
+
+
+def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
+    """A note when vLLM runs are fitted without ``engine.engine_version`` (a result file records
+    none) or an explicit overhead: they are priced as the default release, which schedules each
+    step after the last; vLLM from 0.14 schedules asynchronously, which moves TTFT. Empty else."""
+    keys = {s.partition("=")[0].strip() for s in sets}
+    engine = next((s.partition("=")[2].strip().strip('"') for s in reversed(sets)
+                   if s.partition("=")[0].strip() == "engine.engine"), None)
+    if (engine or engine_of(runs[0])) != "vllm" or keys & {"engine.engine_version", "engine.overhead",
+                                                          "engine.overlap_scheduling"}:
+        return ""
+    return (f"the runs are priced as vLLM {VLLM_UNVERSIONED} (no engine.engine_version given: a result file records "
+            f"none); a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): give "
+            f"your release, e.g. --set engine.engine_version=0.15.1, here and to replay")
 
 
 def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:

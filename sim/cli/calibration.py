@@ -81,7 +81,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         if base is None:
             fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
         path = check_out_file(out, overwrite=overwrite)
-        from calibrate.runs.fit import base_document, fit_runs, profile_document
+        from calibrate.runs.fit import base_document, fit_runs, profile_document, unversioned_vllm
         from calibrate.runs.fitreport import report
 
         try:
@@ -100,7 +100,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
                     warned.add((run.source, msg))
                     warn(f"{run.source}: {msg}")
             sets = with_engine_flags(sets, engine_args, sglang_args)
-            unversioned = _unversioned_vllm(loaded, list(sets))
+            unversioned = unversioned_vllm(loaded, list(sets))
             if unversioned:
                 click.echo(f"note: {unversioned}")
             fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
@@ -186,24 +186,6 @@ def validate(profile, scenario, n, repeats, out):
                    f"{st['priced_s_p50'] * 1e3:.2f} ms, priced/measured - 1 p50 {st['rel_error_p50']:+.1%}, "
                    f"host gap after a step p50 {st['gap_s_p50'] * 1e3:.2f} ms")
     click.echo(f"wrote {Path(out) / 'validation.json'}")
-
-
-def _unversioned_vllm(runs, sets: list[str]) -> str:
-    """A note when vLLM runs are fitted without ``engine.engine_version`` (a result file records
-    none) or an explicit overhead: they are priced as the default release, which schedules each
-    step after the last; vLLM from 0.14 schedules asynchronously, which moves TTFT. Empty else."""
-    from calibrate.runs.scenario import engine_of
-    from sim.engines.vllm import LATEST
-
-    keys = {s.partition("=")[0].strip() for s in sets}
-    engine = next((s.partition("=")[2].strip().strip('"') for s in reversed(sets)
-                   if s.partition("=")[0].strip() == "engine.engine"), None)
-    if (engine or engine_of(runs[0])) != "vllm" or keys & {"engine.engine_version", "engine.overhead",
-                                                          "engine.overlap_scheduling"}:
-        return ""
-    return (f"the runs are priced as vLLM {LATEST} (no engine.engine_version given: a result file records "
-            f"none); a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): give "
-            f"your release, e.g. --set engine.engine_version=0.15.1, here and to replay")
 
 
 @main.command()
