@@ -15,6 +15,7 @@ from calibrate.runs.compare import REQUIRED, client_metrics
 from calibrate.runs.export import FORMATS, export_text, simulated_table
 from calibrate.runs.scenario import model_differs, process_times
 from sim.cli import main
+from sim.core.costs import find_profile
 from tests.replay_files import PROFILE, simulated_file
 
 RUNS = Path(__file__).resolve().parent / "data" / "runs"
@@ -130,6 +131,24 @@ def test_cli_warns_when_the_profile_models_another_model():
                                     "--set", "engine.max_num_seqs=64"])
     assert res.exit_code == 0, res.output
     assert res.stderr.count("warning:") == 1 and "Meta-Llama-3-8B" in res.stderr
+
+
+def test_cli_says_which_vllm_release_prices_an_unversioned_run(tmp_path):
+    """A vLLM run replayed on a shipped profile without engine.engine_version gets one note
+    naming the release that prices it; with the release given, or against a profile fitted to
+    runs (which priced them the same way), none."""
+    def notes(*args):
+        res = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), *args])
+        assert res.exit_code == 0, res.output
+        return [ln for ln in res.stdout.splitlines() if ln.startswith("note: the run is priced as vLLM")]
+
+    assert len(notes("--profile", PROFILE)) == 1
+    assert notes("--profile", PROFILE, "--set", 'engine.engine_version="0.15.1"') == []
+    fitted = tmp_path / "fitted.json"
+    doc = json.loads(find_profile(PROFILE).read_text())
+    doc.setdefault("meta", {})["fitted_from_runs"] = {"runs": []}
+    fitted.write_text(json.dumps(doc))
+    assert notes("--profile", str(fitted)) == []
 
 
 def test_sequential_order_needs_a_trace():

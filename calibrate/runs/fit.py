@@ -607,9 +607,23 @@ def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
     if (engine or engine_of(runs[0])) != "vllm" or keys & {"engine.engine_version", "engine.overhead",
                                                           "engine.overlap_scheduling"}:
         return ""
-    return (f"the runs are priced as vLLM {VLLM_UNVERSIONED} (no engine.engine_version given: a result file records "
+    what = "the run is" if len(runs) == 1 else "the runs are"
+    return (f"{what} priced as vLLM {VLLM_UNVERSIONED} (no engine.engine_version given: a result file records "
             f"none); a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): give "
-            f"your release, e.g. --set engine.engine_version=0.15.1, here and to replay")
+            f"your release, e.g. --set engine.engine_version=0.15.1, to calibrate and replay alike")
+
+
+def fitted_to_runs(profile: str) -> bool:
+    """Whether ``profile`` (a shipped name or a file) was written by ``calibrate --from-runs``
+    (``meta.fitted_from_runs``): a replay against it prices the run as the fit did."""
+    from sim.core.costs import find_profile
+
+    path = Path(profile) if profile.endswith(".json") else find_profile(profile)
+    try:
+        doc = json.loads(Path(path).read_text()) if path is not None else {}
+    except (OSError, ValueError):
+        return False  # (the replay itself says what is wrong with it)
+    return bool(isinstance(doc, dict) and (doc.get("meta") or {}).get("fitted_from_runs"))
 
 
 def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:

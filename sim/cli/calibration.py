@@ -239,7 +239,10 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     where = f"{run_file}#{run.part}" if run.part else run_file
     click.echo(f"{where}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
                f"max_concurrency={st['max_concurrency']} model={st['model']}; sent: {cmp.mode}; profile={profile}")
-    for note in run.notes + cmp.notes:
+    from calibrate.runs.fit import fitted_to_runs, unversioned_vllm
+
+    unversioned = "" if fitted_to_runs(profile) else unversioned_vllm([run], list(sets))
+    for note in run.notes + cmp.notes + ([unversioned] if unversioned else []):
         click.echo(f"note: {note}")
     click.echo(cmp.table())
     if json_out:
