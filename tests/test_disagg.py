@@ -102,6 +102,18 @@ def test_with_the_first_token_from_the_prefill_ttft_ends_at_the_prefill_and_the_
     assert res.cluster["disaggregation"]["transfers"] == 0
 
 
+def test_max_model_len_refuses_by_the_whole_request_not_its_prefill_leg():
+    """A prefill leg asks for one token, so the prefill replica cannot see a request's
+    max_tokens: the cluster refuses one whose prompt plus max_tokens is over the decode side's
+    engine.max_model_len at its arrival (too_long), as the decode server would; within it, served."""
+    d = one_request(500, 100)
+    d["engine"]["max_model_len"] = 550
+    r = run(d).requests.iloc[0]
+    assert r.status == "rejected" and r.reject_reason == "too_long"
+    d["engine"]["max_model_len"] = 600
+    assert run(d).requests.iloc[0].status == "finished"
+
+
 def test_link_presets_and_pipelining():
     spec = LinkSpec("ib-400", *LINK_PRESETS["ib-400"])
     assert spec.transfer_ns(50_000_000_000, 1) == round(1e-5 * NS + 1e9)  # 50 GB at 50 GB/s: one second

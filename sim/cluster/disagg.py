@@ -679,8 +679,9 @@ class DisaggCluster:
             cands = self.prefill_cands[r.cls_idx]
             rep = self.router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
             if rep.role == PREFILL:
-                if not self._fits_decode(r):
-                    self._end_here(r, State.REJECTED, r.arrival_ns, "too_large", rep)
+                refused = self._decode_refuses(r)
+                if refused:
+                    self._end_here(r, State.REJECTED, r.arrival_ns, refused, rep)
                     continue
                 self.phases[r.request_id] = [-1, -1, -1, -1, 0, -1]
                 r = self._leg(r, r.arrival_ns)
@@ -689,11 +690,19 @@ class DisaggCluster:
             rep.inbox.append(r)
             rep.notify()
 
-    def _fits_decode(self, r: Request) -> bool:
-        """Whether some decode replica could ever hold ``r`` whole (prompt + max_tokens)."""
-        return any(d.engine.limits.need_limit(r.priority, d.engine.pool)
-                   >= r.prompt_tokens + r.max_tokens + d.engine.limits.draft_slots
-                   for d in self.decode_cands[r.cls_idx])
+    def _decode_refuses(self, r: Request) -> str:
+        """Why no decode replica could take ``r`` whole, as its engine would answer the request at
+        its arrival (``Engine.admit_arrival``; its prefill leg asks for one token, so the prefill
+        replica cannot): ``"too_long"`` (prompt + max_tokens over every one's max_model_len),
+        ``"too_large"`` (more KV than any could ever hold), or "" when some can."""
+        cands = self.decode_cands[r.cls_idx]
+        need = r.prompt_tokens + r.max_tokens
+        if all(need > d.engine.limits.max_model_len for d in cands):
+            return "too_long"
+        if all(d.engine.limits.need_limit(r.priority, d.engine.pool) < need + d.engine.limits.draft_slots
+               for d in cands):
+            return "too_large"
+        return ""
 
     def _leg(self, r: Request, now_ns: int) -> Request:
         """The prefill leg of ``r``: every token it knows, to prefill and sample one more."""
