@@ -326,7 +326,7 @@ def test_vllm_runs_fitted_without_a_release_are_told_which_one_prices_them(runs)
     """A result file records no engine release: vLLM runs fitted without engine.engine_version
     (or an explicit overhead, or --[no-]async-scheduling) get one note naming the release that
     prices them and how to give theirs; SGLang runs and versioned ones none."""
-    from calibrate.runs.fit import unversioned_vllm
+    from calibrate.runs.scenario import unversioned_vllm
     from sim.engines.vllm import LATEST
 
     vllm_run = [read_run(runs[0])]

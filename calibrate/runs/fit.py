@@ -48,10 +48,9 @@ from scipy.optimize import least_squares
 from calibrate.fidelity.fit import soft_l1
 from calibrate.runs.compare import Comparison, measured_metrics, replay
 from calibrate.runs.rescale import base_efficiencies, rescale_profile
-from calibrate.runs.scenario import engine_of, scenario_dict
+from calibrate.runs.scenario import engine_of, forced_engine, scenario_dict
 from calibrate.runs.table import Run, RunError, run_label
 from calibrate.runs.terms import ALLREDUCE_TERM, OVERHEAD_TERMS, OVERLAP_TERM, Term, efficiency_terms, kv_term
-from sim.engines.vllm import LATEST as VLLM_UNVERSIONED
 
 #: metric kind -> the metric names fitted (each kind weighs the same in total)
 METRICS = {"ttft": ("ttft_mean_ms", "ttft_p50_ms"),
@@ -179,9 +178,9 @@ class Problem:
         if not runs:
             raise RunError("--from-runs: no run files (expected at least one benchmark result file)")
         engines = {engine_of(r) for r in runs}
-        forced = [o.partition("=")[2].strip().strip('"') for o in overrides if o.partition("=")[0].strip() == "engine.engine"]
+        forced = forced_engine(overrides)
         if forced:  # (--set engine.engine or --engine-args serve every run with that engine)
-            engines = {forced[-1]}
+            engines = {forced}
         if len(engines) > 1:
             raise RunError("--from-runs: the runs were served by different engines ("
                            + ", ".join(f"{r.label}: {engine_of(r)}" for r in runs)
@@ -595,35 +594,6 @@ def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
             f"{cap / top:.1f} times the runs' highest rate ({top:.3g} req/s): above their rates its queueing is "
             "extrapolated (a run nearer that rate would settle it; give calibrate the engine's release and "
             "flags, e.g. --set engine.engine_version=..., so that it is not standing in for their scheduling)")
-
-
-def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
-    """A note when vLLM runs are fitted without ``engine.engine_version`` (a result file records
-    none) or an explicit overhead: they are priced as the default release, which schedules each
-    step after the last; vLLM from 0.14 schedules asynchronously, which moves TTFT. Empty else."""
-    keys = {s.partition("=")[0].strip() for s in sets}
-    engine = next((s.partition("=")[2].strip().strip('"') for s in reversed(sets)
-                   if s.partition("=")[0].strip() == "engine.engine"), None)
-    if (engine or engine_of(runs[0])) != "vllm" or keys & {"engine.engine_version", "engine.overhead",
-                                                          "engine.overlap_scheduling"}:
-        return ""
-    what = "the run is" if len(runs) == 1 else "the runs are"
-    return (f"{what} priced as vLLM {VLLM_UNVERSIONED} (no engine.engine_version given: a result file records "
-            f"none); a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): give "
-            f"your release, e.g. --set engine.engine_version=0.15.1, to calibrate and replay alike")
-
-
-def fitted_to_runs(profile: str) -> bool:
-    """Whether ``profile`` (a shipped name or a file) was written by ``calibrate --from-runs``
-    (``meta.fitted_from_runs``): a replay against it prices the run as the fit did."""
-    from sim.core.costs import find_profile
-
-    path = Path(profile) if profile.endswith(".json") else find_profile(profile)
-    try:
-        doc = json.loads(Path(path).read_text()) if path is not None else {}
-    except (OSError, ValueError):
-        return False  # (the replay itself says what is wrong with it)
-    return bool(isinstance(doc, dict) and (doc.get("meta") or {}).get("fitted_from_runs"))
 
 
 def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:

@@ -164,20 +164,57 @@ def engine_of(run: Run) -> str:
     return "sglang" if str(run.settings.get("backend") or "").lower().startswith("sglang") else "vllm"
 
 
-def profile_model(profile: str) -> str | None:
-    """The model a profile describes: its ``meta.shape``, else its name less the device
-    (``h200-llama-3-8b`` -> ``llama-3-8b``); None when it cannot tell."""
+def forced_engine(overrides: list[str]) -> str | None:
+    """The engine ``--set engine.engine=...`` (or ``--engine-args`` / ``--sglang-args``) serves
+    every run with, the last one given; None when the runs' own clients decide (:func:`engine_of`)."""
+    return next((o.partition("=")[2].strip().strip('"') for o in reversed(overrides)
+                 if o.partition("=")[0].strip() == "engine.engine"), None)
+
+
+def profile_meta(profile: str) -> dict:
+    """The ``meta`` of a profile (a shipped name or a file); {} when it has none or cannot be
+    read (the replay itself says what is wrong with it)."""
     import json
 
     from sim.core.costs import find_profile
 
     path = find_profile(profile) if not profile.endswith(".json") else Path(profile)
-    meta: dict = {}
-    if path is not None and Path(path).is_file():
-        try:
-            meta = json.loads(Path(path).read_text()).get("meta", {}) or {}
-        except (OSError, ValueError):
-            meta = {}
+    if path is None or not Path(path).is_file():
+        return {}
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def fitted_to_runs(profile: str) -> bool:
+    """Whether ``profile`` was written by ``calibrate --from-runs`` (``meta.fitted_from_runs``):
+    a replay against it prices the run as the fit did."""
+    return bool(profile_meta(profile).get("fitted_from_runs"))
+
+
+def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
+    """A note when vLLM runs are fitted without ``engine.engine_version`` (a result file records
+    none) or an explicit overhead: they are priced as the default release, which schedules each
+    step after the last; vLLM from 0.14 schedules asynchronously, which moves TTFT. Empty else."""
+    from sim.engines.vllm import LATEST
+
+    keys = {s.partition("=")[0].strip() for s in sets}
+    if (forced_engine(sets) or engine_of(runs[0])) != "vllm" or keys & {"engine.engine_version", "engine.overhead",
+                                                          "engine.overlap_scheduling"}:
+        return ""
+    what = "the run is" if len(runs) == 1 else "the runs are"
+    return (f"{what} priced as vLLM {LATEST} (no engine.engine_version given: a result file records "
+            f"none); a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): give "
+            f"your release, e.g. --set engine.engine_version=0.15.1, to calibrate and replay alike")
+
+
+def profile_model(profile: str) -> str | None:
+    """The model a profile describes: its ``meta.shape``, else its name less the device
+    (``h200-llama-3-8b`` -> ``llama-3-8b``); None when it cannot tell."""
+    meta = profile_meta(profile)
     if isinstance(meta.get("shape"), str):
         return meta["shape"]
     name = str(meta.get("name") or Path(profile).stem)

@@ -81,7 +81,8 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         if base is None:
             fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
         path = check_out_file(out, overwrite=overwrite)
-        from calibrate.runs.fit import base_document, fit_runs, profile_document, unversioned_vllm
+        from calibrate.runs.fit import base_document, fit_runs, profile_document
+        from calibrate.runs.scenario import unversioned_vllm
         from calibrate.runs.fitreport import report
 
         try:
@@ -239,7 +240,7 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     where = f"{run_file}#{run.part}" if run.part else run_file
     click.echo(f"{where}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
                f"max_concurrency={st['max_concurrency']} model={st['model']}; sent: {cmp.mode}; profile={profile}")
-    from calibrate.runs.fit import fitted_to_runs, unversioned_vllm
+    from calibrate.runs.scenario import fitted_to_runs, unversioned_vllm
 
     unversioned = "" if fitted_to_runs(profile) else unversioned_vllm([run], list(sets))
     for note in run.notes + cmp.notes + ([unversioned] if unversioned else []):
