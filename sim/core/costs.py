@@ -501,7 +501,7 @@ def _int(m: dict, key: str, where: str, minimum: int, default: int | None = None
     return int(v)
 
 
-def _shape(m: dict, meta: dict, where: str) -> ModelShape:
+def model_shape(m: dict, meta: dict, where: str) -> ModelShape:
     """The profile's ``model`` object: whole numbers of layers, heads, ... (a negative or NaN
     size would price every step and size the KV pool wrongly, or stop the run midway)."""
     if m.get("dtype_bytes"):
@@ -555,7 +555,7 @@ def profile_from_dict(data: dict, name: str, where: str) -> CostModel:
     for key in ("meta", "step"):
         if not isinstance(data.get(key), dict):
             raise ProfileError(f"{where}: missing object '{key}'")
-    shape = _shape(data["model"], data["meta"], f"{where}.model") if isinstance(data.get("model"), dict) else None
+    shape = model_shape(data["model"], data["meta"], f"{where}.model") if isinstance(data.get("model"), dict) else None
     tp = data["meta"].get("tp", 1)
     if tp is not None and not (is_integer(tp, integral_floats=True) and tp >= 0):  # (0: unset, as 1)
         raise ProfileError(f"{where}.meta.tp: expected an integer >= 1 (got {tp!r})")

@@ -66,6 +66,7 @@ def kv_format_document(doc: dict, kv_dtype: str) -> dict | None:
     over a prompt is compute, and FP8 attention's gain there is small and kernel-dependent).
     None when the format is the profile's own. ValueError (one line) for a profile that cannot
     say: no model shape, or decode steps priced from measured tables in its own format."""
+    from sim.core.costs import model_shape
     from sim.models.derive import KV_FORMATS
 
     m, step = doc.get("model"), doc.get("step")
@@ -75,14 +76,14 @@ def kv_format_document(doc: dict, kv_dtype: str) -> dict | None:
     if doc.get("rows") and isinstance(doc.get("meta"), dict) and doc["meta"].get("kind") == "measured":
         raise ValueError("set with a profile whose decode steps are measured tables, in its own KV format "
                          "(expected a fitted or analytic profile, or engine.model)")
-    own = int(m.get("kv_dtype_bytes") or m.get("dtype_bytes") or 2)
+    shape = model_shape(m, doc.get("meta") or {}, "model")  # (its KV bytes as the cost model counts them)
+    own = int(m.get("kv_dtype_bytes") or shape.dtype_bytes)
     new = KV_FORMATS[kv_dtype]
     if new == own:
         return None
     ratio = new / own
-    per_token = m.get("kv_bytes_per_token") or 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * m["dtype_bytes"]
     out = copy.deepcopy(doc)
-    out["model"]["kv_bytes_per_token"] = int(round(per_token * ratio))
+    out["model"]["kv_bytes_per_token"] = int(round(shape.kv_bytes_per_token * ratio))
     out["model"]["kv_dtype_bytes"] = new
     out["step"]["decode_ctx_s"] = float(step.get("decode_ctx_s", 0.0)) * ratio
     meta = out.setdefault("meta", {})
