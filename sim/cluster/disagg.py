@@ -63,10 +63,10 @@ import simpy
 
 from sim.link import Links
 from sim.core.costs import NEVER, NS
-from sim.core.engine import emit_sampled_token
-from sim.core.fastforward import allocate_run, block_limited, landed_steps_left
+from sim.core.engine import Engine, emit_sampled_token
+from sim.core.fastforward import OpenRun, allocate_run, block_limited, landed_steps_left
 from sim.core.loop import replica_loop
-from sim.core.plan import Scheduled, rank
+from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
@@ -79,7 +79,7 @@ _KEY_SEQ = itemgetter(0, 1)  # (key, admit_seq) of a (key, admit_seq, request) t
 HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
 
 
-def _room(eng, r: Request, need: int, gone: tuple[int, int] = (0, 0)) -> bool:
+def _room(eng: Engine, r: Request, need: int, gone: tuple[int, int] = (0, 0)) -> bool:
     """Whether decode engine ``eng`` has a running slot and ``need`` blocks above its watermark
     for ``r`` now (its running requests and the KV reserved or arriving count; ``gone``: the
     requests, and their blocks, that ended inside the run in flight before now)."""
@@ -93,7 +93,7 @@ class PDReplica:
     its ``replica_loop`` reads (``pop_due``, ``next_arrival_ns``, ``wakeup``, ``finished``,
     ``on_run``); and the view a router reads (:class:`policies.contracts.ReplicaView`)."""
 
-    def __init__(self, index: int, group: str, role: str, gpus: int, engine, cluster: "DisaggCluster",
+    def __init__(self, index: int, group: str, role: str, gpus: int, engine: Engine, cluster: "DisaggCluster",
                  trace) -> None:
         self.index = index
         self.group = group
@@ -115,13 +115,13 @@ class PDReplica:
         self._wake: simpy.Event | None = None
         # a decode replica holds its runs open (``hold``): priced a stretch at a time, cut short
         # when a message is delivered here (``cut``), their KV blocks allocated as far as read
-        self._plan: Any = None
+        self._plan: StepPlan | None = None
         self._durs: list[int] = []
         self._ends: list[int] = []
         self._alloc_k = 1
         self._run_ev: simpy.Event | None = None
-        self._run: Any = None  # the run in flight while it may be priced further
-        self._open: Any = None  # the run in flight (an OpenRun), or None for a single step
+        self._run: OpenRun | None = None  # the run in flight while it may be priced further
+        self._open: OpenRun | None = None  # the run in flight, or None for a single step
         # the instant the run in flight is next priced at (NEVER: none), and the instants of
         # the pricing events in the queue (one a instant: a re-priced run reuses a stale one)
         self._price_at = NEVER
@@ -292,19 +292,22 @@ class PDReplica:
         if done <= self._g_done:
             return self._g_n, self._g_blocks
         self._g_done = done
+        plan = self._plan
+        assert plan is not None
         items = self._g_items
         if items is None:
-            items = self._g_items = sorted(self._item_end(s) for s in self._plan.items)
+            items = self._g_items = sorted(self._item_end(s) for s in plan.items)
         n, blocks, i = self._g_n, self._g_blocks, self._g_ii
         while i < len(items) and items[i][0] < done:
             n += 1
             blocks += items[i][1]
             i += 1
         self._g_ii = i
-        if self._plan.cohort:
-            fin = self.engine.cohort.finish  # (members by the cohort step they are gone at)
+        if plan.cohort:
+            coh = self.engine.cohort
             run = self._open
-            assert run is not None
+            assert coh is not None and run is not None
+            fin = coh.finish  # (members by the cohort step they are gone at)
             last = run.g + done  # (gone before step done: their cohort step count at most this)
             blocks_for = self.engine.pool.blocks_for
             f = self._g_fi
@@ -323,6 +326,7 @@ class PDReplica:
 
     def _allocate_through(self, k: int) -> None:
         if k > self._alloc_k:
+            assert self._plan is not None
             self._coh_blocks = allocate_run(self.engine, self._plan, k, self._alloc_k, self._coh_blocks)
             self._alloc_k = k
 
@@ -387,10 +391,12 @@ class PDReplica:
         n = len(e.queues.running) + len(self._lands) + 1
         if n * ((k + bs - 1) // bs + 1) + e.limits.watermark_blocks > run.avail:
             return False
+        plan = self._plan
+        assert plan is not None
         item = Scheduled(r, 1, r.computed, True, at=j)
         self._lands.append((r, b, j, run.k, item))
-        self._plan.items.append(item)
-        self._plan.landed += 1
+        plan.items.append(item)
+        plan.landed += 1
         if self._g_items is not None:
             insort(self._g_items, self._item_end(item), lo=self._g_ii)
         run.land(j, r)
@@ -407,11 +413,11 @@ class PDReplica:
         """Undo the last :meth:`land`: the run ends at its boundary (the caller's cut), where
         the request is taken in first of what is in the mail."""
         r, _, j, k, item = self._lands.pop()
-        run = self._open
-        assert run is not None
+        run, plan = self._open, self._plan
+        assert run is not None and plan is not None
         run.unjoin_landed(j, k)
-        self._plan.items.pop()  # (its item, the last)
-        self._plan.landed -= 1
+        plan.items.pop()  # (its item, the last)
+        plan.landed -= 1
         if self._g_items is not None:
             self._g_items.remove(self._item_end(item))
         self.mail.insert(0, (LAND, r))
@@ -590,7 +596,7 @@ class DisaggCluster:
         # the post office: (instant, seq, kind, request, replica) messages not yet delivered, and
         # the one urgent event armed for the first of them (or the next arrival); the instants
         # of those still to be routed: finished prefills, recompute victims
-        self._posts: list = []
+        self._posts: list[tuple[int, int, int, Request, PDReplica | None]] = []
         self.handoffs_due: list[int] = []
         self.victims_due: list[int] = []
         self._at = NEVER  # the next delivery's instant (NEVER: none armed)
@@ -674,6 +680,8 @@ class DisaggCluster:
         """Route the arrivals due now: each to a prefill or co-located replica."""
         if self.source.next_arrival_ns() > now_ns:
             return  # (none: most deliveries are a finished prefill's or a landing's)
+        r: Request
+        rep: PDReplica
         for r in self.source.pop_due(min(now_ns, self.stop_ns)):
             self.live += 1
             cands = self.prefill_cands[r.cls_idx]
@@ -758,7 +766,7 @@ class DisaggCluster:
         when that is sure to change nothing else (:meth:`reserve_now`), else it waits there
         for room, taken in at the replica's next step boundary."""
         cands = self.decode_cands[r.cls_idx]
-        d = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+        d: PDReplica = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
         self.assign[r.request_id] = d.index
         d.routed += 1
         r.reveals_output = d.engine.policy.oracle  # (as an arrival there: an oracle policy reads it)
@@ -795,6 +803,7 @@ class DisaggCluster:
             # the run's blocks from now on shrink by these: it ends where they run out, as a
             # stepped replica would find at that step's boundary
             run.avail -= need
+            assert d._plan is not None
             kb = block_limited(eng, d._plan, len(d._durs), run.avail, d._alloc_k)
             if kb < len(d._durs):
                 d.end_at(kb)
@@ -805,7 +814,7 @@ class DisaggCluster:
     def reprefill(self, r: Request, now_ns: int) -> None:
         """A decode replica's recompute victim goes back through a prefill replica."""
         cands = [c for c in self.prefill_cands[r.cls_idx] if c.role == PREFILL]
-        rep = self.router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+        rep: PDReplica = self.router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
         self.recompute_legs += 1
         leg = self._leg(r, now_ns)
         self.assign[r.request_id] = rep.index
