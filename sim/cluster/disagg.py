@@ -70,6 +70,8 @@ from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
 from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
+from sim.core.source import RequestSource
+from sim.core.telemetry import Telemetry
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 
@@ -113,6 +115,7 @@ class PDReplica:
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
+        self._stop_armed = False  # the horizon's wake-up is in SimPy's queue (``_stop_alarm``)
         # a decode replica holds its runs open (``hold``): priced a stretch at a time, cut short
         # when a message is delivered here (``cut``), their KV blocks allocated as far as read
         self._plan: StepPlan | None = None
@@ -532,10 +535,23 @@ class PDReplica:
         self._wake = ev
         self.idle = True
         self.step_end_lb = NEVER
-        stop = self.cluster.stop_ns
-        if stop < NEVER:
-            env.timeout(max(stop - env.now, 0)).callbacks.append(lambda _e, ev=ev: self._fire(ev))
+        self._stop_alarm()
         return ev
+
+    def _stop_alarm(self) -> None:
+        """One event at the horizon wakes the replica if it sleeps then (armed at its first
+        sleep, not at every one: a replica that sleeps between most requests would leave one
+        timeout per sleep in SimPy's queue, to fire in vain at the horizon)."""
+        stop = self.cluster.stop_ns
+        if self._stop_armed or stop >= NEVER:
+            return
+        self._stop_armed = True
+        env = self.cluster.env
+        env.timeout(max(stop - env.now, 0)).callbacks.append(self._at_stop)
+
+    def _at_stop(self, _ev) -> None:
+        if self._wake is not None:
+            self._fire(self._wake)
 
     def _fire(self, ev) -> None:
         if self._wake is ev:
@@ -562,8 +578,8 @@ class DisaggCluster:
     docstring). ``prefill_cands[c]`` / ``decode_cands[c]``: the replicas that may take class
     ``c``'s requests first (prefill or co-located) and the decode replicas it may go to."""
 
-    def __init__(self, env, source, router, decode_router, links: Links, stop_ns: int, front_tel,
-                 first_token: str = DECODE) -> None:
+    def __init__(self, env, source: RequestSource, router, decode_router, links: Links, stop_ns: int,
+                 front_tel: Telemetry, first_token: str = DECODE) -> None:
         self.env = env
         self.source = source
         self.router = router

@@ -31,6 +31,7 @@ from typing import Any, Callable, ClassVar
 import simpy
 
 from sim.core.costs import NEVER
+from sim.core.engine import Engine
 from sim.core.fastforward import OpenRun, allocate_run
 from sim.core.loop import replica_loop
 from sim.core.planner import admit_alone
@@ -45,7 +46,7 @@ class Replica:
     ``outstanding``, ``running``, ``waiting``, ``kv_used``, ``waiting_by_class``; a router is
     typed against that view and reads nothing else)."""
 
-    def __init__(self, index: int, group: str, engine, cluster: "_Cluster", trace) -> None:
+    def __init__(self, index: int, group: str, engine: Engine, cluster: "_Cluster", trace) -> None:
         self.index = index
         self.group = group
         self.engine = engine
@@ -54,6 +55,7 @@ class Replica:
         self.inbox: deque = deque()
         self.routed = 0
         self._wake: simpy.Event | None = None
+        self._stop_armed = False  # the horizon's wake-up is in SimPy's queue (``_stop_alarm``)
         self.exited = False
         # closed-loop bound bookkeeping: the time of this replica's next boundary and whether a
         # request could end there (a run is in flight)
@@ -418,10 +420,23 @@ class Replica:
         self._wake = ev
         self.next_boundary = NEVER
         self.in_flight = False
-        stop = self.cluster.stop_ns
-        if stop < NEVER:
-            env.timeout(max(stop - env.now, 0)).callbacks.append(lambda _e, ev=ev: self._fire(ev))
+        self._stop_alarm()
         return ev
+
+    def _stop_alarm(self) -> None:
+        """One event at the horizon wakes the replica if it sleeps then (armed at its first
+        sleep, not at every one: a replica that sleeps between most requests would leave one
+        timeout per sleep in SimPy's queue, to fire in vain at the horizon)."""
+        stop = self.cluster.stop_ns
+        if self._stop_armed or stop >= NEVER:
+            return
+        self._stop_armed = True
+        env = self.cluster.env
+        env.timeout(max(stop - env.now, 0)).callbacks.append(self._at_stop)
+
+    def _at_stop(self, _ev) -> None:
+        if self._wake is not None:
+            self._fire(self._wake)
 
     def _fire(self, ev, delay_ns: int = 0) -> None:
         """Wake the replica ``delay_ns`` from now (later than now when the router routes ahead)."""
