@@ -90,6 +90,27 @@ def test_async_scheduling_hides_the_step_cpu_and_defers_an_arrival_one_step(tmp_
     assert sc.engine.overhead == "vllm-v1"
 
 
+def test_overlap_scheduling_that_does_nothing_is_told_once(tmp_path):
+    """Against a profile fitted to vLLM's own runs, engine.overlap_scheduling does nothing: one
+    line says so; with engine.overhead set as well, one line still (the overhead's), not two."""
+    import json
+    import warnings
+    from pathlib import Path
+
+    import sim
+    doc = json.loads((Path(sim.__file__).parent / "core" / "profiles" / "h100-sxm-llama-3-8b.json").read_text())
+    doc["overhead"] = {"step_s": 2e-4, "frontend_s": 0.015}
+    doc.setdefault("meta", {})["fitted_from_runs"] = {"engine": "vllm"}
+    prof = tmp_path / "fitted.json"
+    prof.write_text(json.dumps(doc))
+    for extra, says in (("", "fitted to vllm's own runs"), ('\noverhead = "vllm-v1"', "engine.overhead is set")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scenario(tmp_path, f'engine = "vllm"\nprofile = "{prof}"\noverlap_scheduling = true{extra}')
+        told = [str(w.message) for w in caught if "overlap_scheduling does nothing" in str(w.message)]
+        assert len(told) == 1 and says in told[0], told
+
+
 @pytest.mark.parametrize("engine, sets, batching", [
     ('engine = "vllm"\nengine_version = "0.6.3"', ["engine.chunked_prefill=true"], "mixed"),
     ('engine = "vllm"\nengine_version = "0.4.2"\nchunked_prefill = false', [], "prefill_first"),

@@ -268,7 +268,7 @@ def resolve(cfg, base_dir, source: str):
                     raise ScenarioError(f"{source}: engine.overlap_scheduling: {exc}") from None
         if gpus.fitted_overhead_engine(doc) == fam.name:
             # a profile fitted to this engine's own runs carries the overhead they measured
-            if cfg.overlap_scheduling is not None:
+            if cfg.overlap_scheduling is not None and "overhead" not in given:  # (else told above)
                 warn(f"{source}: engine.overlap_scheduling does nothing: the profile's overhead was fitted to "
                      f"{fam.name}'s own runs (it prices the steps as they ran)")
             updates.pop("overhead", None)
