@@ -8,12 +8,12 @@ import pandas as pd
 
 from sim import load_scenario, simulate
 from sim.core.columns import COLUMNS, CONVERSIONS, DERIVED, RECORDED, STATS, STR
-from sim.core.request import Request
+from sim.core.request import FIELDS
 from sim.experiments.compare import METRICS
 
 
 def test_every_recorded_column_reads_request_slots_and_a_known_conversion():
-    slots = set(Request.__slots__)
+    slots = set(FIELDS)
     for c in RECORDED:
         assert c.source and set(c.source) <= slots, c.name
         assert c.convert == "" and len(c.source) == 1 or c.convert in CONVERSIONS, c.name

@@ -165,9 +165,10 @@ def test_the_view_reads_through_and_refuses_writes():
 
 
 def test_the_view_shows_every_field_of_a_request():
+    from sim.core import request
     from sim.core.guard import FIELDS
 
-    assert set(Request.__slots__) | {"attained_s"} == set(FIELDS)
+    assert set(request.FIELDS) | {"attained_s"} == set(FIELDS)
     r, v = _view()
     for name in set(FIELDS) - {"hidden_output_tokens", "features", "hash_ids"}:
         assert getattr(v, name) == getattr(r, name) or getattr(r, name) != getattr(r, name)  # (NaN)
@@ -192,6 +193,16 @@ ATOMS = st.one_of(
 KEYS = st.one_of(ATOMS, st.lists(st.one_of(ATOMS, st.lists(ATOMS, max_size=2), st.tuples(ATOMS)), max_size=4)
                  .flatmap(lambda xs: st.sampled_from([tuple(xs), list(xs), np.array(xs, dtype=object)])),
                  st.dictionaries(st.text(max_size=2), ATOMS, max_size=2))
+
+
+def test_numpy_numbers_in_a_key_are_taken_as_built_in_numbers():
+    """A key of numpy numbers ranks as the same built-in numbers (whose comparisons give a bool,
+    as the engine's compiled build needs; a numpy number's give a numpy.bool)."""
+    req = type("R", (), {"request_id": 4})()
+    k = checked_key((np.float32(1.5), np.int64(3), True, Fraction(1, 3), 2.0), "m:P", req)
+    assert k == (1.5, 3, True, Fraction(1, 3), 2.0)
+    assert [type(x) for x in k] == [float, int, bool, Fraction, float]
+    assert type(checked_key(np.array([np.float64(0.5), 7]), "m:P", req)[0]) is float
 
 
 @settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,8 +12,9 @@ A user's policy (``pkg.mod:Class`` or ``path/file.py:Class``) is wrapped by
   read-only mapping, lists come as tuples; ``predicted`` is the policy's own scratch dict and
   stays writable; ``hidden_output_tokens`` is guarded as ``true_output_tokens`` is (oracles only);
 * checks each rank key: a tuple (or a sequence, made a tuple as the engine always did) whose
-  elements are real numbers (int, float, bool, numpy numbers); inf and -inf order (last and
-  first), NaN orders nothing and is refused, as are strings, None and nested containers;
+  elements are real numbers (int, float, bool, numpy numbers, which are taken as int or float);
+  inf and -inf order (last and first), NaN orders nothing and is refused, as are strings, None
+  and nested containers;
 * checks ``next_change``: None, or a number of seconds >= 0 (inf, or a time past the engine's
   integer-nanosecond range, means never: :func:`sim.core.engine.change_ns` caps it);
 * hands ``before_ranking`` a read-only context and ``on_scheduled_run`` its items with views,
@@ -28,6 +29,7 @@ from __future__ import annotations
 import numbers
 import operator
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from policies.base import BasePolicy, RankingContext
@@ -180,6 +182,7 @@ def checked_key(k: Any, who: str, req: Any) -> tuple:
         if isinstance(k, (str, bytes, Mapping)) or not hasattr(k, "__iter__"):
             _bad_key(k, who, req, "")
         k = tuple(k)
+    plain = True
     for x in k:  # (a loop of type checks: faster than any C-level trick for a short tuple)
         t = type(x)
         if t is float:
@@ -188,7 +191,24 @@ def checked_key(k: Any, who: str, req: Any) -> tuple:
         elif t is not int:
             if not isinstance(x, numbers.Real) or x != x:
                 _bad_key(k, who, req, _element(k, x))
-    return k
+            plain = plain and t is bool
+    return k if plain else tuple(_builtin_number(x) for x in k)
+
+
+def _builtin_number(x: Any) -> Any:
+    """Key element ``x`` as a built-in number where it is another kind of real number: a numpy
+    number's comparisons give a numpy.bool, which the engine's compiled build refuses where it
+    orders keys. Integers exactly; numpy floats as floats (exact but for float128); a Fraction,
+    whose comparisons give a bool, as it is."""
+    t = type(x)
+    if t is int or t is float or t is bool or isinstance(x, Fraction):
+        return x
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    try:
+        return float(x)
+    except OverflowError:  # (a real beyond any float: its own comparisons must do)
+        return x
 
 
 def _element(k: tuple, x: Any) -> str:

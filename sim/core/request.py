@@ -22,6 +22,30 @@ NAN = math.nan
 WAITING = State.WAITING  # (a module global reads about 8 times faster than an enum member, Python 3.11)
 
 
+#: every attribute of a request, in the order a pickled one lists them (:meth:`Request.__reduce__`)
+FIELDS: tuple[str, ...] = (
+    # identity and declaration
+    "request_id", "arrival_s", "arrival_ns", "tenant", "cls", "cls_idx", "priority",
+    "prompt_tokens", "max_tokens", "hidden_output_tokens", "deadline_s", "stream", "user", "features",
+    "predicted", "hash_ids", "reveals_output",
+    # progress
+    "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
+    "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
+    "attained_ns", "first_admit_ns",
+    # lazily-advanced decode batch (sim.core.cohort): the cohort step and the cohort's service
+    # (ns) its fields were last brought up to date at (-1: not a member), the step it joined at
+    "cohort_base_step", "cohort_base_svc_ns", "cohort_join_step",
+    # speculative decoding: its own draft acceptance rate when drawn per request (-1: not drawn)
+    "spec_acceptance",
+    # accounting
+    "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
+    "reject_reason",
+    # prefix caching: shared groups held, their blocks, tokens hit at first admission,
+    # tokens prefilled again because a group they needed had been evicted
+    "shared", "base_blocks", "prefix_hit_tokens", "evicted_miss_tokens",
+)
+
+
 class Request:
     """One request: what the workload declared, what a scheduler may see, and its progress.
 
@@ -29,27 +53,7 @@ class Request:
     field is what a real scheduler would know (policies never read the true output length).
     """
 
-    __slots__ = (
-        # identity and declaration
-        "request_id", "arrival_s", "arrival_ns", "tenant", "cls", "cls_idx", "priority",
-        "prompt_tokens", "max_tokens", "hidden_output_tokens", "deadline_s", "stream", "user", "features",
-        "predicted", "hash_ids", "reveals_output",
-        # progress
-        "state", "tokens", "computed", "generated", "blocks", "host_blocks", "key", "admit_seq",
-        "first_token_ns", "last_token_ns", "finish_ns", "admitted_s", "last_scheduled_s",
-        "attained_ns", "first_admit_ns",
-        # lazily-advanced decode batch (sim.core.cohort): the cohort step and the cohort's service
-        # (ns) its fields were last brought up to date at (-1: not a member), the step it joined at
-        "cohort_base_step", "cohort_base_svc_ns", "cohort_join_step",
-        # speculative decoding: its own draft acceptance rate when drawn per request (-1: not drawn)
-        "spec_acceptance",
-        # accounting
-        "preemptions", "recomputed_tokens", "swapped_blocks", "swap_fallbacks", "max_itl_ns",
-        "reject_reason",
-        # prefix caching: shared groups held, their blocks, tokens hit at first admission,
-        # tokens prefilled again because a group they needed had been evicted
-        "shared", "base_blocks", "prefix_hit_tokens", "evicted_miss_tokens",
-    )
+    __slots__ = FIELDS
 
     def __init__(self, request_id: int, arrival_ns: int, tenant: str, cls: str, cls_idx: int,
                  priority: int, prompt_tokens: int, output_tokens: int, max_tokens: int,
@@ -123,6 +127,19 @@ class Request:
         """Engine-side: output tokens still to generate (uses the true length)."""
         return self.hidden_output_tokens - self.generated
 
+    def __reduce__(self) -> tuple:
+        # (pickled to a windowed run's workers, sim.cluster.executors: the compiled build's class
+        # can be neither made without its __init__'s arguments nor given a __dict__)
+        return _rebuilt, (tuple(getattr(self, k) for k in FIELDS),)
+
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request(id={self.request_id}, cls={self.cls}, state={self.state.name}, "
                 f"gen={self.generated}/{self.hidden_output_tokens}, computed={self.computed}/{self.tokens})")
+
+
+def _rebuilt(values: tuple) -> Request:
+    """A request with these attribute values (:data:`FIELDS` order): unpickled."""
+    r = Request(0, 0, "", "", 0, 0, 0, 0, 0)
+    for k, v in zip(FIELDS, values):
+        setattr(r, k, v)
+    return r

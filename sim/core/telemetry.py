@@ -95,6 +95,15 @@ class Telemetry:
         # from them at the end (:meth:`columns`, :meth:`itl_arrays`), not copied into this one
         self.parts: list[Telemetry] = []
 
+    def __reduce__(self) -> tuple:
+        # (a windowed run's workers send theirs back pickled, sim.cluster.executors: the compiled
+        # build's class is made only with its __init__'s arguments. It travels as a record,
+        # without the cost model, which only prices swaps while it records; __getstate__ gives
+        # a dict of its attributes in both builds)
+        attrs: dict = self.__getstate__()  # type: ignore[assignment]
+        state = {k: v for k, v in attrs.items() if k != "costs"}
+        return _telemetry_from, (self.class_names, self.interval_ns, self.block_size, state)
+
     @classmethod
     def merged(cls, tels: list["Telemetry"], class_names: list[str], interval_ns: int, costs=None,
                block_size: int = 16) -> "Telemetry":
@@ -490,3 +499,11 @@ def _add_counts(mine: dict, theirs: dict) -> None:
     """Add one replica's counters (a defaultdict(int)) into the merged one."""
     for key, n in theirs.items():
         mine[key] += n
+
+
+def _telemetry_from(class_names: list[str], interval_ns: int, block_size: int, state: dict) -> Telemetry:
+    """A telemetry record with these attribute values (``state``): unpickled."""
+    t = Telemetry(class_names, interval_ns, None, block_size)
+    for k, v in state.items():
+        setattr(t, k, v)
+    return t
