@@ -50,3 +50,18 @@ def run():
     def _run(sc: dict, **kw):
         return simulate(scenario_from_dict(copy.deepcopy(sc)), **kw)
     return _run
+
+
+def pytest_collection_modifyitems(config, items):
+    """With the compiled build (``priosim native build``) the suite runs on it, less the tests
+    marked ``pure_python``: they count the engine's calls by patching its functions and methods,
+    which compiled modules call directly (``tests/test_native.py`` checks the build itself)."""
+    from sim import native
+
+    if native.BUILD != "mypyc":
+        return
+    skip = pytest.mark.skip(reason="patches the engine's functions, which the compiled build calls directly "
+                                   "(PRIOSIM_PURE_PYTHON=1 runs it)")
+    for item in items:
+        if item.get_closest_marker("pure_python"):
+            item.add_marker(skip)

@@ -360,6 +360,7 @@ class PathCounts:
         monkeypatch.setattr(_Cluster, "route_until", _route_until)
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 @pytest.mark.parametrize("lookahead", [0.01, 1.0, 100.0])
 @pytest.mark.parametrize("rate", [1.5, 12.0])
 @pytest.mark.parametrize("full", [False, True])
@@ -469,6 +470,7 @@ def _count_joins(monkeypatch) -> dict:
     return seen
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 def test_requests_join_held_runs_as_the_next_boundary_would_take_them(monkeypatch):
     """A request routed to a replica whose run is in flight joins the run where the plan at the
     run's next boundary would only admit it (its whole prompt in that step beside the decoders):
@@ -823,6 +825,7 @@ def test_open_arrivals_are_routed_before_a_replica_reaches_their_instant(monkeyp
     assert seen["boundaries"] > 100
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 def test_run_end_and_router_events_reused(monkeypatch):
     """A replica's run waits on its last run's end event, re-armed (it fired and left the
     queue), and the router's event is re-armed at each wakeup: new events only for a replica's

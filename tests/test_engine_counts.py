@@ -164,6 +164,7 @@ def _cut_scenario() -> dict:
     return sc
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_cohort_sheds_members_below_a_cut_exactly(monkeypatch, fast_forward):
     """Members ranked below a request whose share the budget cuts get no token in the walk:

@@ -31,6 +31,7 @@ def _gone_ns(eng, plan, now_ns: int, durs: list[int]) -> list[int]:
 
 @pytest.mark.parametrize("kv, rate, mode", [(64, 2.0, "recompute"), (40, 6.0, "swap"), (400, 0.5, "off"),
                                             (400, 0.5, "recompute")])
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 def test_run_priced_in_stretches_is_the_run_priced_at_once(monkeypatch, kv, rate, mode):
     rng = np.random.default_rng(7)
     seen = {"runs": 0, "stretches": 0, "gone": 0, "cut_by_blocks": 0}
@@ -126,6 +127,7 @@ def _count_leaving_runs(monkeypatch) -> list:
     return seen
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 @pytest.mark.parametrize("lazy", [True, False])
 def test_items_leave_a_run_at_their_last_token(monkeypatch, lazy):
     """A run whose explicit requests (admitted in its first step, or decoding outside the
@@ -146,6 +148,7 @@ def test_items_leave_a_run_at_their_last_token(monkeypatch, lazy):
     assert a.summary_dict["run"]["engine_events"] < b.summary_dict["run"]["engine_events"]
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 def test_items_leave_runs_held_past_arrivals_in_a_cluster(monkeypatch):
     """The same in a 3-replica cluster whose replicas' runs go past arrivals routed elsewhere
     (the router's outstanding counts pass the items gone inside a run, as its members)."""

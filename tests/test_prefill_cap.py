@@ -2,6 +2,8 @@
 tokens in a step, so its prefill cannot stretch the steps other classes decode in."""
 from __future__ import annotations
 
+import pytest
+
 from sim import load_scenario, simulate
 from tests.explicit import run_explicit
 
@@ -56,6 +58,7 @@ def test_capped_waiters_not_scanned_one_by_one(monkeypatch):
         pd.testing.assert_frame_equal(fast.timeseries, slow.timeseries)
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 def test_capped_prompts_chunk_inside_fast_forwarded_runs(monkeypatch):
     """A prompt chunked by its class's cap (chat_vs_batch's 4,000-token batch prompts at 512 a
     step) goes on chunking inside a fast-forwarded run beside the decoders, while its chunks
@@ -81,6 +84,7 @@ def test_capped_prompts_chunk_inside_fast_forwarded_runs(monkeypatch):
     assert fast.summary_dict["run"]["engine_events"] < 0.5 * apart.summary_dict["run"]["engine_events"]
 
 
+@pytest.mark.pure_python  # (counts calls by patching the engine: see tests/conftest.py)
 def test_prompts_chunked_by_the_budget_chunk_inside_fast_forwarded_runs(monkeypatch):
     """A prompt chunked by what the step budget leaves beside the decoders (diurnal_two_class:
     2,048 tokens a step, batch prompts of thousands) goes on chunking inside a fast-forwarded

@@ -30,8 +30,17 @@ from sim.core.parts import EngineParts as Engine
 from sim.core.plan import StepPlan, age, rank
 from sim.core.request import Request, State
 
+try:  # (the compiled build's class options; mypy_extensions comes with mypy, its compiler)
+    from mypy_extensions import mypyc_attr
+except ImportError:  # without mypy (pure Python): the options mean nothing
+    def mypyc_attr(*attrs: str, **kwattrs: object):  # type: ignore[misc]
+        return lambda cls: cls
+
 
 # ---- how a victim gives up its blocks ---------------------------------------------------------
+# (a user's own mode or rule, one file named by its dotted path, subclasses these: the compiled
+# build lets interpreted classes do so only where a class says it may)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PreemptionMode:
     """How a preempted request gives up its KV blocks, and what that is expected to cost.
 
@@ -314,6 +323,7 @@ def eligible_unordered(eng: Engine, w: Request, among: Iterable[Request] | None 
 
 
 # ---- which running requests a waiter may evict -------------------------------------------------
+@mypyc_attr(allow_interpreted_subclasses=True)
 class WaitingRule:
     """Which running requests a waiting request may evict (``engine.preempt_for_waiting``).
 

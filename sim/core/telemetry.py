@@ -23,6 +23,12 @@ import numpy as np
 from sim.core.columns import CONVERSIONS, FLOAT, INT, RECORDED, SOURCES, STR
 from sim.core.request import Request
 
+try:  # (the compiled build's class options; mypy_extensions comes with mypy, its compiler)
+    from mypy_extensions import mypyc_attr
+except ImportError:  # without mypy (pure Python): the options mean nothing
+    def mypyc_attr(*attrs: str, **kwattrs: object):  # type: ignore[misc]
+        return lambda cls: cls
+
 # finds distinct values: (codes, distinct values) of an array, as pandas.factorize returns them
 Factorize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -48,6 +54,7 @@ ROW_BLOCK = 512
 RUN_BLOCK = 4096
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (tests subclass it to log what the engine tells it)
 class Telemetry:
     def __init__(self, class_names: list[str], interval_ns: int, costs=None, block_size: int = 16) -> None:
         self.class_names = class_names
