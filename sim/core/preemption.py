@@ -25,16 +25,11 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from plumbing.registry import Registry
+from sim.core.class_options import mypyc_attr
 from sim.core.costs import NS
 from sim.core.parts import EngineParts as Engine
 from sim.core.plan import StepPlan, age, rank
 from sim.core.request import Request, State
-
-try:  # (the compiled build's class options; mypy_extensions comes with mypy, its compiler)
-    from mypy_extensions import mypyc_attr
-except ImportError:  # without mypy (pure Python): the options mean nothing
-    def mypyc_attr(*attrs: str, **kwattrs: object):  # type: ignore[misc]
-        return lambda cls: cls
 
 
 # ---- how a victim gives up its blocks ---------------------------------------------------------

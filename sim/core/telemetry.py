@@ -20,14 +20,9 @@ from typing import Callable
 
 import numpy as np
 
+from sim.core.class_options import mypyc_attr
 from sim.core.columns import CONVERSIONS, FLOAT, INT, RECORDED, SOURCES, STR
 from sim.core.request import Request
-
-try:  # (the compiled build's class options; mypy_extensions comes with mypy, its compiler)
-    from mypy_extensions import mypyc_attr
-except ImportError:  # without mypy (pure Python): the options mean nothing
-    def mypyc_attr(*attrs: str, **kwattrs: object):  # type: ignore[misc]
-        return lambda cls: cls
 
 # finds distinct values: (codes, distinct values) of an array, as pandas.factorize returns them
 Factorize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
