@@ -69,7 +69,7 @@ from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
-from sim.core.simpy_adapter import drop_dead_events, hand_over, trigger, trigger_urgent
+from sim.core.simpy_adapter import call_at, drop_dead_events, hand_over, trigger, trigger_urgent
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 
@@ -539,15 +539,11 @@ class PDReplica:
         return ev
 
     def _stop_alarm(self) -> None:
-        """One event at the horizon wakes the replica if it sleeps then (armed at its first
-        sleep, not at every one: a replica that sleeps between most requests would leave one
-        timeout per sleep in SimPy's queue, to fire in vain at the horizon)."""
-        stop = self.cluster.stop_ns
-        if self._stop_armed or stop >= NEVER:
-            return
-        self._stop_armed = True
-        env = self.cluster.env
-        env.timeout(max(stop - env.now, 0)).callbacks.append(self._at_stop)
+        """The horizon's wake-up, armed once (as a co-located replica's:
+        :meth:`sim.cluster.replicas.Replica._stop_alarm`)."""
+        if not self._stop_armed and self.cluster.stop_ns < NEVER:
+            self._stop_armed = True
+            call_at(self.cluster.env, self.cluster.stop_ns, self._at_stop)
 
     def _at_stop(self, _ev) -> None:
         if self._wake is not None:

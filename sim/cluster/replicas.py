@@ -35,7 +35,7 @@ from sim.core.engine import Engine
 from sim.core.fastforward import OpenRun, allocate_run
 from sim.core.loop import replica_loop
 from sim.core.planner import admit_alone
-from sim.core.simpy_adapter import drop_dead_events, hand_over, next_event_ns, rearm, trigger, trigger_urgent
+from sim.core.simpy_adapter import call_at, drop_dead_events, hand_over, next_event_ns, rearm, trigger, trigger_urgent
 from sim.routers import counts_router
 
 
@@ -427,12 +427,9 @@ class Replica:
         """One event at the horizon wakes the replica if it sleeps then (armed at its first
         sleep, not at every one: a replica that sleeps between most requests would leave one
         timeout per sleep in SimPy's queue, to fire in vain at the horizon)."""
-        stop = self.cluster.stop_ns
-        if self._stop_armed or stop >= NEVER:
-            return
-        self._stop_armed = True
-        env = self.cluster.env
-        env.timeout(max(stop - env.now, 0)).callbacks.append(self._at_stop)
+        if not self._stop_armed and self.cluster.stop_ns < NEVER:
+            self._stop_armed = True
+            call_at(self.cluster.env, self.cluster.stop_ns, self._at_stop)
 
     def _at_stop(self, _ev) -> None:
         if self._wake is not None:

@@ -62,6 +62,11 @@ def trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
     trigger(ev, delay, URGENT)
 
 
+def call_at(env: simpy.Environment, t_ns: int, callback) -> None:
+    """Call ``callback(event)`` at instant ``t_ns`` (now, if that has passed): one SimPy timeout."""
+    env.timeout(max(t_ns - env.now, 0)).callbacks.append(callback)
+
+
 def rearm(ev: simpy.Event, callbacks: list) -> None:
     """Make ``ev``, processed (it left the queue; ``callbacks`` is None), an untriggered event
     again with ``callbacks`` (points 3 and 4)."""
