@@ -139,18 +139,48 @@ class Setup:
         run_to_end(self.env, self.bar)
         return int(self.env.now)
 
+    def run_alone(self, proc) -> int:
+        """Run ``proc``, the one process of a run on a :class:`LoneClock` (a replica alone), to
+        its end (the garbage collector quieter meanwhile); the end, ns."""
+        env = self.env
+        assert isinstance(env, LoneClock)
+        try:
+            with quiet_gc():
+                now = env._now
+                for delay in proc:  # (each yield: the delay it waits, LoneClock.timeout)
+                    now += delay
+                    env._now = now
+            if env._queue:  # (an event scheduled here would never be processed)
+                raise RuntimeError("a LoneClock runs one process: something scheduled a SimPy event on it")
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        return int(env.now)
+
     def timing(self) -> dict:
         """Wall and CPU seconds since the setup began."""
         return {"wall_s": time.perf_counter() - self.wall0, "cpu_s": time.process_time() - self.cpu0}
 
 
+class LoneClock(simpy.Environment):
+    """The clock of a run whose only process is one replica's loop (:meth:`Setup.run_alone`):
+    a timeout is just its delay, which the loop yields and the clock moves by. With nothing else
+    to order against, SimPy's event queue would give the same instants for more work (an event
+    object, a push and a pop, a resume through its callbacks at every step boundary)."""
+
+    def timeout(self, delay, value=None):  # type: ignore[override]
+        return delay
+
+
 def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, lenient: bool = False,
-            workload=None, progress: bool | None = False, desc: str | None = None, frontends: int = 1) -> Setup:
+            workload=None, progress: bool | None = False, desc: str | None = None, frontends: int = 1,
+            alone: bool = False) -> Setup:
     """The setup of a run of ``sc``: the cost model of ``engine_cfg``, the request stream
     (``workload``, when the caller built it: it is not modified, so several runs may share it)
     and its source, whose front end is that cost model's (``frontends``: how many API servers
     share the stream's requests; a cluster's replicas each have one, modelled as one server
-    ``frontends`` times as fast); the progress bar is labelled ``desc``."""
+    ``frontends`` times as fast); the progress bar is labelled ``desc``. ``alone``: one
+    replica's loop will be the only process, on a :class:`LoneClock`."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with quiet_gc():  # (a full collection would walk every imported module's objects: 0.04 s)
         wl = build_workload(sc, load_scale, lenient) if workload is None else workload
@@ -167,8 +197,8 @@ def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, 
         wl.open = None  # the source holds the stream in compact arrays now; free the DataFrame
     stop_ns = NEVER if sc.drain else int(round(sc.horizon_s * NS))
     bar, on_boundary = sim_seconds_bar(progress, sc.horizon_s, desc or sc.name)
-    return Setup(simpy.Environment(), costs, wl, source, stop_ns, sample_interval_ns(sc, notice=True),
-                 bar, on_boundary, wall0, cpu0)
+    return Setup(LoneClock() if alone else simpy.Environment(), costs, wl, source, stop_ns,
+                 sample_interval_ns(sc, notice=True), bar, on_boundary, wall0, cpu0)
 
 
 #: Most time-series samples a run takes over its horizon: each sample keeps a row per class,

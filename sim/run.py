@@ -45,18 +45,28 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
                              lenient, workload)
 
 
+#: a replica alone runs on a :class:`~sim.assembly.LoneClock` (a switch for the tests: False runs
+#: it as a SimPy process on SimPy's event queue, with the same results)
+LONE_CLOCK = True
+
+
 def _simulate_replica(sc: Scenario, trace_iterations: bool, progress: bool | None, load_scale: float,
                       gate, check_invariants: bool, lenient: bool, workload) -> Results:
     """One replica serving the whole stream (see :func:`simulate`)."""
-    setup = prepare(sc, sc.engine, load_scale=load_scale, lenient=lenient, workload=workload, progress=progress)
+    setup = prepare(sc, sc.engine, load_scale=load_scale, lenient=lenient, workload=workload, progress=progress,
+                    alone=LONE_CLOCK)
     trace: list | None = [] if trace_iterations else None
     engine = build_engine(sc, setup.env, setup.costs, trace=trace, gate=gate)
     if setup.closed_loop:  # closed-loop users send their next request when one ends
         engine.on_request_end = setup.source.on_request_end
     engine.through_finishes = not setup.closed_loop  # a finish sends no new request
-    setup.env.process(replica_loop(setup.env, engine, setup.source, setup.stop_ns, setup.interval_ns,
-                                   check_invariants, setup.on_boundary))
-    end_ns = setup.run()
+    proc = replica_loop(setup.env, engine, setup.source, setup.stop_ns, setup.interval_ns, check_invariants,
+                        setup.on_boundary)
+    if LONE_CLOCK:
+        end_ns = setup.run_alone(proc)
+    else:
+        setup.env.process(proc)
+        end_ns = setup.run()
     engine.close(end_ns)
     run_info = {**engine_run_info(engine, end_ns), **setup.timing(), "workload": setup.workload.meta}
     return Results.build(sc, engine.costs, engine.tel, run_info, trace)

@@ -79,6 +79,35 @@ def test_same_seed_same_bytes(tmp_path):
     assert _digest(a)["requests.parquet"] != _digest(c)["requests.parquet"]
 
 
+@pytest.mark.parametrize("over", [{}, {"drain": False, "horizon_s": 12.0},
+                                  {"engine__preemption": "swap", "engine__overhead": "vllm-v1-async"}])
+def test_a_replica_alone_runs_the_same_on_a_lone_clock_as_on_simpys_queue(monkeypatch, over):
+    """A replica alone runs on a LoneClock (its loop's delays, no event queue): the same tables
+    as the same loop run as a SimPy process."""
+    import pandas as pd
+
+    from sim import run as run_module
+    sc = scenario_from_dict(small_scenario(**over))
+    lone = simulate(sc)
+    monkeypatch.setattr(run_module, "LONE_CLOCK", False)
+    queued = simulate(sc)
+    pd.testing.assert_frame_equal(lone.requests, queued.requests)
+    pd.testing.assert_frame_equal(lone.timeseries, queued.timeseries)
+    assert lone.summary_dict["run"]["end_s"] == queued.summary_dict["run"]["end_s"]
+
+
+def test_a_lone_clock_refuses_a_second_process():
+    """Nothing else may schedule on a LoneClock: an event left in its queue is an error."""
+    from sim.assembly import LoneClock, Setup
+
+    env = LoneClock()
+    env.timeout(5)  # (the replica loop's delay: nothing scheduled)
+    env.event().succeed()  # (another process's event: scheduled, never to be processed)
+    setup = Setup(env, None, None, None, 0, 1, None, None)
+    with pytest.raises(RuntimeError, match="runs one process"):
+        setup.run_alone(iter([3, 4]))
+
+
 def test_too_large_is_rejected_at_arrival(run):
     """A request whose prompt + max_tokens can never fit the pool is rejected, not deadlocked."""
     sc = small_scenario(engine__kv_blocks=20)  # 320 tokens: many lo requests cannot fit
