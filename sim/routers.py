@@ -11,7 +11,8 @@ in the scenario's layer (beside the admission gate), because the scenario's vali
 
 The contract is :class:`policies.contracts.Router` (checked for every registered router by
 ``tests/test_cluster.py``):
-  * ``route(req, candidates, now_ns)`` returns an element of ``candidates``;
+  * ``route(req, candidates, now_ns)`` returns an element of ``candidates`` (a user's router is
+    held to it as it runs: :class:`GuardedRouter`);
   * deterministic: the same seed and the same sequence of calls give the same answers;
   * stateless with respect to the request (it never mutates ``req`` or a replica).
 
@@ -34,6 +35,7 @@ from plumbing.registry import Registry
 from policies import contracts
 from policies.base import RequestView
 from policies.contracts import ReplicaView
+from sim.core.errors import ScenarioError
 
 ROUTERS = Registry("router")
 
@@ -193,12 +195,49 @@ for _cls in (RoundRobin, LeastOutstanding, LeastKV, PowerOfTwo, ClassAware):
 del _cls
 
 
+class RouterContractError(ScenarioError):
+    """A user's router answered ``route`` with something that is not one of the candidates it
+    was handed. One line."""
+
+
+class GuardedRouter:
+    """A user's router (its class defined outside this module: a dotted or file path, or one
+    registered by name), its answers checked: ``route`` must return one of the candidates (the
+    same object), else :class:`RouterContractError` names the router, the request and the value.
+    Everything else it has is read through unchanged; its ``route_counts``, if any, is not used
+    (``counts_router``: its ``route`` answers instead, the same choice, checked)."""
+
+    def __init__(self, inner, who: str) -> None:
+        self._inner = inner
+        self._who = who
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_inner", "_who"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"guarded({self._inner!r})"
+
+    def route(self, req, candidates, now_ns):
+        rep = self._inner.route(req, candidates, now_ns)
+        for c in candidates:
+            if c is rep:
+                return rep
+        text = " ".join(repr(rep).split())
+        raise RouterContractError(
+            f"router '{self._who}': route() returned {text if len(text) <= 80 else text[:77] + '...'} for request "
+            f"{getattr(req, 'request_id', '?')}: expected one of the {len(candidates)} replicas it was handed "
+            f"(an element of candidates)")
+
+
 def make_router(name: str, **params) -> contracts.Router:
     """A router by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad
-    input, or for an object that is not a :class:`policies.contracts.Router`)."""
+    input, or for an object that is not a :class:`policies.contracts.Router`); a user's router
+    (a class not shipped here) comes guarded (:class:`GuardedRouter`)."""
     router = ROUTERS.create(name, **params)
     missing = [m for m in ("name", "class_aware", "reads_kv", "bind", "route", "report") if not hasattr(router, m)]
     if missing:
         raise KeyError(f"'{name}' is not a router: it has no {', '.join(missing)} "
                        f"(expected a policies.contracts.Router; sim.routers.BaseRouter has the defaults)")
-    return router
+    return router if type(router).__module__ == __name__ else GuardedRouter(router, name)

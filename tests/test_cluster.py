@@ -881,6 +881,28 @@ def test_a_new_router_is_one_file():
     assert "tenant_affinity" not in ROUTERS.names()
 
 
+@pytest.mark.parametrize("router, returned", [("Nowhere", "None"), ("ByIndex", "1")])
+@pytest.mark.parametrize("groups", [None, "disaggregated"])
+def test_a_users_router_answering_no_candidate_stops_in_one_line(router, returned, groups):
+    """A user's router whose ``route`` returns something other than one of its candidates stops
+    the run with one line naming the router, the request and the value (a shipped router is
+    trusted, as a shipped policy is)."""
+    from sim.routers import GuardedRouter, make_router
+
+    name = f"tests.plugins.bad_routers:{router}"
+    cl = {"replicas": 2, "router": name}
+    if groups:
+        cl = {"router": name, "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5, "kv_bytes_per_token": 131072},
+              "groups": [{"name": "p", "role": "prefill", "replicas": 2},
+                         {"name": "d", "role": "decode", "replicas": 1}]}
+    with pytest.raises(ScenarioError) as err:
+        simulate(scenario_from_dict(cluster_scenario(cl)))
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(f"router '{name}': route() returned {returned} for request ")
+    assert str(err.value).endswith("expected one of the 2 replicas it was handed (an element of candidates)")
+    assert isinstance(make_router(name), GuardedRouter) and not isinstance(make_router("least_kv"), GuardedRouter)
+
+
 def test_iteration_trace_of_a_cluster_with_an_idle_replica_keeps_its_types():
     """A replica that never stepped has an empty trace: the cluster's trace stays numeric (a
     capacity search's explanation once failed on an object column there)."""
