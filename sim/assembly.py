@@ -134,28 +134,11 @@ class Setup:
         """Whether closed-loop users send their next request when one ends."""
         return bool(self.source.closed)
 
-    def run(self) -> int:
-        """Run the clock to the end (the garbage collector quieter meanwhile); the end, ns."""
-        run_to_end(self.env, self.bar)
+    def run(self, proc=None) -> int:
+        """Run the clock to the end (the garbage collector quieter meanwhile): on a
+        :class:`LoneClock`, its one process ``proc``; the end, ns."""
+        run_to_end(self.env, self.bar, proc)
         return int(self.env.now)
-
-    def run_alone(self, proc) -> int:
-        """Run ``proc``, the one process of a run on a :class:`LoneClock` (a replica alone), to
-        its end (the garbage collector quieter meanwhile); the end, ns."""
-        env = self.env
-        assert isinstance(env, LoneClock)
-        try:
-            with quiet_gc():
-                now = env._now
-                for delay in proc:  # (each yield: the delay it waits, LoneClock.timeout)
-                    now += delay
-                    env._now = now
-            if env._queue:  # (an event scheduled here would never be processed)
-                raise RuntimeError("a LoneClock runs one process: something scheduled a SimPy event on it")
-        finally:
-            if self.bar is not None:
-                self.bar.close()
-        return int(env.now)
 
     def timing(self) -> dict:
         """Wall and CPU seconds since the setup began."""
@@ -163,13 +146,22 @@ class Setup:
 
 
 class LoneClock(simpy.Environment):
-    """The clock of a run whose only process is one replica's loop (:meth:`Setup.run_alone`):
-    a timeout is just its delay, which the loop yields and the clock moves by. With nothing else
+    """The clock of a run whose only process is one replica's loop (:meth:`run_process`): a
+    timeout is just its delay, which the loop yields and the clock moves by. With nothing else
     to order against, SimPy's event queue would give the same instants for more work (an event
     object, a push and a pop, a resume through its callbacks at every step boundary)."""
 
     def timeout(self, delay, value=None):  # type: ignore[override]
         return delay
+
+    def run_process(self, proc) -> None:
+        """Run ``proc`` (a generator yielding the delays it waits, ns) to its end."""
+        now = self._now
+        for delay in proc:
+            now += delay
+            self._now = now
+        if self._queue:  # (an event scheduled here would never be processed)
+            raise RuntimeError("a LoneClock runs one process: something scheduled a SimPy event on it")
 
 
 def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, lenient: bool = False,
@@ -255,11 +247,15 @@ def sim_seconds_bar(progress: bool | None, horizon_s: float, desc: str):
     return bar, on_boundary
 
 
-def run_to_end(env: simpy.Environment, bar) -> None:
-    """Run the SimPy clock until no event is left (the GC quieter meanwhile), then close ``bar``."""
+def run_to_end(env: simpy.Environment, bar, proc=None) -> None:
+    """Run the SimPy clock until no event is left, or a :class:`LoneClock`'s one process ``proc``
+    to its end (the GC quieter meanwhile), then close ``bar``."""
     try:
         with quiet_gc():
-            env.run()
+            if isinstance(env, LoneClock):
+                env.run_process(proc)
+            else:
+                env.run()
     finally:
         if bar is not None:
             bar.close()

@@ -36,6 +36,7 @@ from policies import contracts
 from policies.base import RequestView
 from policies.contracts import ReplicaView
 from sim.core.errors import ScenarioError
+from sim.core.guard import one_line_repr
 
 ROUTERS = Registry("router")
 
@@ -224,9 +225,8 @@ class GuardedRouter:
         for c in candidates:
             if c is rep:
                 return rep
-        text = " ".join(repr(rep).split())
         raise RouterContractError(
-            f"router '{self._who}': route() returned {text if len(text) <= 80 else text[:77] + '...'} for request "
+            f"router '{self._who}': route() returned {one_line_repr(rep)} for request "
             f"{getattr(req, 'request_id', '?')}: expected one of the {len(candidates)} replicas it was handed "
             f"(an element of candidates)")
 

@@ -62,11 +62,9 @@ def _simulate_replica(sc: Scenario, trace_iterations: bool, progress: bool | Non
     engine.through_finishes = not setup.closed_loop  # a finish sends no new request
     proc = replica_loop(setup.env, engine, setup.source, setup.stop_ns, setup.interval_ns, check_invariants,
                         setup.on_boundary)
-    if LONE_CLOCK:
-        end_ns = setup.run_alone(proc)
-    else:
+    if not LONE_CLOCK:
         setup.env.process(proc)
-        end_ns = setup.run()
+    end_ns = setup.run(proc)
     engine.close(end_ns)
     run_info = {**engine_run_info(engine, end_ns), **setup.timing(), "workload": setup.workload.meta}
     return Results.build(sc, engine.costs, engine.tel, run_info, trace)

@@ -105,7 +105,7 @@ def test_a_lone_clock_refuses_a_second_process():
     env.event().succeed()  # (another process's event: scheduled, never to be processed)
     setup = Setup(env, None, None, None, 0, 1, None, None)
     with pytest.raises(RuntimeError, match="runs one process"):
-        setup.run_alone(iter([3, 4]))
+        setup.run(iter([3, 4]))
 
 
 def test_too_large_is_rejected_at_arrival(run):

@@ -174,18 +174,10 @@ def forced_engine(overrides: list[str]) -> str | None:
 def profile_meta(profile: str) -> dict:
     """The ``meta`` of a profile (a shipped name or a file); {} when it has none or cannot be
     read (the replay itself says what is wrong with it)."""
-    import json
+    from sim.engines.gpu import document
 
-    from sim.core.costs import find_profile
-
-    path = find_profile(profile) if not profile.endswith(".json") else Path(profile)
-    if path is None or not Path(path).is_file():
-        return {}
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    meta = doc.get("meta") if isinstance(doc, dict) else None
+    doc = document(profile, Path("."))
+    meta = doc.get("meta") if doc is not None else None
     return meta if isinstance(meta, dict) else {}
 
 

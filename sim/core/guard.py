@@ -35,7 +35,8 @@ from typing import Any
 from policies.base import BasePolicy, RankingContext
 from sim.core.errors import ScenarioError
 
-__all__ = ["PolicyContractError", "ReadOnlyRequest", "guard_policy", "checked_key", "checked_next_change"]
+__all__ = ["PolicyContractError", "ReadOnlyRequest", "guard_policy", "checked_key", "checked_next_change",
+           "one_line_repr"]
 
 READ_ONLY = "policies see requests read-only"
 
@@ -45,7 +46,7 @@ class PolicyContractError(ScenarioError):
     a request, or answered a key or a next-change time that is not one. One line."""
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def one_line_repr(value: Any, limit: int = 80) -> str:
     """``repr(value)`` on one line, at most ``limit`` characters (a message stays one line)."""
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -165,7 +166,7 @@ def make_view(req: Any, who: str) -> ReadOnlyRequest:
 def request_of(view: Any, who: str) -> Any:
     """The request behind a view this module made (a policy's own waiting set hands them back)."""
     if type(view) is not ReadOnlyRequest:
-        raise PolicyContractError(f"policy '{who}': its waiting set returned {_short(view)} where an "
+        raise PolicyContractError(f"policy '{who}': its waiting set returned {one_line_repr(view)} where an "
                                   "entry's request was expected (the (key, seq, request) it was given)")
     return view._r
 
@@ -213,12 +214,12 @@ def _builtin_number(x: Any) -> Any:
 
 def _element(k: tuple, x: Any) -> str:
     i = next(i for i, y in enumerate(k) if y is x)
-    what = "NaN" if isinstance(x, numbers.Real) else f"{_short(x, 40)} ({type(x).__name__})"
+    what = "NaN" if isinstance(x, numbers.Real) else f"{one_line_repr(x, 40)} ({type(x).__name__})"
     return f" (element {i} is {what})"
 
 
 def _bad_key(k: Any, who: str, req: Any, detail: str) -> None:
-    raise PolicyContractError(f"policy '{who}': key() returned {_short(k)} for request "
+    raise PolicyContractError(f"policy '{who}': key() returned {one_line_repr(k)} for request "
                               f"{getattr(req, 'request_id', '?')}{detail}: {KEY_EXPECTED}")
 
 
@@ -240,7 +241,7 @@ def checked_next_change(t: Any, who: str, now: float) -> float | None:
 
 
 def _bad_change(t: Any, who: str, now: float) -> float:
-    raise PolicyContractError(f"policy '{who}': next_change({now:.9g}) returned {_short(t)}: expected None "
+    raise PolicyContractError(f"policy '{who}': next_change({now:.9g}) returned {one_line_repr(t)}: expected None "
                               "(no change declared) or a time in seconds >= 0 (inf, or beyond 2^61 ns, "
                               "means never; NaN is not a time)")
 
