@@ -127,6 +127,9 @@ def _simulate_disaggregated(sc: Scenario, spec: ClusterSpec, *, load_scale: floa
                        front_tel, spec.first_token)
     cl.on_end = on_end
     group_sc = _add_pd_replicas(sc, spec, setup, cl, trace_iterations)
+    if not per_replica:  # (only the per-replica results read a prefill replica's legs)
+        for rep in cl.prefills:
+            rep.engine.tel.keeps = False
     cl.start()
     for rep in cl.replicas:
         setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))

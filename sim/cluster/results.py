@@ -282,18 +282,15 @@ def _add_phases(req: pd.DataFrame, phases: dict[int, list[int]]) -> None:
     cols = {c: np.full(n, np.nan) for c in PD_COLUMNS}
     passes = np.zeros(n, dtype=np.int64)
     if n and phases:
-        pos = {int(i): k for k, i in enumerate(req["request_id"].to_numpy().tolist())}
-        arrival = req["arrival_s"].to_numpy()
-        for rid, (p0, p1, res, land, n_pass, joined) in phases.items():
-            k = pos.get(rid)
-            if k is None:
-                continue
-            passes[k] = n_pass
-            clocks = [arrival[k], p0 / NS if p0 >= 0 else np.nan, p1 / NS if p1 >= 0 else np.nan,
-                      res / NS if res >= 0 else np.nan, land / NS if land >= 0 else np.nan,
-                      joined / NS if joined >= 0 else np.nan]
-            for j, c in enumerate(PD_COLUMNS):
-                cols[c][k] = clocks[j + 1] - clocks[j]
+        ids = np.fromiter(phases.keys(), np.int64, len(phases))
+        ns = np.array(list(phases.values()), dtype=np.int64).reshape(len(ids), 6)
+        at = pd.Index(req["request_id"].to_numpy()).get_indexer(ids)  # (-1: not in the table)
+        ns, at = ns[at >= 0], at[at >= 0]
+        passes[at] = ns[:, 4]
+        ns = ns[:, [0, 1, 2, 3, 5]]  # (the clocks, in the order of the phases between them)
+        clocks = np.column_stack([req["arrival_s"].to_numpy()[at], np.where(ns >= 0, ns / NS, np.nan)])
+        for j, c in enumerate(PD_COLUMNS):
+            cols[c][at] = clocks[:, j + 1] - clocks[:, j]
     for c in PD_COLUMNS:
         req[c] = cols[c]
     req["prefill_passes"] = passes

@@ -297,7 +297,9 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
     the boundary before that step."""
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-    if leavers or entrants or landed:
+    if not eng.tel.keeps:
+        pass  # (nothing reads its step log)
+    elif leavers or entrants or landed:
         _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants, landed)
     else:
         eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,

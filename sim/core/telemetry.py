@@ -96,6 +96,11 @@ class Telemetry:
         # a merged Telemetry's replicas: their records (the request columns, the gaps) are read
         # from them at the end (:meth:`columns`, :meth:`itl_arrays`), not copied into this one
         self.parts: list[Telemetry] = []
+        # False: nothing will read this telemetry's request rows and step logs (a disaggregated
+        # prefill replica's, where no per-replica results are asked for): the engine does not
+        # hand it its steps, and an ended request is only counted (``unkept``)
+        self.keeps = True
+        self.unkept = 0
 
     def __reduce__(self) -> tuple:
         # (a windowed run's workers send theirs back pickled, sim.cluster.executors: the compiled
@@ -153,6 +158,9 @@ class Telemetry:
         """Record the request's row (it finished, was rejected, or the run ended): the attributes
         the table (:mod:`sim.core.columns`) names, read now (an ended request is not changed
         again) and moved into the raw typed columns ROW_BLOCK rows at a time."""
+        if not self.keeps:
+            self.unkept += 1
+            return
         rows = self._rows
         rows += _ROW(req)
         if len(rows) >= ROW_BLOCK * _WIDTH:
@@ -166,8 +174,9 @@ class Telemetry:
         self._tenant_tokens_bin[(b, tenant)] += 1
 
     def rows_recorded(self) -> int:
-        """Requests whose row has been recorded (finished, rejected or ended by the horizon)."""
-        return sum(len(t._rows) // _WIDTH + len(t.raw["request_id"]) for t in self.parts or [self])
+        """Requests whose row has been recorded (finished, rejected or ended by the horizon; with
+        ``keeps`` False, counted)."""
+        return sum(len(t._rows) // _WIDTH + len(t.raw["request_id"]) + t.unkept for t in self.parts or [self])
 
     def _flush_rows(self) -> None:
         rows = self._rows
