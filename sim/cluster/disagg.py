@@ -69,7 +69,7 @@ from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
-from sim.core.simpy_adapter import call_at, drop_dead_events, hand_over, trigger, trigger_urgent
+from sim.core.simpy_adapter import call_at, clock_ns, drop_dead_events, hand_over, trigger, trigger_urgent
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 
@@ -152,7 +152,7 @@ class PDReplica:
     def running(self) -> int:
         n = len(self.engine.queues.running)
         if self._run_ev is not None:  # (as stepping shows it now)
-            now = int(self.cluster.env.now)
+            now = clock_ns(self.cluster.env)
             n += sum(1 for x in self._lands if x[1] < now) - self.gone(now)[0]
         return n
 
@@ -169,14 +169,14 @@ class PDReplica:
         # a decode replica's also: KV on its way here (``held``, with a landed decoder that
         # joined the run in flight, until the run ends), or handed off and not yet taken in
         if self._run_ev is not None:
-            n -= self.gone(int(self.cluster.env.now))[0]
+            n -= self.gone(clock_ns(self.cluster.env))[0]
         return n + len(self.engine.held) + self.handoffs_in_mail
 
     @property
     def kv_used(self) -> float:
         p = self.engine.pool
         if self._run_ev is not None:  # (the blocks a stepped run would hold by now)
-            now = int(self.cluster.env.now)
+            now = clock_ns(self.cluster.env)
             self._allocate_through(self._steps_before(now))
             return (p.total - p.free - self.gone(now)[1]) / p.total
         return (p.total - p.free) / p.total
@@ -248,7 +248,7 @@ class PDReplica:
                 trigger_urgent(pev, bound - now_ns)
 
     def _price_on(self, pev) -> None:
-        now = int(self.cluster.env.now)
+        now = clock_ns(self.cluster.env)
         self._price_armed.discard(now)
         if now == self._price_at and self._run is not None:
             self._price(now)
@@ -447,13 +447,13 @@ class PDReplica:
             del self._durs[k:]
             del ends[k:]
             self.step_end_lb = ends[-1]
-            trigger(ev, ends[-1] - int(self.cluster.env.now))
+            trigger(ev, ends[-1] - clock_ns(self.cluster.env))
         elif k < len(ends):
             del self._durs[k:]
             del ends[k:]
             self.step_end_lb = ends[-1]
             ev = self._run_ev = hand_over(ev)
-            trigger(ev, ends[-1] - int(self.cluster.env.now))
+            trigger(ev, ends[-1] - clock_ns(self.cluster.env))
 
     def _take_in(self, r: Request, b_ns: int) -> None:
         """``r``, whose KV landed, joins the running batch at the boundary ``b_ns`` (ns)."""
@@ -498,7 +498,7 @@ class PDReplica:
         """A lower bound of when the next message or request could reach this replica (see the
         module docstring): a run stops there, as at an arrival."""
         cl = self.cluster
-        now = int(cl.env.now)
+        now = clock_ns(cl.env)
         if self.role != DECODE:
             # a copy that lands frees blocks here (:meth:`DisaggCluster.release`), which only a
             # request waiting here could take: without one, a run goes on past it
@@ -554,7 +554,7 @@ class PDReplica:
             self._wake = None
         if not ev.triggered:
             self.idle = False
-            self.step_end_lb = int(self.cluster.env.now)
+            self.step_end_lb = clock_ns(self.cluster.env)
             trigger(ev, 0)
 
     def notify(self) -> None:
@@ -563,7 +563,7 @@ class PDReplica:
         if self._wake is not None:
             self._fire(self._wake)
         elif self._run_ev is not None:
-            self.cut(int(self.cluster.env.now))
+            self.cut(clock_ns(self.cluster.env))
 
     def finished(self) -> bool:
         return self.cluster.finished()
@@ -632,7 +632,7 @@ class DisaggCluster:
     def _arm(self, t_ns: int) -> None:
         """Deliver at ``t_ns`` (now at the earliest) unless a delivery comes sooner. An event of
         an instant armed before and superseded is still in the queue: it serves again."""
-        now = int(self.env.now)
+        now = clock_ns(self.env)
         if t_ns < now:
             t_ns = now
         if t_ns < self._at:
@@ -647,7 +647,7 @@ class DisaggCluster:
         self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
 
     def _deliver(self, ev) -> None:
-        now = int(self.env.now)
+        now = clock_ns(self.env)
         self._armed.discard(now)
         if now != self._at:
             return  # (superseded by an earlier one, or not armed again yet)
@@ -968,7 +968,7 @@ class DisaggCluster:
         """A lower bound of the next recompute victim's delivery (from any decode replica): 1 ns
         after a decode step boundary."""
         t = self.victims_due[0] if self.victims_due else NEVER
-        b = self._decode_boundary_lb(int(self.env.now)) + 1
+        b = self._decode_boundary_lb(clock_ns(self.env)) + 1
         return b if b < t else t
 
     def _decode_boundary_lb(self, now_ns: int) -> int:
@@ -1000,7 +1000,7 @@ class DisaggCluster:
         Blocked replicas' own wake times are not read, so that no two blocked replicas bound
         each other a nanosecond at a time."""
         t = NEVER
-        now = int(self.env.now)
+        now = clock_ns(self.env)
         ends_at_prefill = self.sampled_sent_at_prefill
         if ends_at_prefill and self.victims_due:
             t = self.victims_due[0] + 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -283,7 +284,7 @@ def _add_phases(req: pd.DataFrame, phases: dict[int, list[int]]) -> None:
     passes = np.zeros(n, dtype=np.int64)
     if n and phases:
         ids = np.fromiter(phases.keys(), np.int64, len(phases))
-        ns = np.array(list(phases.values()), dtype=np.int64).reshape(len(ids), 6)
+        ns = np.fromiter(chain.from_iterable(phases.values()), np.int64, 6 * len(ids)).reshape(len(ids), 6)
         at = pd.Index(req["request_id"].to_numpy()).get_indexer(ids)  # (-1: not in the table)
         ns, at = ns[at >= 0], at[at >= 0]
         passes[at] = ns[:, 4]

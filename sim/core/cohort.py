@@ -320,10 +320,13 @@ class DecodeCohort:
         for n, res in zip(self.n_cls, self.residues):
             if not n:
                 out.append(0)
-            elif b <= bs:
-                out.append(full * n + sum(res[a:b]))
-            else:
-                out.append(full * n + sum(res[a:]) + sum(res[:b - bs]))
+                continue
+            t = full * n  # (plus the residues a .. b-1, wrapping at bs: a loop, not slices and sums)
+            for h in range(a, b if b <= bs else bs):
+                t += res[h]
+            for h in range(b - bs):
+                t += res[h]
+            out.append(t)
         return out
 
     def run_blocks(self, k: int) -> list[int]:

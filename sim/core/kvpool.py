@@ -90,10 +90,15 @@ class KVPool:
         """Take ``blocks[c]`` blocks for each class ``c`` at once: the same as :meth:`allocate`
         class by class (the same cached groups evicted, as few as let the total fit), in one
         call (the decode cohort takes blocks for several classes every step)."""
-        n = sum(blocks)
+        n = 0
+        least = 0
+        for b in blocks:  # (a loop: sum and min are generic calls in the compiled build)
+            n += b
+            if b < least:
+                least = b
         while n > self.free and self.cache is not None and self.cache.lru:
             self.free += self.cache.evict_one()
-        if n > self.free or min(blocks) < 0:
+        if n > self.free or least < 0:
             raise KVInvariantError(f"allocate {blocks} blocks with {self.free} free")
         self.free -= n
         used = self.used

@@ -11,6 +11,7 @@ from sim.core.costs import NEVER, NS
 from sim.core.engine import Engine
 from sim.core.errors import StallError
 from sim.core.observe import PROGRESS_EVERY
+from sim.core.simpy_adapter import clock_ns
 from sim.core.source import RequestStream
 
 
@@ -58,7 +59,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     # than stopping where it would only be held back: Stepper.durations_deferring)
     next_open = getattr(source, "next_open_arrival_ns", None) if ahead and hold is None else None
     while True:
-        now = int(env.now)  # (always an int: every delay is in ns)
+        now = clock_ns(env)  # (always an int: every delay is in ns)
         due = source.pop_due(now)
         if ahead:
             due = deferred + due
