@@ -198,6 +198,23 @@ def test_fast_paths_equal_stepping(layout, first_token):
     assert fast.summary_dict["run"]["engine_events"] < stepped.summary_dict["run"]["engine_events"]
 
 
+@pytest.mark.parametrize("layout", ["1p1d", "mixed"])
+def test_the_cluster_tables_are_the_same_without_per_replica_results(layout):
+    # (without them, a prefill replica keeps no rows or step logs of its legs: nothing reads them)
+    from sim.cluster import simulate_cluster
+
+    d = pd_scenario(LAYOUTS[layout])
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    whole = simulate_cluster(scenario_from_dict(copy.deepcopy(d)), per_replica=True)
+    lean = simulate_cluster(scenario_from_dict(copy.deepcopy(d)), per_replica=False)
+    pd.testing.assert_frame_equal(lean.requests, whole.requests, check_exact=True)
+    pd.testing.assert_frame_equal(lean.timeseries, whole.timeseries, check_exact=True)
+    for key in ("overall", "classes", "tenants", "cost"):
+        assert lean.summary_dict[key] == whole.summary_dict[key]
+    assert lean.cluster["disaggregation"] == whole.cluster["disaggregation"]
+    assert whole.replicas and not lean.replicas
+
+
 def test_landed_decoders_join_the_decode_run_in_flight(monkeypatch):
     # a request whose KV lands while the decode replica's run is in flight joins that run at its
     # next step boundary instead of ending it there: fewer engine events, the same bytes
