@@ -234,15 +234,17 @@ def quiet_gc(gen0: int = 50_000):
 
 
 def sim_seconds_bar(progress: bool | None, horizon_s: float, desc: str):
-    """A progress bar of simulated seconds (:func:`sim.progress.progress_bar`; None when off) and
-    the loop's ``on_boundary(now_ns)`` callback that moves it forward."""
+    """A progress bar of simulated seconds (:func:`sim.progress.progress_bar`) and the loop's
+    ``on_boundary(now_ns)`` callback that moves it forward; both None when it is off (the loop
+    then calls nothing at a step boundary)."""
     bar = progress_bar(progress, total=round(horizon_s), unit="sim-s", desc=desc)
+    if bar is None:
+        return None, None
 
     def on_boundary(now: int) -> None:
-        if bar is not None:
-            n = min(now // NS, bar.total)
-            if n > bar.n:
-                bar.update(n - bar.n)
+        n = min(now // NS, bar.total)
+        if n > bar.n:
+            bar.update(n - bar.n)
 
     return bar, on_boundary
 

@@ -62,6 +62,7 @@ from plumbing.documents import DocumentError, loads_json, short
 from plumbing.numbers import in_range, is_integer, is_number
 from plumbing.suggest import did_you_mean
 from sim.core.overhead import MAX_TERM_S, NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
+from sim.core.plan import StepShape
 
 
 SCHEMA = "priosim.profile/1"
@@ -360,7 +361,7 @@ class CostModel:
             return fixed + (cpu - f * cpu) + ctx
         return gpu + cpu - f * gpu
 
-    def price(self, shape) -> int:
+    def price(self, shape: StepShape) -> int:
         """Duration of a step of this :class:`~sim.core.plan.StepShape`, integer ns
         (:meth:`step_ns` of its fields)."""
         return self.step_ns(shape.prefill_tokens, shape.decoders, shape.sum_l2, shape.sum_lc, shape.sum_ctx,

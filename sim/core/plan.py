@@ -5,9 +5,8 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Final, NamedTuple
+from typing import Final
 
 from sim.core.request import Request
 
@@ -34,7 +33,7 @@ def least_urgent(class_priority: list[int], counts: list[int], top: int = NO_PRI
 rank: Final = attrgetter("key", "admit_seq")
 
 
-class StepShape(NamedTuple):
+class StepShape:
     """What the cost model prices of one step (:meth:`sim.core.costs.CostModel.price`).
 
     ``prefill_tokens``: tokens prefilled (plus speculative verification tokens);
@@ -44,53 +43,72 @@ class StepShape(NamedTuple):
     ``admitted``: requests whose prefill starts in the step (the last two: engine overhead).
     """
 
-    prefill_tokens: int
-    decoders: int
-    sum_l2: int
-    sum_lc: int
-    sum_ctx: int
-    prefill_chunks: int = 0
-    admitted: int = 0
+    # (this and the two classes below are plain classes with their own __init__, not a
+    # NamedTuple or dataclasses: the compiled build makes them native, and builds one in C where
+    # the generated __init__ or __new__ would be a Python call; made at every engine event)
+    __slots__ = ("prefill_tokens", "decoders", "sum_l2", "sum_lc", "sum_ctx", "prefill_chunks", "admitted")
+
+    def __init__(self, prefill_tokens: int, decoders: int, sum_l2: int, sum_lc: int, sum_ctx: int,
+                 prefill_chunks: int = 0, admitted: int = 0) -> None:
+        self.prefill_tokens = prefill_tokens
+        self.decoders = decoders
+        self.sum_l2 = sum_l2
+        self.sum_lc = sum_lc
+        self.sum_ctx = sum_ctx
+        self.prefill_chunks = prefill_chunks
+        self.admitted = admitted
+
+    def __repr__(self) -> str:
+        return "StepShape(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
 
 
-@dataclass(slots=True)
 class Scheduled:
     """One request's share of a step."""
 
-    req: Request
-    tokens: int
-    computed_before: int  # the request's tokens already computed before this chunk (its KV context)
-    decode: bool
-    admitted: bool = False  # taken from the waiting set in this step
-    at: int = 0  # the run's step it joined at (> 0: admitted inside a held run, sim.cluster.replicas)
-    # a prefill that goes on in a fast-forwarded run's next steps (sim.core.fastforward): the
-    # tokens it takes in each (the last takes what is left), and how many steps after the first
-    # it prefills in (its first token ends the last of them); 0 for every other item
-    chunk: int = 0
-    chunk_steps: int = 0
+    __slots__ = ("req", "tokens", "computed_before", "decode", "admitted", "at", "chunk", "chunk_steps")
+
+    def __init__(self, req: Request, tokens: int, computed_before: int, decode: bool, admitted: bool = False,
+                 at: int = 0) -> None:
+        self.req = req
+        self.tokens = tokens
+        self.computed_before = computed_before  # the request's tokens already computed before this chunk (its KV context)
+        self.decode = decode
+        self.admitted = admitted  # taken from the waiting set in this step
+        self.at = at  # the run's step it joined at (> 0: admitted inside a held run, sim.cluster.replicas)
+        # a prefill that goes on in a fast-forwarded run's next steps (sim.core.fastforward): the
+        # tokens it takes in each (the last takes what is left), and how many steps after the first
+        # it prefills in (its first token ends the last of them); 0 for every other item
+        self.chunk = 0
+        self.chunk_steps = 0
+
+    def __repr__(self) -> str:
+        return "Scheduled(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
-@dataclass(slots=True)
 class StepPlan:
     """Who runs in a step and what moves: items (explicitly scheduled requests), the lazily-advanced
     cohort's decoders, admissions, preemptions and swaps (blocks each way, and who)."""
 
-    items: list[Scheduled] = field(default_factory=list)
-    admitted: int = 0
-    preempted: int = 0
-    swap_out_blocks: int = 0
-    swap_in_blocks: int = 0
-    swapped_out: list = field(default_factory=list)  # (request, blocks)
-    swapped_in: list = field(default_factory=list)
-    cohort: int = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
-    kinds: list = field(default_factory=list)  # items' kinds, for the iteration trace
-    # a fast-forwarded run's later steps in which a recompute's prompt is chunked: (step, its
-    # tokens, the step's tokens, its class), for the share of their time lost to preemption
-    # (None: none)
-    recompute_steps: list | None = None
-    # items that are decoders whose KV landed inside a held run (``at`` > 0, ``decode``; a
-    # disaggregated decode replica's): not in the running set until the run ends
-    landed: int = 0
+    __slots__ = ("items", "admitted", "preempted", "swap_out_blocks", "swap_in_blocks", "swapped_out", "swapped_in",
+                 "cohort", "kinds", "recompute_steps", "landed")
+
+    def __init__(self) -> None:
+        self.items: list[Scheduled] = []
+        self.admitted = 0
+        self.preempted = 0
+        self.swap_out_blocks = 0
+        self.swap_in_blocks = 0
+        self.swapped_out: list = []  # (request, blocks)
+        self.swapped_in: list = []
+        self.cohort = 0  # decoders of the lazily-advanced cohort in this step (beyond ``items``)
+        self.kinds: list = []  # items' kinds, for the iteration trace
+        # a fast-forwarded run's later steps in which a recompute's prompt is chunked: (step, its
+        # tokens, the step's tokens, its class), for the share of their time lost to preemption
+        # (None: none)
+        self.recompute_steps: list | None = None
+        # items that are decoders whose KV landed inside a held run (``at`` > 0, ``decode``; a
+        # disaggregated decode replica's): not in the running set until the run ends
+        self.landed = 0
 
     @property
     def empty(self) -> bool:

@@ -23,7 +23,7 @@ mutates blocks and the running set; the step is then priced and applied (:mod:`s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, NamedTuple
+from typing import Final
 
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
@@ -37,16 +37,12 @@ SWAPPED: Final = State.SWAPPED
 RUNNING: Final = State.RUNNING
 
 
-class Fit(NamedTuple):
-    """Whether a waiting request can be admitted now, and what admitting it takes."""
-
-    fits: bool
-    tokens: int  # this step's tokens (0: the budget cannot take it)
-    blocks: int  # new device blocks (after those of cached prefix groups it reuses)
-    hit: int  # cached prefix groups it would reuse
-
-
-NO_FIT: Final = Fit(False, 0, 0, 0)
+#: Whether a waiting request can be admitted now, and what admitting it takes: ``(fits, tokens,
+#: blocks, hit)``: this step's tokens (0: the budget cannot take it), new device blocks (after
+#: those of cached prefix groups it reuses), cached prefix groups it would reuse. (A plain
+#: tuple: the compiled build keeps it unboxed; a NamedTuple is made by a Python call.)
+Fit = tuple[bool, int, int, int]
+NO_FIT: Final[Fit] = (False, 0, 0, 0)
 
 
 def budget_left(eng: Engine, scheduled: dict, cohort: int = 0) -> int:
@@ -401,7 +397,7 @@ def fits(eng: Engine, w: Request, budget: int) -> Fit:
     n, need, hit = admission(eng, w, budget)
     if n == 0:
         return NO_FIT
-    return Fit(need <= _available(eng, w, hit), n, need, hit)
+    return need <= _available(eng, w, hit), n, need, hit
 
 
 def _available(eng: Engine, w: Request, hit: int) -> int:
@@ -508,7 +504,7 @@ def _evict(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, now_ns: int
             eng.queues.ordered_in(v)
         preempt(eng, v, plan, scheduled, now_ns)
         now_fits = fits(eng, w, budget_left(eng, scheduled, plan.cohort))
-        if now_fits.fits:
+        if now_fits[0]:  # (it fits)
             break
     return now_fits
 
