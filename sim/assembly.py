@@ -29,6 +29,7 @@ from sim.core.guard import guard_policy
 from sim.core.kvpool import KVPool
 from sim.core.preemption import PREEMPTION_MODES
 from sim.core.prefix_cache import PrefixCache
+from sim.core.simpy_adapter import run_all
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 from sim.progress import progress_bar
@@ -257,7 +258,7 @@ def run_to_end(env: simpy.Environment, bar, proc=None) -> None:
             if isinstance(env, LoneClock):
                 env.run_process(proc)
             else:
-                env.run()
+                run_all(env)
     finally:
         if bar is not None:
             bar.close()

@@ -10,8 +10,10 @@ import math
 
 import simpy
 
-from sim.core.simpy_adapter import (drop_dead_events, hand_over, next_event_ns, rearm, trigger,
-                                    trigger_urgent)
+import pytest
+
+from sim.core.simpy_adapter import (clock_ns, drop_dead_events, hand_over, next_event_ns, rearm, run_all,
+                                    trigger, trigger_urgent)
 
 
 def logger(log: list, name: str):
@@ -141,3 +143,39 @@ def test_dropping_dead_events_keeps_the_live_ones_in_order():
     assert len(env._queue) == 4 and all(e[3].callbacks for e in env._queue)
     env.run()
     assert [x[:2] for x in log] == [("e6", 3), ("e4", 3), ("e0", 5), ("e2", 9)] and env.now == 9
+
+
+def _mixed_run(env: simpy.Environment, log: list) -> None:
+    """Timeouts, processes, URGENT and NORMAL events at shared instants, and an event triggered
+    from a callback: what a cluster's queue holds."""
+    def proc(name: str, delays: list[int]):
+        for d in delays:
+            yield env.timeout(d)
+            log.append((name, env.now))
+            ev = env.event()
+            ev.callbacks.append(logger(log, name + "-urgent"))
+            trigger_urgent(ev, 0)
+
+    env.process(proc("a", [3, 4, 0, 5]))
+    env.process(proc("b", [7, 0, 2]))
+    for t in (7, 9, 12):
+        ev = env.event()
+        ev.callbacks.append(logger(log, f"normal-{t}"))
+        trigger(ev, t)
+
+
+def test_run_all_processes_the_queue_as_run_does():
+    """Points 1 and 4: ``run_all`` gives the order and instants of ``Environment.run()``; a
+    failed event nobody defused raises as there; ``clock_ns`` is ``now`` (point 6)."""
+    logs = []
+    for runner in (lambda env: env.run(), run_all):
+        env, log = simpy.Environment(), []
+        _mixed_run(env, log)
+        runner(env)
+        assert clock_ns(env) == env.now == 12 and not env._queue
+        logs.append(log)
+    assert logs[0] == logs[1] and len(logs[0]) == 17
+    env = simpy.Environment()
+    env.event().fail(ValueError("boom"))
+    with pytest.raises(ValueError, match="boom"):
+        run_all(env)

@@ -69,7 +69,7 @@ from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
-from sim.core.simpy_adapter import call_at, clock_ns, drop_dead_events, hand_over, trigger, trigger_urgent
+from sim.core.simpy_adapter import call_at, clock_ns, drop_dead_events, hand_over, rearm, trigger, trigger_urgent
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 
@@ -129,6 +129,7 @@ class PDReplica:
         # the pricing events in the queue (one a instant: a re-priced run reuses a stale one)
         self._price_at = NEVER
         self._price_armed: set[int] = set()
+        self._price_spare: simpy.Event | None = None  # a pricing event processed, to be armed again
         self._span = 0  # the least time a stretch prices ahead, ns
         # decoders whose KV landed while the run was in flight and that joined it (``land``):
         # (request, boundary ns, step, the run's k before, its plan item), in order
@@ -243,13 +244,19 @@ class PDReplica:
             self._price_at = bound
             if bound not in self._price_armed:
                 self._price_armed.add(bound)
-                pev = simpy.Event(self.cluster.env)
-                pev.callbacks.append(self._price_on)
+                pev = self._price_spare
+                if pev is None:
+                    pev = simpy.Event(self.cluster.env)
+                    pev.callbacks.append(self._price_on)
+                else:  # (one processed before: cheaper than a new one)
+                    self._price_spare = None
+                    rearm(pev, [self._price_on])
                 trigger_urgent(pev, bound - now_ns)
 
     def _price_on(self, pev) -> None:
         now = clock_ns(self.cluster.env)
         self._price_armed.discard(now)
+        self._price_spare = pev
         if now == self._price_at and self._run is not None:
             self._price(now)
 
@@ -613,6 +620,7 @@ class DisaggCluster:
         self.victims_due: list[int] = []
         self._at = NEVER  # the next delivery's instant (NEVER: none armed)
         self._armed: set[int] = set()  # instants of delivery events in the queue (one a instant)
+        self._spare: simpy.Event | None = None  # a delivery event processed, to be armed again
         self.bytes_per_token = 0
         self.layers = 1
 
@@ -639,8 +647,13 @@ class DisaggCluster:
             self._at = t_ns
             if t_ns not in self._armed:
                 self._armed.add(t_ns)
-                ev = self.env.event()
-                ev.callbacks.append(self._deliver)
+                ev = self._spare
+                if ev is None:
+                    ev = simpy.Event(self.env)
+                    ev.callbacks.append(self._deliver)
+                else:  # (a delivery event processed before: cheaper than a new one)
+                    self._spare = None
+                    rearm(ev, [self._deliver])
                 trigger_urgent(ev, t_ns - now)
 
     def start(self) -> None:
@@ -649,6 +662,7 @@ class DisaggCluster:
     def _deliver(self, ev) -> None:
         now = clock_ns(self.env)
         self._armed.discard(now)
+        self._spare = ev  # (processed: the next instant armed may use it again)
         if now != self._at:
             return  # (superseded by an earlier one, or not armed again yet)
         self._at = NEVER

@@ -25,7 +25,8 @@ What it relies on (SimPy 4.1's ``simpy/core.py`` and ``simpy/events.py``; each p
    sets the clock (``_now``) to its time and processes it; removing entries and re-heapifying
    keeps the order of the rest.
 2. ``Environment.schedule(event, priority, delay)`` pushes ``(now + delay, priority, eid,
-   event)``; ``URGENT`` (0) sorts before ``NORMAL`` (1) at one instant.
+   event)``, ``eid`` from the iterator ``Environment._eid``; ``URGENT`` (0) sorts before
+   ``NORMAL`` (1) at one instant.
 3. An event succeeds when processed with ``_ok = True`` (its value ``_value``); that is what
    ``Event.succeed`` and ``Timeout.__init__`` set before scheduling. A new or re-armed event has
    ``_value is PENDING`` (``Event.triggered`` is False).
@@ -41,7 +42,7 @@ Compiled with the engine (``sim.native.MODULES``): these run at every held run's
 """
 from __future__ import annotations
 
-from heapq import heapify, heappop
+from heapq import heapify, heappop, heappush
 
 import simpy
 from simpy.core import Infinity
@@ -60,7 +61,8 @@ def trigger(ev: simpy.Event, delay: int, priority: EventPriority = NORMAL) -> No
     schedules with the delay that ``succeed`` lacks (point 2)."""
     ev._ok = True
     ev._value = None
-    ev.env.schedule(ev, priority, delay)
+    env = ev.env  # (what Environment.schedule does, point 2, without its Python call)
+    heappush(env._queue, (env._now + delay, priority, next(env._eid), ev))
 
 
 def trigger_urgent(ev: simpy.Event, delay: int = 0) -> None:
@@ -112,3 +114,21 @@ def drop_dead_events(env: simpy.Environment) -> None:
     if len(live) < len(q):
         q[:] = live
         heapify(q)
+
+
+def run_all(env: simpy.Environment) -> None:
+    """``env.run()``: process the events in ``env``'s queue in their order until none is left,
+    each as ``Environment.step`` does (points 1 and 4: a failed event that nobody defused
+    raises, as there), in a compiled loop where SimPy's is interpreted."""
+    q = env._queue
+    while q:
+        t, _, _, ev = heappop(q)
+        env._now = t
+        callbacks = ev.callbacks
+        ev.callbacks = None  # type: ignore[assignment]  # (processed, as SimPy marks it)
+        for callback in callbacks:
+            callback(ev)
+        if not ev._ok and not hasattr(ev, "_defused"):
+            exc = type(ev._value)(*ev._value.args)
+            exc.__cause__ = ev._value
+            raise exc
