@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## Disaggregated against co-located"
-REPEATS = 3
+REPEATS = 5
 PD = 'cluster={groups=[{name="prefill",role="prefill",replicas=2},{name="decode",role="decode",replicas=2}]}'
 CO = "cluster={replicas=4}"
 CASES = [("diurnal_two_class, 600 s at load 0.5", "diurnal_two_class", ["horizon_s=600"], 0.5),

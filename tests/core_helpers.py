@@ -59,19 +59,6 @@ def both_ways(request, monkeypatch):
 TWO_CLASSES = ({"name": "hi", "priority": 0}, {"name": "lo", "priority": 1})
 
 
-class Recorder(Telemetry):
-    """Telemetry that also logs each preemption as ``(request id, how)`` (``"recompute"``,
-    ``"swap"`` or ``"fallback"``, as :meth:`sim.core.preemption.PreemptionMode.how` said)."""
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self.preempted: list[tuple[int, str]] = []
-
-    def on_preempt(self, req: Request, mode: str, now_ns: int) -> None:
-        super().on_preempt(req, mode, now_ns)
-        self.preempted.append((req.request_id, mode))
-
-
 class Bench:
     """One engine and its clock, for tests that drive the planner step by step.
 
@@ -95,7 +82,8 @@ class Bench:
             policy = make_policy(policy)
             if hasattr(policy, "bind"):
                 policy.bind({c.name: c.model_dump() for c in self.classes}, 0)
-        self.tel = Recorder([c.name for c in self.classes], 10**9, costs, cfg.block_size)
+        self.tel = Telemetry([c.name for c in self.classes], 10**9, costs, cfg.block_size)
+        self.tel.preempt_log = []  # (each preemption and how it was done: ``preempted``)
         self.eng = Engine(None, cfg, costs, policy, self.classes, pool, self.tel)
         self.now = 0  # ns
         self._next_id = 0
@@ -183,7 +171,7 @@ class Bench:
     @property
     def preempted(self) -> list[tuple[int, str]]:
         """Every preemption so far, ``(request id, how)``, in order."""
-        return self.tel.preempted
+        return self.tel.preempt_log
 
     @property
     def running(self) -> list[int]:

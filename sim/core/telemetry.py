@@ -20,7 +20,6 @@ from typing import Callable
 
 import numpy as np
 
-from sim.core.class_options import mypyc_attr
 from sim.core.columns import CONVERSIONS, FLOAT, INT, RECORDED, SOURCES, STR
 from sim.core.request import Request
 
@@ -49,7 +48,6 @@ ROW_BLOCK = 512
 RUN_BLOCK = 4096
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # (tests subclass it to log what the engine tells it)
 class Telemetry:
     def __init__(self, class_names: list[str], interval_ns: int, costs=None, block_size: int = 16) -> None:
         self.class_names = class_names
@@ -101,6 +99,9 @@ class Telemetry:
         # hand it its steps, and an ended request is only counted (``unkept``)
         self.keeps = True
         self.unkept = 0
+        # each preemption's (request id, how: "recompute", "swap" or "fallback"), in order, when
+        # a caller asks for it by setting a list here (the engine's tests read it)
+        self.preempt_log: list[tuple[int, str]] | None = None
 
     def __reduce__(self) -> tuple:
         # (a windowed run's workers send theirs back pickled, sim.cluster.executors: the compiled
@@ -149,6 +150,8 @@ class Telemetry:
     def on_preempt(self, req: Request, mode: str, now_ns: int) -> None:
         self.preempt_by_mode[mode] += 1
         self.preempt_bin[now_ns // self.interval_ns] += 1
+        if self.preempt_log is not None:
+            self.preempt_log.append((req.request_id, mode))
 
     def on_swap(self, req: Request, blocks: int) -> None:
         if self.costs is not None and blocks:
