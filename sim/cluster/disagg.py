@@ -69,7 +69,7 @@ from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
-from sim.core.simpy_adapter import call_at, clock_ns, drop_dead_events, hand_over, rearm, trigger, trigger_urgent
+from sim.core.simpy_adapter import after, call_at, clock_ns, drop_dead_events, hand_over, rearm, trigger, trigger_urgent
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 
@@ -115,6 +115,7 @@ class PDReplica:
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
+        self._tick: simpy.Event | None = None  # what the loop last waited on (``sleep``)
         self._stop_armed = False  # the horizon's wake-up is in SimPy's queue (``_stop_alarm``)
         # a decode replica holds its runs open (``hold``): priced a stretch at a time, cut short
         # when a message is delivered here (``cut``), their KV blocks allocated as far as read
@@ -535,6 +536,12 @@ class PDReplica:
         self.step_end_lb = min(t, self.engine.next_change_ns, cl.stop_ns)
         return t
 
+    def sleep(self, delay_ns: int) -> simpy.Event:
+        """What the replica loop waits on for ``delay_ns``: its one event, armed again (a prefill
+        replica waits out every step so, not in a held run)."""
+        ev = self._tick = after(self.cluster.env, self._tick, delay_ns)
+        return ev
+
     def wakeup(self, until_ns: int):
         """Fires when something is delivered or routed here, or at the horizon."""
         env = self.cluster.env
@@ -879,9 +886,9 @@ class DisaggCluster:
         rule, pool, lim, q = eng.waiting_rule, eng.pool, eng.limits, eng.queues
         if not (rule.evicts and eng.grows_blocks and pool.plain) or eng.on_recompute is None:
             return False
-        if eng.policy.static_ranking:
-            victims = rule.victims(w, q.running.values(), q)
-            victims.sort(key=rank, reverse=True)
+        static = eng.policy.static_ranking
+        if static:
+            victims = rule.victims(w, q.running.values(), q)  # (ranked below, once they are enough)
         elif q.top > w.priority:  # (keys that change with time or service: by class priority alone)
             # ranked by their keys now, as a plan here would rank them (the running requests'
             # keys are those of the replica's last plan, a step ago stepping, a run ago
@@ -902,6 +909,8 @@ class DisaggCluster:
         short = need + lim.watermark_blocks - pool.free  # blocks still missing
         if len(victims) < slots or sum(v.blocks for v in victims) < short:
             return False
+        if static:
+            victims.sort(key=rank, reverse=True)
         if coh is not None and coh.members:
             coh.dissolve()  # (victims leave the running set as explicit requests)
         q.rank_order = None  # (the kept rank order is rebuilt without the victims)

@@ -24,7 +24,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     ``source`` (:class:`~sim.core.source.RequestStream`) provides ``pop_due(now)`` (requests that
     have arrived) and ``next_arrival_ns()`` (when the next may arrive; a lower bound is enough,
     it only stops fast-forward early), and may provide ``on_run(now, durations)``, told of each
-    run of steps as it starts.
+    run of steps as it starts, and ``sleep(delay)``, the event to wait on for ``delay`` ns (in
+    place of ``env.timeout``).
     When the replica is idle it sleeps until the next arrival, or on ``source.wakeup`` (a SimPy
     event) when the source has one (a router in front of several replicas).
     """
@@ -42,6 +43,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     held = getattr(source, "held", None)
     wakeup = getattr(source, "wakeup", None)
     finished = getattr(source, "finished", None)
+    sleep = getattr(source, "sleep", None) or env.timeout  # (a source may give cheaper waits)
     next_sample = 0
     # next event count at which to check progress (and the max_events stop)
     check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
@@ -91,7 +93,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                 break
             # (a closed-loop user answered by a rejection at its arrival instant, before this
             # boundary, may already have sent its next request: then take it in at once)
-            yield env.timeout(max(min(next_arrival, stop_ns) - now, 0))
+            yield sleep(max(min(next_arrival, stop_ns) - now, 0))
             continue
         plan = engine.plan(now)
         if plan.empty and plan.preempted:
@@ -109,7 +111,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                                  f"({engine.describe_live()})")
             wake = max(min(next_arrival, engine.next_change_ns, stop_ns), now)
             tel.idle_with_work_ns += wake - now
-            yield env.timeout(wake - now)
+            yield sleep(wake - now)
             continue
         compute = engine.compute_ns(plan)
         transfer = engine.transfer_ns(plan)
@@ -134,7 +136,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                 durations = stepper.durations(engine, plan, now, next_event, dur0)
             if on_run is not None:
                 on_run(now, durations)
-            yield env.timeout(sum(durations))
+            yield sleep(sum(durations))
         else:
             assert held is not None  # (a source that holds runs says what it held)
             yield hold(now, plan, dur0, stepper.open_run(engine, plan, now, next_event, dur0))

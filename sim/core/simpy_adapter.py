@@ -83,6 +83,19 @@ def rearm(ev: simpy.Event, callbacks: list) -> None:
     ev._value = PENDING
 
 
+def after(env: simpy.Environment, ev: simpy.Event | None, delay: int) -> simpy.Event:
+    """An event that succeeds ``delay`` ns from now, as ``env.timeout(delay)`` (one queue entry,
+    point 3): ``ev`` armed again (point 4), or a new one for None. ``ev`` must have been
+    processed: the caller's own, which a process waiting on one event at a time has resumed
+    from (or else waited on and resumed past) before it asks again."""
+    if ev is None:
+        ev = simpy.Event(env)
+    else:
+        rearm(ev, [])
+    trigger(ev, delay)
+    return ev
+
+
 def hand_over(old: simpy.Event) -> simpy.Event:
     """A new event of ``old``'s environment taking over ``old``'s callbacks (its waiter); ``old``
     keeps none. If ``old`` is scheduled, it stays in the queue as a dead event (points 4, 5)."""
