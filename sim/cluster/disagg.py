@@ -211,7 +211,7 @@ class PDReplica:
     # ends changes nothing in the results (only how many steps are priced and then cut off).
     STRETCH: ClassVar[int] = 16
 
-    def _hold(self, now_ns: int, plan, dur0: int, run):
+    def _hold(self, now_ns: int, plan: StepPlan, dur0: int, run: OpenRun | None) -> simpy.Event:
         self._plan, self._alloc_k, self._open = plan, 1, run
         self._through = run is not None and run.through
         self._reset_gone()

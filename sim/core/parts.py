@@ -21,6 +21,8 @@ from sim.core.kvpool import KVPool
 from sim.core.limits import StepLimits
 from sim.core.queues import Queues
 from sim.core.request import Request
+from sim.core.speculation import Speculation
+from sim.core.telemetry import Telemetry
 
 __all__ = ["EngineParts"]
 
@@ -55,8 +57,8 @@ class EngineParts:
     preemption: Any
     waiting_rule: Any
     costs: CostModel
-    tel: Any
-    spec: Any
+    tel: Telemetry
+    spec: Speculation | None
     spec_k: int
     cfg: Any
     bs: int
