@@ -297,13 +297,12 @@ def _record(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], em
     the boundary before that step."""
     if eng.spec is not None:
         eng.spec.stats["steps"] += 1
-    if not eng.tel.keeps:
-        pass  # (nothing reads its step log)
-    elif leavers or entrants or landed:
-        _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants, landed)
-    else:
-        eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
-                        extra_tokens if eng.spec is not None else None)
+    if eng.tel.keeps:  # (a telemetry that nobody reads is handed no steps)
+        if leavers or entrants or landed:
+            _log_segments(eng.tel, start_ns, durations, emitted, steady, by_tenant, leavers, entrants, landed)
+        else:
+            eng.tel.log_run(start_ns, durations, emitted, steady, by_tenant,
+                            extra_tokens if eng.spec is not None else None)
     on_scheduled = eng.policy.on_scheduled
     if on_scheduled is not None:
         k = len(durations)

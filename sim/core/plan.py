@@ -71,7 +71,7 @@ class Scheduled:
                  at: int = 0) -> None:
         self.req = req
         self.tokens = tokens
-        self.computed_before = computed_before  # the request's tokens already computed before this chunk (its KV context)
+        self.computed_before = computed_before  # tokens computed before this chunk (its KV context)
         self.decode = decode
         self.admitted = admitted  # taken from the waiting set in this step
         self.at = at  # the run's step it joined at (> 0: admitted inside a held run, sim.cluster.replicas)

@@ -10,12 +10,17 @@ elsewhere and routes arrivals ahead of the clock, and to keep that to one SimPy 
   ``Timeout`` whose callback calls ``succeed`` is two events), with SimPy's ``URGENT`` priority
   for the router (:func:`trigger_urgent`: it routes an instant's arrivals before any replica
   ends a step then);
-* re-arms an event that was processed, to use it again (:func:`rearm`: cheaper than a new one);
+* re-arms an event that was processed, to use it again (:func:`rearm`: cheaper than a new one;
+  :func:`after`, a waiter's own event as a timeout);
 * moves an event's waiters to a new event when a run ends earlier than scheduled
   (:func:`hand_over`); the old event stays in the queue with no callback, a *dead* event;
 * looks at the head of the event queue, dropping dead events there (:func:`next_event_ns`), and
   removes every dead event once every replica has exited (:func:`drop_dead_events`: processing
   one would only move the clock, and the run's end is the clock's).
+
+And since a cluster's run is a few SimPy events a request, it runs the queue in a compiled loop
+(:func:`run_all`, what ``env.run()`` does) and reads the clock without the property's call
+(:func:`clock_ns`).
 
 What it relies on (SimPy 4.1's ``simpy/core.py`` and ``simpy/events.py``; each point is pinned by
 ``tests/test_simpy_adapter.py``, and pyproject.toml bounds simpy to the releases it passed on):
@@ -106,9 +111,9 @@ def hand_over(old: simpy.Event) -> simpy.Event:
 
 def next_event_ns(env: simpy.Environment) -> float:
     """When the next live event in ``env``'s queue happens (inf if none), first dropping the dead
-    events at its head: those that succeed with no callback (points 1 and 5). The caller must know that no callback can be added to a
-    dead event before its instant (in a cluster: every event is waited on, if at all, as soon as
-    it is made)."""
+    events at its head: those that succeed with no callback (points 1 and 5). The caller must
+    know that no callback can be added to a dead event before its instant (in a cluster: every
+    event is waited on, if at all, as soon as it is made)."""
     q = env._queue  # (SimPy's event heap: (time, priority, id, event))
     while q:
         ev = q[0][3]
