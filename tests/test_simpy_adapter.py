@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 
-import simpy
-
 import pytest
+import simpy
 
 from sim.core.simpy_adapter import (clock_ns, drop_dead_events, hand_over, next_event_ns, rearm, run_all,
                                     trigger, trigger_urgent)

@@ -69,7 +69,8 @@ from sim.core.loop import replica_loop
 from sim.core.plan import Scheduled, StepPlan, rank
 from sim.core.preemption import count_preempted, drop_progress
 from sim.core.request import Request, State
-from sim.core.simpy_adapter import after, call_at, clock_ns, drop_dead_events, hand_over, rearm, trigger, trigger_urgent
+from sim.core.simpy_adapter import (after, armed, call_at, clock_ns, drop_dead_events, hand_over, trigger,
+                                    trigger_urgent)
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 
@@ -245,13 +246,8 @@ class PDReplica:
             self._price_at = bound
             if bound not in self._price_armed:
                 self._price_armed.add(bound)
-                pev = self._price_spare
-                if pev is None:
-                    pev = simpy.Event(self.cluster.env)
-                    pev.callbacks.append(self._price_on)
-                else:  # (one processed before: cheaper than a new one)
-                    self._price_spare = None
-                    rearm(pev, [self._price_on])
+                pev = armed(self.cluster.env, self._price_spare, [self._price_on])
+                self._price_spare = None
                 trigger_urgent(pev, bound - now_ns)
 
     def _price_on(self, pev) -> None:
@@ -654,13 +650,8 @@ class DisaggCluster:
             self._at = t_ns
             if t_ns not in self._armed:
                 self._armed.add(t_ns)
-                ev = self._spare
-                if ev is None:
-                    ev = simpy.Event(self.env)
-                    ev.callbacks.append(self._deliver)
-                else:  # (a delivery event processed before: cheaper than a new one)
-                    self._spare = None
-                    rearm(ev, [self._deliver])
+                ev = armed(self.env, self._spare, [self._deliver])
+                self._spare = None
                 trigger_urgent(ev, t_ns - now)
 
     def start(self) -> None:

@@ -35,7 +35,8 @@ from sim.core.engine import Engine
 from sim.core.fastforward import OpenRun, allocate_run
 from sim.core.loop import replica_loop
 from sim.core.planner import admit_alone
-from sim.core.simpy_adapter import call_at, drop_dead_events, hand_over, next_event_ns, rearm, trigger, trigger_urgent
+from sim.core.simpy_adapter import (armed, call_at, clock_ns, drop_dead_events, hand_over, next_event_ns, rearm,
+                                    trigger, trigger_urgent)
 from sim.routers import counts_router
 
 
@@ -192,13 +193,9 @@ class Replica:
         # (the view is recounted before the next routing: ``pop_due`` marked the replica)
         # the event the loop waits on is itself scheduled at the run's end (one SimPy event a
         # run), once that is known
-        ev = self._spare
-        if ev is None:
-            ev = simpy.Event(self.cluster.env)
-        else:  # (re-armed as a new event: it has fired and left the queue; cheaper than a new one)
-            self._spare = None
-            rearm(ev, [])
-        self._run_ev = ev
+        # (the spare re-armed as a new event: it has fired and left the queue; cheaper than a new one)
+        ev = self._run_ev = armed(self.cluster.env, self._spare, [])
+        self._spare = None
         if run is not None:
             # (the same lists: a stretch appends to them, a cut truncates them)
             self._durs, self._ends, self._gone_ns = run.durs, run.ends, run.gone_ns
@@ -224,7 +221,7 @@ class Replica:
         if run.done:
             self._run = None
             self._end = end = self._ends[-1]
-            trigger(ev, end - int(cl.env.now))  # (the clock: the router may price ahead of it)
+            trigger(ev, end - clock_ns(cl.env))  # (the clock: the router may price ahead of it)
         else:
             self._end = NEVER
             self._bound = bound
@@ -236,7 +233,7 @@ class Replica:
         ``next_event_ns`` and, once every replica has exited, ``drop_dead_events`` drop it)."""
         self._end = end_ns
         ev = self._renew_event()
-        trigger(ev, end_ns - int(ev.env.now))
+        trigger(ev, end_ns - clock_ns(ev.env))
 
     def _renew_event(self) -> simpy.Event:
         """A new event for the run in flight, taking over the old one's waiter (the old one, if
@@ -362,7 +359,7 @@ class Replica:
                 del self._durs[k:]
                 del ends[k:]
             self._end = end = ends[-1]
-            trigger(ev, end - int(self.cluster.env.now))
+            trigger(ev, end - clock_ns(self.cluster.env))
         elif k < len(ends):
             del self._durs[k:]
             del ends[k:]
@@ -440,13 +437,13 @@ class Replica:
         if self._wake is ev:
             self._wake = None  # (fired: ``notify`` has nothing to do until the next ``wakeup``)
         if not ev.triggered:
-            self.next_boundary = self.cluster.env.now + delay_ns
+            self.next_boundary = clock_ns(self.cluster.env) + delay_ns
             trigger(ev, delay_ns)  # (``ev.succeed()`` with a delay)
 
     def notify(self, now_ns: int | None = None) -> None:
         """A request was routed here at ``now_ns`` (default: now): wake the replica then if it sleeps."""
         if self._wake is not None:
-            self._fire(self._wake, 0 if now_ns is None else now_ns - self.cluster.env.now)
+            self._fire(self._wake, 0 if now_ns is None else now_ns - clock_ns(self.cluster.env))
 
     def finished(self) -> bool:
         return self.cluster.finished()
@@ -611,7 +608,7 @@ class _Cluster:
         end is not scheduled yet ends at or after the arrival its stretch reaches, where this
         loop prices it on: ``price_on``.)"""
         env = self.env
-        now = env.now
+        now = clock_ns(env)
         stop = self.stop_ns
         while True:
             self.route_until(now)
@@ -627,12 +624,12 @@ class _Cluster:
             now = t
         # (the event that called this, re-armed: it has fired and left the queue)
         rearm(ev, [self._route_open])
-        trigger_urgent(ev, t - env.now)
+        trigger_urgent(ev, t - clock_ns(env))
 
     def router_proc(self):
         env = self.env
         while True:
-            now = env.now
+            now = clock_ns(env)
             self.route_until(now)
             if now >= self.stop_ns:
                 return

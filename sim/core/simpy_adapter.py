@@ -11,7 +11,7 @@ elsewhere and routes arrivals ahead of the clock, and to keep that to one SimPy 
   for the router (:func:`trigger_urgent`: it routes an instant's arrivals before any replica
   ends a step then);
 * re-arms an event that was processed, to use it again (:func:`rearm`: cheaper than a new one;
-  :func:`after`, a waiter's own event as a timeout);
+  :func:`armed`, a spare one or a new one; :func:`after`, a waiter's own event as a timeout);
 * moves an event's waiters to a new event when a run ends earlier than scheduled
   (:func:`hand_over`); the old event stays in the queue with no callback, a *dead* event;
 * looks at the head of the event queue, dropping dead events there (:func:`next_event_ns`), and
@@ -88,15 +88,23 @@ def rearm(ev: simpy.Event, callbacks: list) -> None:
     ev._value = PENDING
 
 
+def armed(env: simpy.Environment, spare: simpy.Event | None, callbacks: list) -> simpy.Event:
+    """An untriggered event of ``env`` with ``callbacks``: ``spare``, an event of the caller's
+    that has been processed, armed again (:func:`rearm`), or a new one for None."""
+    if spare is None:
+        ev = simpy.Event(env)
+        ev.callbacks = callbacks
+        return ev
+    rearm(spare, callbacks)
+    return spare
+
+
 def after(env: simpy.Environment, ev: simpy.Event | None, delay: int) -> simpy.Event:
     """An event that succeeds ``delay`` ns from now, as ``env.timeout(delay)`` (one queue entry,
     point 3): ``ev`` armed again (point 4), or a new one for None. ``ev`` must have been
     processed: the caller's own, which a process waiting on one event at a time has resumed
     from (or else waited on and resumed past) before it asks again."""
-    if ev is None:
-        ev = simpy.Event(env)
-    else:
-        rearm(ev, [])
+    ev = armed(env, ev, [])
     trigger(ev, delay)
     return ev
 
