@@ -1,7 +1,7 @@
 """The compiled build (sim.native, mypyc) gives the same results as pure Python.
 
 A session fixture builds the hot modules once per test run in a scratch copy of the project (at
-the C compiler's -O1: about a minute of one core); the tests then use that build: every shipped
+the C compiler's -O0: about 15 s of one core); the tests then use that build: every shipped
 scenario, a cluster, and the benchmark workload with a small KV pool under each preemption mode
 run twice, compiled and pure Python (``PRIOSIM_PURE_PYTHON=1``), and their request tables, time
 series and summaries must be equal; the exactness suite (tests/test_exactness.py: the fast paths
@@ -86,9 +86,9 @@ def _build(folder: Path) -> Path:
     for d in (*PACKAGES, "tests", "benchmarks", "scripts"):
         shutil.copytree(ROOT / d, proj / d, ignore=skip)
     try:
-        # the C compiler's -O1 (its cheap passes): the same code mypyc generates, compiled quickly;
-        # -O0 compiles in 11 CPU-s less, but its code runs the compiled reruns 14 CPU-s slower
-        _run(proj, "-c", "from sim import native; native.build(opt_level='1')")
+        # the C compiler's -O0: the same code mypyc generates, compiled in 11 CPU-s against -O1's
+        # 49 (one C file for every module), its code running the compiled reruns 5 s slower
+        _run(proj, "-c", "from sim import native; native.build(opt_level='0')")
         assert _run(proj, "-c", "from sim import native; print(native.BUILD)").strip() == "mypyc"
     except AssertionError as e:
         failed.write_text(f"the compiled build failed: {e}")
