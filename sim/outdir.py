@@ -6,8 +6,11 @@ The rule every command follows: **no command deletes or overwrites a file it did
   is free; a folder holding a priosim result of the same ``kind`` may be resumed (sweep, tune,
   capacity) or replaced with ``--overwrite`` (run); anything else (a user's files, ``.``,
   ``..``, the scenario's own folder, a result of another kind) is refused in one line.
-- Every result folder holds a marker, ``.priosim.json``: its kind and the files priosim wrote
-  there. Replacing a result touches only those; a user's file added beside them survives.
+- Every result folder holds a marker, ``.priosim.json``: its kind, the names priosim wrote
+  there, and (``paths``) every file and folder under them. Replacing a result touches only
+  those; a user's file added beside them, or inside a folder of theirs (``figures/``, a run's
+  ``replicas/``), survives; a folder with a marker of its own (``figures/``, which ``priosim
+  plot`` adds later) is judged by that marker.
 - ``publish(tmp, out)`` makes a folder filled under a hidden temporary name visible in one
   step: ``renameat2(RENAME_NOREPLACE)`` for a new folder, ``renameat2(RENAME_EXCHANGE)`` to
   replace an old result (so there is no moment with neither), then removes the old one.
@@ -82,21 +85,71 @@ def marker(folder: Path) -> dict | None:
 
 
 def foreign(folder: Path, doc: dict | None) -> list[str]:
-    """Names in ``folder`` that priosim did not write there (by its marker)."""
+    """What in ``folder`` priosim did not write there, by its marker: relative paths (POSIX),
+    a name at the top, or ``sub/.../name`` inside a folder priosim wrote. Inside such a folder
+    its own marker decides (``figures/``), else the outer marker's ``paths``; a marker of an
+    older version lists no paths, and everything inside its folders counts as priosim's."""
     ours = set(doc.get("files", [])) if doc else set()
-    return sorted(p.name for p in folder.iterdir()
-                  if p.name not in ours and p.name not in (MARKER, MOVED) and not _TMP_RE.fullmatch(p.name))
+    paths = set(doc["paths"]) if doc and isinstance(doc.get("paths"), list) else None
+    out: list[str] = []
+    for p in sorted(folder.iterdir(), key=lambda q: q.name):
+        name = p.name
+        if name in (MARKER, MOVED) or _TMP_RE.fullmatch(name):
+            continue
+        is_dir = p.is_dir() and not p.is_symlink()
+        if name not in ours or (paths is not None and name not in paths and not (is_dir and (p / MARKER).is_file())):
+            out.append(name)  # (a name of the kind's that this result never wrote is the user's)
+        elif is_dir:
+            out += [f"{name}/{rel}" for rel in _foreign_inside(p, name, paths)]
+    return out
 
 
-def write_marker(folder: Path, kind: str, files: list[str] | None = None) -> None:
-    """Record ``kind`` and the files priosim wrote in ``folder`` (all of its entries when not
-    given), keeping what an earlier marker listed."""
+def _foreign_inside(d: Path, rel: str, paths: set[str] | None) -> list[str]:
+    """What inside ``d`` (at ``rel`` in the result) priosim did not write: by ``d``'s own marker
+    when it has one, else by the result's recorded ``paths`` (None: all of it is priosim's)."""
+    inner = marker(d) if (d / MARKER).is_file() else None
+    if inner is not None:
+        return foreign(d, inner)
+    if paths is None:
+        return []
+    out: list[str] = []
+    for q in sorted(d.iterdir(), key=lambda q: q.name):
+        sub = f"{rel}/{q.name}"
+        if sub not in paths:
+            out.append(q.name)
+        elif q.is_dir() and not q.is_symlink():
+            out += [f"{q.name}/{x}" for x in _foreign_inside(q, sub, paths)]
+    return out
+
+
+def _tree(folder: Path) -> list[str]:
+    """Every file and folder under ``folder`` (relative POSIX paths; its marker left out)."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        rel = Path(dirpath).relative_to(folder)
+        for n in dirnames + filenames:
+            if not (rel == Path(".") and n == MARKER):
+                out.append((rel / n).as_posix())
+    return sorted(out)
+
+
+def write_marker(folder: Path, kind: str, files: list[str] | None = None, paths: list[str] | None = None) -> None:
+    """Record ``kind`` and the names priosim wrote in ``folder`` (all of its entries when not
+    given), keeping what an earlier marker listed; ``paths``: every file and folder under them
+    (relative), recorded when given, and names added later join them (:func:`foreign` reads
+    them)."""
     old = marker(folder) or {}
-    names = set(old.get("files", []) if old.get("kind") == kind else [])
+    same = old.get("kind") == kind
+    names = set(old.get("files", []) if same else [])
     if files is None:
         files = [p.name for p in folder.iterdir() if p.name not in (MARKER, MOVED) and not _TMP_RE.fullmatch(p.name)]
     names.update(files)
-    write_file(folder / MARKER, json.dumps({"kind": kind, "files": sorted(names)}, indent=1) + "\n")
+    doc: dict = {"kind": kind, "files": sorted(names)}
+    if paths is not None:
+        doc["paths"] = sorted(set(old.get("paths", []) if same else []) | set(paths))
+    elif same and isinstance(old.get("paths"), list):  # (names added to a result later are priosim's too)
+        doc["paths"] = sorted(set(old["paths"]) | set(files))
+    write_file(folder / MARKER, json.dumps(doc, indent=1) + "\n")
 
 
 # ---- before any work ------------------------------------------------------------------------------
@@ -241,8 +294,10 @@ def staged(out: str | Path, kind: str, *, clean: bool = True) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        # (the kind's names too: `priosim plot` adds figures/ to a run later)
-        write_marker(tmp, kind, [p.name for p in tmp.iterdir() if p.name != MARKER] + sorted(KINDS.get(kind, ((), ()))[1]))
+        # (the kind's names too: `priosim plot` adds figures/ to a run later, with a marker of
+        # its own; ``paths`` says what this result wrote inside its folders)
+        write_marker(tmp, kind, [p.name for p in tmp.iterdir() if p.name != MARKER] + sorted(KINDS.get(kind, ((), ()))[1]),
+                     paths=_tree(tmp))
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -261,14 +316,32 @@ def publish(tmp: Path, out: Path) -> None:
             out.rmdir()
             _rename(tmp, out, _NOREPLACE)
             return
-    keep = foreign(out, marker(out))
+    keep = _into(foreign(out, marker(out)), out, tmp)
+    clash = [rel for rel in keep if (tmp / rel).exists() or (tmp / rel).is_symlink()]
+    if clash:  # (before anything moves: the old result stays as it was)
+        raise OutError(f"--out {out}: {clash[0]} is not priosim's, and the new result has a file of that name "
+                       f"(expected it moved elsewhere, or another --out)")
     if keep:  # the user's files go into the new folder first, listed so a kill can put them back
         (tmp / MOVED).write_text(json.dumps(keep))
-        for name in keep:
-            os.rename(out / name, tmp / name)
+        for rel in keep:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(out / rel, tmp / rel)
     _rename(tmp, out, _EXCHANGE)  # now tmp holds the old result: only priosim's files
     (out / MOVED).unlink(missing_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _into(keep: list[str], out: Path, tmp: Path) -> list[str]:
+    """The user's entries ``keep`` (in ``out``) as they can move into the new result ``tmp``: a
+    folder of theirs whose name the new result also has as a folder moves file by file into it."""
+    moves: list[str] = []
+    for rel in keep:
+        src, dst = out / rel, tmp / rel
+        if src.is_dir() and not src.is_symlink() and dst.is_dir() and not dst.is_symlink():
+            moves += _into(sorted(f"{rel}/{q.name}" for q in src.iterdir()), out, tmp)
+        else:
+            moves.append(rel)
+    return moves
 
 
 def clean_stale(out: Path) -> None:
@@ -292,6 +365,7 @@ def clean_stale(out: Path) -> None:
                 names = []
             for name in names:
                 if (tmp / name).exists() and not (out / name).exists() and out.is_dir():
+                    (out / name).parent.mkdir(parents=True, exist_ok=True)
                     os.rename(tmp / name, out / name)
             if any((tmp / n).exists() for n in names):
                 continue  # a user's file still inside: left for a person to look at

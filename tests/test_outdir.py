@@ -160,6 +160,64 @@ def test_publish_exchanges_without_a_window(tmp_path):
     assert json.loads((out / MARKER).read_text())["kind"] == "run"
 
 
+def test_a_users_file_inside_a_results_folder_survives_a_replace(tmp_path):
+    """Inside the folders a result wrote (a run's replicas/) only what it wrote is replaced; a
+    figures/ it never wrote, or one with a marker of its own (``priosim plot``'s), keeps the
+    user's files; nested paths are recorded in the marker."""
+    out = tmp_path / "out"
+    with staged(out, "run") as t:
+        (t / "replicas").mkdir()
+        (t / "replicas" / "r0.json").write_text("old")
+    assert "replicas/r0.json" in json.loads((out / MARKER).read_text())["paths"]
+    (out / "replicas" / "mine.txt").write_text("u1")
+    (out / "figures").mkdir()  # (names runs may write, never written here)
+    (out / "figures" / "mine.png").write_text("u2")
+    (out / "iterations.parquet").write_text("u4")
+    with staged(out, "run") as t:
+        (t / "replicas").mkdir()
+        (t / "replicas" / "r0.json").write_text("new")
+    assert (out / "replicas" / "r0.json").read_text() == "new"
+    assert (out / "replicas" / "mine.txt").read_text() == "u1" and (out / "figures" / "mine.png").read_text() == "u2"
+    assert (out / "iterations.parquet").read_text() == "u4"
+    # figures/ drawn into the run later (a marker of its own), a user's file beside them
+    (out / "figures" / "mine.png").unlink()
+    (out / "figures" / "cdf.png").write_text("drawn")
+    write_file(out / "figures" / MARKER, json.dumps({"kind": "figures", "files": ["cdf.png"]}))
+    (out / "figures" / "notes.txt").write_text("u3")
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("3")
+    assert (out / "figures" / "notes.txt").read_text() == "u3" and not (out / "figures" / "cdf.png").exists()
+    assert (out / "replicas" / "mine.txt").read_text() == "u1"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_users_file_named_as_the_new_results_is_refused_and_nothing_moves(tmp_path):
+    out = tmp_path / "out"
+    with staged(out, "run") as t:
+        (t / "summary.json").write_text("old")
+    (out / "figures").mkdir()
+    (out / "figures" / "cdf.png").write_text("mine")
+    with pytest.raises(OutError, match="figures/cdf.png"):
+        with staged(out, "run") as t:
+            (t / "figures").mkdir()
+            (t / "figures" / "cdf.png").write_text("drawn")
+    assert (out / "figures" / "cdf.png").read_text() == "mine" and (out / "summary.json").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_plot_never_draws_into_a_users_figures_folder(setup, tmp_path):
+    import shutil
+
+    _, _, run_dir = setup
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "figures").mkdir()
+    (run / "figures" / "latency_cdf.png").write_text("mine")
+    r = _invoke(["plot", str(run)], tmp_path)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert (run / "figures" / "latency_cdf.png").read_text() == "mine"
+
+
 def test_a_failed_write_leaves_the_old_result(tmp_path):
     out = tmp_path / "out"
     with staged(out, "run") as t:

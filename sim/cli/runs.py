@@ -324,8 +324,8 @@ def plot(path, out):
     """Draw figures (PNG and SVG) for a run folder or a sweep folder."""
     from sim.experiments.plots import plot_any
 
-    if out is not None:
-        out = claim_out(out, "figures", "figures", resume=True)
+    # (the default, PATH/figures, is claimed alike: a folder of the user's there is never drawn into)
+    out = claim_out(out if out is not None else str(Path(path) / "figures"), "figures", "figures", resume=True)
     try:
         files = plot_any(path, out)
     except FileNotFoundError as exc:
