@@ -302,3 +302,39 @@ def test_priosim_only_knobs_are_named():
     assert priosim_only("engine.max_num_seqs", 64) is None
     sc = load_scenario(None, overrides=["classes.batch.max_prefill_tokens_per_step=512"])
     assert any(s.startswith("classes.batch.max_prefill_tokens_per_step = 512") for s in priosim_only_settings(sc))
+
+
+@pytest.mark.parametrize("engine, sets, block, prefix", [
+    ('engine = "vllm"', ["engine.block_size=32"], 32, 32),      # vLLM hashes whole blocks: --block-size 32
+    ('engine = "vllm"', [], 16, 16),
+    ('engine = "sglang"', ["engine.block_size=64"], 64, 64),    # SGLang matches whole pages: --page-size 64
+    ('engine = "sglang"', [], 1, 16),                           # page size 1: priosim's 16-token groups
+])
+def test_a_block_size_set_is_the_engines_prefix_matching_granularity(tmp_path, engine, sets, block, prefix):
+    e = scenario(tmp_path, engine + '\nprofile = "h100-sxm-llama-3-8b"', sets).engine
+    assert (e.block_size, e.prefix_block_tokens) == (block, prefix)
+
+
+@pytest.mark.parametrize("text, near", [("--max-num-seq 64", "--max-num-seqs"),
+                                        ("--enable-prefix-cache", "--enable-prefix-caching"),
+                                        ("--gpu-memory-utilisation 0.8", "--gpu-memory-utilization")])
+def test_a_misspelt_flag_is_refused_with_the_flag_it_looks_like(text, near):
+    with pytest.raises(ValueError, match=f"did you mean {near}"):
+        flags_to_overrides("vllm", text)
+    assert flags_to_overrides("vllm", "--frobnicate 3")[1] == ["--frobnicate 3"]  # (unknown: named, not refused)
+
+
+def test_batch_limits_vllm_refuses_are_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="max_batched_tokens = 16 is less than engine.max_num_seqs = 1024"):
+        scenario(tmp_path, 'engine = "vllm"\nprofile = "h100-sxm-llama-3-8b"', ["engine.max_batched_tokens=16"])
+    scenario(tmp_path, 'profile = "h100-sxm-llama-3-8b"', ["engine.max_batched_tokens=16"])  # (priosim's own engine may)
+
+
+def test_run_names_priosim_only_settings_and_flags_it_overrules(tmp_path):
+    res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--set", "horizon_s=1", "--policy", "priority",
+                                    "--engine-args", "--scheduling-policy fcfs", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "priosim-only beside engine.engine = 'vllm': engine.preempt_for_waiting = 'strict'" in res.output
+    assert '--policy = "priority" overrules the flags\' policy.name = "fcfs"' in res.output
+    res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--set", "horizon_s=1", "--out", str(tmp_path / "q")])
+    assert "priosim-only" not in res.output  # (no engine named: priosim's own knobs are the point)

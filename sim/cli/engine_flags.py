@@ -17,9 +17,10 @@ def engine_flag_options(fn):
                              '--gpu-memory-utilization 0.9 --scheduling-policy priority" (sets engine.engine = vllm)')(fn)
 
 
-def with_engine_flags(sets, engine_args: str | None, sglang_args: str | None) -> tuple:
+def with_engine_flags(sets, engine_args: str | None, sglang_args: str | None, policy: str | None = None) -> tuple:
     """``sets`` followed by the overrides the engine flags stand for (flags first, so that an
-    explicit ``--set`` wins); the flags priosim does not model are named in one warning line."""
+    explicit ``--set``, or ``--policy``, wins: each that overrules a flag's value is named in a
+    warning line); the flags priosim does not model are named in one warning line."""
     from plumbing.notices import warn
     from sim.engines import flags_to_overrides
 
@@ -37,4 +38,27 @@ def with_engine_flags(sets, engine_args: str | None, sglang_args: str | None) ->
     if unmodelled:
         warn(f"{option}: priosim does not model {', '.join(unmodelled)} (ignored; docs/engines.md lists the "
              f"flags it models)")
+    mine = dict(o.split("=", 1) for o in overrides)
+    later = [(k.strip(), v.strip(), f"--set {k.strip()}") for k, _, v in (x.partition("=") for x in sets)]
+    if policy:
+        later.append(("policy.name", f'"{policy}"', "--policy"))
+    for key, value, given in later:
+        if key in mine and mine[key] != value:
+            warn(f"{option}: {given} = {value} overrules the flags' {key} = {mine[key]} (the engine would run "
+                 f"with the flags' value)")
     return (*overrides, *sets)
+
+
+def warn_priosim_only(sc) -> None:
+    """With an engine named (``engine.engine``: the scenario, ``--engine-args`` or
+    ``--sglang-args`` say "as this engine runs"), a warning line for each priosim-only setting
+    the scenario uses: the engine itself has no such setting, so the results differ from its own
+    there."""
+    if sc.engine.engine is None:
+        return
+    from plumbing.notices import warn
+    from sim.engines import priosim_only_settings
+
+    for line in priosim_only_settings(sc):
+        warn(f"{sc.source}: priosim-only beside engine.engine = {sc.engine.engine!r}: {line} ({sc.engine.engine} "
+             f"has no such setting, so results differ from its own there; docs/engines.md)")

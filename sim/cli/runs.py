@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError
-from sim.cli.engine_flags import engine_flag_options, with_engine_flags
+from sim.cli.engine_flags import engine_flag_options, warn_priosim_only, with_engine_flags
 from sim.cli.group import check_out_file, claim_out, echo_cluster, fail, fail_write, hint_native, load, main
 from sim.cli.report import check_report, report_beside, report_option
 
@@ -81,7 +81,8 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
     """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
-    sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), policy, seed)
+    sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args, policy), policy, seed)
+    warn_priosim_only(sc)
     distributed = backend != "local" or workers != 1
     if distributed and (not sc.cluster or sc.cluster.refresh_s is None or uncertainty):
         fail(f"{sc.source}: --backend {backend} --workers {workers}: expected a [cluster] whose router has refresh_s "

@@ -61,6 +61,9 @@ class EngineFamily:
     #: uses with its scheduler forming the next batch while the GPU runs the current one, or not
     #: (``engine.overlap_scheduling``); ValueError (one line) where that version cannot
     overhead: Callable[[tuple, bool], Any] | None = None
+    #: ``verify(cfg)``: why the engine itself would refuse the resolved settings (one line), or
+    #: None; vLLM checks its batch limits at start-up
+    verify: Callable[[Any], str | None] | None = None
 
 
 ENGINES: Registry = Registry("engine")
@@ -119,6 +122,9 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
         flag = fam.flags.get(name)
         if flag is None:
             if name not in fam.inert:
+                near = near_flag(name, fam)
+                if near is not None:  # (a typo would run with the default, the flag meant ignored)
+                    raise ValueError(f"{option}: {name}: not a {fam.name} flag priosim knows (did you mean {near}?)")
                 unmodelled.append(name if value is None else f"{name} {value}")
             continue
         if flag.parse is None:
@@ -141,6 +147,19 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
         sets = {flag.key: val, **(flag.also(val) if flag.also else {})}
         out.extend(f"{k}={_toml(v)}" for k, v in sets.items())
     return out, unmodelled
+
+
+def near_flag(name: str, fam: EngineFamily) -> str | None:
+    """A flag of ``fam``'s that ``name`` looks like a misspelling of (a few letters off, or the
+    start of it: ``--max-num-seq``), or None."""
+    import difflib
+
+    known = sorted(set(fam.flags) | set(fam.inert))
+    starts = [k for k in known if k.startswith(name) and len(name) >= 6]
+    if len(starts) == 1:
+        return starts[0]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.88)
+    return close[0] if close else None
 
 
 def _toml(v: Any) -> str:
@@ -253,6 +272,10 @@ def resolve(cfg, base_dir, source: str):
             raise ScenarioError(f"{source}: engine.{other}: not a setting of {fam.name} "
                                 f"(expected engine.{fam.memory_key})")
         updates = {k: v for k, v in fam.defaults(version, gpu, cfg.entrypoint, gpu.tp).items() if k not in given}
+        if "prefix_block_tokens" in updates and "block_size" in given and cfg.block_size > 1:
+            # the engines match cached prefixes by whole blocks (vLLM) or pages (SGLang): a block
+            # size set (--block-size, --page-size) is the matching granularity too
+            updates["prefix_block_tokens"] = cfg.block_size
         if "batching" in updates and cfg.speculative is not None:
             updates["batching"] = "mixed"  # prefill_first is not modelled with speculative decoding
         elif "batching" in updates and fam.batching is not None and "chunked_prefill" in given:
@@ -292,10 +315,14 @@ def resolve(cfg, base_dir, source: str):
         elif getattr(cfg, memory_key) is not None:
             warn(f"{source}: engine.{memory_key} does nothing: the profile does not say its GPU's memory "
                  f"(set engine.kv_blocks instead)")
-    if not updates:
-        return cfg
-    out = cfg.model_copy(update=updates)
-    out._defaults = frozenset(updates)
+    out = cfg
+    if updates:
+        out = cfg.model_copy(update=updates)
+        out._defaults = frozenset(updates)
+    if cfg.engine is not None and fam.verify is not None:
+        why = fam.verify(out)
+        if why is not None:
+            raise ScenarioError(f"{source}: {why}")
     return out
 
 

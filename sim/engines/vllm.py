@@ -82,6 +82,16 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     return out
 
 
+def verify(cfg) -> str | None:
+    """Why vLLM would refuse these batch limits at start-up (its ``SchedulerConfig``: every
+    sequence in a step takes a token of the budget), or None."""
+    if cfg.max_batched_tokens < cfg.max_num_seqs:
+        return (f"engine.max_batched_tokens = {cfg.max_batched_tokens} is less than engine.max_num_seqs = "
+                f"{cfg.max_num_seqs}, which vLLM refuses at start-up (expected --max-num-batched-tokens >= "
+                f"--max-num-seqs)")
+    return None
+
+
 FLAGS = {
     "--max-num-seqs": Flag("engine.max_num_seqs", positive_int),
     "--max-num-batched-tokens": Flag("engine.max_batched_tokens", positive_int),
@@ -115,5 +125,5 @@ INERT = frozenset({
 })
 
 ENGINES.register("vllm", EngineFamily("vllm", LATEST, defaults, "gpu_memory_utilization", FLAGS, INERT,
-                                     batching, overhead),
+                                     batching, overhead, verify),
                  "vLLM (V0 before 0.8, V1 from 0.8)")
