@@ -18,7 +18,7 @@ from pathlib import Path
 from sim import load_scenario
 from sim.cluster import simulate_cluster
 
-SLO_CHAT = {"autoscale": {"policy": {"name": "slo", "metric": "ttft", "target_s": 0.3, "low": 0.75, "window_s": 20.0,
+SLO_CHAT = {"autoscale": {"policy": {"name": "slo", "metric": "ttft", "target_s": 0.3, "low": 0.6, "window_s": 20.0,
                                      "classes": ["interactive"]},
                           "min": 1, "max": 8, "interval_s": 10.0, "provision_s": 5.0}}
 QUEUE_BULK = {"autoscale": {"policy": {"name": "queue_length", "target": 24}, "min": 1, "max": 4,
