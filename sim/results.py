@@ -295,6 +295,25 @@ def backlog_at(req: pd.DataFrame, horizon_s: float) -> dict:
             "overloaded": bool(n and k / n > OVERLOADED_SHARE)}
 
 
+_SPEED_ONLY = ("fast_forward", "lazy_batch", "max_events")
+
+
+def engine_record(eng) -> dict:
+    """What summary.json says of the engine settings the run used: every key, defaults included
+    (scenario.json keeps the scenario as written, without the named engine's defaults), the keys
+    that came from those defaults, and the engine release assumed when none was given. A
+    cluster's groups may set their own ([cluster] in scenario.json). The keys that change only how
+    fast the engine computes the same results (fast-forward, the decode cohort, the event guard)
+    are left out: a stepped run's summary equals a fast-forwarded one's."""
+    settings = {k: v for k, v in eng.model_dump(mode="json").items() if k not in _SPEED_ONLY}
+    out = {"settings": settings, "from_engine_defaults": sorted(eng.defaults_applied)}
+    if eng.engine is not None and eng.engine_version is None:
+        from sim.engines import family
+
+        out["engine_version_assumed"] = family(eng.engine).latest
+    return out
+
+
 @dataclass
 class Results:
     """What ``simulate`` returns. ``requests``, ``summary`` and ``timeseries`` are DataFrames;
@@ -337,6 +356,7 @@ class Results:
             "policy": sc.policy.name,
             "profile": {"name": costs.name, "kind": costs.meta.get("kind"), "digest": costs.digest,
                         "overhead": costs.overhead.name, "overhead_terms": costs.overhead.terms()},
+            "engine": engine_record(sc.engine),
             "classes": classes,
             "overall": overall,
             "tenants": tenants,
