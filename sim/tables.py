@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from sim.core.errors import ScenarioError, error_message
 from sim.link import LINK_PRESETS
 from sim.routers import make_router
 from plumbing.numbers import in_range
-from sim.schema import FieldError, Table, checked, format_error, number, one_of
+from plumbing.suggest import did_you_mean
+from sim.schema import FieldError, Table, checked, format_error, nested, number, one_of
 
 Positive = Annotated[int | float, number()]
 NonNegative = Annotated[int | float, number(minimum=0)]
@@ -122,9 +123,19 @@ class AutoscaleConfig(Table):
         return {k: v for k, v in p.items() if k != "name"} if isinstance(p, dict) else {}
 
 
-def _price_value(v: Any) -> bool:
-    return in_range(v, ge=0) or (isinstance(v, dict) and bool(v) and all(
-        isinstance(k, str) and in_range(x, ge=0) for k, x in v.items()))
+PRICE_EXPECTED = "a number >= 0 (dollars per GPU-hour) or a table of group name or engine.gpu = price"
+
+
+def _price(v: Any) -> Any:
+    """A price (a number >= 0), or a non-empty table of them; a bad entry of a table is named."""
+    if isinstance(v, dict) and v:
+        for k, x in v.items():
+            if not in_range(x, ge=0):
+                raise FieldError(f"expected a number >= 0 (dollars per GPU-hour) (got {x!r})", key=str(k))
+        return v
+    if not in_range(v, ge=0):
+        raise FieldError(f"expected {PRICE_EXPECTED} (got {v!r})")
+    return v
 
 
 class GroupConfig(Table):
@@ -158,7 +169,7 @@ class LinkConfig(Table):
     """The link a disaggregated cluster copies KV over (:mod:`sim.link`): a preset's
     figures, or your own."""
 
-    preset: Annotated[str, checked(lambda v: v in LINK_PRESETS, f"one of {', '.join(LINK_PRESETS)}")] | None = Field(
+    preset: Annotated[str, one_of(lambda: list(LINK_PRESETS))] | None = Field(
         None, description="start from this preset's figures (default ib-400)")
     bandwidth_bytes_per_s: Annotated[int | float, number(note=" (bytes per second per GPU)")] | None = Field(
         None, description="bandwidth per GPU, bytes/s (a tensor-parallel replica's GPUs copy side by side)")
@@ -172,8 +183,20 @@ class LinkConfig(Table):
         None, description="layers, for pipelining (default: the prefill profile's model shape)")
 
 
-def _link_value(v: Any) -> bool:
-    return (isinstance(v, str) and v in LINK_PRESETS) or isinstance(v, (dict, LinkConfig))
+LINK_EXPECTED = (f"a link preset ({', '.join(LINK_PRESETS)}) or a table with bandwidth_bytes_per_s, latency_s, "
+                 f"pipelined")
+
+
+def _link(v: Any) -> Any:
+    """A preset's name, or a table validated as a :class:`LinkConfig` on its own (its first error
+    names the key inside it)."""
+    if isinstance(v, str):
+        if v not in LINK_PRESETS:
+            raise FieldError(f"expected {LINK_EXPECTED} (got {v!r}){did_you_mean(v, LINK_PRESETS)}")
+        return v
+    if isinstance(v, (dict, LinkConfig)):
+        return nested(LinkConfig, v)
+    raise FieldError(f"expected {LINK_EXPECTED} (got {v!r})")
 
 
 def _router_value(v: Any) -> bool:
@@ -192,11 +215,9 @@ class ClusterConfig(Table):
                           "classes, else least_outstanding")
     autoscale: AutoscaleConfig | None = Field(
         None, description="the autoscaler of every group that has none of its own (docs/autoscaling.md)")
-    gpu_hour_usd: Annotated[int | float | dict, checked(
-        _price_value, "a number >= 0 (dollars per GPU-hour) or a table of group name or engine.gpu = price")] | None = Field(
+    gpu_hour_usd: Annotated[int | float | dict, BeforeValidator(_price)] | None = Field(
         None, description="price of one GPU-hour, $: one number, or a table by group name or engine.gpu")
-    link: Annotated[str | LinkConfig, checked(_link_value, f"a link preset ({', '.join(LINK_PRESETS)}) or a table "
-                                                        f"with bandwidth_bytes_per_s, latency_s, pipelined")] | None = Field(
+    link: Annotated[str | LinkConfig, BeforeValidator(_link)] | None = Field(
         None, description="disaggregated clusters: the link KV is copied over (default ib-400)")
     decode_router: Annotated[str | dict, checked(_router_value, "a router name or a table with 'name'")] | None = Field(
         None, description="disaggregated clusters: the router that picks a decode replica (default least_kv)")

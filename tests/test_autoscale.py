@@ -219,6 +219,10 @@ def test_same_seed_same_bytes():
      "cluster.groups.0.autoscale.max: expected max >= min=3 (got 2)"),
     ({"replicas": 1, "gpu_hour_usd": {"h100": 2.0}}, "cluster.gpu_hour_usd.h100: not a group name or a group's engine.gpu"),
     ({"replicas": 1, "gpu_hour_usd": -2}, "cluster.gpu_hour_usd: expected a number >= 0"),
+    # (a table's bad entry is named)
+    ({"replicas": 1, "gpu_hour_usd": {"default": "x"}},
+     "cluster.gpu_hour_usd.default: expected a number >= 0 (dollars per GPU-hour) (got 'x')"),
+    ({"replicas": 1, "gpu_hour_usd": {"default": -1.0}}, "cluster.gpu_hour_usd.default: expected a number >= 0"),
 ])
 def test_bad_settings_are_one_line(cluster, msg):
     with pytest.raises(ScenarioError) as err:
