@@ -380,7 +380,7 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
     bad = [x for x in g.classes or [] if x not in sc.class_names]
     if bad:
         raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
-                            f"(expected one of {', '.join(sc.class_names)})")
+                            f"(expected one of {', '.join(sc.class_names)}){did_you_mean(bad[0], sc.class_names)}")
 
 
 def _check_router(sc) -> None:
@@ -468,6 +468,9 @@ def group_price(sc, name: str, g: GroupConfig, eng) -> float | None:
 
 
 def _check_autoscale(sc) -> None:
+    """Each autoscaled group's policy is made from its parameters, those that name classes name
+    the scenario's (a class the group does not serve is warned about: the policy never sees it),
+    and the count at the start lies within min..max."""
     from sim.autoscalers import make_autoscaler
     src, c = sc.source, sc.cluster
     for i, (name, g) in enumerate(c.group_list()):
@@ -476,14 +479,37 @@ def _check_autoscale(sc) -> None:
             continue
         key = f"cluster.groups.{i}.autoscale" if g.autoscale is not None else "cluster.autoscale"
         try:
-            make_autoscaler(a.policy_name, **a.policy_params)
+            policy = make_autoscaler(a.policy_name, **a.policy_params)
         except (KeyError, ValueError, TypeError) as exc:
             raise ScenarioError(f"{src}: {key}.policy: {error_message(exc)}") from None
+        for p in getattr(policy, "class_params", ()):
+            _check_policy_classes(sc, i, name, f"{key}.policy.{p}", a.policy_params.get(p))
         n = c.replicas if c.groups is None else g.replicas
         if not a.min <= n <= a.max:
             where = "cluster.replicas" if c.groups is None else f"cluster.groups.{i}.replicas"
             raise ScenarioError(f"{src}: {where}: the count at the start must be within the autoscaler's "
                                 f"min={a.min} and max={a.max} (got {n})")
+
+
+def _check_policy_classes(sc, i: int, name: str, key: str, value) -> None:
+    """An autoscaler parameter ``key`` naming classes (a name or a list; None: all) names the
+    scenario's; a class group ``i`` does not serve is warned about (its requests never end there,
+    so the policy never sees one)."""
+    if value is None:
+        return
+    listed = [value] if isinstance(value, str) else list(value)
+    for x in listed:
+        if x not in sc.class_names:
+            raise ScenarioError(f"{sc.source}: {key}: unknown class {x!r} (expected one of "
+                                f"{', '.join(sc.class_names)}){did_you_mean(x, sc.class_names)}")
+    c = sc.cluster
+    served = [x for x in sc.class_names if i in serving_groups(c, x)]
+    away = [x for x in listed if x not in served]
+    if away:
+        from plumbing.notices import warn
+        warn(f"{sc.source}: {key}: group {name!r} does not serve {', '.join(repr(x) for x in away)} "
+             f"(it serves {', '.join(served)}): its autoscaler never sees a request of "
+             f"{'them' if len(away) > 1 else 'it'}")
 
 
 def _check_prices(sc) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 
 from tests.conftest import small_scenario
+from plumbing.notices import InputWarning
 from sim import ScenarioError, scenario_from_dict
-from sim.autoscalers import (AUTOSCALERS, SLO, Ended, Observation, QueueLength, ReplicaState, Schedule,
-                             TargetUtilisation, make_autoscaler)
+from sim.autoscalers import (AUTOSCALERS, SLO, BaseAutoscaler, Ended, Observation, QueueLength, ReplicaState,
+                             Schedule, TargetUtilisation, make_autoscaler)
 from sim.cluster import simulate_cluster
 
 
@@ -229,6 +231,71 @@ def test_bad_settings_are_one_line(cluster, msg):
         scenario_from_dict(scenario(cluster))
     text = str(err.value)
     assert "\n" not in text and msg in text, text
+
+
+# ---- parameters that name classes, unknown parameters, a schedule outside min..max -------------------
+def input_warnings(d: dict) -> list[str]:
+    """The InputWarnings reading scenario ``d`` gives."""
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", InputWarning)
+        scenario_from_dict(d)
+    return [str(w.message) for w in got if issubclass(w.category, InputWarning)]
+
+
+@pytest.mark.parametrize("classes,msg", [
+    (["high"], "cluster.autoscale.policy.classes: unknown class 'high' (expected one of hi, lo); did you mean 'hi'?"),
+    (["hi", "nope"], "cluster.autoscale.policy.classes: unknown class 'nope' (expected one of hi, lo)"),
+])
+def test_an_slo_policy_naming_no_class_is_refused(classes, msg):
+    # (it used to be accepted: the policy saw no request of the class and never acted)
+    d = scenario({"replicas": 1, "autoscale": {"policy": {"name": "slo", "classes": classes}, "max": 3}})
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(d)
+    assert str(err.value) == f"<inline>: {msg}"
+
+
+def test_a_group_policy_naming_a_class_its_group_does_not_serve_warns():
+    groups = [{"name": "a", "replicas": 1, "classes": ["hi"]},
+              {"name": "b", "replicas": 1, "classes": ["lo"],
+               "autoscale": {"policy": {"name": "slo", "classes": ["hi"]}, "max": 2}}]
+    (msg,) = [m for m in input_warnings(scenario({"groups": groups})) if "autoscale" in m]
+    assert msg == ("<inline>: cluster.groups.1.autoscale.policy.classes: group 'b' does not serve 'hi' (it serves "
+                   "lo): its autoscaler never sees a request of it")
+    groups[1]["autoscale"]["policy"]["classes"] = ["lo"]  # its own class: quiet
+    assert not [m for m in input_warnings(scenario({"groups": groups})) if "autoscale" in m]
+
+
+def test_class_params_are_checked_for_a_users_autoscaler_too():
+    class Watcher(BaseAutoscaler):
+        class_params = ("watch",)
+
+        def __init__(self, watch: str = "hi") -> None:
+            self.watch = watch
+
+        def desired(self, obs):
+            return obs.current
+
+    AUTOSCALERS.register("watcher_test", Watcher)
+    try:
+        d = scenario({"replicas": 1, "autoscale": {"policy": {"name": "watcher_test", "watch": "hl"}, "max": 2}})
+        with pytest.raises(ScenarioError, match=r"cluster.autoscale.policy.watch: unknown class 'hl' \(expected one "
+                                                r"of hi, lo\)"):
+            scenario_from_dict(d)
+    finally:
+        AUTOSCALERS.unregister("watcher_test")
+
+
+@pytest.mark.parametrize("policy,msg", [
+    ({"name": "slo", "bogus": 1}, "cluster.autoscale.policy: slo: unknown parameter 'bogus' (expected target_s, "
+                                  "metric, percentile, window_s, low, step, min_samples, classes)"),
+    ({"name": "slo", "clases": ["hi"]}, "did you mean 'classes'?"),
+    ({"name": "schedule", "table": [[0, 1]], "period": 10}, "schedule: unknown parameter 'period' (expected table, "
+                                                            "period_s); did you mean 'period_s'?"),
+])
+def test_an_unknown_autoscaler_parameter_is_named(policy, msg):
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(scenario({"replicas": 1, "autoscale": {"policy": policy, "max": 3}}))
+    assert msg in str(err.value) and "__init__" not in str(err.value)
 
 
 def test_fixed_and_autoscaled_at_max_agree():
