@@ -333,6 +333,10 @@ CASES = [
     Case("backend_unknown", "sweep --backend dask", ["sweep", "s.toml", "--backend", "dask", "--out", "out"],
          {"s.toml": scenario()}),
     Case("option_unknown", "run --bogus", RUN + ["--bogus"], {"s.toml": scenario()}),
+    Case("capacity_load_negative", "capacity --load -1", ["capacity", "s.toml", "--load", "-1", "--out", "out"],
+         {"s.toml": scenario()}),
+    Case("capacity_load_huge", "capacity --load 1e12 (each rate times 10^12)",
+         ["capacity", "s.toml", "--load", "1e12", "--out", "out"], {"s.toml": scenario()}),
     Case("capacity_figure_exists", "capacity --figure naming an existing file",
          ["capacity", "s.toml", "--figure", "fig.png", "--out", "out"], {"s.toml": scenario(), "fig.png": "old"}),
     Case("compare_csv_exists", "compare --csv naming an existing file", ["compare", "a", "b", "--csv", "c.csv"],
@@ -432,6 +436,12 @@ def test_bad_input_is_one_line_and_exit_2(case, outcomes):
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
     assert not left, "a failed command left a results folder behind"
+
+
+@pytest.mark.parametrize("case", ["capacity_load_negative", "capacity_load_huge"])
+def test_capacity_checks_its_load_before_any_output(case, outcomes):
+    # (the SLO lines used to come first, and the folder was left with its lock and marker)
+    assert outcomes[case][2] == ""
 
 
 def _doc(outcomes: dict) -> str:

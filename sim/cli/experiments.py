@@ -320,7 +320,10 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
     from sim.experiments.slos import parse_slos
+    from plumbing.numbers import in_range
 
+    if not in_range(load_scale, gt=0):
+        fail(f"--load: expected a number > 0 (the arrival-rate multiplier) (got {load_scale:g})")
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, seed)
     check_workers(workers)
     names = csv_list(designs, str, "designs")
@@ -329,9 +332,11 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             fail(f"--designs: unknown design {d!r} (expected one of {', '.join(DESIGNS)})")
     if max_replicas < 1:
         fail(f"--max-replicas: expected >= 1 (got {max_replicas})")
-    if grace < 0:
+    if not in_range(grace, ge=0):
         fail(f"--grace: expected >= 0 (got {grace})")
     try:
+        if load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
+            check_load(sc, load_scale, "--load")
         slo = parse_slos(sc, list(slos), grace)
         if router is not None:
             from sim.routers import make_router
