@@ -470,9 +470,11 @@ def group_price(sc, name: str, g: GroupConfig, eng) -> float | None:
 def _check_autoscale(sc) -> None:
     """Each autoscaled group's policy is made from its parameters, those that name classes name
     the scenario's (a class the group does not serve is warned about: the policy never sees it),
-    and the count at the start lies within min..max."""
+    a schedule's counts lie within min..max (warned: the controller clamps them), and the count
+    at the start lies within min..max."""
     from sim.autoscalers import make_autoscaler
     src, c = sc.source, sc.cluster
+    warned: set[str] = set()  # (a cluster-level autoscale serves several groups: warned once)
     for i, (name, g) in enumerate(c.group_list()):
         a = group_autoscale(c, g)
         if a is None:
@@ -484,6 +486,9 @@ def _check_autoscale(sc) -> None:
             raise ScenarioError(f"{src}: {key}.policy: {error_message(exc)}") from None
         for p in getattr(policy, "class_params", ()):
             _check_policy_classes(sc, i, name, f"{key}.policy.{p}", a.policy_params.get(p))
+        if key not in warned:
+            warned.add(key)
+            _warn_clamped(sc, key, a, policy)
         n = c.replicas if c.groups is None else g.replicas
         if not a.min <= n <= a.max:
             where = "cluster.replicas" if c.groups is None else f"cluster.groups.{i}.replicas"
@@ -512,15 +517,46 @@ def _check_policy_classes(sc, i: int, name: str, key: str, value) -> None:
              f"{'them' if len(away) > 1 else 'it'}")
 
 
+def _warn_clamped(sc, key: str, a: AutoscaleConfig, policy) -> None:
+    """A schedule's rows asking for a count outside min..max: the controller clamps them (one
+    warning naming the first such row)."""
+    from sim.autoscalers import Schedule
+    if not isinstance(policy, Schedule):
+        return
+    out = [(j, t, n) for j, (t, n) in enumerate(zip(policy.times, policy.counts)) if not a.min <= n <= a.max]
+    if not out:
+        return
+    from plumbing.notices import warn
+    j, t, n = out[0]
+    bound, to = (f"above max = {a.max}", a.max) if n > a.max else (f"below min = {a.min}", a.min)
+    more = f" (and {len(out) - 1} more row{'s' if len(out) > 2 else ''} outside {a.min}..{a.max})" if len(out) > 1 else ""
+    warn(f"{sc.source}: {key}.policy.table.{j} = [{t:g}, {n}]: {n} replicas is {bound}{more}: the autoscaler "
+         f"keeps {to} there (expected counts within min..max, or a wider min..max)")
+
+
 def _check_prices(sc) -> None:
+    """A price table's keys name groups or their GPUs; a price on some groups only is warned
+    about (the run's cost_usd is null without every group's)."""
     src, c = sc.source, sc.cluster
     p = c.gpu_hour_usd
-    if not isinstance(p, dict):
-        return
-    names = [n for n, _ in c.group_list()]
-    gpus = [getattr(group_engine(sc, g), "gpu", None) for _, g in c.group_list()]
-    known = names + [x for x in gpus if x]
-    for k in p:
-        if k not in known:
-            raise ScenarioError(f"{src}: cluster.gpu_hour_usd.{k}: not a group name or a group's engine.gpu "
-                                f"(expected one of {', '.join(known)})")
+    groups = c.group_list()
+    if p is None and all(g.gpu_hour_usd is None for _, g in groups):
+        return  # (no price anywhere: cost_usd is null, as asked)
+    # (the engines only where a table may name their GPUs: a group's is resolved again)
+    engines = [group_engine(sc, g) if isinstance(p, dict) else None for _, g in groups]
+    if isinstance(p, dict):
+        names = [n for n, _ in groups]
+        known = names + [x for x in (getattr(e, "gpu", None) for e in engines) if x]
+        for k in p:
+            if k not in known:
+                raise ScenarioError(f"{src}: cluster.gpu_hour_usd.{k}: not a group name or a group's engine.gpu "
+                                    f"(expected one of {', '.join(known)})")
+    prices = [group_price(sc, n, g, e) for (n, g), e in zip(groups, engines)]
+    unpriced = [n for (n, _), x in zip(groups, prices) if x is None]
+    if unpriced and len(unpriced) < len(groups):
+        from plumbing.notices import warn
+        key = "cluster.gpu_hour_usd" if p is not None else next(
+            f"cluster.groups.{i}.gpu_hour_usd" for i, (_, g) in enumerate(groups) if g.gpu_hour_usd is not None)
+        warn(f"{src}: {key}: no price for group {', '.join(repr(n) for n in unpriced)}: the run's cost_usd will be "
+             f"null (expected a price for every group: the cluster's gpu_hour_usd, an entry per group name or "
+             f"engine.gpu, or the group's own)")

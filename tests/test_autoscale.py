@@ -298,6 +298,42 @@ def test_an_unknown_autoscaler_parameter_is_named(policy, msg):
     assert msg in str(err.value) and "__init__" not in str(err.value)
 
 
+def test_a_schedule_outside_min_max_warns_once_naming_the_row():
+    a = {"policy": {"name": "schedule", "table": [[0, 2], [5, 12], [10, 0], [15, 9]]}, "min": 1, "max": 8}
+    d = scenario({"groups": [{"name": "x", "replicas": 2}, {"name": "y", "replicas": 2}], "autoscale": a})
+    msgs = [m for m in input_warnings(d) if "table" in m]
+    # (one line for the cluster's autoscale, though two groups use it)
+    assert msgs == ["<inline>: cluster.autoscale.policy.table.1 = [5, 12]: 12 replicas is above max = 8 (and 2 "
+                    "more rows outside 1..8): the autoscaler keeps 8 there (expected counts within min..max, or a "
+                    "wider min..max)"]
+    a["policy"]["table"] = [[0, 2], [5, 0]]
+    (msg,) = [m for m in input_warnings(scenario({"replicas": 2, "autoscale": a})) if "table" in m]
+    assert "table.1 = [5, 0]: 0 replicas is below min = 1: the autoscaler keeps 1 there" in msg
+    a["policy"]["table"] = [[0, 2], [5, 8]]
+    assert not [m for m in input_warnings(scenario({"replicas": 2, "autoscale": a})) if "table" in m]
+
+
+@pytest.mark.parametrize("cluster,unpriced", [
+    ({"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "gpu_hour_usd": {"a": 2.0}},
+     "cluster.gpu_hour_usd: no price for group 'b'"),
+    ({"groups": [{"name": "a", "replicas": 1, "gpu_hour_usd": 2.0}, {"name": "b", "replicas": 1},
+                 {"name": "c", "replicas": 1}]}, "cluster.groups.0.gpu_hour_usd: no price for group 'b', 'c'"),
+])
+def test_a_price_on_some_groups_only_warns(cluster, unpriced):
+    (msg,) = [m for m in input_warnings(scenario(cluster)) if "price" in m]
+    assert msg.startswith(f"<inline>: {unpriced}: the run's cost_usd will be null")
+    assert run(scenario(cluster)).summary_dict["cost"]["cost_usd"] is None  # (what it warns of)
+
+
+@pytest.mark.parametrize("cluster", [
+    {"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "gpu_hour_usd": {"a": 2.0, "b": 1.0}},
+    {"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "gpu_hour_usd": 2.0},
+    {"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}]},  # (no price anywhere: as asked)
+])
+def test_a_price_on_every_group_or_none_is_quiet(cluster):
+    assert not [m for m in input_warnings(scenario(cluster)) if "price" in m]
+
+
 def test_fixed_and_autoscaled_at_max_agree():
     # an autoscaled group whose policy always wants what it has serves as the fixed cluster does
     fixed = run(scenario({"replicas": 2}))

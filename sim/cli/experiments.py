@@ -370,6 +370,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         distributed = {"backend": backend, "workers": partitions, "address": address}
     if figure:
         check_out_file(figure, "--figure", overwrite=overwrite)
+    _warn_autoscaler_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     check_report(report, out)
     for c, s in slo.items():
@@ -442,6 +443,20 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     report_beside(report, out)
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
+
+
+def _warn_autoscaler_unused(sc) -> None:
+    """capacity searches fixed fleets, each design's own ``[cluster]``: the scenario's autoscaler
+    is not used (one warning naming it)."""
+    c = sc.cluster
+    if c is None:
+        return
+    keys = (["cluster.autoscale"] if c.autoscale is not None else []) + [
+        f"cluster.groups.{i}.autoscale" for i, g in enumerate(c.groups or []) if g.autoscale is not None]
+    if keys:
+        from plumbing.notices import warn
+        warn(f"{sc.source}: {keys[0]} is not used by priosim capacity: it searches fixed fleets (each design's "
+             f"replicas serve the whole run; docs/autoscaling.md); priosim run simulates the autoscaler")
 
 
 def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, load_scale: float, workers) -> None:
