@@ -68,6 +68,35 @@ class Registry:
     def create(self, name: str, **params: Any) -> Any:
         return self.resolve(name)(**params)
 
+    def create_checked(self, name: str, **params: Any) -> Any:
+        """:meth:`create`, with parameter names the factory does not take refused first by one
+        line naming them and the ones it takes (:func:`check_param_names`), rather than
+        Python's ``__init__() got an unexpected keyword argument``."""
+        factory = self.resolve(name)
+        check_param_names(name, factory, params)
+        return factory(**params)
+
+
+def check_param_names(name: str, factory: Callable[..., Any], params: dict) -> None:
+    """A ValueError ``<name>: unknown parameter 'k' (expected a, b); did you mean 'a'?`` for the
+    first key of ``params`` that ``factory``'s signature does not take (nothing is checked for a
+    factory that takes ``**kwargs`` or whose signature cannot be read)."""
+    import inspect
+
+    from plumbing.suggest import did_you_mean
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    ps = sig.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in ps):
+        return
+    known = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for k in params:
+        if k not in known:
+            raise ValueError(f"{name}: unknown parameter '{k}' (expected "
+                             f"{', '.join(known) if known else 'no parameters'}){did_you_mean(k, known)}")
+
 
 def load_dotted(path: str) -> Any:
     """Import ``"pkg.mod:Attr"`` or ``"path/to/file.py:Attr"`` and return the attribute, with a

@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.base import BasePolicy, Policy, RankingContext, RequestView
-from plumbing.registry import Registry, load_dotted
-from plumbing.suggest import did_you_mean
+from plumbing.registry import Registry, check_param_names, load_dotted
 
 POLICIES = Registry("policy")
 POLICIES.register("fcfs", "policies.fcfs:FCFS", "first come, first served (arrival, then id)")
@@ -32,30 +31,12 @@ POLICIES.register("lpm", "policies.lpm:LongestPrefixMatch",
 def make_policy(name: str, **params: Any) -> Policy:
     """Build policy ``name`` with its parameters; ``ValueError``/``KeyError`` on bad input."""
     factory = POLICIES.resolve(name)
-    _check_param_names(name, factory, params)
+    check_param_names(name, factory, params)
     policy = factory(**params)
     missing = [m for m in ("key",) if not callable(getattr(policy, m, None))]
     if missing:
         raise KeyError(f"'{name}' is not a policy: it has no {', '.join(missing)}() method")
     return policy
-
-
-def _check_param_names(name: str, factory: Any, params: dict) -> None:
-    """Unknown parameter names fail with one line naming them and the accepted ones."""
-    import inspect
-    try:
-        sig = inspect.signature(factory)
-    except (TypeError, ValueError):
-        return
-    ps = sig.parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in ps):
-        return
-    known = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    for k in params:
-        if k not in known:
-            hint = did_you_mean(k, known)
-            raise ValueError(f"{name}: unknown parameter '{k}' (expected "
-                             f"{', '.join(known) if known else 'no parameters'}){hint}")
 
 
 def check_policy(policy: Any, **params: Any) -> dict:

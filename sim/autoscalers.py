@@ -72,10 +72,12 @@ class Observation:
 
 class BaseAutoscaler:
     """Defaults: ``look_back_s`` (how far back the controller keeps ended requests for this
-    policy; 0: none) and ``report`` (nothing)."""
+    policy; 0: none), ``class_params`` (the parameters that name classes: a class name or a list
+    of them, checked against the scenario's when it is read; none) and ``report`` (nothing)."""
 
     name = "base"
     look_back_s = 0.0
+    class_params: tuple[str, ...] = ()
 
     def desired(self, obs: Observation) -> int:  # pragma: no cover - the contract
         raise NotImplementedError
@@ -142,6 +144,7 @@ class SLO(BaseAutoscaler):
     one fewer; else (or with fewer than ``min_samples`` requests in the window) no change."""
 
     name = "slo"
+    class_params = ("classes",)
 
     def __init__(self, target_s: float = 1.0, metric: str = "ttft", percentile: float = 99.0,
                  window_s: float = 60.0, low: float = 0.5, step: int = 1, min_samples: int = 10,
@@ -225,7 +228,7 @@ del _cls
 def make_autoscaler(name: str, **params) -> BaseAutoscaler:
     """A policy by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad
     input, or for an object without ``desired``)."""
-    policy = AUTOSCALERS.create(name, **params)
+    policy = AUTOSCALERS.create_checked(name, **params)
     if not callable(getattr(policy, "desired", None)):
         raise KeyError(f"'{name}' is not an autoscaler: it has no desired(obs) method "
                        f"(sim.autoscalers.BaseAutoscaler has the defaults)")

@@ -543,21 +543,35 @@ TPOT_SLO_MS_S = 1.0
 
 def _warn_suspicious(sc: Scenario) -> None:
     """Warn (one line each, :mod:`plumbing.notices`) about valid settings that are likely mistakes:
-    swap preemption with no host swap space (every preemption then recomputes) and SLOs that
-    look like milliseconds. Nothing about the run changes."""
+    swap preemption with no host swap space (every preemption then recomputes), host swap space
+    with a preemption mode that never swaps (it does nothing) and SLOs that look like
+    milliseconds. Nothing about the run changes."""
     from plumbing.notices import warn
     from sim.tables import group_engine
 
-    engines = [("engine", sc.engine)]
-    for i, g in enumerate(sc.cluster.groups or [] if sc.cluster else []):
-        if g.engine:
-            engines.append((f"cluster.groups.{i}.engine", group_engine(sc, g)))
+    # (the engines the replicas run; a group's is named only where it changes the preemption or
+    # the swap space: one line per setting, not one more per group that inherits it)
+    groups = sc.cluster.group_list() if sc.cluster and sc.cluster.groups else []
+    engines: dict[str, tuple] = {"engine": (sc.engine, [])} if not groups else {}
+    for i, (name, g) in enumerate(groups):
+        eng = group_engine(sc, g)
+        same = (eng.preemption, eng.swap_blocks) == (sc.engine.preemption, sc.engine.swap_blocks)
+        engines.setdefault("engine" if same else f"cluster.groups.{i}.engine", (eng, []))[1].append(name)
     from sim.core.preemption import PREEMPTION_MODES
 
-    for key, eng in engines:
-        if PREEMPTION_MODES.resolve(eng.preemption).host_space and eng.swap_blocks == 0:
+    for key, (eng, names) in engines.items():
+        # ([engine] run by some of the groups only: which)
+        on = f" on group {', '.join(names)}" if key == "engine" and len(names) < len(groups) else ""
+        host = PREEMPTION_MODES.resolve(eng.preemption).host_space
+        if host and eng.swap_blocks == 0:
             warn(f"{sc.source}: {key}.preemption = {eng.preemption!r} but there is no host swap space "
-                 f"({key}.swap_blocks = 0): preemptions will recompute (set {key}.swap_blocks to the host blocks)")
+                 f"({key}.swap_blocks = 0): preemptions will recompute{on} (set {key}.swap_blocks to the host "
+                 f"blocks)")
+        elif not host and eng.swap_blocks > 0:
+            swapping = [m for m in PREEMPTION_MODES.names() if PREEMPTION_MODES.resolve(m).host_space]
+            warn(f"{sc.source}: {key}.swap_blocks = {eng.swap_blocks} does nothing{on}: {key}.preemption = "
+                 f"{eng.preemption!r} never copies to host memory (expected preemption = "
+                 f"{' or '.join(repr(m) for m in swapping)} to use it, or no swap_blocks)")
     for i, c in enumerate(sc.classes):
         for field, limit in (("ttft_slo_s", TTFT_SLO_MS_S), ("tpot_slo_s", TPOT_SLO_MS_S)):
             v = getattr(c, field)

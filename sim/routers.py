@@ -162,7 +162,7 @@ class ClassAware(BaseRouter):
         if inner == "class_aware":
             raise ValueError("class_aware: inner must be another router")
         self.inner_name = inner
-        self.inner = ROUTERS.create(inner, **inner_params)
+        self.inner = ROUTERS.create_checked(inner, **inner_params)
 
     @property
     def reads_kv(self) -> bool:  # type: ignore[override]
@@ -235,7 +235,7 @@ def make_router(name: str, **params) -> contracts.Router:
     """A router by registered name or ``pkg.mod:Class`` (KeyError / ValueError / TypeError on bad
     input, or for an object that is not a :class:`policies.contracts.Router`); a user's router
     (a class not shipped here) comes guarded (:class:`GuardedRouter`)."""
-    router = ROUTERS.create(name, **params)
+    router = ROUTERS.create_checked(name, **params)
     missing = [m for m in ("name", "class_aware", "reads_kv", "bind", "route", "report") if not hasattr(router, m)]
     if missing:
         raise KeyError(f"'{name}' is not a router: it has no {', '.join(missing)} "

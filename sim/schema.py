@@ -33,22 +33,43 @@ def format_error(source: str, err: ValidationError, prefix: str = "", model: typ
     """The first error of ``err`` as one line: ``<source>: <key>: <message>``. ``prefix`` is the
     key of the validated value inside the scenario (e.g. ``cluster.groups.0.engine``); ``model``
     the validated model, whose fields an unknown key's "did you mean" is chosen from."""
+    key, msg = error_parts(err, prefix, model)
+    return f"{source}: {key}: {msg}" if key is not None else f"{source}: {msg}"
+
+
+def error_parts(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> tuple[str | None, str]:
+    """The key and the message of the first error of ``err`` (:func:`format_error`'s line
+    without the file; the key None when the message names it)."""
     e = err.errors()[0]
     loc = ".".join([prefix, *(str(x) for x in e["loc"])] if prefix else [str(x) for x in e["loc"]]) or "(top level)"
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
         where = model_at(model, e["loc"][:-1]) if model is not None and e["loc"] else None
         hint = did_you_mean(e["loc"][-1], where.model_fields) if where is not None else ""
-        return f"{source}: {loc}: unknown key (check the spelling; see docs/scenario.md){hint}"
+        return loc, f"unknown key (check the spelling; see docs/scenario.md){hint}"
     if e["type"] == "missing":
-        return f"{source}: {loc}: missing required key"
+        return loc, "missing required key"
     if e["type"] == "value_error":
         exc = (e.get("ctx") or {}).get("error")
         if isinstance(exc, FieldError):
-            where = ".".join(x for x in ([] if loc == "(top level)" else [loc]) + [exc.key or ""] if x)
-            return f"{source}: {where}: {exc}"
-        return f"{source}: {msg.removeprefix('Value error, ')}"
-    return f"{source}: {loc}: {msg} (got {short(e.get('input'), 200)})"  # (a 5,000-character value: cut)
+            return ".".join(x for x in ([] if loc == "(top level)" else [loc]) + [exc.key or ""] if x), str(exc)
+        return None, msg.removeprefix("Value error, ")
+    return loc, f"{msg} (got {short(e.get('input'), 200)})"  # (a 5,000-character value: cut)
+
+
+def nested(model: type[BaseModel], value: Any) -> BaseModel:
+    """``model`` validated from ``value``: a table held by a key that may also be something else
+    (a preset's name, a number). Its first error is a :class:`FieldError` naming the key inside
+    the table, so the line names the real key, the value and what was expected, where pydantic's
+    union of the two would report the other branch (``link.str: Input should be a valid
+    string``)."""
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        key, msg = error_parts(err, model=model)
+        raise FieldError(msg, key=None if key in (None, "(top level)") else key) from None
 
 
 def model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:

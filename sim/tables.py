@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from sim.core.errors import ScenarioError, error_message
 from sim.link import LINK_PRESETS
 from sim.routers import make_router
 from plumbing.numbers import in_range
-from sim.schema import FieldError, Table, checked, format_error, number, one_of
+from plumbing.suggest import did_you_mean
+from sim.schema import FieldError, Table, checked, format_error, nested, number, one_of
 
 Positive = Annotated[int | float, number()]
 NonNegative = Annotated[int | float, number(minimum=0)]
@@ -122,9 +123,19 @@ class AutoscaleConfig(Table):
         return {k: v for k, v in p.items() if k != "name"} if isinstance(p, dict) else {}
 
 
-def _price_value(v: Any) -> bool:
-    return in_range(v, ge=0) or (isinstance(v, dict) and bool(v) and all(
-        isinstance(k, str) and in_range(x, ge=0) for k, x in v.items()))
+PRICE_EXPECTED = "a number >= 0 (dollars per GPU-hour) or a table of group name or engine.gpu = price"
+
+
+def _price(v: Any) -> Any:
+    """A price (a number >= 0), or a non-empty table of them; a bad entry of a table is named."""
+    if isinstance(v, dict) and v:
+        for k, x in v.items():
+            if not in_range(x, ge=0):
+                raise FieldError(f"expected a number >= 0 (dollars per GPU-hour) (got {x!r})", key=str(k))
+        return v
+    if not in_range(v, ge=0):
+        raise FieldError(f"expected {PRICE_EXPECTED} (got {v!r})")
+    return v
 
 
 class GroupConfig(Table):
@@ -158,7 +169,7 @@ class LinkConfig(Table):
     """The link a disaggregated cluster copies KV over (:mod:`sim.link`): a preset's
     figures, or your own."""
 
-    preset: Annotated[str, checked(lambda v: v in LINK_PRESETS, f"one of {', '.join(LINK_PRESETS)}")] | None = Field(
+    preset: Annotated[str, one_of(lambda: list(LINK_PRESETS))] | None = Field(
         None, description="start from this preset's figures (default ib-400)")
     bandwidth_bytes_per_s: Annotated[int | float, number(note=" (bytes per second per GPU)")] | None = Field(
         None, description="bandwidth per GPU, bytes/s (a tensor-parallel replica's GPUs copy side by side)")
@@ -172,8 +183,20 @@ class LinkConfig(Table):
         None, description="layers, for pipelining (default: the prefill profile's model shape)")
 
 
-def _link_value(v: Any) -> bool:
-    return (isinstance(v, str) and v in LINK_PRESETS) or isinstance(v, (dict, LinkConfig))
+LINK_EXPECTED = (f"a link preset ({', '.join(LINK_PRESETS)}) or a table with bandwidth_bytes_per_s, latency_s, "
+                 f"pipelined")
+
+
+def _link(v: Any) -> Any:
+    """A preset's name, or a table validated as a :class:`LinkConfig` on its own (its first error
+    names the key inside it)."""
+    if isinstance(v, str):
+        if v not in LINK_PRESETS:
+            raise FieldError(f"expected {LINK_EXPECTED} (got {v!r}){did_you_mean(v, LINK_PRESETS)}")
+        return v
+    if isinstance(v, (dict, LinkConfig)):
+        return nested(LinkConfig, v)
+    raise FieldError(f"expected {LINK_EXPECTED} (got {v!r})")
 
 
 def _router_value(v: Any) -> bool:
@@ -192,11 +215,9 @@ class ClusterConfig(Table):
                           "classes, else least_outstanding")
     autoscale: AutoscaleConfig | None = Field(
         None, description="the autoscaler of every group that has none of its own (docs/autoscaling.md)")
-    gpu_hour_usd: Annotated[int | float | dict, checked(
-        _price_value, "a number >= 0 (dollars per GPU-hour) or a table of group name or engine.gpu = price")] | None = Field(
+    gpu_hour_usd: Annotated[int | float | dict, BeforeValidator(_price)] | None = Field(
         None, description="price of one GPU-hour, $: one number, or a table by group name or engine.gpu")
-    link: Annotated[str | LinkConfig, checked(_link_value, f"a link preset ({', '.join(LINK_PRESETS)}) or a table "
-                                                        f"with bandwidth_bytes_per_s, latency_s, pipelined")] | None = Field(
+    link: Annotated[str | LinkConfig, BeforeValidator(_link)] | None = Field(
         None, description="disaggregated clusters: the link KV is copied over (default ib-400)")
     decode_router: Annotated[str | dict, checked(_router_value, "a router name or a table with 'name'")] | None = Field(
         None, description="disaggregated clusters: the router that picks a decode replica (default least_kv)")
@@ -359,7 +380,7 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
     bad = [x for x in g.classes or [] if x not in sc.class_names]
     if bad:
         raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
-                            f"(expected one of {', '.join(sc.class_names)})")
+                            f"(expected one of {', '.join(sc.class_names)}){did_you_mean(bad[0], sc.class_names)}")
 
 
 def _check_router(sc) -> None:
@@ -447,17 +468,27 @@ def group_price(sc, name: str, g: GroupConfig, eng) -> float | None:
 
 
 def _check_autoscale(sc) -> None:
+    """Each autoscaled group's policy is made from its parameters, those that name classes name
+    the scenario's (a class the group does not serve is warned about: the policy never sees it),
+    a schedule's counts lie within min..max (warned: the controller clamps them), and the count
+    at the start lies within min..max."""
     from sim.autoscalers import make_autoscaler
     src, c = sc.source, sc.cluster
+    warned: set[str] = set()  # (a cluster-level autoscale serves several groups: warned once)
     for i, (name, g) in enumerate(c.group_list()):
         a = group_autoscale(c, g)
         if a is None:
             continue
         key = f"cluster.groups.{i}.autoscale" if g.autoscale is not None else "cluster.autoscale"
         try:
-            make_autoscaler(a.policy_name, **a.policy_params)
+            policy = make_autoscaler(a.policy_name, **a.policy_params)
         except (KeyError, ValueError, TypeError) as exc:
             raise ScenarioError(f"{src}: {key}.policy: {error_message(exc)}") from None
+        for p in getattr(policy, "class_params", ()):
+            _check_policy_classes(sc, i, name, f"{key}.policy.{p}", a.policy_params.get(p))
+        if key not in warned:
+            warned.add(key)
+            _warn_clamped(sc, key, a, policy)
         n = c.replicas if c.groups is None else g.replicas
         if not a.min <= n <= a.max:
             where = "cluster.replicas" if c.groups is None else f"cluster.groups.{i}.replicas"
@@ -465,15 +496,67 @@ def _check_autoscale(sc) -> None:
                                 f"min={a.min} and max={a.max} (got {n})")
 
 
+def _check_policy_classes(sc, i: int, name: str, key: str, value) -> None:
+    """An autoscaler parameter ``key`` naming classes (a name or a list; None: all) names the
+    scenario's; a class group ``i`` does not serve is warned about (its requests never end there,
+    so the policy never sees one)."""
+    if value is None:
+        return
+    listed = [value] if isinstance(value, str) else list(value)
+    for x in listed:
+        if x not in sc.class_names:
+            raise ScenarioError(f"{sc.source}: {key}: unknown class {x!r} (expected one of "
+                                f"{', '.join(sc.class_names)}){did_you_mean(x, sc.class_names)}")
+    c = sc.cluster
+    served = [x for x in sc.class_names if i in serving_groups(c, x)]
+    away = [x for x in listed if x not in served]
+    if away:
+        from plumbing.notices import warn
+        warn(f"{sc.source}: {key}: group {name!r} does not serve {', '.join(repr(x) for x in away)} "
+             f"(it serves {', '.join(served)}): its autoscaler never sees a request of "
+             f"{'them' if len(away) > 1 else 'it'}")
+
+
+def _warn_clamped(sc, key: str, a: AutoscaleConfig, policy) -> None:
+    """A schedule's rows asking for a count outside min..max: the controller clamps them (one
+    warning naming the first such row)."""
+    from sim.autoscalers import Schedule
+    if not isinstance(policy, Schedule):
+        return
+    out = [(j, t, n) for j, (t, n) in enumerate(zip(policy.times, policy.counts)) if not a.min <= n <= a.max]
+    if not out:
+        return
+    from plumbing.notices import warn
+    j, t, n = out[0]
+    bound, to = (f"above max = {a.max}", a.max) if n > a.max else (f"below min = {a.min}", a.min)
+    more = f" (and {len(out) - 1} more row{'s' if len(out) > 2 else ''} outside {a.min}..{a.max})" if len(out) > 1 else ""
+    warn(f"{sc.source}: {key}.policy.table.{j} = [{t:g}, {n}]: {n} replicas is {bound}{more}: the autoscaler "
+         f"keeps {to} there (expected counts within min..max, or a wider min..max)")
+
+
 def _check_prices(sc) -> None:
+    """A price table's keys name groups or their GPUs; a price on some groups only is warned
+    about (the run's cost_usd is null without every group's)."""
     src, c = sc.source, sc.cluster
     p = c.gpu_hour_usd
-    if not isinstance(p, dict):
-        return
-    names = [n for n, _ in c.group_list()]
-    gpus = [getattr(group_engine(sc, g), "gpu", None) for _, g in c.group_list()]
-    known = names + [x for x in gpus if x]
-    for k in p:
-        if k not in known:
-            raise ScenarioError(f"{src}: cluster.gpu_hour_usd.{k}: not a group name or a group's engine.gpu "
-                                f"(expected one of {', '.join(known)})")
+    groups = c.group_list()
+    if p is None and all(g.gpu_hour_usd is None for _, g in groups):
+        return  # (no price anywhere: cost_usd is null, as asked)
+    # (the engines only where a table may name their GPUs: a group's is resolved again)
+    engines = [group_engine(sc, g) if isinstance(p, dict) else None for _, g in groups]
+    if isinstance(p, dict):
+        names = [n for n, _ in groups]
+        known = names + [x for x in (getattr(e, "gpu", None) for e in engines) if x]
+        for k in p:
+            if k not in known:
+                raise ScenarioError(f"{src}: cluster.gpu_hour_usd.{k}: not a group name or a group's engine.gpu "
+                                    f"(expected one of {', '.join(known)})")
+    prices = [group_price(sc, n, g, e) for (n, g), e in zip(groups, engines)]
+    unpriced = [n for (n, _), x in zip(groups, prices) if x is None]
+    if unpriced and len(unpriced) < len(groups):
+        from plumbing.notices import warn
+        key = "cluster.gpu_hour_usd" if p is not None else next(
+            f"cluster.groups.{i}.gpu_hour_usd" for i, (_, g) in enumerate(groups) if g.gpu_hour_usd is not None)
+        warn(f"{src}: {key}: no price for group {', '.join(repr(n) for n in unpriced)}: the run's cost_usd will be "
+             f"null (expected a price for every group: the cluster's gpu_hour_usd, an entry per group name or "
+             f"engine.gpu, or the group's own)")

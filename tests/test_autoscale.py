@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 
 from tests.conftest import small_scenario
+from plumbing.notices import InputWarning
 from sim import ScenarioError, scenario_from_dict
-from sim.autoscalers import (AUTOSCALERS, SLO, Ended, Observation, QueueLength, ReplicaState, Schedule,
-                             TargetUtilisation, make_autoscaler)
+from sim.autoscalers import (AUTOSCALERS, SLO, BaseAutoscaler, Ended, Observation, QueueLength, ReplicaState,
+                             Schedule, TargetUtilisation, make_autoscaler)
 from sim.cluster import simulate_cluster
 
 
@@ -219,12 +221,117 @@ def test_same_seed_same_bytes():
      "cluster.groups.0.autoscale.max: expected max >= min=3 (got 2)"),
     ({"replicas": 1, "gpu_hour_usd": {"h100": 2.0}}, "cluster.gpu_hour_usd.h100: not a group name or a group's engine.gpu"),
     ({"replicas": 1, "gpu_hour_usd": -2}, "cluster.gpu_hour_usd: expected a number >= 0"),
+    # (a table's bad entry is named)
+    ({"replicas": 1, "gpu_hour_usd": {"default": "x"}},
+     "cluster.gpu_hour_usd.default: expected a number >= 0 (dollars per GPU-hour) (got 'x')"),
+    ({"replicas": 1, "gpu_hour_usd": {"default": -1.0}}, "cluster.gpu_hour_usd.default: expected a number >= 0"),
 ])
 def test_bad_settings_are_one_line(cluster, msg):
     with pytest.raises(ScenarioError) as err:
         scenario_from_dict(scenario(cluster))
     text = str(err.value)
     assert "\n" not in text and msg in text, text
+
+
+# ---- parameters that name classes, unknown parameters, a schedule outside min..max -------------------
+def input_warnings(d: dict) -> list[str]:
+    """The InputWarnings reading scenario ``d`` gives."""
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", InputWarning)
+        scenario_from_dict(d)
+    return [str(w.message) for w in got if issubclass(w.category, InputWarning)]
+
+
+@pytest.mark.parametrize("classes,msg", [
+    (["high"], "cluster.autoscale.policy.classes: unknown class 'high' (expected one of hi, lo); did you mean 'hi'?"),
+    (["hi", "nope"], "cluster.autoscale.policy.classes: unknown class 'nope' (expected one of hi, lo)"),
+])
+def test_an_slo_policy_naming_no_class_is_refused(classes, msg):
+    # (it used to be accepted: the policy saw no request of the class and never acted)
+    d = scenario({"replicas": 1, "autoscale": {"policy": {"name": "slo", "classes": classes}, "max": 3}})
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(d)
+    assert str(err.value) == f"<inline>: {msg}"
+
+
+def test_a_group_policy_naming_a_class_its_group_does_not_serve_warns():
+    groups = [{"name": "a", "replicas": 1, "classes": ["hi"]},
+              {"name": "b", "replicas": 1, "classes": ["lo"],
+               "autoscale": {"policy": {"name": "slo", "classes": ["hi"]}, "max": 2}}]
+    (msg,) = [m for m in input_warnings(scenario({"groups": groups})) if "autoscale" in m]
+    assert msg == ("<inline>: cluster.groups.1.autoscale.policy.classes: group 'b' does not serve 'hi' (it serves "
+                   "lo): its autoscaler never sees a request of it")
+    groups[1]["autoscale"]["policy"]["classes"] = ["lo"]  # its own class: quiet
+    assert not [m for m in input_warnings(scenario({"groups": groups})) if "autoscale" in m]
+
+
+def test_class_params_are_checked_for_a_users_autoscaler_too():
+    class Watcher(BaseAutoscaler):
+        class_params = ("watch",)
+
+        def __init__(self, watch: str = "hi") -> None:
+            self.watch = watch
+
+        def desired(self, obs):
+            return obs.current
+
+    AUTOSCALERS.register("watcher_test", Watcher)
+    try:
+        d = scenario({"replicas": 1, "autoscale": {"policy": {"name": "watcher_test", "watch": "hl"}, "max": 2}})
+        with pytest.raises(ScenarioError, match=r"cluster.autoscale.policy.watch: unknown class 'hl' \(expected one "
+                                                r"of hi, lo\)"):
+            scenario_from_dict(d)
+    finally:
+        AUTOSCALERS.unregister("watcher_test")
+
+
+@pytest.mark.parametrize("policy,msg", [
+    ({"name": "slo", "bogus": 1}, "cluster.autoscale.policy: slo: unknown parameter 'bogus' (expected target_s, "
+                                  "metric, percentile, window_s, low, step, min_samples, classes)"),
+    ({"name": "slo", "clases": ["hi"]}, "did you mean 'classes'?"),
+    ({"name": "schedule", "table": [[0, 1]], "period": 10}, "schedule: unknown parameter 'period' (expected table, "
+                                                            "period_s); did you mean 'period_s'?"),
+])
+def test_an_unknown_autoscaler_parameter_is_named(policy, msg):
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(scenario({"replicas": 1, "autoscale": {"policy": policy, "max": 3}}))
+    assert msg in str(err.value) and "__init__" not in str(err.value)
+
+
+def test_a_schedule_outside_min_max_warns_once_naming_the_row():
+    a = {"policy": {"name": "schedule", "table": [[0, 2], [5, 12], [10, 0], [15, 9]]}, "min": 1, "max": 8}
+    d = scenario({"groups": [{"name": "x", "replicas": 2}, {"name": "y", "replicas": 2}], "autoscale": a})
+    msgs = [m for m in input_warnings(d) if "table" in m]
+    # (one line for the cluster's autoscale, though two groups use it)
+    assert msgs == ["<inline>: cluster.autoscale.policy.table.1 = [5, 12]: 12 replicas is above max = 8 (and 2 "
+                    "more rows outside 1..8): the autoscaler keeps 8 there (expected counts within min..max, or a "
+                    "wider min..max)"]
+    a["policy"]["table"] = [[0, 2], [5, 0]]
+    (msg,) = [m for m in input_warnings(scenario({"replicas": 2, "autoscale": a})) if "table" in m]
+    assert "table.1 = [5, 0]: 0 replicas is below min = 1: the autoscaler keeps 1 there" in msg
+    a["policy"]["table"] = [[0, 2], [5, 8]]
+    assert not [m for m in input_warnings(scenario({"replicas": 2, "autoscale": a})) if "table" in m]
+
+
+@pytest.mark.parametrize("cluster,unpriced", [
+    ({"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "gpu_hour_usd": {"a": 2.0}},
+     "cluster.gpu_hour_usd: no price for group 'b'"),
+    ({"groups": [{"name": "a", "replicas": 1, "gpu_hour_usd": 2.0}, {"name": "b", "replicas": 1},
+                 {"name": "c", "replicas": 1}]}, "cluster.groups.0.gpu_hour_usd: no price for group 'b', 'c'"),
+])
+def test_a_price_on_some_groups_only_warns(cluster, unpriced):
+    (msg,) = [m for m in input_warnings(scenario(cluster)) if "price" in m]
+    assert msg.startswith(f"<inline>: {unpriced}: the run's cost_usd will be null")
+    assert run(scenario(cluster)).summary_dict["cost"]["cost_usd"] is None  # (what it warns of)
+
+
+@pytest.mark.parametrize("cluster", [
+    {"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "gpu_hour_usd": {"a": 2.0, "b": 1.0}},
+    {"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "gpu_hour_usd": 2.0},
+    {"groups": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}]},  # (no price anywhere: as asked)
+])
+def test_a_price_on_every_group_or_none_is_quiet(cluster):
+    assert not [m for m in input_warnings(scenario(cluster)) if "price" in m]
 
 
 def test_fixed_and_autoscaled_at_max_agree():

@@ -183,10 +183,24 @@ CASES = [
     Case("autoscale_param", "an autoscaler parameter out of range", RUN + ["--set",
          'cluster={replicas=1, autoscale={policy={name="target_utilisation", target=1.5}, max=3}}'],
          {"s.toml": scenario()}),
+    Case("autoscale_class", "an slo autoscaler watching a misspelt class", RUN + ["--set",
+         'cluster={replicas=1, autoscale={policy={name="slo", classes=["Chat"]}, max=3}}'], {"s.toml": scenario()}),
+    Case("autoscale_param_unknown", "an unknown autoscaler parameter", RUN + ["--set",
+         'cluster={replicas=1, autoscale={policy={name="slo", target=0.5}, max=3}}'], {"s.toml": scenario()}),
+    Case("router_param_unknown", "an unknown router parameter", RUN + ["--set",
+         'cluster={replicas=2, router={name="power_of_two", dd=2}}'], {"s.toml": scenario()}),
+    Case("link_preset_unknown", "a link table naming no preset", RUN + ["--set",
+         'cluster={groups=[{name="p", role="prefill"}, {name="d", role="decode"}], link={preset="ib-800"}}'],
+         {"s.toml": scenario()}),
+    Case("link_bandwidth_zero", "a link bandwidth of 0", RUN + ["--set",
+         'cluster={groups=[{name="p", role="prefill"}, {name="d", role="decode"}], link={bandwidth_bytes_per_s=0}}'],
+         {"s.toml": scenario()}),
     Case("gpu_price_negative", "a negative gpu_hour_usd", RUN + ["--set",
          'cluster={replicas=1, gpu_hour_usd=-2}'], {"s.toml": scenario()}),
     Case("gpu_price_key", "gpu_hour_usd naming no group or GPU", RUN + ["--set",
          'cluster={replicas=1, gpu_hour_usd={h100=2.0}}'], {"s.toml": scenario()}),
+    Case("gpu_price_entry", "a gpu_hour_usd table entry that is not a number", RUN + ["--set",
+         'cluster={groups=[{name="a"}, {name="b"}], gpu_hour_usd={a=2.0, b="cheap"}}'], {"s.toml": scenario()}),
     Case("linear_profile_terms", "inline linear profile missing terms", RUN + ["--set",
          'engine.profile={kind="linear",base_s=0.01}'], {"s.toml": scenario()}),
     Case("empirical_sum", "empirical probabilities summing to 1.1", RUN,
@@ -319,6 +333,10 @@ CASES = [
     Case("backend_unknown", "sweep --backend dask", ["sweep", "s.toml", "--backend", "dask", "--out", "out"],
          {"s.toml": scenario()}),
     Case("option_unknown", "run --bogus", RUN + ["--bogus"], {"s.toml": scenario()}),
+    Case("capacity_load_negative", "capacity --load -1", ["capacity", "s.toml", "--load", "-1", "--out", "out"],
+         {"s.toml": scenario()}),
+    Case("capacity_load_huge", "capacity --load 1e12 (each rate times 10^12)",
+         ["capacity", "s.toml", "--load", "1e12", "--out", "out"], {"s.toml": scenario()}),
     Case("capacity_figure_exists", "capacity --figure naming an existing file",
          ["capacity", "s.toml", "--figure", "fig.png", "--out", "out"], {"s.toml": scenario(), "fig.png": "old"}),
     Case("compare_csv_exists", "compare --csv naming an existing file", ["compare", "a", "b", "--csv", "c.csv"],
@@ -418,6 +436,12 @@ def test_bad_input_is_one_line_and_exit_2(case, outcomes):
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
     assert not left, "a failed command left a results folder behind"
+
+
+@pytest.mark.parametrize("case", ["capacity_load_negative", "capacity_load_huge"])
+def test_capacity_checks_its_load_before_any_output(case, outcomes):
+    # (the SLO lines used to come first, and the folder was left with its lock and marker)
+    assert outcomes[case][2] == ""
 
 
 def _doc(outcomes: dict) -> str:

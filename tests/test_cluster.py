@@ -521,6 +521,15 @@ def test_no_join_where_routing_reads_more_than_counts(monkeypatch):
     ({"groups": [{"name": "a", "gpus": 0}]}, "cluster.groups.0.gpus: expected an integer >= 1 (GPUs per replica) (got 0)"),
     ({"groups": [5]}, "cluster.groups.0: expected a table (got 5)"),
     ({"replicas": 2, "router": 5}, "cluster.router: expected a router name or a table with 'name' (got 5)"),
+    # (an unknown router parameter named with the ones it takes, not Python's "takes no arguments")
+    ({"replicas": 2, "router": {"name": "least_outstanding", "bogus": 1}},
+     "cluster.router: least_outstanding: unknown parameter 'bogus' (expected no parameters)"),
+    ({"replicas": 2, "router": {"name": "power_of_two", "dd": 3}},
+     "cluster.router: power_of_two: unknown parameter 'dd' (expected d); did you mean 'd'?"),
+    ({"groups": [{"name": "a", "classes": ["hi"]}, {"name": "b", "classes": ["lo"]}],
+      "router": {"name": "class_aware", "inner": "power_of_two", "e": 3}},
+     "cluster.router: power_of_two: unknown parameter 'e' (expected d)"),
+    ({"groups": [{"name": "a", "classes": ["high"]}]}, "unknown class 'high' (expected one of hi, lo); did you mean 'hi'?"),
 ])
 def test_validation_one_line(cluster, expect):
     # the [cluster] table is validated with the rest of the scenario, when it is read

@@ -283,6 +283,36 @@ def test_bad_layouts_are_refused_in_one_line(cluster, words):
         scenario_from_dict(d)
 
 
+@pytest.mark.parametrize("link, msg", [
+    # (each named at its key inside the table; pydantic's union said "cluster.link.str: Input should be a
+    # valid string" for all of them)
+    ({"preset": "ib-800"}, "cluster.link.preset: expected 'nvlink', 'nvlink5', 'ib-200', 'ib-400', 'roce-200', "
+                           "'roce-400', 'pcie4' or 'pcie5' (got 'ib-800'); did you mean 'ib-400'?"),
+    ({"bandwith_bytes_per_s": 1e9}, "cluster.link.bandwith_bytes_per_s: unknown key (expected one of preset, "
+                                    "bandwidth_bytes_per_s, latency_s, pipelined, kv_bytes_per_token, layers); did you "
+                                    "mean 'bandwidth_bytes_per_s'?"),
+    ({"bandwidth_bytes_per_s": -1}, "cluster.link.bandwidth_bytes_per_s: expected a number > 0 (bytes per second "
+                                    "per GPU) (got -1)"),
+    ({"bandwidth_bytes_per_s": 0}, "cluster.link.bandwidth_bytes_per_s: expected a number > 0"),
+    ({"bandwidth_bytes_per_s": float("nan")}, "cluster.link.bandwidth_bytes_per_s: expected a number > 0"),
+    ({"bandwidth_bytes_per_s": float("inf")}, "cluster.link.bandwidth_bytes_per_s: expected a number > 0"),
+    ({"latency_s": -1e-6}, "cluster.link.latency_s: expected a number >= 0 (seconds per transfer) (got -1e-06)"),
+    ({"pipelined": "yes"}, "cluster.link.pipelined: expected true or false (got 'yes')"),
+    ({"kv_bytes_per_token": 0}, "cluster.link.kv_bytes_per_token: expected an integer > 0 (bytes of KV per token) "
+                                "(got 0)"),
+    ("ib-800", "cluster.link: expected a link preset (nvlink, nvlink5, ib-200, ib-400, roce-200, roce-400, pcie4, "
+               "pcie5) or a table with bandwidth_bytes_per_s, latency_s, pipelined (got 'ib-800'); did you mean "
+               "'ib-400'?"),
+    (5, "cluster.link: expected a link preset"),
+])
+def test_a_bad_link_names_its_key(link, msg):
+    d = small_scenario()
+    d["cluster"] = {**PD, "link": link}
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(d)
+    assert str(err.value).startswith(f"<inline>: {msg}") and "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("cluster, words", [
     ('{groups=[{role="prefil"}]}', "cluster.groups.0.role"),
     ('{groups=[{name="p",role="prefill"},{name="d",role="decode"}],link="infiniband"}', "cluster.link"),

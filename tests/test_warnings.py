@@ -74,6 +74,48 @@ def test_swap_without_host_space_warns_once_at_load(tmp_path):
     assert warnings_of(res) == []
 
 
+def test_swap_space_that_nothing_uses_warns_once(tmp_path):
+    res = run(tmp_path, engine="swap_blocks = 1000")  # (preemption: recompute, the default)
+    assert res.exit_code == 0, res.output
+    (w,) = warnings_of(res)
+    assert "engine.swap_blocks = 1000 does nothing: engine.preemption = 'recompute' never copies to host" in w
+    assert "'auto' or 'swap'" in w
+    for mode in ("swap", "auto"):
+        assert warnings_of(run(tmp_path, engine=f'preemption = "{mode}"\nswap_blocks = 1000')) == []
+
+
+@pytest.mark.parametrize("cluster,words", [
+    # groups that inherit [engine] add no line of their own
+    ('{groups=[{replicas=1, engine={max_num_seqs=8}}, {replicas=1}]}', ["engine.swap_blocks = 1000 does nothing:"]),
+    # a group of its own preemption is named; [engine] only for the group that runs it
+    ('{groups=[{replicas=1, engine={preemption="swap"}}, {name="b", replicas=1}]}',
+     ["engine.swap_blocks = 1000 does nothing on group b:"]),
+    ('{groups=[{replicas=1, engine={preemption="swap"}}, {replicas=1, engine={preemption="swap"}}]}', []),
+])
+def test_swap_warnings_name_each_setting_once_in_a_cluster(tmp_path, cluster, words):
+    res = run(tmp_path, engine="swap_blocks = 1000", args=["--set", f"cluster={cluster}"])
+    assert res.exit_code == 0, res.output
+    got = [w for w in warnings_of(res) if "swap" in w]
+    assert len(got) == len(words) and all(x in w for x, w in zip(words, got)), got
+
+
+def test_swap_preemption_without_space_in_a_cluster_warns_once(tmp_path):
+    res = run(tmp_path, engine='preemption = "swap"',
+              args=["--set", "cluster={groups=[{replicas=1, engine={max_num_seqs=8}}, {replicas=1}]}"])
+    (w,) = warnings_of(res)
+    assert "engine.preemption = 'swap' but there is no host swap space" in w
+
+
+def test_capacity_says_the_autoscaler_is_not_used(tmp_path):
+    (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", "").replace("CHAT", "").replace("STREAM2", POISSON))
+    res = CliRunner().invoke(main, ["capacity", str(tmp_path / "s.toml"), "--designs", "shared", "--max-replicas",
+                                    "1", "--no-uncertainty", "--no-plots", "--out", str(tmp_path / "out"), "--set",
+                                    'cluster={replicas=1, autoscale={policy="queue_length", max=3}}'])
+    assert res.exit_code in (0, 1), res.output
+    (w,) = [w for w in warnings_of(res) if "autoscale" in w]
+    assert "cluster.autoscale is not used by priosim capacity: it searches fixed fleets" in w
+
+
 @pytest.mark.parametrize("chat,key", [("ttft_slo_s = 500", "ttft_slo_s = 500"),
                                       ("tpot_slo_s = 50", "tpot_slo_s = 50")])
 def test_an_slo_in_milliseconds_warns(tmp_path, chat, key):

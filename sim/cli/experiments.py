@@ -320,7 +320,10 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
     from sim.outdir import OutError
     from sim.experiments.slos import parse_slos
+    from plumbing.numbers import in_range
 
+    if not in_range(load_scale, gt=0):
+        fail(f"--load: expected a number > 0 (the arrival-rate multiplier) (got {load_scale:g})")
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, seed)
     check_workers(workers)
     names = csv_list(designs, str, "designs")
@@ -329,9 +332,11 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
             fail(f"--designs: unknown design {d!r} (expected one of {', '.join(DESIGNS)})")
     if max_replicas < 1:
         fail(f"--max-replicas: expected >= 1 (got {max_replicas})")
-    if grace < 0:
+    if not in_range(grace, ge=0):
         fail(f"--grace: expected >= 0 (got {grace})")
     try:
+        if load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
+            check_load(sc, load_scale, "--load")
         slo = parse_slos(sc, list(slos), grace)
         if router is not None:
             from sim.routers import make_router
@@ -365,6 +370,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         distributed = {"backend": backend, "workers": partitions, "address": address}
     if figure:
         check_out_file(figure, "--figure", overwrite=overwrite)
+    _warn_autoscaler_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     check_report(report, out)
     for c, s in slo.items():
@@ -437,6 +443,20 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     report_beside(report, out)
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
+
+
+def _warn_autoscaler_unused(sc) -> None:
+    """capacity searches fixed fleets, each design's own ``[cluster]``: the scenario's autoscaler
+    is not used (one warning naming it)."""
+    c = sc.cluster
+    if c is None:
+        return
+    keys = (["cluster.autoscale"] if c.autoscale is not None else []) + [
+        f"cluster.groups.{i}.autoscale" for i, g in enumerate(c.groups or []) if g.autoscale is not None]
+    if keys:
+        from plumbing.notices import warn
+        warn(f"{sc.source}: {keys[0]} is not used by priosim capacity: it searches fixed fleets (each design's "
+             f"replicas serve the whole run; docs/autoscaling.md); priosim run simulates the autoscaler")
 
 
 def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, load_scale: float, workers) -> None:

@@ -195,14 +195,16 @@ def check_workers(value, flag: str = "--workers"):
     return value
 
 
-def check_load(sc, load: float) -> None:
+def check_load(sc, load: float, flag: str = "--loads") -> None:
+    """The scenario's streams at ``load`` times their rates are valid (not absurd volumes); a
+    ScenarioError naming ``flag`` otherwise."""
     import workloads
 
     try:
         workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s,
                                    load_scale=load)
     except workloads.WorkloadError as exc:
-        raise ScenarioError(f"{sc.source}: --loads {load:g}: {exc}") from None
+        raise ScenarioError(f"{sc.source}: {flag} {load:g}: {exc}") from None
 
 
 def toml_str(s: str) -> str:
