@@ -335,3 +335,41 @@ def test_vllm_runs_fitted_without_a_release_are_told_which_one_prices_them(runs)
     for given in ('engine.engine_version="0.15.1"', "engine.overlap_scheduling=true", 'engine.overhead="vllm-v1"'):
         assert unversioned_vllm(vllm_run, SETS + [given]) == ""
     assert unversioned_vllm(vllm_run, ['engine.engine="sglang"']) == ""
+
+
+# -- the command's inputs and outputs, checked before the fit ---------------------------------
+
+DATA = Path(__file__).resolve().parent / "data" / "runs"
+
+
+def _calibrate(*args):
+    from sim.cli import main
+
+    return CliRunner().invoke(main, ["calibrate", "--from-runs", *map(str, args)])
+
+
+def test_the_profile_goes_into_a_missing_folder(tmp_path):
+    out = tmp_path / "new" / "deeper" / "p.json"
+    res = _calibrate(DATA / "vllm_concurrency8.json", "--profile", "h200-llama-3-8b", "--out", out, "--workers", 1)
+    assert res.exit_code == 0, res.output
+    load_profile(str(out))
+
+
+def test_an_out_on_a_run_file_is_refused_even_with_overwrite(tmp_path):
+    run = tmp_path / "X.json"
+    run.write_bytes((DATA / "vllm_concurrency8.json").read_bytes())
+    res = _calibrate(run, "--profile", "h200-llama-3-8b", "--out", run, "--overwrite")
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert f"--out {run}: is the input file" in res.stderr and "fitted on" not in res.stdout
+    assert run.read_bytes() == (DATA / "vllm_concurrency8.json").read_bytes()
+
+
+def test_a_run_given_twice_or_copied_is_refused(tmp_path):
+    copy = tmp_path / "copy.json"
+    copy.write_bytes((DATA / "vllm_concurrency8.json").read_bytes())
+    res = _calibrate(DATA / "vllm_concurrency8.json", copy, "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json")
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert str(copy) in res.stderr and "vllm_concurrency8.json" in res.stderr and "sha256" in res.stderr
+    res = _calibrate(copy, copy, "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json")
+    assert res.exit_code == 2 and "given twice" in res.stderr
+    assert not (tmp_path / "p.json").exists()

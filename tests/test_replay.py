@@ -402,3 +402,44 @@ def test_a_max_model_len_refuses_each_request_by_its_own_max_tokens():
     cmp = replay(run, [f"engine.max_model_len={limit}"], profile=PROFILE)
     assert int((cmp.requests.status == "rejected").sum()) == over
     assert any(f"{over} refused at arrival as too_long" in n for n in cmp.notes)
+
+
+# -- output files: missing folders, two outputs on one file, an output on an input ------------
+
+def test_outputs_in_a_missing_folder_are_made_there(tmp_path):
+    """As ``run --out``: the missing folders are made (the nearest existing one is checked
+    writable before any work), no traceback."""
+    out, fig = tmp_path / "new" / "a" / "m.json", tmp_path / "new" / "b" / "p.png"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--json", str(out),
+                                    "--figure", str(fig)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["metrics"] and fig.read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "afile").write_text("mine")
+    bad = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--json",
+                                    str(tmp_path / "afile" / "m.json")])
+    assert bad.exit_code == 2 and len(bad.stderr.splitlines()) == 1 and "is a file" in bad.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_json_and_figure_on_one_file_are_refused_before_any_work(tmp_path):
+    out = tmp_path / "same"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--json", str(out),
+                                    "--figure", str(tmp_path / "." / "same")])
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert "--figure" in res.stderr and "is also the file --json names" in res.stderr
+    assert not out.exists() and "metric" not in res.stdout
+
+
+def test_an_output_on_the_input_file_is_refused_even_with_overwrite(tmp_path):
+    run = tmp_path / "X.json"
+    run.write_bytes((RUNS / "vllm_concurrency8.json").read_bytes())
+    before = run.read_bytes()
+    for flag in ("--json", "--figure"):
+        res = CliRunner().invoke(main, ["replay", str(run), flag, str(run), "--overwrite"])
+        assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1, res.output
+        assert f"{flag} {run}: is the input file" in res.stderr and "Traceback" not in res.output
+    link = tmp_path / "link.json"
+    link.symlink_to(run)
+    res = CliRunner().invoke(main, ["replay", str(run), "--json", str(link), "--overwrite"])
+    assert res.exit_code == 2 and "is the input file" in res.stderr
+    assert run.read_bytes() == before

@@ -13,6 +13,75 @@ from sim.cli.group import check_out_file, check_workers, claim_out, fail, fail_w
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 
 
+def check_outputs(named: list[tuple[str | None, str]], inputs: list[str], overwrite: bool) -> list[Path | None]:
+    """The files a command writes (``(path or None, flag)`` each), checked before any work: none
+    may be one of the ``inputs`` (a user's measurement or profile: refused even with
+    ``overwrite``, the command would destroy what it reads), no two the same file (the second
+    would silently replace the first), and each as :func:`check_out_file` checks it (its folder
+    may be missing: :func:`write_output` makes it)."""
+    seen: dict[str, str] = {}
+    checked: list[Path | None] = []
+    for path, flag in named:
+        if not path:
+            checked.append(None)
+            continue
+        same = next((src for src in inputs if _same_file(path, src)), None)
+        if same is not None:
+            fail(f"{flag} {path}: is the input file {same} (expected another file: writing there would destroy "
+                 f"what the command reads, --overwrite or not)")
+        real = os.path.realpath(path)
+        if real in seen:
+            fail(f"{flag} {path}: is also the file {seen[real]} names (expected a different file for each)")
+        seen[real] = flag
+        checked.append(check_out_file(path, flag, overwrite=overwrite))
+    return checked
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (a hard or symbolic link too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (``a`` not written yet: the same path, links resolved)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_output(path: Path, data, flag: str) -> None:
+    """Write one result file whole (:func:`sim.outdir.write_file`), making its missing folders
+    first as ``run --out`` does (the nearest existing one was checked writable before any
+    work); a write the file system refuses is one line, exit 2."""
+    from sim.outdir import write_file
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, data)
+    except OSError as exc:
+        fail(f"{flag} {path}: cannot write it: {exc.strerror or exc} (expected a writable folder with room)")
+
+
+def check_distinct_runs(runs: tuple[str, ...]) -> None:
+    """Each run file once: a file given twice, or a copy of another (the same sha256), would
+    weigh twice in the fit and be 'left out' while its copy stays in (one line, exit 2)."""
+    from calibrate.runs.fit import sha256
+
+    seen: dict[str, str] = {}
+    for r in runs:
+        try:
+            digest = sha256(r)
+        except OSError:
+            continue  # (the reader says what is wrong with it, in one line)
+        if digest in seen:
+            what = "given twice" if os.path.realpath(seen[digest]) == os.path.realpath(r) else \
+                f"the same content as {seen[digest]}, sha256 {digest[:12]}..."
+            fail(f"{r}: {what} (expected each run once: a copy would count twice in the fit, and stay in it "
+                 f"while leave-one-run-out leaves the other out)")
+        seen[digest] = r
+
+
+def _profile_file(profile: str | None) -> list[str]:
+    """``[profile]`` when it names a file (an input a result must not replace), else ``[]``."""
+    return [profile] if profile and os.path.isfile(profile) else []
+
+
 @main.command()
 @click.option("--rows", "prefixes", multiple=True, metavar="PREFIX",
               help="only rows whose id starts with PREFIX (repeatable); the page is not rewritten")
@@ -80,7 +149,8 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         check_workers(workers)
         if base is None:
             fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
-        path = check_out_file(out, overwrite=overwrite)
+        (path,) = check_outputs([(out, "--out")], list(runs) + _profile_file(base), overwrite)
+        check_distinct_runs(runs)
         from calibrate.runs.fit import base_document, fit_runs, profile_document
         from calibrate.runs.scenario import unversioned_vllm
         from calibrate.runs.fitreport import report
@@ -109,11 +179,10 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         except (RunError, ScenarioError, ProfileError) as exc:
             fail(str(exc))
         from sim import jsonout
-        from sim.outdir import write_file
 
         click.echo(report(fit))
         doc = profile_document(fit, Path(path).stem, list(sets))
-        write_file(path, jsonout.dumps(doc, indent=1) + "\n")
+        write_output(path, jsonout.dumps(doc, indent=1) + "\n", "--out")
         same = "".join(f" --set {shlex.quote(s)}" for s in sets)
         click.echo(f"wrote {out}: check it on a run not used in the fit: priosim replay RUN --profile {out}{same}")
         return
@@ -214,10 +283,8 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     from calibrate.runs.scenario import model_differs
     from plumbing.notices import warn
 
-    if json_out:
-        json_out = check_out_file(json_out, "--json", overwrite=overwrite)
-    if figure_out:
-        figure_out = check_out_file(figure_out, "--figure", overwrite=overwrite)
+    json_out, figure_out = check_outputs([(json_out, "--json"), (figure_out, "--figure")],
+                                         [run_file] + _profile_file(profile), overwrite)
     try:
         if result is None:
             run = read_run(run_file)
@@ -248,16 +315,14 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     click.echo(cmp.table())
     if json_out:
         from sim import jsonout
-        from sim.outdir import write_file
 
-        write_file(json_out, jsonout.dumps({"run": str(run_file), "format": run.format, "mode": cmp.mode,
-                                            "profile": profile, "metrics": cmp.metrics}, indent=1) + "\n")
+        write_output(json_out, jsonout.dumps({"run": str(run_file), "format": run.format, "mode": cmp.mode,
+                                            "profile": profile, "metrics": cmp.metrics}, indent=1) + "\n", "--json")
         click.echo(f"wrote {json_out}")
     if figure_out:
         from calibrate.runs.figure import parity
-        from sim.outdir import write_file
 
-        write_file(figure_out, lambda p: parity(cmp, p))
+        write_output(figure_out, lambda p: parity(cmp, p), "--figure")
         click.echo(f"wrote {figure_out}")
 
 
