@@ -443,3 +443,22 @@ def test_an_output_on_the_input_file_is_refused_even_with_overwrite(tmp_path):
     res = CliRunner().invoke(main, ["replay", str(run), "--json", str(link), "--overwrite"])
     assert res.exit_code == 2 and "is the input file" in res.stderr
     assert run.read_bytes() == before
+
+
+@pytest.mark.parametrize("mode,need", [("closed", "max_concurrency"), ("recorded", "per-request send times")])
+def test_an_arrival_mode_the_file_lacks_what_for_is_one_line(mode, need):
+    """The SGLang file has a rate, no concurrency limit and no send times: ``closed`` and
+    ``recorded`` say so (was a TypeError, and a horizon of NaN)."""
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "sglang_rate8.jsonl"), "--arrivals", mode])
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1 and "Traceback" not in res.output
+    line = res.stderr
+    assert f"--arrivals {mode} needs" in line and need in line and "sglang_rate8.jsonl" in line
+    assert "request_rate 8/s, no concurrency limit, no per-request send times" in line
+    assert "expected --arrivals auto or process" in line
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path):
+    (tmp_path / "e.json").write_text("\n")
+    res = CliRunner().invoke(main, ["replay", str(tmp_path / "e.json")])
+    assert res.exit_code == 2 and res.stderr.strip() == (f"error: {tmp_path / 'e.json'}: is empty (expected a "
+                                                         f"benchmark result file: vLLM, GuideLLM, SGLang or genai-perf)")

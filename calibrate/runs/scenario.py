@@ -132,9 +132,46 @@ RUN_TRACE = TraceFormat(load_run_trace, "a benchmark result file's requests (cal
                         options={"arrivals": None, "seed": None, "result": None}, checker=_check_spec)
 
 
+def possible_modes(run: Run) -> list[str]:
+    """The arrival modes the file has what they need for: ``closed`` its max_concurrency,
+    ``recorded`` its per-request send times, ``process`` only its rate (always)."""
+    return ([m for m, ok in (("closed", bool(run.settings.get("max_concurrency"))), ("recorded", run.has_starts))
+             if ok] + ["process"])
+
+
+def what_it_records(run: Run) -> str:
+    """How the file says the run was sent, in a few words (for a refused arrival mode)."""
+    rate = run.settings.get("request_rate")
+    mc = run.settings.get("max_concurrency")
+    rate_s = "request_rate inf" if rate is None or not math.isfinite(rate) else f"request_rate {rate:g}/s"
+    return ", ".join([rate_s, f"max_concurrency {mc}" if mc else "no concurrency limit",
+                      "per-request send times" if run.has_starts else "no per-request send times"])
+
+
+def check_mode(run: Run, mode: str) -> None:
+    """Refuse (one line, :class:`~calibrate.runs.table.RunError`) an arrival mode the file
+    lacks what for: ``closed`` without max_concurrency, ``recorded`` without send times."""
+    from calibrate.runs.table import RunError
+
+    if mode not in MODES:
+        raise RunError(f"{_where(run)}: arrivals: must be one of {', '.join(MODES)} (got {mode!r})")
+    need = {"closed": "the run's max_concurrency", "recorded": "per-request send times"}.get(mode)
+    if need is None or mode in possible_modes(run):
+        return
+    raise RunError(f"{_where(run)}: --arrivals {mode} needs {need}, which the file does not have (it records "
+                   f"{what_it_records(run)}; expected --arrivals {' or '.join(['auto'] + possible_modes(run))})")
+
+
+def _where(run: Run) -> str:
+    """The run's file as given, ``#N`` for one result of several."""
+    return run.source + (f"#{run.part}" if run.part else "")
+
+
 def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None) -> dict:
-    """The scenario table (before ``--set`` overrides) that replays ``run`` on ``profile``."""
+    """The scenario table (before ``--set`` overrides) that replays ``run`` on ``profile``;
+    a ``mode`` the file lacks what for is refused (:func:`check_mode`)."""
     mode = mode or arrival_mode(run)
+    check_mode(run, mode)
     trace = {"format": RUN_TRACE_NAME, "path": str(Path(run.source).resolve()), "arrivals": mode, "seed": seed}
     if run.part is not None:  # (the file holds several results: this one)
         trace["result"] = run.part

@@ -102,6 +102,8 @@ def parse_document(path: Path) -> Any:
         raise RunError(f"{path}: no such file (expected a benchmark result file)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"{path}: cannot read it ({exc})") from None
+    if not text.strip():  # (json's own words for it, "Expecting value", say nothing useful)
+        raise RunError(f"{path}: is empty (expected a benchmark result file: vLLM, GuideLLM, SGLang or genai-perf)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as first:
