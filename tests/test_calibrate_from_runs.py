@@ -373,3 +373,14 @@ def test_a_run_given_twice_or_copied_is_refused(tmp_path):
     res = _calibrate(copy, copy, "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json")
     assert res.exit_code == 2 and "given twice" in res.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_runs_without_send_times_are_noted_for_the_fit():
+    """SGLang's file has no send times: the fit's note names it and the seed; a run with its
+    own send times (or sent all at once) is not named."""
+    from sim.cli.calibration import redrawn_runs
+
+    sg, vl = read_run(DATA / "sglang_rate8.jsonl"), read_run(DATA / "vllm_concurrency8.json")
+    note = redrawn_runs([sg, vl], 4)
+    assert note.startswith("1 of 2 runs have no per-request send times (sglang_rate8.jsonl)") and "seed 4" in note
+    assert redrawn_runs([vl], 0) == ""

@@ -462,3 +462,30 @@ def test_an_empty_file_is_said_to_be_empty(tmp_path):
     res = CliRunner().invoke(main, ["replay", str(tmp_path / "e.json")])
     assert res.exit_code == 2 and res.stderr.strip() == (f"error: {tmp_path / 'e.json'}: is empty (expected a "
                                                          f"benchmark result file: vLLM, GuideLLM, SGLang or genai-perf)")
+
+
+def _notes(*args) -> list[str]:
+    res = CliRunner().invoke(main, ["replay", *map(str, args)])
+    assert res.exit_code == 0, res.output
+    return [ln for ln in res.stdout.splitlines() if ln.startswith("note: ")]
+
+
+def test_redrawn_arrivals_are_noted_with_their_seed():
+    """A file without send times (every SGLang file) is sent by arrivals drawn again from its
+    process: a note says so and names the seed; recorded times, or a rate of inf, draw nothing."""
+    drawn = [n for n in _notes(RUNS / "sglang_rate8.jsonl", "--seed", 5) if "drawn again" in n]
+    assert len(drawn) == 1 and "Poisson at 8 req/s" in drawn[0] and "seed 5" in drawn[0]
+    assert "independent draws" in drawn[0]
+    assert not [n for n in _notes(RUNS / "vllm_concurrency8.json") if "drawn again" in n]
+    assert not [n for n in _notes(RUNS / "vllm_concurrency8.json", "--arrivals", "process") if "drawn again" in n]
+
+
+def test_sglang_runs_say_which_release_prices_them():
+    """As vLLM's: a note naming the default SGLang release and how to give the server's; none
+    once engine.engine_version is given."""
+    from sim.engines.sglang import LATEST
+
+    said = [n for n in _notes(RUNS / "sglang_rate8.jsonl") if "priced as SGLang" in n]
+    assert len(said) == 1 and LATEST in said[0] and "engine.engine_version" in said[0]
+    assert not [n for n in _notes(RUNS / "sglang_rate8.jsonl", "--set", 'engine.engine_version="0.4.6"')
+                if "priced as SGLang" in n]

@@ -596,9 +596,11 @@ def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
             "flags, e.g. --set engine.engine_version=..., so that it is not standing in for their scheduling)")
 
 
-def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:
+def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = (),
+                     input_notes: Iterable[str] = ()) -> dict:
     """The fitted profile to write: the base's schema with the rescaled step terms, ``overhead``
-    the fitted table and ``meta.fitted_from_runs`` recording how it was obtained."""
+    the fitted table and ``meta.fitted_from_runs`` recording how it was obtained (``input_notes``:
+    what the command said about its inputs before the fit, kept beside the fit's own notes)."""
     doc = json.loads(json.dumps(fit.profile))
     meta = doc.setdefault("meta", {})
     base_name = meta.get("name", fit.base_profile)
@@ -619,7 +621,7 @@ def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -
         "residuals": {r.label: {m: {"before": r.before.get(m), "after": r.after.get(m)} for m in r.after}
                       for r in fit.runs},
         "leave_one_run_out": {r.label: r.loro for r in fit.runs if r.loro is not None},
-        "loss": fit.cost, "notes": fit.notes,
+        "loss": fit.cost, "notes": fit.notes, "input_notes": list(input_notes),
     }
     return doc
 

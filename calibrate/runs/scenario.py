@@ -240,6 +240,56 @@ def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
             f"your release, e.g. --set engine.engine_version=0.15.1, to calibrate and replay alike")
 
 
+def unversioned_sglang(runs: list[Run], sets: list[str]) -> str:
+    """A note when SGLang runs are replayed without ``engine.engine_version`` (a result file
+    records none): they are priced as the default release, whose chunk size, memory fraction and
+    overlap scheduler (from 0.4) may not be the server's. Empty else."""
+    from sim.engines.sglang import LATEST
+
+    keys = {s.partition("=")[0].strip() for s in sets}
+    if (forced_engine(sets) or engine_of(runs[0])) != "sglang" or "engine.engine_version" in keys:
+        return ""
+    what = "the run is" if len(runs) == 1 else "the runs are"
+    return (f"{what} priced as SGLang {LATEST} (no engine.engine_version given: a result file records none): "
+            f"its chunked-prefill size, memory fraction and overlap scheduler (from 0.4) are that release's "
+            f"(docs/engines.md); give your release, e.g. --set engine.engine_version=0.4.6, to calibrate and "
+            f"replay alike")
+
+
+def unversioned_release(runs: list[Run], sets: list[str]) -> str:
+    """The note of :func:`unversioned_vllm` or :func:`unversioned_sglang`, whichever engine
+    serves the runs; empty when the release is given."""
+    return unversioned_vllm(runs, sets) or unversioned_sglang(runs, sets)
+
+
+def arrival_law(run: Run) -> str:
+    """The client's arrival process in words (vLLM's ``get_request``; :func:`process_times`)."""
+    ramp = run.settings.get("ramp_up")
+    if ramp is not None:
+        return f"a {ramp[0]} ramp from {ramp[1]:g} to {ramp[2]:g} req/s"
+    rate = float(run.settings.get("request_rate") or math.inf)
+    k = float(run.settings.get("burstiness") or 1.0)
+    return f"Poisson at {rate:g} req/s" if k == 1.0 else f"Gamma gaps of burstiness {k:g} at {rate:g} req/s"
+
+
+def redrawn_arrivals(run: Run, mode: str, seed: int) -> str:
+    """A note when the replay draws the run's send times again from its client's arrival
+    process (``process``; ``closed`` with a finite rate, for the not-before times) instead of
+    taking them from the file: measured and simulated are then two independent draws of one
+    process, so throughput and tail errors include sampling noise. Empty when nothing is drawn
+    (recorded times; an infinite rate sends every request at 0)."""
+    drawn = run.settings.get("ramp_up") is not None or math.isfinite(float(run.settings.get("request_rate")
+                                                                           or math.inf))
+    if mode == "recorded" or not drawn:
+        return ""
+    why = ("the file has no per-request send times" if not run.has_starts
+           else f"--arrivals {mode} does not use the file's send times")
+    what = "each request's earliest send time is" if mode == "closed" else "the arrivals are"
+    return (f"{why}: {what} drawn again from the client's arrival process ({arrival_law(run)}) with seed "
+            f"{seed}, so measured and simulated are two independent draws: the throughput and tail errors "
+            f"include sampling noise (another --seed draws again)")
+
+
 def profile_model(profile: str) -> str | None:
     """The model a profile describes: its ``meta.shape``, else its name less the device
     (``h200-llama-3-8b`` -> ``llama-3-8b``); None when it cannot tell."""

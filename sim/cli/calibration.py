@@ -77,6 +77,20 @@ def check_distinct_runs(runs: tuple[str, ...]) -> None:
         seen[digest] = r
 
 
+def redrawn_runs(runs: list, seed: int) -> str:
+    """One note for the runs of a fit whose arrivals are drawn again from their client's
+    process (:func:`calibrate.runs.scenario.redrawn_arrivals`); empty when none is."""
+    from calibrate.runs.scenario import arrival_mode, redrawn_arrivals
+
+    drawn = [r.label for r in runs if redrawn_arrivals(r, arrival_mode(r), seed)]
+    if not drawn:
+        return ""
+    return (f"{len(drawn)} of {len(runs)} runs have no per-request send times ({', '.join(drawn[:4])}"
+            + (", ..." if len(drawn) > 4 else "") + f"): their arrivals are drawn again from the client's "
+            f"arrival process with seed {seed}, an independent draw from the measured one, so the fit also "
+            f"absorbs that sampling noise in throughput and tails (runs saved with send times avoid it)")
+
+
 def _profile_file(profile: str | None) -> list[str]:
     """``[profile]`` when it names a file (an input a result must not replace), else ``[]``."""
     return [profile] if profile and os.path.isfile(profile) else []
@@ -152,7 +166,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         (path,) = check_outputs([(out, "--out")], list(runs) + _profile_file(base), overwrite)
         check_distinct_runs(runs)
         from calibrate.runs.fit import base_document, fit_runs, profile_document
-        from calibrate.runs.scenario import unversioned_vllm
+        from calibrate.runs.scenario import unversioned_release
         from calibrate.runs.fitreport import report
 
         try:
@@ -171,9 +185,9 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
                     warned.add((run.source, msg))
                     warn(f"{run.source}: {msg}")
             sets = with_engine_flags(sets, engine_args, sglang_args)
-            unversioned = unversioned_vllm(loaded, list(sets))
-            if unversioned:
-                click.echo(f"note: {unversioned}")
+            input_notes = [n for n in (unversioned_release(loaded, list(sets)), redrawn_runs(loaded, seed)) if n]
+            for note in input_notes:
+                click.echo(f"note: {note}")
             fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
                            echo=lambda m: click.echo(f"... {m}", err=True), workers=workers or os.cpu_count() or 1)
         except (RunError, ScenarioError, ProfileError) as exc:
@@ -181,7 +195,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         from sim import jsonout
 
         click.echo(report(fit))
-        doc = profile_document(fit, Path(path).stem, list(sets))
+        doc = profile_document(fit, Path(path).stem, list(sets), input_notes=input_notes)
         write_output(path, jsonout.dumps(doc, indent=1) + "\n", "--out")
         same = "".join(f" --set {shlex.quote(s)}" for s in sets)
         click.echo(f"wrote {out}: check it on a run not used in the fit: priosim replay RUN --profile {out}{same}")
@@ -307,9 +321,9 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     where = f"{run_file}#{run.part}" if run.part else run_file
     click.echo(f"{where}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
                f"max_concurrency={st['max_concurrency']} model={st['model']}; sent: {cmp.mode}; profile={profile}")
-    from calibrate.runs.scenario import fitted_to_runs, unversioned_vllm
+    from calibrate.runs.scenario import fitted_to_runs, unversioned_release
 
-    unversioned = "" if fitted_to_runs(profile) else unversioned_vllm([run], list(sets))
+    unversioned = "" if fitted_to_runs(profile) else unversioned_release([run], list(sets))
     for note in run.notes + cmp.notes + ([unversioned] if unversioned else []):
         click.echo(f"note: {note}")
     click.echo(cmp.table())
