@@ -489,3 +489,41 @@ def test_sglang_runs_say_which_release_prices_them():
     assert len(said) == 1 and LATEST in said[0] and "engine.engine_version" in said[0]
     assert not [n for n in _notes(RUNS / "sglang_rate8.jsonl", "--set", 'engine.engine_version="0.4.6"')
                 if "priced as SGLang" in n]
+
+
+def test_summary_only_input_is_warned_about(tmp_path):
+    """No per-request lengths: one warning saying so, that the requests under max_concurrency
+    move in lockstep and that calibrating on it is unreliable, with the flag that saves them."""
+    _, summary, _ = _fixed_length_files(tmp_path, n=6)
+    res = CliRunner().invoke(main, ["replay", str(summary)])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(lines) == 1 and str(summary) in lines[0]
+    assert "per-request lengths are not in the file" in lines[0] and "lockstep" in lines[0]
+    assert "unreliable" in lines[0] and "--save-detailed" in lines[0]
+    ok = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json")])
+    assert "warning:" not in ok.stderr
+
+
+def test_failed_requests_are_noted_with_their_count(tmp_path):
+    doc = {"num_prompts": 3, "request_rate": 2.0, "max_concurrency": 2, "input_lens": [10, 20, 30],
+           "output_lens": [3, 0, 2], "ttfts": [0.1, 0.0, 0.2], "itls": [[0.01, 0.02], [], [0.03]],
+           "errors": ["", "timeout", ""]}
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    run = read_run(tmp_path / "r.json")
+    said = [n for n in run.notes if "failed" in n]
+    assert len(said) == 1 and said[0].startswith("1 of 3 requests failed") and "concurrency slot" in said[0]
+    assert not [n for n in read_run(RUNS / "vllm_concurrency8.json").notes if "failed" in n]
+
+
+def test_per_request_times_against_the_files_own_summary(tmp_path):
+    """ttfts saved in milliseconds (1000x the file's mean_ttft_ms / 1000): one warning naming
+    the key, both values and the likely cause; the file as written, none."""
+    doc = json.loads((RUNS / "vllm_concurrency8.json").read_text())
+    assert read_run(RUNS / "vllm_concurrency8.json").warnings == []
+    doc["ttfts"] = [t * 1000 for t in doc["ttfts"]]
+    (tmp_path / "ms.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["replay", str(tmp_path / "ms.json")])
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(lines) == 1 and "ttfts: mean" in lines[0] and f"mean_ttft_ms {doc['mean_ttft_ms']:.4g} ms" in lines[0]
+    assert "(1e+03x)" in lines[0] and "milliseconds where seconds belong" in lines[0]

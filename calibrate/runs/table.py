@@ -47,6 +47,9 @@ class Run:
     metrics: str
     duration_s: float = math.nan  # the client's own benchmark duration, s (NaN when absent)
     notes: list[str] = field(default_factory=list)
+    # suspicious but readable input (a per-request list that disagrees with the file's own
+    # summary): the command prints each as one ``warning:`` line (plumbing.notices.warn)
+    warnings: list[str] = field(default_factory=list)
     # where the request lengths come from: "file" (per request), "law" (a summary-only file's
     # dataset settings, e.g. SGLang's random lengths) or "means" (a summary-only file's totals)
     lengths: str = "file"

@@ -91,6 +91,20 @@ def redrawn_runs(runs: list, seed: int) -> str:
             f"absorbs that sampling noise in throughput and tails (runs saved with send times avoid it)")
 
 
+def input_warnings(run, profile: str) -> list[str]:
+    """The warnings about one run's file before it is replayed on ``profile``, each naming the
+    file: its reader's (a per-request list against its own summary), a summary-only file's, and
+    a model the profile does not describe."""
+    from calibrate.runs.scenario import model_differs
+    from calibrate.runs.vllm import summary_only_warning
+
+    out = list(run.warnings)
+    for msg in (summary_only_warning(run), model_differs(run.settings.get("model"), profile)):
+        if msg:
+            out.append(f"{run.source}: {msg}")
+    return out
+
+
 def _profile_file(profile: str | None) -> list[str]:
     """``[profile]`` when it names a file (an input a result must not replace), else ``[]``."""
     return [profile] if profile and os.path.isfile(profile) else []
@@ -153,7 +167,6 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
     --from-runs RUN ..., fit a profile to real benchmark results (docs/calibration.md)."""
     if from_runs:  # (every input checked, one line and exit 2, before the fit)
         from calibrate.runs import RunError
-        from calibrate.runs.scenario import model_differs
         from calibrate.runs.table import read_runs
         from sim.core.costs import ProfileError
         from plumbing.notices import warn
@@ -180,10 +193,10 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
                 loaded += each
             warned = set()
             for run in loaded:
-                msg = model_differs(run.settings.get("model"), base)
-                if msg and (run.source, msg) not in warned:  # (once a file)
-                    warned.add((run.source, msg))
-                    warn(f"{run.source}: {msg}")
+                for msg in input_warnings(run, base):
+                    if msg not in warned:  # (once a file: its results' lines say the same)
+                        warned.add(msg)
+                        warn(msg)
             sets = with_engine_flags(sets, engine_args, sglang_args)
             input_notes = [n for n in (unversioned_release(loaded, list(sets)), redrawn_runs(loaded, seed)) if n]
             for note in input_notes:
@@ -294,7 +307,6 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     print measured vs simulated TTFT, TPOT, ITL, E2E and throughput."""
     from calibrate.runs import RunError, read_run, read_runs
     from calibrate.runs.compare import replay as run_replay
-    from calibrate.runs.scenario import model_differs
     from plumbing.notices import warn
 
     json_out, figure_out = check_outputs([(json_out, "--json"), (figure_out, "--figure")],
@@ -310,9 +322,8 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
         if figure_out and run.summary_only:
             fail(f"--figure: {run_file} is a summary-only result (no per-request times to draw; expected a "
                  f"file saved with --save-detailed, or --output-details for SGLang)")
-        msg = model_differs(run.settings.get("model"), profile)
-        if msg:
-            warn(f"{run_file}: {msg}")
+        for msg in input_warnings(run, profile):
+            warn(msg)
         sets = with_engine_flags(sets, engine_args, sglang_args)
         cmp = run_replay(run, list(sets), profile=profile, seed=seed, mode=None if arrivals == "auto" else arrivals)
     except (RunError, ScenarioError) as exc:
