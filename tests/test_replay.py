@@ -527,3 +527,26 @@ def test_per_request_times_against_the_files_own_summary(tmp_path):
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
     assert len(lines) == 1 and "ttfts: mean" in lines[0] and f"mean_ttft_ms {doc['mean_ttft_ms']:.4g} ms" in lines[0]
     assert "(1e+03x)" in lines[0] and "milliseconds where seconds belong" in lines[0]
+
+
+def test_a_gpu_the_file_names_is_checked_against_the_profile(tmp_path):
+    """No client writes its GPU, but ``vllm bench serve --metadata gpu=...`` adds the key: a GPU
+    of another family than the profile's is one warning; the same family, or no key, none."""
+    doc = json.loads((RUNS / "vllm_concurrency8.json").read_text())
+    for gpu, warned in (("NVIDIA H100 80GB HBM3", True), ("H200", False)):
+        (tmp_path / "g.json").write_text(json.dumps({**doc, "gpu": gpu}))
+        res = CliRunner().invoke(main, ["replay", str(tmp_path / "g.json"), "--profile", "h200-llama-3-8b"])
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+        assert res.exit_code == 0 and len(lines) == int(warned), (gpu, lines)
+        if warned:
+            assert f"GPU {gpu!r}" in lines[0] and "H200" in lines[0]
+
+
+def test_genai_perf_model_is_its_payloads():
+    """genai-perf's export has no top-level model: the requests' payloads name it, so the
+    model-mismatch warning works for it too."""
+    run = read_run(RUNS / "genai_perf_concurrency4.json")
+    assert run.settings["model"] == "meta-llama/Meta-Llama-3-8B-Instruct"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "genai_perf_concurrency4.json"), "--profile",
+                                    "h100-sxm-qwen3-8b"])
+    assert res.exit_code == 0 and res.stderr.count("warning:") == 1 and "qwen" in res.stderr

@@ -318,5 +318,38 @@ def model_differs(run_model: str | None, profile: str) -> str | None:
             f"times are that model's; pass --profile for the run's model and GPU)")
 
 
+#: the GPU families a name is matched on (lower case); the longest match wins
+_GPU = re.compile(r"gb200|gb300|b200|b300|b100|h200|h100|h800|h20|gh200|a100|a800|a10g|a10|a30|a40|l40s|l40|l4|"
+                  r"v100|t4|mi355x|mi325x|mi300x|mi300a|mi250x|mi250|rtx ?\d{4}|a6000")
+#: top-level keys a result file may name its GPU under: none of the four clients writes one,
+#: but ``vllm bench serve --metadata gpu=H200`` (and SGLang's result dict, edited) add such keys
+GPU_KEYS = ("gpu", "gpu_name", "gpu_type", "gpu_model", "device", "hardware", "accelerator")
+
+
+def gpu_family(text: str | None) -> str | None:
+    """The GPU family a name mentions (``"NVIDIA H200 (141 GB HBM3e)"`` -> ``h200``), else None."""
+    found = _GPU.findall(str(text or "").lower())
+    return max(found, key=len).replace(" ", "") if found else None
+
+
+def run_gpu(run: Run) -> str | None:
+    """The GPU the file says the run was made on (a top-level key of :data:`GPU_KEYS`), else None."""
+    summary = {str(k).lower(): v for k, v in (run.summary or {}).items()}
+    return next((summary[k] for k in GPU_KEYS if isinstance(summary.get(k), str) and summary[k].strip()), None)
+
+
+def gpu_differs(run: Run, profile: str) -> str | None:
+    """A one-line warning when the file names a GPU of another family than the profile's
+    (``meta.device``, else its name); None when either does not say."""
+    named = run_gpu(run)
+    mine = gpu_family(named)
+    meta = profile_meta(profile)
+    theirs = gpu_family(meta.get("device")) or gpu_family(str(meta.get("name") or Path(profile).stem))
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    return (f"the run names GPU {named!r} but the profile {profile!r} is for {theirs.upper()} (the simulated "
+            f"times are that GPU's; pass --profile for the run's model and GPU)")
+
+
 __all__ = ["RUN_TRACE", "RUN_TRACE_NAME", "arrival_mode", "process_times", "row_order", "scenario_dict",
            "model_differs", "MODES", "CLASS"]

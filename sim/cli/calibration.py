@@ -94,12 +94,13 @@ def redrawn_runs(runs: list, seed: int) -> str:
 def input_warnings(run, profile: str) -> list[str]:
     """The warnings about one run's file before it is replayed on ``profile``, each naming the
     file: its reader's (a per-request list against its own summary), a summary-only file's, and
-    a model the profile does not describe."""
-    from calibrate.runs.scenario import model_differs
+    a model or GPU the profile does not describe (where the file names them)."""
+    from calibrate.runs.scenario import gpu_differs, model_differs
     from calibrate.runs.vllm import summary_only_warning
 
     out = list(run.warnings)
-    for msg in (summary_only_warning(run), model_differs(run.settings.get("model"), profile)):
+    for msg in (summary_only_warning(run), model_differs(run.settings.get("model"), profile),
+                gpu_differs(run, profile)):
         if msg:
             out.append(f"{run.source}: {msg}")
     return out
@@ -208,6 +209,10 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         from sim import jsonout
 
         click.echo(report(fit))
+        from calibrate.runs.fit import bound_warnings
+
+        for msg in bound_warnings(fit):
+            warn(msg)
         doc = profile_document(fit, Path(path).stem, list(sets), input_notes=input_notes)
         write_output(path, jsonout.dumps(doc, indent=1) + "\n", "--out")
         same = "".join(f" --set {shlex.quote(s)}" for s in sets)
