@@ -550,3 +550,27 @@ def test_genai_perf_model_is_its_payloads():
     res = CliRunner().invoke(main, ["replay", str(RUNS / "genai_perf_concurrency4.json"), "--profile",
                                     "h100-sxm-qwen3-8b"])
     assert res.exit_code == 0 and res.stderr.count("warning:") == 1 and "qwen" in res.stderr
+
+
+def test_json_records_what_was_simulated(tmp_path):
+    """Beside the metrics (their names and structure unchanged): the notes printed, the
+    warnings, the --set overrides as given, the engine flags, every override the scenario got,
+    the seed, the arrival mode and the profile's name and file; the same bytes when run again."""
+    out = tmp_path / "m.json"
+    args = ["replay", str(RUNS / "sglang_rate8.jsonl"), "--profile", PROFILE, "--seed", "2", "--set",
+            "engine.max_batched_tokens=4096", "--sglang-args", "--max-running-requests 64"]
+    res = CliRunner().invoke(main, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert set(REQUIRED) <= set(doc["metrics"]) and set(doc["metrics"]["ttft_p50_ms"]) == {"measured", "simulated",
+                                                                                           "error"}
+    assert doc["seed"] == 2 and doc["profile"] == PROFILE and doc["profile_name"] == PROFILE
+    assert doc["profile_path"] == str(find_profile(PROFILE).resolve())
+    assert doc["sets"] == ["engine.max_batched_tokens=4096"] and doc["sglang_args"] == "--max-running-requests 64"
+    assert "engine.max_num_seqs=64" in doc["overrides"] and doc["engine_args"] is None
+    assert doc["arrivals"] == {"asked": "auto", "sent": "process", "redrawn": True}
+    printed = [ln.removeprefix("note: ") for ln in res.stdout.splitlines() if ln.startswith("note: ")]
+    assert doc["notes"] == printed and any("seed 2" in n for n in printed) and doc["warnings"] == []
+    again = tmp_path / "again.json"
+    assert CliRunner().invoke(main, [*args, "--json", str(again)]).exit_code == 0
+    assert again.read_bytes() == out.read_bytes()

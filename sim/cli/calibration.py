@@ -106,6 +106,22 @@ def input_warnings(run, profile: str) -> list[str]:
     return out
 
 
+def replay_record(run, cmp, profile: str, seed: int, arrivals: str, given: list[str], overrides: list[str],
+                  engine_args: str | None, sglang_args: str | None) -> dict:
+    """What a replay simulated, for its ``--json`` beside the metrics: the profile's file and
+    name, the seed, the arrival mode asked for and the one used (and whether the send times
+    were drawn again: :func:`calibrate.runs.scenario.redrawn_arrivals`), the ``--set``
+    overrides as given, the engine flags and every override the scenario got."""
+    from calibrate.runs.scenario import profile_meta, redrawn_arrivals
+    from sim.core.costs import find_profile
+
+    path = Path(profile) if os.path.isfile(profile) else find_profile(profile)
+    return {"profile_path": str(path.resolve()) if path is not None else None,
+            "profile_name": profile_meta(profile).get("name"), "seed": seed,
+            "arrivals": {"asked": arrivals, "sent": cmp.mode, "redrawn": bool(redrawn_arrivals(run, cmp.mode, seed))},
+            "sets": given, "engine_args": engine_args, "sglang_args": sglang_args, "overrides": overrides}
+
+
 def _profile_file(profile: str | None) -> list[str]:
     """``[profile]`` when it names a file (an input a result must not replace), else ``[]``."""
     return [profile] if profile and os.path.isfile(profile) else []
@@ -327,8 +343,10 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
         if figure_out and run.summary_only:
             fail(f"--figure: {run_file} is a summary-only result (no per-request times to draw; expected a "
                  f"file saved with --save-detailed, or --output-details for SGLang)")
-        for msg in input_warnings(run, profile):
+        warned = input_warnings(run, profile)
+        for msg in warned:
             warn(msg)
+        given = list(sets)
         sets = with_engine_flags(sets, engine_args, sglang_args)
         cmp = run_replay(run, list(sets), profile=profile, seed=seed, mode=None if arrivals == "auto" else arrivals)
     except (RunError, ScenarioError) as exc:
@@ -340,14 +358,17 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     from calibrate.runs.scenario import fitted_to_runs, unversioned_release
 
     unversioned = "" if fitted_to_runs(profile) else unversioned_release([run], list(sets))
-    for note in run.notes + cmp.notes + ([unversioned] if unversioned else []):
+    notes = run.notes + cmp.notes + ([unversioned] if unversioned else [])
+    for note in notes:
         click.echo(f"note: {note}")
     click.echo(cmp.table())
     if json_out:
         from sim import jsonout
 
-        write_output(json_out, jsonout.dumps({"run": str(run_file), "format": run.format, "mode": cmp.mode,
-                                            "profile": profile, "metrics": cmp.metrics}, indent=1) + "\n", "--json")
+        what = {"run": str(run_file), "result": run.part, "format": run.format, "mode": cmp.mode, "profile": profile,
+                **replay_record(run, cmp, profile, seed, arrivals, given, list(sets), engine_args, sglang_args),
+                "notes": notes, "warnings": warned}
+        write_output(json_out, jsonout.dumps({**what, "metrics": cmp.metrics}, indent=1) + "\n", "--json")
         click.echo(f"wrote {json_out}")
     if figure_out:
         from calibrate.runs.figure import parity
