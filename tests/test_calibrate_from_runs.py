@@ -431,3 +431,19 @@ def test_h200_runs_on_an_h100_profile_are_warned_and_flat_terms_measured_at_thei
     assert held and all("near its base value" in t["status"] and "bound (" in t["status"] for t in held)
     assert "whole range moves" not in res.stdout
     assert all(t["status"] in ("fitted",) or not t["determined"] for t in meta["terms"].values())
+
+
+def test_a_summary_only_run_is_warned_about_before_the_fit(tmp_path):
+    """The generated vLLM run without its per-request lists (as vLLM writes it without
+    --save-detailed): one warning that its lengths are not in the file and that calibrating on
+    it is unreliable; the fit goes on."""
+    doc = json.loads((DATA / "vllm_concurrency8.json").read_text())
+    for k in ("input_lens", "output_lens", "ttfts", "itls", "errors", "start_times"):
+        doc.pop(k)
+    (tmp_path / "summary.json").write_text(json.dumps(doc))
+    res = _calibrate(tmp_path / "summary.json", "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json",
+                     "--workers", 1)
+    assert res.exit_code == 0, res.output
+    said = [ln for ln in res.stderr.splitlines() if "per-request lengths are not in the file" in ln]
+    assert len(said) == 1 and said[0].startswith(f"warning: {tmp_path / 'summary.json'}: summary-only result")
+    assert "calibrating on it is unreliable" in said[0] and "lockstep" in said[0]
