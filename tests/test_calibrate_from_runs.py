@@ -378,7 +378,7 @@ def test_a_run_given_twice_or_copied_is_refused(tmp_path):
 def test_runs_without_send_times_are_noted_for_the_fit():
     """SGLang's file has no send times: the fit's note names it and the seed; a run with its
     own send times (or sent all at once) is not named."""
-    from sim.cli.calibration import redrawn_runs
+    from calibrate.runs.inputs import redrawn_runs
 
     sg, vl = read_run(DATA / "sglang_rate8.jsonl"), read_run(DATA / "vllm_concurrency8.json")
     note = redrawn_runs([sg, vl], 4)

@@ -61,12 +61,12 @@ def write_output(path: Path, data, flag: str) -> None:
 def check_distinct_runs(runs: tuple[str, ...]) -> None:
     """Each run file once: a file given twice, or a copy of another (the same sha256), would
     weigh twice in the fit and be 'left out' while its copy stays in (one line, exit 2)."""
-    from calibrate.runs.fit import sha256
+    import hashlib
 
     seen: dict[str, str] = {}
     for r in runs:
         try:
-            digest = sha256(r)
+            digest = hashlib.sha256(Path(r).read_bytes()).hexdigest()  # (as the profile's meta records it)
         except OSError:
             continue  # (the reader says what is wrong with it, in one line)
         if digest in seen:
@@ -75,51 +75,6 @@ def check_distinct_runs(runs: tuple[str, ...]) -> None:
             fail(f"{r}: {what} (expected each run once: a copy would count twice in the fit, and stay in it "
                  f"while leave-one-run-out leaves the other out)")
         seen[digest] = r
-
-
-def redrawn_runs(runs: list, seed: int) -> str:
-    """One note for the runs of a fit whose arrivals are drawn again from their client's
-    process (:func:`calibrate.runs.scenario.redrawn_arrivals`); empty when none is."""
-    from calibrate.runs.scenario import arrival_mode, redrawn_arrivals
-
-    drawn = [r.label for r in runs if redrawn_arrivals(r, arrival_mode(r), seed)]
-    if not drawn:
-        return ""
-    return (f"{len(drawn)} of {len(runs)} runs have no per-request send times ({', '.join(drawn[:4])}"
-            + (", ..." if len(drawn) > 4 else "") + f"): their arrivals are drawn again from the client's "
-            f"arrival process with seed {seed}, an independent draw from the measured one, so the fit also "
-            f"absorbs that sampling noise in throughput and tails (runs saved with send times avoid it)")
-
-
-def input_warnings(run, profile: str) -> list[str]:
-    """The warnings about one run's file before it is replayed on ``profile``, each naming the
-    file: its reader's (a per-request list against its own summary), a summary-only file's, and
-    a model or GPU the profile does not describe (where the file names them)."""
-    from calibrate.runs.scenario import gpu_differs, model_differs
-    from calibrate.runs.vllm import summary_only_warning
-
-    out = list(run.warnings)
-    for msg in (summary_only_warning(run), model_differs(run.settings.get("model"), profile),
-                gpu_differs(run, profile)):
-        if msg:
-            out.append(f"{run.source}: {msg}")
-    return out
-
-
-def replay_record(run, cmp, profile: str, seed: int, arrivals: str, given: list[str], overrides: list[str],
-                  engine_args: str | None, sglang_args: str | None) -> dict:
-    """What a replay simulated, for its ``--json`` beside the metrics: the profile's file and
-    name, the seed, the arrival mode asked for and the one used (and whether the send times
-    were drawn again: :func:`calibrate.runs.scenario.redrawn_arrivals`), the ``--set``
-    overrides as given, the engine flags and every override the scenario got."""
-    from calibrate.runs.scenario import profile_meta, redrawn_arrivals
-    from sim.core.costs import find_profile
-
-    path = Path(profile) if os.path.isfile(profile) else find_profile(profile)
-    return {"profile_path": str(path.resolve()) if path is not None else None,
-            "profile_name": profile_meta(profile).get("name"), "seed": seed,
-            "arrivals": {"asked": arrivals, "sent": cmp.mode, "redrawn": bool(redrawn_arrivals(run, cmp.mode, seed))},
-            "sets": given, "engine_args": engine_args, "sglang_args": sglang_args, "overrides": overrides}
 
 
 def _profile_file(profile: str | None) -> list[str]:
@@ -196,6 +151,7 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         (path,) = check_outputs([(out, "--out")], list(runs) + _profile_file(base), overwrite)
         check_distinct_runs(runs)
         from calibrate.runs.fit import base_document, fit_runs, profile_document
+        from calibrate.runs.inputs import input_warnings, redrawn_runs
         from calibrate.runs.scenario import unversioned_release
         from calibrate.runs.fitreport import report
 
@@ -328,6 +284,7 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     print measured vs simulated TTFT, TPOT, ITL, E2E and throughput."""
     from calibrate.runs import RunError, read_run, read_runs
     from calibrate.runs.compare import replay as run_replay
+    from calibrate.runs.inputs import input_warnings, replay_record
     from plumbing.notices import warn
 
     json_out, figure_out = check_outputs([(json_out, "--json"), (figure_out, "--figure")],
