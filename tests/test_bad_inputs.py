@@ -271,6 +271,15 @@ CASES = [
           "sobol", "--out", "out"], {"s.toml": scenario()}),
     # replay of a benchmark result file
     Case("replay_not_json", "replay of a file that is not JSON", ["replay", "r.json"], {"r.json": "{\"ttfts\": [0.1, 0.2"}),
+    Case("replay_empty", "replay of an empty file", ["replay", "r.json"], {"r.json": "\n"}),
+    Case("replay_closed_without_limit", "replay --arrivals closed of a run without max_concurrency",
+         ["replay", "r.json", "--arrivals", "closed"],
+         {"r.json": '{"num_prompts": 2, "request_rate": 4.0, "mean_ttft_ms": 100.0, "input_lens": [5, 6], '
+                    '"output_lens": [3, 2], "ttfts": [0.1, 0.1], "itls": [[0.01, 0.01], [0.01]]}'}),
+    Case("replay_json_is_figure", "replay --json and --figure naming one file",
+         ["replay", "r.json", "--json", "m.out", "--figure", "m.out"], {"r.json": "{}"}),
+    Case("replay_json_is_the_run", "replay --json naming the run file itself, with --overwrite",
+         ["replay", "r.json", "--json", "r.json", "--overwrite"], {"r.json": "{}"}),
     Case("replay_other_json", "replay of a JSON of another kind", ["replay", "r.json"], {"r.json": '{"name": "x"}\n'}),
     Case("replay_missing_key", "replay of a vLLM result without input_lens", ["replay", "r.json"],
          {"r.json": '{"num_prompts": 2, "request_rate": "inf", "mean_ttft_ms": 1.0, "output_lens": [3, 4], '
@@ -350,6 +359,12 @@ CASES = [
     Case("from_runs_out_exists", "calibrate --from-runs --out naming an existing file",
          ["calibrate", "--from-runs", "r.json", "--profile", "h100-sxm-llama-3-8b", "--out", "p.json"],
          {"r.json": "{}", "p.json": "{}"}),
+    Case("from_runs_out_is_a_run", "calibrate --from-runs --out naming one of the runs, with --overwrite",
+         ["calibrate", "--from-runs", "r.json", "--profile", "h100-sxm-llama-3-8b", "--out", "r.json", "--overwrite"],
+         {"r.json": "{}"}),
+    Case("from_runs_copy", "calibrate --from-runs of a run and its copy",
+         ["calibrate", "--from-runs", "r.json", "copy.json", "--profile", "h100-sxm-llama-3-8b", "--out", "p.json"],
+         {"r.json": "{}", "copy.json": "{}"}),
     Case("compare_summary_not_json", "compare of a run folder whose summary.json is not JSON",
          ["compare", "a", "b"], {"a/summary.json": "{not json", "b/summary.json": "{}"}),
     Case("compare_summary_no_classes", "compare of a run folder whose summary.json has no classes",

@@ -335,3 +335,115 @@ def test_vllm_runs_fitted_without_a_release_are_told_which_one_prices_them(runs)
     for given in ('engine.engine_version="0.15.1"', "engine.overlap_scheduling=true", 'engine.overhead="vllm-v1"'):
         assert unversioned_vllm(vllm_run, SETS + [given]) == ""
     assert unversioned_vllm(vllm_run, ['engine.engine="sglang"']) == ""
+
+
+# -- the command's inputs and outputs, checked before the fit ---------------------------------
+
+DATA = Path(__file__).resolve().parent / "data" / "runs"
+
+
+def _calibrate(*args):
+    from sim.cli import main
+
+    return CliRunner().invoke(main, ["calibrate", "--from-runs", *map(str, args)])
+
+
+def test_the_profile_goes_into_a_missing_folder(tmp_path):
+    out = tmp_path / "new" / "deeper" / "p.json"
+    res = _calibrate(DATA / "vllm_concurrency8.json", "--profile", "h200-llama-3-8b", "--out", out, "--workers", 1)
+    assert res.exit_code == 0, res.output
+    load_profile(str(out))
+
+
+def test_an_out_on_a_run_file_is_refused_even_with_overwrite(tmp_path):
+    run = tmp_path / "X.json"
+    run.write_bytes((DATA / "vllm_concurrency8.json").read_bytes())
+    res = _calibrate(run, "--profile", "h200-llama-3-8b", "--out", run, "--overwrite")
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert f"--out {run}: is the input file" in res.stderr and "fitted on" not in res.stdout
+    assert run.read_bytes() == (DATA / "vllm_concurrency8.json").read_bytes()
+
+
+def test_a_run_given_twice_or_copied_is_refused(tmp_path):
+    copy = tmp_path / "copy.json"
+    copy.write_bytes((DATA / "vllm_concurrency8.json").read_bytes())
+    res = _calibrate(DATA / "vllm_concurrency8.json", copy, "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json")
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert str(copy) in res.stderr and "vllm_concurrency8.json" in res.stderr and "sha256" in res.stderr
+    res = _calibrate(copy, copy, "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json")
+    assert res.exit_code == 2 and "given twice" in res.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_runs_without_send_times_are_noted_for_the_fit():
+    """SGLang's file has no send times: the fit's note names it and the seed; a run with its
+    own send times (or sent all at once) is not named."""
+    from calibrate.runs.inputs import redrawn_runs
+
+    sg, vl = read_run(DATA / "sglang_rate8.jsonl"), read_run(DATA / "vllm_concurrency8.json")
+    note = redrawn_runs([sg, vl], 4)
+    assert note.startswith("1 of 2 runs have no per-request send times (sglang_rate8.jsonl)") and "seed 4" in note
+    assert redrawn_runs([vl], 0) == ""
+
+
+def test_a_term_wider_than_its_range_is_fitted_not_determined():
+    from calibrate.runs.fit import FittedTerm
+    from calibrate.runs.terms import efficiency_terms
+
+    flops = efficiency_terms(True)[1]
+    assert FittedTerm(flops, 0.6, 0.7, 0.05, True).status == "fitted"
+    loose = FittedTerm(flops, 0.6, 0.98, 1.317, True)
+    assert not loose.determined and loose.status == "fitted, not determined (+/-1.32 wider than its range of 0.7)"
+    assert FittedTerm(flops, 0.6, 0.6, None, False, "why").status == "held at base: not identified (why)"
+
+
+def test_a_fitted_value_at_a_bound_is_warned_about():
+    """An efficiency within 2 % of either bound, an overhead term at its upper one: a sign of the
+    wrong base profile; an overhead term at 0 ("no such cost") and mid-range values are not."""
+    from calibrate.runs.fit import FitResult, FittedTerm, bound_warnings
+    from calibrate.runs.terms import OVERHEAD_TERMS, efficiency_terms
+
+    hbm, flops = efficiency_terms(True)
+    step = OVERHEAD_TERMS[0]
+    fit = FitResult([FittedTerm(hbm, 0.8, 0.983, 0.01, True), FittedTerm(flops, 0.6, 0.301, 0.01, True),
+                     FittedTerm(step, 1e-3, 4.95e-3, 1e-4, True), FittedTerm(OVERHEAD_TERMS[1], 1e-5, 0.0, 1e-6, True),
+                     FittedTerm(OVERHEAD_TERMS[2], 0.0, 1e-3, 1e-4, True)], [], {}, {}, BASE, "vllm")
+    said = bound_warnings(fit)
+    assert len(said) == 3
+    assert said[0].startswith("hbm_efficiency fitted to 0.983, at its upper bound 1: the base profile "
+                              f"{BASE} may not match the GPU")
+    assert "flops_efficiency fitted to 0.301, at its lower bound 0.3" in said[1]
+    assert "step_s fitted to 4.95 ms, at its upper bound 5 ms" in said[2]
+
+
+def test_h200_runs_on_an_h100_profile_are_warned_and_flat_terms_measured_at_their_ends(tmp_path):
+    """The generated H200 run fitted on the H100 profile: hbm_efficiency ends at its upper
+    bound, warned about and kept in the profile's meta; a term held as insensitive says it was
+    measured near its base value and what it does at its bounds."""
+    out = tmp_path / "p.json"
+    res = _calibrate(DATA / "vllm_concurrency8.json", "--profile", BASE, "--out", out, "--workers", 1)
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.stderr.splitlines() if ln.startswith("warning: hbm_efficiency fitted to")]
+    assert len(warned) == 1 and "at its upper bound 1" in warned[0] and BASE in warned[0]
+    meta = json.loads(out.read_text())["meta"]["fitted_from_runs"]
+    assert meta["warnings"] == [warned[0].removeprefix("warning: ")]
+    held = [t for t in meta["terms"].values() if "insensitive" in t.get("not_identified", "")]
+    assert held and all("near its base value" in t["status"] and "bound (" in t["status"] for t in held)
+    assert "whole range moves" not in res.stdout
+    assert all(t["status"] in ("fitted",) or not t["determined"] for t in meta["terms"].values())
+
+
+def test_a_summary_only_run_is_warned_about_before_the_fit(tmp_path):
+    """The generated vLLM run without its per-request lists (as vLLM writes it without
+    --save-detailed): one warning that its lengths are not in the file and that calibrating on
+    it is unreliable; the fit goes on."""
+    doc = json.loads((DATA / "vllm_concurrency8.json").read_text())
+    for k in ("input_lens", "output_lens", "ttfts", "itls", "errors", "start_times"):
+        doc.pop(k)
+    (tmp_path / "summary.json").write_text(json.dumps(doc))
+    res = _calibrate(tmp_path / "summary.json", "--profile", "h200-llama-3-8b", "--out", tmp_path / "p.json",
+                     "--workers", 1)
+    assert res.exit_code == 0, res.output
+    said = [ln for ln in res.stderr.splitlines() if "per-request lengths are not in the file" in ln]
+    assert len(said) == 1 and said[0].startswith(f"warning: {tmp_path / 'summary.json'}: summary-only result")
+    assert "calibrating on it is unreliable" in said[0] and "lockstep" in said[0]

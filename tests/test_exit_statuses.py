@@ -140,3 +140,10 @@ def test_click_usage_errors_are_one_line_and_2(args, line):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2
     assert res.stderr.strip().splitlines() == [line]
+
+
+def test_the_help_hint_names_the_command_whatever_the_program_is_called():
+    """Started as ``python -m sim.cli`` the hint still reads ``priosim replay --help`` (it read
+    ``priosim -m sim.cli replay --help``)."""
+    res = CliRunner().invoke(main, ["replay", "x.json", "--arrivals", "foo"], prog_name="python -m sim.cli")
+    assert res.exit_code == 2 and res.stderr.strip().endswith("(see priosim replay --help)")

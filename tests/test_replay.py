@@ -402,3 +402,175 @@ def test_a_max_model_len_refuses_each_request_by_its_own_max_tokens():
     cmp = replay(run, [f"engine.max_model_len={limit}"], profile=PROFILE)
     assert int((cmp.requests.status == "rejected").sum()) == over
     assert any(f"{over} refused at arrival as too_long" in n for n in cmp.notes)
+
+
+# -- output files: missing folders, two outputs on one file, an output on an input ------------
+
+def test_outputs_in_a_missing_folder_are_made_there(tmp_path):
+    """As ``run --out``: the missing folders are made (the nearest existing one is checked
+    writable before any work), no traceback."""
+    out, fig = tmp_path / "new" / "a" / "m.json", tmp_path / "new" / "b" / "p.png"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--json", str(out),
+                                    "--figure", str(fig)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["metrics"] and fig.read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "afile").write_text("mine")
+    bad = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--json",
+                                    str(tmp_path / "afile" / "m.json")])
+    assert bad.exit_code == 2 and len(bad.stderr.splitlines()) == 1 and "is a file" in bad.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_json_and_figure_on_one_file_are_refused_before_any_work(tmp_path):
+    out = tmp_path / "same"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json"), "--json", str(out),
+                                    "--figure", str(tmp_path / "." / "same")])
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert "--figure" in res.stderr and "is also the file --json names" in res.stderr
+    assert not out.exists() and "metric" not in res.stdout
+
+
+def test_an_output_on_the_input_file_is_refused_even_with_overwrite(tmp_path):
+    run = tmp_path / "X.json"
+    run.write_bytes((RUNS / "vllm_concurrency8.json").read_bytes())
+    before = run.read_bytes()
+    for flag in ("--json", "--figure"):
+        res = CliRunner().invoke(main, ["replay", str(run), flag, str(run), "--overwrite"])
+        assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1, res.output
+        assert f"{flag} {run}: is the input file" in res.stderr and "Traceback" not in res.output
+    link = tmp_path / "link.json"
+    link.symlink_to(run)
+    res = CliRunner().invoke(main, ["replay", str(run), "--json", str(link), "--overwrite"])
+    assert res.exit_code == 2 and "is the input file" in res.stderr
+    assert run.read_bytes() == before
+
+
+@pytest.mark.parametrize("mode,need", [("closed", "max_concurrency"), ("recorded", "per-request send times")])
+def test_an_arrival_mode_the_file_lacks_what_for_is_one_line(mode, need):
+    """The SGLang file has a rate, no concurrency limit and no send times: ``closed`` and
+    ``recorded`` say so (was a TypeError, and a horizon of NaN)."""
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "sglang_rate8.jsonl"), "--arrivals", mode])
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1 and "Traceback" not in res.output
+    line = res.stderr
+    assert f"--arrivals {mode} needs" in line and need in line and "sglang_rate8.jsonl" in line
+    assert "request_rate 8/s, no concurrency limit, no per-request send times" in line
+    assert "expected --arrivals auto or process" in line
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path):
+    (tmp_path / "e.json").write_text("\n")
+    res = CliRunner().invoke(main, ["replay", str(tmp_path / "e.json")])
+    assert res.exit_code == 2 and res.stderr.strip() == (f"error: {tmp_path / 'e.json'}: is empty (expected a "
+                                                         f"benchmark result file: vLLM, GuideLLM, SGLang or genai-perf)")
+
+
+def _notes(*args) -> list[str]:
+    res = CliRunner().invoke(main, ["replay", *map(str, args)])
+    assert res.exit_code == 0, res.output
+    return [ln for ln in res.stdout.splitlines() if ln.startswith("note: ")]
+
+
+def test_redrawn_arrivals_are_noted_with_their_seed():
+    """A file without send times (every SGLang file) is sent by arrivals drawn again from its
+    process: a note says so and names the seed; recorded times, or a rate of inf, draw nothing."""
+    drawn = [n for n in _notes(RUNS / "sglang_rate8.jsonl", "--seed", 5) if "drawn again" in n]
+    assert len(drawn) == 1 and "Poisson at 8 req/s" in drawn[0] and "seed 5" in drawn[0]
+    assert "independent draws" in drawn[0]
+    assert not [n for n in _notes(RUNS / "vllm_concurrency8.json") if "drawn again" in n]
+    assert not [n for n in _notes(RUNS / "vllm_concurrency8.json", "--arrivals", "process") if "drawn again" in n]
+
+
+def test_sglang_runs_say_which_release_prices_them():
+    """As vLLM's: a note naming the default SGLang release and how to give the server's; none
+    once engine.engine_version is given."""
+    from sim.engines.sglang import LATEST
+
+    said = [n for n in _notes(RUNS / "sglang_rate8.jsonl") if "priced as SGLang" in n]
+    assert len(said) == 1 and LATEST in said[0] and "engine.engine_version" in said[0]
+    assert not [n for n in _notes(RUNS / "sglang_rate8.jsonl", "--set", 'engine.engine_version="0.4.6"')
+                if "priced as SGLang" in n]
+
+
+def test_summary_only_input_is_warned_about(tmp_path):
+    """No per-request lengths: one warning saying so, that the requests under max_concurrency
+    move in lockstep and that calibrating on it is unreliable, with the flag that saves them."""
+    _, summary, _ = _fixed_length_files(tmp_path, n=6)
+    res = CliRunner().invoke(main, ["replay", str(summary)])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(lines) == 1 and str(summary) in lines[0]
+    assert "per-request lengths are not in the file" in lines[0] and "lockstep" in lines[0]
+    assert "unreliable" in lines[0] and "--save-detailed" in lines[0]
+    ok = CliRunner().invoke(main, ["replay", str(RUNS / "vllm_concurrency8.json")])
+    assert "warning:" not in ok.stderr
+
+
+def test_failed_requests_are_noted_with_their_count(tmp_path):
+    doc = {"num_prompts": 3, "request_rate": 2.0, "max_concurrency": 2, "input_lens": [10, 20, 30],
+           "output_lens": [3, 0, 2], "ttfts": [0.1, 0.0, 0.2], "itls": [[0.01, 0.02], [], [0.03]],
+           "errors": ["", "timeout", ""]}
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    run = read_run(tmp_path / "r.json")
+    said = [n for n in run.notes if "failed" in n]
+    assert len(said) == 1 and said[0].startswith("1 of 3 requests failed") and "concurrency slot" in said[0]
+    assert not [n for n in read_run(RUNS / "vllm_concurrency8.json").notes if "failed" in n]
+
+
+def test_per_request_times_against_the_files_own_summary(tmp_path):
+    """ttfts saved in milliseconds (1000x the file's mean_ttft_ms / 1000): one warning naming
+    the key, both values and the likely cause; the file as written, none."""
+    doc = json.loads((RUNS / "vllm_concurrency8.json").read_text())
+    assert read_run(RUNS / "vllm_concurrency8.json").warnings == []
+    doc["ttfts"] = [t * 1000 for t in doc["ttfts"]]
+    (tmp_path / "ms.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["replay", str(tmp_path / "ms.json")])
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(lines) == 1 and "ttfts: mean" in lines[0] and f"mean_ttft_ms {doc['mean_ttft_ms']:.4g} ms" in lines[0]
+    assert "(1e+03x)" in lines[0] and "milliseconds where seconds belong" in lines[0]
+
+
+def test_a_gpu_the_file_names_is_checked_against_the_profile(tmp_path):
+    """No client writes its GPU, but ``vllm bench serve --metadata gpu=...`` adds the key: a GPU
+    of another family than the profile's is one warning; the same family, or no key, none."""
+    doc = json.loads((RUNS / "vllm_concurrency8.json").read_text())
+    for gpu, warned in (("NVIDIA H100 80GB HBM3", True), ("H200", False)):
+        (tmp_path / "g.json").write_text(json.dumps({**doc, "gpu": gpu}))
+        res = CliRunner().invoke(main, ["replay", str(tmp_path / "g.json"), "--profile", "h200-llama-3-8b"])
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+        assert res.exit_code == 0 and len(lines) == int(warned), (gpu, lines)
+        if warned:
+            assert f"GPU {gpu!r}" in lines[0] and "H200" in lines[0]
+
+
+def test_genai_perf_model_is_its_payloads():
+    """genai-perf's export has no top-level model: the requests' payloads name it, so the
+    model-mismatch warning works for it too."""
+    run = read_run(RUNS / "genai_perf_concurrency4.json")
+    assert run.settings["model"] == "meta-llama/Meta-Llama-3-8B-Instruct"
+    res = CliRunner().invoke(main, ["replay", str(RUNS / "genai_perf_concurrency4.json"), "--profile",
+                                    "h100-sxm-qwen3-8b"])
+    assert res.exit_code == 0 and res.stderr.count("warning:") == 1 and "qwen" in res.stderr
+
+
+def test_json_records_what_was_simulated(tmp_path):
+    """Beside the metrics (their names and structure unchanged): the notes printed, the
+    warnings, the --set overrides as given, the engine flags, every override the scenario got,
+    the seed, the arrival mode and the profile's name and file; the same bytes when run again."""
+    out = tmp_path / "m.json"
+    args = ["replay", str(RUNS / "sglang_rate8.jsonl"), "--profile", PROFILE, "--seed", "2", "--set",
+            "engine.max_batched_tokens=4096", "--sglang-args", "--max-running-requests 64"]
+    res = CliRunner().invoke(main, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert set(REQUIRED) <= set(doc["metrics"]) and set(doc["metrics"]["ttft_p50_ms"]) == {"measured", "simulated",
+                                                                                           "error"}
+    assert doc["seed"] == 2 and doc["profile"] == PROFILE and doc["profile_name"] == PROFILE
+    assert doc["profile_path"] == str(find_profile(PROFILE).resolve())
+    assert doc["sets"] == ["engine.max_batched_tokens=4096"] and doc["sglang_args"] == "--max-running-requests 64"
+    assert "engine.max_num_seqs=64" in doc["overrides"] and doc["engine_args"] is None
+    assert doc["arrivals"] == {"asked": "auto", "sent": "process", "redrawn": True}
+    printed = [ln.removeprefix("note: ") for ln in res.stdout.splitlines() if ln.startswith("note: ")]
+    assert doc["notes"] == printed and any("seed 2" in n for n in printed) and doc["warnings"] == []
+    again = tmp_path / "again.json"
+    assert CliRunner().invoke(main, [*args, "--json", str(again)]).exit_code == 0
+    assert again.read_bytes() == out.read_bytes()

@@ -33,7 +33,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from calibrate.runs.scenario import arrival_mode, row_order, scenario_dict
+from calibrate.runs.scenario import arrival_mode, redrawn_arrivals, row_order, scenario_dict
 from calibrate.runs.table import Run
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -233,6 +233,9 @@ def replay(run: Run, scenario_overrides: Iterable[str] = (), *, profile: str = "
     done = sim[sim["status"] == "finished"]
     cmp = Comparison(compare_metrics(measured_metrics(run), simulated_metrics(run.metrics, done, res.itl_gaps)),
                      per, mode, sc, res)
+    redrawn = redrawn_arrivals(run, mode, seed)
+    if redrawn:
+        cmp.notes.append(redrawn)
     if len(done) < len(run.requests):
         why = sim.loc[sim["status"] == "rejected", "reject_reason"].value_counts()
         refused = "".join(f"; {n} refused at arrival as {reason}" + (

@@ -18,9 +18,10 @@ step (:data:`DIFF_STEP`, 1 % of a term's range) suits terms of any unit: the sim
 deterministic but piecewise (integer-nanosecond steps, discrete batches), and a step much
 smaller than a batch's worth of change would read the staircase instead of the slope.
 
-Identification: before the fit the Jacobian at the starting values is taken once. A term that moves
-no metric by 1 % over its whole range is *not identified* (e.g. the KV capacity of runs that
-never fill it); nor is one whose effect the others can mimic but for under 1 % (the part of its
+Identification: before the fit the Jacobian at the starting values is taken once. A term whose
+slope there, times its whole range, moves no metric by 1 % is *not identified* (e.g. the KV
+capacity of runs that never fill it); a slope is local, so such a term is also replayed at both
+ends of its range and the report says what it does there (:func:`_at_bounds`); nor is one whose effect the others can mimic but for under 1 % (the part of its
 Jacobian column orthogonal to the others', by pivoted QR: e.g. per step and per sequence when
 every run has one concurrency). Those are held where the Jacobian was taken (the base value, or
 the start a grid before the fit chose: :func:`_grid_start`) and reported. For a
@@ -28,7 +29,9 @@ tensor-parallel profile ``step_s`` is held too: it and ``allreduce_latency_s`` a
 fixed time, which no run can split, and the all-reduces' range (2 x layers x 0-100 us) covers
 the fixed time's whole span, down to a floor that ``step_s`` alone (at least 0) cannot reach.
 Uncertainty: sqrt of the diagonal of (J^T J)^-1 times the residual variance sum(r^2) / (m - n),
-with J taken again at the solution. With three runs or more, each run is also left out in turn:
+with J taken again at the solution; a term whose 1-sigma is wider than its whole range is
+reported "fitted, not determined" (:attr:`FittedTerm.determined`). A fitted term at a bound of
+its physical range is warned about (:func:`bound_warnings`): a sign of the wrong base profile. With three runs or more, each run is also left out in turn:
 the terms are refitted on the others (from the full fit) and the left-out run replayed.
 """
 from __future__ import annotations
@@ -101,6 +104,27 @@ class FittedTerm:
     sigma: float | None
     identified: bool
     note: str = ""
+
+    @property
+    def determined(self) -> bool:
+        """A fitted term whose 1-sigma uncertainty is no wider than its whole allowed range:
+        wider, the runs do not pin it down (any value of the range fits about as well)."""
+        return (self.identified and self.sigma is not None and math.isfinite(self.sigma)
+                and self.sigma <= self.term.hi - self.term.lo)
+
+    @property
+    def status(self) -> str:
+        """How the report and the profile's meta describe the term: fitted, fitted but not
+        determined (:attr:`determined`), or held and why."""
+        if not self.identified:
+            return f"held at base: not identified ({self.note})"
+        if self.determined:
+            return "fitted"
+        s, span = self.term.scale, self.term.hi - self.term.lo
+        width = f"+/-{self.sigma / s:.3g} {self.term.unit}".rstrip() if self.sigma is not None and math.isfinite(
+            self.sigma) else "its uncertainty unknown"
+        return f"fitted, not determined ({width} wider than its range of {span / s:.3g} {self.term.unit})".replace(
+            " )", ")")
 
 
 def _kept_in_means(name: str) -> bool:
@@ -361,13 +385,16 @@ def identify(J: np.ndarray) -> tuple[np.ndarray, list[str]]:
 
     A term is identified when what it does that no other term can mimic (its column's part
     orthogonal to the others', by pivoted QR) moves the weighted residuals by
-    :data:`INSENSITIVE` over its range."""
+    :data:`INSENSITIVE` over its range, at the slope ``J`` has where it was taken (a local
+    measure: :func:`_at_bounds` says what the term does at the ends of its range)."""
     from scipy.linalg import qr
 
     n = J.shape[1]
     norms = np.linalg.norm(J, axis=0)
     ok = norms >= INSENSITIVE
-    why = ["" if ok[j] else "insensitive: its whole range moves the metrics by under 1 %" for j in range(n)]
+    # (a slope taken at one point: the term may still matter far from it, which _at_bounds checks)
+    why = ["" if ok[j] else "insensitive near its base value: its slope there, times its whole range, moves "
+           "the metrics by under 1 %" for j in range(n)]
     cols = np.flatnonzero(ok)
     if cols.size > 1:
         _, R, piv = qr(J[:, cols] / norms[cols], mode="economic", pivoting=True)
@@ -378,6 +405,32 @@ def identify(J: np.ndarray) -> tuple[np.ndarray, list[str]]:
                 ok[cols[p]] = False
                 why[cols[p]] = "confounded with the other terms (the runs cannot tell them apart)"
     return ok, why
+
+
+def _at_bounds(problem: Problem, term: Term, x0: dict[str, float], every: tuple[int, ...]) -> str:
+    """What ``term`` does at each end of its range, the others at ``x0``: the simulated metric
+    (of :data:`FIT_METRICS`, any run) that moves most from its value at ``x0``, as text to
+    follow the "insensitive near its base value" of :func:`identify` (the Jacobian's slope is
+    local: a term flat near its base, such as ``frontend_busy_s`` below the runs' rate, may move
+    TTFT several-fold at its top). Two replays of every run per term."""
+    here = problem.replays(problem.values(x0), every)
+    parts = []
+    for end, side in ((term.lo, "lower"), (term.hi, "upper")):
+        if end == x0[term.name]:
+            continue
+        there = problem.replays(problem.values({**x0, term.name: end}), every)
+        moves = [(abs(b - a) / abs(a), (b - a) / abs(a), name, run.label)
+                 for run, c0, c1 in zip(problem.runs, here, there) for name in FIT_METRICS
+                 if name in c0.metrics and name in c1.metrics
+                 and math.isfinite(a := c0.metrics[name]["simulated"]) and a != 0
+                 and math.isfinite(b := c1.metrics[name]["simulated"])]
+        if not moves:
+            continue
+        _, rel, name, label = max(moves)
+        at = f"{end / term.scale:g} {term.unit}".rstrip()
+        parts.append(f"at its {side} bound ({at}) {name} moves by {rel:+.1%}" + (f" ({label})" if len(problem.runs) > 1
+                                                                                else ""))
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _solve(problem: Problem, active: list[Term], u0: np.ndarray, idx: tuple[int, ...], fixed: dict,
@@ -533,6 +586,9 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
     ok, why = identify(_jacobian(fun_c, u0, r0, skip=tied))
     for j in tied:
         why[j] = TIED_STEP
+    for j, t in enumerate(cand):
+        if not ok[j] and why[j].startswith("insensitive"):
+            why[j] += _at_bounds(problem, t, x0, every)
     active = [t for t, k in zip(cand, ok) if k]
     # (held where the Jacobian was taken: a start a grid chose stays, identified or not)
     held = {t.name: x0[t.name] for t, k in zip(cand, ok) if not k}
@@ -570,6 +626,33 @@ def _fit(problem: Problem, loro: bool, max_nfev: int, start: dict, say) -> FitRe
                      notes, cost, problem.evaluations)
 
 
+#: a fitted term this close to a bound of its range (a share of the bound's value) is "at" it:
+#: 2 %, so that 0.983 of the datasheet bandwidth (H200 runs fitted on an H100 profile) counts
+AT_BOUND = 0.02
+
+
+def bound_warnings(fit: FitResult) -> list[str]:
+    """One warning per fitted term at a bound of its physical range (within :data:`AT_BOUND`
+    of the bound's value): a GPU efficiency at either end (runs of a faster GPU than the base
+    profile's push ``hbm_efficiency`` to 1.0, a slower one's to 0.3), an engine-overhead term at
+    its upper bound (no shipped engine comes near). An overhead term at 0 is not warned about:
+    "no such cost" is a physical value. The KV capacity's bounds come from the runs themselves;
+    a term the runs do not determine (:attr:`FittedTerm.determined`) says nothing where it ends."""
+    out = []
+    for t in fit.terms:
+        if not t.determined or t.term.kind == "kv":
+            continue
+        ends = [("upper", t.term.hi)] if t.value >= t.term.hi * (1 - AT_BOUND) else []
+        if t.term.kind == "efficiency" and t.value <= t.term.lo * (1 + AT_BOUND):
+            ends.append(("lower", t.term.lo))
+        for side, bound in ends:
+            s, unit = t.term.scale, f" {t.term.unit}" if t.term.unit else ""
+            out.append(f"{t.term.name} fitted to {t.value / s:.4g}{unit}, at its {side} bound {bound / s:g}{unit}: "
+                       f"the base profile {fit.base_profile} may not match the GPU (or engine) the runs were made "
+                       f"on (expected --profile for the runs' own GPU and model)")
+    return out
+
+
 #: A fitted API-server rate (1 / frontend_busy_s) this many times the runs' highest request
 #: rate or more is an extrapolation: noted (:func:`_busy_note`), where frontend_busy_s is at
 #: least BUSY_NOTED_S (a server of 1000 requests a second or more caps no replica)
@@ -596,9 +679,11 @@ def _busy_note(terms: list[FittedTerm], after: list[Comparison]) -> str:
             "flags, e.g. --set engine.engine_version=..., so that it is not standing in for their scheduling)")
 
 
-def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -> dict:
+def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = (),
+                     input_notes: Iterable[str] = ()) -> dict:
     """The fitted profile to write: the base's schema with the rescaled step terms, ``overhead``
-    the fitted table and ``meta.fitted_from_runs`` recording how it was obtained."""
+    the fitted table and ``meta.fitted_from_runs`` recording how it was obtained (``input_notes``:
+    what the command said about its inputs before the fit, kept beside the fit's own notes)."""
     doc = json.loads(json.dumps(fit.profile))
     meta = doc.setdefault("meta", {})
     base_name = meta.get("name", fit.base_profile)
@@ -614,15 +699,16 @@ def profile_document(fit: FitResult, name: str, overrides: Iterable[str] = ()) -
         "runs": [{"path": str(Path(r.path).resolve()), **({"result": r.part} if r.part is not None else {}),
                   "format": r.format, "sha256": r.sha256, "requests": r.requests} for r in fit.runs],
         "terms": {t.term.name: {"base": t.base, "value": t.value, "lo": t.term.lo, "hi": t.term.hi,
-                                "sigma": t.sigma, "identified": t.identified, "bounds_why": t.term.why,
+                                "sigma": t.sigma, "identified": t.identified, "determined": t.determined,
+                                "status": t.status, "bounds_why": t.term.why,
                                 **({"not_identified": t.note} if t.note else {})} for t in fit.terms},
         "residuals": {r.label: {m: {"before": r.before.get(m), "after": r.after.get(m)} for m in r.after}
                       for r in fit.runs},
         "leave_one_run_out": {r.label: r.loro for r in fit.runs if r.loro is not None},
-        "loss": fit.cost, "notes": fit.notes,
+        "loss": fit.cost, "notes": fit.notes, "input_notes": list(input_notes), "warnings": bound_warnings(fit),
     }
     return doc
 
 
-__all__ = ["fit_runs", "profile_document", "FitResult", "FittedTerm", "RunResult", "METRICS", "kv_shown",
+__all__ = ["fit_runs", "profile_document", "bound_warnings", "FitResult", "FittedTerm", "RunResult", "METRICS", "kv_shown",
            "identify", "Problem"]

@@ -25,7 +25,7 @@ def terms_table(fit: FitResult) -> list[str]:
     lines = [f"{'term':18s} {'unit':>4s} {'base':>9s} {'fitted':>9s} {'+/-':>9s} {'bounds':>15s}  status"]
     for t in fit.terms:
         s = t.term.scale
-        status = "fitted" if t.identified else f"held at base: not identified ({t.note})"
+        status = t.status
         bounds = f"{_v(t.term.lo, s)}-{_v(t.term.hi, s)}"
         lines.append(f"{t.term.name:18s} {t.term.unit:>4s} {_v(t.base, s):>9s} {_v(t.value, s):>9s} "
                      f"{_v(t.sigma, s) if t.identified else '-':>9s} {bounds:>15s}  {status}")

@@ -157,6 +157,23 @@ def _prompt_tokens(inputs: Any) -> int | None:
     return None
 
 
+def _payload_model(reqs: list) -> str | None:
+    """The model the requests asked for: the first payload's ``model`` (genai-perf sends every
+    request to one model; the export itself has no top-level ``model`` key)."""
+    for r in reqs[:50]:
+        inputs = r.get("request_inputs") if isinstance(r, dict) else None
+        payload = inputs.get("payload") if isinstance(inputs, dict) else None
+        try:
+            body = json.loads(payload) if isinstance(payload, str) else payload
+        except json.JSONDecodeError:
+            continue
+        if isinstance(body, list) and len(body) == 1:
+            body = body[0]
+        if isinstance(body, dict) and isinstance(body.get("model"), str) and body["model"].strip():
+            return body["model"]
+    return None
+
+
 def _usage_count(usage: dict | None, key: str) -> int | None:
     v = usage.get(key) if isinstance(usage, dict) else None
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
@@ -232,7 +249,7 @@ def read(doc: Any, name: str, index: int = 0) -> Run:
     ends = s + np.asarray(e2e)
     run = Run(frame(inp, out, s - t0, ttft, gaps, e2e),
               settings(request_rate=rate, burstiness=None, max_concurrency=mc, num_prompts=len(reqs),
-                       model=doc.get("model"), backend=doc.get("service_kind"), date=None),
+                       model=doc.get("model") or _payload_model(reqs), backend=doc.get("service_kind"), date=None),
               {"mode": mode, "value": value, "experiments": len(exps), "endpoint": doc.get("endpoint"),
                "dropped": dropped},
               name, "genai-perf", "genai-perf", float(ends.max() - t0))

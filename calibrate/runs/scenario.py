@@ -132,9 +132,46 @@ RUN_TRACE = TraceFormat(load_run_trace, "a benchmark result file's requests (cal
                         options={"arrivals": None, "seed": None, "result": None}, checker=_check_spec)
 
 
+def possible_modes(run: Run) -> list[str]:
+    """The arrival modes the file has what they need for: ``closed`` its max_concurrency,
+    ``recorded`` its per-request send times, ``process`` only its rate (always)."""
+    return ([m for m, ok in (("closed", bool(run.settings.get("max_concurrency"))), ("recorded", run.has_starts))
+             if ok] + ["process"])
+
+
+def what_it_records(run: Run) -> str:
+    """How the file says the run was sent, in a few words (for a refused arrival mode)."""
+    rate = run.settings.get("request_rate")
+    mc = run.settings.get("max_concurrency")
+    rate_s = "request_rate inf" if rate is None or not math.isfinite(rate) else f"request_rate {rate:g}/s"
+    return ", ".join([rate_s, f"max_concurrency {mc}" if mc else "no concurrency limit",
+                      "per-request send times" if run.has_starts else "no per-request send times"])
+
+
+def check_mode(run: Run, mode: str) -> None:
+    """Refuse (one line, :class:`~calibrate.runs.table.RunError`) an arrival mode the file
+    lacks what for: ``closed`` without max_concurrency, ``recorded`` without send times."""
+    from calibrate.runs.table import RunError
+
+    if mode not in MODES:
+        raise RunError(f"{_where(run)}: arrivals: must be one of {', '.join(MODES)} (got {mode!r})")
+    need = {"closed": "the run's max_concurrency", "recorded": "per-request send times"}.get(mode)
+    if need is None or mode in possible_modes(run):
+        return
+    raise RunError(f"{_where(run)}: --arrivals {mode} needs {need}, which the file does not have (it records "
+                   f"{what_it_records(run)}; expected --arrivals {' or '.join(['auto'] + possible_modes(run))})")
+
+
+def _where(run: Run) -> str:
+    """The run's file as given, ``#N`` for one result of several."""
+    return run.source + (f"#{run.part}" if run.part else "")
+
+
 def scenario_dict(run: Run, profile: str, seed: int = 0, mode: str | None = None) -> dict:
-    """The scenario table (before ``--set`` overrides) that replays ``run`` on ``profile``."""
+    """The scenario table (before ``--set`` overrides) that replays ``run`` on ``profile``;
+    a ``mode`` the file lacks what for is refused (:func:`check_mode`)."""
     mode = mode or arrival_mode(run)
+    check_mode(run, mode)
     trace = {"format": RUN_TRACE_NAME, "path": str(Path(run.source).resolve()), "arrivals": mode, "seed": seed}
     if run.part is not None:  # (the file holds several results: this one)
         trace["result"] = run.part
@@ -203,6 +240,56 @@ def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
             f"your release, e.g. --set engine.engine_version=0.15.1, to calibrate and replay alike")
 
 
+def unversioned_sglang(runs: list[Run], sets: list[str]) -> str:
+    """A note when SGLang runs are replayed without ``engine.engine_version`` (a result file
+    records none): they are priced as the default release, whose chunk size, memory fraction and
+    overlap scheduler (from 0.4) may not be the server's. Empty else."""
+    from sim.engines.sglang import LATEST
+
+    keys = {s.partition("=")[0].strip() for s in sets}
+    if (forced_engine(sets) or engine_of(runs[0])) != "sglang" or "engine.engine_version" in keys:
+        return ""
+    what = "the run is" if len(runs) == 1 else "the runs are"
+    return (f"{what} priced as SGLang {LATEST} (no engine.engine_version given: a result file records none): "
+            f"its chunked-prefill size, memory fraction and overlap scheduler (from 0.4) are that release's "
+            f"(docs/engines.md); give your release, e.g. --set engine.engine_version=0.4.6, to calibrate and "
+            f"replay alike")
+
+
+def unversioned_release(runs: list[Run], sets: list[str]) -> str:
+    """The note of :func:`unversioned_vllm` or :func:`unversioned_sglang`, whichever engine
+    serves the runs; empty when the release is given."""
+    return unversioned_vllm(runs, sets) or unversioned_sglang(runs, sets)
+
+
+def arrival_law(run: Run) -> str:
+    """The client's arrival process in words (vLLM's ``get_request``; :func:`process_times`)."""
+    ramp = run.settings.get("ramp_up")
+    if ramp is not None:
+        return f"a {ramp[0]} ramp from {ramp[1]:g} to {ramp[2]:g} req/s"
+    rate = float(run.settings.get("request_rate") or math.inf)
+    k = float(run.settings.get("burstiness") or 1.0)
+    return f"Poisson at {rate:g} req/s" if k == 1.0 else f"Gamma gaps of burstiness {k:g} at {rate:g} req/s"
+
+
+def redrawn_arrivals(run: Run, mode: str, seed: int) -> str:
+    """A note when the replay draws the run's send times again from its client's arrival
+    process (``process``; ``closed`` with a finite rate, for the not-before times) instead of
+    taking them from the file: measured and simulated are then two independent draws of one
+    process, so throughput and tail errors include sampling noise. Empty when nothing is drawn
+    (recorded times; an infinite rate sends every request at 0)."""
+    drawn = run.settings.get("ramp_up") is not None or math.isfinite(float(run.settings.get("request_rate")
+                                                                           or math.inf))
+    if mode == "recorded" or not drawn:
+        return ""
+    why = ("the file has no per-request send times" if not run.has_starts
+           else f"--arrivals {mode} does not use the file's send times")
+    what = "each request's earliest send time is" if mode == "closed" else "the arrivals are"
+    return (f"{why}: {what} drawn again from the client's arrival process ({arrival_law(run)}) with seed "
+            f"{seed}, so measured and simulated are two independent draws: the throughput and tail errors "
+            f"include sampling noise (another --seed draws again)")
+
+
 def profile_model(profile: str) -> str | None:
     """The model a profile describes: its ``meta.shape``, else its name less the device
     (``h200-llama-3-8b`` -> ``llama-3-8b``); None when it cannot tell."""
@@ -229,6 +316,39 @@ def model_differs(run_model: str | None, profile: str) -> str | None:
         return None
     return (f"the run's model is {run_model!r} but the profile {profile!r} describes {pm!r} (the simulated "
             f"times are that model's; pass --profile for the run's model and GPU)")
+
+
+#: the GPU families a name is matched on (lower case); the longest match wins
+_GPU = re.compile(r"gb200|gb300|b200|b300|b100|h200|h100|h800|h20|gh200|a100|a800|a10g|a10|a30|a40|l40s|l40|l4|"
+                  r"v100|t4|mi355x|mi325x|mi300x|mi300a|mi250x|mi250|rtx ?\d{4}|a6000")
+#: top-level keys a result file may name its GPU under: none of the four clients writes one,
+#: but ``vllm bench serve --metadata gpu=H200`` (and SGLang's result dict, edited) add such keys
+GPU_KEYS = ("gpu", "gpu_name", "gpu_type", "gpu_model", "device", "hardware", "accelerator")
+
+
+def gpu_family(text: str | None) -> str | None:
+    """The GPU family a name mentions (``"NVIDIA H200 (141 GB HBM3e)"`` -> ``h200``), else None."""
+    found = _GPU.findall(str(text or "").lower())
+    return max(found, key=len).replace(" ", "") if found else None
+
+
+def run_gpu(run: Run) -> str | None:
+    """The GPU the file says the run was made on (a top-level key of :data:`GPU_KEYS`), else None."""
+    summary = {str(k).lower(): v for k, v in (run.summary or {}).items()}
+    return next((summary[k] for k in GPU_KEYS if isinstance(summary.get(k), str) and summary[k].strip()), None)
+
+
+def gpu_differs(run: Run, profile: str) -> str | None:
+    """A one-line warning when the file names a GPU of another family than the profile's
+    (``meta.device``, else its name); None when either does not say."""
+    named = run_gpu(run)
+    mine = gpu_family(named)
+    meta = profile_meta(profile)
+    theirs = gpu_family(meta.get("device")) or gpu_family(str(meta.get("name") or Path(profile).stem))
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    return (f"the run names GPU {named!r} but the profile {profile!r} is for {theirs.upper()} (the simulated "
+            f"times are that GPU's; pass --profile for the run's model and GPU)")
 
 
 __all__ = ["RUN_TRACE", "RUN_TRACE_NAME", "arrival_mode", "process_times", "row_order", "scenario_dict",

@@ -47,6 +47,9 @@ class Run:
     metrics: str
     duration_s: float = math.nan  # the client's own benchmark duration, s (NaN when absent)
     notes: list[str] = field(default_factory=list)
+    # suspicious but readable input (a per-request list that disagrees with the file's own
+    # summary): the command prints each as one ``warning:`` line (plumbing.notices.warn)
+    warnings: list[str] = field(default_factory=list)
     # where the request lengths come from: "file" (per request), "law" (a summary-only file's
     # dataset settings, e.g. SGLang's random lengths) or "means" (a summary-only file's totals)
     lengths: str = "file"
@@ -102,6 +105,8 @@ def parse_document(path: Path) -> Any:
         raise RunError(f"{path}: no such file (expected a benchmark result file)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"{path}: cannot read it ({exc})") from None
+    if not text.strip():  # (json's own words for it, "Expecting value", say nothing useful)
+        raise RunError(f"{path}: is empty (expected a benchmark result file: vLLM, GuideLLM, SGLang or genai-perf)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as first:

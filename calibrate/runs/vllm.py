@@ -90,6 +90,57 @@ def read_detailed(doc: dict, name: str) -> tuple[np.ndarray, ...] | None:
             [gaps[i] for i in keep], e2e[keep])
 
 
+#: per-request list -> the summary keys (ms) its mean is, vLLM's then SGLang's
+SUMMARY_MEANS = {"ttfts": ("mean_ttft_ms",), "itls": ("mean_itl_ms",), "e2e": ("mean_e2el_ms", "mean_e2e_latency_ms")}
+#: a per-request mean this far (as a ratio) from the file's own summary is warned about
+SUMMARY_TOLERANCE = 0.10
+
+
+def summary_disagrees(doc: dict, name: str, ttft: np.ndarray, gaps: list[list[float]],
+                      e2e: np.ndarray) -> list[str]:
+    """Warnings where a per-request list (successful requests, s) and the file's own summary
+    key for its mean (ms, computed by the client from the same requests) differ by more than
+    :data:`SUMMARY_TOLERANCE`: a units mix-up (about 1000x: milliseconds saved where seconds
+    belong, or the other way), or lists and summary from different runs."""
+    pooled = [g for each in gaps for g in each]
+    ours = {"ttfts": float(np.mean(ttft)) * 1e3 if len(ttft) else math.nan,
+            "itls": float(np.mean(pooled)) * 1e3 if pooled else math.nan,
+            "e2e": float(np.mean(e2e)) * 1e3 if len(e2e) else math.nan}
+    out = []
+    for key, summary_keys in SUMMARY_MEANS.items():
+        k = next((k for k in summary_keys if k in doc), None)
+        theirs = doc.get(k) if k else None
+        if isinstance(theirs, bool) or not isinstance(theirs, (int, float)) or not theirs > 0:
+            continue
+        mine = ours[key]
+        if not (math.isfinite(mine) and mine > 0) or abs(mine / theirs - 1) <= SUMMARY_TOLERANCE:
+            continue
+        ratio = mine / theirs
+        why = ("the per-request times look like milliseconds where seconds belong" if 500 <= ratio <= 2000 else
+               "the per-request times look like seconds where the summary has them in ms, or the summary was "
+               "scaled" if 1 / 2000 <= ratio <= 1 / 500 else
+               "the lists and the summary come from different runs, or one was edited")
+        what = "ttft + sum(itls)" if key == "e2e" else key
+        out.append(f"{name}: {what}: mean {mine:.4g} ms against the file's own {k} {theirs:.4g} ms ({ratio:.3g}x): "
+                   f"{why} (the per-request values are the ones replayed)")
+    return out
+
+
+def summary_only_warning(run: Run) -> str:
+    """The warning for a summary-only run (no per-request lengths in the file): replayed at its
+    mean lengths (or its dataset's), the requests of one length under a max_concurrency move in
+    lockstep, which can distort TTFT 2-3x, and a fit absorbs that. Empty for a detailed run."""
+    if not run.summary_only:
+        return ""
+    detail = "--output-details" if run.format == "sglang" else "--save-detailed"
+    how = "at their mean lengths" if run.lengths == "means" else "at lengths its dataset settings give"
+    mc = run.settings.get("max_concurrency")
+    lockstep = (f"; under max_concurrency {mc} requests of one length move in lockstep, which can distort TTFT "
+                f"2-3x" if mc and run.lengths == "means" else "")
+    return (f"summary-only result: the per-request lengths are not in the file (replayed {how}{lockstep}): "
+            f"replaying or calibrating on it is unreliable (re-run the benchmark with {detail})")
+
+
 def mean_lengths(doc: dict, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     """A summary-only file's requests: ``completed`` of them whose prompt and output tokens add
     up to ``total_input_tokens`` and ``total_output_tokens``, spread as evenly as whole tokens
@@ -208,6 +259,7 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
         start, ttft, gaps, e2e = None, np.full(len(inp), np.nan), None, kept_latencies(doc, name, len(inp))
     else:
         inp, out, start, ttft, gaps, e2e = det
+    failed = sum(1 for e in doc.get("errors") or [] if e) if det is not None else 0
     if len(inp) == 0:
         raise RunError(f"{name}: errors: every request failed (expected at least one successful request)")
     summary = {k: v for k, v in doc.items() if not isinstance(v, (list, dict))}
@@ -232,6 +284,12 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
         run.notes.append(f"summary-only result (no {detail}): its {len(inp)} requests replayed {how}, and compared "
                          f"with the file's own summary metrics (re-run with {detail} for each request's lengths "
                          f"and times)")
+    if det is not None:
+        run.warnings += summary_disagrees(doc, name, ttft, gaps, e2e)
+    if failed:
+        run.notes.append(f"{failed} of {failed + len(inp)} requests failed (errors[i] non-empty): dropped from the "
+                         f"measured metrics, as {'SGLang' if fmt == 'sglang' else 'vLLM'}'s own drop them, and from "
+                         f"the replay, though in the run each held a concurrency slot until it failed")
     ramp = _ramp(doc, name)
     if ramp is not None:
         run.settings["ramp_up"] = ramp

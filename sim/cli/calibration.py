@@ -13,6 +13,75 @@ from sim.cli.group import check_out_file, check_workers, claim_out, fail, fail_w
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 
 
+def check_outputs(named: list[tuple[str | None, str]], inputs: list[str], overwrite: bool) -> list[Path | None]:
+    """The files a command writes (``(path or None, flag)`` each), checked before any work: none
+    may be one of the ``inputs`` (a user's measurement or profile: refused even with
+    ``overwrite``, the command would destroy what it reads), no two the same file (the second
+    would silently replace the first), and each as :func:`check_out_file` checks it (its folder
+    may be missing: :func:`write_output` makes it)."""
+    seen: dict[str, str] = {}
+    checked: list[Path | None] = []
+    for path, flag in named:
+        if not path:
+            checked.append(None)
+            continue
+        same = next((src for src in inputs if _same_file(path, src)), None)
+        if same is not None:
+            fail(f"{flag} {path}: is the input file {same} (expected another file: writing there would destroy "
+                 f"what the command reads, --overwrite or not)")
+        real = os.path.realpath(path)
+        if real in seen:
+            fail(f"{flag} {path}: is also the file {seen[real]} names (expected a different file for each)")
+        seen[real] = flag
+        checked.append(check_out_file(path, flag, overwrite=overwrite))
+    return checked
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (a hard or symbolic link too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (``a`` not written yet: the same path, links resolved)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_output(path: Path, data, flag: str) -> None:
+    """Write one result file whole (:func:`sim.outdir.write_file`), making its missing folders
+    first as ``run --out`` does (the nearest existing one was checked writable before any
+    work); a write the file system refuses is one line, exit 2."""
+    from sim.outdir import write_file
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, data)
+    except OSError as exc:
+        fail(f"{flag} {path}: cannot write it: {exc.strerror or exc} (expected a writable folder with room)")
+
+
+def check_distinct_runs(runs: tuple[str, ...]) -> None:
+    """Each run file once: a file given twice, or a copy of another (the same sha256), would
+    weigh twice in the fit and be 'left out' while its copy stays in (one line, exit 2)."""
+    import hashlib
+
+    seen: dict[str, str] = {}
+    for r in runs:
+        try:
+            digest = hashlib.sha256(Path(r).read_bytes()).hexdigest()  # (as the profile's meta records it)
+        except OSError:
+            continue  # (the reader says what is wrong with it, in one line)
+        if digest in seen:
+            what = "given twice" if os.path.realpath(seen[digest]) == os.path.realpath(r) else \
+                f"the same content as {seen[digest]}, sha256 {digest[:12]}..."
+            fail(f"{r}: {what} (expected each run once: a copy would count twice in the fit, and stay in it "
+                 f"while leave-one-run-out leaves the other out)")
+        seen[digest] = r
+
+
+def _profile_file(profile: str | None) -> list[str]:
+    """``[profile]`` when it names a file (an input a result must not replace), else ``[]``."""
+    return [profile] if profile and os.path.isfile(profile) else []
+
+
 @main.command()
 @click.option("--rows", "prefixes", multiple=True, metavar="PREFIX",
               help="only rows whose id starts with PREFIX (repeatable); the page is not rewritten")
@@ -70,7 +139,6 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
     --from-runs RUN ..., fit a profile to real benchmark results (docs/calibration.md)."""
     if from_runs:  # (every input checked, one line and exit 2, before the fit)
         from calibrate.runs import RunError
-        from calibrate.runs.scenario import model_differs
         from calibrate.runs.table import read_runs
         from sim.core.costs import ProfileError
         from plumbing.notices import warn
@@ -80,9 +148,11 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
         check_workers(workers)
         if base is None:
             fail("--profile: missing (expected the base profile of the runs' model and GPU, e.g. h100-sxm-llama-3-8b)")
-        path = check_out_file(out, overwrite=overwrite)
+        (path,) = check_outputs([(out, "--out")], list(runs) + _profile_file(base), overwrite)
+        check_distinct_runs(runs)
         from calibrate.runs.fit import base_document, fit_runs, profile_document
-        from calibrate.runs.scenario import unversioned_vllm
+        from calibrate.runs.inputs import input_warnings, redrawn_runs
+        from calibrate.runs.scenario import unversioned_release
         from calibrate.runs.fitreport import report
 
         try:
@@ -96,24 +166,27 @@ def calibrate(runs, from_runs, base, sets, seed, loro, workers, engine_args, sgl
                 loaded += each
             warned = set()
             for run in loaded:
-                msg = model_differs(run.settings.get("model"), base)
-                if msg and (run.source, msg) not in warned:  # (once a file)
-                    warned.add((run.source, msg))
-                    warn(f"{run.source}: {msg}")
+                for msg in input_warnings(run, base):
+                    if msg not in warned:  # (once a file: its results' lines say the same)
+                        warned.add(msg)
+                        warn(msg)
             sets = with_engine_flags(sets, engine_args, sglang_args)
-            unversioned = unversioned_vllm(loaded, list(sets))
-            if unversioned:
-                click.echo(f"note: {unversioned}")
+            input_notes = [n for n in (unversioned_release(loaded, list(sets)), redrawn_runs(loaded, seed)) if n]
+            for note in input_notes:
+                click.echo(f"note: {note}")
             fit = fit_runs(loaded, base, list(sets), seed=seed, loro=loro,
                            echo=lambda m: click.echo(f"... {m}", err=True), workers=workers or os.cpu_count() or 1)
         except (RunError, ScenarioError, ProfileError) as exc:
             fail(str(exc))
         from sim import jsonout
-        from sim.outdir import write_file
 
         click.echo(report(fit))
-        doc = profile_document(fit, Path(path).stem, list(sets))
-        write_file(path, jsonout.dumps(doc, indent=1) + "\n")
+        from calibrate.runs.fit import bound_warnings
+
+        for msg in bound_warnings(fit):
+            warn(msg)
+        doc = profile_document(fit, Path(path).stem, list(sets), input_notes=input_notes)
+        write_output(path, jsonout.dumps(doc, indent=1) + "\n", "--out")
         same = "".join(f" --set {shlex.quote(s)}" for s in sets)
         click.echo(f"wrote {out}: check it on a run not used in the fit: priosim replay RUN --profile {out}{same}")
         return
@@ -211,13 +284,11 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     print measured vs simulated TTFT, TPOT, ITL, E2E and throughput."""
     from calibrate.runs import RunError, read_run, read_runs
     from calibrate.runs.compare import replay as run_replay
-    from calibrate.runs.scenario import model_differs
+    from calibrate.runs.inputs import input_warnings, replay_record
     from plumbing.notices import warn
 
-    if json_out:
-        json_out = check_out_file(json_out, "--json", overwrite=overwrite)
-    if figure_out:
-        figure_out = check_out_file(figure_out, "--figure", overwrite=overwrite)
+    json_out, figure_out = check_outputs([(json_out, "--json"), (figure_out, "--figure")],
+                                         [run_file] + _profile_file(profile), overwrite)
     try:
         if result is None:
             run = read_run(run_file)
@@ -229,9 +300,10 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
         if figure_out and run.summary_only:
             fail(f"--figure: {run_file} is a summary-only result (no per-request times to draw; expected a "
                  f"file saved with --save-detailed, or --output-details for SGLang)")
-        msg = model_differs(run.settings.get("model"), profile)
-        if msg:
-            warn(f"{run_file}: {msg}")
+        warned = input_warnings(run, profile)
+        for msg in warned:
+            warn(msg)
+        given = list(sets)
         sets = with_engine_flags(sets, engine_args, sglang_args)
         cmp = run_replay(run, list(sets), profile=profile, seed=seed, mode=None if arrivals == "auto" else arrivals)
     except (RunError, ScenarioError) as exc:
@@ -240,24 +312,25 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     where = f"{run_file}#{run.part}" if run.part else run_file
     click.echo(f"{where}: {run.format}, {len(run.requests)} requests, rate={st['request_rate']:g} "
                f"max_concurrency={st['max_concurrency']} model={st['model']}; sent: {cmp.mode}; profile={profile}")
-    from calibrate.runs.scenario import fitted_to_runs, unversioned_vllm
+    from calibrate.runs.scenario import fitted_to_runs, unversioned_release
 
-    unversioned = "" if fitted_to_runs(profile) else unversioned_vllm([run], list(sets))
-    for note in run.notes + cmp.notes + ([unversioned] if unversioned else []):
+    unversioned = "" if fitted_to_runs(profile) else unversioned_release([run], list(sets))
+    notes = run.notes + cmp.notes + ([unversioned] if unversioned else [])
+    for note in notes:
         click.echo(f"note: {note}")
     click.echo(cmp.table())
     if json_out:
         from sim import jsonout
-        from sim.outdir import write_file
 
-        write_file(json_out, jsonout.dumps({"run": str(run_file), "format": run.format, "mode": cmp.mode,
-                                            "profile": profile, "metrics": cmp.metrics}, indent=1) + "\n")
+        what = {"run": str(run_file), "result": run.part, "format": run.format, "mode": cmp.mode, "profile": profile,
+                **replay_record(run, cmp, profile, seed, arrivals, given, list(sets), engine_args, sglang_args),
+                "notes": notes, "warnings": warned}
+        write_output(json_out, jsonout.dumps({**what, "metrics": cmp.metrics}, indent=1) + "\n", "--json")
         click.echo(f"wrote {json_out}")
     if figure_out:
         from calibrate.runs.figure import parity
-        from sim.outdir import write_file
 
-        write_file(figure_out, lambda p: parity(cmp, p))
+        write_output(figure_out, lambda p: parity(cmp, p), "--figure")
         click.echo(f"wrote {figure_out}")
 
 

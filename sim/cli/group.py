@@ -42,9 +42,20 @@ def usage_line(exc: click.UsageError) -> str:
     else:
         msg = _lower(exc.format_message())
     msg = " ".join(msg.split()).rstrip(".")
-    if exc.ctx is not None:  # (the command as typed: priosim, whatever the program is called)
-        msg += f" (see {' '.join(['priosim', *exc.ctx.command_path.split()[1:]])} --help)"
+    if exc.ctx is not None:
+        msg += f" (see {command_words(exc.ctx)} --help)"
     return msg
+
+
+def command_words(ctx: click.Context) -> str:
+    """The command as a user types it, ``priosim replay``, whatever the program was started as:
+    the subcommands' own names under ``priosim`` (the root's name may be several words,
+    ``python -m sim.cli``, which ``command_path`` would split into ``-m sim.cli replay``)."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["priosim", *reversed(names)])
 
 
 def _lower(text: str) -> str:
