@@ -3,7 +3,7 @@
 For every decode row (batch x context) and every single-prompt prefill row (``dense``: one
 prompt of T tokens) of the measured profile, prints the measured median next to what the
 roofline profile prices for the same step, alone (``--overhead none``) and with the roofline's
-declared engine overhead (``vllm-0.6`` for the shipped GPU profiles), as a Markdown table, and
+declared engine overhead (``vllm-v1`` for the shipped GPU profiles), as a Markdown table, and
 draws both as a figure. Usage::
 
     python -m scripts.measured_vs_roofline [--measured h200-llama-3-8b-measured]
