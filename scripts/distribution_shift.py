@@ -1,9 +1,10 @@
 """Distribution shift: the learned ranker's Kendall tau and mean latency per time window, with
 FCFS for reference, on workloads/scenarios/distribution_shift.toml.
 Writes docs/figures/distribution_shift.png and prints a markdown table. The scenario's load was
-sized against the profile's step prices without engine overhead; at the profile's declared
-overhead the replica is overloaded and the queue's growth swamps the ranking effect, so the
-figure is drawn with ``--overhead none`` (as tests/test_distribution_shift.py runs it).
+sized against the profile's step prices without engine overhead, so the figure is drawn with
+``--overhead none`` (as tests/test_distribution_shift.py runs it); at the profile's declared
+overhead the steps cost a little more and the ranker's advantage and its loss after the shift
+show the same way.
 Run: python -m scripts.distribution_shift [--overhead NAME]"""
 from __future__ import annotations
 

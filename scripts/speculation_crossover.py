@@ -2,9 +2,8 @@
 speculation, on workloads/scenarios/speculation_load.toml. Writes docs/figures/speculation_crossover.png
 and prints the table (markdown). The question is verification compute in compute-bound steps,
 so the figure is drawn priced without engine overhead (``--overhead none``, as
-tests/test_speculation.py runs it): at the profile's declared overhead a step's fixed and
-per-sequence CPU time is large, several tokens per step save enough of it that speculation no
-longer loses goodput at saturation, and there is no crossover.
+tests/test_speculation.py runs it). At the profile's declared overhead (``vllm-v1``: a small
+host cost per step, next to nothing per sequence) the curves cross between the same loads.
 Run: python -m scripts.speculation_crossover [--quick] [--overhead NAME]"""
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import numpy as np
 from sim import load_scenario, simulate
 
 
-#: the scenario's load was sized against the profile's step prices without engine overhead;
-#: with the default preset the replica is slower and overloaded, which swamps the ranking effect
+#: the scenario's load was sized against the profile's step prices without engine overhead
+#: (with the default preset the steps cost a little more; the finding is the same)
 NONE = ['engine.overhead="none"']
 
 

@@ -52,9 +52,8 @@ def test_per_class_acceptance_and_validation(tmp_path):
 def test_speculation_helps_at_low_load_and_hurts_goodput_at_saturation():
     """Speculation helps at low load and hurts at saturation, on the shipped speculation_load
     scenario (shortened), priced without engine overhead: the claim is about verification compute
-    in compute-bound steps. (With the default vLLM overhead preset a step's fixed and per-sequence
-    CPU cost is large, and emitting several tokens per step saves enough of it that speculation no
-    longer loses goodput here.)"""
+    in compute-bound steps. (The default `vllm-v1` preset adds a small host cost per step and
+    next to nothing per sequence, and speculation loses goodput here at that pricing too.)"""
     spec = "engine.speculative={k=4,acceptance=0.7,draft_cost_fraction=0.1}"
 
     def run(rate, on):
