@@ -167,7 +167,9 @@ class LinkConfig(Table):
     pipelined: Annotated[bool, checked(lambda v: isinstance(v, bool), "true or false")] = Field(
         False, description="copy layer by layer as the prefill computes them (Mooncake, DistServe)")
     kv_bytes_per_token: Annotated[int, number(integer=True, note=" (bytes of KV per token)")] | None = Field(
-        None, description="KV bytes per token copied (default: the prefill profile's model shape)")
+        None, description="KV bytes per token copied, the replica's GPUs together: the whole model's (e.g. 131072 "
+                          "for Llama-3-8B in BF16), not one GPU's share (default: the prefill profile's model shape "
+                          "times its tensor-parallel size)")
     layers: Annotated[int, number(integer=True, note=" (layers)")] | None = Field(
         None, description="layers, for pipelining (default: the prefill profile's model shape)")
 

@@ -114,6 +114,31 @@ def test_max_model_len_refuses_by_the_whole_request_not_its_prefill_leg():
     assert run(d).requests.iloc[0].status == "finished"
 
 
+@pytest.mark.parametrize("profile, tp", [("h200-llama-3-8b", 1), ("h200-llama-3-70b-tp4", 4)])
+def test_the_copy_moves_the_whole_replicas_kv_each_gpu_its_share_over_its_own_link(profile, tp):
+    """A tensor-parallel profile's model shape is one GPU's (Llama-3-70B at TP 4: 2 of its 8 KV
+    heads): the copy moves every GPU's share, split over the replica's links, so it takes
+    the time of one GPU's share over one link; ``link.kv_bytes_per_token`` is the whole model's."""
+    prompt = 1000
+    whole = 2 * {1: 32, 4: 80}[tp] * 8 * 128 * 2  # K and V x layers x 8 KV heads x head dim 128 x BF16
+    d = one_request(prompt, 2)
+    d["engine"]["profile"] = profile
+    res = run(d)
+    pd_report = res.cluster["disaggregation"]
+    assert pd_report["gpus_by_role"] == {"prefill": tp, "decode": tp}
+    assert pd_report["bytes"] == prompt * whole
+    copy_s = 1e-5 + prompt * whole / (50e9 * tp)  # (1.6484 ms at TP 4: 81,920 bytes a token a link)
+    assert res.requests.iloc[0]["transfer_s"] == pytest.approx(copy_s, abs=1e-9)
+    d["cluster"]["link"]["kv_bytes_per_token"] = whole  # (as written: the same)
+    assert run(d).requests.iloc[0]["transfer_s"] == res.requests.iloc[0]["transfer_s"]
+    # layer by layer behind a prefill longer than the copy: its last layer's share is left
+    d["cluster"]["link"] = {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5, "pipelined": True}
+    layers = {1: 32, 4: 80}[tp]
+    r = run(d).requests.iloc[0]
+    assert r["prefill_s"] > copy_s
+    assert r["transfer_s"] == pytest.approx(1e-5 + prompt * whole / (50e9 * tp) / layers, abs=1e-9)
+
+
 def test_link_presets_and_pipelining():
     spec = LinkSpec("ib-400", *LINK_PRESETS["ib-400"])
     assert spec.transfer_ns(50_000_000_000, 1) == round(1e-5 * NS + 1e9)  # 50 GB at 50 GB/s: one second

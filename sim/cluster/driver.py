@@ -159,7 +159,7 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
                 raise ScenarioError(f"{sc.source}: cluster.link.kv_bytes_per_token: profile {g.engine.profile!r} does "
                                     f"not give the model's shape, so the KV bytes per token copied to the decode side "
                                     f"are unknown (expected a profile with a 'model' table, or this key)")
-            cl.bytes_per_token = link.kv_bytes_per_token or costs.shape.kv_bytes_per_token
+            cl.bytes_per_token = link.kv_bytes_per_token or replica_kv_bytes_per_token(costs)
             cl.layers = link.layers or (costs.shape.layers if costs.shape is not None else 1)
         for _ in range(g.replicas):
             i = len(cl.replicas)
@@ -186,6 +186,15 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
         cl.prefill_cands.append([r for r, gi in zip(cl.replicas, group_of) if gi in fronts])
         cl.decode_cands.append([r for r, gi in zip(cl.replicas, group_of) if gi in decodes])
     return group_sc
+
+
+def replica_kv_bytes_per_token(costs: CostModel) -> int:
+    """KV bytes of one token on a replica of ``costs``'s profile, all its GPUs together (what a
+    disaggregated copy moves): a profile's model shape gives one GPU's share (a tensor-parallel
+    profile's KV heads are those of one GPU), so it is that times the profile's tensor-parallel
+    size (``meta.tp``; 1 where the profile does not say)."""
+    assert costs.shape is not None
+    return costs.shape.kv_bytes_per_token * int(costs.meta.get("tp", 1) or 1)
 
 
 def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,
