@@ -221,6 +221,42 @@ def test_decode_side_swap_keeps_the_request_on_its_decode_replica_and_a_waiting_
     assert (res.requests["status"] == "finished").all()
 
 
+# ---- cost -----------------------------------------------------------------------------------------------
+def test_a_prefill_groups_dollars_go_to_the_classes_by_the_prompt_tokens_it_computed():
+    """A prefill group generates no output token of its own: its dollars are shared by the prompt
+    tokens it computed for each class (its legs, re-prefills after a decode-side eviction and
+    recomputation after a preemption there included), the decode group's by output tokens; the
+    classes' dollars add up to the total."""
+    d = pd_scenario(LAYOUTS["2p2d-small-decode"])
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    d["cluster"]["gpu_hour_usd"] = 2.0
+    res = run(d)
+    cost, req = res.summary_dict["cost"], res.requests
+    assert (req["prefill_passes"] > 1).any()  # (re-prefills here)
+    legs = res.groups["p"].requests
+    computed = (legs["prompt_tokens"] - legs["prefix_hit_tokens"] + legs["recomputed_tokens"]).groupby(legs["class"]).sum()
+    out = req.groupby("class")["generated_tokens"].sum()
+    usd_p, usd_d = (cost["groups"][g]["cost_usd"] for g in ("p", "d"))
+    assert cost["unallocated_usd"] == 0
+    for c in ("hi", "lo"):
+        usd = usd_p * computed[c] / computed.sum() + usd_d * out[c] / out.sum()
+        assert cost["classes"][c]["cost_usd"] == pytest.approx(usd, rel=1e-12)
+        assert cost["classes"][c]["usd_per_million_output_tokens"] == pytest.approx(usd / (out[c] / 1e6), rel=1e-12)
+    assert sum(cost["classes"][c]["cost_usd"] for c in ("hi", "lo")) == pytest.approx(cost["cost_usd"], rel=1e-12)
+
+
+def test_each_class_pays_for_its_own_groups_in_a_mixed_design():
+    """A prefill + decode pair for one class and a co-located group for the other: each class is
+    charged its own groups' dollars."""
+    d = pd_scenario(LAYOUTS["mixed"])
+    d["cluster"]["gpu_hour_usd"] = {"p": 1.0, "d": 2.0, "c": 4.0}
+    cost = run(d).summary_dict["cost"]
+    g = cost["groups"]
+    assert cost["classes"]["lo"]["cost_usd"] == pytest.approx(g["p"]["cost_usd"] + g["d"]["cost_usd"], rel=1e-12)
+    assert cost["classes"]["hi"]["cost_usd"] == pytest.approx(g["c"]["cost_usd"], rel=1e-12)
+    assert cost["unallocated_usd"] == 0
+
+
 # ---- the fast paths equal stepping ----------------------------------------------------------------------
 @pytest.mark.parametrize("first_token", ["decode", "prefill"])
 @pytest.mark.parametrize("layout", LAYOUTS)
