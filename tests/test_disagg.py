@@ -360,6 +360,8 @@ def test_bad_layouts_are_refused_in_one_line(cluster, words):
 @pytest.mark.parametrize("cluster, words", [
     ('{groups=[{role="prefil"}]}', "cluster.groups.0.role"),
     ('{groups=[{name="p",role="prefill"},{name="d",role="decode"}],link="infiniband"}', "cluster.link"),
+    ('{groups=[{name="p",role="prefill",gpus=2,engine={profile="h200-llama-3-70b-tp4"}},{name="d",role="decode"}]}',
+     "cluster.groups.0.gpus: 2 GPUs per replica contradicts profile 'h200-llama-3-70b-tp4'"),
 ])
 def test_bad_layouts_on_the_command_line_exit_2(tmp_path, cluster, words):
     res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--no-plots", "--out", str(tmp_path / "o"),
