@@ -6,11 +6,14 @@ replica chosen for the request reserves blocks for it, then the KV is copied ove
 the request is admitted there when it lands (:mod:`sim.cluster.disagg`). This module prices the
 copy:
 
-    bytes      = tokens x kv_bytes_per_token (the profile's: 2 x layers x KV heads x head dim x
-                 KV dtype bytes, or a derived profile's own, e.g. MLA's compressed cache)
+    bytes      = tokens x kv_bytes_per_token, the KV of a token on the prefill replica, all its
+                 GPUs together: the profile's model shape gives one GPU's share (2 x layers x
+                 KV heads on one GPU x head dim x KV dtype bytes, or a derived profile's own,
+                 e.g. MLA's compressed cache), times the profile's tensor-parallel size; the
+                 link table's ``kv_bytes_per_token`` is that whole figure too
     lanes      = min(GPUs of the prefill replica, GPUs of the decode replica): a tensor-parallel
                  replica's KV is sharded over its GPUs, each with its own link (NIC or NVLink
-                 port), and the shards travel side by side
+                 port), and the shards travel side by side, each lane carrying its GPU's share
     duration   = latency_s + bytes / (bandwidth_bytes_per_s x lanes)
 
 Contention: each replica's link is one first-come-first-served channel. A transfer starts when

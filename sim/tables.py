@@ -154,8 +154,9 @@ class GroupConfig(Table):
                                           "a non-empty list of class names")] | None = Field(
         None, description="the classes it serves (class_aware router); absent: the classes no group lists")
     gpus: Annotated[int, number(integer=True, minimum=1, note=" (GPUs per replica)")] = Field(
-        1, description="GPUs per replica (for capacity and cost reports; default: the profile's tensor-parallel "
-                       "degree, engine.tp of a derived one)")
+        1, description="GPUs per replica (for capacity and cost reports, and the lanes of a disaggregated copy; "
+                       "default: the profile's tensor-parallel degree, engine.tp of a derived one; a profile that "
+                       "states its degree takes no other)")
     autoscale: AutoscaleConfig | None = Field(
         None, description="the group's autoscaler (default: the cluster's autoscale); replicas is the count at the start")
     gpu_hour_usd: Annotated[int | float, number(minimum=0, note=" (dollars per GPU-hour)")] | None = Field(
@@ -178,7 +179,9 @@ class LinkConfig(Table):
     pipelined: Annotated[bool, checked(lambda v: isinstance(v, bool), "true or false")] = Field(
         False, description="copy layer by layer as the prefill computes them (Mooncake, DistServe)")
     kv_bytes_per_token: Annotated[int, number(integer=True, note=" (bytes of KV per token)")] | None = Field(
-        None, description="KV bytes per token copied (default: the prefill profile's model shape)")
+        None, description="KV bytes per token copied, the replica's GPUs together: the whole model's (e.g. 131072 "
+                          "for Llama-3-8B in BF16), not one GPU's share (default: the prefill profile's model shape "
+                          "times its tensor-parallel size)")
     layers: Annotated[int, number(integer=True, note=" (layers)")] | None = Field(
         None, description="layers, for pipelining (default: the prefill profile's model shape)")
 
@@ -371,6 +374,8 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
                             f"(got {eng.timeseries_interval_s!r})")
     if "profile" in g.engine or "overhead" in g.engine:
         check_profile(sc, eng, f"{key}.engine.profile")
+    if "gpus" in g.model_fields_set:
+        _check_gpus(sc, key, g, eng)
     if g.policy is not None:
         try:
             pol = group_policy(sc, g)
@@ -381,6 +386,28 @@ def _check_group(sc, i: int, g: GroupConfig) -> None:
     if bad:
         raise ScenarioError(f"{src}: {key}.classes: unknown class {bad[0]!r} "
                             f"(expected one of {', '.join(sc.class_names)}){did_you_mean(bad[0], sc.class_names)}")
+
+
+def _check_gpus(sc, key: str, g: GroupConfig, eng) -> None:
+    """A group's ``gpus`` (GPUs per replica) as written must be the tensor-parallel size its
+    profile states (``model.tp``, else ``meta.tp``; a derived profile's ``engine.tp``): a TP-4
+    profile prices a replica of four GPUs. A profile that states none (an inline linear one)
+    takes any count."""
+    from sim.engines.gpu import document
+
+    doc = document(eng.profile, Path(sc.base_dir))
+    if not isinstance(doc, dict):
+        return
+    model, meta = doc.get("model"), doc.get("meta")
+    tp = model.get("tp") if isinstance(model, dict) else None
+    if not tp and isinstance(meta, dict):
+        tp = meta.get("tp")
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1 or tp == g.gpus:
+        return
+    name = meta.get("name", "") if isinstance(meta, dict) and isinstance(eng.profile, dict) else eng.profile
+    raise ScenarioError(f"{sc.source}: {key}.gpus: {g.gpus} GPUs per replica contradicts profile {name!r}, whose "
+                        f"tensor-parallel size is {tp} (expected gpus = {tp}, or no gpus: the profile's tp is the "
+                        f"default)")
 
 
 def _check_router(sc) -> None:

@@ -519,6 +519,11 @@ def test_no_join_where_routing_reads_more_than_counts(monkeypatch):
     ({"groups": [{"name": "a"}, {"name": "a"}]}, "duplicate group name"),
     ({"groups": [{"name": "a", "policy": {"name": "nope"}}]}, "cluster.groups.0.policy"),
     ({"groups": [{"name": "a", "gpus": 0}]}, "cluster.groups.0.gpus: expected an integer >= 1 (GPUs per replica) (got 0)"),
+    ({"groups": [{"name": "a", "gpus": 2, "engine": {"profile": "h200-llama-3-70b-tp4"}}]},
+     "cluster.groups.0.gpus: 2 GPUs per replica contradicts profile 'h200-llama-3-70b-tp4', whose tensor-parallel "
+     "size is 4 (expected gpus = 4"),
+    ({"groups": [{"name": "a", "gpus": 2, "engine": {"model": "llama-3.1-70b", "gpu": "h200", "tp": 4}}]},
+     "profile 'h200-llama-3.1-70b-tp4', whose tensor-parallel size is 4"),
     ({"groups": [5]}, "cluster.groups.0: expected a table (got 5)"),
     ({"replicas": 2, "router": 5}, "cluster.router: expected a router name or a table with 'name' (got 5)"),
     # (an unknown router parameter named with the ones it takes, not Python's "takes no arguments")

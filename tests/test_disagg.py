@@ -114,6 +114,31 @@ def test_max_model_len_refuses_by_the_whole_request_not_its_prefill_leg():
     assert run(d).requests.iloc[0].status == "finished"
 
 
+@pytest.mark.parametrize("profile, tp", [("h200-llama-3-8b", 1), ("h200-llama-3-70b-tp4", 4)])
+def test_the_copy_moves_the_whole_replicas_kv_each_gpu_its_share_over_its_own_link(profile, tp):
+    """A tensor-parallel profile's model shape is one GPU's (Llama-3-70B at TP 4: 2 of its 8 KV
+    heads): the copy moves every GPU's share, split over the replica's links, so it takes
+    the time of one GPU's share over one link; ``link.kv_bytes_per_token`` is the whole model's."""
+    prompt = 1000
+    whole = 2 * {1: 32, 4: 80}[tp] * 8 * 128 * 2  # K and V x layers x 8 KV heads x head dim 128 x BF16
+    d = one_request(prompt, 2)
+    d["engine"]["profile"] = profile
+    res = run(d)
+    pd_report = res.cluster["disaggregation"]
+    assert pd_report["gpus_by_role"] == {"prefill": tp, "decode": tp}
+    assert pd_report["bytes"] == prompt * whole
+    copy_s = 1e-5 + prompt * whole / (50e9 * tp)  # (1.6484 ms at TP 4: 81,920 bytes a token a link)
+    assert res.requests.iloc[0]["transfer_s"] == pytest.approx(copy_s, abs=1e-9)
+    d["cluster"]["link"]["kv_bytes_per_token"] = whole  # (as written: the same)
+    assert run(d).requests.iloc[0]["transfer_s"] == res.requests.iloc[0]["transfer_s"]
+    # layer by layer behind a prefill longer than the copy: its last layer's share is left
+    d["cluster"]["link"] = {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5, "pipelined": True}
+    layers = {1: 32, 4: 80}[tp]
+    r = run(d).requests.iloc[0]
+    assert r["prefill_s"] > copy_s
+    assert r["transfer_s"] == pytest.approx(1e-5 + prompt * whole / (50e9 * tp) / layers, abs=1e-9)
+
+
 def test_link_presets_and_pipelining():
     spec = LinkSpec("ib-400", *LINK_PRESETS["ib-400"])
     assert spec.transfer_ns(50_000_000_000, 1) == round(1e-5 * NS + 1e9)  # 50 GB at 50 GB/s: one second
@@ -174,13 +199,62 @@ def test_decode_side_recompute_goes_back_through_a_prefill_replica():
     assert (again["recomputed_tokens"] > 0).all()
 
 
-def test_decode_side_swap_keeps_the_request_on_its_decode_replica():
+def test_decode_side_swap_keeps_the_request_on_its_decode_replica_and_a_waiting_handoff_still_evicts():
+    """engine.preemption = "swap": a running request that outgrows its blocks swaps its victim
+    out and in on the same decode replica; a request waiting there for room still evicts lower
+    ranked running ones by recompute, back through a prefill replica (as in every mode)."""
     d = pd_scenario(LAYOUTS["swap-decode"])
     d["streams"][1]["arrival"]["rate"] = 4.0
     res = run(d, check_invariants=True)
     req = res.requests
-    assert req["swapped_blocks"].sum() > 0
-    assert res.cluster["disaggregation"]["recompute_prefills"] == 0 and (req["prefill_passes"] == 1).all()
+    by_mode = res.groups["d"].summary_dict["run"]["preemptions_by_mode"]
+    assert req["swapped_blocks"].sum() > 0 and by_mode["swap"] > 0
+    again = res.cluster["disaggregation"]["recompute_prefills"]
+    assert again == by_mode["recompute"] > 0 and (req["prefill_passes"] - 1).sum() == again
+    assert (req.loc[req["prefill_passes"] > 1, "class"] == "lo").all()  # (evicted for hi)
+    # a swap the host space cannot take recomputes: back through a prefill replica too
+    d["cluster"]["groups"][1]["engine"]["swap_blocks"] = 8
+    res = run(d, check_invariants=True)
+    by_mode = res.groups["d"].summary_dict["run"]["preemptions_by_mode"]
+    assert by_mode["fallback"] > 0 and by_mode["swap"] > 0
+    assert res.cluster["disaggregation"]["recompute_prefills"] == by_mode["fallback"] + by_mode.get("recompute", 0)
+    assert (res.requests["status"] == "finished").all()
+
+
+# ---- cost -----------------------------------------------------------------------------------------------
+def test_a_prefill_groups_dollars_go_to_the_classes_by_the_prompt_tokens_it_computed():
+    """A prefill group generates no output token of its own: its dollars are shared by the prompt
+    tokens it computed for each class (its legs, re-prefills after a decode-side eviction and
+    recomputation after a preemption there included), the decode group's by output tokens; the
+    classes' dollars add up to the total."""
+    d = pd_scenario(LAYOUTS["2p2d-small-decode"])
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    d["cluster"]["gpu_hour_usd"] = 2.0
+    res = run(d)
+    cost, req = res.summary_dict["cost"], res.requests
+    assert (req["prefill_passes"] > 1).any()  # (re-prefills here)
+    legs = res.groups["p"].requests
+    computed = (legs["prompt_tokens"] - legs["prefix_hit_tokens"] + legs["recomputed_tokens"]).groupby(legs["class"]).sum()
+    out = req.groupby("class")["generated_tokens"].sum()
+    usd_p, usd_d = (cost["groups"][g]["cost_usd"] for g in ("p", "d"))
+    assert cost["unallocated_usd"] == 0
+    for c in ("hi", "lo"):
+        usd = usd_p * computed[c] / computed.sum() + usd_d * out[c] / out.sum()
+        assert cost["classes"][c]["cost_usd"] == pytest.approx(usd, rel=1e-12)
+        assert cost["classes"][c]["usd_per_million_output_tokens"] == pytest.approx(usd / (out[c] / 1e6), rel=1e-12)
+    assert sum(cost["classes"][c]["cost_usd"] for c in ("hi", "lo")) == pytest.approx(cost["cost_usd"], rel=1e-12)
+
+
+def test_each_class_pays_for_its_own_groups_in_a_mixed_design():
+    """A prefill + decode pair for one class and a co-located group for the other: each class is
+    charged its own groups' dollars."""
+    d = pd_scenario(LAYOUTS["mixed"])
+    d["cluster"]["gpu_hour_usd"] = {"p": 1.0, "d": 2.0, "c": 4.0}
+    cost = run(d).summary_dict["cost"]
+    g = cost["groups"]
+    assert cost["classes"]["lo"]["cost_usd"] == pytest.approx(g["p"]["cost_usd"] + g["d"]["cost_usd"], rel=1e-12)
+    assert cost["classes"]["hi"]["cost_usd"] == pytest.approx(g["c"]["cost_usd"], rel=1e-12)
+    assert cost["unallocated_usd"] == 0
 
 
 # ---- the fast paths equal stepping ----------------------------------------------------------------------
@@ -316,6 +390,8 @@ def test_a_bad_link_names_its_key(link, msg):
 @pytest.mark.parametrize("cluster, words", [
     ('{groups=[{role="prefil"}]}', "cluster.groups.0.role"),
     ('{groups=[{name="p",role="prefill"},{name="d",role="decode"}],link="infiniband"}', "cluster.link"),
+    ('{groups=[{name="p",role="prefill",gpus=2,engine={profile="h200-llama-3-70b-tp4"}},{name="d",role="decode"}]}',
+     "cluster.groups.0.gpus: 2 GPUs per replica contradicts profile 'h200-llama-3-70b-tp4'"),
 ])
 def test_bad_layouts_on_the_command_line_exit_2(tmp_path, cluster, words):
     res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--no-plots", "--out", str(tmp_path / "o"),
@@ -469,6 +545,10 @@ def test_the_shipped_scenario_fast_equals_stepping_with_decode_side_evictions():
                                      overrides=over + ["engine.fast_forward=false", "engine.lazy_batch=false"]))
     pd.testing.assert_frame_equal(fast.requests, stepped.requests, check_exact=True)
     assert (fast.requests["prefill_passes"] > 1).any()  # (evicted and prefilled again)
+    # with swap preemption the same evictions (by recompute: nothing here outgrows its blocks)
+    swap = ["engine.preemption=\"swap\"", "engine.swap_blocks=20000"]
+    swapped = simulate(load_scenario("disaggregated_chat_batch", overrides=over + swap))
+    pd.testing.assert_frame_equal(swapped.requests, fast.requests, check_exact=True)
 
 
 def test_fast_equals_stepping_when_decode_replicas_copy_over_different_numbers_of_links():

@@ -328,11 +328,11 @@ def test_a_group_of_a_cluster_may_run_another_model_and_counts_its_gpus(tmp_path
 groups = [{ replicas = 2 }, { replicas = 1, engine = { model = "llama-3.1-70b", tp = 4 } },
           { replicas = 1, engine = { profile = "h200-llama-3-8b" } },
           { replicas = 2, engine = { profile = "h200-llama-3-70b-tp4" } },
-          { replicas = 1, gpus = 2, engine = { profile = "h200-llama-3-70b-tp4" } }]
+          { replicas = 1, gpus = 4, engine = { profile = "h200-llama-3-70b-tp4" } }]
 """)
     spec = parse_cluster(load_scenario(tmp_path / "s.toml"))
-    # (a shipped TP-4 profile is four GPUs a replica, as a derived one; gpus as written wins)
-    assert [g.gpus for g in spec.groups] == [1, 4, 1, 4, 2] and spec.gpus == 17
+    # (a shipped TP-4 profile is four GPUs a replica, as a derived one; gpus as written agrees)
+    assert [g.gpus for g in spec.groups] == [1, 4, 1, 4, 4] and spec.gpus == 19
     assert spec.groups[1].engine.profile["meta"]["name"] == "h200-llama-3.1-70b-tp4"
     assert spec.groups[2].engine.profile == "h200-llama-3-8b"
 

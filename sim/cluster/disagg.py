@@ -626,6 +626,8 @@ class DisaggCluster:
         self._spare: simpy.Event | None = None  # a delivery event processed, to be armed again
         self.bytes_per_token = 0
         self.layers = 1
+        # per prefill group, per class index: prompt tokens its replicas computed (for its cost)
+        self.prefill_work: dict[str, list[int]] = {}
 
     # -- delivery --
     def post(self, t_ns: int, kind: int, r: Request, rep: PDReplica | None) -> None:
@@ -750,6 +752,7 @@ class DisaggCluster:
         refused by its admission gate (the request ends so)."""
         r = self.origin.pop(leg.request_id)
         rep = self.replicas[self.assign[leg.request_id]]
+        self._count_work(rep, leg)
         if leg.state is not State.FINISHED:  # (rejected at arrival: an answer in the front)
             self._end_here(r, leg.state, leg.finish_ns, leg.reject_reason, rep)
             return
@@ -770,6 +773,15 @@ class DisaggCluster:
         self.at_prefill[r.request_id] = rep.index
         rep.unsent[r.request_id] = leg
         self.post(now_ns + 1, HANDOFF, r, None)
+
+    def _count_work(self, rep: PDReplica, leg: Request) -> None:
+        """Count the prompt tokens prefill replica ``rep`` computed for ``leg`` (ended, or cut
+        by the horizon): those not found in the prefix cache at its admission, and those
+        computed again after a preemption there."""
+        work = self.prefill_work.get(rep.group)
+        if work is None:
+            work = self.prefill_work[rep.group] = [0] * len(self.front_tel.class_names)
+        work[leg.cls_idx] += max(leg.computed - leg.prefix_hit_tokens, 0) + leg.recomputed_tokens
 
     def _finish_at_prefill(self, r: Request, rep: PDReplica, leg: Request, now_ns: int) -> None:
         """(``first_token = "prefill"``) The token ``r``'s prefill leg sampled was its last: it
@@ -1077,6 +1089,10 @@ class DisaggCluster:
         """The run is over: every replica's engine closes (its queues end unfinished), and
         every request that is elsewhere (its prefill leg still running, waiting for decode room,
         its KV on the way) ends unfinished at ``end_ns`` in the front's table."""
+        for rep in self.prefills:  # (legs cut by the horizon: the work done on them counts)
+            q = rep.engine.queues
+            for leg in q.waiting_requests() + list(q.running.values()):
+                self._count_work(rep, leg)
         for rep in self.replicas:
             also = list(rep.inbox) if rep.role == BOTH else []
             rep.engine.close(end_ns, also=also)

@@ -20,7 +20,6 @@ from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
 from sim.core.costs import CostModel, load_profile
 from sim.core.errors import ScenarioError
-from sim.core.preemption import PREEMPTION_MODES
 from sim.core.telemetry import Telemetry
 from sim.link import Links
 from sim.tables import DECODE_ROLES, FRONT_ROLES, serving_groups
@@ -159,7 +158,7 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
                 raise ScenarioError(f"{sc.source}: cluster.link.kv_bytes_per_token: profile {g.engine.profile!r} does "
                                     f"not give the model's shape, so the KV bytes per token copied to the decode side "
                                     f"are unknown (expected a profile with a 'model' table, or this key)")
-            cl.bytes_per_token = link.kv_bytes_per_token or costs.shape.kv_bytes_per_token
+            cl.bytes_per_token = link.kv_bytes_per_token or replica_kv_bytes_per_token(costs)
             cl.layers = link.layers or (costs.shape.layers if costs.shape is not None else 1)
         for _ in range(g.replicas):
             i = len(cl.replicas)
@@ -172,7 +171,10 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
                 eng.on_request_end = cl.on_request_end
             if g.role == DECODE:
                 eng.sampled_token_sent = cl.sampled_sent_at_prefill
-            if g.role == DECODE and PREEMPTION_MODES.resolve(g.engine.preemption).name != "swap":
+            if g.role == DECODE:
+                # a recompute victim goes back through a prefill replica: every eviction for a
+                # request waiting for room (by recompute whatever engine.preemption says), and
+                # the replica's own preemptions that recompute (a swap's victim stays here)
                 eng.on_recompute = cl.on_recompute
                 cl.victims_to_prefill = True
             rep = PDReplica(i, g.name, g.role, g.gpus, eng, cl, trace)
@@ -186,6 +188,15 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
         cl.prefill_cands.append([r for r, gi in zip(cl.replicas, group_of) if gi in fronts])
         cl.decode_cands.append([r for r, gi in zip(cl.replicas, group_of) if gi in decodes])
     return group_sc
+
+
+def replica_kv_bytes_per_token(costs: CostModel) -> int:
+    """KV bytes of one token on a replica of ``costs``'s profile, all its GPUs together (what a
+    disaggregated copy moves): a profile's model shape gives one GPU's share (a tensor-parallel
+    profile's KV heads are those of one GPU), so it is that times the profile's tensor-parallel
+    size (``meta.tp``; 1 where the profile does not say)."""
+    assert costs.shape is not None
+    return costs.shape.kv_bytes_per_token * int(costs.meta.get("tp", 1) or 1)
 
 
 def _add_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: _Cluster,

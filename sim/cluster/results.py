@@ -267,7 +267,8 @@ def disagg_results(sc: Scenario, spec: ClusterSpec, cl, group_sc: dict[str, Scen
     layout["router_report"] = cl.router.report()
     layout["disaggregation"] = _pd_report(sc, spec, cl, req)
     comb.summary_dict["cluster"] = layout
-    comb.summary_dict["cost"] = cost_report(spec, _whole_run(replicas, end_ns), end_ns, req, sc.class_names)
+    comb.summary_dict["cost"] = cost_report(spec, _whole_run(replicas, end_ns), end_ns, req, sc.class_names,
+                                            work=cl.prefill_work)
     comb.manifest["cluster"] = {"router": spec.router, "replicas": spec.n_replicas,
                                 "decode_router": spec.decode_router, "link": spec.link.name if spec.link else None}
     return ClusterResults(comb.requests, comb.summary, comb.timeseries, comb.summary_dict, comb.scenario,
