@@ -20,6 +20,7 @@ from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
 from sim.core.costs import CostModel, load_profile
 from sim.core.errors import ScenarioError
+from sim.core.preemption import PREEMPTION_MODES
 from sim.core.telemetry import Telemetry
 from sim.link import Links
 from sim.tables import DECODE_ROLES, FRONT_ROLES, serving_groups
@@ -171,10 +172,7 @@ def _add_pd_replicas(sc: Scenario, spec: ClusterSpec, setup: Setup, cl: DisaggCl
                 eng.on_request_end = cl.on_request_end
             if g.role == DECODE:
                 eng.sampled_token_sent = cl.sampled_sent_at_prefill
-            if g.role == DECODE:
-                # a recompute victim goes back through a prefill replica: every eviction for a
-                # request waiting for room (by recompute whatever engine.preemption says), and
-                # the replica's own preemptions that recompute (a swap's victim stays here)
+            if g.role == DECODE and PREEMPTION_MODES.resolve(g.engine.preemption).name != "swap":
                 eng.on_recompute = cl.on_recompute
                 cl.victims_to_prefill = True
             rep = PDReplica(i, g.name, g.role, g.gpus, eng, cl, trace)
