@@ -883,8 +883,9 @@ class DisaggCluster:
         under a policy whose keys change, those of a less urgent class), the lowest ranked
         first, as few as make it fit; none when even all of them would not.
         An evicted request goes back through a prefill replica (recompute), counted as a
-        preemption, whatever ``engine.preemption`` says: a swap's copy would need a step of
-        this replica to carry it. True when ``w`` fits now."""
+        preemption: a swap's copy would need a step of this replica to carry it. A replica
+        whose ``engine.preemption`` is ``"swap"`` evicts none for a waiting request (it waits
+        for room; its own preemptions swap). True when ``w`` fits now."""
         eng = d.engine
         rule, pool, lim, q = eng.waiting_rule, eng.pool, eng.limits, eng.queues
         if not (rule.evicts and eng.grows_blocks and pool.plain) or eng.on_recompute is None:
