@@ -21,7 +21,8 @@ smaller than a batch's worth of change would read the staircase instead of the s
 Identification: before the fit the Jacobian at the starting values is taken once. A term whose
 slope there, times its whole range, moves no metric by 1 % is *not identified* (e.g. the KV
 capacity of runs that never fill it); a slope is local, so such a term is also replayed at both
-ends of its range and the report says what it does there (:func:`_at_bounds`); nor is one whose effect the others can mimic but for under 1 % (the part of its
+ends of its range and the report says what it does there (:func:`_at_bounds`); nor is one whose
+effect the others can mimic but for under 1 % (the part of its
 Jacobian column orthogonal to the others', by pivoted QR: e.g. per step and per sequence when
 every run has one concurrency). Those are held where the Jacobian was taken (the base value, or
 the start a grid before the fit chose: :func:`_grid_start`) and reported. For a
@@ -31,8 +32,9 @@ the fixed time's whole span, down to a floor that ``step_s`` alone (at least 0) 
 Uncertainty: sqrt of the diagonal of (J^T J)^-1 times the residual variance sum(r^2) / (m - n),
 with J taken again at the solution; a term whose 1-sigma is wider than its whole range is
 reported "fitted, not determined" (:attr:`FittedTerm.determined`). A fitted term at a bound of
-its physical range is warned about (:func:`bound_warnings`): a sign of the wrong base profile. With three runs or more, each run is also left out in turn:
-the terms are refitted on the others (from the full fit) and the left-out run replayed.
+its physical range is warned about (:func:`bound_warnings`): a sign of the wrong base profile.
+With three runs or more, each run is also left out in turn: the terms are refitted on the others
+(from the full fit) and the left-out run replayed.
 """
 from __future__ import annotations
 

@@ -224,42 +224,43 @@ def fitted_to_runs(profile: str) -> bool:
     return bool(profile_meta(profile).get("fitted_from_runs"))
 
 
+#: Per engine, for the note of a run priced without its release: the keys that silence it (a
+#: release given, or pricing set by hand), why the release matters, and an example release.
+_RELEASE_NOTES = {
+    "vllm": ({"engine.engine_version", "engine.overhead", "engine.overlap_scheduling"}, "; ",
+             "a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): ", "0.15.1"),
+    "sglang": ({"engine.engine_version"}, ": ",
+               "its chunked-prefill size, memory fraction and overlap scheduler (from 0.4) are that release's "
+               "(docs/engines.md); ", "0.4.6"),
+}
+
+
+def _unversioned(engine: str, runs: list[Run], sets: list[str]) -> str:
+    """A note when ``engine``'s runs are priced without ``engine.engine_version`` (a result file
+    records none): as the default release, whose scheduling may not be the server's. Empty when
+    the runs are another engine's or the release (or the pricing) is given."""
+    from sim.engines import family
+
+    silenced, sep, why, example = _RELEASE_NOTES[engine]
+    keys = {s.partition("=")[0].strip() for s in sets}
+    if (forced_engine(sets) or engine_of(runs[0])) != engine or keys & silenced:
+        return ""
+    fam = family(engine)
+    what = "the run is" if len(runs) == 1 else "the runs are"
+    return (f"{what} priced as {'vLLM' if engine == 'vllm' else 'SGLang'} {fam.latest} (no engine.engine_version "
+            f"given: a result file records none){sep}{why}give your release, e.g. --set "
+            f"engine.engine_version={example}, to calibrate and replay alike")
+
+
 def unversioned_vllm(runs: list[Run], sets: list[str]) -> str:
-    """A note when vLLM runs are fitted without ``engine.engine_version`` (a result file records
-    none) or an explicit overhead: they are priced as the default release, which schedules each
-    step after the last; vLLM from 0.14 schedules asynchronously, which moves TTFT. Empty else."""
-    from sim.engines.vllm import LATEST
-
-    keys = {s.partition("=")[0].strip() for s in sets}
-    if (forced_engine(sets) or engine_of(runs[0])) != "vllm" or keys & {"engine.engine_version", "engine.overhead",
-                                                          "engine.overlap_scheduling"}:
-        return ""
-    what = "the run is" if len(runs) == 1 else "the runs are"
-    return (f"{what} priced as vLLM {LATEST} (no engine.engine_version given: a result file records "
-            f"none); a vLLM from 0.14 schedules each step while the last one runs (docs/engines.md): give "
-            f"your release, e.g. --set engine.engine_version=0.15.1, to calibrate and replay alike")
-
-
-def unversioned_sglang(runs: list[Run], sets: list[str]) -> str:
-    """A note when SGLang runs are replayed without ``engine.engine_version`` (a result file
-    records none): they are priced as the default release, whose chunk size, memory fraction and
-    overlap scheduler (from 0.4) may not be the server's. Empty else."""
-    from sim.engines.sglang import LATEST
-
-    keys = {s.partition("=")[0].strip() for s in sets}
-    if (forced_engine(sets) or engine_of(runs[0])) != "sglang" or "engine.engine_version" in keys:
-        return ""
-    what = "the run is" if len(runs) == 1 else "the runs are"
-    return (f"{what} priced as SGLang {LATEST} (no engine.engine_version given: a result file records none): "
-            f"its chunked-prefill size, memory fraction and overlap scheduler (from 0.4) are that release's "
-            f"(docs/engines.md); give your release, e.g. --set engine.engine_version=0.4.6, to calibrate and "
-            f"replay alike")
+    """:func:`_unversioned` for vLLM, which from 0.14 schedules asynchronously (moving TTFT)."""
+    return _unversioned("vllm", runs, sets)
 
 
 def unversioned_release(runs: list[Run], sets: list[str]) -> str:
-    """The note of :func:`unversioned_vllm` or :func:`unversioned_sglang`, whichever engine
-    serves the runs; empty when the release is given."""
-    return unversioned_vllm(runs, sets) or unversioned_sglang(runs, sets)
+    """The note of :func:`_unversioned` for whichever engine serves the runs; empty when the
+    release is given."""
+    return _unversioned("vllm", runs, sets) or _unversioned("sglang", runs, sets)
 
 
 def arrival_law(run: Run) -> str:

@@ -126,13 +126,18 @@ def summary_disagrees(doc: dict, name: str, ttft: np.ndarray, gaps: list[list[fl
     return out
 
 
+def detail_flag(fmt: str) -> str:
+    """The client's flag that saves each request's lengths and times: SGLang's or vLLM's."""
+    return "--output-details" if fmt == "sglang" else "--save-detailed"
+
+
 def summary_only_warning(run: Run) -> str:
     """The warning for a summary-only run (no per-request lengths in the file): replayed at its
     mean lengths (or its dataset's), the requests of one length under a max_concurrency move in
     lockstep, which can distort TTFT 2-3x, and a fit absorbs that. Empty for a detailed run."""
     if not run.summary_only:
         return ""
-    detail = "--output-details" if run.format == "sglang" else "--save-detailed"
+    detail = detail_flag(run.format)
     how = "at their mean lengths" if run.lengths == "means" else "at lengths its dataset settings give"
     mc = run.settings.get("max_concurrency")
     lockstep = (f"; under max_concurrency {mc} requests of one length move in lockstep, which can distort TTFT "
@@ -272,7 +277,7 @@ def read_common(doc: dict, name: str, fmt: str) -> Run:
               summary, name, fmt, "vllm", float(dur) if isinstance(dur, (int, float)) else math.nan,
               lengths="file" if det is not None else "law" if law is not None else "means")
     if run.summary_only:
-        detail = "--output-details" if fmt == "sglang" else "--save-detailed"
+        detail = detail_flag(fmt)
         if law is not None:
             r = float(doc["random_range_ratio"])
             how = (f"at its random dataset's lengths (prompts uniform in [{int(inp.min())}, {int(inp.max())}], "

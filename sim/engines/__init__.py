@@ -152,14 +152,13 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
 def near_flag(name: str, fam: EngineFamily) -> str | None:
     """A flag of ``fam``'s that ``name`` looks like a misspelling of (a few letters off, or the
     start of it: ``--max-num-seq``), or None."""
-    import difflib
+    from plumbing.suggest import closest
 
     known = sorted(set(fam.flags) | set(fam.inert))
     starts = [k for k in known if k.startswith(name) and len(name) >= 6]
     if len(starts) == 1:
         return starts[0]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.88)
-    return close[0] if close else None
+    return closest(name, known, cutoff=0.88)  # (stricter than a hint: a match here refuses the flag)
 
 
 def _toml(v: Any) -> str:
