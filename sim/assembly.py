@@ -27,6 +27,7 @@ from sim.core.engine import Engine
 from sim.core.errors import ScenarioError
 from sim.core.guard import guard_policy
 from sim.core.kvpool import KVPool
+from sim.core.observe import ClockGuard
 from sim.core.preemption import PREEMPTION_MODES
 from sim.core.prefix_cache import PrefixCache
 from sim.core.simpy_adapter import run_all
@@ -135,10 +136,11 @@ class Setup:
         """Whether closed-loop users send their next request when one ends."""
         return bool(self.source.closed)
 
-    def run(self, proc=None) -> int:
+    def run(self, proc=None, guard: ClockGuard | None = None) -> int:
         """Run the clock to the end (the garbage collector quieter meanwhile): on a
-        :class:`LoneClock`, its one process ``proc``; the end, ns."""
-        run_to_end(self.env, self.bar, proc)
+        :class:`LoneClock`, its one process ``proc``; else SimPy's queue, its clock watched by
+        ``guard`` when given (a cluster's); the end, ns."""
+        run_to_end(self.env, self.bar, proc, guard)
         return int(self.env.now)
 
     def timing(self) -> dict:
@@ -250,15 +252,16 @@ def sim_seconds_bar(progress: bool | None, horizon_s: float, desc: str):
     return bar, on_boundary
 
 
-def run_to_end(env: simpy.Environment, bar, proc=None) -> None:
-    """Run the SimPy clock until no event is left, or a :class:`LoneClock`'s one process ``proc``
-    to its end (the GC quieter meanwhile), then close ``bar``."""
+def run_to_end(env: simpy.Environment, bar, proc=None, guard: ClockGuard | None = None) -> None:
+    """Run the SimPy clock until no event is left (watched by ``guard``), or a
+    :class:`LoneClock`'s one process ``proc`` to its end (the GC quieter meanwhile), then close
+    ``bar``."""
     try:
         with quiet_gc():
             if isinstance(env, LoneClock):
                 env.run_process(proc)
             else:
-                run_all(env)
+                run_all(env, guard)
     finally:
         if bar is not None:
             bar.close()

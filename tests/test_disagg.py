@@ -567,3 +567,36 @@ def test_one_token_answers_ending_at_the_prefill_bound_closed_loop_runs_exactly(
     if "tenants" in d:
         d["tenants"].append({"name": "u", "share": 1.0})
     assert differences(_run(copy.deepcopy(d), True), _run(copy.deepcopy(d), False)) == []
+
+
+def test_replicas_waking_each_other_without_progress_stop_with_one_line(monkeypatch):
+    """The cluster's clock guard (sim.core.observe.ClockGuard): a swap-mode decode group made to
+    send its victims back to a prefill replica (what a reverted change did) leaves, on the draw
+    above, decode blocks held and prefill blocks full of KV waiting for decode room; the
+    replicas' bounds then move each other on by a few ns a wake, forever. The run stops with a
+    StallError naming the stretch and what each replica holds."""
+    import numpy as np
+
+    import sim.cluster.driver as driver
+    from scripts.exactness_fuzz import _run, draw
+    from sim.core.errors import StallError
+
+    class EveryModeRecomputes:  # (the decode group's swap mode, taken for recompute by the driver)
+        @staticmethod
+        def resolve(mode):
+            return type("Mode", (), {"name": "recompute"})
+
+    monkeypatch.setattr(driver, "PREEMPTION_MODES", EveryModeRecomputes)
+    monkeypatch.setattr(driver, "CLOCK_EVERY", 1 << 15)
+    d = draw("disagg", np.random.default_rng(27))
+    d["cluster"]["first_token"] = "prefill"
+    d["streams"].append({"tenant": "u", "class": "hi", "arrival": {"process": "closed_loop", "users": 4,
+                                                                   "think": {"dist": "constant", "value": 0.0}},
+                         "prompt_tokens": {"dist": "uniform", "low": 10, "high": 200},
+                         "output_tokens": {"dist": "uniform", "low": 1, "high": 3}, "max_tokens": 3})
+    if "tenants" in d:
+        d["tenants"].append({"name": "u", "share": 1.0})
+    assert [g["engine"].get("preemption") for g in d["cluster"]["groups"] if g["role"] == "decode"] == ["swap"]
+    with pytest.raises(StallError, match=r"^cluster\.stalled: the clock crept from t=9\.\d+s to t=9\.\d+s over 32768 "
+                                         r"events .* replica 3 \(d\): 0 running, 1 waiting, 2 with KV in flight"):
+        _run(d, True)

@@ -178,3 +178,41 @@ def test_run_all_processes_the_queue_as_run_does():
     env.event().fail(ValueError("boom"))
     with pytest.raises(ValueError, match="boom"):
         run_all(env)
+
+
+def _wakers(env: simpy.Environment, gap: int, n: int | None) -> None:
+    """Two processes that wake each other ``gap`` ns apart, ``n`` times (forever for None)."""
+    def proc():
+        k = 0
+        while n is None or k < n:
+            yield env.timeout(gap)
+            k += 1
+    env.process(proc())
+    env.process(proc())
+
+
+def test_the_clock_guard_stops_a_clock_that_creeps_without_progress():
+    """``run_all(env, guard)``: over ``guard.every`` events with no progress the clock must move
+    at least CLOCK_SPAN_NS (1 s); processes waking each other 3 ns apart with nothing else
+    happening stop with a StallError naming the stretch and the guard's description."""
+    from sim.core.errors import StallError
+    from sim.core.observe import ClockGuard
+
+    env = simpy.Environment()
+    _wakers(env, 3, None)
+    with pytest.raises(StallError, match=r"cluster\.stalled: the clock crept from t=0\.00000\d+s to t=0\.00000\d+s over 1000 "
+                                         r"events .*; two wakers"):
+        run_all(env, ClockGuard(lambda: 7, lambda: "two wakers", 1000))
+
+
+def test_the_clock_guard_leaves_progress_and_quiet_stretches_alone():
+    """A run whose progress count grows, or whose clock moves a second or more between checks
+    (periodic events over a quiet stretch), runs to its end with the guard as without it."""
+    from sim.core.observe import ClockGuard
+
+    ticks = iter(range(10**9))
+    for gap, progress in ((3, lambda: next(ticks)), (10**9, lambda: 0)):
+        env = simpy.Environment()
+        _wakers(env, gap, 5000)
+        run_all(env, ClockGuard(progress, lambda: "", 1000))
+        assert env.now == 5000 * gap and not env._queue

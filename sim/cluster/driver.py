@@ -20,7 +20,9 @@ from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
 from sim.core.costs import CostModel, load_profile
 from sim.core.errors import ScenarioError
+from sim.core.observe import ClockGuard
 from sim.core.preemption import PREEMPTION_MODES
+from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
 from sim.link import Links
 from sim.tables import DECODE_ROLES, FRONT_ROLES, serving_groups
@@ -75,7 +77,7 @@ def simulate_cluster(scenario: Scenario, *, trace_iterations: bool = False, prog
     cl.start_router()
     for rep in cl.replicas:
         setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))
-    end_ns = setup.run()
+    end_ns = setup.run(guard=clock_guard(setup.source, cl.replicas))
     # the collector kept quiet for the end too: the run's survivors (every request, its
     # telemetry) would otherwise be walked again by the first collections of the results'
     # objects (1 h ServeGen x16: 0.12 s of young collections)
@@ -133,7 +135,7 @@ def _simulate_disaggregated(sc: Scenario, spec: ClusterSpec, *, load_scale: floa
     cl.start()
     for rep in cl.replicas:
         setup.env.process(cl.replica_proc(rep, setup.interval_ns, check_invariants, setup.on_boundary))
-    end_ns = setup.run()
+    end_ns = setup.run(guard=clock_guard(setup.source, cl.replicas))
     with quiet_gc():
         cl.close(end_ns)
         facts = {**setup.timing(), "workload": setup.workload.meta}
@@ -247,3 +249,21 @@ def _pricing(engine) -> str:
     return json.dumps([engine.profile, engine.overhead, engine.host_cpu, engine.entrypoint, engine.cost_scale],
                       sort_keys=True,
                       default=str)
+
+
+#: SimPy events between two checks of a cluster's clock (a switch for the tests)
+CLOCK_EVERY = 1 << 20
+
+
+def clock_guard(source: RequestSource, replicas: list) -> ClockGuard:
+    """The guard of a cluster's clock (:class:`sim.core.observe.ClockGuard`): progress is the
+    requests ``source`` has made and the engine events of ``replicas`` (a list the fleet may
+    grow as the run goes)."""
+    def progress() -> int:
+        return source.i + source.next_id + sum(rep.engine.events for rep in replicas)
+
+    def describe() -> str:
+        return "; ".join(f"replica {rep.index} ({rep.group}): {len(rep.engine.queues.running)} running, "
+                         f"{len(rep.engine.queues.waiting)} waiting, {len(rep.engine.held)} with KV in flight, "
+                         f"{rep.engine.pool.free} of {rep.engine.pool.total} KV blocks free" for rep in replicas)
+    return ClockGuard(progress, describe, CLOCK_EVERY)

@@ -5,10 +5,14 @@ Progress guarantee: every PROGRESS_EVERY engine events the loop asks whether any
 emitted or any request ended since the last progress; with none over a stretch of at least
 STALL_MIN events (and twice the tokens all live requests hold, the most a progressing schedule
 could spend re-prefilling them), the run stops with a StallError.
+
+A cluster has a second guard, on its clock (:class:`ClockGuard`): replicas whose processes wake
+each other without any of them taking an engine event would move the clock by a few ns a wake,
+forever, where the engine's guard never runs.
 """
 from __future__ import annotations
 
-from typing import Final
+from typing import Callable, Final
 
 import numpy as np
 
@@ -20,6 +24,9 @@ from sim.core.plan import StepPlan, least_urgent, rank
 
 PROGRESS_EVERY: Final = 8192
 STALL_MIN = 65536
+#: a cluster's clock must move at least this far (ns) over ClockGuard.every SimPy events in which
+#: nothing progressed
+CLOCK_SPAN_NS = NS
 
 
 def check_invariants(eng: Engine) -> None:
@@ -144,6 +151,33 @@ class ProgressGuard:
         raise StallError(f"engine.stalled: no token emitted and no request ended in {eng.events - since} engine "
                          f"events from t={t0 / NS:.3f}s to t={now_ns / NS:.3f}s: {cause}; "
                          f"{describe_live(eng)}")
+
+
+class ClockGuard:
+    """The progress guarantee of a cluster's clock (:func:`sim.core.simpy_adapter.run_all` calls
+    :meth:`check` every ``every`` events). ``progress()``
+    returns a count that grows whenever the run progresses (the replicas' engine events plus the
+    requests made); ``describe()`` says, in one phrase, what the replicas hold. Over ``every``
+    events with no progress the clock must have moved at least CLOCK_SPAN_NS: periodic events
+    over a quiet stretch do, while replicas that wake each other at bounds a few ns apart (each
+    bound moved on by the other's) would creep on forever; those stop with a StallError naming
+    the stretch."""
+
+    def __init__(self, progress: Callable[[], int], describe: Callable[[], str], every: int) -> None:
+        self.progress = progress
+        self.describe = describe
+        self.every = every
+        self.count = -1  # progress() at the last check that saw progress
+        self.since_ns = 0  # the clock then
+
+    def check(self, now_ns: int) -> None:
+        count = self.progress()
+        if count != self.count or now_ns - self.since_ns >= CLOCK_SPAN_NS:
+            self.count, self.since_ns = count, now_ns
+            return
+        raise StallError(f"cluster.stalled: the clock crept from t={self.since_ns / NS:.9f}s to t={now_ns / NS:.9f}s "
+                         f"over {self.every} events with no engine event taken and no request made (replicas waking each "
+                         f"other at bounds nanoseconds apart, none able to step); {self.describe()}")
 
 
 def describe_live(eng: Engine, n: int = 3) -> str:

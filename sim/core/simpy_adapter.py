@@ -53,6 +53,8 @@ import simpy
 from simpy.core import Infinity
 from simpy.events import NORMAL, PENDING, URGENT, EventPriority
 
+from sim.core.observe import ClockGuard
+
 
 def clock_ns(env: simpy.Environment) -> int:
     """``env.now``, ns (point 6): an int in every priosim run (each delay is an int of ns)."""
@@ -142,11 +144,13 @@ def drop_dead_events(env: simpy.Environment) -> None:
         heapify(q)
 
 
-def run_all(env: simpy.Environment) -> None:
+def run_all(env: simpy.Environment, guard: ClockGuard | None = None) -> None:
     """``env.run()``: process the events in ``env``'s queue in their order until none is left,
     each as ``Environment.step`` does (points 1 and 4: a failed event that nobody defused
-    raises, as there), in a compiled loop where SimPy's is interpreted."""
+    raises, as there), in a compiled loop where SimPy's is interpreted. ``guard``, when given,
+    checks the clock every ``guard.every`` events (:class:`sim.core.observe.ClockGuard`)."""
     q = env._queue
+    left = guard.every if guard is not None else -1  # (events to the next check; never without a guard)
     while q:
         t, _, _, ev = heappop(q)
         env._now = t
@@ -158,3 +162,7 @@ def run_all(env: simpy.Environment) -> None:
             exc = type(ev._value)(*ev._value.args)
             exc.__cause__ = ev._value
             raise exc
+        left -= 1
+        if left == 0 and guard is not None:
+            guard.check(int(env._now))
+            left = guard.every
