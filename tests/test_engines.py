@@ -202,8 +202,12 @@ def test_flags_become_overrides_and_unmodelled_flags_are_named():
                     'engine.kv_dtype="fp8"']
     assert unmodelled == ["--enforce-eager"]  # --port changes no simulated time
     sets, _ = flags_to_overrides("sglang", "--max-running-requests 32 --enable-priority-scheduling --disable-radix-cache")
-    assert sets == ['engine.engine="sglang"', "engine.max_num_seqs=32", 'policy.name="priority"',
-                    'engine.preempt_for_waiting="threshold"', "engine.prefix_caching=false"]
+    assert sets == ['engine.engine="sglang"', 'engine.preempt_for_waiting="threshold"', "engine.max_num_seqs=32",
+                    'policy.name="priority"', "engine.prefix_caching=false"]
+    # what a flag implies never overrules a flag given, in whatever order they come
+    sets, unmodelled = flags_to_overrides("sglang", "--disable-priority-preemption --enable-priority-scheduling "
+                                                    "--schedule-low-priority-values-first")
+    assert sets[-2:] == ['engine.preempt_for_waiting="never"', 'policy.name="priority"'] and not unmodelled
     sets, unmodelled = flags_to_overrides("sglang", "--enable-mixed-chunk")
     assert sets == ['engine.engine="sglang"', 'engine.batching="mixed"'] and not unmodelled
     # (--dtype: auto or 16 bits is the profiles' own format, passed quietly; another is named)
@@ -338,3 +342,23 @@ def test_run_names_priosim_only_settings_and_flags_it_overrules(tmp_path):
     assert '--policy = "priority" overrules the flags\' policy.name = "fcfs"' in res.output
     res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--set", "horizon_s=1", "--out", str(tmp_path / "q")])
     assert "priosim-only" not in res.output  # (no engine named: priosim's own knobs are the point)
+
+
+def test_sglang_priority_preemption_needs_its_threshold_and_vllm_v1_has_no_swap():
+    """SGLang's --enable-priority-scheduling lets a waiting request preempt a running one only
+    more than --priority-scheduling-preemption-threshold (10 by default, SGLang's server_args)
+    more urgent: the defaults carry 10, a flag or key given wins. vLLM V1 (0.8 on) preempts by
+    recompute only: swap is refused in one line naming the release."""
+    from sim.engines import resolve
+
+    def threshold(*over):
+        sc = load_scenario("chat_vs_batch", overrides=['engine.engine="sglang"', *over])
+        return resolve(sc.engine, ".", "s").preempt_threshold
+
+    assert threshold() == 10 and threshold("engine.preempt_threshold=3") == 3
+    with pytest.raises(ScenarioError, match=r'engine.preemption = "swap": vLLM 0.11.0 \(V1\) preempts by recompute '
+                                            r'only \(expected "recompute", or an engine_version before 0.8'):
+        load_scenario("chat_vs_batch", overrides=['engine.engine="vllm"', 'engine.preemption="swap"'])
+    sc = load_scenario("chat_vs_batch", overrides=['engine.engine="vllm"', 'engine.engine_version="0.6.3"',
+                                                   'engine.preemption="swap"'])
+    assert sc.engine.preemption == "swap"

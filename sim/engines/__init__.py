@@ -108,6 +108,7 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
     except ValueError as exc:
         raise ValueError(f"{option}: cannot split {text!r} into flags ({exc})") from None
     out = [f'engine.engine="{fam.name}"']
+    implied: list[str] = []
     unmodelled: list[str] = []
     i = 0
     while i < len(words):
@@ -144,9 +145,10 @@ def flags_to_overrides(engine: str, text: str, *, option: str = "--engine-args")
                                  f"(expected {getattr(flag.parse, 'expects', flag.parse.__name__)})") from None
         if val is None:
             continue  # (a value that leaves the key as it is: --kv-cache-dtype auto)
-        sets = {flag.key: val, **(flag.also(val) if flag.also else {})}
-        out.extend(f"{k}={_toml(v)}" for k, v in sets.items())
-    return out, unmodelled
+        out.append(f"{flag.key}={_toml(val)}")
+        if flag.also:  # (what a flag implies comes before every flag's own key: a flag given wins)
+            implied.extend(f"{k}={_toml(v)}" for k, v in flag.also(val).items())
+    return out[:1] + implied + out[1:], unmodelled
 
 
 def near_flag(name: str, fam: EngineFamily) -> str | None:
@@ -238,6 +240,16 @@ def positive_int(text: str) -> int:
 
 
 positive_int.expects = "an integer >= 1"  # type: ignore[attr-defined]
+
+
+def non_negative_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise ValueError(text)
+    return v
+
+
+non_negative_int.expects = "an integer >= 0"  # type: ignore[attr-defined]
 
 
 def resolve(cfg, base_dir, source: str):

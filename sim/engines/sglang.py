@@ -26,10 +26,14 @@ model speculative decoding with prefill-only steps).
 """
 from __future__ import annotations
 
-from sim.engines import ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int, sixteen_bit
+from sim.engines import (ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, non_negative_int, positive_int,
+                         sixteen_bit)
 from sim.engines.gpu import Gpu
 
 LATEST = "0.5.5"
+#: ``--priority-scheduling-preemption-threshold``'s default: with priority scheduling on, a waiting
+#: request preempts a running one only when their priority values differ by more than this
+PREEMPTION_THRESHOLD = 10
 
 
 def chunk_tokens(version: tuple, gpu: Gpu) -> int:
@@ -54,7 +58,8 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     chunk = chunk_tokens(version, gpu)
     return {"overhead": overhead(version, version >= (0, 4, 0)), "max_num_seqs": 4096,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
-            "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preemption": "recompute",
+            "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preempt_threshold": PREEMPTION_THRESHOLD,
+            "preemption": "recompute",
             "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": batching(version, True)}
 
 
@@ -76,8 +81,12 @@ def batching(version: tuple, chunked_prefill: bool) -> str:
 
 def _priority_on(_: bool) -> dict:
     """``--enable-priority-scheduling``: strict priority, and SGLang's preemption of running requests
-    by waiting ones more than ``--priority-scheduling-preemption-threshold`` (10) more urgent."""
-    return {"policy.name": "priority", "engine.preempt_for_waiting": "threshold"}
+    by waiting ones more than ``--priority-scheduling-preemption-threshold`` (10, the defaults')
+    more urgent. The gap is between the priority values the requests carry: priosim's class
+    priorities, which rank lower values first, as SGLang does with
+    ``--schedule-low-priority-values-first`` (by default SGLang serves larger values first: give
+    priosim's classes the same values in the reverse order, keeping their gaps)."""
+    return {"engine.preempt_for_waiting": "threshold"}
 
 
 FLAGS = {
@@ -91,7 +100,8 @@ FLAGS = {
     "--enable-mixed-chunk": Flag("engine.batching", None, "mixed"),
     "--schedule-policy": Flag("policy.name", choice("fcfs", "lpm")),
     "--enable-priority-scheduling": Flag("policy.name", None, "priority", also=_priority_on),
-    "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", int),
+    "--priority-scheduling-preemption-threshold": Flag("engine.preempt_threshold", non_negative_int),
+    "--disable-priority-preemption": Flag("engine.preempt_for_waiting", None, "never"),
     "--kv-cache-dtype": Flag("engine.kv_dtype", kv_cache_dtype),
     "--context-length": Flag("engine.max_model_len", positive_int),
     "--dtype": Flag("engine.dtype", sixteen_bit),  # (16-bit or auto: the profile's; else not modelled)
@@ -106,6 +116,8 @@ INERT = frozenset({
     "--download-dir", "--model-path", "--model", "--tokenizer-path", "--random-seed", "--log-requests",
     "--log-level-http", "--enable-metrics", "--show-time-cost", "--chat-template", "--tool-call-parser",
     "--revision", "--log-requests-level", "--enable-cache-report",
+    # (priosim's class priorities rank lower values first, as this flag has SGLang do: _priority_on)
+    "--schedule-low-priority-values-first",
 })
 
 ENGINES.register("sglang", EngineFamily("sglang", LATEST, defaults, "mem_fraction_static", FLAGS, INERT,

@@ -33,7 +33,7 @@ one, and decodes otherwise: ``"prefill_first"``, V0's default. V0 with chunked p
 from __future__ import annotations
 
 from sim.engines import (ENGINES, EngineFamily, Flag, choice, fraction, kv_cache_dtype, positive_int, sixteen_bit,
-                         token_count)
+                         token_count, version_tuple)
 from sim.engines.gpu import Gpu
 
 #: The release a vLLM scenario without ``engine_version`` models: the V1 preset's fit rows ran it
@@ -83,8 +83,13 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
 
 
 def verify(cfg) -> str | None:
-    """Why vLLM would refuse these batch limits at start-up (its ``SchedulerConfig``: every
-    sequence in a step takes a token of the budget), or None."""
+    """Why vLLM would refuse these settings at start-up (its ``SchedulerConfig``: every sequence
+    in a step takes a token of the budget), or what the release cannot do (V1 has no swap: its
+    scheduler's ``_preempt_request`` frees the blocks and recomputes), or None."""
+    version = version_tuple(cfg.engine_version, LATEST)
+    if cfg.preemption == "swap" and version >= (0, 8, 0):
+        return (f"engine.preemption = \"swap\": vLLM {'.'.join(map(str, version))} (V1) preempts by recompute only "
+                f"(expected \"recompute\", or an engine_version before 0.8 for V0's swap)")
     if cfg.max_batched_tokens < cfg.max_num_seqs:
         return (f"engine.max_batched_tokens = {cfg.max_batched_tokens} is less than engine.max_num_seqs = "
                 f"{cfg.max_num_seqs}, which vLLM refuses at start-up (expected --max-num-batched-tokens >= "
