@@ -91,6 +91,8 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
             e["overhead"].update(cpu_overlap=1.0, seq_s=1e-4)
     if rng.random() < 0.2:
         e["max_prefill_chunk"] = 64
+    if d["seed"] % 4 == 1:  # (vLLM V1's walk of the running requests; by seed: no draw taken)
+        e["running_order"] = "admission"
     if rng.random() < 0.2:
         e["watermark"] = 0.05
     if rng.random() < 0.15 and kind != "prefix":

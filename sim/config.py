@@ -143,6 +143,11 @@ class EngineConfig(BaseModel):
         "rank", description="which running request a preemption takes: rank (the lowest-ranked, vLLM) or "
                             "prefix_aware (among those the rank rules allow, the cheapest: its own recompute or "
                             "swap plus the re-prefill it would push onto waiting requests reusing its prefix)")
+    running_order: Literal["rank", "admission"] = Field(
+        "rank", description="the order a step gives running requests their tokens: rank (the policy's, most urgent "
+                            "first) or admission (the earliest admitted first, vLLM V1's running list: under "
+                            "--scheduling-policy priority an urgent request's prefill chunks wait behind those of "
+                            "requests admitted before it)")
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="fraction of blocks kept free at admission")
     chunked_prefill: bool = Field(True, description="split long prompts across steps")
     batching: Literal["mixed", "prefill_first"] = Field(

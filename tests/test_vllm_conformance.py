@@ -145,3 +145,44 @@ def test_case9_fcfs_victim_is_newest(tmp_path):
     assert list(it[it.iteration == 2].request_id) == [0]  # 1 preempted, 0 keeps running
     r = res.requests.set_index("request_id")
     assert r.loc[1, "preemptions"] >= 1 and r.loc[0, "preemptions"] == 0
+
+
+def _two_prompts(tmp_path, running_order: str):
+    """A 400-token prompt of priority 1 at t = 0, then one of priority 0 during the first step;
+    budget 100 tokens, at most 60 prompt tokens per request per step, priority scheduling."""
+    path = tmp_path / "order.csv"
+    path.write_text("t,p,o,prio\n0,400,4,1\n0.000001,400,4,0\n")
+    sc = {"name": "order", "seed": 0, "horizon_s": 100.0, "drain": True,
+          "engine": {"profile": dict(STEP), "block_size": 16, "kv_blocks": 1000, "max_num_seqs": 8,
+                     "max_batched_tokens": 100, "max_prefill_chunk": 60, "preempt_for_waiting": "never",
+                     "running_order": running_order},
+          "policy": {"name": "priority"}, "classes": [{"name": "p0", "priority": 0}, {"name": "p1", "priority": 1}],
+          "streams": [{"tenant": "t", "class": "p1", "trace": {
+              "format": "csv", "path": str(path), "t0": 0,
+              "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o", "f_prio": "prio"}},
+              "assign": [{"column": "f_prio", "equals": p, "class": f"p{p}"} for p in (0, 1)]}]}
+    res = simulate(scenario_from_dict(sc, base_dir=tmp_path), trace_iterations=True, check_invariants=True)
+    it = res.iterations
+    return [list(zip(it[it.iteration == i].request_id, it[it.iteration == i].tokens)) for i in range(3)]
+
+
+def test_v1_running_requests_take_the_budget_in_admission_order(tmp_path):
+    """vLLM V1 walks its running list in the order requests were admitted, priority scheduling
+    or not (Scheduler.schedule: ``self.running``, appended to at each admission): the urgent
+    request admitted second gets what the budget leaves after the earlier one's chunk.
+    ``engine.running_order = "rank"`` (priosim's own) serves the more urgent first."""
+    steps = _two_prompts(tmp_path, "admission")
+    assert steps[0] == [(0, 60)] and steps[1] == [(0, 60), (1, 40)]
+    assert steps[2] == [(0, 60), (1, 40)]  # (the urgent one still second)
+    assert _two_prompts(tmp_path, "rank")[2] == [(1, 60), (0, 40)]
+
+
+def test_vllm_v1_defaults_walk_running_requests_as_admitted():
+    from sim.config import load_scenario
+    from sim.engines import resolve
+
+    for engine, version, order in (("vllm", "0.11.0", "admission"), ("vllm", "0.6.3", "rank"),
+                                   ("sglang", "0.5.5", "admission")):
+        sc = load_scenario("chat_vs_batch", overrides=[f'engine.engine="{engine}"',
+                                                       f'engine.engine_version="{version}"'])
+        assert resolve(sc.engine, ".", "s").running_order == order, (engine, version)

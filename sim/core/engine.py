@@ -127,6 +127,7 @@ class Engine(EngineParts):
         self.bs = cfg.block_size
         class_priority = [getattr(c, "priority", 0) for c in classes]
         self.queues = Queues(class_priority, bound.own_queues)
+        self.queues.by_admission = cfg.running_order == "admission"
         self.preemption = make_mode(cfg.preemption)
         self.waiting_rule = make_waiting_rule(cfg.preempt_for_waiting, cfg.preempt_threshold)
         self.grows_blocks = self.preemption.grows_blocks

@@ -82,8 +82,9 @@ def check_counts(eng: Engine) -> None:
         raise AssertionError(f"requests per class: waiting {q.waiting_count}, running {q.running_count} "
                              f"kept, {waiting} and {running} counted")
     order = q.rank_order
-    if order is not None and order != sorted((r for r in q.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank):
-        raise AssertionError("the rank order of the running requests outside the cohort is out of date")
+    if order is not None and order != sorted((r for r in q.running.values() if r.cohort_base_step == NOT_MEMBER),
+                                             key=q.walk_key):
+        raise AssertionError("the walk order of the running requests outside the cohort is out of date")
     last = q.last_ranked
     if last:  # (kept while not empty: ascending, running, and every other running request below)
         ids = {r.request_id for r in last}

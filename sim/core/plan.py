@@ -31,6 +31,8 @@ def least_urgent(class_priority: list[int], counts: list[int], top: int = NO_PRI
 #: Rank order of running requests: ``(key, admit_seq)``, the policy key, then admission order
 #: (an attrgetter: sorts, bisections and maxima keyed by it read both fields in C).
 rank: Final = attrgetter("key", "admit_seq")
+#: Admission order alone: the order vLLM V1 walks its running list in (``engine.running_order``)
+admitted: Final = attrgetter("admit_seq")
 
 
 class StepShape:

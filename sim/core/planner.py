@@ -28,7 +28,7 @@ from typing import Final
 from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
 from sim.core.parts import EngineParts as Engine
-from sim.core.plan import Scheduled, StepPlan, rank
+from sim.core.plan import Scheduled, StepPlan, admitted, rank
 from sim.core.preemption import eligible_unordered, eligible_victims, preempt, victim_for
 from sim.core.request import Request, State
 
@@ -100,8 +100,10 @@ def cohort_step_blocks(eng: Engine) -> tuple[list[int] | None, Request | None]:
             # the budget cuts this share: the walk gives it the same only when every
             # member ranks above it (their tokens come before it either way)
             if last_member is None:
-                last_member = rank(coh.last_member())
-            if rank(req) < last_member:
+                q = eng.queues
+                last_member = q.walk_key(max(coh.members.values(), key=admitted) if q.by_admission
+                                         else coh.last_member())
+            if eng.queues.walk_key(req) < last_member:
                 return None, req
         if grows:
             new = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
@@ -131,8 +133,9 @@ def _cohort_share(eng: Engine, plan: StepPlan) -> None:
         return
     need, cut = cohort_step_blocks(eng)
     if cut is not None:
-        at = rank(cut)
-        below = [m for m in coh.members.values() if rank(m) > at]
+        walk_key = eng.queues.walk_key
+        at = walk_key(cut)
+        below = [m for m in coh.members.values() if walk_key(m) > at]
         if len(below) < len(coh):
             coh.leave_all(below)
             for m in below:
@@ -255,7 +258,9 @@ def run_running(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_n
                         if victim is req:
                             break
                     if req.state is not State.RUNNING:
-                        continue
+                        # its own victim: the walk ends, as vLLM V1's does (walked by rank, every
+                        # request after it ranks below it, and it was the lowest)
+                        break
                     # victims scheduled earlier in this step gave their tokens back
                     budget = budget_left(eng, scheduled)
                     if not decode:

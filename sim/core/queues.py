@@ -13,7 +13,7 @@ from bisect import bisect_left, insort
 from typing import Any, Final
 
 from sim.core.cohort import NOT_MEMBER
-from sim.core.plan import NO_PRIORITY, least_urgent, rank
+from sim.core.plan import NO_PRIORITY, admitted, least_urgent, rank
 from sim.core.request import Request
 
 __all__ = ["Queues", "LEAST_KEPT"]
@@ -60,6 +60,9 @@ class Queues:
         # leaves at every preemption; a walk of the running set each time was a large share of
         # a preempting run.
         self.last_ranked: list[Request] = []
+        # the running requests outside the cohort in the order a step walks them (ranked_running):
+        # by rank, or by admission alone (``engine.running_order = "admission"``: vLLM V1's list)
+        self.by_admission = False
         self.rank_order: list[Request] | None = None
         self.seq = 0  # entries pushed so far (ties in the heap go to the earlier push)
         self.admissions = 0
@@ -145,16 +148,22 @@ class Queues:
         return self.top
 
     def ranked_running(self) -> list[Request]:
-        """Running requests outside the cohort (:mod:`sim.core.cohort`), most urgent first:
-        cached until the set or the keys change."""
+        """Running requests outside the cohort (:mod:`sim.core.cohort`) in the order a step walks
+        them: most urgent first, or the earliest admitted first (``by_admission``); cached until
+        the set or the keys change."""
         if self.rank_order is None:
-            self.rank_order = sorted((r for r in self.running.values() if r.cohort_base_step == NOT_MEMBER), key=rank)
+            self.rank_order = sorted((r for r in self.running.values() if r.cohort_base_step == NOT_MEMBER),
+                                     key=admitted if self.by_admission else rank)
         return self.rank_order
 
+    def walk_key(self, r: Request) -> tuple:
+        """``r``'s place in :meth:`ranked_running`'s order (smaller: walked earlier)."""
+        return (r.admit_seq,) if self.by_admission else rank(r)
+
     def ordered_in(self, r: Request) -> None:
-        """``r`` became an explicit running request: it goes into the kept rank order."""
+        """``r`` became an explicit running request: it goes into the kept walk order."""
         if self.rank_order is not None:
-            insort(self.rank_order, r, key=rank)
+            insort(self.rank_order, r, key=admitted if self.by_admission else rank)
 
     def ordered_out(self, r: Request) -> None:
         """``r`` is no longer an explicit running request: it leaves the kept rank order."""

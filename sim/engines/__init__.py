@@ -354,6 +354,7 @@ PRIOSIM_ONLY = {
     "engine.victim": (("prefix_aware",), "the cheapest victim among those the rank allows"),
     "engine.watermark": (None, "a fraction of KV blocks kept free at admission"),
     "engine.preemption": (("auto",), "swap or recompute chosen per victim"),
+    "engine.running_order": (("rank",), "running requests take the budget most urgent first, not as admitted"),
 }
 
 
@@ -377,7 +378,10 @@ def priosim_only_settings(sc) -> list[str]:
         for field in ("max_prefill_tokens_per_step", "reserved_blocks"):
             if getattr(c, field):
                 found.append(f"classes.{c.name}.{field} = {getattr(c, field)}: {priosim_only('classes.*.' + field)}")
-    for field in ("preempt_for_waiting", "victim", "watermark", "preemption"):
+    # (the running order is named only beside an engine: without one, ranking the running requests
+    # is what a priority policy means in priosim, and marking every answer with it says nothing)
+    named = ("running_order",) if sc.engine.engine is not None else ()
+    for field in ("preempt_for_waiting", "victim", "watermark", "preemption", *named):
         value = getattr(sc.engine, field)
         what = priosim_only(f"engine.{field}", value)
         if what and value:

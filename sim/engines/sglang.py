@@ -9,6 +9,8 @@ GPU-memory settings):
   0.5 by tensor-parallel degree (0.88 at TP 1, 0.87 at 2, 0.85 at 4, 0.81 at 8); from 0.5 computed
   from what is not KV: 512 MiB + 1.5 MiB per chunk token + 128 MiB per TP rank, at least 10 GiB on
   a GPU of more than 60 GiB (CUDA-graph memory, which SGLang adds too, is left out: an estimate).
+* the running requests in the order they were admitted (``engine.running_order``: SGLang goes on
+  with its one chunked request before it takes new ones, and decodes its whole batch),
 * page size 1 token (priosim's block size), the radix prefix cache on (16-token prefix hashes),
   waiting requests never preempt (priority scheduling is off unless asked for), at most 4096
   running requests: SGLang's own cap (``max_running_requests`` unset) is the smaller of half its
@@ -59,7 +61,7 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     return {"overhead": overhead(version, version >= (0, 4, 0)), "max_num_seqs": 4096,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
             "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preempt_threshold": PREEMPTION_THRESHOLD,
-            "preemption": "recompute",
+            "preemption": "recompute", "running_order": "admission",
             "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": batching(version, True)}
 
 

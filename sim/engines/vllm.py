@@ -11,6 +11,9 @@ Defaults as read in vLLM's ``vllm/engine/arg_utils.py`` (``_set_default_args`` /
   ``vllm-0.4`` before 0.5, else ``vllm-0.6``.
 * V1 (0.8 and later): chunked prefill always, prefix caching on, block-level prefix hashes
   (16 tokens); waiting requests never preempt (V1 preempts only when a running request cannot grow);
+  running requests take the step's token budget in the order they were admitted, whatever their
+  priority (``Scheduler.schedule`` walks its ``running`` list, appended to at each admission;
+  ``engine.running_order = "admission"``), and a request that must preempt itself ends the walk;
   overhead preset ``vllm-v1``. Batch limits by GPU: 0.8.x gave H100 / H200 a budget of 8192 tokens
   (16384 offline), other GPUs 2048 (8192); V1 started with 1024 sequences on every GPU, and 0.8.4
   (vLLM PR #16158, April 2025, after out-of-memory reports) went back to 256 except on H100 / H200;
@@ -71,7 +74,8 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
                    preempt_for_waiting="priority", batching=batching(version, False))
         return out
     out.update(overhead=overhead(version, version >= ASYNC_DEFAULT), chunked_prefill=True, prefix_caching=True,
-               prefix_block_tokens=16, preempt_for_waiting="never", batching=batching(version, True))
+               prefix_block_tokens=16, preempt_for_waiting="never", batching=batching(version, True),
+               running_order="admission")
     if version < (0, 9, 0):
         big = "h100" in gpu.key or "h200" in gpu.key
         out.update(max_num_seqs=1024 if big or version < (0, 8, 4) else 256)
