@@ -187,3 +187,44 @@ def test_mixed_utc_offsets_and_bad_hash_ids_are_rows_not_tracebacks(tmp_path):
     (tmp_path / "h.jsonl").write_text('{"t": 0, "p": 1, "o": 1, "h": [1, 2]}\n{"t": 1, "p": 1, "o": 1, "h": ["x"]}\n')
     with pytest.raises(WorkloadError, match=r"h.jsonl line 2: h \['x'\] is not a list of integers"):
         load_trace({"format": "jsonl", "path": "h.jsonl", "columns": dict(COLS, hash_ids="h")}, tmp_path)
+
+
+def test_a_row_that_names_no_tenant_or_class_gets_the_streams(tmp_path):
+    """The stream's tenant and class are the default of a trace's tenant / class column: an
+    empty CSV cell, a missing JSON field or null give the stream's own; a number is refused."""
+    (tmp_path / "a.csv").write_text("t,p,o,who\n0,10,5,x\n0.5,10,5,\n1.0,10,5,y\n")
+    (tmp_path / "a.jsonl").write_text('{"t":0,"p":10,"o":5,"who":"x"}\n{"t":0.5,"p":10,"o":5}\n'
+                                      '{"t":1,"p":10,"o":5,"who":null}\n')
+    cols = {**COLS, "tenant": "who"}
+    for fmt, name, want in (("csv", "a.csv", ["x", "acme", "y"]), ("jsonl", "a.jsonl", ["x", "acme", "acme"])):
+        w = build_workload([{"tenant": "acme", "class": "c", "trace": {"format": fmt, "path": name, "columns": cols}}],
+                           horizon_s=10.0, seed=0, base_dir=tmp_path)
+        assert w.open["tenant"].tolist() == want, fmt
+    (tmp_path / "b.csv").write_text("t,p,o,who\n0,10,5,x\n0.5,10,5,  \n")
+    with pytest.raises(WorkloadError, match=r"b.csv line 3: who '  ' is not a name"):
+        build_workload([{"tenant": "acme", "class": "c", "trace": {"format": "csv", "path": "b.csv", "columns": cols}}],
+                       horizon_s=10.0, seed=0, base_dir=tmp_path)
+
+
+def test_a_streamed_replay_that_stops_with_a_handful_of_rows_warns_of_milliseconds(tmp_path):
+    """Millisecond times read as seconds leave the first row or two of a trace in a minute's
+    replay, the rest of the file unread (streamed): one warning naming time_unit. The same trace
+    in seconds, or with time_unit declared, runs without it."""
+    import warnings
+
+    from plumbing.notices import InputWarning
+
+    def lines(spec: dict) -> list[str]:
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always", InputWarning)
+            _replay(spec, 60.0, tmp_path, max_tokens=64)
+        return [str(w.message) for w in got if issubclass(w.category, InputWarning)]
+
+    gaps = np.random.default_rng(1).exponential(1 / 6, 400)
+    for unit, scale in (("ms", 1000.0), ("s", 1.0)):
+        t = np.cumsum(gaps) * scale
+        (tmp_path / f"{unit}.csv").write_text("t,p,o\n" + "".join(f"{x:.3f},10,5\n" for x in t))
+        got = lines({"format": "csv", "path": f"{unit}.csv", "columns": COLS})
+        assert any("set time_unit = 'ms'" in ln and "only" in ln for ln in got) == (unit == "ms"), (unit, got)
+    assert not any("time_unit" in ln for ln in lines({"format": "csv", "path": "ms.csv", "columns": COLS,
+                                                       "time_unit": "ms"}))

@@ -186,6 +186,7 @@ def _apply_rules(st: StreamSpec, df: pd.DataFrame, rng: np.random.Generator) -> 
     for arr, col, default in ((tenant, "tenant", st.tenant), (cls, "cls", st.cls)):
         if col in df.columns:
             arr[:] = df[col].to_numpy(dtype=object)
+            arr[pd.isna(arr)] = default  # (a row that names none: the stream's own)
         else:
             arr.fill(default)
     free = np.ones(n, dtype=bool)
@@ -275,6 +276,8 @@ def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict, 
         # the rows read look like milliseconds read as seconds: read them all, so that the warning
         # (_warn_after_horizon) counts every row after the horizon, as a whole read would
         tr = _load_stream_trace(st, base_dir, lenient, None, class_names)
+    elif not tr.complete:
+        _warn_few_before(st, tr.df, until_s)
     meta.update(source=tr.source, rows_read=tr.rows_read, rows_skipped=tr.rows_skipped,
                 zero_lengths_raised=tr.zero_lengths)
     if not tr.complete:  # (rows_read, rows_after_horizon: up to where reading stopped)
@@ -293,6 +296,22 @@ def _stopped_on_ms_times(st: StreamSpec, df: pd.DataFrame, until_s: float) -> bo
     t = df["arrival_s"].to_numpy()
     after = int((t >= until_s).sum())
     return after > t.size - after and float(t.max()) >= MS_TIMES_FACTOR * until_s
+
+
+def _warn_few_before(st: StreamSpec, df: pd.DataFrame, until_s: float) -> None:
+    """A replay that stopped reading past ``until_s`` (s of trace time) with fewer than
+    MS_FEW_ROWS rows before it: the file goes on, so its times may be milliseconds read as
+    seconds (a minute of such a trace leaves the first row or two). Warned, not read further:
+    the rest of a large file is what streaming spares."""
+    if "time_unit" in st.trace or "arrival_s" not in df or not len(df):
+        return
+    t = df["arrival_s"].to_numpy()
+    before = int((t < until_s).sum())
+    if before < MS_FEW_ROWS:
+        nxt = float(t[t >= until_s].min()) if before < t.size else float("nan")
+        warn(f"streams[{st.index}].trace: only {before} row{'s' if before != 1 else ''} of the trace arrive before "
+             f"the stream's end ({until_s:g} s; the next at {nxt:.4g} s) though the file goes on: if the timestamps "
+             f"are milliseconds, set time_unit = 'ms' in the trace table")
 
 
 def _sampled_arrival_rows(st: StreamSpec, trace_df: pd.DataFrame | None, default_max: int | None, dur: float,
@@ -354,6 +373,8 @@ def _rows_in_window(st: StreamSpec, df: pd.DataFrame, end: float, meta: dict) ->
 #: Replayed rows reaching past this many times the stream's end (with most of them after it)
 #: suggest millisecond timestamps read as seconds.
 MS_TIMES_FACTOR = 100.0
+#: a streamed replay that stops with fewer rows than this before the stream's end is warned about
+MS_FEW_ROWS = 10
 
 
 def _warn_after_horizon(st: StreamSpec, t: np.ndarray, after: int, end: float) -> None:

@@ -119,11 +119,20 @@ def _times_datetime(ck: _Checker, raw: pd.Series, col: str) -> np.ndarray:
 
 
 def _names(ck: _Checker, raw: pd.Series, col: str) -> np.ndarray:
-    """A tenant or class column: non-empty strings; bad rows flagged; returns objects."""
+    """A tenant or class column: strings; a row that names none (an empty cell, a missing JSON
+    field, null) gets None, the stream's own tenant or class; anything else is flagged (a
+    number, a name of spaces); returns objects."""
     vals = raw.to_numpy(dtype=object)
-    bad = np.array([not (isinstance(v, str) and v.strip() != "") for v in vals], dtype=bool)
-    ck.flag(bad, lambda r: f"{col} {vals[r]!r} is not a name (expected a non-empty string)")
-    return vals
+    out = vals.copy()
+    bad = np.zeros(len(vals), dtype=bool)
+    for r, v in enumerate(vals):
+        if v is None or v == "" or (isinstance(v, float) and v != v):  # (an empty CSV cell reads as NaN)
+            out[r] = None
+        elif not (isinstance(v, str) and v.strip() != ""):
+            bad[r] = True
+    ck.flag(bad, lambda r: f"{col} {vals[r]!r} is not a name (expected a non-empty string, or nothing for the "
+                           f"stream's own)")
+    return out
 
 
 def _check_sorted(ck: _Checker, t: np.ndarray, col: str, shown: np.ndarray, prev: float) -> float:
