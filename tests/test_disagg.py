@@ -550,13 +550,12 @@ def test_fast_equals_stepping_when_decode_replicas_copy_over_different_numbers_o
     pd.testing.assert_frame_equal(fast.requests, run(d).requests, check_exact=True)
 
 
-def test_one_token_answers_ending_at_the_prefill_bound_closed_loop_runs_exactly():
-    """With the first token from the prefill, a one-token answer ends at a prefill replica's step
-    boundary and its closed-loop user sends again 1 ns later: other replicas' runs stop there
-    too (DisaggCluster.end_bound). The fuzz's disagg draw 27 with such users differed before."""
+def _draw27_one_token_users() -> dict:
+    """The fuzz's disagg draw 27, the first token from the prefill, and closed-loop users whose
+    one- to three-token answers end at a prefill replica's step boundary."""
     import numpy as np
 
-    from scripts.exactness_fuzz import _run, differences, draw
+    from scripts.exactness_fuzz import draw
 
     d = draw("disagg", np.random.default_rng(27))
     d["cluster"]["first_token"] = "prefill"
@@ -566,6 +565,16 @@ def test_one_token_answers_ending_at_the_prefill_bound_closed_loop_runs_exactly(
                          "output_tokens": {"dist": "uniform", "low": 1, "high": 3}, "max_tokens": 3})
     if "tenants" in d:
         d["tenants"].append({"name": "u", "share": 1.0})
+    return d
+
+
+def test_one_token_answers_ending_at_the_prefill_bound_closed_loop_runs_exactly():
+    """With the first token from the prefill, a one-token answer ends at a prefill replica's step
+    boundary and its closed-loop user sends again 1 ns later: other replicas' runs stop there
+    too (DisaggCluster.end_bound). The fuzz's disagg draw 27 with such users differed before."""
+    from scripts.exactness_fuzz import _run, differences
+
+    d = _draw27_one_token_users()
     assert differences(_run(copy.deepcopy(d), True), _run(copy.deepcopy(d), False)) == []
 
 
@@ -575,10 +584,8 @@ def test_replicas_waking_each_other_without_progress_stop_with_one_line(monkeypa
     above, decode blocks held and prefill blocks full of KV waiting for decode room; the
     replicas' bounds then move each other on by a few ns a wake, forever. The run stops with a
     StallError naming the stretch and what each replica holds."""
-    import numpy as np
-
     import sim.cluster.driver as driver
-    from scripts.exactness_fuzz import _run, draw
+    from scripts.exactness_fuzz import _run
     from sim.core.errors import StallError
 
     class EveryModeRecomputes:  # (the decode group's swap mode, taken for recompute by the driver)
@@ -588,14 +595,7 @@ def test_replicas_waking_each_other_without_progress_stop_with_one_line(monkeypa
 
     monkeypatch.setattr(driver, "PREEMPTION_MODES", EveryModeRecomputes)
     monkeypatch.setattr(driver, "CLOCK_EVERY", 1 << 15)
-    d = draw("disagg", np.random.default_rng(27))
-    d["cluster"]["first_token"] = "prefill"
-    d["streams"].append({"tenant": "u", "class": "hi", "arrival": {"process": "closed_loop", "users": 4,
-                                                                   "think": {"dist": "constant", "value": 0.0}},
-                         "prompt_tokens": {"dist": "uniform", "low": 10, "high": 200},
-                         "output_tokens": {"dist": "uniform", "low": 1, "high": 3}, "max_tokens": 3})
-    if "tenants" in d:
-        d["tenants"].append({"name": "u", "share": 1.0})
+    d = _draw27_one_token_users()
     assert [g["engine"].get("preemption") for g in d["cluster"]["groups"] if g["role"] == "decode"] == ["swap"]
     with pytest.raises(StallError, match=r"^cluster\.stalled: the clock crept from t=9\.\d+s to t=9\.\d+s over 32768 "
                                          r"events .* replica 3 \(d\): 0 running, 1 waiting, 2 with KV in flight"):

@@ -232,24 +232,19 @@ def token_count(text: str) -> int:
 token_count.expects = "a token count >= 1, e.g. 32768, 32k or 32K"  # type: ignore[attr-defined]
 
 
-def positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise ValueError(text)
-    return v
+def int_at_least(low: int) -> Callable[[str], int]:
+    """A parser accepting an integer of at least ``low``."""
+    def parse(text: str) -> int:
+        v = int(text)
+        if v < low:
+            raise ValueError(text)
+        return v
+    parse.expects = f"an integer >= {low}"  # type: ignore[attr-defined]
+    return parse
 
 
-positive_int.expects = "an integer >= 1"  # type: ignore[attr-defined]
-
-
-def non_negative_int(text: str) -> int:
-    v = int(text)
-    if v < 0:
-        raise ValueError(text)
-    return v
-
-
-non_negative_int.expects = "an integer >= 0"  # type: ignore[attr-defined]
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def resolve(cfg, base_dir, source: str):
