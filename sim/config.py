@@ -578,11 +578,20 @@ def _warn_suspicious(sc: Scenario) -> None:
                  f"{eng.preemption!r} never copies to host memory (expected preemption = "
                  f"{' or '.join(repr(m) for m in swapping)} to use it, or no swap_blocks)")
     for i, c in enumerate(sc.classes):
-        for field, limit in (("ttft_slo_s", TTFT_SLO_MS_S), ("tpot_slo_s", TPOT_SLO_MS_S)):
-            v = getattr(c, field)
-            if v is not None and v > limit:
-                warn(f"{sc.source}: classes.{i}.{field} = {v:g} ({c.name}) looks like milliseconds "
-                     f"(more than {limit:g} s; the unit is seconds: {v / 1000:g} for {v:g} ms)")
+        for field in ("ttft_slo_s", "tpot_slo_s"):
+            why = slo_looks_like_ms(field, getattr(c, field))
+            if why:
+                warn(f"{sc.source}: classes.{i}.{field} = {getattr(c, field):g} ({c.name}) {why}")
+
+
+def slo_looks_like_ms(field: str, v: float | None) -> str | None:
+    """Why an SLO of ``v`` seconds looks like milliseconds (``field``: ``ttft_slo_s`` /
+    ``ttft`` or ``tpot_slo_s`` / ``tpot``), or None: the words after the key and value in a
+    warning (the scenario's keys and ``--slo`` share them)."""
+    limit = TTFT_SLO_MS_S if field.startswith("ttft") else TPOT_SLO_MS_S
+    if v is None or not v > limit:
+        return None
+    return f"looks like milliseconds (more than {limit:g} s; the unit is seconds: {v / 1000:g} for {v:g} ms)"
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

@@ -52,7 +52,7 @@ KINDS = {
               "best.toml", "importance.json", "tune.json",
               "evals", ".tune.lock"}),
     "capacity": (("capacity.json", ".capacity.lock"),
-                 {"capacity.json", "points.csv", "capacity.png", "probes", ".capacity.lock"}),
+                 {"capacity.json", "points.csv", "perf.json", "capacity.png", "probes", ".capacity.lock"}),
     "sensitivity": (("sensitivity.json",), {"sensitivity.json", "sensitivity.csv", "tornado.png"}),
 }
 

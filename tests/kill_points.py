@@ -236,7 +236,7 @@ def tables(kind: str, out: Path) -> dict:
             t[str(p.relative_to(out))] = p.read_bytes()
     elif kind == "capacity":
         t["capacity.json"] = _drop(json.loads((out / "capacity.json").read_text()))
-        t["points.csv"] = pd.read_csv(out / "points.csv").drop(columns=["wall_s"])
+        t["points.csv"] = pd.read_csv(out / "points.csv")
     else:  # (which configurations a resumed tune tries after a kill may differ: see check_tune)
         t["tune.json:default"] = json.loads((out / "tune.json").read_text())["default"]
         t["tune.json:trials"] = json.loads((out / "tune.json").read_text())["trials"]

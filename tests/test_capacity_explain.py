@@ -100,3 +100,36 @@ def test_summarise_steps_splits_prefill_from_decode_only_steps():
     assert abs(st["prefill_time_share"] - 0.09 / 0.11) < 1e-9
     assert st["class_decode_tokens_in_prefill_steps"] == 0.5
     assert abs(st["class_mean_decode_step_ms"] - 55) < 1e-9
+
+
+def test_a_deadline_binds_not_the_step_time_and_a_passing_partition_is_not_blamed(tmp_path):
+    """A deadline that more replicas cannot meet (the last request's own length) is named as
+    the binding limit, with what moves it, not the step-time knobs; a partition that meets its
+    SLOs beside one that does not is explained at its own answer, without a warning."""
+    import tomli_w
+
+    from tests.test_cluster import late_toy
+
+    f = tmp_path / "late.toml"
+    f.write_text(tomli_w.dumps(late_toy()))
+    out = tmp_path / "cap"
+    res = CliRunner().invoke(main, ["capacity", str(f), "--slo", "lo:done=11", "--max-replicas", "4",
+                                    "--workers", "1", "--no-plots", "--no-uncertainty", "--out", str(out)])
+    assert res.exit_code == 0, res.output + res.stderr
+    doc = json.loads((out / "capacity.json").read_text())
+    hi, lo = doc["explain"]["designs"]["partitioned"]
+    assert lo["binding"] == "deadline" and lo["deadline"]["class"] == "lo" and not lo["deadline"]["implicit"]
+    assert lo["deadline"]["last_arrival_s"] == 9.9
+    assert hi["replicas"] == 1 and "warning" not in hi
+    assert doc["designs"]["partitioned"]["found"] == {"hi": 1, "lo": None}
+    assert "per-step time" not in res.stdout and "max_batched_tokens" not in res.stderr
+    assert "lo's deadline (done <= 11.0 s) binds: its last request (arriving 9.9 s)" in res.stdout
+    assert "--slo lo:done=S moves it" in res.stdout
+    warns = [line for line in res.stderr.splitlines() if line.startswith("warning: capacity")]
+    assert warns and all("lo's SLOs" in w for w in warns) and not [w for w in warns if "partitioned hi" in w]
+    # the implicit deadline, when it binds, names --grace too
+    res = CliRunner().invoke(main, ["capacity", str(f), "--max-replicas", "4", "--workers", "1", "--no-plots",
+                                    "--no-uncertainty", "--out", str(tmp_path / "cap2")])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "SLO lo: done<=21s (implicit: horizon 10 s x 1.1 + 10.0 s" in res.stdout
+    assert "lo's implicit deadline" in res.stdout and "--grace or --slo lo:done=S" in res.stdout

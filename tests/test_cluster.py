@@ -2,6 +2,8 @@
 and the capacity search pinned on a case computed by hand."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -725,6 +727,128 @@ def test_cli_capacity(toy_file, tmp_path):
     assert "shared" in r.output and (out / "capacity.json").exists() and (tmp_path / "fig.png").exists()
     r = CliRunner().invoke(main, ["capacity", str(toy_file), "--designs", "shared,nope"])
     assert r.exit_code == 2 and "unknown design 'nope'" in r.output
+
+
+# ---- the implicit deadline, refused requests, classes with no traffic, output files ---------------
+STEP = {"kind": "linear", "base_s": 0.01, "prefill_token_s": 0.0, "decode_token_s": 0.0, "context_token_s": 0.0,
+        "swap_block_s": 0.0}
+
+
+def late_toy(**engine) -> dict:
+    """10 s of traffic: 4 "hi" requests (TTFT SLO 1 s) at t = 0, and one "lo" request (no SLO) at
+    9.9 s that takes 10 s alone (a 10 ms step, 1,000 output tokens): it cannot finish by
+    horizon_s * 1.1 = 11 s on any number of replicas."""
+    def stream(cls, arrival, out):
+        return {"tenant": cls, "class": cls, "arrival": arrival, "prompt_tokens": {"dist": "constant", "value": 16},
+                "output_tokens": {"dist": "constant", "value": out}, "max_tokens": out}
+    return {"name": "late", "horizon_s": 10.0, "engine": {"profile": STEP, "kv_blocks": 256, **engine},
+            "policy": {"name": "priority"},
+            "classes": [{"name": "hi", "priority": 0, "ttft_slo_s": 1.0}, {"name": "lo", "priority": 1}],
+            "streams": [stream("hi", {"process": "batch", "n": 4, "at_s": 0.0}, 5),
+                        stream("lo", {"process": "batch", "n": 1, "at_s": 9.9}, 1000)]}
+
+
+def test_implicit_deadline_adds_the_longest_request_alone():
+    """A class without SLOs must finish by horizon_s * (1 + grace) plus its longest request's
+    unloaded service time: a request arriving at the horizon with a long answer no longer makes
+    every count fail. The early stop judges by the same deadline; --slo CLASS:done= is literal."""
+    sc = scenario_from_dict(late_toy())
+    slos = parse_slos(sc)
+    basis = slos["lo"]["done_from"]
+    assert basis["longest_s"] == pytest.approx(10.0, abs=1e-6)  # (one prefill step, 999 decode steps)
+    assert slos["lo"]["done"] == pytest.approx(10.0 * 1.1 + basis["longest_s"])
+    assert basis["request"]["arrival_s"] == pytest.approx(9.9) and basis["request"]["output_tokens"] == 1000
+    rep = capacity_search(sc, ["shared", "partitioned"], slos, workers=1, max_replicas=4)
+    assert rep.designs["shared"]["replicas"] == 1
+    assert rep.designs["partitioned"]["split"] == {"hi": 1, "lo": 1}
+    # alone on its partition, the request takes exactly its unloaded service time
+    lo = rep.designs["partitioned"]["classes"]["lo"]
+    assert lo["last_finish_s"] == pytest.approx(9.9 + basis["longest_s"], abs=1e-6)
+    full = capacity_search(sc, ["shared", "partitioned"], slos, workers=1, max_replicas=4, early_stop=False)
+    assert full.designs == rep.designs
+    literal = parse_slos(sc, ["lo:done=11"])
+    assert literal["lo"] == {"ttft": None, "tpot": None, "done": 11.0}
+    assert capacity_search(sc, ["shared"], literal, workers=1, max_replicas=4).designs["shared"]["replicas"] is None
+
+
+def _write_toml(path, d: dict) -> str:
+    """``d`` (a scenario dict of scalars, tables and lists of tables) as a TOML file."""
+    import tomli_w
+
+    path.write_text(tomli_w.dumps(d))
+    return str(path)
+
+
+def test_capacity_says_refused_requests_and_idle_classes(tmp_path):
+    """Requests refused for their length at any count are said in one line (not blamed on the
+    step time); a class with no request gets no partition, not one replica with no metrics."""
+    from sim.cli import main
+
+    d = late_toy(max_model_len=500)
+    d["classes"].append({"name": "idle", "priority": 2})
+    d["streams"].append({**d["streams"][0], "tenant": "idle", "class": "idle",
+                         "arrival": {"process": "poisson", "rate": 1e-6}})
+    f = _write_toml(tmp_path / "s.toml", d)
+    out = tmp_path / "cap"
+    r = CliRunner().invoke(main, ["capacity", f, "--workers", "1", "--max-replicas", "4", "--no-plots",
+                                  "--no-uncertainty", "--out", str(out)])
+    assert r.exit_code == 0, r.output + r.stderr
+    said = [line for line in r.stderr.splitlines() if "refused at any count" in line]
+    assert len(said) == 1 and "lo: 1 of 1 requests refused at any count" in said[0]
+    assert "engine.max_model_len = 500" in said[0]
+    assert "per-step time" not in r.stdout and "no count helps" in r.stdout
+    doc = json.loads((out / "capacity.json").read_text())
+    assert doc["refused"]["lo"]["too_long"] == 1 and "refused" in doc["designs"]["shared"]["note"]
+    assert "up to --max-replicas" not in doc["designs"]["shared"]["note"]
+    assert not [p for p in doc["points"] if p["design"] == "shared"]  # (no count to search)
+    del d["engine"]["max_model_len"]
+    f = _write_toml(tmp_path / "s2.toml", d)
+    r = CliRunner().invoke(main, ["capacity", f, "--workers", "1", "--max-replicas", "4", "--no-plots",
+                                  "--no-uncertainty", "--out", str(tmp_path / "cap2")])
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "class idle has no traffic" in r.stdout
+    a = json.loads((tmp_path / "cap2" / "capacity.json").read_text())["designs"]["partitioned"]
+    assert a["split"] == {"hi": 1, "lo": 1, "idle": 0} and a["gpus"] == 2
+    assert [g["name"] for g in a["cluster"]["groups"]] == ["hi", "lo"]
+
+
+def test_capacity_on_bad_input_leaves_no_folder(tmp_path, monkeypatch):
+    """A trace that fails to read stops capacity before its folder is made, with --out or
+    without (no results/capacity-*), in one line that does not offer a --lenient it lacks."""
+    from sim.cli import main
+
+    (tmp_path / "t.csv").write_text("t,p,o\n0.0,16,4\n0.5,abc,4\n")
+    (tmp_path / "s.toml").write_text(
+        'name = "bad"\nhorizon_s = 1.0\n[engine]\nprofile = ' + _inline(STEP) + '\nkv_blocks = 64\n'
+        '[[classes]]\nname = "c"\npriority = 0\n[[streams]]\ntenant = "u"\nclass = "c"\n'
+        'trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_tokens = "p", '
+        'output_tokens = "o" } }\n')
+    monkeypatch.chdir(tmp_path)
+    for extra in (["--out", "out"], []):
+        r = CliRunner().invoke(main, ["capacity", "s.toml", "--no-plots", "--workers", "1", *extra])
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "t.csv line 3" in r.stderr and "lenient mode" not in r.stderr
+        assert "priosim capacity reads every row" in r.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "results").exists()
+
+
+def test_capacity_results_are_the_same_bytes_for_the_same_seed(toy_file, tmp_path):
+    """capacity.json and points.csv hold no wall-clock time (perf.json does): two identical
+    searches write the same bytes. A --slo latency that looks like milliseconds is warned."""
+    from sim.cli import main
+
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        r = CliRunner().invoke(main, ["capacity", str(toy_file), "--slo", "lo:done=2.5", "--slo", "hi:ttft=500",
+                                      "--workers", "1", "--no-plots", "--no-uncertainty", "--out", str(out)])
+        assert r.exit_code == 0, r.output + r.stderr
+        assert "--slo 'hi:ttft=500': ttft = 500 looks like milliseconds" in r.stderr
+    for name in ("capacity.json", "points.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+        assert b"wall_s" not in (outs[0] / name).read_bytes()
+    perf = json.loads((outs[0] / "perf.json").read_text())
+    assert perf["wall_s"] > 0 and len(perf["points"]) == len(json.loads((outs[0] / "capacity.json").read_text())
+                                                                 ["points"])
 
 
 def test_cli_run_cluster(toy_file, tmp_path):

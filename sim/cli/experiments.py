@@ -286,10 +286,12 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
                    "too, GPUs per role)")
 @click.option("--slo", "slos", multiple=True, metavar="CLASS:KEY=S[,KEY=S]",
               help="override a class's SLO: ttft / tpot (p99, seconds) or done (every request of the class "
-                   "finished by this simulated time); repeatable. Default: the classes' ttft_slo_s / "
-                   "tpot_slo_s; classes with neither must finish by horizon_s * (1 + grace)")
+                   "finished by this simulated time, taken literally); repeatable. Default: the classes' "
+                   "ttft_slo_s / tpot_slo_s; classes with neither must finish by the implicit deadline (--grace)")
 @click.option("--grace", type=float, default=0.1, show_default=True,
-              help="default deadline of classes without SLOs: horizon_s * (1 + grace)")
+              help="implicit deadline of classes without SLOs: horizon_s * (1 + grace) + the longest unloaded "
+                   "service time among the class's requests (prefill and decode at batch 1 on an idle replica: "
+                   "no fleet could finish that request sooner)")
 @click.option("--router", help="router of the shared design (default least_outstanding)")
 @click.option("--max-replicas", type=int, default=64, show_default=True,
               help="search limit per dimension (disaggregated: per role)")
@@ -317,9 +319,10 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
 def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, sets, seed, workers, refresh_s, backend,
              partitions, address, out, figure, overwrite, no_plots, uncertainty, report, engine_args, sglang_args):
     """Fewest replicas per design that meet SCENARIO's SLOs (binary search; each probe a full simulation)."""
-    from sim.experiments.capacity import DESIGNS, capacity_search, plot_capacity, save_report
+    from sim.experiments.capacity import (DESIGNS, capacity_search, idle_classes, plot_capacity, save_report,
+                                          scenario_workload)
     from sim.outdir import OutError
-    from sim.experiments.slos import parse_slos
+    from sim.experiments.slos import parse_slos, refused_requests
     from plumbing.numbers import in_range
 
     if not in_range(load_scale, gt=0):
@@ -337,7 +340,10 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     try:
         if load_scale != 1.0:  # (a load multiplies every rate: absurd volumes, too)
             check_load(sc, load_scale, "--load")
-        slo = parse_slos(sc, list(slos), grace)
+        # (the stream is built before the folder is claimed: a bad trace leaves nothing behind)
+        wl = scenario_workload(sc, load_scale)
+        refused = refused_requests(sc, wl)
+        slo = parse_slos(sc, list(slos), grace, load_scale, workload=wl, refused=refused)
         if router is not None:
             from sim.routers import make_router
             try:
@@ -361,7 +367,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                 dims = design_dims(d, sc.class_names, max_replicas)
                 with_cluster(sc, design_cluster(d, dims, [1] * len(dims), router))
     except ScenarioError as exc:
-        fail(str(exc))
+        fail(_no_lenient(str(exc)))
     distributed = None
     if backend != "local" or partitions != 1:
         if refresh_s is None:
@@ -373,8 +379,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     _warn_autoscaler_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     check_report(report, out)
-    for c, s in slo.items():
-        click.echo(f"SLO {c}: " + ", ".join(f"{k}<={v:g}s" for k, v in s.items() if v is not None))
+    _print_slos(slo, refused, idle_classes(sc, load_scale) if "partitioned" in names else set())
     figures: list[Path] = []
 
     def finish(rep) -> None:  # (called while the folder's lock is held)
@@ -443,6 +448,41 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     report_beside(report, out)
     click.echo(f"search wall {rep.wall_s:.1f}s, {len(rep.points)} simulations; results: {out}")
     hint_native(rep.wall_s)
+
+
+def _no_lenient(msg: str) -> str:
+    """A trace error as capacity has it: every probe reads the whole stream, and capacity has no
+    --lenient (the strict reader's hint names the commands that do)."""
+    return msg.replace("(use lenient mode to skip bad rows)",
+                       "(priosim capacity reads every row: fix or remove it; priosim workload --lenient counts "
+                       "the bad rows)")
+
+
+def _print_slos(slo: dict, refused: dict, idle: set) -> None:
+    """The SLOs each class is judged by (an implicit deadline with what it is made of), then one
+    warning per class with requests refused at any count, and one line per class with no traffic."""
+    from plumbing.notices import warn
+    from sim.experiments.capacity import refused_text
+
+    for c, s in slo.items():
+        line = f"SLO {c}: " + ", ".join(f"{k}<={s[k]:g}s" for k in ("ttft", "tpot", "done") if s.get(k) is not None)
+        basis = s.get("done_from")
+        if basis is not None:
+            line += (f" (implicit: horizon {basis['horizon_s']:g} s x {1 + basis['grace']:g}"
+                     + (f" + {basis['longest_s']:.1f} s, its longest request alone: "
+                        f"{_request_text(basis['request'])}" if basis["request"] else "")
+                     + f"; --grace, or --slo {c}:done=S)")
+        click.echo(line)
+    for c, r in refused.items():
+        warn(f"capacity: {c}: {refused_text(r)}: no replica count can serve them, so no count meets {c}'s SLOs "
+             f"(raise engine.max_model_len or the KV memory, or leave those requests out)")
+    for c in sorted(idle):
+        click.echo(f"partitioned: class {c} has no traffic (no request in the stream): no partition")
+
+
+def _request_text(r: dict) -> str:
+    """``arrives 24.6 s, 3,775 prompt + 2,828 output tokens`` for a request of an implicit deadline."""
+    return f"arrives {r['arrival_s']:.1f} s, {r['prompt_tokens']:,} prompt + {r['output_tokens']:,} output tokens"
 
 
 def _warn_autoscaler_unused(sc) -> None:

@@ -20,8 +20,16 @@ A *design* turns a replica-count vector into a ``[cluster]`` table:
 A point *meets the SLOs* when, for every class: every request finished (none rejected or left
 unfinished), ``ttft_p99_s <= ttft`` and ``tpot_p99_s <= tpot`` where the class has those SLOs, and
 the class's last request finished by ``done`` (simulated seconds) where given. Classes with no
-latency SLO (batch) get ``done = horizon_s * (1 + grace)`` by default: the day's batch work must be
-done by the end of the day (plus a grace). ``--slo CLASS:ttft=S,tpot=S,done=S`` overrides.
+latency SLO (batch) get an implicit deadline by default: the day's batch work must be done by the
+end of the day plus a grace, and no request sooner than it could be on an idle replica,
+``done = horizon_s * (1 + grace) + the longest unloaded service time among the class's requests``
+(:mod:`sim.experiments.slos`): a deadline no fleet can meet because of one request's own length
+never decides the count. ``--slo CLASS:ttft=S,tpot=S,done=S`` overrides (``done`` literally).
+
+Requests refused at any count for their length (over ``engine.max_model_len``, or more KV than a
+replica has) are found before the search (:func:`sim.experiments.slos.refused_requests`, in
+``refused``); their class can meet no SLO at any count, which the report says. A class with no
+request in the stream gets no partition (0 replicas) in ``partitioned``.
 
 The search, per dimension: double from 1 until a point meets the SLOs (or ``max_replicas``), then
 bisect between the largest failing and the smallest passing count. It assumes more replicas never
@@ -97,11 +105,13 @@ class Dim:
                 self.exhausted = True
 
 
-def design_dims(design: str, class_names: list[str], limit: int) -> list[Dim]:
+def design_dims(design: str, class_names: list[str], limit: int, idle: frozenset | set = frozenset()) -> list[Dim]:
+    """The searched counts of ``design``; ``idle``: classes with no request in the stream, whose
+    partition (``partitioned``) has 0 replicas and is not searched."""
     if design == "shared":
         return [Dim("shared", list(class_names), limit=limit)]
     if design == "partitioned":
-        return [Dim(c, [c], limit=limit) for c in class_names]
+        return [Dim(c, [c], hi=0, limit=limit) if c in idle else Dim(c, [c], limit=limit) for c in class_names]
     if design == "disaggregated":  # (every class on both roles; searched together: capacity_pd)
         return [Dim(r, list(class_names), limit=limit) for r in PD_ROLES]
     raise ScenarioError(f"--designs: unknown design {design!r} (expected one of {', '.join(DESIGNS)})")
@@ -117,8 +127,11 @@ def design_cluster(design: str, dims: list[Dim], counts: list[int], router: str 
     if design == "disaggregated":
         return {"groups": [{"name": d.name, "role": d.name, "replicas": k} for d, k in zip(dims, counts)],
                 "router": router or "least_outstanding", **(pd or {})}
-    return {"groups": [{"name": d.name, "replicas": k, "classes": list(d.classes)} for d, k in zip(dims, counts)],
-            "router": _refreshed("class_aware", router)}
+    groups = [{"name": d.name, "replicas": k, "classes": list(d.classes)} for d, k in zip(dims, counts) if k]
+    idle = [c for d, k in zip(dims, counts) if not k for c in d.classes]
+    if idle and groups:  # (a class with no traffic has no partition; a cluster names a group for every
+        groups[0]["classes"] += idle  # class, so the first one lists it: it never gets a request)
+    return {"groups": groups, "router": _refreshed("class_aware", router)}
 
 
 def pd_settings(sc) -> dict:
@@ -146,18 +159,34 @@ def _refreshed(name: str, router: str | dict | None) -> str | dict:
 _WORKLOADS: dict[str, object] = {}  # per process: the probes' shared request stream
 
 
-def _workload(sc, load_scale: float):
-    """The scenario's request stream, generated once per process and shared by every probe
-    (probes differ only in the cluster; the stream is not modified by a run). None with
-    closed-loop users, whose state a run advances."""
+def scenario_workload(sc, load_scale: float):
+    """The scenario's request stream (``workloads.Workload``), generated once per process (the
+    CLI builds it before claiming its folder, so that a bad trace fails first, and the probes of
+    a pool forked after that find it built). Raises ScenarioError on bad input."""
     from sim.assembly import build_workload
 
     key = json.dumps([sc.streams, sc.horizon_s, sc.seed, sc.base_dir, load_scale], sort_keys=True, default=str)
-    if key not in _WORKLOADS:  # (a closed-loop stream is remembered as None: not built again to be dropped)
+    if key not in _WORKLOADS:
         wl = build_workload(sc, load_scale)
         _WORKLOADS.clear()
-        _WORKLOADS[key] = None if wl.closed else wl
+        _WORKLOADS[key] = wl
     return _WORKLOADS[key]
+
+
+def _workload(sc, load_scale: float):
+    """The request stream every probe shares (probes differ only in the cluster; the stream is
+    not modified by a run). None with closed-loop users, whose state a run advances."""
+    wl = scenario_workload(sc, load_scale)
+    return None if wl.closed else wl
+
+
+def idle_classes(sc, load_scale: float) -> set[str]:
+    """The classes with no request in the stream (none known with closed-loop users, whose
+    requests are made during a run)."""
+    wl = _workload(sc, load_scale)
+    if wl is None:
+        return set()
+    return set(sc.class_names) - set(wl.open["cls"].unique())
 
 
 def _only(wl, classes: list[str]):
@@ -201,7 +230,7 @@ def evaluate(base, cluster: dict, load_scale: float, slos: dict,
     except ProbeLost:
         assert watch is not None
         classes = {c: {"ok": False if c in watch.lost else None, "arrived": None, "finished": None,
-                       "ttft_p99_s": None, "tpot_p99_s": None, "last_finish_s": None,
+                       "ttft_p99_s": None, "tpot_p99_s": None, "last_finish_s": None, "last_arrival_s": None,
                        "output_tokens_per_s": None, "slo_ratio": watch.lost.get(c)} for c in slos}
         from sim.cluster.spec import parse_cluster
 
@@ -264,8 +293,12 @@ class CapacityReport:
     scenario: str
     slos: dict
     designs: dict = field(default_factory=dict)  # design -> answer
-    points: list = field(default_factory=list)  # every probe
+    points: list = field(default_factory=list)  # every probe (with its wall_s: perf.json, not capacity.json)
     wall_s: float = 0.0
+    #: requests refused at any count for their length, per class (:func:`sim.experiments.slos.refused_requests`)
+    refused: dict = field(default_factory=dict)
+    #: classes with no request in the stream (no partition)
+    idle: list = field(default_factory=list)
     #: why each answer is what it is (:func:`sim.experiments.capacity_explain.explain_capacity`)
     explain: dict | None = None
     #: what the search established, per design (:class:`Known`; not written to capacity.json)
@@ -289,11 +322,22 @@ class CapacityReport:
         return pd.DataFrame(rows)
 
     def to_dict(self) -> dict:
-        doc = {"scenario": self.scenario, "slos": self.slos, "designs": self.designs, "points": self.points,
-               "wall_s": self.wall_s}
+        """capacity.json: the same bytes for the same inputs (wall-clock times: :meth:`perf`)."""
+        doc = {"scenario": self.scenario, "slos": self.slos, "designs": self.designs,
+               "points": [{k: v for k, v in p.items() if k != "wall_s"} for p in self.points]}
+        if self.refused:
+            doc["refused"] = {c: {k: v for k, v in r.items() if k != "rows"} for c, r in self.refused.items()}
+        if self.idle:
+            doc["idle_classes"] = list(self.idle)
         if self.explain is not None:
             doc["explain"] = self.explain
         return doc
+
+    def perf(self) -> dict:
+        """perf.json: the search's wall-clock seconds, and each probe's (in capacity.json's order)."""
+        return {"wall_s": self.wall_s,
+                "points": [{"design": p["design"], "counts": p["counts"], "wall_s": p.get("wall_s")}
+                           for p in self.points]}
 
 
 def gpu_hour_price(sc) -> float | None:
@@ -358,6 +402,7 @@ def capacity_search(sc, designs: list[str], slos: dict, *, router: str | dict | 
                 whole=whole)
     if out_dir is None:
         return _search(sc, designs, slos, None, **opts)
+    scenario_workload(sc, load_scale)  # (a bad trace fails here, before the folder is made)
     with locked(Path(out_dir), "capacity") as out:
         rep = _search(sc, designs, slos, out / "probes", **opts)
         if finish is not None:
@@ -401,7 +446,10 @@ class _Search:
         self.name = sc.name
         self.designs, self.slos, self.router, self.max_replicas = designs, slos, router, max_replicas
         self.load_scale, self.workers, self.log, self.early_stop = load_scale, workers, log, early_stop
-        self.state = {d: design_dims(d, sc.class_names, max_replicas) for d in designs}  # (checks the names)
+        from sim.experiments.slos import refused_requests
+
+        self.idle = idle_classes(sc, load_scale)
+        self.state = {d: design_dims(d, sc.class_names, max_replicas, self.idle) for d in designs}  # (checks names)
         from sim.experiments.capacity_pd import SplitSearch
 
         self.splits = {d: SplitSearch(max_replicas) for d in designs if d == "disaggregated"}  # (its own search)
@@ -410,7 +458,12 @@ class _Search:
             apart = "partitioned" in designs and partitions_apart(sc, load_scale)
         self.alone = {d for d in designs if d == "partitioned" and apart}  # probed a partition at a time
         self.cache: dict[tuple, dict] = {}
-        self.rep = CapacityReport(sc.name, slos)
+        self.rep = CapacityReport(sc.name, slos, idle=sorted(self.idle))
+        self.rep.refused = refused_requests(sc, scenario_workload(sc, load_scale))
+        for dims in self.state.values():  # (no count serves a refused request: nothing to search)
+            for x in dims:
+                if any(c in self.rep.refused for c in x.classes):
+                    x.lo, x.exhausted = x.limit, True
         self.pool = None
         self.bar = None
         self.probes = probes
@@ -545,7 +598,8 @@ class _Search:
                     plan.append((d, counts, [i == j for i in range(len(dims))]))
             return plan
         for j in range(max(len(p) for p in per_dim)):
-            counts = tuple(p[min(j, len(p) - 1)] if p else (x.hi or x.limit) for p, x in zip(per_dim, dims))
+            counts = tuple(p[min(j, len(p) - 1)] if p else (x.limit if x.hi is None else x.hi)
+                           for p, x in zip(per_dim, dims))
             plan.append((d, counts, [bool(p) for p in per_dim]))
         return plan
 
@@ -575,6 +629,26 @@ class _Search:
                 self.rep.known[d] = Known(fails=tuple(x.lo for x in self.state[d]),
                                           passes=tuple(x.hi for x in self.state[d]))
 
+    def refused_only(self, d: str) -> bool:
+        """Whether every dimension of design ``d`` that found no count serves a class with
+        requests refused at any count."""
+        return all(any(c in self.rep.refused for c in x.classes) for x in self.state[d] if x.exhausted)
+
+    def failing(self, d: str) -> list[str]:
+        """Per dimension of design ``d`` that found no count: the classes that miss their SLOs at
+        its limit, each with why when the count cannot fix it (requests refused for their length)."""
+        out = []
+        for j, x in enumerate(self.state[d]):
+            if not x.exhausted:
+                continue
+            at = [p for (dd, c), p in self.cache.items() if dd == d and c[j] == x.limit]
+            bad = ([c for c in x.classes if c in self.rep.refused]
+                   or [c for c in x.classes if any(p["classes"].get(c, {}).get("ok") is False for p in at)]
+                   or x.classes)
+            names = [c + (f": {refused_text(self.rep.refused[c])}" if c in self.rep.refused else "") for c in bad]
+            out.append(", ".join(names))
+        return out
+
     def record_answers(self, finals: dict[str, tuple | None]) -> None:
         self.record_known()
         for d in self.designs:
@@ -582,12 +656,15 @@ class _Search:
             # the disaggregated design's answer has its GPUs per role beside its GPUs
             roles = [f"gpus_{role}" for role in PD_ROLES] if d in self.splits else []
             if c is None:
-                bad = [x.name for x in self.state[d] if x.exhausted]
+                # (refused requests: no count at all, not only none up to the limit)
+                limit = "" if self.refused_only(d) else f" up to --max-replicas={self.max_replicas}"
                 what = (f"no split up to --max-replicas={self.max_replicas} of each role meets the SLOs"
                         if d in self.splits else
-                        f"no count up to --max-replicas={self.max_replicas} meets the SLOs ({', '.join(bad)})")
+                        f"no count{limit} meets the SLOs ({'; '.join(self.failing(d))})")
                 self.rep.designs[d] = {"ok": False, "replicas": None, "gpus": None, **dict.fromkeys(roles),
                                        "note": what}
+                if d not in self.splits:  # (each dimension's own answer: a partition may meet its SLOs)
+                    self.rep.designs[d]["found"] = {x.name: x.hi for x in self.state[d]}
                 continue
             if not self.whole:  # (the counts, and the GPUs their layout has)
                 from sim.cluster.spec import parse_cluster
@@ -612,16 +689,28 @@ class _Search:
                                    "cluster": design_cluster(d, self.state[d], list(c), self.router, self.pd)}
 
 
+def refused_text(r: dict) -> str:
+    """``3 of 31 requests refused at any count (too long: prompt + max_tokens over
+    engine.max_model_len)`` for one class's :func:`sim.experiments.slos.refused_requests`."""
+    mml = f" = {r['max_model_len']:,}" if r.get("max_model_len") else ""
+    why = [w for w, n in ((f"prompt + max_tokens over engine.max_model_len{mml}", r["too_long"]),
+                          ("more KV than a replica could ever give one request", r["too_large"])) if n]
+    n = r["too_long"] + r["too_large"]
+    return f"{n:,} of {r['arrived']:,} requests refused at any count ({'; '.join(why)})"
+
+
 # ---- output --------------------------------------------------------------------------------------
 def save_report(rep: CapacityReport, out_dir: str | Path) -> Path:
-    """Write ``capacity.json`` and ``points.csv`` into ``out_dir``, each whole or not at all."""
+    """Write ``capacity.json``, ``points.csv`` (the same bytes for the same inputs) and
+    ``perf.json`` (wall-clock seconds) into ``out_dir``, each whole or not at all."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, "capacity", sorted(KINDS["capacity"][1]))
     write_file(out / "capacity.json", jsonout.dumps(rep.to_dict(), indent=1, default=str))
+    write_file(out / "perf.json", jsonout.dumps(rep.perf(), indent=1))
     rows = []
-    for p in rep.points:
-        row = {k: v for k, v in p.items() if k not in ("classes", "counts")}
+    for p in rep.points:  # (wall-clock seconds: perf.json, so that the same inputs give the same bytes)
+        row = {k: v for k, v in p.items() if k not in ("classes", "counts", "wall_s")}
         row["counts"] = ",".join("-" if k is None else str(k) for k in p["counts"])  # -: not in this probe
         for cname, m in p["classes"].items():
             for k in ("ok", "ttft_p99_s", "tpot_p99_s", "last_finish_s", "output_tokens_per_s", "slo_ratio"):

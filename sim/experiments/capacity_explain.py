@@ -17,9 +17,18 @@ make the dimension's *curve*: the worst p99/SLO ratio of its classes against its
   tokens against decode-only steps, the share of step time the prefill tokens take, and how
   many of the binding class's tokens come in steps with prefill (skipped, and said so, when the
   trace would hold more than :data:`TRACE_ROWS_MAX` rows).
+  When the metric that binds there is a class's deadline (``done``) and more replicas do not
+  move it, the binding limit is ``deadline`` instead: the last request's own length decides
+  when it finishes, not the step time nor the count; the text names that request (by its
+  arrival) and what moves the deadline (``--grace`` for the implicit one, ``--slo CLASS:done=``).
+* ``refused requests`` when a class of the dimension has requests refused at any count for
+  their length (``rep.refused``): no count helps, and no more points are simulated for it. A
+  partition of a class with no traffic (0 replicas) is ``none (no traffic)``.
 * A **warning** when the curve is flat (its range over the exact points under :data:`FLAT` of
   its largest value) while the answer depends on crossing 1.0: the answer then moves with the
-  step-time knobs (:data:`STEP_KNOBS`) far more than with the load.
+  step-time knobs (:data:`STEP_KNOBS`) far more than with the load (with a deadline binding,
+  with the deadline instead). A dimension with its own answer in a design without one (a
+  partition that meets its SLOs beside one that does not) is explained at its own answer.
 
 The explanation adds simulations but never changes the answer (the search is done by then).
 """
@@ -89,6 +98,16 @@ class _Dims:
         split = self.rep.designs[d].get("split")
         return [split[x.name] for x in self.dims(d)] if split else None
 
+    def dim_answer(self, d: str, j: int) -> int | None:
+        """Dimension ``j``'s own answer: the design's, or in a design with none, the count that
+        dimension found (a partition that meets its SLOs), else None."""
+        found = self.rep.designs[d].get("split") or self.rep.designs[d].get("found") or {}
+        return found.get(self.dims(d)[j].name)
+
+    def refused(self, d: str, j: int) -> list[str]:
+        """The classes of dimension ``j`` with requests refused at any count."""
+        return [c for c in self.dims(d)[j].classes if c in (self.rep.refused or {})]
+
     def args(self, d: str, j: int, k: int) -> tuple:
         """The arguments of the capacity search's :func:`_eval_task` for dimension ``j`` of design
         ``d`` at ``k`` replicas, simulated to its end."""
@@ -96,7 +115,8 @@ class _Dims:
         if d == "partitioned" and self.apart:
             return (self.sc, {"replicas": k, "router": _refreshed("least_outstanding", self.router)}, self.load_scale,
                     self.slos, None, dims[j].classes)
-        counts = self.answer(d) or [self.max_replicas] * len(dims)
+        counts = self.answer(d) or [self.max_replicas if a is None else a
+                                     for a in (self.dim_answer(d, i) for i in range(len(dims)))]
         counts[j] = k
         return (self.sc, design_cluster(d, dims, counts, self.router, pd_settings(self.sc)), self.load_scale,
                 self.slos, None)
@@ -148,9 +168,11 @@ class Explaining:
         ds = self.ds = _Dims(rep, sc, slos, router, load_scale, max_replicas, apart)
         plan: list[tuple[str, int, int]] = []  # (design, dimension, count)
         for d in rep.designs:
-            ans = ds.answer(d)
             for j, _ in enumerate(ds.dims(d)):
-                ks = [ans[j] - 1, 2 * ans[j]] if ans else [max_replicas // 2, max_replicas]
+                if ds.refused(d, j):  # (no count helps: nothing to measure)
+                    continue
+                a = ds.dim_answer(d, j)
+                ks = [a - 1, 2 * a] if a is not None else [max_replicas // 2, max_replicas]
                 plan += [(d, j, k) for k in ks if k >= 1]
         self.plan = list(dict.fromkeys(plan))
         self.args = [ds.args(d, j, k) for d, j, k in self.plan]
@@ -187,8 +209,14 @@ class Explaining:
                     extra.setdefault((d, j), {})[ans[j]] = a["classes"]
             parts = []
             for j, x in enumerate(ds.dims(d)):
+                n = ds.dim_answer(d, j)
+                if ds.refused(d, j) or n == 0:
+                    parts.append(_cannot(x, n, rep.refused or {}))
+                    continue
                 curve = _curve(rep, d, j, x.classes, slos, extra.get((d, j), {}), ans)
-                info = _judge(d, x.name, ans[j] if ans else None, curve, max_replicas)
+                info = _judge(d, x.name, n, curve, max_replicas)
+                if info["binding"] == "per-step time":
+                    _deadline_binds(info, slos, extra.get((d, j), {}), d)
                 if info["binding"] == "per-step time" and self.trace:
                     k = ans[j] if ans else max_replicas
                     info["steps"] = step_breakdown(ds.args(d, j, k), info["worst_more"] or info["at_answer"])
@@ -197,6 +225,52 @@ class Explaining:
                     doc["warnings"].append(info["warning"])
             doc["designs"][d] = parts
         return doc
+
+
+def _cannot(x, n: int | None, refused: dict) -> dict:
+    """The explanation of a dimension no count decides: a partition with no traffic (``n``
+    0), or one whose classes have requests refused at any count (``refused``)."""
+    info = {"dimension": x.name, "replicas": n, "at_answer": None, "below": None, "more_replicas": None,
+            "worst_more": None, "drop_when_doubled": None, "flat": False, "curve": {}}
+    if n == 0:
+        return {**info, "binding": "none (no traffic)"}
+    from sim.experiments.capacity import refused_text
+
+    why = "; ".join(f"{c}: {refused_text(refused[c])}" for c in x.classes if c in refused)
+    return {**info, "binding": "refused requests", "refused": why}
+
+
+def _deadline_binds(info: dict, slos: dict, points: dict[int, dict], design: str) -> None:
+    """Where the worst ratio that more replicas barely move is a class's deadline (``done``),
+    the binding limit is that deadline, not the step time: its last request's own length
+    decides when it finishes. ``points``: count -> a point's classes (to name that request)."""
+    w = info["worst_more"] or info["at_answer"]
+    if w is None or w["metric"] != "done":
+        return
+    c = w["class"]
+    s = slos[c]
+    m = (points.get(info["more_replicas"]) or points.get(info["replicas"]) or {}).get(c) or {}
+    info["binding"] = "deadline"
+    info["deadline"] = {"class": c, "done_s": s["done"], "implicit": s.get("done_from") is not None,
+                        "last_arrival_s": m.get("last_arrival_s"), "last_finish_s": m.get("last_finish_s")}
+    if info.get("warning"):
+        where = design + (f" {info['dimension']}" if info["dimension"] != design else "")
+        n = info["replicas"]
+        what = f"the answer {n} rests on a knife edge" if n else f"no count meets {c}'s SLOs and more do not help"
+        info["warning"] = f"capacity {where}: {what}: {deadline_text(info['deadline'])}"
+
+
+def deadline_text(dl: dict) -> str:
+    """What binds when a deadline does, in one line: the request that finishes last and what
+    moves the deadline."""
+    c = dl["class"]
+    last = (f"its last request (arriving {dl['last_arrival_s']:.1f} s) finishes at {dl['last_finish_s']:.1f} s "
+            if dl.get("last_arrival_s") is not None and dl.get("last_finish_s") is not None else
+            "its last request finishes ")
+    kind = "implicit deadline" if dl["implicit"] else "deadline"
+    moves = f"--grace or --slo {c}:done=S" if dl["implicit"] else f"--slo {c}:done=S"
+    return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}even with more replicas, so its own "
+            f"length decides, not the count or the step time ({moves} moves it)")
 
 
 def answer_kinds(rep, slos: dict, class_names: list[str]) -> set[str] | None:
@@ -239,7 +313,8 @@ def _judge(design: str, dim: str, n: int | None, curve: dict[int, dict], limit: 
         knobs = ", ".join(k + (" (priosim-only)" if priosim_only(k) else "") for k in STEP_KNOBS)
         where = f"{design}" + (f" {dim}" if dim != design else "")
         ks = sorted(k for k in curve if k >= lo_k)
-        what = (f"the answer {n} rests on a knife edge" if n else "no count meets the SLOs and more do not help")
+        who = f"{at_n['class']}'s SLOs" if at_n else "the SLOs"  # (the class that fails, not the partition's)
+        what = (f"the answer {n} rests on a knife edge" if n else f"no count meets {who} and more do not help")
         info["warning"] = (f"capacity {where}: the worst p99/SLO stays within {min(ratios):.3f}..{max(ratios):.3f} "
                            f"from {ks[0]} to {ks[-1]} replicas, so {what}: the limit is the per-step time, which "
                            f"{knobs} move (priosim sensitivity)")
@@ -336,6 +411,12 @@ def explain_lines(doc: dict) -> list[str]:
     for d, parts in doc["designs"].items():
         for info in parts:
             where = d if info["dimension"] == d else f"{d} {info['dimension']}"
+            if info["binding"] == "none (no traffic)":
+                lines.append(f"why {where}: the class has no traffic (no request in the stream): no partition")
+                continue
+            if info["binding"] == "refused requests":
+                lines.append(f"why {where}: no count helps: {info['refused']}")
+                continue
             n = info["replicas"]
             at = (f"at {n}: {metric_text(info['at_answer'])}" if n else
                   f"no answer; at the limit: {metric_text(info['at_answer'])}")
@@ -349,4 +430,6 @@ def explain_lines(doc: dict) -> list[str]:
             comp = component_text(info) if info["binding"] == "per-step time" else None
             if comp:
                 lines.append(f"  per-step time: {comp}")
+            if info["binding"] == "deadline":
+                lines.append(f"  deadline: {deadline_text(info['deadline'])}")
     return lines

@@ -4,12 +4,28 @@ simulated point against the SLOs, and stopping a probe as soon as its verdict is
 A point *meets the SLOs* when, for every class: every request finished (none rejected or left
 unfinished), ``ttft_p99_s <= ttft`` and ``tpot_p99_s <= tpot`` where the class has those SLOs, and
 the class's last request finished by ``done`` (simulated seconds) where given.
+
+A class with neither a TTFT nor a TPOT SLO (batch) gets an *implicit* deadline unless ``--slo
+CLASS:done=S`` gives one (which is then taken literally)::
+
+    done = horizon_s * (1 + grace) + the longest unloaded service time among the class's requests
+
+A request cannot be asked to finish before it could on an idle replica: its *unloaded service
+time* is the front end's latency, the prefill of its prompt (in the engine's chunks) and its
+decode steps at batch 1 (:func:`unloaded_service_s`, the scenario's cost model). Without that
+term, the last request of a day, arriving just before the horizon with a long answer, could not
+finish by ``horizon_s * (1 + grace)`` on any number of replicas, and which seed happens to put a
+long request last would decide the count. Requests refused at any count for their length
+(:func:`refused_requests`) count towards no deadline. Closed-loop users' requests are not known
+before a run: a class fed only by them keeps ``horizon_s * (1 + grace)``. The deadline is taken
+from the scenario's own cost model, also when the uncertainty searches scale every step time.
 """
 from __future__ import annotations
 
 import heapq
 import math
 
+import numpy as np
 import pandas as pd
 
 from sim.core.costs import NS
@@ -49,8 +65,13 @@ def parse_slo_text(text: str, classes, keys, off_words: tuple[str, ...] = ()) ->
     return cname, out
 
 
-def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1) -> dict[str, dict]:
-    """Per class: {'ttft': s|None, 'tpot': s|None, 'done': s|None} (see module docstring)."""
+def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1, load_scale: float = 1.0,
+               workload=None, refused: dict | None = None) -> dict[str, dict]:
+    """Per class: {'ttft': s|None, 'tpot': s|None, 'done': s|None} (see module docstring); a
+    class given the implicit deadline also has ``done_from``, what it was made of
+    (:func:`implicit_deadline`). ``workload``: the request stream at ``load_scale`` when the
+    caller built it (else built here, only if a class needs the implicit deadline);
+    ``refused``: :func:`refused_requests` when the caller has it."""
     slos = {c.name: {"ttft": c.ttft_slo_s, "tpot": c.tpot_slo_s, "done": None} for c in sc.classes}
     for item in items or []:
         try:
@@ -58,10 +79,143 @@ def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1) -> dict[s
         except ValueError as exc:
             raise ScenarioError(str(exc)) from None
         slos[cname].update(pairs)
-    for s in slos.values():
-        if s["ttft"] is None and s["tpot"] is None and s["done"] is None:
-            s["done"] = sc.horizon_s * (1 + grace)
+        _warn_ms(item, pairs)
+    bare = [c for c, s in slos.items() if s["ttft"] is None and s["tpot"] is None and s["done"] is None]
+    if not bare:
+        return slos
+    if workload is None:
+        from sim.experiments.capacity import scenario_workload
+
+        workload = scenario_workload(sc, load_scale)
+    if refused is None:
+        refused = refused_requests(sc, workload)
+    for c in bare:
+        basis = implicit_deadline(sc, workload, c, grace, refused.get(c, {}).get("rows"))
+        slos[c]["done"] = basis["done_s"]
+        slos[c]["done_from"] = {k: v for k, v in basis.items() if k != "done_s"}
     return slos
+
+
+def _warn_ms(item: str, pairs: list) -> None:
+    """Warn (one line) about a ``--slo`` latency that looks like milliseconds, as the scenario's
+    ``ttft_slo_s`` / ``tpot_slo_s`` keys are warned about."""
+    from plumbing.notices import warn
+    from sim.config import slo_looks_like_ms
+
+    for key, v in pairs:
+        why = slo_looks_like_ms(key, v) if key in ("ttft", "tpot") else None
+        if why:
+            warn(f"--slo {item!r}: {key} = {v:g} {why}")
+
+
+def implicit_deadline(sc, workload, cls: str, grace: float, skip=None) -> dict:
+    """The implicit deadline of class ``cls`` (see module docstring): ``done_s``, and what it
+    was made of: ``horizon_s``, ``grace``, ``longest_s`` (s) and the longest request (its row in
+    the stream, ``request``, with its arrival, s, and lengths, tokens; None without one).
+    ``skip``: rows left out (refused at any count)."""
+    base = sc.horizon_s * (1 + grace)
+    out = {"horizon_s": sc.horizon_s, "grace": grace, "longest_s": 0.0, "request": None}
+    df = getattr(workload, "open", None)
+    if df is None or not len(df):
+        return {"done_s": base, **out}
+    mine = (df["cls"] == cls).to_numpy().copy()  # (pandas may hand out a read-only view)
+    if skip is not None and len(skip):
+        mine[np.asarray(skip, dtype=np.int64)] = False
+    rows = np.flatnonzero(mine)
+    if not len(rows):
+        return {"done_s": base, **out}
+    prompt = df["prompt_tokens"].to_numpy(np.int64)[rows]
+    gen = np.minimum(df["output_tokens"].to_numpy(np.int64), df["max_tokens"].to_numpy(np.int64))[rows]
+    costs = engine_costs(sc)
+    # (service time grows with either length: the longest lies on the pareto front of the two)
+    best, best_s = None, -1.0
+    for i in _pareto_front(prompt, gen):
+        t = unloaded_service_s(costs, sc.engine, int(prompt[i]), int(gen[i]))
+        if t > best_s:
+            best, best_s = i, t
+    r = int(rows[best])
+    out.update(longest_s=best_s, request={"id": r, "arrival_s": float(df["arrival_s"].iat[r]),
+                                          "prompt_tokens": int(prompt[best]), "output_tokens": int(gen[best])})
+    return {"done_s": base + best_s, **out}
+
+
+def _pareto_front(a: np.ndarray, b: np.ndarray) -> list[int]:
+    """Indices of the points not dominated in both ``a`` and ``b`` (one per distinct pair)."""
+    order = np.lexsort((-b, -a))  # a descending, then b descending
+    out, top = [], -1
+    for i in order:
+        if b[i] > top:
+            out.append(int(i))
+            top = b[i]
+    return out
+
+
+def engine_costs(sc):
+    """The cost model a replica of ``sc``'s ``[engine]`` prices its steps with."""
+    from pathlib import Path
+
+    from sim.core.costs import load_profile
+
+    e = sc.engine
+    return load_profile(e.profile, Path(sc.base_dir), overhead=e.overhead, host_cpu=e.host_cpu,
+                        entrypoint=e.entrypoint, scale=e.cost_scale)
+
+
+def unloaded_service_s(costs, engine, prompt: int, gen: int) -> float:
+    """Seconds one request takes on an idle replica: the front end's latency, its prompt
+    prefilled in the engine's chunks (the first token comes with the last chunk) and ``gen - 1``
+    decode steps at batch 1, its context growing a token a step."""
+    t = costs.overhead.frontend_s
+    chunk = prompt
+    if engine.chunked_prefill:
+        chunk = min(engine.max_batched_tokens, engine.max_prefill_chunk or prompt) or prompt
+    done = 0
+    while done < prompt:
+        n = min(chunk, prompt - done)
+        t += costs.step_ns(n, 0, n * n, n * done, 0, 1, 1 if done == 0 else 0) / NS
+        done += n
+    steps = max(gen - 1, 0)
+    if steps:
+        line = costs.decode_line(1)
+        if line is not None:  # (a + b * context per step: summed in closed form)
+            a, b = line
+            t += steps * a + b * (steps * prompt + steps * (steps + 1) / 2)
+        else:
+            t += sum(costs.step_ns(0, 1, 0, 0, prompt + j) for j in range(1, steps + 1)) / NS
+    return t
+
+
+def refused_requests(sc, workload) -> dict[str, dict]:
+    """The open requests a replica of ``sc``'s ``[engine]`` refuses at their arrival for their
+    length, whatever the load and the replica count (the engine's own test: prompt + max_tokens
+    over ``engine.max_model_len``: ``too_long``; more KV than the replica could ever give one
+    request: ``too_large``), per class with any: ``{"too_long": n, "too_large": n, "arrived": n,
+    "max_model_len": tokens or None, "rows": [row, ...]}``."""
+    df = getattr(workload, "open", None)
+    if df is None or not len(df):
+        return {}
+    import simpy
+
+    from sim.assembly import build_engine
+
+    eng = build_engine(sc, simpy.Environment())
+    lim = eng.limits
+    need = df["prompt_tokens"].to_numpy(np.int64) + df["max_tokens"].to_numpy(np.int64)
+    too_long = need > lim.max_model_len
+    prio = {c.name: c.priority for c in sc.classes}
+    cap = {c: lim.need_limit(p, eng.pool) for c, p in prio.items()}
+    limit = df["cls"].map(cap).to_numpy(np.int64)
+    too_large = ~too_long & (need + lim.draft_slots > limit)
+    out = {}
+    cls = df["cls"].to_numpy()
+    for c in prio:
+        mine = cls == c
+        tl, tg = int((too_long & mine).sum()), int((too_large & mine).sum())
+        if tl or tg:
+            out[c] = {"too_long": tl, "too_large": tg, "arrived": int(mine.sum()),
+                      "max_model_len": sc.engine.max_model_len,
+                      "rows": np.flatnonzero((too_long | too_large) & mine).tolist()}
+    return out
 
 
 def check_point(summary: dict, requests: pd.DataFrame, slos: dict[str, dict]) -> dict[str, dict]:
@@ -70,7 +224,11 @@ def check_point(summary: dict, requests: pd.DataFrame, slos: dict[str, dict]) ->
     for cname, s in slos.items():
         m = summary["classes"][cname]
         g = requests[requests["class"] == cname]
-        last = float(g["finish_s"].max()) if len(g) and g["finish_s"].notna().any() else 0.0
+        fin = g["finish_s"]
+        last = float(fin.max()) if len(g) and fin.notna().any() else 0.0
+        # (the request that finished last, by its arrival: a partition probed alone numbers its
+        # requests from 0, so an id would not name the same request everywhere)
+        last_arrival = float(g["arrival_s"].loc[fin.idxmax()]) if len(g) and fin.notna().any() else None
         ok = m["finished"] == m["arrived"]
         ratio = 0.0
         for key, col in (("ttft", "ttft_p99_s"), ("tpot", "tpot_p99_s")):
@@ -82,7 +240,8 @@ def check_point(summary: dict, requests: pd.DataFrame, slos: dict[str, dict]) ->
             ok = ok and last <= s["done"]
         out[cname] = {"ok": bool(ok), "arrived": m["arrived"], "finished": m["finished"],
                       "ttft_p99_s": m["ttft_p99_s"], "tpot_p99_s": m["tpot_p99_s"], "last_finish_s": last,
-                      "output_tokens_per_s": m["output_tokens_per_s"], "slo_ratio": ratio}
+                      "last_arrival_s": last_arrival, "output_tokens_per_s": m["output_tokens_per_s"],
+                      "slo_ratio": ratio}
     return out
 
 
