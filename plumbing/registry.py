@@ -114,8 +114,12 @@ def load_dotted(path: str) -> Any:
     else:
         try:
             module = _import(module_name)
-        except ImportError as exc:
-            raise KeyError(f"cannot import module '{module_name}' for '{path}': {exc}") from exc
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.split(".")[0] == exc.name.split(".")[0]:
+                raise KeyError(f"cannot import module '{module_name}' for '{path}': {exc}") from exc
+            raise KeyError(f"cannot import module '{module_name}' for '{path}': {_raised_at(exc)}") from exc
+        except Exception as exc:  # noqa: BLE001 - the module's own code failed: where, in one line
+            raise KeyError(f"cannot import module '{module_name}' for '{path}': {_raised_at(exc)}") from exc
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -152,7 +156,38 @@ def _load_file(file: str, path: str) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the file's own code failed: where, in one line
+        del sys.modules[name]
+        raise KeyError(f"cannot load '{path}': {_raised_at(exc)}") from exc
     except BaseException:
         del sys.modules[name]
         raise
     return module
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a message shows it: relative to the current folder when it is inside it (as
+    a user names a file there), else as it is."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line: Type: message`` of an exception raised while a user's module loaded: a
+    SyntaxError where it says, anything else at the innermost frame of the traceback that is
+    not Python's import machinery (the module's line, or the line of a module it imports)."""
+    text = " ".join(str(exc.msg if isinstance(exc, SyntaxError) else exc).split())
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{shown_path(exc.filename)}:{exc.lineno}" if exc.lineno else shown_path(exc.filename)
+    else:
+        where = ""
+        tb = exc.__traceback__
+        while tb is not None:
+            f = tb.tb_frame.f_code.co_filename
+            if not f.startswith("<frozen"):
+                where = f"{shown_path(f)}:{tb.tb_lineno}"
+            tb = tb.tb_next
+    return f"{where + ': ' if where else ''}{type(exc).__name__}: {text}"

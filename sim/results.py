@@ -404,8 +404,20 @@ class Results:
         """The compact per-class table the CLI prints."""
         cols = ["class", "arrived", "finished", "rejected", "unfinished", "ttft_p50_s", "ttft_p99_s",
                 "tpot_p50_s", "e2e_p99_s", "output_tokens_per_s", "preemptions", "slo_attainment"]
-        df = self.summary.reindex(columns=cols)
+        df = numeric_columns(self.summary.reindex(columns=cols))
         return df.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+
+
+def numeric_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each column of numbers and None (a metric some rows lack) as floats, so that
+    a missing value prints as ``na_rep`` in every row (as an object column it prints ``None``)."""
+    out = df.copy()
+    for c in out.columns:
+        col = out[c]
+        if col.dtype == object and col.map(lambda v: v is None or (isinstance(v, (int, float))
+                                                                   and not isinstance(v, bool))).all():
+            out[c] = col.astype("float64")
+    return out
 
 
 def _attributed(rows: list[dict], per_token_s: float) -> dict:

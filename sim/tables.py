@@ -352,13 +352,24 @@ def check_profile(sc, eng, key: str | None = None) -> None:
 def check_policy(sc, pol, key: str) -> None:
     """Policy settings ``pol`` make a policy, and the parameters that name classes name the
     scenario's (a ScenarioError naming ``key``)."""
-    from policies import make_policy
+    from policies import POLICIES, make_policy
+    from sim.core.guard import files_of, policy_code_error, warn_shared_random
     try:
         policy = make_policy(pol.name, **pol.params())
         if hasattr(policy, "bind"):
             policy.bind({c.name: c.model_dump() for c in sc.classes}, 0)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ScenarioError(f"{sc.source}: {key}: {error_message(exc)}") from None
+    except Exception as exc:
+        # a bad parameter's ValueError (or TypeError) is the policy's own one line; an unknown
+        # name's KeyError the registry's; anything else the user's __init__ or bind raised is
+        # named with its line; the rest (a bug) keeps its traceback
+        err = policy_code_error(exc, files_of([pol.name]))
+        if isinstance(exc, (ValueError, TypeError)) or (isinstance(exc, KeyError) and err is None):
+            raise ScenarioError(f"{sc.source}: {key}: {error_message(exc)}") from None
+        if err is None:
+            raise
+        raise ScenarioError(f"{sc.source}: {key}: {err}") from None
+    if pol.name not in POLICIES.names():
+        warn_shared_random(pol.name)
 
 
 def _check_group(sc, i: int, g: GroupConfig) -> None:

@@ -144,6 +144,31 @@ class NoneKey(Lead):
 class NanChange(Fifo):
     def next_change(self, now):
         return math.nan
+
+
+class KeyRaises(Fifo):
+    def key(self, req, now):
+        return (self.deadlines[req.cls], req.arrival_s, req.request_id)
+
+
+class FinishRaises(Fifo):
+    def on_finish(self, req, now):
+        self.done = 1 / 0
+
+
+class ReadsLength(Fifo):
+    def key(self, req, now):
+        return (req.true_output_tokens, req.arrival_s, req.request_id)
+
+
+class NoTieBreak(Fifo):
+    def key(self, req, now):
+        return (req.request_id, req.arrival_s)
+
+
+class BindRaises(Fifo):
+    def bind(self, classes, seed):
+        self.slo = classes["interactive"]["ttft_slo_s"]
 """
 
 
@@ -218,6 +243,18 @@ CASES = [
     Case("policy_key_str", "a user policy's key holding a string", RUN, policy_case("StrKey")),
     Case("policy_key_none", "a user policy's key holding None", RUN, policy_case("NoneKey")),
     Case("policy_next_change_nan", "a user policy's next_change() returning NaN", RUN, policy_case("NanChange")),
+    Case("policy_syntax_error", "a user policy file that does not parse", RUN,
+         {"s.toml": scenario(policy="p.py:Fifo"), "p.py": "from policies import BasePolicy\n\nclass Fifo(BasePolicy)\n"}),
+    Case("policy_import_error", "a user policy file importing a module that is not there", RUN,
+         {"s.toml": scenario(policy="p.py:Fifo"), "p.py": POLICY_FILE.replace("import math", "import mathh")}),
+    Case("policy_bind_raises", "a user policy's bind() raising", RUN, policy_case("BindRaises")),
+    Case("policy_key_raises", "a user policy's key() raising during the run", RUN, policy_case("KeyRaises")),
+    Case("policy_on_finish_raises", "a user policy's on_finish() raising during the run", RUN,
+         policy_case("FinishRaises")),
+    Case("policy_reads_true_length", "a user policy reading req.true_output_tokens, not an oracle", RUN,
+         policy_case("ReadsLength")),
+    Case("policy_key_no_tiebreak", "a user policy's key not ending in (arrival_s, request_id)", RUN,
+         policy_case("NoTieBreak")),
     Case("stream_class_typo", "a stream naming a misspelt class", RUN, {"s.toml": scenario(cls="bach")}),
     Case("name_escapes", 'name = "../../escape"', RUN[:-2] + ["--set", 'name="../../escape"'],
          {"s.toml": scenario()}),
@@ -509,7 +546,7 @@ The same for every `priosim` command (and in `priosim --help`):
 |---|---|
 | 0 | done |
 | 1 | a run failed inside a `sweep`, `tune` or `capacity` search (each failure is printed; a sweep's other runs go on, and its failures' tracebacks are in `DIR/failures/`) |
-| 2 | bad input: one line `error: ...`, before any work (a bad option value or an unknown option too) |
+| 2 | bad input: one line `error: ...`, before any work (a bad option value or an unknown option too); also a user's policy that breaks its contract or whose own code raises during a run (one line naming the policy, the hook, the exception and the line of its file; in a `sweep`, that run's failure, status 1) |
 | 130 | interrupted (Ctrl-C): one line `interrupted`; nothing partial is published (results are written under a hidden name and renamed when whole; a rerun of a sweep or `tune --resume` finishes the rest) |
 
 ## The bad inputs

@@ -181,3 +181,63 @@ def test_a_long_pure_python_run_ends_with_a_hint_about_the_compiled_build(tmp_pa
     else:
         assert len(hints) == 1 and "priosim native build" in hints[0]
     assert "hint:" not in res.stdout
+
+
+def _offered(output: str) -> float:
+    line = next(x for x in output.splitlines() if x.startswith("offered load, all streams:"))
+    return float(line.split()[4])
+
+
+def _first_row(output: str, column: str) -> str:
+    """``column`` of the first row of the stream table ``priosim workload`` prints."""
+    lines = output.splitlines()
+    i = next(i for i, x in enumerate(lines) if "offered_load" in x.split())
+    return lines[i + 1].split()[lines[i].split().index(column) + 1]  # (+1: the row's index)
+
+
+def test_workload_offered_load_prices_no_decode_step_for_the_first_token(tmp_path):
+    # M/D/1: one-token prompts and outputs, a constant 5 ms step: the prefill gives the only
+    # token, so a request is one step and the utilisation is rate x 5 ms (not twice that)
+    import tomli_w
+
+    from tests.theory_cases import STEP_S, single_server
+
+    sc = single_server(policy={"name": "fcfs"}, classes=[("a", 0, 99.5)], horizon_s=400.0, seed=1, output=1)
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(sc))
+    res = _run(["workload", str(tmp_path / "s.toml")])
+    assert res.exit_code == 0, res.output
+    rate = float(_first_row(res.output, "rate"))
+    assert _offered(res.output) == pytest.approx(rate * STEP_S, rel=2e-3)
+    assert 0.45 < _offered(res.output) < 0.55
+
+
+def test_workload_offered_load_batch_is_what_the_kv_pool_holds(tmp_path):
+    # 16k-token prompts, 1k outputs: a sequence holds ceil(16,500 / 16) = 1,032 blocks, so a
+    # pool of 18 x 1,032 + 5 blocks holds 18 of them, not max_num_seqs = 256
+    import tomli_w
+
+    from tests.conftest import small_scenario
+
+    sc = small_scenario(engine__max_num_seqs=256, engine__kv_blocks=18 * 1032 + 5)
+    sc["streams"] = [{"tenant": "a", "class": "hi", "arrival": {"process": "poisson", "rate": 1.0},
+                      "prompt_tokens": 16000, "output_tokens": 1000, "max_tokens": 1000}]
+    sc["classes"] = sc["classes"][:1]
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(sc))
+    res = _run(["workload", str(tmp_path / "s.toml")])
+    assert res.exit_code == 0, res.output
+    assert _first_row(res.output, "batch") == "18"
+    sc["engine"]["kv_blocks"] = 1_000_000  # (a pool that holds a full batch: the batch is max_num_seqs)
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(sc))
+    full = _run(["workload", str(tmp_path / "s.toml")])
+    assert _first_row(full.output, "batch") == "256"
+    assert _offered(res.output) > 1.2 * _offered(full.output)  # (fewer sequences share each step)
+
+
+def test_run_table_shows_a_missing_value_as_a_dash_in_every_row(tmp_path):
+    # (a metric column holding numbers and None printed None in a row with data, - in an empty one)
+    res = _run(["run", "chat_vs_batch", "--set", "horizon_s=10", "--set", "drain=false", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    table = res.output.split("events=")[0]
+    assert "None" not in table
+    chat = next(ln for ln in table.splitlines() if ln.split()[:1] == ["interactive"]).split()
+    assert chat[7] == "-"  # tpot_p50_s: no chat request finished

@@ -595,6 +595,28 @@ def test_capacity_search_by_hand():
     assert tried[("shared", (8,))] is False and tried[("shared", (9,))] is True
 
 
+def test_capacity_probes_kept_are_not_reused_after_the_policy_file_changed(tmp_path):
+    # a kept probe is named by the scenario and what the files it reads hold: an edited policy
+    # file is simulated again, and the search says why
+    pol = tmp_path / "p.py"
+    pol.write_text("from policies.priority import Priority as P\n")
+    d = toy(0)
+    d["policy"] = {"name": f"{pol}:P"}
+    sc = scenario_from_dict(d)
+    slos = parse_slos(sc)
+    lines: list[str] = []
+    first = capacity_search(sc, ["shared"], slos, workers=1, out_dir=tmp_path / "c", log=lines.append)
+    kept = {p.name for p in (tmp_path / "c" / "probes").glob("*.json")}
+    capacity_search(sc, ["shared"], slos, workers=1, out_dir=tmp_path / "c", log=lines.append)
+    assert {p.name for p in (tmp_path / "c" / "probes").glob("*.json")} == kept  # (all reused)
+    pol.write_text("from policies.fcfs import FCFS as P\n")
+    lines.clear()
+    again = capacity_search(sc, ["shared"], slos, workers=1, out_dir=tmp_path / "c", log=lines.append)
+    assert len({p.name for p in (tmp_path / "c" / "probes").glob("*.json")} - kept) >= len(first.points) - 1
+    assert f"rerun: {pol.resolve()} changed since the kept probes read it: its points are simulated again" in lines
+    assert again.designs["shared"]["replicas"] == first.designs["shared"]["replicas"]
+
+
 def test_capacity_search_from_known_verdicts():
     """A search at another time factor started from the verdicts a first search established
     that still hold (a miss stays a miss with slower steps, a pass stays a pass with faster

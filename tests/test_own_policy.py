@@ -73,3 +73,35 @@ def test_bad_policy_path_is_one_line_exit_2(tmp_path, spec, fragment):
 
 def test_a_file_is_imported_once():
     assert load_dotted(f"{EXAMPLE}:LIFO") is load_dotted(f"{EXAMPLE}:LIFO")
+
+
+def _user_policy(tmp_path, body: str) -> str:
+    (tmp_path / "up.py").write_text("import json\n\nfrom policies import BasePolicy\n\n\nclass P(BasePolicy):\n" + body)
+    return f"{tmp_path / 'up.py'}:P"
+
+
+def test_an_exception_in_the_users_key_is_one_line_naming_hook_and_line(tmp_path):
+    from sim import ScenarioError, scenario_from_dict, simulate
+    from sim.core.guard import PolicyCodeError
+
+    name = _user_policy(tmp_path, "    def key(self, req, now):\n        return (self.nope, req.arrival_s, req.request_id)\n")
+    with pytest.raises(PolicyCodeError) as err:
+        simulate(scenario_from_dict(small_scenario(policy={"name": name}, horizon_s=3.0)))
+    msg = str(err.value)
+    assert isinstance(err.value, ScenarioError) and "\n" not in msg
+    assert msg.startswith(f"policy '{name}': key() raised AttributeError:") and msg.endswith("up.py:8)")
+
+
+def test_an_exception_raised_below_the_users_code_keeps_its_traceback(tmp_path):
+    # (the user's key calls a library that raises: not the user's own line; it is not masked)
+    from sim import scenario_from_dict, simulate
+
+    name = _user_policy(tmp_path, "    def key(self, req, now):\n"
+                                  "        return (json.loads('not json'), req.arrival_s, req.request_id)\n")
+    with pytest.raises(json_error()):
+        simulate(scenario_from_dict(small_scenario(policy={"name": name}, horizon_s=3.0)))
+
+
+def json_error():
+    import json
+    return json.JSONDecodeError

@@ -66,3 +66,25 @@ def test_ranges():
     assert split_ranges("policy.name=fcfs,priority,load=0.8..1.2") == {"policy.name": "fcfs,priority",
                                                                        "load": "0.8..1.2"}
     assert parse_range("policy.name", "fcfs,priority").choices == ("fcfs", "priority")
+
+
+def test_a_class_with_no_tpot_sample_misses_its_slo_as_tune_judges_it(tmp_path):
+    # with no cap, none of chat's requests finishes in the 10 s (no TPOT at all): that misses
+    # the TPOT SLO, it does not leave the ratio to TTFT alone (which would read 0.95, met)
+    from sim.experiments.sensitivity import Metric
+    from sim.experiments.slos import MISSED
+    from sim.experiments.tune import SLO
+
+    res = _run(tmp_path / "a", "--workers", "2")
+    doc = json.loads((tmp_path / "a" / "sensitivity.json").read_text())
+    cap = next(r for r in doc["knobs"] if r["knob"].startswith("classes."))
+    by_value = {p["value"]: p["metric"] for p in cap["points"]}
+    assert by_value[0] == MISSED == doc["base_metric"]
+    assert 1.0 < by_value[4096] < MISSED and by_value[256] < 1.0
+    assert "0 -> missed" in res.stdout and "of the scenario as it is: missed" in res.stdout
+    # the same judgement as tune's: a missing measure violates the constraint
+    summary = {"classes": {"chat": {"ttft_p99_s": 0.25, "tpot_p99_s": None}}}
+    assert Metric().read(summary, {"chat": (0.5, 0.1)}) == MISSED
+    assert SLO("chat", "tpot", 0.1).violation(SLO("chat", "tpot", 0.1).measure(summary, None)) > 0
+    assert Metric().read({"classes": {"chat": {"ttft_p99_s": 0.25, "tpot_p99_s": 0.05}}},
+                         {"chat": (0.5, 0.1)}) == pytest.approx(0.5)

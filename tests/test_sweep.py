@@ -160,6 +160,58 @@ def test_changed_base_scenario_does_not_reuse_old_folders(tmp_path):
     assert "1 done, 0 skipped" in res.output
 
 
+FIFO_FILE = """from policies import BasePolicy
+
+
+class P(BasePolicy):
+    def key(self, req, now):
+        return (LEAD(req), req.arrival_s, req.request_id)
+
+
+def LEAD(req):
+    return {lead}
+"""
+
+
+def test_an_edited_policy_file_makes_its_runs_run_again(tmp_path):
+    # the scenario names the file, not what it holds: a finished run of the old contents is not
+    # reused, and the line says which file changed
+    pol = tmp_path / "p.py"
+    pol.write_text(FIFO_FILE.format(lead="0"))
+    out = tmp_path / "sw"
+    args = ["sweep", "chat_vs_batch", "--policies", f"{pol}:P,fcfs", *SMALL, "--workers", "1", "--no-plots",
+            "--out", str(out)]
+    assert _cli(args).exit_code == 0
+    again = _cli(args)
+    assert "0 done, 2 skipped" in again.output and "rerun:" not in again.output
+    pol.write_text(FIFO_FILE.format(lead="-req.arrival_s"))  # (LIFO: another schedule)
+    res = _cli(args)
+    assert res.exit_code == 0, res.output
+    assert "1 done, 1 skipped" in res.output
+    assert f"rerun: {pol.resolve()} changed since 1 finished run read it: it runs again" in res.output
+    run = json.loads((out / "runs" / next(p.name for p in (out / "runs").iterdir() if "p.py" in p.name)
+                      / RUN_FILE).read_text())
+    from sim.inputs import file_sha256
+    assert run["inputs"] == {str(pol.resolve()): file_sha256(pol)}
+
+
+def test_an_edited_trace_file_makes_its_runs_run_again(tmp_path):
+    import tomli_w
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t,p,o\n" + "".join(f"{i * 0.1},50,20\n" for i in range(30)))
+    sc = small_scenario(horizon_s=5.0)
+    sc["streams"][0] = {"tenant": "a", "class": "hi", "trace": {
+        "format": "csv", "path": "t.csv", "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}}}
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(sc))
+    args = ["sweep", str(tmp_path / "s.toml"), "--workers", "1", "--no-plots", "--out", str(tmp_path / "sw")]
+    assert _cli(args).exit_code == 0
+    assert "0 done, 1 skipped" in _cli(args).output
+    trace.write_text("t,p,o\n" + "".join(f"{i * 0.1},400,20\n" for i in range(30)))  # (longer prompts)
+    res = _cli(args)
+    assert "1 done, 0 skipped" in res.output and f"rerun: {trace.resolve()} changed" in res.output
+
+
 def test_a_broken_run_is_reported_and_the_others_land(tmp_path):
     out = tmp_path / "sw"
     args = ["sweep", "chat_vs_batch", "--policies", "fcfs,tests.sweep_helpers:Broken,priority", "--loads", "1",

@@ -82,6 +82,21 @@ def test_killed_tune_resumes_without_redoing_finished_trials(tmp_path):
     assert run_tune(spec, tmp_path, trials=5, resume=True, log=lambda *_: None).simulations_now == 0
 
 
+def test_resume_after_the_policy_file_changed_is_refused_naming_it(tmp_path):
+    # the study's trials were measured with the old policy: resuming would mix two policies
+    from sim.experiments.tune import TuneError
+
+    pol = tmp_path / "p.py"
+    pol.write_text("from policies.fcfs import FCFS as P\n")
+    spec = _spec(small_scenario(horizon_s=3.0, policy={"name": f"{pol}:P"}), ["engine.max_num_seqs=1..8"],
+                 "output_tokens_per_s", [])
+    run_tune(spec, tmp_path / "t", trials=1, log=lambda *_: None)
+    assert run_tune(spec, tmp_path / "t", trials=2, resume=True, log=lambda *_: None).trials == 2
+    pol.write_text("from policies.priority import Priority as P\n")
+    with pytest.raises(TuneError, match=f"--resume: {pol.resolve()} changed since the tune"):
+        run_tune(spec, tmp_path / "t", trials=3, resume=True, log=lambda *_: None)
+
+
 def _cli(*args):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 

@@ -250,3 +250,28 @@ def test_a_list_item_may_be_named():
     from sim.core.errors import ScenarioError
     with pytest.raises(ScenarioError, match="'nope' is not an index or a name of classes.*names: chat, batch"):
         scenario_from_dict(data, overrides=["classes.nope.priority=5"])
+
+
+@pytest.mark.parametrize("body,expr,call", [
+    ("import random\n", "random.random()", "random.random"),
+    ("import numpy as np\n", "np.random.random()", "numpy.random.random"),
+    ("from random import random\n", "random()", "random.random"),
+])
+def test_a_policy_drawing_from_the_shared_random_generator_warns_once(tmp_path, body, expr, call):
+    (tmp_path / "p.py").write_text(f"{body}from policies import BasePolicy\n\n\nclass P(BasePolicy):\n"
+                                   f"    def key(self, req, now):\n"
+                                   f"        return ({expr}, req.arrival_s, req.request_id)\n")
+    res = run(tmp_path, args=["--policy", f"{tmp_path / 'p.py'}:P"])
+    assert res.exit_code == 0, res.output
+    ws = warnings_of(res)
+    assert len(ws) == 1 and f"p.py:7 calls {call}()" in ws[0] and "runs will not repeat" in ws[0]
+
+
+def test_a_policy_with_its_own_seeded_generator_is_not_warned_about(tmp_path):
+    (tmp_path / "p.py").write_text("import random\n\nfrom policies import BasePolicy\n\n\nclass P(BasePolicy):\n"
+                                   "    def bind(self, classes, seed):\n        self.rng = random.Random(seed)\n\n"
+                                   "    def key(self, req, now):\n"
+                                   "        return (self.rng.random(), req.arrival_s, req.request_id)\n")
+    res = run(tmp_path, args=["--policy", f"{tmp_path / 'p.py'}:P"])
+    assert res.exit_code == 0, res.output
+    assert warnings_of(res) == []

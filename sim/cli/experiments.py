@@ -64,7 +64,8 @@ def sweep(scenario, policies, loads, seeds, sets, grid_file, out, workers, backe
                         address=address, progress=progress, trace_iterations=trace_iterations,
                         meta={"scenario_name": sc.name, "axes": axes, "overrides": list(sets),
                               "seed_repeats_not_run": repeats,
-                              **({"uncertainty": unc_meta} if unc_meta else {})})
+                              **({"uncertainty": unc_meta} if unc_meta else {})},
+                        log=click.echo)
         _report_sweep(out, axes, rep, no_plots)
     except OSError as exc:  # (a full disk: the runs finished so far are kept; a rerun goes on)
         fail_write(out, exc)

@@ -239,9 +239,11 @@ def echo_cluster(res) -> None:
     lay = res.summary_dict["cluster"]
     scaled = " at the start, autoscaled" if lay.get("fleet", {}).get("decisions") else ""
     click.echo(f"cluster: {lay['replicas_total']} replicas ({lay['gpus_total']} GPUs){scaled}, router={lay['router']}")
+    from sim.results import numeric_columns
+
     fmt = lambda v: f"{v:.4g}"  # noqa: E731
-    click.echo(res.group_table().to_string(index=False, float_format=fmt, na_rep="-"))
-    click.echo(res.replica_table().to_string(index=False, float_format=fmt, na_rep="-"))
+    click.echo(numeric_columns(res.group_table()).to_string(index=False, float_format=fmt, na_rep="-"))
+    click.echo(numeric_columns(res.replica_table()).to_string(index=False, float_format=fmt, na_rep="-"))
     echo_fleet(res)
 
 

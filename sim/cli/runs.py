@@ -2,6 +2,7 @@
 routers)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -267,6 +268,28 @@ def _no_overhead():
     return resolve_overhead("none")
 
 
+# Offered load: engine seconds per second the stream asks for, pricing each request as a lone
+# prefill of its mean prompt (which gives its first token) plus its other output tokens decoded
+# in a full batch at its mean context. 1.0 is the replica's capacity, roughly.
+def decode_batch(row, max_num_seqs: int, kv_blocks: int, block_size: int) -> int:
+    """The sequences a full decode step of this stream holds: ``max_num_seqs``, or fewer when
+    the KV pool (``kv_blocks`` blocks of ``block_size`` tokens) holds fewer at the stream's mean
+    context (its prompt and half its output); at least 1."""
+    ctx = row["prompt_mean"] + row["output_mean"] / 2
+    per_seq = max(1, math.ceil(ctx / block_size))
+    return max(1, min(max_num_seqs, kv_blocks // per_seq))
+
+
+def work_s(row, costs) -> float:
+    """Engine seconds one mean request of this stream costs (``row["batch"]``: its decode
+    batch): a prefill of its mean prompt, then its output less the first token (the prefill's)
+    in decode steps shared by the batch."""
+    b = int(row["batch"])
+    ctx = row["prompt_mean"] + row["output_mean"] / 2
+    return (costs.prefill_s(int(row["prompt_mean"]))
+            + max(row["output_mean"] - 1.0, 0.0) * costs.step_s(D=b, sum_ctx=b * ctx) / b)
+
+
 @main.command()
 @click.argument("scenario", required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. horizon_s=600")
@@ -290,20 +313,15 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
     costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead,
                          host_cpu=sc.engine.host_cpu)
-    # Offered load: engine seconds per second the stream asks for, pricing each request as a
-    # lone prefill of its mean prompt plus its mean output decoded in a full batch
-    # (max_num_seqs sequences at its mean context). 1.0 is the replica's capacity, roughly.
     B = sc.engine.max_num_seqs
+    kv_blocks = sc.engine.kv_blocks or costs.kv_blocks(sc.engine.block_size)
     if len(stats):
-        def work_s(row):
-            ctx = row["prompt_mean"] + row["output_mean"] / 2
-            return (costs.prefill_s(int(row["prompt_mean"]))
-                    + row["output_mean"] * costs.step_s(D=B, sum_ctx=B * ctx) / B)
-        stats["offered_load"] = stats["rate"] * stats.apply(work_s, axis=1)
+        stats["batch"] = stats.apply(lambda row: decode_batch(row, B, kv_blocks, sc.engine.block_size), axis=1)
+        stats["offered_load"] = stats["rate"] * stats.apply(lambda row: work_s(row, costs), axis=1)
     click.echo(stats.to_string(float_format=lambda v: f"{v:.4g}"))
     if len(stats):
         click.echo(f"offered load, all streams: {stats['offered_load'].sum():.3g} of one replica "
-                   f"({costs.name}, {B} sequences a step)")
+                   f"({costs.name}; a decode step of up to {B} sequences, as many as {kv_blocks} KV blocks hold)")
     if lenient:
         click.echo(f"lenient: skipped {skipped_rows(wl.meta)} bad trace rows", err=True)
     if out:

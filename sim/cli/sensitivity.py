@@ -63,7 +63,7 @@ def sensitivity(scenario, knobs, metric, ranges, method, levels, samples, sets, 
     with staged(out, "sensitivity") as tmp:
         sv.save(rep, sc.name, tmp, plots=not no_plots)
     if method == "oat":
-        click.echo(f"{st.metric.label} of the scenario as it is: {sv.fmt(rep['base_metric'])}")
+        click.echo(f"{st.metric.label} of the scenario as it is: {sv.fmt_metric(rep['base_metric'], rep)}")
     click.echo(sv.table_text(rep))
     for r in rep["knobs"]:
         if r["priosim_only"]:

@@ -20,9 +20,19 @@ A user's policy (``pkg.mod:Class`` or ``path/file.py:Class``) is wrapped by
 * hands ``before_ranking`` a read-only context and ``on_scheduled_run`` its items with views,
   its durations as a tuple.
 
+* checks that the first keys (:data:`TAIL_CHECKS` of them) end in ``(arrival_s, request_id)``,
+  the tie-break the contract asks for (a few calls show a policy that leaves it out; checking
+  every key would cost every run).
+
 Each refusal is a :class:`PolicyContractError` (a :class:`~sim.core.errors.ScenarioError`: the
 command prints its one line and exits with status 2). Everything else a policy has (``name``,
 ``report()``, its own attributes) is read through the wrapper unchanged.
+
+An exception the user's own code raises while the run goes on (in ``key()``, ``on_finish``, or
+reading ``true_output_tokens`` without being an oracle) becomes a :class:`PolicyCodeError`, one
+line naming the policy, the hook, the exception and the line of the user's file
+(:func:`policy_code_error`, called where a run ends: :func:`sim.run.simulate`). Only exceptions
+raised in the user's file are: one raised deeper, in priosim or a library, keeps its traceback.
 """
 from __future__ import annotations
 
@@ -35,8 +45,8 @@ from typing import Any
 from policies.base import BasePolicy, RankingContext
 from sim.core.errors import ScenarioError
 
-__all__ = ["PolicyContractError", "ReadOnlyRequest", "guard_policy", "checked_key", "checked_next_change",
-           "one_line_repr"]
+__all__ = ["PolicyContractError", "PolicyCodeError", "ReadOnlyRequest", "guard_policy", "checked_key",
+           "checked_next_change", "one_line_repr", "policy_code_error", "policy_files", "TAIL_CHECKS"]
 
 READ_ONLY = "policies see requests read-only"
 
@@ -44,6 +54,11 @@ READ_ONLY = "policies see requests read-only"
 class PolicyContractError(ScenarioError):
     """A policy broke the contract of :mod:`policies.base` while the run went on: it wrote into
     a request, or answered a key or a next-change time that is not one. One line."""
+
+
+class PolicyCodeError(ScenarioError):
+    """A user's policy raised an exception of its own while the run went on. One line: the
+    policy, the hook the engine called, the exception, and where in the user's file."""
 
 
 def one_line_repr(value: Any, limit: int = 80) -> str:
@@ -218,6 +233,20 @@ def _element(k: tuple, x: Any) -> str:
     return f" (element {i} is {what})"
 
 
+#: how many of a user policy's first keys are checked to end in (arrival_s, request_id)
+TAIL_CHECKS = 16
+
+
+def check_tail(k: tuple, who: str, req: Any) -> None:
+    """PolicyContractError unless key ``k`` (checked) ends in the request's ``(arrival_s,
+    request_id)``: the tie-break that makes the order total and every run repeat."""
+    if len(k) < 2 or k[-2] != req.arrival_s or k[-1] != req.request_id:
+        raise PolicyContractError(f"policy '{who}': key() returned {one_line_repr(k)} for request {req.request_id}: "
+                                  f"expected a tuple ending in (arrival_s, request_id) = ({req.arrival_s!r}, "
+                                  f"{req.request_id}), the tie-break that makes the order total "
+                                  f"(policies.check_policy checks the whole contract)")
+
+
 def _bad_key(k: Any, who: str, req: Any, detail: str) -> None:
     raise PolicyContractError(f"policy '{who}': key() returned {one_line_repr(k)} for request "
                               f"{getattr(req, 'request_id', '?')}{detail}: {KEY_EXPECTED}")
@@ -269,6 +298,7 @@ class GuardedPolicy:
         self._who = who
         self._views: dict[int, ReadOnlyRequest] = {}  # request id -> its view, while it lives
         self._key = inner.key  # (bound once: read at every key)
+        self._tails = TAIL_CHECKS  # first keys still to check for the (arrival_s, request_id) tail
         hook = getattr(inner, "before_ranking", None)
         if hook is None or getattr(hook, "__func__", hook) is BasePolicy.before_ranking:
             self.before_ranking = hook  # none, or the default (it reads ctx.queue_len only)
@@ -276,7 +306,7 @@ class GuardedPolicy:
             self.before_ranking = self._before_ranking
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_inner", "_who", "_views", "_key"):
+        if name.startswith("__") or name in ("_inner", "_who", "_views", "_key", "_tails"):
             raise AttributeError(name)
         return getattr(self._inner, name)
 
@@ -300,6 +330,8 @@ class GuardedPolicy:
     def key(self, req: Any, now: float) -> tuple:
         v = self._views.get(req.request_id)  # (self.view(req), inline: read at every key)
         k = self._key(v if v is not None else self.view(req), now)
+        if self._tails:
+            return self._first_key(k, req)
         if type(k) is tuple:  # (checked_key's loop, inline for the usual key: ints and floats)
             for x in k:
                 t = type(x)
@@ -307,6 +339,13 @@ class GuardedPolicy:
                     return checked_key(k, self._who, req)
             return k
         return checked_key(k, self._who, req)
+
+    def _first_key(self, k: Any, req: Any) -> tuple:
+        """One of the first keys: checked, its tail too."""
+        self._tails -= 1
+        k = checked_key(k, self._who, req)
+        check_tail(k, self._who, req)
+        return k
 
     def _next_change(self, now: float) -> float | None:
         return checked_next_change(self._inner.next_change(now), self._who, now)
@@ -412,3 +451,141 @@ def guard_policy(policy: Any, who: str) -> Any:
     """``policy`` wrapped so that it sees read-only requests and its answers are checked (see
     the module docstring); ``who``: the name it was given by (``pkg.mod:Class``)."""
     return _guard_class(type(policy))(policy, who)
+
+
+# ---- exceptions of the user's own code ------------------------------------------------------
+def policy_files(sc: Any) -> dict[str, str]:
+    """The source file of each user policy scenario ``sc`` runs (its ``[policy]``, a cluster
+    group's), file -> the name it was given by; shipped (registered) policies are not users'."""
+    names = [sc.policy.name]
+    cluster = getattr(sc, "cluster", None)
+    for g in (getattr(cluster, "groups", None) or []) if cluster else []:
+        if isinstance(getattr(g, "policy", None), dict) and g.policy.get("name"):
+            names.append(g.policy["name"])
+    return files_of(names)
+
+
+def files_of(names: list[str]) -> dict[str, str]:
+    """:func:`policy_files` of policy names (those that load; registered ones are left out)."""
+    import inspect
+
+    from policies import POLICIES
+
+    out: dict[str, str] = {}
+    for name in names:
+        if name in POLICIES.names():
+            continue
+        try:
+            out.setdefault(_real(inspect.getsourcefile(POLICIES.resolve(name))), name)
+        except Exception:  # noqa: BLE001 - (not loadable: the validation said so; nothing to name)
+            continue
+    return out
+
+
+def _real(path: str | None) -> str:
+    import os
+    return os.path.realpath(path) if path else ""
+
+
+def policy_code_error(exc: BaseException, files: dict[str, str]) -> PolicyCodeError | None:
+    """``exc`` as one line when the user's policy code raised it: its innermost frame is in one
+    of ``files`` (file -> policy name, :func:`policy_files`), or it is an
+    :class:`~sim.core.errors.OracleAccessError` (raised by the request on the policy's read)
+    with a frame there. None otherwise: the engine's (or a library's) exception keeps its
+    traceback. The line names the policy, the hook (the outermost function of the user's file
+    the engine called), the exception and the innermost line of the user's file."""
+    from sim.core.errors import OracleAccessError
+
+    if not files or isinstance(exc, ScenarioError):  # (a ScenarioError is one line already)
+        return None
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((_real(tb.tb_frame.f_code.co_filename), tb.tb_lineno, tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    mine = [f for f in frames if f[0] in files]
+    if not mine or (frames[-1][0] not in files and not isinstance(exc, OracleAccessError)):
+        return None
+    file, line, _ = mine[-1]
+    hook = mine[0][2]
+    text = " ".join(str(exc).split()) or "(no message)"
+    from plumbing.registry import shown_path
+
+    return PolicyCodeError(f"policy '{files[file]}': {hook}() raised {type(exc).__name__}: {text} "
+                           f"(at {shown_path(file)}:{line})")
+
+
+# ---- the shared random generator ------------------------------------------------------------
+# module-level functions that draw from (or seed) no shared generator: making your own is fine
+_OWN_GENERATORS = {"Random", "SystemRandom", "default_rng", "Generator", "RandomState", "SeedSequence",
+                   "BitGenerator", "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64", "getstate", "setstate"}
+
+
+def shared_random_call(path: str) -> tuple[int, str] | None:
+    """``(line, "random.choice")``: the first call in Python file ``path`` of a module-level
+    function of ``random`` or ``numpy.random`` that draws from the module's shared generator
+    (which the scenario's seed does not seed, so runs do not repeat); None when there is none,
+    when the file seeds that generator itself (``random.seed``/``np.random.seed``: repeatable),
+    or when it does not parse. Names bound by ``import``/``from ... import`` are followed;
+    anything subtler (a generator passed around, ``getattr``) is not seen."""
+    import ast
+
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    modules: dict[str, str] = {}  # local name -> "random" | "numpy" | "numpy.random"
+    funcs: dict[str, str] = {}  # local name -> "random.choice"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in ("random", "numpy", "numpy.random"):
+                    modules[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module in ("random", "numpy", "numpy.random"):
+            for a in node.names:
+                if node.module == "numpy" and a.name == "random":
+                    modules[a.asname or a.name] = "numpy.random"
+                elif node.module != "numpy":
+                    funcs[a.asname or a.name] = f"{node.module}.{a.name}"
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _called(node.func, modules, funcs)
+            if name is not None:
+                calls.append((node.lineno, name))
+    if any(n.endswith(".seed") for _, n in calls):
+        return None
+    drawn = sorted((ln, n) for ln, n in calls if n.rsplit(".", 1)[1] not in _OWN_GENERATORS)
+    return drawn[0] if drawn else None
+
+
+def _called(func: Any, modules: dict, funcs: dict) -> str | None:
+    """``"random.x"`` / ``"numpy.random.x"`` for a call of ``x`` of those modules, else None."""
+    import ast
+
+    if isinstance(func, ast.Name):
+        return funcs.get(func.id)
+    if not isinstance(func, ast.Attribute):
+        return None
+    base = func.value
+    if isinstance(base, ast.Name) and modules.get(base.id) in ("random", "numpy.random"):
+        return f"{modules[base.id]}.{func.attr}"
+    if isinstance(base, ast.Attribute) and base.attr == "random" and isinstance(base.value, ast.Name) \
+            and modules.get(base.value.id) == "numpy":
+        return f"numpy.random.{func.attr}"
+    return None
+
+
+def warn_shared_random(name: str) -> None:
+    """Warn once (:func:`plumbing.notices.warn`) when user policy ``name``'s file draws from the
+    shared ``random`` (or ``numpy.random``) generator (:func:`shared_random_call`)."""
+    from plumbing.notices import warn
+    from plumbing.registry import shown_path
+
+    for file, who in files_of([name]).items():
+        hit = shared_random_call(file)
+        if hit is not None:
+            line, call = hit
+            warn(f"policy '{who}': {shown_path(file)}:{line} calls {call}(), which draws from the module's shared generator "
+                 f"that the scenario's seed does not seed: runs will not repeat (expected draws from a "
+                 f"generator seeded in bind(classes, seed), e.g. self.rng = random.Random(seed))")

@@ -435,6 +435,11 @@ def _search(sc, designs: list[str], slos: dict, probes: Path | None, *, router, 
     return search.rep
 
 
+#: in a search's ``probes/``: the files the last search read, path -> sha256 (so that the next
+#: one can say which changed)
+INPUTS_FILE = "inputs.json"
+
+
 class _Search:
     """One capacity search: each design's per-dimension bisection (``state``), every simulated
     point by (design, counts) (``cache``; a partition probed alone has None for the others'
@@ -469,8 +474,17 @@ class _Search:
         self.probes = probes
         self.distributed: dict | None = None  # (set by _search: evaluate's)
         self.whole = True  # (set by _search: each answer simulated once more as a whole)
-        # what every probe's outcome depends on besides its own cluster (its file name's key)
-        self.base_key = json.dumps(sc.to_dict(), sort_keys=True, default=str) if probes is not None else ""
+        # what every probe's outcome depends on besides its own cluster (its file name's key): the
+        # scenario, and what the files it reads hold (a policy file, a trace: edited, they are
+        # other probes)
+        self.base_key = ""
+        if probes is not None:
+            from sim.inputs import input_files
+
+            inputs = input_files(sc.to_dict(), sc.base_dir)
+            self.base_key = json.dumps(sc.to_dict(), sort_keys=True, default=str) + \
+                (json.dumps(inputs, sort_keys=True) if inputs else "")  # (none: the keys as they always were)
+            self.note_inputs(inputs)
 
     @contextmanager
     def running(self, progress: bool | None):
@@ -523,6 +537,24 @@ class _Search:
         only = [] if part is None else [part]  # (where the probe runs decides nothing)
         key = self.base_key + json.dumps([cluster, load, slos, watch, only], sort_keys=True, default=str)
         return self.probes / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.json"
+
+    def note_inputs(self, inputs: dict[str, str]) -> None:
+        """Say (one line per file) which files changed since the kept probes read them, so that
+        their points are simulated again, and record what this search reads
+        (``probes/inputs.json``)."""
+        from sim.inputs import changed_files
+
+        f = self.probes / INPUTS_FILE
+        try:
+            old = json.loads(f.read_text())
+        except (OSError, ValueError):
+            old = None
+        if self.log is not None:
+            for p in changed_files(old if isinstance(old, dict) else None, inputs):
+                self.log(f"rerun: {p} changed since the kept probes read it: its points are simulated again")
+        if inputs and inputs != old:
+            self.probes.mkdir(parents=True, exist_ok=True)
+            write_file(f, json.dumps(inputs, indent=1, sort_keys=True))
 
     def kept(self, d: str, c: tuple) -> dict | None:
         """The outcome of an earlier search's probe of ``d`` at ``c``, if one was kept."""

@@ -4,8 +4,10 @@ A *knob* is a dotted scenario key (anything ``--set`` accepts) or ``load`` (the 
 multiplier), with a *range*: ``[OFF/]LOW..HIGH[:log]`` (``OFF``: one more value outside the
 range, e.g. ``0`` = no cap) or choices ``a,b,c``. :data:`DEFAULT_RANGES` covers the common knobs;
 any other needs one given. The *metric* is read from each run's summary: by default the worst
-latency SLO ratio over the classes that have one (p99 TTFT or TPOT over its SLO; the most
-urgent class's TTFT p99 in seconds when no class has one), else ``METRIC[:CLASS]``.
+latency SLO ratio over the classes that have one (p99 TTFT or TPOT over its SLO; a class whose
+requests gave no sample of it, e.g. none finished so no TPOT, misses it: 1e6, as ``priosim tune``
+counts it; the most urgent class's TTFT p99 in seconds when no class has an SLO), else
+``METRIC[:CLASS]``.
 
 * ``oat`` (one at a time): the scenario as it is, then each knob alone at ``levels`` values
   over its range (the ends and evenly spaced between, on a log scale where the range says so,
@@ -35,6 +37,7 @@ from pathlib import Path
 from plumbing.numbers import is_number
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
+from sim.experiments.slos import MISSED, slo_ratio
 
 METHODS = ("oat", "sobol")
 #: ranges of the common knobs (``classes.*`` stands for any class)
@@ -172,8 +175,8 @@ class Metric:
                     continue
                 m = summary["classes"][c]
                 for lim, col in ((ttft, "ttft_p99_s"), (tpot, "tpot_p99_s")):
-                    if lim is not None and m.get(col) is not None:
-                        worst = max(worst or 0.0, m[col] / lim)
+                    if lim is not None:  # (no measure: the SLO is missed, as tune judges it)
+                        worst = max(worst or 0.0, slo_ratio(m.get(col), lim))
             return worst
         if self.cls is not None:
             v = summary["classes"][self.cls].get(self.name)
@@ -400,6 +403,16 @@ def fmt(v) -> str:
     return str(v)
 
 
+def is_slo_ratio(rep: dict) -> bool:
+    """Whether the report's metric is the SLO ratio (where :data:`MISSED` means missed)."""
+    return str(rep.get("metric", "")).startswith("worst p99/SLO")
+
+
+def fmt_metric(v, rep: dict) -> str:
+    """A metric value as the table shows it: ``missed`` for an SLO ratio with no measure."""
+    return "missed" if is_slo_ratio(rep) and v is not None and v >= MISSED else fmt(v)
+
+
 def table_text(rep: dict) -> str:
     """The ranked table ``priosim sensitivity`` prints."""
     import pandas as pd
@@ -408,8 +421,8 @@ def table_text(rep: dict) -> str:
     for r in rep["knobs"]:
         row = {"rank": r["rank"], "knob": r["knob"]}
         if rep["method"] == "oat":
-            row["low -> metric"] = f"{fmt(r['low_value'])} -> {fmt(r['low_metric'])}"
-            row["high -> metric"] = f"{fmt(r['high_value'])} -> {fmt(r['high_metric'])}"
+            row["low -> metric"] = f"{fmt(r['low_value'])} -> {fmt_metric(r['low_metric'], rep)}"
+            row["high -> metric"] = f"{fmt(r['high_value'])} -> {fmt_metric(r['high_metric'], rep)}"
             row["swing"] = fmt(r["swing"])
         else:
             row["range"] = r["range"]
@@ -457,24 +470,27 @@ def tornado(doc: dict, path: Path) -> Path:
     ax = fig.subplots()
     labels = [r["knob"] + ("\n(priosim-only)" if r["priosim_only"] else "") for r in rows]
     if doc["method"] == "oat":
-        base = doc["base_metric"]
+        drawn = _drawn_at(doc)
+        base = drawn(doc["base_metric"])
         for i, r in enumerate(rows):
             if r["min_metric"] is None:
                 continue
-            lo, hi = r["min_metric"], r["max_metric"]
+            lo, hi = drawn(r["min_metric"]), drawn(r["max_metric"])
             ax.barh(i, hi - lo, left=lo, color="#d62728" if r["priosim_only"] else "#1f77b4",
                     hatch="//" if r["priosim_only"] else None, edgecolor="white", height=0.6)
             at = {m: v for v, m in ((p["value"], p["metric"]) for p in r["points"]) if m is not None}
-            for m, ha in ((lo, "right"), (hi, "left")):
+            for m, x, ha in ((r["min_metric"], lo, "right"), (r["max_metric"], hi, "left")):
                 v = at.get(m, r["scenario_value"])
-                ax.text(m, i, f" {fmt(v)} ", ha=ha, va="center", fontsize=8)
-        ends = [m for r in rows for m in (r["min_metric"], r["max_metric"]) if m is not None]
+                missed = " (missed)" if fmt_metric(m, doc) == "missed" else ""
+                ax.text(x, i, f" {fmt(v)}{missed} ", ha=ha, va="center", fontsize=8)
+        ends = [drawn(m) for r in rows for m in (r["min_metric"], r["max_metric"]) if m is not None]
         if ends:  # (room for the end labels on both sides)
             pad = 0.18 * ((max(ends) - min(ends)) or abs(max(ends)) or 1.0)
             ax.set_xlim(min(ends) - pad, max(ends) + pad)
         ax.set_ylim(-0.6, len(rows) - 0.4 + 0.5)
         if base is not None:
-            ax.axvline(base, color="k", lw=0.8, ls="--", label=f"scenario as it is: {base:.4g}")
+            ax.axvline(base, color="k", lw=0.8, ls="--",
+                       label=f"scenario as it is: {fmt_metric(doc['base_metric'], doc)}")
             ax.legend(fontsize=8, loc="upper right", ncols=1, frameon=False)
         ax.set_xlabel(doc["metric"])
         ax.set_title(f"{doc['scenario']}: one knob at a time over its range ({doc['simulations']} runs)")
@@ -491,3 +507,14 @@ def tornado(doc: dict, path: Path) -> Path:
     write_file(path, lambda t: fig.savefig(t, format="png", dpi=110, metadata={"Software": None},
                                              bbox_inches="tight"))  # (long knob labels: nothing cut off)
     return path
+
+
+def _drawn_at(doc: dict):
+    """Where a metric is drawn: itself, or for a missed SLO (:data:`MISSED`) a little past the
+    largest measured ratio (at 1e6 it would squash every other bar to a point)."""
+    metrics = [p["metric"] for r in doc["knobs"] for p in r.get("points", [])] + [doc.get("base_metric")]
+    if not is_slo_ratio(doc):
+        return lambda m: m
+    seen = [m for m in metrics if m is not None and m < MISSED]
+    edge = 1.3 * max([1.0, *seen])
+    return lambda m: m if m is None or m < MISSED else edge

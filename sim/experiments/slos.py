@@ -33,6 +33,17 @@ from sim.core.errors import ScenarioError
 from sim.core.request import State
 
 SLO_KEYS = ("ttft", "tpot", "done")
+#: The ratio (measured / limit) of an SLO whose measure is missing: its class's requests gave no
+#: sample of it (none finished, so no TPOT; none had a first token, so no TTFT). That misses the
+#: SLO, by far: no setting that meets it measures nothing. ``priosim tune`` (its constraints and
+#: ``slo_ratio``) and ``priosim sensitivity`` (its ``slo_ratio`` metric) judge alike.
+MISSED = 1e6
+
+
+def slo_ratio(value: float | None, limit: float) -> float:
+    """A measured p99 (s) over its SLO ``limit`` (s): <= 1 met; :data:`MISSED` when there is no
+    measure (``value`` None)."""
+    return MISSED if value is None else float(value) / limit
 
 
 # ---- SLOs ----------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ A sweep is three steps, each usable alone:
 2. :func:`run_sweep` executes the specs that are not already complete, on local processes
    (``backend="local"``) or a Ray cluster (``backend="ray"``), writing each run's results folder
    atomically under ``DIR/runs/<run_id>/``. A folder that exists is a finished run whose spec
-   matches (its ``sweep_run.json`` holds the spec's digest), so a rerun after a crash or Ctrl-C
-   does only what is missing. A run that raises is recorded in ``DIR/failures/<run_id>.json``
+   matches (its ``sweep_run.json`` holds the spec's digest, which covers the contents of every
+   file the scenario reads: a policy file, a trace, a profile; :mod:`sim.inputs`), so a rerun
+   after a crash or Ctrl-C does only what is missing, and a run whose files changed runs again. A run that raises is recorded in ``DIR/failures/<run_id>.json``
    (error and traceback) and does not stop the others; a later successful rerun removes it.
 3. :func:`collect` gathers ``DIR/sweep.parquet``: one row per run and class (plus an
    ``overall`` row per run) with the axes as columns and the class's summary metrics.
@@ -72,6 +73,8 @@ class RunSpec:
             cell it brackets, its ``engine.cost_scale`` factor and the cell's time factors
             (``((kind, lo, hi), ...)``); None for a cell's own run
             (:mod:`sim.experiments.sweep_uncertainty`).
+        inputs: ``(path, sha256)`` of each file the scenario reads (:func:`with_inputs` fills
+            them in when the sweep starts; empty: none, or not looked up).
     """
 
     run_id: str
@@ -79,13 +82,27 @@ class RunSpec:
     scenario: dict
     load_scale: float = 1.0
     bracket: tuple | None = None
+    inputs: tuple = ()
 
     @property
     def digest(self) -> str:
-        """sha256 of the scenario and load: a folder made from another spec is not reused."""
-        doc = json.dumps({"scenario": self.scenario, "load_scale": self.load_scale}, sort_keys=True,
-                         default=str)
-        return hashlib.sha256(doc.encode()).hexdigest()
+        """sha256 of the scenario, the load and the contents of the files the scenario reads: a
+        folder made from another spec, or from files since edited, is not reused."""
+        doc = {"scenario": self.scenario, "load_scale": self.load_scale}
+        if self.inputs:  # (absent when there are none: such a spec's digest is as it always was)
+            doc["inputs"] = dict(self.inputs)
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def with_inputs(specs: Sequence[RunSpec], base_dir: str | Path) -> list[RunSpec]:
+    """``specs`` with the files each scenario reads, by content (:func:`sim.inputs.input_files`;
+    a file several specs read is read once)."""
+    from dataclasses import replace
+
+    from sim.inputs import input_files
+
+    memo: dict = {}
+    return [replace(s, inputs=tuple(input_files(s.scenario, base_dir, memo).items())) for s in specs]
 
 
 def _fmt(v: Any) -> str:
@@ -229,7 +246,8 @@ def write_run(spec: RunSpec, res, runs_dir: Path) -> Path:
     with staged(final, "run", clean=False) as tmp:
         res.write_into(tmp)
         (tmp / RUN_FILE).write_text(jsonout.dumps({"run_id": spec.run_id, "axes": spec.axes,
-                                                   "load_scale": spec.load_scale, "digest": spec.digest},
+                                                   "load_scale": spec.load_scale, "digest": spec.digest,
+                                                   "inputs": dict(spec.inputs)},
                                                   indent=1, sort_keys=True, default=str))
     return final
 
@@ -278,6 +296,18 @@ def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
         return False
 
 
+def stale_inputs(spec: RunSpec, runs_dir: Path) -> list[str]:
+    """The files whose contents changed since the run in ``spec``'s folder read them (so it
+    runs again); empty when there is no such run or it recorded no files."""
+    from sim.inputs import changed_files
+
+    try:
+        old = json.loads((runs_dir / spec.run_id / RUN_FILE).read_text()).get("inputs")
+    except (OSError, ValueError):
+        return []
+    return changed_files(old if isinstance(old, dict) else None, dict(spec.inputs))
+
+
 # ---- the sweep -----------------------------------------------------------------------------
 @dataclass
 class SweepReport:
@@ -290,6 +320,7 @@ class SweepReport:
     failed: dict = field(default_factory=dict)
     wall_s: float = 0.0
     interrupted: bool = False
+    changed: dict = field(default_factory=dict)  # file -> finished runs that read it before it changed
 
     @property
     def runs_per_minute(self) -> float:
@@ -300,7 +331,8 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
               source: str = "<sweep>", backend: str = "local", workers: int | None = None,
               address: str | None = None, progress: bool | None = None, trace_iterations: bool = False,
               meta: Mapping[str, Any] | None = None,
-              on_result: Callable[[str, dict], None] | None = None) -> SweepReport:
+              on_result: Callable[[str, dict], None] | None = None,
+              log: Callable[[str], None] | None = None) -> SweepReport:
     """Run every spec not yet complete under ``out_dir/runs``; write ``out_dir/sweep.parquet``.
 
     Args:
@@ -314,6 +346,8 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
             on a terminal and a line every 10 s elsewhere (:mod:`sim.progress`).
         meta: extra facts to record in ``out_dir/sweep.json`` (e.g. the axes and overrides).
         on_result: called with ``(run_id, outcome)`` after each run (``outcome["status"]``).
+        log: told, in one line per file, of each file that changed since finished runs read it
+            (those runs run again), before any run starts.
     Returns:
         a :class:`SweepReport`; ``KeyboardInterrupt`` is caught, finished runs are kept and
         ``report.interrupted`` is set. A full disk (a run's folder that cannot be written for
@@ -328,13 +362,14 @@ def run_sweep(specs: Sequence[RunSpec], out_dir: str | Path, *, base_dir: str | 
     ids = [s.run_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("specs: run ids must be unique")
+    specs = with_inputs(specs, base_dir)
     with locked(out, "sweep"):
         return _run_sweep_locked(specs, out, base_dir, source, backend, workers, address, progress,
-                                 trace_iterations, meta, on_result)
+                                 trace_iterations, meta, on_result, log)
 
 
 def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, address, progress,
-                      trace_iterations, meta, on_result) -> SweepReport:
+                      trace_iterations, meta, on_result, log) -> SweepReport:
     runs_dir = out / "runs"
     fail_dir = out / "failures"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -344,6 +379,13 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
         shutil.rmtree(leftover, ignore_errors=True)
     todo = [s for s in specs if not is_complete(s, runs_dir)]
     report = SweepReport(out, len(specs), skipped=len(specs) - len(todo))
+    for s in todo:
+        for f in stale_inputs(s, runs_dir):
+            report.changed[f] = report.changed.get(f, 0) + 1
+    for f, n in report.changed.items():
+        if log is not None:
+            log(f"rerun: {f} changed since {n} finished run{'s' if n > 1 else ''} read it: "
+                f"{'they run' if n > 1 else 'it runs'} again")
     bar = progress_bar(progress, total=len(specs), initial=report.skipped, unit="runs", desc="sweep", leave=True)
     bd = _portable(base_dir)
 
@@ -390,6 +432,7 @@ def _run_sweep_locked(specs, out: Path, base_dir, source, backend, workers, addr
     info = {"source": source, "base_dir": str(base_dir), "backend": backend, "runs": report.total,
             "done_now": report.done, "skipped": report.skipped, "failed": report.failed,
             "interrupted": report.interrupted, "wall_s": round(report.wall_s, 3),
+            **({"rerun_changed_files": report.changed} if report.changed else {}),
             "runs_per_minute": round(report.runs_per_minute, 2),
             "time_s": _time_report(times, report, _n_workers(backend, workers, len(todo)),
                                    time.perf_counter() - t1),

@@ -37,13 +37,13 @@ import numpy as np
 import pandas as pd
 
 from plumbing.numbers import is_number
-from sim.experiments.slos import parse_slo_text
+from sim.experiments.slos import MISSED, parse_slo_text
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
 from sim.outdir import claim, locked, write_file
 
 STUDY = "tune"
-VIOLATION = 1e6  # constraint value of an SLO whose metric is missing (no request finished)
+VIOLATION = MISSED  # constraint value of an SLO whose metric is missing (no request finished)
 SLO_KEYS = {"ttft": "ttft_p99_s", "tpot": "tpot_p99_s", "done_by": None}
 CLASS_EXTRA = ("itl_p50_s", "itl_p99_s", "itl_std_s", "evicted_miss_prefill_s", "swap_s", "recompute_s",
                "slo_attainment", "goodput_rps")
@@ -245,6 +245,14 @@ class TuneSpec:
                "slos": [(s.name, s.limit) for s in self.slos], "seeds": self.seeds}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
+    def inputs(self) -> dict[str, str]:
+        """The files the tune's scenarios read (the base's and any a choice names: a policy
+        file, a trace), path -> sha256 (:func:`sim.inputs.input_files`): a resumed tune must
+        read them as they were."""
+        from sim.inputs import input_files
+
+        return input_files({"base": self.base, "choices": [list(k.choices) for k in self.knobs]}, self.base_dir)
+
     def scenario_for(self, params: dict, seed: int) -> dict:
         sc = copy.deepcopy(self.base)
         for k in self.knobs:
@@ -350,6 +358,7 @@ def open_study(spec: TuneSpec, out_dir: Path, trials: int, resume: bool, seed: i
     out_dir.mkdir(parents=True, exist_ok=True)
     directions = ["maximize" if o.maximize else "minimize" for o in spec.objectives]
     fp = spec.fingerprint()
+    inputs = spec.inputs()
     if not db.exists():
         def make(path: Path) -> None:
             storage = optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}")
@@ -357,6 +366,7 @@ def open_study(spec: TuneSpec, out_dir: Path, trials: int, resume: bool, seed: i
                 study = optuna.create_study(storage=storage, study_name=STUDY, directions=directions)
                 study.set_user_attr("fingerprint", fp)
                 study.set_user_attr("knobs", [k.text() for k in spec.knobs])
+                study.set_user_attr("inputs", inputs)
             finally:
                 storage.remove_session()
                 storage.engine.dispose()
@@ -367,6 +377,12 @@ def open_study(spec: TuneSpec, out_dir: Path, trials: int, resume: bool, seed: i
     if study.user_attrs.get("fingerprint") != fp:
         raise TuneError(f"--resume: {out_dir} holds a tune of another scenario, space, objective, SLOs or "
                         "seeds (the same options are needed to resume)")
+    from sim.inputs import changed_files
+
+    changed = changed_files(study.user_attrs.get("inputs"), inputs)
+    if changed:  # (its trials were measured with what the file held then)
+        raise TuneError(f"--resume: {changed[0]} changed since the tune in {out_dir} read it (its trials were "
+                        f"measured with the old contents; expected the file as it was, or another --out)")
     n = len(study.get_trials(deepcopy=False))
     if n:  # (a fresh sampler seeded as at the start would repeat the first trials' draws)
         study.sampler = _sampler(spec, trials, (seed + 7919 * n) % 2**31)

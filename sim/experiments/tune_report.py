@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sim.outdir import write_file
+from sim.experiments.slos import slo_ratio
 from sim.experiments.tune import STUDY, VIOLATION, TuneSpec, fmt_value, evaluated, measure
 from sim import jsonout
 
@@ -49,11 +50,7 @@ def trials_frame(spec: TuneSpec, study) -> pd.DataFrame:
 
 def _slo_ratio(spec: TuneSpec, slo: dict) -> float:
     """The tightest SLO's measured / limit (<= 1: all met)."""
-    r = 0.0
-    for s in spec.slos:
-        v = slo.get(s.name)
-        r = max(r, VIOLATION if v is None else v / s.limit)
-    return r
+    return max([0.0, *(slo_ratio(slo.get(s.name), s.limit) for s in spec.slos)])
 
 
 def pareto_front(df: pd.DataFrame, cols: list[str], maximize: list[bool]) -> pd.DataFrame:
