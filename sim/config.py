@@ -14,6 +14,7 @@ then type-checked by the same schema.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_serializer,
                       field_validator, model_validator)
 
-from plumbing.documents import DocumentError, check_depth, loads_toml, short
+from plumbing.documents import DocumentError, check_depth, loads_json, loads_toml, read_text, short
 from plumbing.numbers import in_range
 from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
@@ -387,9 +388,14 @@ class Scenario(BaseModel):
     def _cluster_as_written(self, v: ClusterConfig | None) -> Any:
         return {} if not v else v
 
-    def to_dict(self) -> dict:
+    def to_dict(self, where: bool = False) -> dict:
+        """The scenario as written (JSON types). ``where``: with the folder its relative paths are
+        read from (:data:`BASE_DIR_KEY`, absolute), as a run's scenario.json records it so that
+        ``priosim run scenario.json`` reads the same profile, model and traces from anywhere."""
         d = self.model_dump(mode="json")
         d["engine"] = self.engine.as_written(mode="json")
+        if where:
+            d[BASE_DIR_KEY] = str(Path(self.base_dir).resolve())
         return d
 
 
@@ -586,7 +592,9 @@ def _warn_suspicious(sc: Scenario) -> None:
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
-    """Read and validate a scenario file (None: the shipped default scenario)."""
+    """Read and validate a scenario file (None: the shipped default scenario): a TOML file, or a
+    run's ``scenario.json`` (JSON), whose relative paths are read from the folder it records
+    (:data:`BASE_DIR_KEY`), the original scenario's."""
     if path is None:
         path = shipped_scenario(DEFAULT_SCENARIO)
     p = Path(path)
@@ -595,10 +603,42 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         if p.suffix in ("", ".toml") and not p.parent.parts and shipped is not None:
             p = shipped
         else:
-            raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path or a "
-                                f"shipped scenario name such as 'chat_vs_batch')")
+            raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path, a run's "
+                                f"scenario.json or a shipped scenario name such as 'chat_vs_batch')")
     try:
-        data = loads_toml(p.read_text())
-    except (tomllib.TOMLDecodeError, DocumentError) as exc:
-        raise ScenarioError(f"{p}: not valid TOML: {exc}") from None
-    return scenario_from_dict(data, source=str(p), base_dir=p.resolve().parent, overrides=overrides)
+        text = read_text(p)
+    except (DocumentError, OSError) as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
+    base_dir: Path | str = p.resolve().parent
+    if p.suffix.lower() == ".json":
+        data = _json_scenario(p, text)
+        base_dir = data.pop(BASE_DIR_KEY, None) or base_dir
+    else:
+        try:
+            data = loads_toml(text)
+        except (tomllib.TOMLDecodeError, DocumentError) as exc:
+            raise ScenarioError(f"{p}: not valid TOML: {exc}") from None
+    return scenario_from_dict(data, source=str(p), base_dir=base_dir, overrides=overrides)
+
+
+#: The key of a run's scenario.json that records the folder its relative paths (profile, model,
+#: traces) are read from: the original scenario's, so the run can be repeated from its results
+#: folder (:meth:`Scenario.to_dict` with ``where=True``).
+BASE_DIR_KEY = "base_dir"
+
+
+def _json_scenario(p: Path, text: str) -> dict:
+    """The scenario a JSON file (a run's scenario.json) holds, checked to be one table."""
+    try:
+        data = loads_json(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{p}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except DocumentError as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}: a JSON {type(data).__name__} (expected one object, the scenario's keys, "
+                            f"as a run's scenario.json holds them)")
+    if not isinstance(data.get(BASE_DIR_KEY, ""), str):
+        raise ScenarioError(f"{p}: {BASE_DIR_KEY}: {short(data[BASE_DIR_KEY])} (expected the folder its relative "
+                            f"paths are read from, a string)")
+    return data

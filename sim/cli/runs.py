@@ -78,7 +78,7 @@ def warn_too_long(sc, classes: dict) -> None:
 @engine_flag_options
 def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, uncertainty,
         backend, workers, address, report, engine_args, sglang_args):
-    """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
+    """Run SCENARIO (a TOML file, a run's scenario.json or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args, policy), policy, seed)

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbing.documents import DocumentError, loads_json
+from plumbing.documents import DocumentError, loads_json, read_text
 from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
 
@@ -283,7 +283,7 @@ def load_architecture(model: str, base_dir: Path | str | None = None) -> Archite
     """The architecture of ``engine.model`` (a bundled name or a config.json path)."""
     p = config_path(model, base_dir)
     try:
-        doc = loads_json(p.read_text())
+        doc = loads_json(read_text(p))
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"{p}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
     except (DocumentError, OSError, UnicodeDecodeError) as exc:
