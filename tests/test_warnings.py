@@ -168,6 +168,23 @@ def test_requests_refused_for_their_length_are_named_per_class(tmp_path):
     assert warnings_of(run(tmp_path, stream2=long)) == []
 
 
+
+@pytest.mark.parametrize("preemption,step", [("recompute", "prompt + max_tokens"), ("off", "prompt")])
+def test_requests_longer_than_a_step_without_chunked_prefill_name_the_budget(tmp_path, preemption, step):
+    """Without chunked prefill a prompt must fit one step's budget (and, when preemption may make a
+    request prefill again all it holds, its prompt + max_tokens): the line names the budget, not
+    the KV cache (400 blocks x 16 tokens hold them)."""
+    long = 'arrival = { process = "poisson", rate = 1.0 }\nprompt_tokens = 1000\noutput_tokens = 20'
+    res = run(tmp_path, engine=f'chunked_prefill = false\nmax_batched_tokens = 900\npreemption = "{preemption}"',
+              stream2=long)
+    assert res.exit_code == 0, res.output
+    batch = json.loads((tmp_path / "out" / "summary.json").read_text())["classes"]["batch"]
+    assert batch["rejected"] == batch["arrived"] > 0
+    assert batch["reject_reasons"] == {"too_long_for_step": batch["arrived"]}
+    (w,) = [w for w in warnings_of(res) if "refused" in w]
+    assert f"({step} more than one step's token budget, engine.max_batched_tokens = 900, without chunked prefill" in w
+    assert "KV cache" not in w
+
 def ms_trace(tmp_path, time_unit: str = "") -> str:
     (tmp_path / "t.csv").write_text("t,p,o,m\n" + "".join(f"{i * 500},100,10,x\n" for i in range(40)))
     unit = f', time_unit = "{time_unit}"' if time_unit else ""

@@ -30,14 +30,19 @@ def warn_overloaded(sc, run_info: dict) -> None:
 #: Reject reasons a request's length decides against the server's limits, whatever the load and
 #: without an admission gate (engine.py ``admit_arrival``).
 LENGTH_LIMITS = {"too_long": "prompt + max_tokens over engine.max_model_len{mml}",
-                 "too_large": "prompt + max_tokens more than the KV cache can ever hold for one request"}
+                 "too_large": "prompt + max_tokens more than the KV cache can ever hold for one request",
+                 "too_long_for_step": "{step} more than one step's token budget, engine.max_batched_tokens{budget}, "
+                                      "without chunked prefill{why}"}
 
 
 def warn_too_long(sc, classes: dict) -> None:
     """One line on stderr when requests were refused at arrival for their length (``too_long``:
     over ``engine.max_model_len``, as vLLM's and SGLang's servers answer 400; ``too_large``: more
-    KV than a replica could ever give one request): a setting, not the load, decided them."""
+    KV than a replica could ever give one request; ``too_long_for_step``: without chunked
+    prefill, a prompt, or what a preempted request prefills again, longer than one step's
+    budget): a setting, not the load, decided them."""
     from plumbing.notices import warn
+    from sim.core.preemption import PREEMPTION_MODES
 
     for reason, why in LENGTH_LIMITS.items():
         hit = {c: (m.get("reject_reasons") or {}).get(reason, 0) for c, m in classes.items() if c != "overall"}
@@ -47,7 +52,14 @@ def warn_too_long(sc, classes: dict) -> None:
         per_class = ", ".join(f"{c} {n:,} of {classes[c]['arrived']:,}" for c, n in hit.items())
         mml = sc.engine.max_model_len
         mml = f" = {mml:,}" if mml and not sc.cluster else ""  # (a cluster's groups may set their own)
-        warn(f"refused at arrival as too long ({reason}): {per_class} ({why.format(mml=mml)}); "
+        budget = f" = {sc.engine.max_batched_tokens:,}" if not sc.cluster else ""
+        # (a mode that preempts may make a request prefill again all it holds: that must fit a step)
+        preempts = PREEMPTION_MODES.resolve(sc.engine.preemption).grows_blocks or sc.cluster
+        step = "prompt + max_tokens" if preempts else "prompt"
+        again = (": a preempted request prefills again all it holds, in one step" if preempts and not sc.cluster
+                 else "")
+        warn(f"refused at arrival as too long ({reason}): {per_class} "
+             f"({why.format(mml=mml, budget=budget, step=step, why=again)}); "
              f"their rows in requests.parquet have reject_reason {reason}")
 
 
