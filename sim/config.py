@@ -122,7 +122,8 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(
         None, ge=1, description="the longest request, prompt + max_tokens tokens, the server accepts; a longer one is "
                                 "refused at its arrival (reason too_long), as vLLM's --max-model-len and SGLang's "
-                                "--context-length answer (absent: no such limit)")
+                                "--context-length answer (absent: with engine.engine and engine.model, the model's "
+                                "context length, as the engines default to it; else no such limit)")
     max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")
     block_size: int = Field(16, ge=1, description="tokens per KV block")
     kv_blocks: int = Field(0, ge=0, description="device KV blocks; 0 derives them from the profile's memory")

@@ -147,14 +147,14 @@ trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_to
     assert "t.csv" in res.output and "line 3" in res.output and "abc" in res.output
     res = _run(["run", str(tmp_path / "s.toml"), "--lenient", "--no-plots", "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    assert "skipped 1 bad trace rows" in res.output
+    assert "skipped 1 bad trace row\n" in res.output
     res = _run(["workload", str(tmp_path / "s.toml"), "--lenient"])
     assert res.exit_code == 0 and "offered load" in res.output
     # a cluster reads its stream the same way (one setup for one replica or many)
     res = _run(["run", str(tmp_path / "s.toml"), "--lenient", "--no-plots", "--set", "cluster={replicas=2}",
                 "--out", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
-    assert "skipped 1 bad trace rows" in res.output
+    assert "skipped 1 bad trace row\n" in res.output
 
 
 @pytest.mark.parametrize("pure_forced", [False, True])

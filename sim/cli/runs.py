@@ -35,6 +35,11 @@ LENGTH_LIMITS = {"too_long": "prompt + max_tokens over engine.max_model_len{mml}
                                       "without chunked prefill{why}"}
 
 
+def lenient_line(skipped: int) -> str:
+    """What ``--lenient`` says it did: the bad trace rows it skipped (``skipped``)."""
+    return f"lenient: skipped {skipped:,} bad trace row{'' if skipped == 1 else 's'}"
+
+
 def warn_too_long(sc, classes: dict) -> None:
     """One line on stderr when requests were refused at arrival for their length (``too_long``:
     over ``engine.max_model_len``, as vLLM's and SGLang's servers answer 400; ``too_large``: more
@@ -117,8 +122,7 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
         fail(str(exc))
     if lenient:
         from sim.assembly import skipped_rows
-        click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
-                   err=True)
+        click.echo(lenient_line(skipped_rows(res.summary_dict['run'].get('workload', {}))), err=True)
     try:
         path = res.save(out, overwrite=True)  # (claimed above: new, empty, or --overwrite)
     except OSError as exc:
@@ -186,7 +190,7 @@ def policies():
 @click.option("--gpu", help="with --model: the device (priosim profiles --models lists them)")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: tensor-parallel degree")
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: expert-parallel degree")
-@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, fp8-block, int8, int4, mxfp4; default: the checkpoint's)")
+@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, fp8-block, int8, w8a16, int4, mxfp4; default: the checkpoint's)")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="with --model: KV cache format (bf16, fp16, fp8)")
 @click.option("--context", type=click.IntRange(min=1), help="with --model: typical context of a sliding-window model "
                                                             "(engine.typical_context; default 4096)")
@@ -317,7 +321,7 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
         click.echo(f"offered load, all streams: {stats['offered_load'].sum():.3g} of one replica "
                    f"({costs.name}, {B} sequences a step)")
     if lenient:
-        click.echo(f"lenient: skipped {skipped_rows(wl.meta)} bad trace rows", err=True)
+        click.echo(lenient_line(skipped_rows(wl.meta)), err=True)
     if out:
         from sim.outdir import write_file
 
