@@ -11,10 +11,13 @@ Callers add the file or key to the message.
 """
 from __future__ import annotations
 
+import codecs
+import itertools
 import json
 import re
 import tomllib
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 #: Levels of tables and arrays a document may nest (a scenario nests about 5).
 MAX_DEPTH = 32
@@ -22,6 +25,40 @@ MAX_DEPTH = 32
 
 class DocumentError(ValueError):
     """The text is not a document priosim reads; the message says why (no file name)."""
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text, decoded as UTF-8 (what every text input of priosim is). Bytes that are not
+    UTF-8 raise :class:`DocumentError` naming the first bad byte (:func:`utf8_error`); a missing
+    or unreadable file raises the ``OSError`` as ``Path.read_text`` does."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DocumentError(utf8_error([data]) or "not UTF-8") from None
+
+
+def utf8_error(chunks: Iterable[bytes]) -> str | None:
+    """Why a stream of byte ``chunks`` (a file, in pieces) is not UTF-8, for a message: the
+    first bad byte's offset from the start (0-based), its line and its value; None when all of
+    it is UTF-8. A parser that reports the position in its own buffer (pandas) is not enough: the
+    file is read again with this."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    done = lines = 0  # bytes and newlines before this chunk
+    for chunk, final in itertools.chain(((c, False) for c in chunks), [(b"", True)]):
+        try:
+            decoder.decode(chunk, final=final)
+        except UnicodeDecodeError as exc:
+            # (exc.object is the bytes of an unfinished character held back from the chunk before,
+            # then this chunk: never a newline among the held ones)
+            held = len(exc.object) - len(chunk)
+            bad = bytes(exc.object[exc.start:exc.end]).hex()
+            line = lines + exc.object.count(b"\n", 0, exc.start) + 1
+            return (f"not UTF-8 at byte {done - held + exc.start:,} (line {line}: 0x{bad}, {exc.reason}; "
+                    f"expected UTF-8 text)")
+        done += len(chunk)
+        lines += chunk.count(b"\n")
+    return None
 
 
 def loads_toml(text: str) -> dict:

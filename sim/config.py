@@ -14,6 +14,7 @@ then type-checked by the same schema.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_serializer,
                       field_validator, model_validator)
 
-from plumbing.documents import DocumentError, check_depth, loads_toml, short
+from plumbing.documents import DocumentError, check_depth, loads_json, loads_toml, read_text, short
 from plumbing.numbers import in_range
 from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
@@ -121,7 +122,8 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(
         None, ge=1, description="the longest request, prompt + max_tokens tokens, the server accepts; a longer one is "
                                 "refused at its arrival (reason too_long), as vLLM's --max-model-len and SGLang's "
-                                "--context-length answer (absent: no such limit)")
+                                "--context-length answer (absent: with engine.engine and engine.model, the model's "
+                                "context length, as the engines default to it; else no such limit)")
     max_prefill_chunk: int = Field(0, ge=0, description="max prompt tokens per request per step (0: no cap)")
     block_size: int = Field(16, ge=1, description="tokens per KV block")
     kv_blocks: int = Field(0, ge=0, description="device KV blocks; 0 derives them from the profile's memory")
@@ -387,9 +389,14 @@ class Scenario(BaseModel):
     def _cluster_as_written(self, v: ClusterConfig | None) -> Any:
         return {} if not v else v
 
-    def to_dict(self) -> dict:
+    def to_dict(self, where: bool = False) -> dict:
+        """The scenario as written (JSON types). ``where``: with the folder its relative paths are
+        read from (:data:`BASE_DIR_KEY`, absolute), as a run's scenario.json records it so that
+        ``priosim run scenario.json`` reads the same profile, model and traces from anywhere."""
         d = self.model_dump(mode="json")
         d["engine"] = self.engine.as_written(mode="json")
+        if where:
+            d[BASE_DIR_KEY] = str(Path(self.base_dir).resolve())
         return d
 
 
@@ -482,8 +489,9 @@ def scenario_from_dict(data: dict, source: str = "<inline>", base_dir: Path | st
     except ValidationError as err:
         raise ScenarioError(format_error(source, err, model=Scenario)) from None
     sc = _with_engine_defaults(sc)
-    _validate_parts(sc)
+    specs = _validate_parts(sc)
     _warn_suspicious(sc)
+    _warn_quiet_streams(sc, specs)
     return sc
 
 
@@ -523,18 +531,34 @@ def with_cluster(sc: Scenario, cluster: dict) -> Scenario:
     return out
 
 
-def _validate_parts(sc: Scenario) -> None:
+def _validate_parts(sc: Scenario) -> list:
     """Validate the pieces owned by other packages (streams, profile, policy) and the tables
-    against the rest of the scenario (:func:`sim.tables.check_tables`)."""
+    against the rest of the scenario (:func:`sim.tables.check_tables`); returns the checked
+    streams (``workloads.streams.StreamSpec``)."""
     import workloads
 
     try:
-        workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s)
+        specs = workloads.validate_streams(sc.streams, set(sc.class_names), Path(sc.base_dir), horizon_s=sc.horizon_s)
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
     check_profile(sc, sc.engine)
     check_policy(sc, sc.policy, "policy")
     check_tables(sc)
+    return specs
+
+
+def _warn_quiet_streams(sc: Scenario, specs: list) -> None:
+    """Warn (one line each) about a stream that sends nothing before the horizon, where arrivals
+    stop (:func:`workloads.streams.quiet_stream`): it starts too late, its batch drops too late
+    (a time in milliseconds), or its rate expects less than one request."""
+    from plumbing.notices import warn
+    from workloads.streams import quiet_stream
+
+    for st in specs:
+        found = quiet_stream(st, sc.horizon_s)
+        if found is not None:
+            key, why = found
+            warn(f"{sc.source}: streams[{st.index}].{key} (tenant {st.tenant}, class {st.cls}) {why}")
 
 
 #: A class SLO above this many seconds looks like milliseconds (``ttft_slo_s = 500`` meant as
@@ -548,18 +572,18 @@ TPOT_SLO_MS_S = 1.0
 
 def _warn_suspicious(sc: Scenario) -> None:
     """Warn (one line each, :mod:`plumbing.notices`) about valid settings that are likely mistakes:
-    swap preemption with no host swap space (every preemption then recomputes), host swap space
-    with a preemption mode that never swaps (it does nothing) and SLOs that look like
-    milliseconds. Nothing about the run changes."""
+    swap preemption with no host swap space (every preemption then recomputes), settings that do
+    nothing beside the rest (:func:`_warn_inert`) and SLOs that look like milliseconds. Nothing
+    about the run changes."""
     from plumbing.notices import warn
     from sim.tables import group_engine
 
     # (the engines the replicas run; a group's is named only where it changes the preemption or
     # the swap space: one line per setting, not one more per group that inherits it)
     groups = sc.cluster.group_list() if sc.cluster and sc.cluster.groups else []
+    group_engines = [group_engine(sc, g) for _, g in groups]
     engines: dict[str, tuple] = {"engine": (sc.engine, [])} if not groups else {}
-    for i, (name, g) in enumerate(groups):
-        eng = group_engine(sc, g)
+    for i, ((name, g), eng) in enumerate(zip(groups, group_engines)):
         same = (eng.preemption, eng.swap_blocks) == (sc.engine.preemption, sc.engine.swap_blocks)
         engines.setdefault("engine" if same else f"cluster.groups.{i}.engine", (eng, []))[1].append(name)
     from sim.core.preemption import PREEMPTION_MODES
@@ -573,10 +597,11 @@ def _warn_suspicious(sc: Scenario) -> None:
                  f"({key}.swap_blocks = 0): preemptions will recompute{on} (set {key}.swap_blocks to the host "
                  f"blocks)")
         elif not host and eng.swap_blocks > 0:
-            swapping = [m for m in PREEMPTION_MODES.names() if PREEMPTION_MODES.resolve(m).host_space]
             warn(f"{sc.source}: {key}.swap_blocks = {eng.swap_blocks} does nothing{on}: {key}.preemption = "
                  f"{eng.preemption!r} never copies to host memory (expected preemption = "
-                 f"{' or '.join(repr(m) for m in swapping)} to use it, or no swap_blocks)")
+                 f"{_swapping_modes()} to use it, or no swap_blocks)")
+    for msg in _inert_settings(sc, groups, group_engines):
+        warn(msg)
     for i, c in enumerate(sc.classes):
         for field in ("ttft_slo_s", "tpot_slo_s"):
             why = slo_looks_like_ms(field, getattr(c, field))
@@ -594,8 +619,117 @@ def slo_looks_like_ms(field: str, v: float | None) -> str | None:
     return f"looks like milliseconds (more than {limit:g} s; the unit is seconds: {v / 1000:g} for {v:g} ms)"
 
 
+def _swapping_modes() -> str:
+    """The preemption modes that copy KV blocks to host memory, for a message ('swap' or 'auto')."""
+    from sim.core.preemption import PREEMPTION_MODES
+
+    return " or ".join(repr(m) for m in PREEMPTION_MODES.names() if PREEMPTION_MODES.resolve(m).host_space)
+
+
+def _written(cfg: BaseModel, field: str) -> bool:
+    """Whether the scenario itself sets ``cfg.field`` to other than the schema's default: not a
+    named engine's defaults (``EngineConfig._defaults``: SGLang's set ``preempt_threshold``), and
+    not a default value written out (a run's scenario.json lists every key)."""
+    if field not in cfg.model_fields_set or field in getattr(cfg, "_defaults", ()):
+        return False
+    return getattr(cfg, field) != type(cfg).model_fields[field].default
+
+
+def _inert_settings(sc: Scenario, groups: list, group_engines: list[EngineConfig]) -> list[str]:
+    """One line for each setting the scenario writes that does nothing beside the rest (the run is
+    the same with or without it), in the order found, each once: engine keys another key makes
+    unused (:func:`_inert_engine_keys`, [engine] and each group's own engine table), per-class
+    speculation without speculative decoding or with every class opted out, and a policy that
+    ranks by cached prefix without a prefix cache. ``group_engines``: each group's engine."""
+    from sim.tables import group_policy
+
+    found: list[str] = []
+    if not groups:
+        found += _inert_engine_keys(sc, "engine", sc.engine, lambda k: _written(sc.engine, k))
+        found += _prefix_policy(sc, "policy", sc.policy, "engine", sc.engine)
+    for i, ((_, g), eng) in enumerate(zip(groups, group_engines)):
+        # (a key the group's own table sets is named as the group's; one it inherits, as [engine]'s)
+        own = {k for k in g.engine if k in eng.model_fields_set and getattr(eng, k) !=
+               type(eng).model_fields[k].default} if g.engine else set()
+        found += _inert_engine_keys(sc, "engine", eng, lambda k, own=own: k not in own and _written(sc.engine, k))
+        found += _inert_engine_keys(sc, f"cluster.groups.{i}.engine", eng, own.__contains__)
+        pol_key = "policy" if g.policy is None else f"cluster.groups.{i}.policy"
+        eng_key = f"cluster.groups.{i}.engine" if g.engine else "engine"
+        found += _prefix_policy(sc, pol_key, group_policy(sc, g), eng_key, eng)
+    found += _inert_speculation(sc, group_engines or [sc.engine])
+    return list(dict.fromkeys(found))
+
+
+def _inert_engine_keys(sc: Scenario, key: str, eng: EngineConfig, written) -> list[str]:
+    """The engine keys ``eng`` sets (``written(field)``) that another of its keys leaves unused:
+    ``preempt_threshold`` beside a waiting rule that does not read it, ``prefix_block_tokens``
+    without prefix caching, ``swap_overlap`` with a preemption mode that never swaps and
+    ``typical_context`` for a model without sliding-window layers. ``key`` names the table."""
+    from sim.core.preemption import PREEMPTION_MODES, WAITING_RULES
+
+    src, out = sc.source, []
+    # (a user's own rule, by dotted path, may read the threshold: only the registered ones are known)
+    if (written("preempt_threshold") and eng.preempt_for_waiting != "threshold"
+            and eng.preempt_for_waiting in WAITING_RULES.names()):
+        out.append(f"{src}: {key}.preempt_threshold = {eng.preempt_threshold} does nothing: {key}.preempt_for_waiting "
+                   f"= {eng.preempt_for_waiting!r} does not read it (expected preempt_for_waiting = 'threshold' to use "
+                   f"it, or no preempt_threshold)")
+    if written("prefix_block_tokens") and not eng.prefix_caching:
+        out.append(f"{src}: {key}.prefix_block_tokens = {eng.prefix_block_tokens} does nothing: {key}.prefix_caching "
+                   f"is off (expected prefix_caching = true to use it, or no prefix_block_tokens)")
+    if written("swap_overlap") and not PREEMPTION_MODES.resolve(eng.preemption).host_space:
+        out.append(f"{src}: {key}.swap_overlap = true does nothing: {key}.preemption = {eng.preemption!r} never "
+                   f"swaps (expected preemption = {_swapping_modes()} to use it, or no swap_overlap)")
+    if written("typical_context") and eng.model is not None and not _has_windows(eng.model, sc.base_dir):
+        out.append(f"{src}: {key}.typical_context = {eng.typical_context} does nothing: model {eng.model!r} has no "
+                   f"sliding-window layers (every layer keeps its whole context; expected a model with sliding "
+                   f"windows to use it, or no typical_context)")
+    return out
+
+
+def _has_windows(model: str, base_dir: str) -> bool:
+    """Whether ``engine.model`` has sliding-window layers (whose KV ``typical_context`` averages)."""
+    from sim.models.config import load_architecture
+
+    return bool(load_architecture(model, base_dir).window_layers)
+
+
+def _prefix_policy(sc: Scenario, key: str, pol: PolicyConfig, eng_key: str, eng: EngineConfig) -> list[str]:
+    """A policy that ranks by cached prefix (``needs_prefix_info``: lpm) beside an engine without
+    a prefix cache: every cached prefix is 0, and it ranks as without that term."""
+    from policies import POLICIES
+
+    if eng.prefix_caching:
+        return []
+    try:
+        cls = POLICIES.resolve(pol.name)
+    except (KeyError, ValueError):
+        return []  # (refused with its own message by check_policy)
+    if not getattr(cls, "needs_prefix_info", False):
+        return []
+    return [f"{sc.source}: {key}.name = {pol.name!r} ranks by cached prefix, but {eng_key}.prefix_caching is off: "
+            f"every request's cached prefix is 0, so it ranks by arrival (after class priority where it respects it) "
+            f"(expected prefix_caching = true, or a policy that does not read the prefix cache)"]
+
+
+def _inert_speculation(sc: Scenario, engines: list[EngineConfig]) -> list[str]:
+    """``classes.N.speculate = false`` where no engine decodes speculatively, and speculative
+    decoding where every class has opted out (no class drafts a token)."""
+    src = sc.source
+    if not any(e.speculative is not None for e in engines):
+        return [f"{src}: classes.{i}.speculate = false ({c.name}) does nothing: there is no [engine.speculative] "
+                f"(no class drafts tokens; expected [engine.speculative] to use it, or no speculate)"
+                for i, c in enumerate(sc.classes) if _written(c, "speculate")]
+    if all(not c.speculate for c in sc.classes):
+        return [f"{src}: engine.speculative does nothing: every class has speculate = false (no class drafts "
+                f"tokens; expected some class with speculate = true, or no [engine.speculative])"]
+    return []
+
+
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
-    """Read and validate a scenario file (None: the shipped default scenario)."""
+    """Read and validate a scenario file (None: the shipped default scenario): a TOML file, or a
+    run's ``scenario.json`` (JSON), whose relative paths are read from the folder it records
+    (:data:`BASE_DIR_KEY`), the original scenario's."""
     if path is None:
         path = shipped_scenario(DEFAULT_SCENARIO)
     p = Path(path)
@@ -604,10 +738,42 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         if p.suffix in ("", ".toml") and not p.parent.parts and shipped is not None:
             p = shipped
         else:
-            raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path or a "
-                                f"shipped scenario name such as 'chat_vs_batch')")
+            raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path, a run's "
+                                f"scenario.json or a shipped scenario name such as 'chat_vs_batch')")
     try:
-        data = loads_toml(p.read_text())
-    except (tomllib.TOMLDecodeError, DocumentError) as exc:
-        raise ScenarioError(f"{p}: not valid TOML: {exc}") from None
-    return scenario_from_dict(data, source=str(p), base_dir=p.resolve().parent, overrides=overrides)
+        text = read_text(p)
+    except (DocumentError, OSError) as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
+    base_dir: Path | str = p.resolve().parent
+    if p.suffix.lower() == ".json":
+        data = _json_scenario(p, text)
+        base_dir = data.pop(BASE_DIR_KEY, None) or base_dir
+    else:
+        try:
+            data = loads_toml(text)
+        except (tomllib.TOMLDecodeError, DocumentError) as exc:
+            raise ScenarioError(f"{p}: not valid TOML: {exc}") from None
+    return scenario_from_dict(data, source=str(p), base_dir=base_dir, overrides=overrides)
+
+
+#: The key of a run's scenario.json that records the folder its relative paths (profile, model,
+#: traces) are read from: the original scenario's, so the run can be repeated from its results
+#: folder (:meth:`Scenario.to_dict` with ``where=True``).
+BASE_DIR_KEY = "base_dir"
+
+
+def _json_scenario(p: Path, text: str) -> dict:
+    """The scenario a JSON file (a run's scenario.json) holds, checked to be one table."""
+    try:
+        data = loads_json(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{p}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except DocumentError as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}: a JSON {type(data).__name__} (expected one object, the scenario's keys, "
+                            f"as a run's scenario.json holds them)")
+    if not isinstance(data.get(BASE_DIR_KEY, ""), str):
+        raise ScenarioError(f"{p}: {BASE_DIR_KEY}: {short(data[BASE_DIR_KEY])} (expected the folder its relative "
+                            f"paths are read from, a string)")
+    return data

@@ -175,8 +175,10 @@ def claim(out: str | Path, kind: str, *, flag: str = "--out", overwrite: bool = 
         doc = marker(p)
         if doc is None or doc["kind"] != kind:
             what = f"a priosim {doc['kind']} result" if doc else "files priosim did not write"
-            first = ", ".join(foreign(p, None)[:3])
-            raise OutError(f"{flag} {given}: holds {what} ({first}); results of a {kind} go to a new or empty "
+            # (named by what they are: a result's own files, not a user's file beside them)
+            names = _own(p, doc) if doc else foreign(p, None)
+            first = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise OutError(f"{flag} {given}: holds {what} ({first}); {_results(kind)} go to a new or empty "
                            f"folder (expected another --out)")
         if not resume and not overwrite:
             raise OutError(f"{flag} {given}: already holds a priosim {kind} result (pass --overwrite to "
@@ -195,6 +197,18 @@ def claim_file(path: str | Path, *, flag: str = "--out", overwrite: bool = False
         raise OutError(f"{flag} {path}: already exists (pass --overwrite to replace it, or another {flag})")
     _check_writable(p.parent if str(p.parent) else Path("."), f"{flag} {path}")
     return p
+
+
+def _own(folder: Path, doc: dict) -> list[str]:
+    """The names at the top of ``folder`` that its priosim result (marker ``doc``) wrote."""
+    theirs = set(foreign(folder, doc))
+    return [q.name for q in sorted(folder.iterdir(), key=lambda q: q.name)
+            if q.name not in theirs and q.name not in (MARKER, MOVED) and not _TMP_RE.fullmatch(q.name)]
+
+
+def _results(kind: str) -> str:
+    """A kind's results, for a message: ``figures``, ``run results``, ``sweep results``."""
+    return kind if kind == "figures" else f"{kind} results"
 
 
 def _check_writable(p: Path, label: str) -> None:

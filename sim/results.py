@@ -368,7 +368,7 @@ class Results:
         manifest = {"priosim_version": _version(), "seed": sc.seed, "scenario": sc.name,
                     "profile": costs.name, "profile_sha256": costs.digest, "overhead": costs.overhead.name,
                     "policy": sc.policy.name}
-        return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(), it, manifest,
+        return cls(req, pd.DataFrame(rows), ts, summary, sc.to_dict(where=True), it, manifest,
                    tel.itl_arrays(-1, pd.factorize))
 
     # ---- output --------------------------------------------------------------------------

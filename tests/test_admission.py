@@ -107,17 +107,32 @@ def test_too_large_by_limit_and_by_pool():
     assert list(rejected(res)["reject_reason"]) == ["too_large"]
 
 
-@pytest.mark.parametrize("engine, most", [
-    ({"kv_blocks": 16}, 256),  # 16 blocks x 16 tokens
-    ({"kv_blocks": 20, "watermark": 0.2}, 256),  # 4 blocks kept free
-    ({"kv_blocks": 100, "chunked_prefill": False, "max_batched_tokens": 300}, 300),  # one step's budget
+@pytest.mark.parametrize("engine, most, reason", [
+    ({"kv_blocks": 16}, 256, "too_large"),  # 16 blocks x 16 tokens
+    ({"kv_blocks": 20, "watermark": 0.2}, 256, "too_large"),  # 4 blocks kept free
+    # one step's budget: a preempted request prefills again all it holds, in one step
+    ({"kv_blocks": 100, "chunked_prefill": False, "max_batched_tokens": 300}, 300, "too_long_for_step"),
 ])
-def test_too_large_at_the_boundary(engine, most):
+def test_too_large_at_the_boundary(engine, most, reason):
     # the largest request that could ever be served is queued; one token more is rejected at arrival
     for total in (most - 1, most, most + 1):
         res = simulate(scenario([batch_stream(n=1, prompt=total - 10, max_tokens=10)], engine=engine))
-        assert list(rejected(res)["reject_reason"]) == ([] if total <= most else ["too_large"])
+        assert list(rejected(res)["reject_reason"]) == ([] if total <= most else [reason])
         assert len(res.requests) == 1
+
+
+def test_without_preemption_only_the_prompt_must_fit_a_step():
+    """Without chunked prefill and with preemption off nothing is prefilled again: a prompt that
+    fits one step's budget is served whatever its max_tokens (it was refused as too_large, the
+    KV cache named as the cause); a longer prompt is refused as too_long_for_step."""
+    engine = {"kv_blocks": 100, "chunked_prefill": False, "max_batched_tokens": 300, "preemption": "off"}
+    res = simulate(scenario([batch_stream(n=1, prompt=290, max_tokens=200, output=5)], engine=engine))
+    assert list(rejected(res)["reject_reason"]) == [] and (res.requests["status"] == "finished").all()
+    res = simulate(scenario([batch_stream(n=1, prompt=301, max_tokens=10)], engine=engine))
+    assert list(rejected(res)["reject_reason"]) == ["too_long_for_step"]
+    # more than the KV cache can ever hold stays too_large (100 blocks x 16 tokens)
+    res = simulate(scenario([batch_stream(n=1, prompt=290, max_tokens=1400)], engine=engine))
+    assert list(rejected(res)["reject_reason"]) == ["too_large"]
 
 
 def test_memory_budget_refuses_less_urgent_work_first():

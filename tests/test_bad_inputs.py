@@ -75,7 +75,7 @@ class Case:
     id: str
     what: str  # the bad input, for the table
     args: list[str]
-    files: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str | bytes] = field(default_factory=dict)  # bytes: written as they are
     skip: str = ""  # why this case cannot run here (its line in docs/errors.md is kept)
 
 
@@ -351,6 +351,28 @@ CASES = [
          RUN + ["--set", "horizon_s=" + "[" * 5000 + "]" * 5000], {"s.toml": scenario()}),
     Case("set_huge_integer", "a --set value of 10,000 digits", RUN + ["--set", "seed=" + "1" * 10_000],
          {"s.toml": scenario()}),
+    # text that is not UTF-8 (a file saved as Latin-1): the first bad byte, not a traceback
+    Case("scenario_not_utf8", "a scenario file that is not UTF-8", RUN,
+         {"s.toml": scenario().replace('"bad"', '"b\u00e9"').encode("latin-1")}),
+    Case("workload_not_utf8", "workload of a scenario file that is not UTF-8", ["workload", "s.toml"],
+         {"s.toml": scenario().replace('"bad"', '"b\u00e9"').encode("latin-1")}),
+    Case("sweep_not_utf8", "sweep of a scenario file that is not UTF-8", ["sweep", "s.toml", "--out", "out"],
+         {"s.toml": scenario().replace('"bad"', '"b\u00e9"').encode("latin-1")}),
+    Case("grid_not_utf8", "a sweep --grid file that is not UTF-8", ["sweep", "s.toml", "--grid", "g.toml", "--out", "out"],
+         {"s.toml": scenario(), "g.toml": "# caf\u00e9\nseed = [1, 2]\n".encode("latin-1")}),
+    Case("trace_csv_not_utf8", "a trace CSV that is not UTF-8", RUN,
+         {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,5\n0.7,3\u00e9,4\n".encode("latin-1")}),
+    Case("trace_jsonl_not_utf8", "a JSONL trace that is not UTF-8", RUN,
+         {"s.toml": trace_scenario("jsonl", "t.jsonl"),
+          "t.jsonl": '{"t": 0.5, "p": 10, "o": 5, "u": "\u00e9"}\n'.encode("latin-1")}),
+    Case("profile_not_utf8", "a profile file that is not UTF-8", RUN + ["--set", 'engine.profile="p.json"'],
+         {"s.toml": scenario(), "p.json": _profile(lambda d: d["meta"].update(device="X")).replace('"X"', '"caf\u00e9"').encode("latin-1")}),
+    Case("model_config_not_utf8", "a model config.json that is not UTF-8", RUN + ["--set", 'engine.model="m/config.json"',
+         "--set", "engine.gpu=h200"], {"s.toml": scenario(), "m/config.json": '{"name": "\u00e9"}'.encode("latin-1")}),
+    Case("replay_not_utf8", "replay of a result file that is not UTF-8", ["replay", "r.json"],
+         {"r.json": '{"model": "caf\u00e9"}\n'.encode("latin-1")}),
+    Case("scenario_json_not_object", "a .json scenario that is not one object", ["run", "s.json", "--out", "out"],
+         {"s.json": "[1, 2]\n"}),
     Case("profile_deep_json", "a profile file of JSON nested 100,000 deep", RUN + ["--set", 'engine.profile="p.json"'],
          {"s.toml": scenario(), "p.json": "[" * 100_000 + "]" * 100_000}),
     Case("profile_row_nan", "a measured profile row's time_s = NaN", RUN + ["--set", 'engine.profile="p.json"'],
@@ -456,7 +478,9 @@ def run_case(case: Case, tmp: Path) -> tuple[int, str, str, bool]:
     """(exit status, stderr, stdout, whether anything result-like was left behind)."""
     for name, text in case.files.items():
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        if name.endswith(".gz"):
+        if isinstance(text, bytes):
+            (tmp / name).write_bytes(text)
+        elif name.endswith(".gz"):
             (tmp / name).write_bytes(text.encode("latin-1"))
         else:
             (tmp / name).write_text(text)

@@ -147,14 +147,14 @@ trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_to
     assert "t.csv" in res.output and "line 3" in res.output and "abc" in res.output
     res = _run(["run", str(tmp_path / "s.toml"), "--lenient", "--no-plots", "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    assert "skipped 1 bad trace rows" in res.output
+    assert "skipped 1 bad trace row\n" in res.output
     res = _run(["workload", str(tmp_path / "s.toml"), "--lenient"])
     assert res.exit_code == 0 and "offered load" in res.output
     # a cluster reads its stream the same way (one setup for one replica or many)
     res = _run(["run", str(tmp_path / "s.toml"), "--lenient", "--no-plots", "--set", "cluster={replicas=2}",
                 "--out", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
-    assert "skipped 1 bad trace rows" in res.output
+    assert "skipped 1 bad trace row\n" in res.output
 
 
 @pytest.mark.parametrize("pure_forced", [False, True])
@@ -241,3 +241,26 @@ def test_run_table_shows_a_missing_value_as_a_dash_in_every_row(tmp_path):
     assert "None" not in table
     chat = next(ln for ln in table.splitlines() if ln.split()[:1] == ["interactive"]).split()
     assert chat[7] == "-"  # tpot_p50_s: no chat request finished
+def test_a_runs_scenario_json_runs_again_from_its_results_folder(tmp_path, monkeypatch):
+    """``priosim run scenario.json`` (docs/reading-output.md) repeats the run: the relative paths
+    in it (a profile, a trace) are read from the original scenario's folder, which it records."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "t.csv").write_text("t,p,o\n0.0,100,10\n0.5,300,20\n1.0,50,5\n")
+    (src / "p.json").write_text((ROOT / "sim" / "core" / "profiles" / "cpu-tiny.json").read_text())
+    (src / "s.toml").write_text(GOOD.split("[[streams]]")[0].replace('"h200-llama-3-8b"', '"p.json"') + """
+[[streams]]
+tenant = "a"
+class = "hi"
+trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_tokens = "p", output_tokens = "o" } }
+""")
+    res = _run(["run", str(src / "s.toml"), "--no-plots", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    written = json.loads((tmp_path / "a" / "scenario.json").read_text())
+    assert written["engine"]["profile"] == "p.json" and written["streams"][0]["trace"]["path"] == "t.csv"
+    assert written["base_dir"] == str(src.resolve())
+    monkeypatch.chdir(tmp_path / "a")  # (the results folder: no t.csv nor p.json here)
+    res = _run(["run", "scenario.json", "--no-plots", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    for f in ("requests.parquet", "scenario.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f

@@ -274,6 +274,24 @@ def test_a_request_longer_than_the_models_context_is_refused_at_arrival(tmp_path
     assert (refused.status == "rejected").all() and (refused.reject_reason == "too_long").all()
 
 
+
+@pytest.mark.parametrize("engine, expected", [
+    ('engine = "vllm"', 40960),  # qwen3-8b's max_position_embeddings
+    ('engine = "sglang"', 40960),
+    ('engine = "vllm"\nmax_model_len = 1000', 1000),  # set: it wins
+    ("", None),  # no engine named: no limit, as before
+])
+def test_a_named_engines_max_model_len_defaults_to_the_models_context(tmp_path, engine, expected):
+    """vLLM's --max-model-len and SGLang's --context-length default to the model config's context
+    length: a longer request is refused as the server refuses it (it was served)."""
+    sc = scenario(tmp_path, f'model = "qwen3-8b"\ngpu = "h200"\n{engine}')
+    assert sc.engine.max_model_len == expected
+    if expected == 40960:
+        assert "max_model_len" in sc.engine.defaults_applied and "max_model_len" not in sc.to_dict()["engine"]
+    # YaRN-scaled configs as vLLM derives them: the original length times the factor
+    assert scenario(tmp_path, 'model = "deepseek-v3"\ngpu = "h200"\ntp = 8\nengine = "vllm"').engine.max_model_len \
+        == 163840
+
 @pytest.mark.parametrize("text, message", [
     ("--max-num-seqs", "--max-num-seqs needs a value"),
     ("--max-num-seqs 0", "expected an integer >= 1"),

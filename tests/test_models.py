@@ -194,6 +194,67 @@ def test_fp8_weights_halve_the_linear_bytes_and_run_at_the_fp8_rate():
     assert int4["weights_bytes"]["value"] < 0.3 * bf16["weights_bytes"]["value"] + sixteen * 2
 
 
+
+def _quantised(tmp_path, q: dict, name: str = "m") -> str:
+    """A qwen3-8b config.json with ``quantization_config = q``, written under ``tmp_path``."""
+    cfg = json.loads((ROOT / "sim" / "models" / "configs" / "qwen3-8b.json").read_text())
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps({**cfg, "quantization_config": q}))
+    return str(tmp_path / name / "config.json")
+
+
+FP8_DYNAMIC = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+    "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
+
+
+@pytest.mark.parametrize("q, quant", [
+    (FP8_DYNAMIC, "fp8"),  # llm-compressor's FP8-dynamic checkpoints: W8A8 at the FP8 rate
+    ({**FP8_DYNAMIC, "config_groups": {"group_0": {**FP8_DYNAMIC["config_groups"]["group_0"], "weights": {
+        "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}}, "fp8-block"),
+    ({**FP8_DYNAMIC, "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"},
+                                                   "input_activations": {"num_bits": 8, "type": "int"}}}}, "int8"),
+    ({**FP8_DYNAMIC, "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}},
+     "int4"),  # W4A16
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "w8a16"),  # weight-only: not W8A8
+    ({"quant_method": "awq", "bits": 8}, "w8a16"),
+    ({"quant_method": "gptq", "bits": 4}, "int4"),
+])
+def test_a_checkpoints_quantization_config_gives_its_weight_format(tmp_path, q, quant):
+    assert load_architecture(_quantised(tmp_path, q)).quant == quant
+
+
+def test_eight_bit_gptq_weights_are_one_byte_at_the_16_bit_rate(tmp_path):
+    """GPTQ / AWQ are weight-only: 8-bit weights (and a 16-bit scale per 128) multiplied at the BF16
+    rate; they were taken as W8A8, priced at the INT8 rate."""
+    c = derived(_quantised(tmp_path, {"quant_method": "gptq", "bits": 8}), "h200")["meta"]["constants"]
+    bf16 = derived("qwen3-8b", "h200")["meta"]["constants"]
+    assert c["peak_flops"]["value"] == bf16["peak_flops"]["value"] == 989e12
+    assert c["weights_bytes"]["value"] < 0.6 * bf16["weights_bytes"]["value"]
+
+
+@pytest.mark.parametrize("q, named", [
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method = 'bitsandbytes'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float"},
+      "input_activations": {"num_bits": 4, "type": "float"}}}}, "compressed-tensors' with a scheme"),
+    ({"quant_method": "gptq", "bits": 3}, "bits = 3"),
+])
+def test_an_unmodelled_quantization_is_priced_as_bf16_with_a_warning(tmp_path, q, named):
+    import warnings
+
+    from plumbing.notices import InputWarning
+
+    path = _quantised(tmp_path, q)
+    assert load_architecture(path).quant == "bf16"
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", InputWarning)
+        load_scenario(None, [f"engine.model={json.dumps(path)}", 'engine.gpu="h200"'])
+        (w,) = [str(x.message) for x in got]
+        assert named in w and "is not modelled: its weights are priced as bf16" in w
+        got.clear()
+        load_scenario(None, [f"engine.model={json.dumps(path)}", 'engine.gpu="h200"', 'engine.dtype="int4"'])
+        assert got == []  # (a format given: nothing left to guess)
+
 def test_attention_runs_in_the_kv_caches_format_not_the_weights():
     """FP8 weights with a BF16 KV cache: the GEMMs at the FP8 rate, attention at the BF16 rate;
     with an FP8 KV cache attention runs at the FP8 rate too."""

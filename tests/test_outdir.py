@@ -257,6 +257,27 @@ def test_claim_refuses_other_kinds_and_long_names(tmp_path):
         claim(tmp_path / ("x" * 300), "run")
 
 
+def test_a_refusal_names_the_results_own_files_and_reads_as_english(tmp_path):
+    """A folder holding a result of another kind beside a user's file: the message lists the
+    result's own files (not the user's, as if priosim had written it), and says where a kind's
+    results go ("figures go to", not "results of a figures go to")."""
+    out = tmp_path / "r"
+    with staged(out, "run") as t:
+        for name in ("summary.json", "manifest.json"):
+            (t / name).write_text("x")
+    (out / "my.txt").write_text("mine")
+    with pytest.raises(OutError) as err:
+        claim(out, "figures", resume=True)
+    assert "holds a priosim run result (manifest.json, summary.json); figures go to a new or empty folder" \
+        in str(err.value)
+    with pytest.raises(OutError, match=r"\(manifest.json, summary.json\); sweep results go to"):
+        claim(out, "sweep", resume=True)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.txt").write_text("x")
+    with pytest.raises(OutError, match=r"holds files priosim did not write \(a.txt\); run results go to"):
+        claim(tmp_path / "mine", "run")
+
+
 def test_write_file_is_whole_or_absent(tmp_path):
     p = tmp_path / "a.json"
     write_file(p, "old")

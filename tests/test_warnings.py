@@ -168,6 +168,23 @@ def test_requests_refused_for_their_length_are_named_per_class(tmp_path):
     assert warnings_of(run(tmp_path, stream2=long)) == []
 
 
+
+@pytest.mark.parametrize("preemption,step", [("recompute", "prompt + max_tokens"), ("off", "prompt")])
+def test_requests_longer_than_a_step_without_chunked_prefill_name_the_budget(tmp_path, preemption, step):
+    """Without chunked prefill a prompt must fit one step's budget (and, when preemption may make a
+    request prefill again all it holds, its prompt + max_tokens): the line names the budget, not
+    the KV cache (400 blocks x 16 tokens hold them)."""
+    long = 'arrival = { process = "poisson", rate = 1.0 }\nprompt_tokens = 1000\noutput_tokens = 20'
+    res = run(tmp_path, engine=f'chunked_prefill = false\nmax_batched_tokens = 900\npreemption = "{preemption}"',
+              stream2=long)
+    assert res.exit_code == 0, res.output
+    batch = json.loads((tmp_path / "out" / "summary.json").read_text())["classes"]["batch"]
+    assert batch["rejected"] == batch["arrived"] > 0
+    assert batch["reject_reasons"] == {"too_long_for_step": batch["arrived"]}
+    (w,) = [w for w in warnings_of(res) if "refused" in w]
+    assert f"({step} more than one step's token budget, engine.max_batched_tokens = 900, without chunked prefill" in w
+    assert "KV cache" not in w
+
 def ms_trace(tmp_path, time_unit: str = "") -> str:
     (tmp_path / "t.csv").write_text("t,p,o,m\n" + "".join(f"{i * 500},100,10,x\n" for i in range(40)))
     unit = f', time_unit = "{time_unit}"' if time_unit else ""
@@ -275,3 +292,88 @@ def test_a_policy_with_its_own_seeded_generator_is_not_warned_about(tmp_path):
     res = run(tmp_path, args=["--policy", f"{tmp_path / 'p.py'}:P"])
     assert res.exit_code == 0, res.output
     assert warnings_of(res) == []
+def load_warnings(*overrides: str) -> list[str]:
+    """The warnings loading the test scenario with ``overrides`` gives (no run)."""
+    import tomllib
+
+    data = tomllib.loads(SCENARIO.replace("ENGINE", "").replace("CHAT", "").replace("STREAM2", POISSON))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", InputWarning)
+        scenario_from_dict(data, source="s.toml", overrides=list(overrides))
+    return [str(w.message) for w in got if issubclass(w.category, InputWarning)]
+
+
+SPEC = "engine.speculative={k=2}"
+MODEL = ("engine.model=MODEL", "engine.gpu=h200")
+
+
+@pytest.mark.parametrize("inert,used,words", [
+    (["engine.preempt_threshold=5"], ["engine.preempt_threshold=5", 'engine.preempt_for_waiting="threshold"'],
+     "engine.preempt_threshold = 5 does nothing: engine.preempt_for_waiting = 'strict' does not read it"),
+    (["engine.prefix_block_tokens=64"], ["engine.prefix_block_tokens=64", "engine.prefix_caching=true"],
+     "engine.prefix_block_tokens = 64 does nothing: engine.prefix_caching is off"),
+    (["engine.swap_overlap=true"], ["engine.swap_overlap=true", 'engine.preemption="swap"', "engine.swap_blocks=100"],
+     "engine.swap_overlap = true does nothing: engine.preemption = 'recompute' never swaps"),
+    (["classes.1.speculate=false"], ["classes.1.speculate=false", SPEC],
+     "classes.1.speculate = false (batch) does nothing: there is no [engine.speculative]"),
+    ([SPEC, "classes.0.speculate=false", "classes.1.speculate=false"], [SPEC, "classes.0.speculate=false"],
+     "engine.speculative does nothing: every class has speculate = false"),
+    (["policy.name=lpm"], ["policy.name=lpm", "engine.prefix_caching=true"],
+     "policy.name = 'lpm' ranks by cached prefix, but engine.prefix_caching is off"),
+    ([*MODEL, "engine.typical_context=8192"], [*MODEL, "engine.typical_context=8192"],
+     "engine.typical_context = 8192 does nothing: model 'qwen3-8b' has no sliding-window layers"),
+])
+def test_a_setting_that_does_nothing_beside_the_rest_warns(inert, used, words):
+    """Each of these left the results byte-identical without a word; used, it is silent."""
+    def fill(sets):  # (the model keys replace the inline profile; qwen3-8b has no windows, gpt-oss does)
+        extra = ['engine.profile={kind="linear", base_s=0.01, prefill_token_s=1e-5, decode_token_s=1e-4, '
+                 'context_token_s=0.0}'] if not any("model" in s for s in sets) else []
+        return extra + sets
+
+    (w,) = load_warnings(*[s.replace("MODEL", "qwen3-8b") for s in fill(inert)])
+    assert words in w and w.startswith("s.toml: "), w
+    assert load_warnings(*[s.replace("MODEL", "gpt-oss-20b") for s in fill(used)]) == []
+
+
+@pytest.mark.parametrize("sets", [
+    ['engine.engine="sglang"'],  # its defaults set preempt_threshold and prefix_block_tokens
+    ['engine.engine="sglang"', 'engine.preempt_for_waiting="strict"', "engine.prefix_caching=false"],
+    ['engine.engine="vllm"', "engine.prefix_caching=false"],
+])
+def test_a_named_engines_own_defaults_are_not_warned_about(sets):
+    assert load_warnings('engine.profile="h200-llama-3-8b"', "engine.kv_blocks=0", *sets) == []
+
+
+def test_a_runs_scenario_json_warns_about_nothing_it_did_not_already():
+    """A run's scenario.json writes every key at its default: none of them is news."""
+    import tomllib
+
+    data = tomllib.loads(SCENARIO.replace("ENGINE", "").replace("CHAT", "").replace("STREAM2", POISSON))
+    sc = scenario_from_dict(data, source="s.toml", overrides=[SPEC])
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", InputWarning)
+        scenario_from_dict(sc.to_dict(where=True), source="scenario.json")
+    assert [str(w.message) for w in got] == []
+
+
+@pytest.mark.parametrize("sets,words", [
+    (['streams.1.arrival={process="batch", n=10, at_s=4000}'],  # (4 s typed in ms; the horizon is 5 s)
+     "streams[1].arrival.at_s = 4000 (tenant b, class batch) is at or after the stream's end (5 s after its start, "
+     "the horizon): its 10 requests are never sent (the unit is seconds: 4 for 4000 ms)"),
+    (["streams.1.start_s=30"], "streams[1].start_s = 30 (tenant b, class batch) is at or after the horizon "
+                               "(horizon_s = 5): the stream sends nothing"),
+    (["streams.1.arrival.rate=0.1"], "streams[1].arrival.rate = 0.1 (tenant b, class batch) expects 0.5 requests over "
+                                     "its 5 s before the horizon"),
+    (["streams.1.start_s=4.5"], "streams[1].arrival.rate = 1 (tenant b, class batch) expects 0.5 requests over its "
+                                "0.5 s before the horizon"),
+])
+def test_a_stream_that_sends_nothing_before_the_horizon_warns(sets, words):
+    (w,) = load_warnings(*sets)
+    assert w.startswith("s.toml: " + words), w
+
+
+@pytest.mark.parametrize("sets", [['streams.1.arrival={process="batch", n=10, at_s=4.9}'], ["streams.1.start_s=4"],
+                                  ["streams.1.arrival.rate=0.2"],
+                                  ['streams.1.arrival={process="closed_loop", users=1, think=100}']])
+def test_a_stream_that_sends_something_before_the_horizon_is_quiet(sets):
+    assert load_warnings(*sets) == []

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from workloads.arrivals import ClosedLoop, parse_arrival
+from workloads.arrivals import Batch, ClosedLoop, parse_arrival
 from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
 from workloads.contracts import ArrivalProcess, LengthModel
 from workloads.lengths import parse_length
@@ -224,16 +224,53 @@ def check_volume(st: StreamSpec, arrival: Any, duration_s: float) -> None:
 
 
 def validate_streams(streams: list[dict], class_names: set[str], base_dir: Path,
-                     horizon_s: float | None = None, load_scale: float = 1.0) -> None:
+                     horizon_s: float | None = None, load_scale: float = 1.0) -> list[StreamSpec]:
     """Check every stream table before any work; raise :class:`WorkloadError` naming the key.
     With ``horizon_s``, also refuse streams that would make absurdly many requests (at
-    ``load_scale`` times their rates)."""
+    ``load_scale`` times their rates). Returns the checked streams."""
     require("streams", streams, isinstance(streams, list), "a list of [[streams]] tables")
+    specs = []
     for i, s in enumerate(streams):
         st = check_stream(i, s, set(class_names), Path(base_dir))
         if horizon_s is not None and st.arrival is not None:
             arrival = st.arrival if load_scale == 1.0 else st.arrival.scaled(load_scale)
             check_volume(st, arrival, stream_duration(st, horizon_s))
+        specs.append(st)
+    return specs
+
+
+def quiet_stream(st: StreamSpec, horizon_s: float) -> tuple[str, str] | None:
+    """Why stream ``st`` sends nothing (or, drawn at random, likely nothing) before the horizon,
+    where its arrivals stop: ``(key = value, why)`` for a warning, or None. It starts at or after
+    the horizon; its batch drops at or after the stream's end; or its arrival process expects
+    fewer than one request over the stream's time (a rate typed per hour, a time in
+    milliseconds). A replayed trace is checked row by row when read (``workloads.build``)."""
+    if st.start_s >= horizon_s:
+        return (f"start_s = {st.start_s:g}", f"is at or after the horizon (horizon_s = {horizon_s:g}): the stream "
+                                             f"sends nothing{_seconds_hint(st.start_s, horizon_s)}")
+    dur = stream_duration(st, horizon_s)
+    a = st.arrival
+    if isinstance(a, Batch):
+        if a.n > 0 and a.at_s >= dur:
+            return (f"arrival.at_s = {a.at_s:g}", f"is at or after the stream's end ({dur:g} s after its start, "
+                                                  f"the horizon): its {a.n:,} requests are never sent"
+                                                  f"{_seconds_hint(a.at_s, dur)}")
+        return None
+    if a is None or isinstance(a, ClosedLoop):  # (closed-loop users send at once)
+        return None
+    expected = a.expected_count(dur) if hasattr(a, "expected_count") else a.mean_rate * dur
+    if expected >= 1:
+        return None
+    return (f"arrival.rate = {a.rate:g}" if isinstance(getattr(a, "rate", None), (int, float)) else "arrival",
+            f"expects {expected:.2g} requests over its {dur:g} s before the horizon (a mean rate of "
+            f"{expected / dur:.3g} requests/s): it likely sends nothing (expected a rate of at least "
+            f"{1 / dur:.3g} requests/s, or a longer horizon_s)")
+
+
+def _seconds_hint(value: float, limit: float) -> str:
+    """A hint that ``value`` (s) was meant in milliseconds, where that would fit before ``limit``."""
+    return f" (the unit is seconds: {value / 1000:g} for {value:g} ms)" if 10 * limit <= value < 1000 * limit else ""
+
 
 def stream_end(st: StreamSpec, horizon_s: float) -> float:
     """When the stream stops sending, seconds: its ``stop_s``, at most the horizon."""

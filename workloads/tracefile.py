@@ -27,12 +27,25 @@ def unreadable(path: Path, exc: BaseException, what: str = "read") -> WorkloadEr
     """The one-line error for a file that cannot be decoded: a damaged gzip body (zlib.error,
     EOFError, BadGzipFile), bytes that are not UTF-8, or an OS error."""
     if isinstance(exc, UnicodeDecodeError):
-        why = f"{exc} (expected UTF-8 text)"
+        # (the decoder's position counts in its own buffer, not the file: the file is read again)
+        return WorkloadError(f"{path.name}: {_utf8_error(path) or f'{exc} (expected UTF-8 text)'}")
     elif path.suffix == ".gz" and isinstance(exc, (zlib.error, EOFError, OSError)):
         why = f"{exc} (expected a whole gzip-compressed file, as its .gz name says)"
     else:
         why = str(exc)
     return WorkloadError(f"{path.name}: cannot {what}: {why}")
+
+
+def _utf8_error(path: Path) -> str | None:
+    """Where the (decompressed) bytes of ``path`` stop being UTF-8, for a message; None when
+    they are UTF-8 after all or cannot be read again."""
+    from plumbing.documents import utf8_error
+
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            return utf8_error(iter(lambda: f.read(1 << 20), b""))
+    except (OSError, EOFError, zlib.error):
+        return None
 
 
 #: what a file that cannot be decoded raises while it is read (zlib.error is not an OSError)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from plumbing.documents import DocumentError, read_text
 from plumbing.registry import Registry
 from sim.core.errors import ScenarioError
 
@@ -100,10 +101,12 @@ def parse_document(path: Path) -> Any:
     """The file's JSON: one document, or a JSON-lines file as the list of its objects (SGLang
     appends one result line per run). Unreadable or invalid text raises :class:`RunError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise RunError(f"{path}: no such file (expected a benchmark result file)") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except DocumentError as exc:
+        raise RunError(f"{path}: {exc}") from None
+    except OSError as exc:
         raise RunError(f"{path}: cannot read it ({exc})") from None
     if not text.strip():  # (json's own words for it, "Expecting value", say nothing useful)
         raise RunError(f"{path}: is empty (expected a benchmark result file: vLLM, GuideLLM, SGLang or genai-perf)")

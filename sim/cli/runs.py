@@ -31,14 +31,24 @@ def warn_overloaded(sc, run_info: dict) -> None:
 #: Reject reasons a request's length decides against the server's limits, whatever the load and
 #: without an admission gate (engine.py ``admit_arrival``).
 LENGTH_LIMITS = {"too_long": "prompt + max_tokens over engine.max_model_len{mml}",
-                 "too_large": "prompt + max_tokens more than the KV cache can ever hold for one request"}
+                 "too_large": "prompt + max_tokens more than the KV cache can ever hold for one request",
+                 "too_long_for_step": "{step} more than one step's token budget, engine.max_batched_tokens{budget}, "
+                                      "without chunked prefill{why}"}
+
+
+def lenient_line(skipped: int) -> str:
+    """What ``--lenient`` says it did: the bad trace rows it skipped (``skipped``)."""
+    return f"lenient: skipped {skipped:,} bad trace row{'' if skipped == 1 else 's'}"
 
 
 def warn_too_long(sc, classes: dict) -> None:
     """One line on stderr when requests were refused at arrival for their length (``too_long``:
     over ``engine.max_model_len``, as vLLM's and SGLang's servers answer 400; ``too_large``: more
-    KV than a replica could ever give one request): a setting, not the load, decided them."""
+    KV than a replica could ever give one request; ``too_long_for_step``: without chunked
+    prefill, a prompt, or what a preempted request prefills again, longer than one step's
+    budget): a setting, not the load, decided them."""
     from plumbing.notices import warn
+    from sim.core.preemption import PREEMPTION_MODES
 
     for reason, why in LENGTH_LIMITS.items():
         hit = {c: (m.get("reject_reasons") or {}).get(reason, 0) for c, m in classes.items() if c != "overall"}
@@ -48,7 +58,14 @@ def warn_too_long(sc, classes: dict) -> None:
         per_class = ", ".join(f"{c} {n:,} of {classes[c]['arrived']:,}" for c, n in hit.items())
         mml = sc.engine.max_model_len
         mml = f" = {mml:,}" if mml and not sc.cluster else ""  # (a cluster's groups may set their own)
-        warn(f"refused at arrival as too long ({reason}): {per_class} ({why.format(mml=mml)}); "
+        budget = f" = {sc.engine.max_batched_tokens:,}" if not sc.cluster else ""
+        # (a mode that preempts may make a request prefill again all it holds: that must fit a step)
+        preempts = PREEMPTION_MODES.resolve(sc.engine.preemption).grows_blocks or sc.cluster
+        step = "prompt + max_tokens" if preempts else "prompt"
+        again = (": a preempted request prefills again all it holds, in one step" if preempts and not sc.cluster
+                 else "")
+        warn(f"refused at arrival as too long ({reason}): {per_class} "
+             f"({why.format(mml=mml, budget=budget, step=step, why=again)}); "
              f"their rows in requests.parquet have reject_reason {reason}")
 
 
@@ -79,7 +96,7 @@ def warn_too_long(sc, classes: dict) -> None:
 @engine_flag_options
 def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, progress, lenient, uncertainty,
         backend, workers, address, report, engine_args, sglang_args):
-    """Run SCENARIO (a TOML file or a shipped name; default: the contended-moment scenario)."""
+    """Run SCENARIO (a TOML file, a run's scenario.json or a shipped name; default: the contended-moment scenario)."""
     from sim.run import simulate
 
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args, policy), policy, seed)
@@ -106,8 +123,7 @@ def run(scenario, policy, sets, seed, out, overwrite, trace_iterations, plots, p
         fail(str(exc))
     if lenient:
         from sim.assembly import skipped_rows
-        click.echo(f"lenient: skipped {skipped_rows(res.summary_dict['run'].get('workload', {}))} bad trace rows",
-                   err=True)
+        click.echo(lenient_line(skipped_rows(res.summary_dict['run'].get('workload', {}))), err=True)
     try:
         path = res.save(out, overwrite=True)  # (claimed above: new, empty, or --overwrite)
     except OSError as exc:
@@ -175,7 +191,7 @@ def policies():
 @click.option("--gpu", help="with --model: the device (priosim profiles --models lists them)")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: tensor-parallel degree")
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="with --model: expert-parallel degree")
-@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, fp8-block, int8, int4, mxfp4; default: the checkpoint's)")
+@click.option("--dtype", help="with --model: weight format (bf16, fp16, fp8, fp8-block, int8, w8a16, int4, mxfp4; default: the checkpoint's)")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="with --model: KV cache format (bf16, fp16, fp8)")
 @click.option("--context", type=click.IntRange(min=1), help="with --model: typical context of a sliding-window model "
                                                             "(engine.typical_context; default 4096)")
@@ -323,7 +339,7 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
         click.echo(f"offered load, all streams: {stats['offered_load'].sum():.3g} of one replica "
                    f"({costs.name}; a decode step of up to {B} sequences, as many as {kv_blocks} KV blocks hold)")
     if lenient:
-        click.echo(f"lenient: skipped {skipped_rows(wl.meta)} bad trace rows", err=True)
+        click.echo(lenient_line(skipped_rows(wl.meta)), err=True)
     if out:
         from sim.outdir import write_file
 

@@ -120,7 +120,7 @@ def cluster_results(sc: Scenario, spec: ClusterSpec, replicas: list, assign: dic
     if per_replica and len(grp_res) < len(spec.groups):
         g = spec.groups[0]  # the only group: a copy, before the cluster's columns are added
         grp_res[g.name] = Results(comb.requests.copy(), comb.summary.copy(), comb.timeseries.copy(),
-                                  copy.deepcopy(comb.summary_dict), group_sc[g.name].to_dict(), None,
+                                  copy.deepcopy(comb.summary_dict), group_sc[g.name].to_dict(where=True), None,
                                   dict(comb.manifest))
     req = comb.requests
     replica = _replica_of(req["request_id"].to_numpy(), assign)

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
-from plumbing.documents import DocumentError, loads_json, short
+from plumbing.documents import DocumentError, loads_json, read_text, short
 from plumbing.numbers import in_range, is_integer, is_number
 from plumbing.suggest import did_you_mean
 from sim.core.overhead import MAX_TERM_S, NONE as NO_OVERHEAD, Overhead, OverheadError, resolve_overhead
@@ -663,7 +663,7 @@ def _load_profile(spec, base_dir, where) -> CostModel:
                                f"{', '.join(names)}; or a path to a .json file){did_you_mean(spec, names)}")
         path = p
     try:
-        data = loads_json(path.read_text())
+        data = loads_json(read_text(path))
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
     except DocumentError as exc:

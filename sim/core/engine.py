@@ -207,9 +207,12 @@ class Engine(EngineParts):
         if req.prompt_tokens + req.max_tokens > self.limits.max_model_len:
             return self._reject(req, "too_long", now_ns)  # (the server's answer: longer than the model's context)
         # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
-        need = req.prompt_tokens + req.max_tokens + self.limits.draft_slots
-        if need > self.limits.need_limit(req.priority, self.pool):
+        limits = self.limits
+        need = req.prompt_tokens + req.max_tokens + limits.draft_slots
+        if need > limits.kv_limit(req.priority, self.pool):
             return self._reject(req, "too_large", now_ns)
+        if limits.step_need(req.prompt_tokens, need, self.grows_blocks) > limits.max_batched_tokens:
+            return self._reject(req, "too_long_for_step", now_ns)  # (no chunked prefill: it never fits a step)
         if self.gate is not None:
             if self.cohort is not None:
                 self.cohort.sync_all()  # a gate may estimate from running requests' progress

@@ -96,16 +96,27 @@ class StepLimits:
 
     def need_limit(self, priority: int, pool) -> int:
         """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
-        being rejected at its arrival as too large, kept per priority (one lookup an arrival): its
-        blocks within what it could ever hold of ``pool`` above the watermark (``blocks_for(need)
-        <= C`` exactly when ``need <= C * block_size``), and without chunked prefill, one step's
-        budget (a (re-)prefill must fit one step, as vLLM V0 requires max_num_batched_tokens >=
-        max_model_len)."""
+        being rejected as too large: :meth:`kv_limit`, and without chunked prefill, one step's
+        budget (a re-prefill of all it holds must fit one step, as vLLM V0 requires
+        max_num_batched_tokens >= max_model_len)."""
+        limit = self.kv_limit(priority, pool)
+        return limit if self.chunked_prefill else min(limit, self.max_batched_tokens)
+
+    def kv_limit(self, priority: int, pool) -> int:
+        """The most tokens (prompt + output + drafts) the KV cache could ever hold for a request of
+        ``priority``, kept per priority (one lookup an arrival): its blocks within what it could
+        ever hold of ``pool`` above the watermark (``blocks_for(need) <= C`` exactly when ``need
+        <= C * block_size``); more is rejected at its arrival as ``too_large``."""
         limit = self._need_limits.get(priority)
-        if limit is not None:
-            return limit
-        limit = (pool.capacity_for(priority) - self.watermark_blocks) * pool.block_size
-        if not self.chunked_prefill:
-            limit = min(limit, self.max_batched_tokens)
-        self._need_limits[priority] = limit
+        if limit is None:
+            limit = self._need_limits[priority] = (pool.capacity_for(priority) - self.watermark_blocks) * pool.block_size
         return limit
+
+    def step_need(self, prompt_tokens: int, need: int, grows_blocks: bool) -> int:
+        """The tokens a request must prefill in one step without chunked prefill (0 with it, when
+        a prompt may be split): its prompt, or, when a preemption may make it prefill again all it
+        holds (``grows_blocks``: a mode that preempts), ``need`` (prompt + max_tokens + drafts).
+        More than the step's budget is rejected at its arrival as ``too_long_for_step``."""
+        if self.chunked_prefill:
+            return 0
+        return need if grows_blocks else prompt_tokens

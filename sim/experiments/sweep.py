@@ -177,13 +177,17 @@ def read_grid(path: str | Path) -> dict[str, list]:
     """
     import tomllib
 
-    from plumbing.documents import DocumentError, loads_toml
+    from plumbing.documents import DocumentError, loads_toml, read_text
 
     p = Path(path)
     try:
-        data = loads_toml(p.read_text())
+        text = read_text(p)
     except FileNotFoundError:
         raise ValueError(f"{p}: no such grid file") from None
+    except (DocumentError, OSError) as exc:
+        raise ValueError(f"{p}: {exc}") from None
+    try:
+        data = loads_toml(text)
     except (tomllib.TOMLDecodeError, DocumentError) as exc:
         raise ValueError(f"{p}: not valid TOML: {exc}") from None
     out: dict[str, list] = {}

@@ -131,6 +131,21 @@ def apply(cfg, base_dir: Path, source: str):
         key = msg.split(":")[0] if msg.split(":")[0] in ("tp", "ep", "dtype", "kv_dtype") else "model"
         text = msg if key != "model" else f"model: {msg}"
         raise ScenarioError(f"{source}: engine.{text}") from None
+    if cfg.dtype is None:  # (the checkpoint's own format: say where it is not modelled)
+        _warn_unmodelled_quant(cfg, base_dir, source)
     out = cfg.model_copy(update={"profile": doc})
     out._defaults = cfg._defaults
     return out
+
+
+def _warn_unmodelled_quant(cfg, base_dir: Path, source: str) -> None:
+    """One line when the model's quantization_config names a scheme priosim does not model: its
+    weights are priced as bf16 (2 bytes each, BF16 compute) unless engine.dtype says otherwise."""
+    from plumbing.notices import warn
+    from sim.models.derive import WEIGHT_FORMATS
+
+    what = load_architecture(cfg.model, base_dir).quant_unmodelled
+    if what:
+        warn(f"{source}: engine.model = {cfg.model!r}: its quantization_config ({what}) is not modelled: its weights "
+             f"are priced as bf16 (expected engine.dtype, one of {', '.join(WEIGHT_FORMATS)}, for the format it "
+             f"holds)")

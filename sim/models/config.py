@@ -25,8 +25,10 @@ Fields read (the first present name wins; a multimodal config's ``text_config`` 
 * sliding window: ``sliding_window`` (null or absent: none; Qwen2's ``use_sliding_window =
   false`` turns it off) on the layers ``layer_types`` marks ``sliding_attention``, else every
   layer but each ``sliding_window_pattern``-th (Gemma 3), else every layer (Mistral-7B-v0.1);
-* weights: ``quantization_config.quant_method`` (fp8, mxfp4; awq / gptq with ``bits = 4``) gives
-  the default weight format.
+* weights: ``quantization_config.quant_method`` (fp8, fbgemm_fp8, mxfp4; awq / gptq with
+  ``bits`` 4 or 8, weight-only; compressed-tensors by its ``config_groups``) gives the default
+  weight format (another method: bf16, and a warning where the profile is derived);
+* context: ``max_position_embeddings`` (or ``n_positions``, ``max_seq_len``, ``seq_length``).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbing.documents import DocumentError, loads_json
+from plumbing.documents import DocumentError, loads_json, read_text
 from plumbing.suggest import did_you_mean
 from sim.core.errors import ScenarioError
 
@@ -65,6 +67,11 @@ class Architecture:
         sliding_window, window_layers: the window (tokens) and how many layers use it.
         attention_sinks: a learned sink logit per head (gpt-oss).
         quant: the checkpoint's own weight format (``bf16`` unless its quantization_config says).
+        quant_unmodelled: what the quantization_config names that priosim does not model (its
+            weights then priced as ``bf16``), "" otherwise.
+        context_length: the longest sequence the model takes, tokens (``max_position_embeddings``
+            and its aliases; None when the config does not say): a named engine's default
+            ``max_model_len``.
     """
 
     name: str
@@ -97,6 +104,8 @@ class Architecture:
     window_layers: int = 0
     attention_sinks: bool = False
     quant: str = "bf16"
+    quant_unmodelled: str = ""
+    context_length: int | None = None
 
     @property
     def mla(self) -> bool:
@@ -155,20 +164,79 @@ class _Reader:
 _QUANT = {"fp8": "fp8", "mxfp4": "mxfp4", "fbgemm_fp8": "fp8"}
 
 
-def _quant(r: _Reader) -> str:
+def _quant(r: _Reader) -> tuple[str, str]:
+    """The checkpoint's weight format (a key of ``sim.models.derive.WEIGHT_FORMATS``) from its
+    ``quantization_config``, and, when that names a scheme priosim does not model (priced as
+    bf16), what it names (``quant_method = 'bitsandbytes'``); "" otherwise."""
     q = r.doc.get("quantization_config")
     if not isinstance(q, dict):
-        return "bf16"
+        return "bf16", ""
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8" and q.get("weight_block_size"):
-        return "fp8-block"  # DeepSeek-V3, Qwen3-*-FP8: a scale per 128 x 128 block
+        return "fp8-block", ""  # DeepSeek-V3, Qwen3-*-FP8: a scale per 128 x 128 block
     if method in _QUANT:
-        return _QUANT[method]
-    if method in ("awq", "gptq") and q.get("bits") == 4:
-        return "int4"
-    if method in ("awq", "gptq") and q.get("bits") == 8:
-        return "int8"
-    return "bf16"
+        return _QUANT[method], ""
+    # GPTQ and AWQ are weight-only: the weights are dequantised and multiplied in 16 bits
+    if method in ("awq", "gptq") and q.get("bits") in (4, 8):
+        return ("int4" if q["bits"] == 4 else "w8a16"), ""
+    if method == "compressed-tensors":
+        found = _compressed_tensors(q)
+        if found is not None:
+            return found, ""
+        return "bf16", "quant_method = 'compressed-tensors' with a scheme priosim does not model"
+    if method in ("awq", "gptq"):
+        return "bf16", f"quant_method = {method!r} with bits = {q.get('bits')!r} (4 and 8 are modelled)"
+    return "bf16", f"quant_method = {method!r}" if method else "no quant_method"
+
+
+#: The config keys that bound a model's sequence length (vLLM reads each and takes the least).
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
+                "max_seq_length", "seq_len")
+
+
+def _context_length(r: _Reader) -> int | None:
+    """The longest sequence the model takes, tokens, as vLLM derives ``--max-model-len``'s default
+    from the config: the least of :data:`CONTEXT_KEYS` it has, and under YaRN rope scaling the
+    original length times the factor (DeepSeek-V3: 4096 x 40). None when it has none."""
+    found = [v for k in CONTEXT_KEYS if isinstance(v := r.doc.get(k), int) and not isinstance(v, bool) and v > 0]
+    if not found:
+        return None
+    rope = r.doc.get("rope_scaling")
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "yarn":
+        base, factor = rope.get("original_max_position_embeddings"), rope.get("factor")
+        if isinstance(base, int) and isinstance(factor, (int, float)) and base > 0 and factor >= 1:
+            return int(base * factor)
+    return min(found)
+
+
+def _compressed_tensors(q: dict) -> str | None:
+    """The weight format of an llm-compressor checkpoint (``quant_method = 'compressed-tensors'``)
+    from its ``config_groups``: every group's ``weights`` (``num_bits``, ``type`` float or int,
+    ``strategy``) and ``input_activations`` (8-bit of the same type: W8A8, the matmuls at the
+    FP8 / INT8 rate; none: weight-only, at the BF16 rate). None for another scheme (4-bit
+    floats, mixed groups)."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None
+    found = set()
+    for g in groups.values():
+        w = g.get("weights") if isinstance(g, dict) else None
+        if not isinstance(w, dict):
+            return None
+        act = g.get("input_activations")
+        bits, kind = w.get("num_bits"), w.get("type")
+        w8a8 = isinstance(act, dict) and act.get("num_bits") == 8 and act.get("type") == kind
+        if act is not None and not w8a8:
+            return None  # (activations quantised otherwise: not a scheme priced here)
+        if bits == 8 and kind == "float":
+            found.add(("fp8-block" if w.get("strategy") == "block" else "fp8") if w8a8 else "w8a16")
+        elif bits == 8 and kind == "int":
+            found.add("int8" if w8a8 else "w8a16")
+        elif bits == 4 and kind == "int" and not w8a8:
+            found.add("int4")
+        else:
+            return None
+    return found.pop() if len(found) == 1 else None
 
 
 def architecture(doc: dict, name: str, where: str, source: str | None = None) -> Architecture:
@@ -240,6 +308,7 @@ def architecture(doc: dict, name: str, where: str, source: str | None = None) ->
     # OPT (and GPT-2-era decoders like it): a plain two-matrix ReLU MLP, biases on every projection
     opt = model_type == "opt"
     opt_bias = opt and r.bool("enable_bias", True)
+    quant, unmodelled = _quant(r)
     return Architecture(
         name=name, source=source or where, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, ffn=ffn, vocab=vocab, mlp_matrices=2 if opt else 3,
@@ -250,7 +319,8 @@ def architecture(doc: dict, name: str, where: str, source: str | None = None) ->
         norms_per_layer=4 if gemma else 2, qk_norm=model_type.startswith(("qwen3", "gemma3")),
         experts=experts, experts_per_token=k, expert_ffn=expert_ffn, shared_ffn=shared,
         moe_layers=moe_layers, expert_bias=model_type == "gpt_oss", sliding_window=window,
-        window_layers=window_layers, attention_sinks=model_type == "gpt_oss", quant=_quant(r), **mla,
+        window_layers=window_layers, attention_sinks=model_type == "gpt_oss", quant=quant,
+        quant_unmodelled=unmodelled, context_length=_context_length(r), **mla,
     )
 
 
@@ -283,7 +353,7 @@ def load_architecture(model: str, base_dir: Path | str | None = None) -> Archite
     """The architecture of ``engine.model`` (a bundled name or a config.json path)."""
     p = config_path(model, base_dir)
     try:
-        doc = loads_json(p.read_text())
+        doc = loads_json(read_text(p))
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"{p}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
     except (DocumentError, OSError, UnicodeDecodeError) as exc:

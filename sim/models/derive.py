@@ -65,6 +65,10 @@ WEIGHT_FORMATS = {
                               "GEMMs at 0.68 of the BF16 rate (CUTLASS block-FP8 GEMMs)",
                               linear_vs_bf16=0.68),
     "int8": WeightFormat(1.0, 1.0, "int8_flops", "INT8 weights and activations (W8A8)"),
+    "w8a16": WeightFormat(1.0 + 2 / 128, 1.0 + 2 / 128, "bf16_flops",
+                          "8-bit weights with a 16-bit scale per group of 128, 16-bit activations (GPTQ / AWQ "
+                          "8-bit, weight-only FP8 or INT8: W8A16): the matmuls dequantise to BF16 and run at its "
+                          "rate"),
     "int4": WeightFormat(0.5 + 2 / 128, 0.5 + 2 / 128, "bf16_flops",
                          "4-bit weights with a 16-bit scale per group of 128 (GPTQ / AWQ, W4A16)"),
     "mxfp4": WeightFormat(2.0, 4.25 / 8, "bf16_flops", "MXFP4 routed experts (4 bits + an 8-bit scale per 32), "
