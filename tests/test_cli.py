@@ -241,6 +241,8 @@ def test_run_table_shows_a_missing_value_as_a_dash_in_every_row(tmp_path):
     assert "None" not in table
     chat = next(ln for ln in table.splitlines() if ln.split()[:1] == ["interactive"]).split()
     assert chat[7] == "-"  # tpot_p50_s: no chat request finished
+
+
 def test_a_runs_scenario_json_runs_again_from_its_results_folder(tmp_path, monkeypatch):
     """``priosim run scenario.json`` (docs/reading-output.md) repeats the run: the relative paths
     in it (a profile, a trace) are read from the original scenario's folder, which it records."""

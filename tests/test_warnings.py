@@ -292,6 +292,8 @@ def test_a_policy_with_its_own_seeded_generator_is_not_warned_about(tmp_path):
     res = run(tmp_path, args=["--policy", f"{tmp_path / 'p.py'}:P"])
     assert res.exit_code == 0, res.output
     assert warnings_of(res) == []
+
+
 def load_warnings(*overrides: str) -> list[str]:
     """The warnings loading the test scenario with ``overrides`` gives (no run)."""
     import tomllib
