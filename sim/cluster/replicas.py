@@ -251,6 +251,9 @@ class Replica:
                 s = admit_alone(self.engine, req, b_ns)
                 s.at = j
                 self._plan.items.append(s)
+            # (waiting from their arrival: in the samples before the run, where a front end
+            # held them back past its start)
+            self.engine.tel.taken_in([x[0] for x in self._joins])
             self._joins = []
         self._allocate_through(len(self._durs))
         self._spare = self._run_ev  # (it just fired: ``_schedule_end``'s replaced ones never do)

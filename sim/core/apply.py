@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Final
 
 from sim.core.cohort import NOT_MEMBER
-from sim.core.costs import NS
+from sim.core.costs import NEVER, NS
 from sim.core.parts import EngineParts as Engine
 from sim.core.plan import Scheduled, StepPlan
 from sim.core.request import Request, State
@@ -26,9 +26,14 @@ FINISHED: Final = State.FINISHED  # (a module global reads about 8 times faster 
 _STEPS: Final = itemgetter(0)
 
 
-def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
+def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int,
+          sample_ns: int = NEVER) -> None:
     """Apply a run of ``len(durations)`` steps of ``plan`` (see the module docstring);
-    ``compute_ns``: the first step's compute time (the rest of it was transfers)."""
+    ``compute_ns``: the first step's compute time (the rest of it was transfers). When the
+    time-series sample at ``sample_ns`` (ns) falls inside the run (in its last step: a run ends
+    with the step that holds the next sample), the state during that step is held for it
+    (:meth:`~sim.core.telemetry.Telemetry.hold`): after the requests that left at earlier
+    steps' ends, before those whose last token ends the run."""
     total = sum(durations)
     end_ns = start_ns + total
     eng.iterations += len(durations)
@@ -56,8 +61,14 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
         admitted = {s.req.request_id for s in plan.items if s.admitted}
         finished.sort(key=lambda f: (f[0], 1, f[1].admit_seq) if f[1].request_id in admitted and f[0] == first_end
                       else (f[0], 0, f[1].key, f[1].admit_seq))
+    hold = sample_ns < end_ns
     for t, r, in_order in finished:
+        if hold and t == end_ns:  # (in time order: the rest end the run)
+            eng.tel.hold(eng)
+            hold = False
         finish(eng, r, t, in_order)
+    if hold:
+        eng.tel.hold(eng)
     coh = eng.cohort
     if coh is not None and plan.items:  # steady decoders join the cohort
         bs = eng.bs

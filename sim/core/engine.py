@@ -301,9 +301,11 @@ class Engine(EngineParts):
             return 0
         return self.costs.swap_ns(plan.swap_out_blocks, self.bs) + self.costs.swap_ns(plan.swap_in_blocks, self.bs)
 
-    def apply(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int) -> None:
-        """Apply a run of ``len(durations)`` steps of ``plan`` (:func:`sim.core.apply.apply`)."""
-        _apply.apply(self, plan, start_ns, durations, compute_ns)
+    def apply(self, plan: StepPlan, start_ns: int, durations: list[int], compute_ns: int,
+              sample_ns: int = NEVER) -> None:
+        """Apply a run of ``len(durations)`` steps of ``plan`` (:func:`sim.core.apply.apply`;
+        ``sample_ns``: the next time-series sample instant)."""
+        _apply.apply(self, plan, start_ns, durations, compute_ns, sample_ns)
 
     def trace_run(self, plan: StepPlan, start_ns: int, durations: list[int]) -> None:
         """Append the run's rows to the iteration trace (after ``iterations`` counted it)."""

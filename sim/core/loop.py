@@ -19,7 +19,8 @@ from sim.core.source import RequestStream
 def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, stop_ns: int, interval_ns: int,
                  check_invariants: bool = False, on_boundary=None):
     """The SimPy process of one replica: at each step boundary take the arrivals that are due,
-    sample telemetry, re-rank, plan, price, fast-forward where exact, and apply.
+    record the time-series samples of the stretch that just ended, re-rank, plan, price,
+    fast-forward where exact, and apply.
 
     ``source`` (:class:`~sim.core.source.RequestStream`) provides ``pop_due(now)`` (requests that
     have arrived) and ``next_arrival_ns()`` (when the next may arrive; a lower bound is enough,
@@ -28,6 +29,14 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     place of ``env.timeout``).
     When the replica is idle it sleeps until the next arrival, or on ``source.wakeup`` (a SimPy
     event) when the source has one (a router in front of several replicas).
+
+    Samples (every ``interval_ns``) read the state at their instant (:class:`Telemetry`'s time
+    series): one at a boundary reads the step planned there; one inside a step (runs end with
+    the step that holds the next sample, so only their last step can hold one) reads that
+    step's running set and blocks, held when the run is applied; one inside an idle wait reads
+    the idle state, held before it. Each is recorded at the boundary ending its stretch; the
+    requests taken in there (or later: a front end's delay) are added to the waiting of those
+    at or after their arrival.
     """
     tel = engine.tel
     cfg = engine.cfg
@@ -44,7 +53,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     wakeup = getattr(source, "wakeup", None)
     finished = getattr(source, "finished", None)
     sleep = getattr(source, "sleep", None) or env.timeout  # (a source may give cheaper waits)
-    next_sample = 0
+    next_sample = 0  # the first sample instant not recorded yet (ns)
     # next event count at which to check progress (and the max_events stop)
     check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
     # Overlap scheduling (the overhead's overlap_schedule): the batch of the next step was formed
@@ -70,9 +79,10 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                 due = [r for r in due if r.arrival_ns + seen_after <= last_start]
         for req in due:
             engine.admit_arrival(req, now)
-        while next_sample <= now:
-            tel.sample(next_sample, engine)
-            next_sample += interval_ns
+        if next_sample < now:  # samples inside the stretch that just ended: its held state
+            next_sample = tel.settle(next_sample, now, engine)
+        if due:  # ... in which these waited since their arrival (rejected ones never did)
+            tel.taken_in(due)
         if on_boundary is not None:
             on_boundary(now)
         if now >= stop_ns:
@@ -87,13 +97,17 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             if wakeup is not None:
                 if finished is not None and finished() and next_arrival >= NEVER:
                     break
+                tel.hold(engine)  # (idle: the samples until it wakes read this)
                 yield wakeup(min(next_arrival, stop_ns))
                 continue
             if next_arrival >= NEVER:
                 break
             # (a closed-loop user answered by a rejection at its arrival instant, before this
             # boundary, may already have sent its next request: then take it in at once)
-            yield sleep(max(min(next_arrival, stop_ns) - now, 0))
+            wait = max(min(next_arrival, stop_ns) - now, 0)
+            if next_sample < now + wait:
+                tel.hold(engine)
+            yield sleep(wait)
             continue
         plan = engine.plan(now)
         if plan.empty and plan.preempted:
@@ -111,8 +125,13 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
                                  f"({engine.describe_live()})")
             wake = max(min(next_arrival, engine.next_change_ns, stop_ns), now)
             tel.idle_with_work_ns += wake - now
+            if next_sample < wake:
+                tel.hold(engine)
             yield sleep(wake - now)
             continue
+        if next_sample == now:  # the step planned here, before a run takes its later steps' blocks
+            tel.sample(now, engine)
+            next_sample += interval_ns
         compute = engine.compute_ns(plan)
         transfer = engine.transfer_ns(plan)
         # proactive swapping overlaps the copies with the step's kernels (separate copy engine)
@@ -144,6 +163,8 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
         if ahead:
             last_end = now + sum(durations)
             last_start = last_end - durations[-1]
-        engine.apply(plan, now, durations, compute)
+        engine.apply(plan, now, durations, compute, next_sample)  # (holds the last step's state for it)
         if check_invariants:
             engine.check_invariants()
+    if next_sample == now:  # the end: a sample at this boundary reads the state the run ends in
+        tel.sample(now, engine)

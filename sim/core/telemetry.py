@@ -21,7 +21,9 @@ from typing import Callable
 import numpy as np
 
 from sim.core.columns import CONVERSIONS, FLOAT, INT, RECORDED, SOURCES, STR
-from sim.core.request import Request
+from sim.core.request import Request, State
+
+REJECTED = State.REJECTED  # (a module global: read once per request taken in, Telemetry.taken_in)
 
 # finds distinct values: (codes, distinct values) of an array, as pandas.factorize returns them
 Factorize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -88,6 +90,8 @@ class Telemetry:
         self._run_tenant_n = array("q")  # ... and how many of them
         self.preempt_bin: dict[int, int] = defaultdict(int)
         self.samples: list[tuple] = []
+        # the state of the stretch the replica waits out now (:meth:`hold`), for its samples
+        self._held: tuple[list[int], list[int], int, int] | None = None
         self.idle_with_work_ns = 0
         self._rows: list = []  # raw rows (SOURCES) of ended requests not yet in ``raw``, one after another
         self._gap_codes: tuple | None = None  # itl_arrays' memo: sizes, distinct gaps, counts per class
@@ -376,12 +380,73 @@ class Telemetry:
         return distinct[seen], counts[cls_idx][seen].astype(np.int64)
 
     # ---- time series ---------------------------------------------------------------------
+    # A sample at instant t is the replica's state at t, after everything that happens at t:
+    # ``waiting``: requests that arrived by t (arrival <= t), were not rejected and had not been
+    # admitted by t (or were preempted back into the queue); ``running``: those admitted by t and
+    # not finished by t (admitted <= t < finish), that is the running set of the step in progress
+    # at t (or starting at t); ``kv_blocks_used`` / ``swap_blocks_used``: the device / host
+    # blocks held then (during that step), cached prefix groups included. An idle replica's
+    # sample is its idle state. The engine only sees an instant between steps, so the loop
+    # (:func:`sim.core.loop.replica_loop`) keeps the state of each stretch it waits out (a run
+    # of steps: its last step's, where any sample inside the run falls; an idle wait: the state
+    # it waits in: :meth:`hold`) and records the stretch's samples at its end (:meth:`settle`);
+    # the requests it takes in there (it sees an arrival only at a boundary, a front end's delay
+    # later) are then counted as waiting in the samples since their arrival (:meth:`taken_in`).
     def sample(self, t_ns: int, engine) -> None:
-        """Record the waiting and running requests per class and the KV use at ``t_ns`` (the
-        engine's counts, kept as requests enter and leave each set)."""
+        """Record the waiting and running requests per class and the KV use at ``t_ns`` (ns): the
+        engine's counts now (kept as requests enter and leave each set), read at a boundary
+        where the step starting at ``t_ns`` was planned, or where the run ends."""
         pool = engine.pool
         self.samples.append((t_ns, list(engine.queues.waiting_count), list(engine.queues.running_count),
                              pool.total - pool.free, pool.host_used))
+
+    def hold(self, engine) -> None:
+        """Keep the engine's state now as that of the stretch the replica is about to wait out, or
+        of the last step of the run being applied (before the requests whose last token ends it
+        leave): per-class waiting and running counts, device and host blocks in use."""
+        pool = engine.pool
+        q = engine.queues
+        self._held = (list(q.waiting_count), list(q.running_count), pool.total - pool.free, pool.host_used)
+
+    def settle(self, t_ns: int, until_ns: int, engine) -> int:
+        """Record the samples at ``t_ns``, ``t_ns + interval``, ... before ``until_ns`` (ns: the
+        boundary ending the stretch they fall in) with the state held for that stretch
+        (:meth:`hold`; the requests that arrived inside it are added by :meth:`taken_in`);
+        returns the next sample instant. (With none held, the replica's loop only started at
+        ``until_ns``: it was empty before, its blocks as they are now.)"""
+        held = self._held
+        if held is None:
+            pool = engine.pool
+            held = ([0] * len(self.class_names), [0] * len(self.class_names), pool.total - pool.free,
+                    pool.host_used)
+        self._held = None
+        waiting, running, kv, host = held
+        iv = self.interval_ns
+        samples = self.samples
+        while t_ns < until_ns:
+            samples.append((t_ns, waiting, running, kv, host))  # (the lists shared: never changed in place)
+            t_ns += iv
+        return t_ns
+
+    def taken_in(self, reqs: list) -> None:
+        """``reqs`` were taken in by the engine (at a boundary, or joining a run in flight), after
+        the samples recorded so far: each one not rejected was waiting from its arrival, so it
+        counts in those at or after its arrival (inside the stretch that just ended, or before
+        it when a front end held it back: ``frontend_s``), as the queue it was in then."""
+        samples = self.samples
+        if not samples:
+            return
+        iv = self.interval_ns
+        last = samples[-1][0]
+        for r in reqs:
+            a = r.arrival_ns
+            if a <= last and r.state != REJECTED:
+                ci = r.cls_idx
+                for j in range(1, (last - a) // iv + 2):  # the samples at last - (j - 1) * iv >= a
+                    t, w, run, kv, host = samples[-j]
+                    w = list(w)  # (a new list: others may share it)
+                    w[ci] += 1
+                    samples[-j] = (t, w, run, kv, host)
 
     def columns(self) -> dict[str, object]:
         """The recorded request columns (:data:`sim.core.columns.RECORDED`): numbers as numpy
