@@ -198,8 +198,10 @@ def build(opt_level: str = "3") -> None:
                                   config=str(config.relative_to(ROOT))))
     mypyc_home = Path(importlib.util.find_spec("mypyc").origin).parent.parent  # type: ignore[arg-type,union-attr]
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(mypyc_home), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(setup.relative_to(ROOT)), "build_ext", "--inplace"], cwd=ROOT,
-                          env=env, capture_output=True, text=True)
+    # (--force: mypyc leaves a C file it would write the same untouched, and setuptools then keeps
+    # its object file, compiled at whatever level the last build asked for)
+    done = subprocess.run([sys.executable, str(setup.relative_to(ROOT)), "build_ext", "--inplace", "--force"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:  # (its compiler lines are long: only the end says what went wrong)
         raise RuntimeError(f"mypyc failed (exit {done.returncode}); nothing compiled is in place. "
                            f"Its last messages:\n{(done.stdout + done.stderr)[-3000:]}")
