@@ -33,13 +33,13 @@ def simulate(scenario: Scenario, *, trace_iterations: bool = False, progress: bo
     ``ClusterResults`` (:func:`sim.cluster.simulate_cluster`, which has the cluster's options;
     ``backend``, ``workers`` and ``address`` pass to it: a cluster in windows, docs/distributed.md).
     An exception a user's policy raises in its own code is a one-line
-    :class:`~sim.core.guard.PolicyCodeError` (a ScenarioError) naming the policy, the hook and the line.
+    :class:`~sim.policy_code.PolicyCodeError` (a ScenarioError) naming the policy, the hook and the line.
     """
     try:
         return _simulate(scenario, trace_iterations, progress, load_scale, gate, check_invariants, lenient,
                          workload, distributed)
     except Exception as exc:
-        from sim.core.guard import policy_code_error, policy_files
+        from sim.policy_code import policy_code_error, policy_files
 
         err = policy_code_error(exc, policy_files(scenario))
         if err is None:

@@ -353,7 +353,7 @@ def check_policy(sc, pol, key: str) -> None:
     """Policy settings ``pol`` make a policy, and the parameters that name classes name the
     scenario's (a ScenarioError naming ``key``)."""
     from policies import POLICIES, make_policy
-    from sim.core.guard import files_of, policy_code_error, warn_shared_random
+    from sim.policy_code import files_of, policy_code_error, warn_shared_random
     try:
         policy = make_policy(pol.name, **pol.params())
         if hasattr(policy, "bind"):

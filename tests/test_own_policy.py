@@ -82,7 +82,7 @@ def _user_policy(tmp_path, body: str) -> str:
 
 def test_an_exception_in_the_users_key_is_one_line_naming_hook_and_line(tmp_path):
     from sim import ScenarioError, scenario_from_dict, simulate
-    from sim.core.guard import PolicyCodeError
+    from sim.policy_code import PolicyCodeError
 
     name = _user_policy(tmp_path, "    def key(self, req, now):\n        return (self.nope, req.arrival_s, req.request_id)\n")
     with pytest.raises(PolicyCodeError) as err:

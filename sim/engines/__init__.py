@@ -279,9 +279,9 @@ def resolve(cfg, base_dir, source: str):
                                 f"(expected engine.{fam.memory_key})")
         updates = {k: v for k, v in fam.defaults(version, gpu, cfg.entrypoint, gpu.tp).items() if k not in given}
         if cfg.model is not None and "max_model_len" not in given:
-            # the engines' own default (vLLM --max-model-len, SGLang --context-length): the model's
-            from sim.models.config import load_architecture
-            context = load_architecture(cfg.model, base_dir).context_length
+            # the engines' own default (vLLM --max-model-len, SGLang --context-length): the model's,
+            # which the profile derived from its config.json records (sim.models.derive)
+            context = (doc or {}).get("meta", {}).get("context_length")
             if context is not None:
                 updates["max_model_len"] = context
         if "prefix_block_tokens" in updates and "block_size" in given and cfg.block_size > 1:

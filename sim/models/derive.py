@@ -316,6 +316,7 @@ def derive_profile(a: Architecture, device: str | Device, dtype: str | None = No
         "meta": {
             "kind": "analytic", "name": name, "device": dev.name, "dtype": dtype, "kv_dtype": kv_dtype,
             "shape": a.name, "architecture": a.kind, "tp": tp, "ep": ep, "gpus": tp,
+            "context_length": a.context_length,  # (tokens, or None: a named engine's max_model_len default)
             "source": "sim.models.derive (Hugging Face config.json x device table x efficiency factors)",
             "config": a.source, "constants": consts,
             "formula": "t = base + max(weights read(T)/BW, T*(2*params per token/FLOPs + comm bytes/link)) "
