@@ -27,18 +27,20 @@ def test_charges_prompt_and_output_at_vtc_prices_and_gpu_by_token_share():
     f.on_arrival(a, 0.0)
     f.on_arrival(b, 0.0)
     # one step: a prefills its whole prompt (100 tokens, first token out), b a 30-token chunk
-    a.generated = 1
+    # (told after the step, as the engine tells it: ``computed`` includes the step's tokens)
+    a.generated, a.computed, b.computed = 1, 100, 30
     f.on_scheduled(a, 100, 0.4, 0.4)
     f.on_scheduled(b, 30, 0.4, 0.4)
     assert f.counter("a") == 100 * 1 + 1 * 2
     assert f.counter("b") == 30
     assert f.gpu["a"] == pytest.approx(0.4 * 100 / 130) and f.gpu["b"] == pytest.approx(0.4 * 30 / 130)
     # a fast-forwarded run of 5 decode steps: 5 output tokens at price 2
-    a.generated = 6
+    a.generated, a.computed = 6, 105
     f.on_scheduled(a, 5, 0.05, 0.45)
     assert f.counter("a") == 102 + 10
     # recompute after a preemption re-prefills prompt + generated: not charged again
     f.on_preempt(a, 0.5)
+    a.computed = 106
     f.on_scheduled(a, 106, 0.1, 0.6)
     assert f.counter("a") == 112
 
@@ -47,6 +49,7 @@ def test_shares_weight_the_counters():
     f = _fair(shares={"big": 2.0})
     r = _req(0, "big")
     f.on_arrival(r, 0.0)
+    r.computed = 100  # (the step's tokens computed, as the engine tells it)
     f.on_scheduled(r, 100, 0.1, 0.1)
     assert f.counter("big") == 50 and f.raw_tok["big"] == 100
 
@@ -56,6 +59,7 @@ def test_returning_tenant_is_lifted_to_min_backlogged_counter():
     a1, a2, b1 = _req(0, "a"), _req(1, "a"), _req(2, "b")
     f.on_arrival(a1, 0.0)
     f.on_arrival(a2, 0.0)
+    a1.computed = 100
     f.on_scheduled(a1, 100, 0.1, 0.1)  # a1 admitted and charged 100; a2 still waiting
     assert f.counter("a") == 100 and f.waiting_n["a"] == 1  # (books are settled lazily)
     f.on_arrival(b1, 0.2)  # b was idle: lifted to a's counter, banks no credit
@@ -227,18 +231,21 @@ def test_a_run_is_booked_step_by_step():
         a, b, w = _req(0, "a"), _req(1, "b"), _req(2, "b")
         for r in (a, b, w):
             f.on_arrival(r, 0.0)
-        a.generated, b.generated = 3, 0  # a decodes; b's prompt finishes in the first step
+        # a decodes; b's prompt finishes in the first step (``computed``: as the engine leaves it)
+        a.generated, b.generated, a.computed = 3, 0, 102
         if whole:
-            a.generated, b.generated = 7, 2
+            a.generated, b.generated, a.computed, b.computed = 7, 2, 106, 101
             f.on_scheduled_run([(a, 1, 4), (b, 100, 2)], 0, durations)
         else:
             end = 0
             for j, d in enumerate(durations):
                 end += d
                 a.generated += 1
+                a.computed += 1
                 f.on_scheduled(a, 1, d / 1e9, end / 1e9)
                 if j < 2:
                     b.generated += 1
+                    b.computed += 100 if j == 0 else 1
                     f.on_scheduled(b, 100 if j == 0 else 1, d / 1e9, end / 1e9)
         books.append(f.report())
     assert books[0] == books[1]
@@ -262,3 +269,46 @@ def test_fast_forward_keeps_the_accountants_books(enabled, measure):
     pd.testing.assert_frame_equal(fast.requests, stepped.requests)
     assert fast.summary_dict["run"]["policy"] == stepped.summary_dict["run"]["policy"]
     assert fast.summary_dict["run"]["engine_events"] < stepped.summary_dict["run"]["engine_events"]
+
+
+def test_a_cached_prefix_and_a_prefill_elsewhere_are_not_charged_as_prompt(tmp_path):
+    """Prompt tokens are charged where they are prefilled: a request that hits the prefix cache
+    pays for the rest of its prompt only, and its decode steps never as prompt tokens (they were,
+    one a step, until the charged prompt reached the whole prompt); a disaggregated decode
+    replica charges no prompt and not the token its prefill replica sampled (and charged)."""
+    import json
+
+    rows = [(0, 100, [1, 2, 3]), (1000, 100, [1, 2, 9]), (2000, 96, [1, 2, 3]), (3000, 200, [1, 2, 3, 4, 5, 6])]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"timestamp": t, "input_length": n, "output_length": 3,
+                                                          "hash_ids": h}) + "\n" for t, n, h in rows))
+    d = {"name": "p", "seed": 0, "horizon_s": 10.0,
+         "engine": {"profile": dict(LINEAR), "kv_blocks": 1000, "block_size": 16, "prefix_caching": True,
+                    "prefix_block_tokens": 32},
+         "classes": [{"name": "i", "priority": 0}], "tenants": [{"name": "t"}], "fairness": {"enabled": True},
+         "streams": [{"class": "i", "tenant": "t", "trace": {"format": "mooncake", "path": "p.jsonl",
+                                                             "spread_bucket_s": 0}}]}
+    res = simulate(scenario_from_dict(d, base_dir=tmp_path))
+    r = res.requests
+    assert r.prefix_hit_tokens.sum() > 0
+    books = res.summary_dict["run"]["policy"]["fairness"]["tenants"]["t"]["tokens_charged"]
+    assert books == (r.prompt_tokens - r.prefix_hit_tokens).sum() + 2 * r.generated_tokens.sum()
+    # 1 prefill + 1 decode replica: the two replicas' books add up to one prefill and the output
+    from tests.conftest import small_scenario
+
+    d = small_scenario()
+    d.update(horizon_s=4.0, fairness={"enabled": True}, tenants=[{"name": "a"}, {"name": "b"}])
+    d["engine"].update(kv_blocks=4000, preemption="off")
+    d["engine"].pop("swap_blocks", None)
+    d["cluster"] = {"groups": [{"name": "p", "role": "prefill", "replicas": 1},
+                               {"name": "d", "role": "decode", "replicas": 1}],
+                    "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5, "kv_bytes_per_token": 131072,
+                             "layers": 32}}
+    res = simulate(scenario_from_dict(d), per_replica=True)
+    r = res.requests
+    assert (r.status == "finished").all() and len(r) > 10
+    books = {}
+    for rep in res.replicas:
+        for t, v in rep.summary_dict["run"]["policy"]["fairness"]["tenants"].items():
+            books[t] = books.get(t, 0) + v["tokens_charged"]
+    for t, g in r.groupby("tenant"):
+        assert books[t] == g.prompt_tokens.sum() + 2 * g.generated_tokens.sum(), t

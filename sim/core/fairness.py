@@ -10,8 +10,10 @@ inner policy's order is kept among one tenant's own requests. Counters move afte
 so the wrapper is ``dynamic`` (the engine re-keys before each plan).
 
 Counters. ``measure = "tokens"``: a tenant is charged ``prompt_price`` per prompt token
-prefilled (recompute after a preemption is not charged again) plus ``output_price`` per output
-token (defaults 1 and 2, as in VTC), divided by its ``share`` weight. ``measure = "gpu_seconds"``:
+prefilled here (recompute after a preemption is not charged again; a prefix-cache hit and, on a
+disaggregated decode replica, the prefill replica's work are not prefilled here) plus
+``output_price`` per output token (defaults 1 and 2, as in VTC), divided by its ``share``
+weight. ``measure = "gpu_seconds"``:
 each step's duration is split between the requests in it in proportion to the tokens each
 processed in that step, divided by the share. Both are tracked and reported; ``measure`` picks
 the one that orders.
@@ -73,6 +75,10 @@ class FairShare(BasePolicy):
         self.waiting_n = defaultdict(int)  # requests waiting per tenant
         self.active_n = defaultdict(int)  # waiting or running per tenant
         self._waiting: set[int] = set()
+        # per request, the prompt position (tokens) up to which its prefill has been charged: a
+        # step's tokens at positions [computed before it, + tokens) that are prompt positions not
+        # charged before are its prompt tokens (a cached prefix, a re-prefill and decode steps
+        # are none)
         self._charged_in: dict[int, int] = {}
         self._last_gen: dict[int, int] = {}
         self._pending: list = []
@@ -137,8 +143,10 @@ class FairShare(BasePolicy):
         self.waiting_n[t] += 1
         self.active_n[t] += 1
         self._waiting.add(req.request_id)
-        self._charged_in[req.request_id] = 0
-        self._last_gen[req.request_id] = req.generated
+        self._charged_in[req.request_id] = req.computed  # (a decode replica's: the whole prompt)
+        # a disaggregated decode replica's request was prefilled elsewhere, where the token it
+        # sampled was charged: its landing here emits that token again, not a new one
+        self._last_gen[req.request_id] = req.generated + (req.computed >= req.prompt_tokens)
         self.inner.on_arrival(req, now)
 
     def _ordering(self):
@@ -168,8 +176,20 @@ class FairShare(BasePolicy):
         rid = req.request_id
         out = req.generated - self._last_gen.get(rid, 0)
         self._last_gen[rid] = req.generated
-        self._book(req, tokens, out, service_s, now)
+        self._book(req, self._prompt_part(req, req.computed - tokens, tokens), tokens, out, service_s, now)
         self.inner.on_scheduled(req, tokens, service_s, now)
+
+    def _prompt_part(self, req, before: int, tokens: int) -> int:
+        """The prompt tokens, not charged before, among ``tokens`` processed from position
+        ``before`` (the tokens computed before the step); moves the request's charged mark."""
+        rid = req.request_id
+        mark = self._charged_in.get(rid, 0)
+        end = min(before + tokens, req.prompt_tokens)
+        pre = end - max(before, mark)
+        if pre <= 0:
+            return 0
+        self._charged_in[rid] = end
+        return pre
 
     def on_scheduled_run(self, items: list, start_ns: int, durations: list[int]) -> None:
         """A fast-forwarded run of ``len(durations)`` steps (integer ns, the first starting at
@@ -179,20 +199,22 @@ class FairShare(BasePolicy):
         in)`` in the plan's order; after the first step each emits one token a step. The
         inner policy is told as the engine would tell it: its own ``on_scheduled_run``, else
         ``on_scheduled`` once per request with the run's totals."""
-        outs = []
-        for req, _, kk in items:
+        outs, pres = [], []
+        for req, tokens, kk in items:
             rid = req.request_id
             outs.append(req.generated - self._last_gen.get(rid, 0) - (kk - 1))  # the first step's
             self._last_gen[rid] = req.generated
+            # (its later steps decode: one token each, computed after the first step's)
+            pres.append(self._prompt_part(req, req.computed - (kk - 1) - tokens, tokens))
         end = start_ns
         for j, d in enumerate(durations):
             end += d
             service_s, now = d / NS, end / NS  # (as stepping passes them)
-            for (req, tokens, kk), out in zip(items, outs):
+            for (req, tokens, kk), out, pre in zip(items, outs, pres):
                 if j == 0:
-                    self._book(req, tokens, out, service_s, now)
+                    self._book(req, pre, tokens, out, service_s, now)
                 elif j < kk:
-                    self._book(req, 1, 1, service_s, now)
+                    self._book(req, 0, 1, 1, service_s, now)
         inner_run = getattr(self.inner, "on_scheduled_run", None)
         if inner_run is not None:
             inner_run(items, start_ns, durations)
@@ -200,15 +222,16 @@ class FairShare(BasePolicy):
         for req, tokens, service_s, end_s in run_totals(items, start_ns, durations):
             self.inner.on_scheduled(req, tokens, service_s, end_s)
 
-    def _book(self, req, tokens: int, out: int, service_s: float, now: float) -> None:
+    def _book(self, req, pre: int, tokens: int, out: int, service_s: float, now: float) -> None:
         """Queue one request's share of the step that ends at ``now`` (s): ``tokens`` processed,
-        ``out`` output tokens emitted, in a ``service_s`` s step. A step's requests are charged
+        ``pre`` of them prompt tokens charged, ``out`` output tokens emitted, in a ``service_s``
+        s step. A step's requests are charged
         together (:meth:`_flush`) once the next step's are booked, or before anything reads a
         counter."""
         if self._pending and now != self._pending_now:
             self._flush()
         self._pending_now = now
-        self._pending.append((req, tokens, out, service_s))
+        self._pending.append((req, pre, tokens, out, service_s))
 
     def _flush(self) -> None:
         """Charge the last step's requests (GPU time split by tokens processed)."""
@@ -217,18 +240,15 @@ class FairShare(BasePolicy):
             return
         self._pending = []
         now = self._pending_now
-        total = sum(e[1] for e in items) or 1
+        total = sum(e[2] for e in items) or 1
         win = self.windows[int(now // self.window_s)] if self.window_s > 0 else None
-        for req, tokens, out, service_s in items:
+        for req, pre, tokens, out, service_s in items:
             rid = req.request_id
             t = req.tenant
             sh = self.share(t)
             if rid in self._waiting:  # first step since it was queued: admitted
                 self._waiting.discard(rid)
                 self.waiting_n[t] -= 1
-            done_in = self._charged_in.get(rid, 0)
-            pre = max(0, min(tokens, req.prompt_tokens - done_in))  # recompute is not re-charged
-            self._charged_in[rid] = done_in + pre
             charge = self.wp * pre + self.wo * out
             gpu = service_s * tokens / total
             self.raw_tok[t] += charge
