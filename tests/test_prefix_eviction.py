@@ -175,3 +175,27 @@ def test_rank_is_the_default_and_unchanged():
     del sc["engine"]["victim"]
     b = simulate(scenario_from_dict(sc))
     assert a.requests.equals(b.requests)
+
+
+def test_a_request_whose_whole_prefix_was_evicted_counts_its_misses(tmp_path):
+    """A 10-block pool holds two requests' prefixes (two 32-token groups each): the fourth request
+    asks again for the first one's groups, evicted by then, and hits none; its re-prefill of
+    both groups is its evicted_miss_tokens (64) and charged to the evictions, as a partial miss
+    is (the count was made only for requests that hit at least one group)."""
+    import json
+
+    rows = [(0, [1, 2]), (1000, [3, 4]), (2000, [5, 6]), (3000, [1, 2]), (4000, [5, 6]), (5000, [3, 4])]
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps({"timestamp": t, "input_length": 65, "output_length": 2,
+                                                          "hash_ids": h}) + "\n" for t, h in rows))
+    d = {"name": "p", "seed": 0, "horizon_s": 10.0,
+         "engine": {"profile": {"kind": "linear", "base_s": 0.005, "prefill_token_s": 1e-4, "decode_token_s": 1e-3,
+                                "context_token_s": 0.0},
+                    "kv_blocks": 10, "block_size": 16, "prefix_caching": True, "prefix_block_tokens": 32},
+         "classes": [{"name": "i", "priority": 0}],
+         "streams": [{"class": "i", "tenant": "t", "trace": {"format": "mooncake", "path": "e.jsonl",
+                                                             "spread_bucket_s": 0}}]}
+    res = simulate(scenario_from_dict(d, base_dir=tmp_path), check_invariants=True)
+    r = res.requests
+    assert r.prefix_hit_tokens.tolist() == [0, 0, 0, 0, 64, 0]
+    assert r.evicted_miss_tokens.tolist() == [0, 0, 0, 64, 0, 64]
+    assert sum(row["pushed_refill_tokens"] for row in res.summary_dict["run"]["prefix_attribution"]) == 128

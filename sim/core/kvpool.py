@@ -156,6 +156,13 @@ class KVPool:
         r.computed = hit * cache.group_tokens
         if r.first_admit_ns < 0:
             r.prefix_hit_tokens = r.computed
+        self.count_misses(r, hit)
+
+    def count_misses(self, r, hit: int) -> None:
+        """``r``, admitted to prefill its prompt on ``hit`` cached groups (none too), prefills the
+        groups after them that had been cached and were evicted again: counted on it, and their
+        tokens charged to the evictions (the prefix cache's attribution)."""
+        cache = self.cache
         missed = cache.missed_after_eviction(r.prompt_tokens, r.hash_ids, hit, r.request_id)
         r.evicted_miss_tokens += missed * cache.group_tokens
 

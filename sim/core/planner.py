@@ -334,6 +334,8 @@ def _admit(eng: Engine, w: Request, n: int, need_blocks: int, hit: int, plan: St
     q.take(w)
     if hit:
         pool.acquire_prefix(w, hit)
+    elif w.hash_ids and w.computed == 0 and pool.cache is not None:  # (no group left: each one a miss)
+        pool.count_misses(w, 0)
     if w.state is SWAPPED:
         blocks = pool.swap_in_request(w)
         plan.swap_in_blocks += blocks
