@@ -77,6 +77,24 @@ def test_lift_forgives_debt_beyond_the_in_flight_allowance():
     assert f.counter("b") == pytest.approx(f.counter("a") + 60)
 
 
+def test_lift_forgives_gpu_seconds_debt_beyond_the_in_flight_allowance():
+    """The GPU-seconds counters are lifted as the token counters are: at most the backlogged
+    minimum plus N_t x the most GPU time one finished request was charged (here 0.3 s)."""
+    f = _fair(max_num_seqs=2, measure="gpu_seconds")
+    a, b, c = _req(0, "a"), _req(1, "b"), _req(2, "a")
+    f.on_arrival(a, 0.0)
+    f.on_arrival(b, 0.0)
+    a.computed, b.computed = 100, 100
+    f.on_scheduled(a, 100, 0.6, 0.6)  # (0.3 s each: split by tokens)
+    f.on_scheduled(b, 100, 0.6, 0.6)
+    f.on_finish(b, 0.7)
+    f.on_arrival(c, 0.8)  # a keeps c waiting: a is backlogged
+    f.gpu["b"] = 1e6  # b consumed a lot long ago
+    b2 = _req(3, "b")
+    f.on_arrival(b2, 1.0)
+    assert f.gpu["b"] == pytest.approx(f.gpu["a"] + 2 * 0.3)
+
+
 def test_class_order_wins_over_counters():
     f = _fair()
     hi, lo = _req(0, "heavy", prio=0), _req(1, "light", prio=1)

@@ -21,7 +21,9 @@ the one that orders.
 Lift. A tenant that arrives with nothing waiting (back from idle) has its counter raised to the
 minimum counter of the backlogged tenants (tenants with waiting requests), so idle time banks no
 credit, and lowered to at most that minimum plus its in-flight allowance ``U`` (below), so old
-debt does not lock it out either. With no tenant backlogged it keeps its counter.
+debt does not lock it out either. With no tenant backlogged it keeps its counter. The GPU-seconds
+counters are lifted the same way, ``C`` there being the most GPU time one finished request was
+charged.
 
 Bound (see docs/admission.md). Let ``C = prompt_price * P_max + output_price * O_max`` be the
 largest charge of one request and ``N_t`` the most requests tenant t can have in flight
@@ -33,7 +35,6 @@ most ``4 * max(U_f, U_g)``. The report carries ``bound`` and the largest gap obs
 from __future__ import annotations
 
 import heapq
-import math
 from collections import defaultdict
 
 from policies.base import BasePolicy, listens_before_ranking
@@ -84,6 +85,10 @@ class FairShare(BasePolicy):
         self._pending: list = []
         self._pending_now = None
         self.max_charge = 0.0  # C: largest single-request charge seen
+        # the GPU-seconds measure's C: the most GPU time one finished request was charged (s),
+        # and what each request in flight has been charged so far
+        self.max_gpu_charge = 0.0
+        self._req_gpu: dict[int, float] = {}
         self.max_gap = 0.0  # largest |c_f - c_g| among backlogged tenants observed
         self.lifts = 0
         self.windows: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -121,10 +126,11 @@ class FairShare(BasePolicy):
         return (req.priority, c, *self.inner.key(req, now))
 
     # ---- books -------------------------------------------------------------------------------
-    def allowance(self, tenant: str) -> float:
-        """U_t: the most charge tenant t can have in flight, normalised by its share."""
+    def allowance(self, tenant: str, gpu: bool = False) -> float:
+        """U_t: the most charge tenant t can have in flight, normalised by its share; ``gpu``:
+        in GPU-seconds (the most one request was charged, as far as any has finished)."""
         n = min(self.max_num_seqs, self.max_conc.get(tenant, self.max_num_seqs))
-        return n * self.max_charge / self.share(tenant)
+        return n * (self.max_gpu_charge if gpu else self.max_charge) / self.share(tenant)
 
     def on_arrival(self, req, now: float) -> None:
         self._flush()
@@ -133,9 +139,9 @@ class FairShare(BasePolicy):
         if self.waiting_n[t] == 0:
             backlogged = [u for u, n in self.waiting_n.items() if n > 0 and u != t]
             if backlogged:
-                for ctr, unit in ((self.tok, 1.0), (self.gpu, None)):
+                for ctr, gpu in ((self.tok, False), (self.gpu, True)):
                     m = min(ctr[u] for u in backlogged)
-                    hi = m + (self.allowance(t) if unit else math.inf)
+                    hi = m + self.allowance(t, gpu)
                     new = min(max(ctr[t], m), hi)
                     if new != ctr[t] and ctr is self._ordering():
                         self.lifts += 1
@@ -168,6 +174,7 @@ class FairShare(BasePolicy):
         self.active_n[req.tenant] -= 1
         self._charged_in.pop(rid, None)
         self._last_gen.pop(rid, None)
+        self.max_gpu_charge = max(self.max_gpu_charge, self._req_gpu.pop(rid, 0.0))
         self.inner.on_finish(req, now)
 
     def on_scheduled(self, req, tokens: int, service_s: float, now: float) -> None:
@@ -251,6 +258,7 @@ class FairShare(BasePolicy):
                 self.waiting_n[t] -= 1
             charge = self.wp * pre + self.wo * out
             gpu = service_s * tokens / total
+            self._req_gpu[rid] = self._req_gpu.get(rid, 0.0) + gpu
             self.raw_tok[t] += charge
             self.raw_gpu[t] += gpu
             self.tok[t] += charge / sh
