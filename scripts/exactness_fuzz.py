@@ -10,7 +10,8 @@ Run from the repository root. Trial ``i`` draws its scenario from seed ``i``, so
 printed as ``trial i`` reproduces with ``--start i --trials 1``. Each scenario draws a policy,
 a router or replica groups (clusters), a preemption mode and who may evict, the KV pool, the
 step budget and prefill caps, overlap scheduling (with the CPU work hidden under the GPU's, by
-seed) and front-end delay, speculation, the fairness accountant and drain; ``replica`` adds
+seed) and front-end delay, speculation, the fairness accountant and drain, and (by seed) SGLang's
+admission estimate and retraction order; ``replica`` adds
 closed-loop users, admission gates, the ``prefix_aware`` victim rule and prefills without
 chunking; ``prefix`` turns prefix caching on (one replica or a cluster); ``join`` draws clusters
 whose requests may join runs in flight
@@ -93,6 +94,11 @@ def draw(kind: str, rng: np.random.Generator) -> dict:
         e["max_prefill_chunk"] = 64
     if d["seed"] % 4 == 1:  # (vLLM V1's walk of the running requests; by seed: no draw taken)
         e["running_order"] = "admission"
+    if kind != "join":  # (SGLang's estimate keeps requests out of runs in flight: join draws go without)
+        if d["seed"] % 5 == 3:  # (SGLang's admission estimate and retraction order; by seed: no draw taken)
+            e.update(admission_estimate="sglang", victim="sglang")
+        elif d["seed"] % 7 == 4:  # (SGLang's retraction order alone)
+            e["victim"] = "sglang"
     if rng.random() < 0.2:
         e["watermark"] = 0.05
     if rng.random() < 0.15 and kind != "prefix":

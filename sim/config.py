@@ -141,10 +141,20 @@ class EngineConfig(BaseModel):
                               "policy (any request the policy ranks strictly below it: FastServe-style), "
                               "or a dotted path to a WaitingRule class (sim.core.preemption.WAITING_RULES)")
     preempt_threshold: int = Field(0, ge=0, description="priority gap that must be exceeded in 'threshold' mode")
-    victim: Literal["rank", "prefix_aware"] = Field(
-        "rank", description="which running request a preemption takes: rank (the lowest-ranked, vLLM) or "
+    victim: str = Field(
+        "rank", description="which running request a preemption takes: rank (the lowest-ranked, vLLM), "
                             "prefix_aware (among those the rank rules allow, the cheapest: its own recompute or "
-                            "swap plus the re-prefill it would push onto waiting requests reusing its prefix)")
+                            "swap plus the re-prefill it would push onto waiting requests reusing its prefix), "
+                            "sglang (SGLang's retraction: the fewest output tokens, then the longest prompt, then "
+                            "the latest admitted; the victim waits again behind every waiter), or a dotted path to "
+                            "a VictimRule class (sim.core.preemption.VICTIM_RULES)")
+    admission_estimate: Literal["prompt", "sglang"] = Field(
+        "prompt", description="what a waiting request must find free in KV blocks to be admitted: prompt (the "
+                              "blocks of this step's prompt tokens, vLLM) or sglang (SGLang's reserve: its prompt "
+                              "plus min(max_tokens, 4096) must be fewer than the free blocks less min(max_tokens "
+                              "left, 4096) x a ratio for every running request, the ratio 0.7 at start, decaying "
+                              "to 0.098 over 600 decode steps and reset by a retraction; once a waiter does not "
+                              "fit, none is tried until a running request leaves; docs/engines.md)")
     running_order: Literal["rank", "admission"] = Field(
         "rank", description="the order a step gives running requests their tokens: rank (the policy's, most urgent "
                             "first) or admission (the earliest admitted first, vLLM V1's running list: under "
@@ -212,14 +222,15 @@ class EngineConfig(BaseModel):
     # the profile as written where engine.kv_dtype rewrote a measured one (sim.models.apply)
     _written_profile: Any = PrivateAttr(default=None)
 
-    @field_validator("preemption", "preempt_for_waiting", mode="after")
+    @field_validator("preemption", "preempt_for_waiting", "victim", mode="after")
     @classmethod
     def _registered(cls, value: str, info) -> str:
         # the allowed values are the registries' names (and users' classes by dotted path)
-        from sim.core.preemption import PREEMPTION_MODES, WAITING_RULES, PreemptionMode, WaitingRule
+        from sim.core.preemption import (PREEMPTION_MODES, VICTIM_RULES, WAITING_RULES, PreemptionMode, VictimRule,
+                                         WaitingRule)
 
-        registry, base = ((PREEMPTION_MODES, PreemptionMode) if info.field_name == "preemption"
-                          else (WAITING_RULES, WaitingRule))
+        registry, base = {"preemption": (PREEMPTION_MODES, PreemptionMode),
+                          "victim": (VICTIM_RULES, VictimRule)}.get(info.field_name, (WAITING_RULES, WaitingRule))
         try:
             target = registry.resolve(value)
         except KeyError as exc:
@@ -265,7 +276,8 @@ class EngineConfig(BaseModel):
         skip = set(self._defaults) | ({"profile"} if self.model is not None else
                                       {k for k in MODEL_KEYS if getattr(self, k) is None})
         out = {k: v for k, v in self.model_dump(mode=mode).items()
-               if k not in skip and not (k == "cost_scale" and v == 1.0) and not (k == "batching" and v == "mixed")}
+               if k not in skip and not (k == "cost_scale" and v == 1.0) and not (k == "batching" and v == "mixed")
+               and not (k == "admission_estimate" and v == "prompt")}
         if self._written_profile is not None:
             out["profile"] = self._written_profile
         return out

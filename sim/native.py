@@ -42,7 +42,7 @@ MODULES = ("sim/core/apply.py", "sim/core/binding.py", "sim/core/cohort.py", "si
            "sim/core/costs.py", "sim/core/engine.py", "sim/core/fastforward.py", "sim/core/kvpool.py",
            "sim/core/limits.py", "sim/core/loop.py", "sim/core/observe.py", "sim/core/parts.py", "sim/core/plan.py",
            "sim/core/planner.py", "sim/core/preemption.py", "sim/core/prefix_cache.py", "sim/core/queues.py",
-           "sim/core/request.py", "sim/core/simpy_adapter.py", "sim/core/source.py", "sim/core/speculation.py",
+           "sim/core/request.py", "sim/core/reserve.py", "sim/core/simpy_adapter.py", "sim/core/source.py", "sim/core/speculation.py",
            "sim/core/stepper.py", "sim/core/telemetry.py", "sim/cluster/replicas.py", "sim/cluster/disagg.py",
            "sim/link.py")
 

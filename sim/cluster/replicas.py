@@ -552,7 +552,8 @@ class _Cluster:
                           and e.trace is None and e.gate is None and pol.own_queues is None and e.pool.plain
                           and e.grows_blocks and not e.limits.counting_prefill and e.through_finishes
                           and e.cfg.fast_forward and e.costs.overhead.overlap_schedule != 1
-                          and not e.limits.prefill_first)  # (a joiner prefills beside the decoders)
+                          and not e.limits.prefill_first  # (a joiner prefills beside the decoders)
+                          and e.reserve is None)  # (SGLang's estimate: its ratio counts decode steps)
 
     def refresh_views(self, now_ns: int) -> None:
         """Bring every replica's ``outstanding`` up to ``now_ns``: recount those that changed,

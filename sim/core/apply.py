@@ -61,6 +61,15 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
         admitted = {s.req.request_id for s in plan.items if s.admitted}
         finished.sort(key=lambda f: (f[0], 1, f[1].admit_seq) if f[1].request_id in admitted and f[0] == first_end
                       else (f[0], 0, f[1].key, f[1].admit_seq))
+    res = eng.reserve
+    if res is not None:
+        # SGLang's ratio decays at each decode step: the run's steps after its first are
+        # (the first told the reserve when it was planned); a request that left lets
+        # admission try again
+        if len(durations) > 1:
+            res.decode_steps(len(durations) - 1)
+        if finished:
+            res.left()
     hold = sample_ns < end_ns
     for t, r, in_order in finished:
         if hold and t == end_ns:  # (in time order: the rest end the run)

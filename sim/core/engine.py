@@ -37,9 +37,10 @@ from sim.core.kvpool import KVPool
 from sim.core.limits import StepLimits
 from sim.core.parts import EngineParts
 from sim.core.plan import StepPlan, StepShape
-from sim.core.preemption import make_mode, make_waiting_rule
+from sim.core.preemption import make_mode, make_victim_rule, make_waiting_rule
 from sim.core.queues import Queues
 from sim.core.request import Request, State
+from sim.core.reserve import SglangReserve
 from sim.core.stepper import make_stepper
 from sim.core.speculation import Speculation
 from sim.core.telemetry import Telemetry
@@ -130,7 +131,10 @@ class Engine(EngineParts):
         self.queues.by_admission = cfg.running_order == "admission"
         self.preemption = make_mode(cfg.preemption)
         self.waiting_rule = make_waiting_rule(cfg.preempt_for_waiting, cfg.preempt_threshold)
+        self.victim_rule = make_victim_rule(cfg.victim)
         self.grows_blocks = self.preemption.grows_blocks
+        # SGLang's conservative admission (engine.admission_estimate): its ratio and full flag
+        self.reserve = SglangReserve(self.bs) if cfg.admission_estimate == "sglang" else None
         spec = cfg.speculative
         self.spec = Speculation(spec, classes, spec_seed, cfg.overhead, cfg.cost_scale) if spec is not None else None
         self.spec_k = spec.k if spec is not None else 0
@@ -162,6 +166,21 @@ class Engine(EngineParts):
     def push_waiting(self, req: Request, now_ns: int) -> None:
         """``req`` (new, or preempted) joins the waiting set under the policy's key now."""
         self.queues.push(req, self.policy.key_tuple(req, now_ns / NS))
+
+    def push_waiting_last(self, req: Request, now_ns: int) -> None:
+        """``req`` (preempted) joins the waiting set as if it arrived now: the policy's key with
+        its arrival (the key's second-to-last part, by the policies' contract) set to now, so
+        that under FCFS it waits behind every waiter (SGLang re-queues a retracted request at
+        the end of its waiting list)."""
+        key = self.policy.key_tuple(req, now_ns / NS)
+        if len(key) >= 2:
+            key = key[:-2] + (now_ns / NS, key[-1])
+        self.queues.push(req, key)
+
+    def idle(self) -> None:
+        """Nothing runs, and nothing waiting can be taken in (the loop waits for a change)."""
+        if self.reserve is not None:
+            self.reserve.idle()
 
     def _rekey_all(self, now_ns: int) -> None:
         """Recompute every key (waiting and running) and rebuild the waiting heap."""
@@ -211,6 +230,9 @@ class Engine(EngineParts):
         need = req.prompt_tokens + req.max_tokens + limits.draft_slots
         if need > limits.kv_limit(req.priority, self.pool):
             return self._reject(req, "too_large", now_ns)
+        if self.reserve is not None and self.reserve.never_fits(req.prompt_tokens, req.max_tokens,
+                                                                limits.kv_limit(req.priority, self.pool)):
+            return self._reject(req, "too_large", now_ns)  # (SGLang's check would hold it back for good)
         if limits.step_need(req.prompt_tokens, need, self.grows_blocks) > limits.max_batched_tokens:
             return self._reject(req, "too_long_for_step", now_ns)  # (no chunked prefill: it never fits a step)
         if self.gate is not None:

@@ -527,6 +527,11 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
                     # a prefill publishes its prompt to the prefix cache at the step's end, which
                     # moves blocks out of its class's count and can shrink what others may take
                     return False
+    if q.waiting and eng.reserve is not None and not eng.reserve.paused:
+        # SGLang's estimate: the ratio decays at every decode step, and a waiter held back at
+        # this step may fit at the next (while admission is paused, none is tried before a
+        # request leaves, and the run ends at the first last token)
+        return False
     if q.waiting and policy.dynamic:
         # the policy re-ranks before every step (e.g. by what the prefix cache holds now):
         # another waiter could head the queue, and fit, at the next boundary
@@ -571,6 +576,8 @@ def _chunking(eng: Engine, plan: StepPlan) -> tuple[bool, Scheduled | None]:
     lim = eng.limits
     if not lim.chunked_prefill or eng.trace is not None or eng.policy.on_scheduled is not None:
         return False, None
+    if eng.reserve is not None:
+        return False, None  # (a step with a chunk is no decode step: its ratio does not decay)
     if _takes_budget(eng, pf) and eng.queues.lowest_running() is not pf.req:
         return False, None  # (a decoder ranked after it would get no token while it chunks)
     c = chunk_of(eng, pf)

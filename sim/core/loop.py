@@ -94,6 +94,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             last_end = -1  # nothing runs: no batch was formed ahead, take them in now
             continue
         if not q.running and not q.waiting:
+            engine.idle()
             if wakeup is not None:
                 if finished is not None and finished() and next_arrival >= NEVER:
                     break
@@ -114,6 +115,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
             continue  # every running request gave way; admission happens in the next plan
         if plan.empty:
             # Nothing can run (e.g. waiters blocked by reservations): wait for a change.
+            engine.idle()
             if deferred:
                 last_end = -1  # nothing can run: take them in now
                 continue

@@ -35,7 +35,9 @@ class EngineParts:
 
     ``queues``, ``pool``, ``limits``, ``cohort`` (None when every request is stepped),
     ``policy`` (bound), ``preemption`` (the mode: how a victim gives up its blocks),
-    ``waiting_rule`` (which running requests a waiter may evict), ``costs``, ``tel``
+    ``waiting_rule`` (which running requests a waiter may evict), ``victim_rule`` (whom a
+    running request short of blocks preempts), ``reserve`` (SGLang's admission estimate:
+    :class:`~sim.core.reserve.SglangReserve`, or None), ``costs``, ``tel``
     (telemetry), ``spec`` / ``spec_k`` (speculative decoding, None / 0 when off), ``cfg`` (the
     engine settings, read-only), ``bs`` (block size, tokens), ``grows_blocks`` (the mode's),
     ``trace`` (iteration rows or None), ``gate`` (admission gate or None), ``next_change_ns``,
@@ -56,6 +58,8 @@ class EngineParts:
     policy: BoundPolicy
     preemption: Any
     waiting_rule: Any
+    victim_rule: Any
+    reserve: Any
     costs: CostModel
     tel: Telemetry
     spec: Speculation | None
@@ -85,6 +89,10 @@ class EngineParts:
 
     def push_waiting(self, req: Request, now_ns: int) -> None:
         """``req`` (new, or preempted) joins the waiting set under the policy's key now."""
+        raise NotImplementedError
+
+    def push_waiting_last(self, req: Request, now_ns: int) -> None:
+        """``req`` (preempted) joins the waiting set as if it arrived at ``now_ns``."""
         raise NotImplementedError
 
     def admit_arrival(self, req: Request, now_ns: int) -> bool:

@@ -92,7 +92,7 @@ class StepPlan:
     cohort's decoders, admissions, preemptions and swaps (blocks each way, and who)."""
 
     __slots__ = ("items", "admitted", "preempted", "swap_out_blocks", "swap_in_blocks", "swapped_out", "swapped_in",
-                 "cohort", "kinds", "recompute_steps", "landed")
+                 "cohort", "kinds", "recompute_steps", "landed", "retracted")
 
     def __init__(self) -> None:
         self.items: list[Scheduled] = []
@@ -111,6 +111,9 @@ class StepPlan:
         # items that are decoders whose KV landed inside a held run (``at`` > 0, ``decode``; a
         # disaggregated decode replica's): not in the running set until the run ends
         self.landed = 0
+        # preemptions by running requests short of blocks (SGLang's retractions; ``preempted``
+        # counts those for waiters too)
+        self.retracted = 0
 
     @property
     def empty(self) -> bool:

@@ -29,7 +29,7 @@ from sim.core.cohort import NOT_MEMBER
 from sim.core.costs import NEVER, NS
 from sim.core.parts import EngineParts as Engine
 from sim.core.plan import Scheduled, StepPlan, admitted, rank
-from sim.core.preemption import eligible_unordered, eligible_victims, preempt, victim_for
+from sim.core.preemption import PrefixAware, eligible_unordered, eligible_victims, preempt, victim_for
 from sim.core.request import Request, State
 
 # (an enum member read from its class costs about 8 times a module global's read, in Python 3.11)
@@ -158,10 +158,18 @@ DECODES: Final = 2
 
 
 def plan(eng: Engine, now_ns: int) -> StepPlan:
-    """Decide the next step (see the module docstring)."""
+    """Decide the next step (see the module docstring); with SGLang's admission estimate its
+    reserve hears of the step (:meth:`sim.core.reserve.SglangReserve.after_plan`)."""
+    p = plan_prefill_first(eng, now_ns) if eng.limits.prefill_first else plan_mixed(eng, now_ns)
+    if eng.reserve is not None:
+        eng.reserve.after_plan(eng, p, p.retracted)
+    return p
+
+
+def plan_mixed(eng: Engine, now_ns: int) -> StepPlan:
+    """Decide the next step with decodes and prompt chunks together (``engine.batching =
+    "mixed"``; see the module docstring)."""
     lim = eng.limits
-    if lim.prefill_first:
-        return plan_prefill_first(eng, now_ns)
     plan = StepPlan()
     scheduled: dict[int, Scheduled] = {}
     lim.new_step()
@@ -255,12 +263,16 @@ def run_running(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_n
                     while new_blocks > pool.available_for(req.priority):
                         victim = victim_for(eng, req, new_blocks - pool.available_for(req.priority))
                         preempt(eng, victim, plan, scheduled, now_ns)
+                        plan.retracted += 1
                         if victim is req:
                             break
                     if req.state is not State.RUNNING:
                         # its own victim: the walk ends, as vLLM V1's does (walked by rank, every
-                        # request after it ranks below it, and it was the lowest)
-                        break
+                        # request after it ranks below it, and it was the lowest); SGLang's
+                        # retraction order is not the walk's, so the others still decode
+                        if eng.victim_rule.walk_ends_at_self:
+                            break
+                        continue
                     # victims scheduled earlier in this step gave their tokens back
                     budget = budget_left(eng, scheduled)
                     if not decode:
@@ -285,6 +297,9 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
     if not q.waiting or budget <= 0:
         return budget  # (most events: nobody waits)
     lim = eng.limits
+    res = eng.reserve
+    if res is not None and res.paused:
+        return budget  # (SGLang tries no admission until a running request leaves)
     throttled: list = []  # waiters whose class used up its prefill cap this step: skipped, kept
     held: list[int] = []  # ... per class (made at the first)
     caps = lim.class_prefill_cap
@@ -317,9 +332,17 @@ def admit_waiting(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now
             fit, n, need_blocks, hit = after  # (what fits says now, taken after the last eviction)
             if not fit:
                 break
+        if res is not None and not res.room(eng, w, need_blocks, hit, _available(eng, w, hit), scheduled):
+            res.paused = True  # (SGLang's NO_TOKEN: the batch counts as full)
+            break
         q.pop_entry()
         _admit(eng, w, n, need_blocks, hit, plan, scheduled, now_ns)
         budget -= n
+        if res is not None:
+            res.admitted(scheduled[w.request_id])
+            if res.used_up(eng.pool.available_for(w.priority) - lim.watermark_blocks):
+                res.paused = True  # (its reserve took what was left: SGLang stops here too)
+                break
     for entry in throttled:
         q.push_entry(entry)
     return budget
@@ -429,7 +452,7 @@ def preempt_for(eng: Engine, w: Request, plan: StepPlan, scheduled: dict, budget
     """
     coh = eng.cohort
     q = eng.queues
-    ordered = eng.cfg.victim != "rank"  # (rank: the first victims are picked as needed)
+    ordered = isinstance(eng.victim_rule, PrefixAware)  # (else by rank: the first victims are picked as needed)
     if not ordered and eng.waiting_rule.pairwise and q.running:
         first = _enough_alone(eng, w, plan, scheduled, budget)
         if first is not None:

@@ -3,17 +3,17 @@
 Two questions, answered apart:
 
 * **Who** (:func:`victim_for`, :func:`eligible_victims`): a running request that needs a block
-  takes it from the lowest-ranked running request (vLLM; ``engine.victim = "prefix_aware"``
-  picks the cheapest among that one's class); a waiting request may evict lower-ranked running
-  requests as ``engine.preempt_for_waiting`` allows (:class:`WaitingRule`, one small class per
-  value).
+  takes it from the running request its :class:`VictimRule` names (``engine.victim``): the
+  lowest-ranked (vLLM), the cheapest among that one's class (``"prefix_aware"``) or SGLang's
+  retraction order (``"sglang"``); a waiting request may evict lower-ranked running requests as
+  ``engine.preempt_for_waiting`` allows (:class:`WaitingRule`, one small class per value).
 * **How** (:class:`PreemptionMode`, one small class per ``engine.preemption`` value): recompute
   (blocks freed, progress dropped, re-prefilled later), swap (blocks copied to host space,
   progress kept, both copies charged), auto (whichever is cheaper now), off (each request
   reserves its whole prompt + ``max_tokens`` at admission, so nothing is ever preempted).
 
 :func:`preempt` is the one place a victim leaves the running set (its contract is written there).
-Both are open registries (:data:`PREEMPTION_MODES`, :data:`WAITING_RULES`): a new mode or rule
+All are open registries (:data:`PREEMPTION_MODES`, :data:`WAITING_RULES`, :data:`VICTIM_RULES`): a new mode or rule
 is one class in one file, named in the scenario by its dotted path (``engine.preemption =
 "my_modes:Halve"``) or registered under a name; the scenario's validation reads the registries.
 """
@@ -195,20 +195,101 @@ def count_preempted(eng: Engine, v: Request, how: str, now_ns: int) -> None:
     eng.policy.on_preempt(v, now_ns / NS)
     if eng.on_recompute is not None and v.state is State.WAITING:
         eng.on_recompute(v, now_ns)
+    elif eng.victim_rule.requeue_at_end:
+        eng.push_waiting_last(v, now_ns)
     else:
         eng.push_waiting(v, now_ns)
 
 
 # ---- whom to preempt --------------------------------------------------------------------------
+@mypyc_attr(allow_interpreted_subclasses=True)
+class VictimRule:
+    """Whom a running request short of KV blocks preempts (``engine.victim``).
+
+    :meth:`pick` names the victim; ``walk_ends_at_self``: True when a request that is its own
+    victim ends the step's walk of the running set (vLLM: walked by rank, everyone after it
+    ranks below it), False when the walk goes on to the others; ``requeue_at_end``: True when
+    a victim waits again as if it arrived at its preemption (behind every waiter), False when
+    it keeps its place by the policy's key.
+    """
+
+    name: ClassVar[str] = ""
+    walk_ends_at_self: ClassVar[bool] = True
+    requeue_at_end: ClassVar[bool] = False
+
+    def pick(self, eng: Engine, req: Request, short: int) -> Request:
+        """The running request to preempt so that running ``req`` gets the ``short`` blocks it
+        lacks (may be ``req`` itself)."""
+        raise NotImplementedError
+
+
+class ByRank(VictimRule):
+    """The lowest-ranked running request (vLLM)."""
+
+    name = "rank"
+
+    def pick(self, eng: Engine, req: Request, short: int) -> Request:
+        return eng.queues.lowest_running()
+
+
+class PrefixAware(VictimRule):
+    """Among those the rank rules allow, the cheapest: its own recompute or swap plus the
+    re-prefill it would push onto waiting requests reusing its prefix."""
+
+    name = "prefix_aware"
+
+    def pick(self, eng: Engine, req: Request, short: int) -> Request:
+        return cheapest_victim(eng, req, short)
+
+
+class SglangRetract(VictimRule):
+    """SGLang's retraction: the fewest output tokens first, then the longest prompt, then the
+    latest admitted; the walk goes on past a request that retracted itself, and a victim waits
+    again behind every waiter (``retract_decode``)."""
+
+    name = "sglang"
+    walk_ends_at_self = False
+    requeue_at_end = True
+
+    def pick(self, eng: Engine, req: Request, short: int) -> Request:
+        # (every running request is explicit here: a step whose blocks run short has no cohort)
+        return max(eng.queues.running.values(), key=_retract_order)
+
+
+def _retract_order(r: Request) -> tuple:
+    """SGLang's retraction order, the first victim largest: fewest outputs, longest prompt, then
+    the last in its running batch (stable sort, popped from the end: the latest admitted)."""
+    return (-r.generated, r.prompt_tokens, r.admit_seq)
+
+
+#: ``engine.victim`` values: name -> :class:`VictimRule` subclass (or a dotted path)
+VICTIM_RULES = Registry("victim rule")
+for _victim in (ByRank, PrefixAware, SglangRetract):
+    VICTIM_RULES.register(_victim.name, _victim, (_victim.__doc__ or "").split("\n")[0])
+
+
+def make_victim_rule(name: str) -> VictimRule:
+    """The rule ``engine.victim = name`` selects (a registered name or a dotted path)."""
+    rule = VICTIM_RULES.resolve(name)()
+    if not isinstance(rule, VictimRule):
+        raise TypeError(f"engine.victim = {name!r}: {type(rule).__name__} is not a sim.core.preemption.VictimRule")
+    return rule
+
+
 def victim_for(eng: Engine, req: Request, short: int) -> Request:
-    """Whom to preempt so that running ``req`` gets the ``short`` blocks it lacks.
-    ``engine.victim = "rank"``: the lowest-ranked running request (vLLM; may be ``req``
-    itself). ``"prefix_aware"``: among the running requests of that one's priority class
-    ranked below ``req``, the cheapest to preempt (:func:`victim_cost_ns`) of those that free
-    ``short`` blocks; when none does alone, the cheapest per block it frees
-    (:func:`victim_score`). Ties go to the lower rank."""
+    """Whom to preempt so that running ``req`` gets the ``short`` blocks it lacks: the engine's
+    victim rule's choice (``engine.victim``, :class:`VictimRule`)."""
+    return eng.victim_rule.pick(eng, req, short)
+
+
+def cheapest_victim(eng: Engine, req: Request, short: int) -> Request:
+    """``engine.victim = "prefix_aware"``: among the running requests of the lowest-ranked one's
+    priority class ranked below ``req``, the cheapest to preempt (:func:`victim_cost_ns`) of
+    those that free ``short`` blocks; when none does alone, the cheapest per block it frees
+    (:func:`victim_score`). Ties go to the lower rank; the lowest-ranked itself when it is
+    ``req`` or the only candidate."""
     lowest = eng.queues.lowest_running()  # (largest key; ties: the most recently admitted, as vLLM pops)
-    if eng.cfg.victim == "rank" or lowest is req:
+    if lowest is req:
         return lowest
     rk = rank(req)
     cands = sorted((r for r in eng.queues.running.values() if r.priority == lowest.priority and rank(r) > rk),
@@ -289,7 +370,7 @@ def eligible_victims(eng: Engine, w: Request) -> list[Request]:
     in the order they go (least urgent first)."""
     ok = eligible_unordered(eng, w)
     ok.sort(key=rank, reverse=True)
-    if eng.cfg.victim == "prefix_aware" and len(ok) > 1:
+    if isinstance(eng.victim_rule, PrefixAware) and len(ok) > 1:
         # least urgent class first, as before; within a class the cheapest preemption per
         # block freed first (stable sort: ties keep the rank order). The costs read each
         # candidate's progress and blocks, which a cohort member's fields hold only once synced

@@ -19,6 +19,10 @@ GPU-memory settings):
   takes the slot pool's largest size: its KV blocks bind first wherever requests are long, and
   a 128k-context model with short requests may have a cap of 2048 that priosim does not apply.
 * overhead preset ``sglang`` before 0.4, else ``sglang-0.5`` (overlap scheduling).
+* its conservative admission (``engine.admission_estimate = "sglang"``: each waiter's output
+  reserved, the running requests' scaled by ``new_token_ratio``; :mod:`sim.core.reserve`) and
+  its retraction order (``engine.victim = "sglang"``: fewest outputs first, then the longest
+  prompt; the victim waits again at the end of the queue), every version's.
 
 Batching: SGLang forms a prefill batch whenever it can and decodes otherwise (``get_next_batch_to_run``
 in sgl-project/sglang ``python/sglang/srt/managers/scheduler.py``): ``engine.batching =
@@ -61,7 +65,7 @@ def defaults(version: tuple, gpu: Gpu, entrypoint: str, tp: int) -> dict:
     return {"overhead": overhead(version, version >= (0, 4, 0)), "max_num_seqs": 4096,
             "max_batched_tokens": chunk, "chunked_prefill": True, "block_size": 1, "prefix_caching": True,
             "prefix_block_tokens": 16, "preempt_for_waiting": "never", "preempt_threshold": PREEMPTION_THRESHOLD,
-            "preemption": "recompute", "running_order": "admission",
+            "preemption": "recompute", "running_order": "admission", "admission_estimate": "sglang", "victim": "sglang",
             "mem_fraction_static": mem_fraction(version, gpu, tp, chunk), "batching": batching(version, True)}
 
 
