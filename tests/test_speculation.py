@@ -24,6 +24,10 @@ def test_full_acceptance_emits_k_plus_one_per_step(tmp_path):
     assert r.generated_tokens == 11
     spec = res.summary_dict["run"]["speculative"]
     assert spec["accepted"] == 8 and spec["emitted"] == 10 and spec["wasted_draft_tokens"] == 0
+    # 9 tokens: the second step's last two accepted drafts fall past the output's end: wasted
+    res = run_explicit(tmp_path, [(0.0, "c", 8, 9)], [("c", 0)], eng)
+    spec = res.summary_dict["run"]["speculative"]
+    assert spec["accepted"] == 6 and spec["emitted"] == 8 and spec["wasted_draft_tokens"] == 2
 
 
 def test_zero_acceptance_is_one_token_per_step(tmp_path):

@@ -79,13 +79,14 @@ class Speculation:
 
     def verify(self, r: Request, drafted: int) -> int:
         """A speculative step of ``r`` with ``drafted`` drafts ended: tokens it emits (1 +
-        accepted, at most what is left of its output), counted."""
+        accepted, at most what is left of its output), counted; a draft accepted past the
+        output's end is counted as wasted, not accepted (its verification bought nothing)."""
         a = self.accepted(r, drafted)
         emitted = min(1 + a, r.hidden_output_tokens - r.generated)
         st = self.stats
         st["sequence_steps"] += 1
         st["drafted"] += drafted
-        st["accepted"] += a
+        st["accepted"] += emitted - 1
         st["emitted"] += emitted
         return emitted
 
