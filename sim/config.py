@@ -661,8 +661,7 @@ def _inert_settings(sc: Scenario, groups: list, group_engines: list[EngineConfig
         found += _prefix_policy(sc, "policy", sc.policy, "engine", sc.engine)
     for i, ((_, g), eng) in enumerate(zip(groups, group_engines)):
         # (a key the group's own table sets is named as the group's; one it inherits, as [engine]'s)
-        own = {k for k in g.engine if k in eng.model_fields_set and getattr(eng, k) !=
-               type(eng).model_fields[k].default} if g.engine else set()
+        own = {k for k in g.engine if _written(eng, k)} if g.engine else set()
         found += _inert_engine_keys(sc, "engine", eng, lambda k, own=own: k not in own and _written(sc.engine, k))
         found += _inert_engine_keys(sc, f"cluster.groups.{i}.engine", eng, own.__contains__)
         pol_key = "policy" if g.policy is None else f"cluster.groups.{i}.policy"

@@ -162,7 +162,7 @@ def plan(eng: Engine, now_ns: int) -> StepPlan:
     reserve hears of the step (:meth:`sim.core.reserve.SglangReserve.after_plan`)."""
     p = plan_prefill_first(eng, now_ns) if eng.limits.prefill_first else plan_mixed(eng, now_ns)
     if eng.reserve is not None:
-        eng.reserve.after_plan(eng, p, p.retracted)
+        eng.reserve.after_plan(eng, p)
     return p
 
 

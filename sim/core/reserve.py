@@ -105,13 +105,13 @@ class SglangReserve:
         self.paused = False
 
     # ---- a step's plan -----------------------------------------------------------------------
-    def after_plan(self, eng: Engine, plan: StepPlan, retractions: int) -> None:
-        """The step is planned: a retraction sets the ratio, a decode step (no prompt tokens in
-        it) decays it; the step's reserve is forgotten."""
+    def after_plan(self, eng: Engine, plan: StepPlan) -> None:
+        """The step is planned: a retraction (``plan.retracted``) sets the ratio, a decode step
+        (no prompt tokens in it) decays it; the step's reserve is forgotten."""
         self.offset = None
         if plan.preempted:
             self.paused = False  # (the batch shrank: SGLang's batch_is_full is cleared)
-        if retractions:
+        if plan.retracted:
             self.retracted(eng)
         elif decode_only(plan):
             self.decode_steps(1)
@@ -122,8 +122,7 @@ class SglangReserve:
         prefix groups it reuses; ``avail``: the blocks it may take (free and evictable, less
         the watermark and the cached groups it would hold). Its prompt's new tokens and its
         clipped remaining output must be fewer blocks than ``avail`` less the step's offset."""
-        out = w.max_tokens - w.generated
-        out = out if out < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
+        out = clipped(w.max_tokens - w.generated)
         if out < 0:
             out = 0
         pool = eng.pool
@@ -139,8 +138,7 @@ class SglangReserve:
         """Would a request of ``prompt_tokens`` and ``max_tokens`` fail the check even alone in
         the engine (``limit``: the most tokens its class's blocks above the watermark hold)? The
         check is strict: its prompt and clipped output must leave a block free."""
-        out = max_tokens if max_tokens < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
-        return -(-(prompt_tokens + out) // self.bs) * self.bs >= limit
+        return -(-(prompt_tokens + clipped(max_tokens)) // self.bs) * self.bs >= limit
 
     def admitted(self, s: Scheduled) -> None:
         """``s``'s request was taken in: it reserves its output when its whole prompt is in this
@@ -167,10 +165,14 @@ class SglangReserve:
                 if s is not None and not s.decode:
                     chunks += _last_chunk_reserve(self.bs, s)
                     continue
-                n = r.max_tokens - generated(eng, r)
-                left += n if n < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
+                left += clipped(r.max_tokens - generated(eng, r))
             self.offset = self.ratio * left / self.bs + chunks
         return self.offset
+
+
+def clipped(out: int) -> int:
+    """Output tokens counted of a request's ``out``: at most CLIP_MAX_NEW_TOKENS."""
+    return out if out < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
 
 
 def generated(eng: Engine, r: Request) -> int:
@@ -186,8 +188,7 @@ def _last_chunk_reserve(bs: int, s: Scheduled) -> int:
     r = s.req
     if s.computed_before + s.tokens < r.tokens:
         return 0
-    out = r.max_tokens if r.max_tokens < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
-    return -(-out // bs)
+    return -(-clipped(r.max_tokens) // bs)
 
 
 def decode_only(plan: StepPlan) -> bool:
