@@ -44,6 +44,14 @@ def seed_for(seed: int, name: str) -> int:
 
 
 # ---- the parts ----------------------------------------------------------------------------------
+def engine_costs(sc: Scenario, cfg: EngineConfig | None = None) -> CostModel:
+    """The cost model a replica with engine settings ``cfg`` (``sc``'s ``[engine]`` for None)
+    prices its steps with: its profile, overhead, host CPU, entrypoint and cost scale."""
+    cfg = sc.engine if cfg is None else cfg
+    return load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu,
+                        entrypoint=cfg.entrypoint, scale=cfg.cost_scale)
+
+
 def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None = None, *,
                  trace: list | None = None, gate=None, seed_tag: str = "") -> Engine:
     """One replica's engine (KV pool, policy, admission gate, telemetry) for scenario ``sc``
@@ -51,8 +59,7 @@ def build_engine(sc: Scenario, env: simpy.Environment, costs: CostModel | None =
     ``seed_tag`` separates the random streams of several replicas.
     """
     cfg = sc.engine
-    costs = costs or load_profile(cfg.profile, Path(sc.base_dir), overhead=cfg.overhead, host_cpu=cfg.host_cpu,
-                                  entrypoint=cfg.entrypoint, scale=cfg.cost_scale)
+    costs = costs or engine_costs(sc)
     pool = _kv_pool(sc, cfg, costs)
     policy = make_policy(sc.policy.name, **sc.policy.params())
     if hasattr(policy, "bind"):
@@ -179,9 +186,7 @@ def prepare(sc: Scenario, engine_cfg: EngineConfig, *, load_scale: float = 1.0, 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with quiet_gc():  # (a full collection would walk every imported module's objects: 0.04 s)
         wl = build_workload(sc, load_scale, lenient) if workload is None else workload
-        costs = load_profile(engine_cfg.profile, Path(sc.base_dir), overhead=engine_cfg.overhead,
-                             host_cpu=engine_cfg.host_cpu, entrypoint=engine_cfg.entrypoint,
-                             scale=engine_cfg.cost_scale)
+        costs = engine_costs(sc, engine_cfg)
         cls_idx = {c.name: i for i, c in enumerate(sc.classes)}
         # the API server ahead of the engine: its latency, and its serial work per request
         # spread over ``frontends`` servers (a cluster's replicas each run their own)

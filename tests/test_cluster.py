@@ -941,13 +941,13 @@ def test_groups_priced_alike_share_one_cost_model(monkeypatch):
     import sim.cluster.driver as driver
 
     loads = []
-    real = driver.load_profile
+    real = driver.engine_costs
 
     def counting(*a, **k):
         loads.append(a)
         return real(*a, **k)
 
-    monkeypatch.setattr(driver, "load_profile", counting)
+    monkeypatch.setattr(driver, "engine_costs", counting)
     same = layout_for("class_aware")
     same["groups"][1]["engine"] = {"kv_blocks": 96}  # other settings, the same pricing
     res = simulate_cluster(scenario_from_dict(cluster_scenario(same)))

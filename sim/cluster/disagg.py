@@ -726,17 +726,15 @@ class DisaggCluster:
 
     def _decode_refuses(self, r: Request) -> str:
         """Why no decode replica could take ``r`` whole, as its engine would answer the request at
-        its arrival (``Engine.admit_arrival``; its prefill leg asks for one token, so the prefill
-        replica cannot): ``"too_long"`` (prompt + max_tokens over every one's max_model_len),
-        ``"too_large"`` (more KV than any could ever hold), or "" when some can."""
-        cands = self.decode_cands[r.cls_idx]
-        need = r.prompt_tokens + r.max_tokens
-        if all(need > d.engine.limits.max_model_len for d in cands):
-            return "too_long"
-        if all(d.engine.limits.need_limit(r.priority, d.engine.pool) < need + d.engine.limits.draft_slots
-               for d in cands):
-            return "too_large"
-        return ""
+        its arrival (``Engine.size_refusal``; its prefill leg asks for one token, so the prefill
+        replica cannot): the first candidate's reason when every one refuses, or "" when some
+        can."""
+        why = ""
+        for d in self.decode_cands[r.cls_idx]:
+            why = d.engine.size_refusal(r.prompt_tokens, r.max_tokens, r.priority)
+            if not why:
+                return ""
+        return why
 
     def _leg(self, r: Request, now_ns: int) -> Request:
         """The prefill leg of ``r``: every token it knows, to prefill and sample one more."""

@@ -8,9 +8,8 @@ scenario with a ``[cluster]`` table.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from sim.assembly import Setup, build_engine, prepare, quiet_gc, seed_for
+from sim.assembly import Setup, build_engine, engine_costs, prepare, quiet_gc, seed_for
 from sim.cluster.autoscale import Fleet
 from sim.cluster.disagg import DECODE, PREFILL, DisaggCluster, PDReplica
 from sim.cluster.replicas import Replica, _Cluster
@@ -18,7 +17,7 @@ from sim.cluster.results import ClusterResults, cluster_results, disagg_results
 from sim.routers import make_router
 from sim.cluster.spec import ClusterSpec, parse_cluster
 from sim.config import Scenario
-from sim.core.costs import CostModel, load_profile
+from sim.core.costs import CostModel
 from sim.core.errors import ScenarioError
 from sim.core.observe import ClockGuard
 from sim.core.preemption import PREEMPTION_MODES
@@ -238,9 +237,7 @@ def _group_costs(sc: Scenario, g, priced: dict[str, CostModel]) -> CostModel:
     """Group ``g``'s cost model: one per distinct pricing (kept in ``priced``), not one per group."""
     key = _pricing(g.engine)
     if key not in priced:
-        e = g.engine
-        priced[key] = load_profile(e.profile, Path(sc.base_dir), overhead=e.overhead, host_cpu=e.host_cpu,
-                                   entrypoint=e.entrypoint, scale=e.cost_scale)
+        priced[key] = engine_costs(sc, g.engine)
     return priced[key]
 
 

@@ -301,7 +301,7 @@ class Replica:
         running = len(e.queues.running) + len(self._joins)  # (an upper bound of those running at b)
         if running >= lim.max_num_seqs or n > lim.max_batched_tokens - running or n > lim.chunk_cap:
             return False
-        if req.prompt_tokens + req.max_tokens + lim.draft_slots > lim.need_limit(req.priority, e.pool):
+        if e.size_refusal(req.prompt_tokens, req.max_tokens, req.priority):
             return False  # (rejected at its arrival)
         pool, bs = e.pool, e.bs
         k = max(run.k, j + req.hidden_output_tokens)

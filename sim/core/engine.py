@@ -220,21 +220,30 @@ class Engine(EngineParts):
         self.next_change_ns = NEVER if t is None else change_ns(t, now_ns, policy)  # (no call for None)
 
     # ---- arrivals --------------------------------------------------------------------------
+    def size_refusal(self, prompt_tokens: int, max_tokens: int, priority: int) -> str:
+        """Why this engine refuses a request of these lengths (tokens) and priority at its
+        arrival whatever the load: ``"too_long"`` (over ``max_model_len``, the server's answer),
+        ``"too_large"`` (more KV than it could ever hold, drafts included; or more than SGLang's
+        admission check could ever let in), ``"too_long_for_step"`` (without chunked prefill,
+        more than one step's budget must be prefilled at once); "" when none. The one rule
+        arrivals, capacity's count of refusals and a disaggregated cluster's routing read."""
+        limits = self.limits
+        if prompt_tokens + max_tokens > limits.max_model_len:
+            return "too_long"
+        need = prompt_tokens + max_tokens + limits.draft_slots
+        cap = limits.kv_limit(priority, self.pool)
+        if need > cap or (self.reserve is not None and self.reserve.never_fits(prompt_tokens, max_tokens, cap)):
+            return "too_large"
+        if limits.step_need(prompt_tokens, need, self.grows_blocks) > limits.max_batched_tokens:
+            return "too_long_for_step"
+        return ""
+
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """Gate a new request at its arrival instant; queue it or record its rejection."""
         req.reveals_output = self.policy.oracle
-        if req.prompt_tokens + req.max_tokens > self.limits.max_model_len:
-            return self._reject(req, "too_long", now_ns)  # (the server's answer: longer than the model's context)
-        # the most it can ever hold: prompt + output, plus k draft slots in a speculative step
-        limits = self.limits
-        need = req.prompt_tokens + req.max_tokens + limits.draft_slots
-        if need > limits.kv_limit(req.priority, self.pool):
-            return self._reject(req, "too_large", now_ns)
-        if self.reserve is not None and self.reserve.never_fits(req.prompt_tokens, req.max_tokens,
-                                                                limits.kv_limit(req.priority, self.pool)):
-            return self._reject(req, "too_large", now_ns)  # (SGLang's check would hold it back for good)
-        if limits.step_need(req.prompt_tokens, need, self.grows_blocks) > limits.max_batched_tokens:
-            return self._reject(req, "too_long_for_step", now_ns)  # (no chunked prefill: it never fits a step)
+        why = self.size_refusal(req.prompt_tokens, req.max_tokens, req.priority)
+        if why:
+            return self._reject(req, why, now_ns)
         if self.gate is not None:
             if self.cohort is not None:
                 self.cohort.sync_all()  # a gate may estimate from running requests' progress

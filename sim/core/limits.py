@@ -47,7 +47,7 @@ class StepLimits:
         # the longest request (prompt + max_tokens) the engine accepts (vLLM's max_model_len,
         # SGLang's context length): NEVER for no such limit
         self.max_model_len: int = cfg.max_model_len or NEVER
-        self._need_limits: dict[int, int] = {}  # per priority: the largest request not too large
+        self._need_limits: dict[int, int] = {}  # per priority: the largest request the KV cache holds (kv_limit)
 
     def new_step(self) -> None:
         """A plan starts: no class has taken prefill tokens yet."""
@@ -93,14 +93,6 @@ class StepLimits:
     def took_prefill(self, cls_idx: int, tokens: int) -> None:
         """A prefill of class ``cls_idx`` took ``tokens`` in the step being planned."""
         self.class_prefill[cls_idx] += tokens
-
-    def need_limit(self, priority: int, pool) -> int:
-        """The most tokens (prompt + output + drafts) a request of ``priority`` may need without
-        being rejected as too large: :meth:`kv_limit`, and without chunked prefill, one step's
-        budget (a re-prefill of all it holds must fit one step, as vLLM V0 requires
-        max_num_batched_tokens >= max_model_len)."""
-        limit = self.kv_limit(priority, pool)
-        return limit if self.chunked_prefill else min(limit, self.max_batched_tokens)
 
     def kv_limit(self, priority: int, pool) -> int:
         """The most tokens (prompt + output + drafts) the KV cache could ever hold for a request of

@@ -95,6 +95,10 @@ class EngineParts:
         """``req`` (preempted) joins the waiting set as if it arrived at ``now_ns``."""
         raise NotImplementedError
 
+    def size_refusal(self, prompt_tokens: int, max_tokens: int, priority: int) -> str:
+        """Why a request of these lengths is refused at its arrival whatever the load, or ""."""
+        raise NotImplementedError
+
     def admit_arrival(self, req: Request, now_ns: int) -> bool:
         """``req`` arrives at ``now_ns``: gated, then queued; False when the gate refused it."""
         raise NotImplementedError

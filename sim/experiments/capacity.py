@@ -481,8 +481,9 @@ class _Search:
         if probes is not None:
             from sim.inputs import input_files
 
-            inputs = input_files(sc.to_dict(), sc.base_dir)
-            self.base_key = json.dumps(sc.to_dict(), sort_keys=True, default=str) + \
+            doc = sc.to_dict()
+            inputs = input_files(doc, sc.base_dir)
+            self.base_key = json.dumps(doc, sort_keys=True, default=str) + \
                 (json.dumps(inputs, sort_keys=True) if inputs else "")  # (none: the keys as they always were)
             self.note_inputs(inputs)
 
@@ -726,8 +727,10 @@ def refused_text(r: dict) -> str:
     engine.max_model_len)`` for one class's :func:`sim.experiments.slos.refused_requests`."""
     mml = f" = {r['max_model_len']:,}" if r.get("max_model_len") else ""
     why = [w for w, n in ((f"prompt + max_tokens over engine.max_model_len{mml}", r["too_long"]),
-                          ("more KV than a replica could ever give one request", r["too_large"])) if n]
-    n = r["too_long"] + r["too_large"]
+                          ("more KV than a replica could ever give one request", r["too_large"]),
+                          ("more than one step's token budget without chunked prefill", r["too_long_for_step"]))
+           if n]
+    n = r["too_long"] + r["too_large"] + r["too_long_for_step"]
     return f"{n:,} of {r['arrived']:,} requests refused at any count ({'; '.join(why)})"
 
 

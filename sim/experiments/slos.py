@@ -23,6 +23,7 @@ from the scenario's own cost model, also when the uncertainty searches scale eve
 from __future__ import annotations
 
 import heapq
+import json
 import math
 
 import numpy as np
@@ -33,6 +34,8 @@ from sim.core.errors import ScenarioError
 from sim.core.request import State
 
 SLO_KEYS = ("ttft", "tpot", "done")
+#: the reasons an engine refuses a request for its length at any load (Engine.size_refusal)
+REFUSALS = ("too_long", "too_large", "too_long_for_step")
 #: The ratio (measured / limit) of an SLO whose measure is missing: its class's requests gave no
 #: sample of it (none finished, so no TPOT; none had a first token, so no TTFT). That misses the
 #: SLO, by far: no setting that meets it measures nothing. ``priosim tune`` (its constraints and
@@ -124,6 +127,8 @@ def implicit_deadline(sc, workload, cls: str, grace: float, skip=None) -> dict:
     was made of: ``horizon_s``, ``grace``, ``longest_s`` (s) and the longest request (its row in
     the stream, ``request``, with its arrival, s, and lengths, tokens; None without one).
     ``skip``: rows left out (refused at any count)."""
+    from sim.assembly import engine_costs
+
     base = sc.horizon_s * (1 + grace)
     out = {"horizon_s": sc.horizon_s, "grace": grace, "longest_s": 0.0, "request": None}
     df = getattr(workload, "open", None)
@@ -161,17 +166,6 @@ def _pareto_front(a: np.ndarray, b: np.ndarray) -> list[int]:
     return out
 
 
-def engine_costs(sc):
-    """The cost model a replica of ``sc``'s ``[engine]`` prices its steps with."""
-    from pathlib import Path
-
-    from sim.core.costs import load_profile
-
-    e = sc.engine
-    return load_profile(e.profile, Path(sc.base_dir), overhead=e.overhead, host_cpu=e.host_cpu,
-                        entrypoint=e.entrypoint, scale=e.cost_scale)
-
-
 def unloaded_service_s(costs, engine, prompt: int, gen: int) -> float:
     """Seconds one request takes on an idle replica: the front end's latency, its prompt
     prefilled in the engine's chunks (the first token comes with the last chunk) and ``gen - 1``
@@ -198,10 +192,12 @@ def unloaded_service_s(costs, engine, prompt: int, gen: int) -> float:
 
 def refused_requests(sc, workload) -> dict[str, dict]:
     """The open requests a replica of ``sc``'s ``[engine]`` refuses at their arrival for their
-    length, whatever the load and the replica count (the engine's own test: prompt + max_tokens
-    over ``engine.max_model_len``: ``too_long``; more KV than the replica could ever give one
-    request: ``too_large``), per class with any: ``{"too_long": n, "too_large": n, "arrived": n,
-    "max_model_len": tokens or None, "rows": [row, ...]}``."""
+    length, whatever the load and the replica count (the engine's own rule,
+    :meth:`sim.core.engine.Engine.size_refusal`: ``too_long``, ``too_large``,
+    ``too_long_for_step``), per class with any: ``{REFUSALS[i]: n, ..., "arrived": n,
+    "max_model_len": tokens or None, "rows": [row, ...]}``. The last answer is kept: capacity
+    asks it for the implicit deadlines and again for its search, of the same stream (not to be
+    changed by the caller)."""
     df = getattr(workload, "open", None)
     if df is None or not len(df):
         return {}
@@ -209,24 +205,33 @@ def refused_requests(sc, workload) -> dict[str, dict]:
 
     from sim.assembly import build_engine
 
+    key = json.dumps([sc.engine.model_dump(mode="json"), [(c.name, c.priority) for c in sc.classes]],
+                     sort_keys=True, default=str)
+    if _REFUSED[0] is workload and _REFUSED[1] == key:
+        return _REFUSED[2]
     eng = build_engine(sc, simpy.Environment())
-    lim = eng.limits
-    need = df["prompt_tokens"].to_numpy(np.int64) + df["max_tokens"].to_numpy(np.int64)
-    too_long = need > lim.max_model_len
     prio = {c.name: c.priority for c in sc.classes}
-    cap = {c: lim.need_limit(p, eng.pool) for c, p in prio.items()}
-    limit = df["cls"].map(cap).to_numpy(np.int64)
-    too_large = ~too_long & (need + lim.draft_slots > limit)
-    out = {}
-    cls = df["cls"].to_numpy()
-    for c in prio:
-        mine = cls == c
-        tl, tg = int((too_long & mine).sum()), int((too_large & mine).sum())
-        if tl or tg:
-            out[c] = {"too_long": tl, "too_large": tg, "arrived": int(mine.sum()),
-                      "max_model_len": sc.engine.max_model_len,
-                      "rows": np.flatnonzero((too_long | too_large) & mine).tolist()}
+    why: dict[tuple, str] = {}  # (prompt, max_tokens, priority) -> the engine's answer, asked once
+    out: dict[str, dict] = {}
+    rows = zip(df["prompt_tokens"].to_numpy(np.int64).tolist(), df["max_tokens"].to_numpy(np.int64).tolist(),
+               df["cls"].tolist())
+    for i, (p, m, c) in enumerate(rows):
+        key = (p, m, prio[c])
+        reason = why.get(key)
+        if reason is None:
+            reason = why[key] = eng.size_refusal(*key)
+        if reason:
+            r = out.setdefault(c, {**dict.fromkeys(REFUSALS, 0), "arrived": 0, "max_model_len": sc.engine.max_model_len,
+                                   "rows": []})
+            r[reason] += 1
+            r["rows"].append(i)
+    for c, r in out.items():
+        r["arrived"] = int((df["cls"] == c).sum())
+    _REFUSED[:] = [workload, key, out]
     return out
+
+
+_REFUSED: list = [None, "", {}]  # the last refused_requests answer: (its stream, its engine and classes, it)
 
 
 def check_point(summary: dict, requests: pd.DataFrame, slos: dict[str, dict]) -> dict[str, dict]:
