@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -150,10 +149,9 @@ def distribution_of(costs) -> Distribution:
 
 def cost_model_of(sc):
     """The scenario's cost model (its [engine] profile and overhead, as a run prices it)."""
-    from sim.core.costs import load_profile
+    from sim.assembly import engine_costs
 
-    e = sc.engine
-    return load_profile(e.profile, Path(sc.base_dir), overhead=e.overhead, host_cpu=e.host_cpu)
+    return engine_costs(sc)
 
 
 def scale_doc(doc: dict, factor: float) -> dict:
