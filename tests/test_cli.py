@@ -266,3 +266,18 @@ trace = { format = "csv", path = "t.csv", columns = { arrival_s = "t", prompt_to
     assert res.exit_code == 0, res.output
     for f in ("requests.parquet", "scenario.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_workload_offered_load_prices_steps_as_the_engine_does(tmp_path):
+    # engine.cost_scale multiplies every step the engine prices, so the offered load it reports
+    # must scale with it (it once loaded the profile without the scale)
+    import tomli_w
+
+    from tests.theory_cases import single_server
+
+    sc = single_server(policy={"name": "fcfs"}, classes=[("a", 0, 99.5)], horizon_s=400.0, seed=1, output=1)
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(sc))
+    base = _run(["workload", str(tmp_path / "s.toml")])
+    scaled = _run(["workload", str(tmp_path / "s.toml"), "--set", "engine.cost_scale=2"])
+    assert base.exit_code == 0 and scaled.exit_code == 0, scaled.output
+    assert _offered(scaled.output) == pytest.approx(2 * _offered(base.output), rel=2e-3)

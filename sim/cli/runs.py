@@ -315,8 +315,7 @@ def work_s(row, costs) -> float:
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
 def workload(scenario, sets, seed, out, overwrite, lenient):
     """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
-    from sim.core.costs import load_profile
-    from sim.assembly import build_workload, skipped_rows
+    from sim.assembly import build_workload, engine_costs, skipped_rows
     from workloads.stats import stream_stats
 
     sc = load(scenario, sets, None, seed)
@@ -327,8 +326,7 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
     except ScenarioError as exc:
         fail(str(exc))
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
-    costs = load_profile(sc.engine.profile, Path(sc.base_dir), overhead=sc.engine.overhead,
-                         host_cpu=sc.engine.host_cpu)
+    costs = engine_costs(sc)  # (as the engine prices its steps: cost scale and entrypoint too)
     B = sc.engine.max_num_seqs
     kv_blocks = sc.engine.kv_blocks or costs.kv_blocks(sc.engine.block_size)
     if len(stats):
