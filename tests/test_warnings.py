@@ -379,3 +379,16 @@ def test_a_stream_that_sends_nothing_before_the_horizon_warns(sets, words):
                                   ['streams.1.arrival={process="closed_loop", users=1, think=100}']])
 def test_a_stream_that_sends_something_before_the_horizon_is_quiet(sets):
     assert load_warnings(*sets) == []
+
+
+def test_a_sweep_says_a_scenarios_warning_once_not_once_per_run(tmp_path):
+    # the scenario is checked when loaded, each run's when the grid is checked and again when it
+    # runs: one warning for the scenario, not 1 + 2 x runs
+    (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", "").replace("CHAT", "ttft_slo_s = 500")
+                                     .replace("STREAM2", POISSON))
+    res = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.toml"), "--policies", "fcfs,priority",
+                                    "--loads", "0.5,1", "--seeds", "1", "--no-plots", "--workers", "1",
+                                    "--out", str(tmp_path / "sw")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    said = warnings_of(res)
+    assert len(said) == 1 and "ttft_slo_s = 500" in said[0] and "[" not in said[0].split(":")[1], said

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -111,21 +112,39 @@ def main() -> None:
 def one_line_warnings():
     """While a command runs, print each warning about suspicious input
     (:class:`plumbing.notices.InputWarning`) as one line ``warning: <message>`` on stderr, each
-    distinct message once; other warnings are shown as Python shows them."""
+    distinct message once, whichever code raised it and for however many of a sweep's runs
+    (:func:`warning_key`); other warnings are shown as Python shows them."""
     from plumbing.notices import InputWarning
 
     with warnings.catch_warnings():
         shown = warnings.showwarning
-        warnings.simplefilter("default", InputWarning)  # each distinct message once per command
+        # (Python's "default" action shows a message once per place that raises it: a scenario
+        # is checked when loaded and again when run, so the set below does the once-only)
+        warnings.simplefilter("always", InputWarning)
+        said: set[str] = set()
 
         def show(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, InputWarning):
-                click.echo(f"warning: {message}", err=True)
+                key = warning_key(str(message))
+                if key not in said:
+                    said.add(key)
+                    click.echo(f"warning: {message}", err=True)
             else:
                 shown(message, category, filename, lineno, file, line)
 
         warnings.showwarning = show
         yield
+
+
+#: A sweep run's tag in a scenario's source, ``chat.toml [policy=fcfs__load=0.5__seed=1]: ...``
+RUN_TAG = re.compile(r" \[[^\]]*\](?=: )")
+
+
+def warning_key(message: str) -> str:
+    """What makes two warnings the same: the message less a sweep run's tag in its source, so
+    that a scenario's warning is shown once for the scenario rather than once per run (the first
+    shown names its run)."""
+    return RUN_TAG.sub("", message, count=1)
 
 
 def load(scenario, sets, policy, seed):
