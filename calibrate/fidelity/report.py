@@ -273,8 +273,11 @@ def _columns_lines() -> list[str]:
             "with +-`spread`, sharegpt), `n`, `prompt_tokens`, `output_tokens`, `rate` (req/s), `concurrency`, "
             "`prompt_mean` / `output_mean` (ShareGPT lengths scaled to these means, from the source's token totals), "
             "`profile`, `overhead` (the preset of that engine and era), `engine_settings` (engine keys, `k=v; ...`; "
-            "a row that does not name its `engine` there runs with the batching of its engine and era: `prefill_first` "
-            "for vLLM V0 without chunked prefill and for SGLang, else `mixed`), "
+            "a row that names its `engine` and `engine_version` there (every SGLang row, the vLLM V1 rows of a known "
+            "release) runs with that "
+            "release's defaults under the keys it gives, as a scenario naming them does; a row that does not runs "
+            "with the batching of its engine and era: `prefill_first` for vLLM V0 without chunked prefill, else "
+            "`mixed`), "
             "`split` (fit, held-out, host (held out of every fit, the leave-one-source-out ones too: the row "
             "measures its publisher's host, see 'The host CPU') or excluded), `setup` (the benchmark, in short), "
             "`not_reproduced` and `family` "
@@ -287,7 +290,8 @@ def _columns_lines() -> list[str]:
             "`calibrate/fidelity/make_sharegpt_turns.py` says how it was made), with the benchmark's filters "
             "(prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048) and sample count. The "
             "sample is the median draw (each order statistic at its median position), shuffled; lengths are "
-            "scaled to the run's published means where it has them.",
+            "scaled to the run's published means where it has them. Each request asks for its own output length "
+            "(`max_tokens`), as both benchmark clients send it; SGLang's admission reserves it.",
             "", "## What each row could not reproduce", ""]
 
 
