@@ -109,11 +109,28 @@ def build_workload(sc: Scenario, load_scale: float = 1.0, lenient: bool = False)
     """The scenario's request stream (``workloads.Workload``). ``lenient``: skip bad trace rows
     (counted in ``meta``) instead of failing on the first."""
     try:
-        return workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=seed_for(sc.seed, "workload"),
-                                        base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient,
-                                        class_names=[c.name for c in sc.classes])
+        wl = workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=seed_for(sc.seed, "workload"),
+                                      base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient,
+                                      class_names=[c.name for c in sc.classes])
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
+    if sc.engine.admission_estimate == "sglang":
+        _warn_undeclared_max_tokens(sc, wl.meta)
+    return wl
+
+
+def _warn_undeclared_max_tokens(sc: Scenario, meta: dict) -> None:
+    """Warn when SGLang's admission, which reserves what each request declares (``max_tokens``),
+    meets a stream that declares nothing: its requests then declare the stream's default (the
+    longest output it can give), a choice the user never made that sets how many run at once."""
+    from plumbing.notices import warn
+
+    for m in meta.get("streams", []):
+        if isinstance(m, dict) and "max_tokens_default" in m:
+            warn(f"{sc.source}: streams[{m['stream']}] declares no max_tokens, and SGLang's admission "
+                 f"(engine.admission_estimate = 'sglang') reserves what each request declares: each declares "
+                 f"{m['max_tokens_default']:,} tokens (the stream's longest output); set the stream's max_tokens "
+                 f"to what its clients send, or map a trace's max_tokens column")
 
 
 def skipped_rows(meta: dict) -> int:

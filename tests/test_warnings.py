@@ -392,3 +392,20 @@ def test_a_sweep_says_a_scenarios_warning_once_not_once_per_run(tmp_path):
     assert res.exit_code == 0, res.output
     said = warnings_of(res)
     assert len(said) == 1 and "ttft_slo_s = 500" in said[0] and "[" not in said[0].split(":")[1], said
+
+
+@pytest.mark.parametrize("stream2, warned", [
+    (POISSON, True),  # declares nothing: each request declares the output model's longest
+    (POISSON + "\nmax_tokens = 64", False),
+])
+def test_sglangs_admission_with_a_stream_that_declares_no_max_tokens_warns(tmp_path, stream2, warned):
+    (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", 'engine = "sglang"').replace("CHAT", "")
+                                     .replace("output_tokens = 20\n[[streams]]", "output_tokens = 20\nmax_tokens = 64\n[[streams]]")
+                                     .replace("STREAM2", stream2))
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "s.toml"), "--no-plots", "--out", str(tmp_path / "out")],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    said = [w for w in warnings_of(res) if "declares no max_tokens" in w]
+    assert len(said) == (1 if warned else 0), warnings_of(res)
+    if warned:
+        assert "streams[1]" in said[0] and "(engine.admission_estimate = 'sglang')" in said[0]

@@ -166,6 +166,20 @@ def test_generic_csv_with_mapping_and_time_unit(tmp_path):
     assert tr.df["f_source"].tolist() == ["a", "b", "a"]
 
 
+def test_generic_csv_maps_each_requests_max_tokens_and_a_replay_keeps_it(tmp_path):
+    # what each request's client declared (SGLang's admission reserves it): kept per request,
+    # at least the request's own output
+    (tmp_path / "t.csv").write_text("t,inp,out,cap\n0,10,5,500\n0.5,20,6,6\n1,30,7,3\n")
+    trace = {"format": "csv", "path": "t.csv",
+             "columns": {"arrival_s": "t", "prompt_tokens": "inp", "output_tokens": "out", "max_tokens": "cap"}}
+    assert load_trace(trace, tmp_path).df["max_tokens"].tolist() == [500, 6, 3]
+    wl = build_workload([{"tenant": "a", "class": "c", "trace": trace}], horizon_s=10.0, seed=1, base_dir=tmp_path)
+    assert wl.open["max_tokens"].tolist() == [500, 6, 7]
+    (tmp_path / "bad.csv").write_text("t,inp,out,cap\n0,10,5,-1\n")
+    with pytest.raises(WorkloadError, match="cap '-1' is not a non-negative integer"):
+        load_trace({**trace, "path": "bad.csv"}, tmp_path)
+
+
 def test_generic_jsonl(tmp_path):
     f = tmp_path / "t.jsonl"
     f.write_text('{"t": 0.5, "p": 3, "o": 4}\n\n{"t": 1.0, "p": 5, "o": 6}\n')

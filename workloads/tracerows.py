@@ -363,6 +363,7 @@ class Columns:
     names: dict[str, str] = field(default_factory=dict)  # "tenant"/"cls" -> the file's column
     features: dict[str, str] = field(default_factory=dict)  # f_* -> the file's column
     hash_ids: str | None = None
+    max_tokens: str | None = None  # the file's column of each request's max_tokens (as its client sent)
     datetime_hint: bool = False
     sort_first: bool = False  # (the generic formats checked order before lengths: the same message)
 
@@ -375,7 +376,7 @@ def read_table(path: Path, chunks: Iterator[Chunk], cols: Columns, spec: dict, l
     t0 = (_t0_ns(spec) if ns else _t0_s(spec, cols.unit)) if cols.time is not None else None
     rows = Rows(path.name, lenient, until_s if cols.time is not None else None, t0, ns)
     needed = [c for c in (cols.time, cols.prompt, cols.output, *cols.names.values(), *cols.features.values(),
-                          cols.hash_ids) if c is not None]
+                          cols.hash_ids, cols.max_tokens) if c is not None]
     for chunk in chunks:
         raw = chunk.raw
         if json_fields is None:
@@ -394,6 +395,8 @@ def read_table(path: Path, chunks: Iterator[Chunk], cols: Columns, spec: dict, l
                               "output_tokens": _lengths(ck, raw[cols.output], cols.output)})
         for ours, c in cols.names.items():
             frame[ours] = pd.Series(_names(ck, raw[c], c), dtype=object)
+        if cols.max_tokens is not None:
+            frame["max_tokens"] = _lengths(ck, raw[cols.max_tokens], cols.max_tokens)
         if cols.hash_ids is not None:
             objs = chunk.objects
             values = [o.get(cols.hash_ids) for o in objs] if objs is not None else list(raw[cols.hash_ids])
