@@ -113,6 +113,8 @@ class PDReplica:
         self.incoming: list[int] = []  # heap: instants of messages posted here, not yet delivered
         self.pending: list = []  # decode: (key, seq, request) waiting here for blocks and a slot
         self.unsent: dict[int, Request] = {}  # prefill: finished legs whose copy has not started
+        # ... and the shortest their copies could take (``DisaggCluster.min_transfer_ns``), ns
+        self.unsent_ns: dict[int, int] = {}
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
@@ -232,10 +234,12 @@ class PDReplica:
     def _price(self, now_ns: int) -> None:
         run = self._run
         assert run is not None and self._run_ev is not None
-        bound = self.cluster.handoff_bound()
+        floor = now_ns + self._span
+        bound = self.cluster.handoff_bound(floor)
         if self.incoming and self.incoming[0] < bound:
             bound = self.incoming[0]
-        bound = max(bound, now_ns + self._span)
+        if bound < floor:
+            bound = floor
         run.extend(bound)
         if run.done:
             self._run = None
@@ -511,14 +515,18 @@ class PDReplica:
             a = cl.source.next_arrival_ns()
             if a < t:
                 t = a
-            if self.unsent and waiters:  # a copy not started yet could land, and free blocks, this soon
-                u = cl.copy_start_bound(now) + min(cl.min_transfer_ns(r, self) for r in self.unsent.values())
-                if u < t:
-                    t = u
-            if self.role == PREFILL and cl.victims_to_prefill:
-                v = cl.victim_bound()
-                if v < t:
-                    t = v
+            copies = self.unsent and waiters
+            victims = self.role == PREFILL and cl.victims_to_prefill
+            if copies or victims:
+                b = cl.decode_boundary_lb(now)  # (the two below read it; one look at the replicas)
+                if copies:  # a copy not started yet could land, and free blocks, this soon
+                    u = cl.copy_start_bound(now, b) + min(self.unsent_ns.values())
+                    if u < t:
+                        t = u
+                if victims:
+                    v = cl.victim_bound(b)
+                    if v < t:
+                        t = v
             if cl.closed:  # (a request that ends elsewhere sends its user's next one)
                 v = cl.end_bound(self)
                 if v < t:
@@ -770,6 +778,7 @@ class DisaggCluster:
                 return
         self.at_prefill[r.request_id] = rep.index
         rep.unsent[r.request_id] = leg
+        rep.unsent_ns[r.request_id] = self.min_transfer_ns(leg, rep)
         self.post(now_ns + 1, HANDOFF, r, None)
 
     def _count_work(self, rep: PDReplica, leg: Request) -> None:
@@ -940,6 +949,7 @@ class DisaggCluster:
         eng.held[r.request_id] = r
         src = self.replicas[self.at_prefill.pop(r.request_id)]
         leg = src.unsent.pop(r.request_id)
+        del src.unsent_ns[r.request_id]
         ph = self.phases[r.request_id]
         prefill_ns = 0
         if self.links.spec.pipelined and first_try and ph[2] < 0:
@@ -959,44 +969,53 @@ class DisaggCluster:
         return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, lanes, self.layers)
 
     # -- the bounds replicas' runs stop at --
-    def handoff_bound(self) -> int:
-        """A lower bound of the next finished prefill's delivery (to any decode replica)."""
+    def handoff_bound(self, floor: int = -1) -> int:
+        """A lower bound of the next finished prefill's delivery (to any decode replica), ns.
+        Where that is ``floor`` or sooner, any value not after ``floor`` (a caller that takes
+        the later of the two needs no more; most often a prefill replica's step ends sooner)."""
         t = self.handoffs_due[0] if self.handoffs_due else NEVER
+        if t <= floor:
+            return t
         idle = False
         for p in self.prefills:
             if p.idle:
                 idle = True
             elif p.step_end_lb + 1 < t:
                 t = p.step_end_lb + 1
+                if t <= floor:
+                    return t
         if idle:  # (an idle prefill replica starts when a request or a message reaches it)
             w = min(self.source.next_arrival_ns(), min((p.incoming[0] for p in self.prefills if p.incoming),
                                                        default=NEVER))
-            if self.victims_to_prefill:
+            if self.victims_to_prefill and w + 1 > floor:
                 w = min(w, self.victim_bound())
             if w + 1 < t:
                 t = w + 1
         return t
 
-    def copy_start_bound(self, now_ns: int) -> int:
+    def copy_start_bound(self, now_ns: int, decode_lb: int) -> int:
         """A lower bound, not before ``now_ns``, of when a copy not started yet could start: a
         copy starts where a finished prefill is delivered (its blocks reserved at once) or at
-        a decode replica's step boundary (reserved for a request waiting there). (Without this a
-        prefill replica whose waiters need the blocks of copies the decode side has no room
-        for would wake every shortest copy's time to find nothing changed.)"""
+        a decode replica's step boundary (reserved for a request waiting there; ``decode_lb``:
+        :meth:`decode_boundary_lb` now). (Without this a prefill replica whose waiters need
+        the blocks of copies the decode side has no room for would wake every shortest copy's
+        time to find nothing changed.)"""
         t = self.handoffs_due[0] if self.handoffs_due else NEVER
-        b = self._decode_boundary_lb(now_ns)
-        if b < t:
-            t = b
+        if decode_lb < t:
+            t = decode_lb
         return t if t > now_ns else now_ns
 
-    def victim_bound(self) -> int:
+    def victim_bound(self, decode_lb: int | None = None) -> int:
         """A lower bound of the next recompute victim's delivery (from any decode replica): 1 ns
-        after a decode step boundary."""
+        after a decode step boundary (``decode_lb``: :meth:`decode_boundary_lb` now, where the
+        caller has it)."""
         t = self.victims_due[0] if self.victims_due else NEVER
-        b = self._decode_boundary_lb(clock_ns(self.env)) + 1
+        if decode_lb is None:
+            decode_lb = self.decode_boundary_lb(clock_ns(self.env))
+        b = decode_lb + 1
         return b if b < t else t
 
-    def _decode_boundary_lb(self, now_ns: int) -> int:
+    def decode_boundary_lb(self, now_ns: int) -> int:
         """A lower bound of the next step boundary of any decode replica: an idle one's comes
         with the next message to it, a landing (its ``incoming``) or a handoff (which a caller
         counts where it matters: an idle replica has nothing running to preempt)."""
