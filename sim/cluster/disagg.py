@@ -73,6 +73,7 @@ from sim.core.simpy_adapter import (after, armed, call_at, clock_ns, drop_dead_e
                                     trigger_urgent)
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
+from sim.routers import kv_bounds_router
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 
@@ -185,6 +186,41 @@ class PDReplica:
             self._allocate_through(self._steps_before(now))
             return (p.total - p.free - self.gone(now)[1]) / p.total
         return (p.total - p.free) / p.total
+
+    def kv_used_bounds(self) -> tuple[float, float]:
+        """``kv_used`` lies in ``[lo, hi]``, known without allocating the KV blocks of the steps
+        its run in flight has begun since they were last allocated (what reading ``kv_used``
+        does): they are at most :meth:`unallocated_at_most`. Exact (``lo == hi``) where no such
+        bound is kept (then read as ``kv_used``)."""
+        if self._run_ev is None:
+            u = self.kv_used
+            return u, u
+        now = clock_ns(self.cluster.env)
+        ahead = self.unallocated_at_most(now)
+        if ahead >= NEVER:
+            u = self.kv_used
+            return u, u
+        p = self.engine.pool
+        used = p.total - p.free - self.gone(now)[1]  # (the blocks allocated so far, less those gone)
+        return used / p.total, (used + ahead) / p.total
+
+    def unallocated_at_most(self, t_ns: int) -> int:
+        """At most how many KV blocks the steps of the run in flight that begin before ``t_ns``
+        take beyond those allocated so far (``_allocate_through``); NEVER where no bound is
+        kept. Kept where a run takes one token a step per request after its first step
+        (``landable``: no speculation or prefix cache; no prefill chunks): each request in it
+        takes at most one block in any ``block_size`` steps in a row (when its context reaches
+        a multiple of it)."""
+        steps = self._steps_before(t_ns) - self._alloc_k
+        if steps <= 0:
+            return 0
+        run = self._open
+        if not self.landable or run is None or run.chunking:
+            return NEVER
+        plan = self._plan
+        assert plan is not None
+        n = len(self.engine.queues.running) + plan.landed  # (the requests in the run: as block_limited counts)
+        return n * -(-steps // self.engine.bs)
 
     @property
     def waiting_by_class(self) -> dict[str, int]:
@@ -598,6 +634,8 @@ class DisaggCluster:
         self.source = source
         self.router = router
         self.decode_router = decode_router
+        # the decode router's choice from bounds of the candidates' KV use (least_kv's), or None
+        self.decode_by_bounds = kv_bounds_router(decode_router)
         self.links = links
         self.stop_ns = stop_ns
         self.front_tel = front_tel  # requests that end outside a decode or co-located replica
@@ -809,7 +847,7 @@ class DisaggCluster:
         when that is sure to change nothing else (:meth:`reserve_now`), else it waits there
         for room, taken in at the replica's next step boundary."""
         cands = self.decode_cands[r.cls_idx]
-        d: PDReplica = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+        d = self._route_decode(r, cands, now_ns) if len(cands) > 1 else cands[0]
         self.assign[r.request_id] = d.index
         d.routed += 1
         r.reveals_output = d.engine.policy.oracle  # (as an arrival there: an oracle policy reads it)
@@ -818,6 +856,19 @@ class DisaggCluster:
         d.mail.append((HANDOFF, r))
         d.handoffs_in_mail += 1
         d.notify()
+
+    def _route_decode(self, r: Request, cands: list[PDReplica], now_ns: int) -> PDReplica:
+        """The decode router's choice among ``cands`` for ``r``: from bounds of their KV use
+        where the router chooses so and they settle it (``route_kv_bounds``: least_kv's, most
+        of the time), the same choice as from the values (``route``), which read the blocks of
+        every candidate's run in flight up to now (``kv_used``) and are asked otherwise."""
+        by_bounds = self.decode_by_bounds
+        if by_bounds is not None:
+            i = by_bounds([c.kv_used_bounds() for c in cands])
+            if i is not None:
+                return cands[i]
+        d: PDReplica = self.decode_router.route(r, cands, now_ns)
+        return d
 
     def reserve_now(self, d: PDReplica, r: Request, now_ns: int) -> bool:
         """Reserve ``r``'s blocks at decode replica ``d`` now, between its step boundaries, and
@@ -834,9 +885,15 @@ class DisaggCluster:
         if eng.policy.on_arrival is not None:
             return False  # (a policy told of it at the boundary, in its order there)
         run = d._open
-        if d._run_ev is not None:
-            d._allocate_through(d._steps_before(now_ns))
         need = pool.blocks_for(r.computed)
+        if d._run_ev is not None and pool.free - d.unallocated_at_most(now_ns) - need < eng.limits.watermark_blocks:
+            # whether r fits may depend on the blocks of the steps begun by now: allocated, to
+            # count them. Else r fits above the watermark however many they are, even with no
+            # block of the requests gone freed, and they are allocated later: a plain pool's
+            # counts come out the same in either order, never below the watermark, and the
+            # checks below answer alike (block_limited finds the run's steps allocated so far
+            # within its blocks either way, so the step it starts its search from is moot)
+            d._allocate_through(d._steps_before(now_ns))
         gone = d.gone(now_ns) if d._run_ev is not None else (0, 0)
         if not _room(eng, r, need, gone):
             return False
