@@ -80,7 +80,7 @@ PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 _KEY_SEQ = itemgetter(0, 1)  # (key, admit_seq) of a (key, admit_seq, request) triple: its rank
 
 # message kinds, delivered to a replica's mail (taken in at its next step boundary)
-HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
+HANDOFF, LAND, LEG = 0, 1, 2
 
 
 def _room(eng: Engine, r: Request, need: int, gone: tuple[int, int] = (0, 0)) -> bool:
@@ -116,6 +116,9 @@ class PDReplica:
         self.unsent: dict[int, Request] = {}  # prefill: finished legs whose copy has not started
         # ... and the shortest their copies could take (``DisaggCluster.min_transfer_ns``), ns
         self.unsent_ns: dict[int, int] = {}
+        # prefill: per class, the most links side by side a copy from here can use (to the decode
+        # replica of the class that offers the most; ``DisaggCluster.start``)
+        self.copy_lanes: list[int] = []
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
@@ -666,6 +669,7 @@ class DisaggCluster:
         # of those still to be routed: finished prefills, recompute victims
         self._posts: list[tuple[int, int, int, Request, PDReplica | None]] = []
         self.handoffs_due: list[int] = []
+        self.copies: dict[int, tuple[Request, PDReplica]] = {}  # request id -> (its leg, the sender), copying
         self.victims_due: list[int] = []
         self._at = NEVER  # the next delivery's instant (NEVER: none armed)
         self._armed: set[int] = set()  # instants of delivery events in the queue (one a instant)
@@ -703,6 +707,8 @@ class DisaggCluster:
                 trigger_urgent(ev, t_ns - now)
 
     def start(self) -> None:
+        for p in self.prefills:  # (what min_transfer_ns reads, once)
+            p.copy_lanes = [max((min(p.gpus, d.gpus) for d in cands), default=1) for cands in self.decode_cands]
         self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
 
     def _deliver(self, ev) -> None:
@@ -725,13 +731,13 @@ class DisaggCluster:
                     self.reprefill(r, now)
             else:
                 heappop(rep.incoming)
-                if kind == RELEASE:
-                    self.release(rep, r)
-                elif kind == LAND and rep.land(r, now):
-                    pass  # (it joined the decode replica's run in flight)
-                else:
+                if kind != LAND or not rep.land(r, now):  # (landed: it joined the decode replica's run in flight)
                     rep.mail.append((kind, r))
                     rep.notify()
+                if kind == LAND:  # (then the prefill replica that sent it frees the leg's blocks)
+                    leg, src = self.copies.pop(r.request_id)
+                    heappop(src.incoming)
+                    self.release(src, leg)
         nxt = self.source.next_arrival_ns()
         if posts and posts[0][0] < nxt:
             nxt = posts[0][0]
@@ -1017,13 +1023,14 @@ class DisaggCluster:
         if ph[2] < 0:
             ph[2], ph[3] = now_ns, land
         self.post(land, LAND, r, d)
-        self.post(land, RELEASE, leg, src)
+        self.copies[r.request_id] = (leg, src)  # (freed at src as it lands: one message for both)
+        heappush(src.incoming, land)
 
     def min_transfer_ns(self, leg: Request, src: PDReplica) -> int:
         """The shortest the copy of ``leg``'s KV from ``src`` could take: to the decode replica it
         could go to that offers the most links side by side."""
-        lanes = max(min(src.gpus, d.gpus) for d in self.decode_cands[leg.cls_idx])
-        return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, lanes, self.layers)
+        return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, src.copy_lanes[leg.cls_idx],
+                                          self.layers)
 
     # -- the bounds replicas' runs stop at --
     def handoff_bound(self, floor: int = -1) -> int:
