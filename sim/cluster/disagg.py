@@ -648,6 +648,7 @@ class DisaggCluster:
         self.replicas: list[PDReplica] = []
         self.prefill_cands: list[list[PDReplica]] = []
         self.decode_cands: list[list[PDReplica]] = []
+        self.decode_askers: list[list[PDReplica]] = []  # per class, one decode replica of each group (``start``)
         self.prefills: list[PDReplica] = []
         self.decodes: list[PDReplica] = []
         self.assign: dict[int, int] = {}  # request id -> the replica it ended on (or was last at)
@@ -709,6 +710,7 @@ class DisaggCluster:
     def start(self) -> None:
         for p in self.prefills:  # (what min_transfer_ns reads, once)
             p.copy_lanes = [max((min(p.gpus, d.gpus) for d in cands), default=1) for cands in self.decode_cands]
+        self.decode_askers = [list({d.group: d for d in cands}.values()) for cands in self.decode_cands]
         self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
 
     def _deliver(self, ev) -> None:
@@ -780,9 +782,10 @@ class DisaggCluster:
         """Why no decode replica could take ``r`` whole, as its engine would answer the request at
         its arrival (``Engine.size_refusal``; its prefill leg asks for one token, so the prefill
         replica cannot): the first candidate's reason when every one refuses, or "" when some
-        can."""
+        can. (One replica of each group is asked: a group's replicas have one engine's settings,
+        and so one answer.)"""
         why = ""
-        for d in self.decode_cands[r.cls_idx]:
+        for d in self.decode_askers[r.cls_idx]:
             why = d.engine.size_refusal(r.prompt_tokens, r.max_tokens, r.priority)
             if not why:
                 return ""
