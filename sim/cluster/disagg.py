@@ -134,7 +134,8 @@ class PDReplica:
         self._run: OpenRun | None = None  # the run in flight while it may be priced further
         self._open: OpenRun | None = None  # the run in flight, or None for a single step
         # the instant the run in flight is next priced at (NEVER: none), and the instants of
-        # the pricing events in the queue (one a instant: a re-priced run reuses a stale one)
+        # the pricing events in the queue (one a instant; one that comes sooner than the run
+        # needs, re-priced meanwhile, is armed again at that instant: ``_arm_pricing``)
         self._price_at = NEVER
         self._price_armed: set[int] = set()
         self._price_spare: simpy.Event | None = None  # a pricing event processed, to be armed again
@@ -287,18 +288,32 @@ class PDReplica:
             trigger(self._run_ev, end - now_ns)
         else:
             self._price_at = bound
-            if bound not in self._price_armed:
-                self._price_armed.add(bound)
-                pev = armed(self.cluster.env, self._price_spare, [self._price_on])
-                self._price_spare = None
-                trigger_urgent(pev, bound - now_ns)
+            self._arm_pricing(now_ns)
+
+    def _arm_pricing(self, now_ns: int) -> None:
+        """Make sure a pricing event comes at ``_price_at`` or sooner: one in the queue already
+        (a landing re-prices the run every few steps, each time to a later instant: the event
+        armed for the first comes, and is armed again for the last, rather than one for each),
+        or a new one there."""
+        at = self._price_at
+        for t in self._price_armed:
+            if t <= at:
+                return
+        self._price_armed.add(at)
+        pev = armed(self.cluster.env, self._price_spare, [self._price_on])
+        self._price_spare = None
+        trigger_urgent(pev, at - now_ns)
 
     def _price_on(self, pev) -> None:
         now = clock_ns(self.cluster.env)
         self._price_armed.discard(now)
         self._price_spare = pev
-        if now == self._price_at and self._run is not None:
+        if self._run is None:
+            return  # (priced to its end, or cut, since)
+        if now == self._price_at:
             self._price(now)
+        elif now < self._price_at:
+            self._arm_pricing(now)  # (re-priced further meanwhile)
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated; the decoders that
