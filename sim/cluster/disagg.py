@@ -138,7 +138,11 @@ class PDReplica:
         # needs, re-priced meanwhile, is armed again at that instant: ``_arm_pricing``)
         self._price_at = NEVER
         self._price_armed: set[int] = set()
-        self._price_spare: simpy.Event | None = None  # a pricing event processed, to be armed again
+        self._price_spares: list[simpy.Event] = []  # pricing events processed, to be armed again
+        # the last run's end event and the last wake-up, each processed before the next is
+        # asked for (the loop waits on one event at a time): armed again, not made anew
+        self._run_spare: simpy.Event | None = None
+        self._woken: simpy.Event | None = None
         self._span = 0  # the least time a stretch prices ahead, ns
         # decoders whose KV landed while the run was in flight and that joined it (``land``):
         # (request, boundary ns, step, the run's k before, its plan item), in order
@@ -259,7 +263,8 @@ class PDReplica:
         self._through = run is not None and run.through
         self._reset_gone()
         self._coh_blocks = None
-        ev = self._run_ev = simpy.Event(self.cluster.env)
+        ev = self._run_ev = armed(self.cluster.env, self._run_spare, [])
+        self._run_spare = None
         if run is not None:
             self._run = run
             self._durs, self._ends = run.durs, run.ends
@@ -300,14 +305,14 @@ class PDReplica:
             if t <= at:
                 return
         self._price_armed.add(at)
-        pev = armed(self.cluster.env, self._price_spare, [self._price_on])
-        self._price_spare = None
+        spares = self._price_spares
+        pev = armed(self.cluster.env, spares.pop() if spares else None, [self._price_on])
         trigger_urgent(pev, at - now_ns)
 
     def _price_on(self, pev) -> None:
         now = clock_ns(self.cluster.env)
         self._price_armed.discard(now)
-        self._price_spare = pev
+        self._price_spares.append(pev)
         if self._run is None:
             return  # (priced to its end, or cut, since)
         if now == self._price_at:
@@ -324,6 +329,7 @@ class PDReplica:
             for r, b, _, _, _ in self._lands:
                 self._take_in(r, b)
             self._lands = []
+        self._run_spare = self._run_ev  # (it just fired: the one the loop waited on)
         self._plan = self._run_ev = self._open = None
         self._through = False
         return self._durs
@@ -602,9 +608,7 @@ class PDReplica:
 
     def wakeup(self, until_ns: int):
         """Fires when something is delivered or routed here, or at the horizon."""
-        env = self.cluster.env
-        ev = env.event()
-        self._wake = ev
+        ev = self._wake = self._woken = armed(self.cluster.env, self._woken, [])
         self.idle = True
         self.step_end_lb = NEVER
         self._stop_alarm()
@@ -689,7 +693,7 @@ class DisaggCluster:
         self.victims_due: list[int] = []
         self._at = NEVER  # the next delivery's instant (NEVER: none armed)
         self._armed: set[int] = set()  # instants of delivery events in the queue (one a instant)
-        self._spare: simpy.Event | None = None  # a delivery event processed, to be armed again
+        self._spares: list[simpy.Event] = []  # delivery events processed, to be armed again
         self.bytes_per_token = 0
         self.layers = 1
         # per prefill group, per class index: prompt tokens its replicas computed (for its cost)
@@ -718,8 +722,8 @@ class DisaggCluster:
             self._at = t_ns
             if t_ns not in self._armed:
                 self._armed.add(t_ns)
-                ev = armed(self.env, self._spare, [self._deliver])
-                self._spare = None
+                spares = self._spares
+                ev = armed(self.env, spares.pop() if spares else None, [self._deliver])
                 trigger_urgent(ev, t_ns - now)
 
     def start(self) -> None:
@@ -731,7 +735,7 @@ class DisaggCluster:
     def _deliver(self, ev) -> None:
         now = clock_ns(self.env)
         self._armed.discard(now)
-        self._spare = ev  # (processed: the next instant armed may use it again)
+        self._spares.append(ev)  # (processed: an instant armed later may use it again)
         if now != self._at:
             return  # (superseded by an earlier one, or not armed again yet)
         self._at = NEVER
