@@ -195,15 +195,14 @@ class PDReplica:
             return (p.total - p.free - self.gone(now)[1]) / p.total
         return (p.total - p.free) / p.total
 
-    def kv_used_bounds(self) -> tuple[float, float]:
-        """``kv_used`` lies in ``[lo, hi]``, known without allocating the KV blocks of the steps
-        its run in flight has begun since they were last allocated (what reading ``kv_used``
-        does): they are at most :meth:`unallocated_at_most`. Exact (``lo == hi``) where no such
-        bound is kept (then read as ``kv_used``)."""
+    def kv_used_bounds(self, now: int) -> tuple[float, float]:
+        """``kv_used`` at ``now`` (the clock, ns) lies in ``[lo, hi]``, known without allocating
+        the KV blocks of the steps its run in flight has begun since they were last allocated
+        (what reading ``kv_used`` does): they are at most :meth:`unallocated_at_most`. Exact
+        (``lo == hi``) where no such bound is kept (then read as ``kv_used``)."""
         if self._run_ev is None:
             u = self.kv_used
             return u, u
-        now = clock_ns(self.cluster.env)
         ahead = self.unallocated_at_most(now)
         if ahead >= NEVER:
             u = self.kv_used
@@ -219,7 +218,8 @@ class PDReplica:
         (``landable``: no speculation or prefix cache; no prefill chunks): each request in it
         takes at most one block in any ``block_size`` steps in a row (when its context reaches
         a multiple of it)."""
-        steps = self._steps_before(t_ns) - self._alloc_k
+        ends = self._ends
+        steps = min(bisect_left(ends, t_ns) + 1, len(ends)) - self._alloc_k  # (those begun: _steps_before)
         if steps <= 0:
             return 0
         run = self._open
@@ -710,12 +710,12 @@ class DisaggCluster:
         else:
             heappush(self.handoffs_due if kind == HANDOFF else self.victims_due, t_ns)
         if t_ns < self._at:
-            self._arm(t_ns)
+            self._arm(t_ns, clock_ns(self.env))
 
-    def _arm(self, t_ns: int) -> None:
-        """Deliver at ``t_ns`` (now at the earliest) unless a delivery comes sooner. An event of
-        an instant armed before and superseded is still in the queue: it serves again."""
-        now = clock_ns(self.env)
+    def _arm(self, t_ns: int, now: int) -> None:
+        """Deliver at ``t_ns`` (``now``, the clock, at the earliest) unless a delivery comes
+        sooner. An event of an instant armed before and superseded is still in the queue: it
+        serves again."""
         if t_ns < now:
             t_ns = now
         if t_ns < self._at:
@@ -730,7 +730,7 @@ class DisaggCluster:
         for p in self.prefills:  # (what min_transfer_ns reads, once)
             p.copy_lanes = [max((min(p.gpus, d.gpus) for d in cands), default=1) for cands in self.decode_cands]
         self.decode_askers = [list({d.group: d for d in cands}.values()) for cands in self.decode_cands]
-        self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
+        self._arm(min(self.source.next_arrival_ns(), self.stop_ns), clock_ns(self.env))
 
     def _deliver(self, ev) -> None:
         now = clock_ns(self.env)
@@ -739,7 +739,8 @@ class DisaggCluster:
         if now != self._at:
             return  # (superseded by an earlier one, or not armed again yet)
         self._at = NEVER
-        self.route_until(now)
+        if self.source.next_arrival_ns() <= now:  # (most deliveries are a finished prefill's or a landing's)
+            self.route_until(now)
         posts = self._posts
         while posts and posts[0][0] <= now:
             _, _, kind, r, rep = heappop(posts)
@@ -763,7 +764,7 @@ class DisaggCluster:
         if posts and posts[0][0] < nxt:
             nxt = posts[0][0]
         if nxt < NEVER and now < self.stop_ns:
-            self._arm(nxt if nxt < self.stop_ns else self.stop_ns)
+            self._arm(nxt if nxt < self.stop_ns else self.stop_ns, now)
 
     def release(self, rep: PDReplica, leg: Request) -> None:
         """``leg``'s KV has landed at its decode replica: prefill replica ``rep`` frees its blocks
@@ -777,8 +778,6 @@ class DisaggCluster:
     # -- routing --
     def route_until(self, now_ns: int) -> None:
         """Route the arrivals due now: each to a prefill or co-located replica."""
-        if self.source.next_arrival_ns() > now_ns:
-            return  # (none: most deliveries are a finished prefill's or a landing's)
         r: Request
         rep: PDReplica
         for r in self.source.pop_due(min(now_ns, self.stop_ns)):
@@ -892,7 +891,7 @@ class DisaggCluster:
         every candidate's run in flight up to now (``kv_used``) and are asked otherwise."""
         by_bounds = self.decode_by_bounds
         if by_bounds is not None:
-            i = by_bounds([c.kv_used_bounds() for c in cands])
+            i = by_bounds([c.kv_used_bounds(now_ns) for c in cands])
             if i is not None:
                 return cands[i]
         d: PDReplica = self.decode_router.route(r, cands, now_ns)
@@ -1168,7 +1167,7 @@ class DisaggCluster:
             self.source.on_request_end(r, now_ns + 1)
             nxt = self.source.next_arrival_ns()
             if nxt < NEVER and now_ns < self.stop_ns:
-                self._arm(min(nxt, self.stop_ns))
+                self._arm(min(nxt, self.stop_ns), clock_ns(self.env))  # (now_ns: when it ended, maybe before)
         if self.live == 0:
             for rep in self.replicas:
                 rep.notify()
