@@ -125,6 +125,24 @@ class LeastKV(BaseRouter):
             return candidates[kv.index(low)]
         return min((c for c, u in zip(candidates, kv) if u == low), key=_OUTSTANDING)
 
+    @staticmethod
+    def route_kv_bounds(bounds: list[tuple[float, float]]) -> int | None:
+        """``route``'s choice where each candidate's ``kv_used`` is known only to lie in ``[lo,
+        hi]`` (``bounds``, in candidate order): the position of the candidate whose ``hi`` is
+        below every other's ``lo`` (its ``kv_used`` is then the one least), or None when the
+        intervals leave it open and only the values can tell. A cluster whose replicas' KV use
+        costs work to read exactly (a disaggregated decode replica allocates the blocks of the
+        steps its run in flight has begun) asks this first."""
+        best = 0
+        for i in range(1, len(bounds)):
+            if bounds[i][1] < bounds[best][1]:
+                best = i
+        hi = bounds[best][1]
+        for i, (lo, _) in enumerate(bounds):
+            if i != best and lo <= hi:
+                return None
+        return best
+
 
 class PowerOfTwo(BaseRouter):
     """Power of two choices: sample ``d`` candidates (seeded), take the least outstanding."""
@@ -180,9 +198,22 @@ def counts_router(router) -> Callable[[list[int]], int] | None:
     """The router's ``route_counts`` (its choice from the candidates' ``outstanding`` counts
     alone, the same as ``route``'s), or None: also when the class whose ``route`` the router
     runs does not define ``route_counts`` beside it (a subclass that overrides ``route`` only)."""
+    return _beside_route(router, "route_counts")
+
+
+def kv_bounds_router(router) -> Callable[[list[tuple[float, float]]], int | None] | None:
+    """The router's ``route_kv_bounds`` (its choice from bounds of the candidates' ``kv_used``
+    where they settle it, the same as ``route``'s: :meth:`LeastKV.route_kv_bounds`), or None,
+    as :func:`counts_router`."""
+    return _beside_route(router, "route_kv_bounds")
+
+
+def _beside_route(router, name: str):
+    """The router's method ``name`` where the class whose ``route`` it runs defines it too (so
+    that the two answer alike), else None."""
     for klass in type(router).__mro__:
         if "route" in vars(klass):
-            return getattr(router, "route_counts", None) if "route_counts" in vars(klass) else None
+            return getattr(router, name, None) if name in vars(klass) else None
     return None
 
 

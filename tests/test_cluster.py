@@ -141,6 +141,36 @@ def test_router_rules():
         make_router("power_of_two", d=0)
 
 
+def test_least_kv_from_bounds_of_kv_use_chooses_as_from_the_values():
+    """least_kv's ``route_kv_bounds`` answers only where the intervals settle the choice, and then
+    with what ``route`` picks from the values inside them (ties and overlaps: None); a subclass
+    overriding ``route`` keeps it (``kv_bounds_router``)."""
+    from sim.routers import LeastKV, kv_bounds_router
+    rng = np.random.default_rng(5)
+    lk = make_router("least_kv")
+    answered = 0
+    for _ in range(2000):
+        n = int(rng.integers(1, 5))
+        kv = rng.integers(0, 40, n) / 40  # (coarse: ties happen)
+        lo = kv - rng.integers(0, 3, n) / 40
+        hi = kv + rng.integers(0, 3, n) / 40
+        vs = [View(i, int(rng.integers(0, 3)), float(u)) for i, u in enumerate(kv)]
+        i = lk.route_kv_bounds([(float(a), float(b)) for a, b in zip(lo, hi)])
+        if i is not None:
+            answered += 1
+            assert lk.route(Req(0), vs, 0).index == i
+            assert all(hi[i] < lo[j] for j in range(n) if j != i)
+    assert answered > 300
+    assert lk.route_kv_bounds([(0.2, 0.3), (0.3, 0.4)]) is None  # (both could be 0.3: a tie)
+
+    class Mine(LeastKV):
+        def route(self, req, candidates, now_ns):
+            return candidates[-1]
+
+    assert kv_bounds_router(lk) is not None and kv_bounds_router(Mine()) is None
+    assert kv_bounds_router(make_router("least_outstanding")) is None
+
+
 def test_routing_by_counts_is_routing_by_views(monkeypatch):
     """least_outstanding's ``route_counts`` picks what its ``route`` picks (ties to the lowest
     index); a cluster asks it instead of ``route`` (never called) when every replica is a

@@ -293,6 +293,31 @@ def test_landed_decoders_join_the_decode_run_in_flight(monkeypatch):
     assert decode_events(joined) < decode_events(cut)
 
 
+@pytest.mark.parametrize("layout", ["2p2d-small-decode", "swap-decode"])
+def test_the_decode_router_and_reservations_read_bounds_of_kv_use_as_the_values(monkeypatch, layout):
+    # least_kv picks a decode replica from bounds of the candidates' KV use where they settle it,
+    # without allocating the blocks of the steps their runs have begun, and a reservation
+    # allocates them only where the room depends on them: the same bytes as reading every value
+    from sim.cluster.disagg import NEVER, PDReplica
+    from sim.routers import LeastKV
+    d = pd_scenario(LAYOUTS[layout], drain=False)
+    d["streams"][1]["arrival"]["rate"] = 4.0
+    settled = []
+    choose = LeastKV.route_kv_bounds
+
+    def counted(bounds):
+        settled.append(choose(bounds))
+        return settled[-1]
+    monkeypatch.setattr(LeastKV, "route_kv_bounds", staticmethod(counted))
+    by_bounds = run(d)
+    monkeypatch.setattr(PDReplica, "unallocated_at_most", lambda self, t_ns: NEVER)  # (no bound: read them)
+    by_values = run(d)
+    pd.testing.assert_frame_equal(by_bounds.requests, by_values.requests, check_exact=True)
+    pd.testing.assert_frame_equal(by_bounds.timeseries, by_values.timeseries, check_exact=True)
+    assert by_bounds.summary_dict["cluster"] == by_values.summary_dict["cluster"]
+    assert any(i is not None for i in settled)
+
+
 # ---- priority in both pools -----------------------------------------------------------------------------
 def test_priority_ranks_the_prefill_queue_and_decode_admission():
     d = pd_scenario({"groups": [{"name": "p", "role": "prefill", "replicas": 1},

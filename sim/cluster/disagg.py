@@ -73,13 +73,14 @@ from sim.core.simpy_adapter import (after, armed, call_at, clock_ns, drop_dead_e
                                     trigger_urgent)
 from sim.core.source import RequestSource
 from sim.core.telemetry import Telemetry
+from sim.routers import kv_bounds_router
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 
 _KEY_SEQ = itemgetter(0, 1)  # (key, admit_seq) of a (key, admit_seq, request) triple: its rank
 
 # message kinds, delivered to a replica's mail (taken in at its next step boundary)
-HANDOFF, LAND, RELEASE, LEG = 0, 1, 2, 3
+HANDOFF, LAND, LEG = 0, 1, 2
 
 
 def _room(eng: Engine, r: Request, need: int, gone: tuple[int, int] = (0, 0)) -> bool:
@@ -113,6 +114,11 @@ class PDReplica:
         self.incoming: list[int] = []  # heap: instants of messages posted here, not yet delivered
         self.pending: list = []  # decode: (key, seq, request) waiting here for blocks and a slot
         self.unsent: dict[int, Request] = {}  # prefill: finished legs whose copy has not started
+        # ... and the shortest their copies could take (``DisaggCluster.min_transfer_ns``), ns
+        self.unsent_ns: dict[int, int] = {}
+        # prefill: per class, the most links side by side a copy from here can use (to the decode
+        # replica of the class that offers the most; ``DisaggCluster.start``)
+        self.copy_lanes: list[int] = []
         self.step_end_lb = 0  # a lower bound of when this replica next ends a step (ns)
         self.idle = False  # asleep with nothing to do (``wakeup``)
         self._wake: simpy.Event | None = None
@@ -128,10 +134,15 @@ class PDReplica:
         self._run: OpenRun | None = None  # the run in flight while it may be priced further
         self._open: OpenRun | None = None  # the run in flight, or None for a single step
         # the instant the run in flight is next priced at (NEVER: none), and the instants of
-        # the pricing events in the queue (one a instant: a re-priced run reuses a stale one)
+        # the pricing events in the queue (one a instant; one that comes sooner than the run
+        # needs, re-priced meanwhile, is armed again at that instant: ``_arm_pricing``)
         self._price_at = NEVER
         self._price_armed: set[int] = set()
-        self._price_spare: simpy.Event | None = None  # a pricing event processed, to be armed again
+        self._price_spares: list[simpy.Event] = []  # pricing events processed, to be armed again
+        # the last run's end event and the last wake-up, each processed before the next is
+        # asked for (the loop waits on one event at a time): armed again, not made anew
+        self._run_spare: simpy.Event | None = None
+        self._woken: simpy.Event | None = None
         self._span = 0  # the least time a stretch prices ahead, ns
         # decoders whose KV landed while the run was in flight and that joined it (``land``):
         # (request, boundary ns, step, the run's k before, its plan item), in order
@@ -184,6 +195,41 @@ class PDReplica:
             return (p.total - p.free - self.gone(now)[1]) / p.total
         return (p.total - p.free) / p.total
 
+    def kv_used_bounds(self, now: int) -> tuple[float, float]:
+        """``kv_used`` at ``now`` (the clock, ns) lies in ``[lo, hi]``, known without allocating
+        the KV blocks of the steps its run in flight has begun since they were last allocated
+        (what reading ``kv_used`` does): they are at most :meth:`unallocated_at_most`. Exact
+        (``lo == hi``) where no such bound is kept (then read as ``kv_used``)."""
+        if self._run_ev is None:
+            u = self.kv_used
+            return u, u
+        ahead = self.unallocated_at_most(now)
+        if ahead >= NEVER:
+            u = self.kv_used
+            return u, u
+        p = self.engine.pool
+        used = p.total - p.free - self.gone(now)[1]  # (the blocks allocated so far, less those gone)
+        return used / p.total, (used + ahead) / p.total
+
+    def unallocated_at_most(self, t_ns: int) -> int:
+        """At most how many KV blocks the steps of the run in flight that begin before ``t_ns``
+        take beyond those allocated so far (``_allocate_through``); NEVER where no bound is
+        kept. Kept where a run takes one token a step per request after its first step
+        (``landable``: no speculation or prefix cache; no prefill chunks): each request in it
+        takes at most one block in any ``block_size`` steps in a row (when its context reaches
+        a multiple of it)."""
+        ends = self._ends
+        steps = min(bisect_left(ends, t_ns) + 1, len(ends)) - self._alloc_k  # (those begun: _steps_before)
+        if steps <= 0:
+            return 0
+        run = self._open
+        if not self.landable or run is None or run.chunking:
+            return NEVER
+        plan = self._plan
+        assert plan is not None
+        n = len(self.engine.queues.running) + plan.landed  # (the requests in the run: as block_limited counts)
+        return n * -(-steps // self.engine.bs)
+
     @property
     def waiting_by_class(self) -> dict[str, int]:
         e = self.engine
@@ -217,7 +263,8 @@ class PDReplica:
         self._through = run is not None and run.through
         self._reset_gone()
         self._coh_blocks = None
-        ev = self._run_ev = simpy.Event(self.cluster.env)
+        ev = self._run_ev = armed(self.cluster.env, self._run_spare, [])
+        self._run_spare = None
         if run is not None:
             self._run = run
             self._durs, self._ends = run.durs, run.ends
@@ -232,10 +279,12 @@ class PDReplica:
     def _price(self, now_ns: int) -> None:
         run = self._run
         assert run is not None and self._run_ev is not None
-        bound = self.cluster.handoff_bound()
+        floor = now_ns + self._span
+        bound = self.cluster.handoff_bound(floor)
         if self.incoming and self.incoming[0] < bound:
             bound = self.incoming[0]
-        bound = max(bound, now_ns + self._span)
+        if bound < floor:
+            bound = floor
         run.extend(bound)
         if run.done:
             self._run = None
@@ -244,18 +293,32 @@ class PDReplica:
             trigger(self._run_ev, end - now_ns)
         else:
             self._price_at = bound
-            if bound not in self._price_armed:
-                self._price_armed.add(bound)
-                pev = armed(self.cluster.env, self._price_spare, [self._price_on])
-                self._price_spare = None
-                trigger_urgent(pev, bound - now_ns)
+            self._arm_pricing(now_ns)
+
+    def _arm_pricing(self, now_ns: int) -> None:
+        """Make sure a pricing event comes at ``_price_at`` or sooner: one in the queue already
+        (a landing re-prices the run every few steps, each time to a later instant: the event
+        armed for the first comes, and is armed again for the last, rather than one for each),
+        or a new one there."""
+        at = self._price_at
+        for t in self._price_armed:
+            if t <= at:
+                return
+        self._price_armed.add(at)
+        spares = self._price_spares
+        pev = armed(self.cluster.env, spares.pop() if spares else None, [self._price_on])
+        trigger_urgent(pev, at - now_ns)
 
     def _price_on(self, pev) -> None:
         now = clock_ns(self.cluster.env)
         self._price_armed.discard(now)
-        self._price_spare = pev
-        if now == self._price_at and self._run is not None:
+        self._price_spares.append(pev)
+        if self._run is None:
+            return  # (priced to its end, or cut, since)
+        if now == self._price_at:
             self._price(now)
+        elif now < self._price_at:
+            self._arm_pricing(now)  # (re-priced further meanwhile)
 
     def held(self) -> list[int]:
         """The durations of the run that just ended (its blocks all allocated; the decoders that
@@ -266,6 +329,7 @@ class PDReplica:
             for r, b, _, _, _ in self._lands:
                 self._take_in(r, b)
             self._lands = []
+        self._run_spare = self._run_ev  # (it just fired: the one the loop waited on)
         self._plan = self._run_ev = self._open = None
         self._through = False
         return self._durs
@@ -511,14 +575,18 @@ class PDReplica:
             a = cl.source.next_arrival_ns()
             if a < t:
                 t = a
-            if self.unsent and waiters:  # a copy not started yet could land, and free blocks, this soon
-                u = cl.copy_start_bound(now) + min(cl.min_transfer_ns(r, self) for r in self.unsent.values())
-                if u < t:
-                    t = u
-            if self.role == PREFILL and cl.victims_to_prefill:
-                v = cl.victim_bound()
-                if v < t:
-                    t = v
+            copies = self.unsent and waiters
+            victims = self.role == PREFILL and cl.victims_to_prefill
+            if copies or victims:
+                b = cl.decode_boundary_lb(now)  # (the two below read it; one look at the replicas)
+                if copies:  # a copy not started yet could land, and free blocks, this soon
+                    u = cl.copy_start_bound(now, b) + min(self.unsent_ns.values())
+                    if u < t:
+                        t = u
+                if victims:
+                    v = cl.victim_bound(b)
+                    if v < t:
+                        t = v
             if cl.closed:  # (a request that ends elsewhere sends its user's next one)
                 v = cl.end_bound(self)
                 if v < t:
@@ -540,9 +608,7 @@ class PDReplica:
 
     def wakeup(self, until_ns: int):
         """Fires when something is delivered or routed here, or at the horizon."""
-        env = self.cluster.env
-        ev = env.event()
-        self._wake = ev
+        ev = self._wake = self._woken = armed(self.cluster.env, self._woken, [])
         self.idle = True
         self.step_end_lb = NEVER
         self._stop_alarm()
@@ -590,6 +656,8 @@ class DisaggCluster:
         self.source = source
         self.router = router
         self.decode_router = decode_router
+        # the decode router's choice from bounds of the candidates' KV use (least_kv's), or None
+        self.decode_by_bounds = kv_bounds_router(decode_router)
         self.links = links
         self.stop_ns = stop_ns
         self.front_tel = front_tel  # requests that end outside a decode or co-located replica
@@ -599,6 +667,7 @@ class DisaggCluster:
         self.replicas: list[PDReplica] = []
         self.prefill_cands: list[list[PDReplica]] = []
         self.decode_cands: list[list[PDReplica]] = []
+        self.decode_askers: list[list[PDReplica]] = []  # per class, one decode replica of each group (``start``)
         self.prefills: list[PDReplica] = []
         self.decodes: list[PDReplica] = []
         self.assign: dict[int, int] = {}  # request id -> the replica it ended on (or was last at)
@@ -620,10 +689,11 @@ class DisaggCluster:
         # of those still to be routed: finished prefills, recompute victims
         self._posts: list[tuple[int, int, int, Request, PDReplica | None]] = []
         self.handoffs_due: list[int] = []
+        self.copies: dict[int, tuple[Request, PDReplica]] = {}  # request id -> (its leg, the sender), copying
         self.victims_due: list[int] = []
         self._at = NEVER  # the next delivery's instant (NEVER: none armed)
         self._armed: set[int] = set()  # instants of delivery events in the queue (one a instant)
-        self._spare: simpy.Event | None = None  # a delivery event processed, to be armed again
+        self._spares: list[simpy.Event] = []  # delivery events processed, to be armed again
         self.bytes_per_token = 0
         self.layers = 1
         # per prefill group, per class index: prompt tokens its replicas computed (for its cost)
@@ -640,33 +710,37 @@ class DisaggCluster:
         else:
             heappush(self.handoffs_due if kind == HANDOFF else self.victims_due, t_ns)
         if t_ns < self._at:
-            self._arm(t_ns)
+            self._arm(t_ns, clock_ns(self.env))
 
-    def _arm(self, t_ns: int) -> None:
-        """Deliver at ``t_ns`` (now at the earliest) unless a delivery comes sooner. An event of
-        an instant armed before and superseded is still in the queue: it serves again."""
-        now = clock_ns(self.env)
+    def _arm(self, t_ns: int, now: int) -> None:
+        """Deliver at ``t_ns`` (``now``, the clock, at the earliest) unless a delivery comes
+        sooner. An event of an instant armed before and superseded is still in the queue: it
+        serves again."""
         if t_ns < now:
             t_ns = now
         if t_ns < self._at:
             self._at = t_ns
             if t_ns not in self._armed:
                 self._armed.add(t_ns)
-                ev = armed(self.env, self._spare, [self._deliver])
-                self._spare = None
+                spares = self._spares
+                ev = armed(self.env, spares.pop() if spares else None, [self._deliver])
                 trigger_urgent(ev, t_ns - now)
 
     def start(self) -> None:
-        self._arm(min(self.source.next_arrival_ns(), self.stop_ns))
+        for p in self.prefills:  # (what min_transfer_ns reads, once)
+            p.copy_lanes = [max((min(p.gpus, d.gpus) for d in cands), default=1) for cands in self.decode_cands]
+        self.decode_askers = [list({d.group: d for d in cands}.values()) for cands in self.decode_cands]
+        self._arm(min(self.source.next_arrival_ns(), self.stop_ns), clock_ns(self.env))
 
     def _deliver(self, ev) -> None:
         now = clock_ns(self.env)
         self._armed.discard(now)
-        self._spare = ev  # (processed: the next instant armed may use it again)
+        self._spares.append(ev)  # (processed: an instant armed later may use it again)
         if now != self._at:
             return  # (superseded by an earlier one, or not armed again yet)
         self._at = NEVER
-        self.route_until(now)
+        if self.source.next_arrival_ns() <= now:  # (most deliveries are a finished prefill's or a landing's)
+            self.route_until(now)
         posts = self._posts
         while posts and posts[0][0] <= now:
             _, _, kind, r, rep = heappop(posts)
@@ -679,18 +753,18 @@ class DisaggCluster:
                     self.reprefill(r, now)
             else:
                 heappop(rep.incoming)
-                if kind == RELEASE:
-                    self.release(rep, r)
-                elif kind == LAND and rep.land(r, now):
-                    pass  # (it joined the decode replica's run in flight)
-                else:
+                if kind != LAND or not rep.land(r, now):  # (landed: it joined the decode replica's run in flight)
                     rep.mail.append((kind, r))
                     rep.notify()
+                if kind == LAND:  # (then the prefill replica that sent it frees the leg's blocks)
+                    leg, src = self.copies.pop(r.request_id)
+                    heappop(src.incoming)
+                    self.release(src, leg)
         nxt = self.source.next_arrival_ns()
         if posts and posts[0][0] < nxt:
             nxt = posts[0][0]
         if nxt < NEVER and now < self.stop_ns:
-            self._arm(nxt if nxt < self.stop_ns else self.stop_ns)
+            self._arm(nxt if nxt < self.stop_ns else self.stop_ns, now)
 
     def release(self, rep: PDReplica, leg: Request) -> None:
         """``leg``'s KV has landed at its decode replica: prefill replica ``rep`` frees its blocks
@@ -704,8 +778,6 @@ class DisaggCluster:
     # -- routing --
     def route_until(self, now_ns: int) -> None:
         """Route the arrivals due now: each to a prefill or co-located replica."""
-        if self.source.next_arrival_ns() > now_ns:
-            return  # (none: most deliveries are a finished prefill's or a landing's)
         r: Request
         rep: PDReplica
         for r in self.source.pop_due(min(now_ns, self.stop_ns)):
@@ -728,9 +800,10 @@ class DisaggCluster:
         """Why no decode replica could take ``r`` whole, as its engine would answer the request at
         its arrival (``Engine.size_refusal``; its prefill leg asks for one token, so the prefill
         replica cannot): the first candidate's reason when every one refuses, or "" when some
-        can."""
+        can. (One replica of each group is asked: a group's replicas have one engine's settings,
+        and so one answer.)"""
         why = ""
-        for d in self.decode_cands[r.cls_idx]:
+        for d in self.decode_askers[r.cls_idx]:
             why = d.engine.size_refusal(r.prompt_tokens, r.max_tokens, r.priority)
             if not why:
                 return ""
@@ -770,6 +843,7 @@ class DisaggCluster:
                 return
         self.at_prefill[r.request_id] = rep.index
         rep.unsent[r.request_id] = leg
+        rep.unsent_ns[r.request_id] = self.min_transfer_ns(leg, rep)
         self.post(now_ns + 1, HANDOFF, r, None)
 
     def _count_work(self, rep: PDReplica, leg: Request) -> None:
@@ -800,7 +874,7 @@ class DisaggCluster:
         when that is sure to change nothing else (:meth:`reserve_now`), else it waits there
         for room, taken in at the replica's next step boundary."""
         cands = self.decode_cands[r.cls_idx]
-        d: PDReplica = self.decode_router.route(r, cands, now_ns) if len(cands) > 1 else cands[0]
+        d = self._route_decode(r, cands, now_ns) if len(cands) > 1 else cands[0]
         self.assign[r.request_id] = d.index
         d.routed += 1
         r.reveals_output = d.engine.policy.oracle  # (as an arrival there: an oracle policy reads it)
@@ -809,6 +883,19 @@ class DisaggCluster:
         d.mail.append((HANDOFF, r))
         d.handoffs_in_mail += 1
         d.notify()
+
+    def _route_decode(self, r: Request, cands: list[PDReplica], now_ns: int) -> PDReplica:
+        """The decode router's choice among ``cands`` for ``r``: from bounds of their KV use
+        where the router chooses so and they settle it (``route_kv_bounds``: least_kv's, most
+        of the time), the same choice as from the values (``route``), which read the blocks of
+        every candidate's run in flight up to now (``kv_used``) and are asked otherwise."""
+        by_bounds = self.decode_by_bounds
+        if by_bounds is not None:
+            i = by_bounds([c.kv_used_bounds(now_ns) for c in cands])
+            if i is not None:
+                return cands[i]
+        d: PDReplica = self.decode_router.route(r, cands, now_ns)
+        return d
 
     def reserve_now(self, d: PDReplica, r: Request, now_ns: int) -> bool:
         """Reserve ``r``'s blocks at decode replica ``d`` now, between its step boundaries, and
@@ -825,9 +912,15 @@ class DisaggCluster:
         if eng.policy.on_arrival is not None:
             return False  # (a policy told of it at the boundary, in its order there)
         run = d._open
-        if d._run_ev is not None:
-            d._allocate_through(d._steps_before(now_ns))
         need = pool.blocks_for(r.computed)
+        if d._run_ev is not None and pool.free - d.unallocated_at_most(now_ns) - need < eng.limits.watermark_blocks:
+            # whether r fits may depend on the blocks of the steps begun by now: allocated, to
+            # count them. Else r fits above the watermark however many they are, even with no
+            # block of the requests gone freed, and they are allocated later: a plain pool's
+            # counts come out the same in either order, never below the watermark, and the
+            # checks below answer alike (block_limited finds the run's steps allocated so far
+            # within its blocks either way, so the step it starts its search from is moot)
+            d._allocate_through(d._steps_before(now_ns))
         gone = d.gone(now_ns) if d._run_ev is not None else (0, 0)
         if not _room(eng, r, need, gone):
             return False
@@ -940,6 +1033,7 @@ class DisaggCluster:
         eng.held[r.request_id] = r
         src = self.replicas[self.at_prefill.pop(r.request_id)]
         leg = src.unsent.pop(r.request_id)
+        del src.unsent_ns[r.request_id]
         ph = self.phases[r.request_id]
         prefill_ns = 0
         if self.links.spec.pipelined and first_try and ph[2] < 0:
@@ -950,53 +1044,63 @@ class DisaggCluster:
         if ph[2] < 0:
             ph[2], ph[3] = now_ns, land
         self.post(land, LAND, r, d)
-        self.post(land, RELEASE, leg, src)
+        self.copies[r.request_id] = (leg, src)  # (freed at src as it lands: one message for both)
+        heappush(src.incoming, land)
 
     def min_transfer_ns(self, leg: Request, src: PDReplica) -> int:
         """The shortest the copy of ``leg``'s KV from ``src`` could take: to the decode replica it
         could go to that offers the most links side by side."""
-        lanes = max(min(src.gpus, d.gpus) for d in self.decode_cands[leg.cls_idx])
-        return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, lanes, self.layers)
+        return self.links.min_transfer_ns(leg.prompt_tokens * self.bytes_per_token, src.copy_lanes[leg.cls_idx],
+                                          self.layers)
 
     # -- the bounds replicas' runs stop at --
-    def handoff_bound(self) -> int:
-        """A lower bound of the next finished prefill's delivery (to any decode replica)."""
+    def handoff_bound(self, floor: int = -1) -> int:
+        """A lower bound of the next finished prefill's delivery (to any decode replica), ns.
+        Where that is ``floor`` or sooner, any value not after ``floor`` (a caller that takes
+        the later of the two needs no more; most often a prefill replica's step ends sooner)."""
         t = self.handoffs_due[0] if self.handoffs_due else NEVER
+        if t <= floor:
+            return t
         idle = False
         for p in self.prefills:
             if p.idle:
                 idle = True
             elif p.step_end_lb + 1 < t:
                 t = p.step_end_lb + 1
+                if t <= floor:
+                    return t
         if idle:  # (an idle prefill replica starts when a request or a message reaches it)
             w = min(self.source.next_arrival_ns(), min((p.incoming[0] for p in self.prefills if p.incoming),
                                                        default=NEVER))
-            if self.victims_to_prefill:
+            if self.victims_to_prefill and w + 1 > floor:
                 w = min(w, self.victim_bound())
             if w + 1 < t:
                 t = w + 1
         return t
 
-    def copy_start_bound(self, now_ns: int) -> int:
+    def copy_start_bound(self, now_ns: int, decode_lb: int) -> int:
         """A lower bound, not before ``now_ns``, of when a copy not started yet could start: a
         copy starts where a finished prefill is delivered (its blocks reserved at once) or at
-        a decode replica's step boundary (reserved for a request waiting there). (Without this a
-        prefill replica whose waiters need the blocks of copies the decode side has no room
-        for would wake every shortest copy's time to find nothing changed.)"""
+        a decode replica's step boundary (reserved for a request waiting there; ``decode_lb``:
+        :meth:`decode_boundary_lb` now). (Without this a prefill replica whose waiters need
+        the blocks of copies the decode side has no room for would wake every shortest copy's
+        time to find nothing changed.)"""
         t = self.handoffs_due[0] if self.handoffs_due else NEVER
-        b = self._decode_boundary_lb(now_ns)
-        if b < t:
-            t = b
+        if decode_lb < t:
+            t = decode_lb
         return t if t > now_ns else now_ns
 
-    def victim_bound(self) -> int:
+    def victim_bound(self, decode_lb: int | None = None) -> int:
         """A lower bound of the next recompute victim's delivery (from any decode replica): 1 ns
-        after a decode step boundary."""
+        after a decode step boundary (``decode_lb``: :meth:`decode_boundary_lb` now, where the
+        caller has it)."""
         t = self.victims_due[0] if self.victims_due else NEVER
-        b = self._decode_boundary_lb(clock_ns(self.env)) + 1
+        if decode_lb is None:
+            decode_lb = self.decode_boundary_lb(clock_ns(self.env))
+        b = decode_lb + 1
         return b if b < t else t
 
-    def _decode_boundary_lb(self, now_ns: int) -> int:
+    def decode_boundary_lb(self, now_ns: int) -> int:
         """A lower bound of the next step boundary of any decode replica: an idle one's comes
         with the next message to it, a landing (its ``incoming``) or a handoff (which a caller
         counts where it matters: an idle replica has nothing running to preempt)."""
@@ -1063,7 +1167,7 @@ class DisaggCluster:
             self.source.on_request_end(r, now_ns + 1)
             nxt = self.source.next_arrival_ns()
             if nxt < NEVER and now_ns < self.stop_ns:
-                self._arm(min(nxt, self.stop_ns))
+                self._arm(min(nxt, self.stop_ns), clock_ns(self.env))  # (now_ns: when it ended, maybe before)
         if self.live == 0:
             for rep in self.replicas:
                 rep.notify()

@@ -302,13 +302,16 @@ def _pd_report(sc: Scenario, spec: ClusterSpec, cl, req: pd.DataFrame) -> dict:
     """GPUs per role, the link, and per class the mean, p50 and p99 of each first-token phase
     over the requests that reached their first token through a prefill replica."""
     classes = {}
-    started = req[req["decode_join_s"].notna()]
+    # (masks over the columns read, not copies of the whole table per class)
+    started = req["decode_join_s"].notna().to_numpy()
+    phases = {c: req[c].to_numpy() for c in PD_COLUMNS}
     for cname in sc.class_names:
-        part = started[started["class"] == cname]
-        entry: dict = {"requests": int(len(part)), "prefill_passes_mean": (
-            float(req.loc[req["class"] == cname, "prefill_passes"].mean()) if (req["class"] == cname).any() else None)}
+        of = (req["class"] == cname).to_numpy()
+        part = of & started
+        entry: dict = {"requests": int(part.sum()), "prefill_passes_mean": (
+            float(req.loc[of, "prefill_passes"].mean()) if of.any() else None)}
         for c in PD_COLUMNS:
-            v, base = part[c].to_numpy(), c.removesuffix("_s")
+            v, base = phases[c][part], c.removesuffix("_s")
             entry[f"{base}_mean_s"] = float(v.mean()) if len(v) else None
             entry[f"{base}_p50_s"] = float(np.quantile(v, 0.5)) if len(v) else None
             entry[f"{base}_p99_s"] = float(np.quantile(v, 0.99)) if len(v) else None
