@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from typing import Any
 
 import numpy as np
@@ -100,13 +101,15 @@ class RankedPolicy(BasePolicy):
     once it has finished) and reports ``srpt_order_tau`` (see :func:`srpt_order_tau`)."""
 
     # the records, made at first use (subclasses need not call an __init__): per finished
-    # request its arrival, first admission and size (three lists), and the first admission of
-    # each preempted request not finished yet
-    _lists: tuple[list, list, list] | None = None
+    # request its arrival, first admission and size (three typed arrays: numpy reads them as
+    # they are, where a list's million Python numbers, scattered over the heap by the time the
+    # run ends, took 0.3 s to convert), and the first admission of each preempted request not
+    # finished yet
+    _lists: tuple[array, array, array] | None = None
 
     def _records(self) -> dict:
         if self._lists is None:
-            self._lists = ([], [], [])
+            self._lists = (array("d"), array("d"), array("q"))
             self._first_admit: dict[int, float] = {}
         return dict(zip(("arrival", "admitted", "size"), self._lists))
 
@@ -115,7 +118,7 @@ class RankedPolicy(BasePolicy):
         self._first_admit.setdefault(req.request_id, req.admitted_s)
 
     def on_finish(self, req: RequestView, now: float) -> None:
-        # (once per request: the lists read in one attribute, without a call)
+        # (once per request: the records read in one attribute, without a call)
         if self._lists is None:
             self._records()
         arrival, admitted, size = self._lists  # type: ignore[misc]

@@ -8,10 +8,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.results import GROUP_METRICS, PCTS, QUANTILES, RequestGroups, _nanquantile
+from sim.results import GROUP_METRICS, PCTS, QUANTILES, RequestGroups, _cdf, _gap_quantile, _nanquantile
 
 if TYPE_CHECKING:
     from sim.core.telemetry import Telemetry
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_gap_quantiles_equal_numpys_weighted_ones(seed):
+    """The ITL percentiles of distinct gaps in ascending order (itl_arrays' form) read off their
+    cumulative weights are numpy's weighted inverted-CDF quantiles, bit for bit."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4000))
+    vals = np.unique(rng.integers(1, 10**9 if seed % 2 else 50, n * 3))[:n]
+    wts = rng.integers(1, [2, 10**6][seed % 2], len(vals))
+    cdf = _cdf(wts)
+    for q in (0.0, 0.5, 0.9, 0.99, 1.0, *rng.random(5).tolist()):
+        want = np.quantile(vals, q, weights=wts, method="inverted_cdf")
+        assert _gap_quantile(vals, cdf, q) == want and float(_gap_quantile(vals, cdf, q)) == float(want)
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -62,3 +62,19 @@ def test_seconds_beyond_exact_floats_round_as_python():
         tel.on_end(r)
     assert tel.columns()["arrival_s"].tolist() == [r.arrival_ns / NS for r in reqs]
 
+
+
+def test_a_row_holds_the_sources_in_order():
+    """on_end names the attributes one by one: the row is SOURCES' values, in SOURCES' order."""
+    from operator import attrgetter
+
+    from sim.core.columns import SOURCES
+
+    tel = Telemetry(["c"], NS)
+    r = _ended(1)[0]
+    for k, name in enumerate(SOURCES):  # (a distinct value each, of the attribute's own type)
+        v = getattr(r, name)
+        if not isinstance(v, (str, State)):
+            setattr(r, name, type(v)(1000 + k))
+    tel.on_end(r)
+    assert tel._rows == list(attrgetter(*SOURCES)(r))

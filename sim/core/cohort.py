@@ -396,20 +396,24 @@ class DecodeCohort:
             return changes
         # The run's steps go on the step-duration stack. What pushing them one at a time leaves
         # there (each popping the entries not longer than it) is: the entries longer than all of
-        # them, then each step longer than every step after it, found by maxima in C: usually
-        # just the last step (decode steps grow with the context), or a longer first one (with
-        # a prefill) before it.
+        # them, then each step longer than every step after it (a record), found in one walk
+        # back from the run's last step. Runs often have several (steps get shorter as members
+        # leave): searching the rest for each record's maximum again cost 3 to 4 times as much.
         last = durations[-1]
-        m = max(durations) if n > 1 else last
+        m = last  # (the largest step after the one looked at)
+        records: list[int] = []  # (from the last one back)
+        p = n - 1
+        for d in reversed(durations):
+            if d > m:
+                records.append(p)
+                m = d
+            p -= 1
         while md and md[-1] <= m:
             md.pop()
             mg.pop()
-        while last < m:
-            # the last step of largest duration m among those left (not the run's last): a record
-            p = n - 1 - durations[::-1].index(m)
+        for p in reversed(records):
             mg.append(g0 + p + 1)
-            md.append(m)
-            m = max(durations[p + 1:])
+            md.append(durations[p])
         mg.append(g0 + n)  # the run's last step: the last record
         md.append(last)
         if len(mg) > 4096:

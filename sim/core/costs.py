@@ -284,7 +284,7 @@ class CostModel:
         """Does this model add engine overhead to step times?"""
         return self._ov is not None
 
-    def overhead_s(self, P, D, n_prefill: int = 0, n_admit: int = 0) -> float:
+    def overhead_s(self, P: int, D: int, n_prefill: int = 0, n_admit: int = 0) -> float:
         """Engine overhead of a step, seconds (0.0 with no overhead): one fixed expression, so
         every caller gets bit-identical results for the same shape."""
         ov = self._ov if P else self._ov_dec
@@ -306,10 +306,12 @@ class CostModel:
         return int(self.kv_capacity_bytes // bb)
 
     # ---- time ---------------------------------------------------------------------------
-    def step_ns(self, P, D, sum_l2, sum_lc, sum_ctx, n_prefill: int = 0, n_admit: int = 0) -> int:
+    def step_ns(self, P: int, D: int, sum_l2, sum_lc, sum_ctx, n_prefill: int = 0, n_admit: int = 0) -> int:
         """One step's duration in integer ns (at least 1, so that time always advances).
 
-        ``n_prefill``: prefill chunks in the step; ``n_admit``: requests whose prefill starts in
+        ``P``: prefill tokens, ``D``: decoders (ints: counts, which the compiled build multiplies
+        natively); ``sum_l2``, ``sum_lc``, ``sum_ctx``: the shape's sums (an estimate may pass
+        floats); ``n_prefill``: prefill chunks in the step; ``n_admit``: requests whose prefill starts in
         it (only the engine overhead reads them). Plain Python arithmetic in a fixed order: every
         caller — a single step, each step of a fast-forwarded run, an estimate — gets
         bit-identical results for the same shape."""
@@ -343,13 +345,13 @@ class CostModel:
         ns = round(t * NS)
         return ns if ns > 1 else 1
 
-    def _cpu_s(self, P, D, n_prefill: int, n_admit: int) -> float:
+    def _cpu_s(self, P: int, D: int, n_prefill: int, n_admit: int) -> float:
         """A step's CPU work priced apart (the overhead hides it under the GPU's), seconds."""
         c = self._cpu if P else self._cpu_dec
         assert c is not None  # (both are set together, for a model that hides CPU work)
         return c[0] + c[1] * (D + n_prefill) + c[2] * n_admit
 
-    def _with_cpu(self, fixed: float, ctx: float, P, D, n_prefill: int, n_admit: int) -> float:
+    def _with_cpu(self, fixed: float, ctx: float, P: int, D: int, n_prefill: int, n_admit: int) -> float:
         """A step of GPU time ``fixed + ctx`` s (``ctx``: the context term) with its CPU work
         partly hidden under it: ``gpu + cpu - cpu_overlap * min(gpu, cpu)`` (the overhead's
         ``cpu_overlap``). Where the GPU's is the longer, summed as ``(fixed + (1 - f) cpu) + ctx``,

@@ -673,7 +673,10 @@ def block_limited(eng: Engine, plan: StepPlan, k: int, avail: int, lo: int = 1) 
     ``avail`` (:func:`block_avail`); steps 2..lo are known to."""
     bs = eng.bs
     D = len(eng.queues.running) + plan.landed
-    prompts = sum(-(-prompt_left(s) // bs) for s in plan.items if s.chunk)
+    prompts = 0  # (blocks of the chunking item's prompt left: a loop, not a generator, once a run)
+    for s in plan.items:
+        if s.chunk:
+            prompts += -(-prompt_left(s) // bs)
     if D * ((k + bs - 1) // bs + 1) + prompts <= avail:
         return k
     hi = k

@@ -19,6 +19,7 @@ Invariants (checked by :meth:`check`, asserted by the property tests):
 from __future__ import annotations
 
 from sim.core.errors import KVInvariantError  # noqa: F401  (re-exported)
+from sim.core.request import Request
 
 
 class KVPool:
@@ -113,12 +114,12 @@ class KVPool:
         self.used[cls_idx] -= n
 
     # ---- a request's blocks --------------------------------------------------------------
-    def grow(self, r, n: int) -> None:
+    def grow(self, r: Request, n: int) -> None:
         """Request ``r`` takes ``n`` more device blocks (the caller checked ``available_for``)."""
         self.allocate(r.cls_idx, n)
         r.blocks += n
 
-    def release_request(self, r, preempted: bool = False) -> None:
+    def release_request(self, r: Request, preempted: bool = False) -> None:
         """Free request ``r``'s own blocks and drop its references on shared prefix groups
         (``preempted``: for eviction attribution, see :mod:`sim.core.prefix_cache`)."""
         if r.blocks:
@@ -129,7 +130,7 @@ class KVPool:
             r.shared = ()
             r.base_blocks = 0
 
-    def swap_out_request(self, r) -> int:
+    def swap_out_request(self, r: Request) -> int:
         """Move ``r``'s computed blocks to host space (those taken for tokens not yet computed,
         and shared prefix groups, are released: the groups are copied too); returns the blocks
         copied."""
@@ -139,7 +140,7 @@ class KVPool:
         r.host_blocks = keep
         return keep
 
-    def swap_in_request(self, r) -> int:
+    def swap_in_request(self, r: Request) -> int:
         """Bring swapped-out ``r``'s blocks back to the device; returns the blocks copied."""
         n = r.host_blocks
         self.swap_in(r.cls_idx, n)
@@ -147,7 +148,7 @@ class KVPool:
         r.host_blocks = 0
         return n
 
-    def acquire_prefix(self, r, hit: int) -> None:
+    def acquire_prefix(self, r: Request, hit: int) -> None:
         """``r`` is admitted on top of its ``hit`` cached prefix groups: it holds them and their
         tokens count as computed (and, at its first admission, as its prefix hit)."""
         cache = self.cache
@@ -158,7 +159,7 @@ class KVPool:
             r.prefix_hit_tokens = r.computed
         self.count_misses(r, hit)
 
-    def count_misses(self, r, hit: int) -> None:
+    def count_misses(self, r: Request, hit: int) -> None:
         """``r``, admitted to prefill its prompt on ``hit`` cached groups (none too), prefills the
         groups after them that had been cached and were evicted again: counted on it, and their
         tokens charged to the evictions (the prefix cache's attribution)."""
@@ -166,7 +167,7 @@ class KVPool:
         missed = cache.missed_after_eviction(r.prompt_tokens, r.hash_ids, hit, r.request_id)
         r.evicted_miss_tokens += missed * cache.group_tokens
 
-    def publish_prompt(self, r, before: int) -> None:
+    def publish_prompt(self, r: Request, before: int) -> None:
         """Offer the prompt groups that ``r``'s prefill completed this step (it had ``before``
         tokens computed) to the prefix cache: each becomes a shared group it holds."""
         cache = self.cache

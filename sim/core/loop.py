@@ -53,6 +53,7 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
     wakeup = getattr(source, "wakeup", None)
     finished = getattr(source, "finished", None)
     sleep = getattr(source, "sleep", None) or env.timeout  # (a source may give cheaper waits)
+    swap_overlap = cfg.swap_overlap  # (read once: a setting, not a per-event attribute lookup)
     next_sample = 0  # the first sample instant not recorded yet (ns)
     # next event count at which to check progress (and the max_events stop)
     check_at = min(PROGRESS_EVERY, cfg.max_events or NEVER)
@@ -137,8 +138,13 @@ def replica_loop(env: simpy.Environment, engine: Engine, source: RequestStream, 
         compute = engine.compute_ns(plan)
         transfer = engine.transfer_ns(plan)
         # proactive swapping overlaps the copies with the step's kernels (separate copy engine)
-        dur0 = max(compute, transfer) if cfg.swap_overlap else compute + transfer
-        next_event = min(next_arrival if hold is None else NEVER, next_sample, stop_ns)
+        dur0 = max(compute, transfer) if swap_overlap else compute + transfer
+        # the next arrival, sample or stop, whichever comes first (compared: min() is a call)
+        next_event = next_arrival if hold is None else NEVER
+        if next_sample < next_event:
+            next_event = next_sample
+        if stop_ns < next_event:
+            next_event = stop_ns
         if deferred:
             next_event = now  # they join at the next boundary: one step only
         engine.events += 1

@@ -242,7 +242,7 @@ def run_running(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_n
     grows = eng.grows_blocks
     spec = eng.spec
     for req in list(eng.queues.ranked_running()):  # a copy: preemption edits the order
-        if req.state is not State.RUNNING:
+        if req.state is not RUNNING:
             continue  # preempted earlier in this loop
         decode = req.tokens - req.computed == 1
         if only and decode != (only == DECODES):
@@ -266,7 +266,7 @@ def run_running(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_n
                         plan.retracted += 1
                         if victim is req:
                             break
-                    if req.state is not State.RUNNING:
+                    if req.state is not RUNNING:
                         # its own victim: the walk ends, as vLLM V1's does (walked by rank, every
                         # request after it ranks below it, and it was the lowest); SGLang's
                         # retraction order is not the walk's, so the others still decode

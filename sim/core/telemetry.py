@@ -15,7 +15,6 @@ from __future__ import annotations
 from array import array
 from collections import defaultdict
 from itertools import chain
-from operator import attrgetter
 from typing import Callable
 
 import numpy as np
@@ -28,17 +27,18 @@ REJECTED = State.REJECTED  # (a module global: read once per request taken in, T
 # finds distinct values: (codes, distinct values) of an array, as pandas.factorize returns them
 Factorize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
-# a request's raw row: every attribute the table reads, in one C call while the request is
-# still in the CPU's caches (it just ended). Blocks of rows are then moved into one typed
-# array per attribute, raw (the ns clocks, the state as its int): the columns are converted
-# (:data:`sim.core.columns.CONVERSIONS`) once, by numpy, when the table is read (a Python loop
-# per value at every block cost about 0.6 % of a 16-replica ServeGen run). Reading 512 ended
-# requests one attribute at a time later fetched each request from memory again (A/B on a
-# 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU). The rows are kept as one
+# a request's raw row: every attribute the table reads (SOURCES), read while the request is
+# still in the CPU's caches (it just ended; :meth:`Telemetry.on_end` names them one by one, in
+# SOURCES' order, which the tests check: about half the time of an attrgetter of SOURCES, whose
+# every read is a generic attribute lookup, in both builds). Blocks of rows are then moved into
+# one typed array per attribute, raw (the ns clocks, the state as its int): the columns are
+# converted (:data:`sim.core.columns.CONVERSIONS`) once, by numpy, when the table is read (a
+# Python loop per value at every block cost about 0.6 % of a 16-replica ServeGen run). Reading
+# 512 ended requests one attribute at a time later fetched each request from memory again (A/B
+# on a 16-replica ServeGen run: rows + flushes 0.65 s -> 0.60 s of CPU). The rows are kept as one
 # flat list (source j of every row: a slice with step _WIDTH), not a tuple each: a tuple kept
 # until the flush is an object the cyclic GC walks at every collection until then, and the
 # flat list's columns are slices rather than a transposition.
-_ROW = attrgetter(*SOURCES)
 _WIDTH = len(SOURCES)
 # how a source is kept: as the column that takes it unconverted is (a string list, floats), else
 # as int64 (the ns clocks and the state, which only conversions read)
@@ -169,7 +169,11 @@ class Telemetry:
             self.unkept += 1
             return
         rows = self._rows
-        rows += _ROW(req)
+        r = req  # (SOURCES, in order)
+        rows.extend((r.request_id, r.tenant, r.cls, r.priority, r.stream, r.user, r.arrival_ns, r.first_admit_ns,
+                     r.first_token_ns, r.finish_ns, r.state, r.prompt_tokens, r.hidden_output_tokens, r.max_tokens,
+                     r.generated, r.reject_reason, r.preemptions, r.swapped_blocks, r.recomputed_tokens,
+                     r.swap_fallbacks, r.max_itl_ns, r.deadline_s, r.prefix_hit_tokens, r.evicted_miss_tokens))
         if len(rows) >= ROW_BLOCK * _WIDTH:
             self._flush_rows()
 
