@@ -87,9 +87,15 @@ def needs_guard(name: str) -> bool:
     return name not in POLICIES.names()
 
 
+def kv_blocks_of(cfg: EngineConfig, costs: CostModel) -> int:
+    """The KV blocks a replica with engine settings ``cfg`` has: ``engine.kv_blocks``, else what
+    its cost model's memory holds in blocks of ``engine.block_size`` tokens."""
+    return cfg.kv_blocks or costs.kv_blocks(cfg.block_size)
+
+
 def _kv_pool(sc: Scenario, cfg: EngineConfig, costs: CostModel) -> KVPool:
-    """The replica's KV blocks (from the profile's memory unless set), with its prefix cache."""
-    kv_blocks = cfg.kv_blocks or costs.kv_blocks(cfg.block_size)
+    """The replica's KV blocks (:func:`kv_blocks_of`), with its prefix cache."""
+    kv_blocks = kv_blocks_of(cfg, costs)
     if kv_blocks <= 0:
         raise ScenarioError(f"{sc.source}: engine.kv_blocks: the profile does not say how much KV "
                             "memory there is; set engine.kv_blocks > 0")

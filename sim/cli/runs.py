@@ -315,7 +315,7 @@ def work_s(row, costs) -> float:
 @click.option("--lenient", is_flag=True, help="skip bad trace rows (and report how many) instead of failing")
 def workload(scenario, sets, seed, out, overwrite, lenient):
     """Print SCENARIO's request-stream statistics per tenant and class (no simulation)."""
-    from sim.assembly import build_workload, engine_costs, skipped_rows
+    from sim.assembly import build_workload, engine_costs, kv_blocks_of, skipped_rows
     from workloads.stats import stream_stats
 
     sc = load(scenario, sets, None, seed)
@@ -328,7 +328,7 @@ def workload(scenario, sets, seed, out, overwrite, lenient):
     stats = stream_stats(wl.open, horizon_s=sc.horizon_s)
     costs = engine_costs(sc)  # (as the engine prices its steps: cost scale and entrypoint too)
     B = sc.engine.max_num_seqs
-    kv_blocks = sc.engine.kv_blocks or costs.kv_blocks(sc.engine.block_size)
+    kv_blocks = kv_blocks_of(sc.engine, costs)  # (as the engine's pool has them)
     if len(stats):
         stats["batch"] = stats.apply(lambda row: decode_batch(row, B, kv_blocks, sc.engine.block_size), axis=1)
         stats["offered_load"] = stats["rate"] * stats.apply(lambda row: work_s(row, costs), axis=1)

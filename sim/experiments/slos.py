@@ -205,9 +205,9 @@ def refused_requests(sc, workload) -> dict[str, dict]:
 
     from sim.assembly import build_engine
 
-    key = json.dumps([sc.engine.model_dump(mode="json"), [(c.name, c.priority) for c in sc.classes]],
-                     sort_keys=True, default=str)
-    if _REFUSED[0] is workload and _REFUSED[1] == key:
+    asked = json.dumps([sc.engine.model_dump(mode="json"), [(c.name, c.priority) for c in sc.classes]],
+                       sort_keys=True, default=str)
+    if _REFUSED[0] is workload and _REFUSED[1] == asked:
         return _REFUSED[2]
     eng = build_engine(sc, simpy.Environment())
     prio = {c.name: c.priority for c in sc.classes}
@@ -227,7 +227,7 @@ def refused_requests(sc, workload) -> dict[str, dict]:
             r["rows"].append(i)
     for c, r in out.items():
         r["arrived"] = int((df["cls"] == c).sum())
-    _REFUSED[:] = [workload, key, out]
+    _REFUSED[:] = [workload, asked, out]
     return out
 
 
