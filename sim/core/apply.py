@@ -104,13 +104,19 @@ def apply_items(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int]
     :func:`sim.core.fastforward.through_finishes`) takes part in the steps up to it only.
     """
     k = len(durations)
-    total = sum(durations)
+    first = durations[0]
+    total = first
+    inner_max = 0  # largest gap inside a run
+    for j in range(1, k):  # (a loop: sum and max are generic calls in the compiled build)
+        d = durations[j]
+        total += d
+        if d > inner_max:
+            inner_max = d
     end_ns = start_ns + total
     end_s = end_ns / NS
     finished: list[tuple[int, Request, bool]] = []
-    first_end = start_ns + durations[0]
-    inner_max = max(durations[1:]) if k > 1 else 0  # largest gap inside a run
-    run_max = durations[0] if durations[0] > inner_max else inner_max  # (compared: max() of two is a call)
+    first_end = start_ns + first
+    run_max = first if first > inner_max else inner_max  # (compared: max() of two is a call)
     nc = len(eng.queues.running_count)
     emitted = [0] * nc  # requests emitting a token each step, per class
     steady = [0] * nc  # ... of which emitted at the end of the previous step too
