@@ -147,15 +147,15 @@ def test_case9_fcfs_victim_is_newest(tmp_path):
     assert r.loc[1, "preemptions"] >= 1 and r.loc[0, "preemptions"] == 0
 
 
-def _two_prompts(tmp_path, running_order: str):
-    """A 400-token prompt of priority 1 at t = 0, then one of priority 0 during the first step;
-    budget 100 tokens, at most 60 prompt tokens per request per step, priority scheduling."""
+def _two_prompts(tmp_path, running_order: str, prompt: int = 400, kv_blocks: int = 1000):
+    """A ``prompt``-token prompt of priority 1 at t = 0, then one of priority 0 during the first
+    step; budget 100 tokens, at most 60 prompt tokens per request per step, priority scheduling."""
     path = tmp_path / "order.csv"
-    path.write_text("t,p,o,prio\n0,400,4,1\n0.000001,400,4,0\n")
+    path.write_text(f"t,p,o,prio\n0,{prompt},4,1\n0.000001,{prompt},4,0\n")
     sc = {"name": "order", "seed": 0, "horizon_s": 100.0, "drain": True,
-          "engine": {"profile": dict(STEP), "block_size": 16, "kv_blocks": 1000, "max_num_seqs": 8,
+          "engine": {"profile": dict(STEP), "block_size": 16, "kv_blocks": kv_blocks, "max_num_seqs": 8,
                      "max_batched_tokens": 100, "max_prefill_chunk": 60, "preempt_for_waiting": "never",
-                     "running_order": running_order},
+                     "running_order": running_order, "watermark": 0, "preemption": "recompute"},
           "policy": {"name": "priority"}, "classes": [{"name": "p0", "priority": 0}, {"name": "p1", "priority": 1}],
           "streams": [{"tenant": "t", "class": "p1", "trace": {
               "format": "csv", "path": str(path), "t0": 0,
@@ -175,6 +175,18 @@ def test_v1_running_requests_take_the_budget_in_admission_order(tmp_path):
     assert steps[0] == [(0, 60)] and steps[1] == [(0, 60), (1, 40)]
     assert steps[2] == [(0, 60), (1, 40)]  # (the urgent one still second)
     assert _two_prompts(tmp_path, "rank")[2] == [(1, 60), (0, 40)]
+
+
+def test_a_chunk_keeps_its_size_while_it_preempts(tmp_path):
+    """vLLM V1 keeps a running request's ``num_new_tokens`` while it preempts for its blocks:
+    the tokens a victim scheduled earlier in the step gives back do not enlarge the chunk the
+    blocks were freed for (a larger one could need more blocks than are free). 200-token
+    prompts in 15 blocks of 16: in the third step the earlier, low-priority request takes its
+    60 tokens (the last 4 blocks), the urgent one's 40 need 2 more and preempt it; the urgent
+    one still takes 40."""
+    steps = _two_prompts(tmp_path, "admission", prompt=200, kv_blocks=15)
+    assert steps[1] == [(0, 60), (1, 40)]
+    assert steps[2] == [(1, 40)]
 
 
 def test_vllm_v1_defaults_walk_running_requests_as_admitted():

@@ -273,13 +273,10 @@ def run_running(eng: Engine, plan: StepPlan, scheduled: dict, budget: int, now_n
                         if eng.victim_rule.walk_ends_at_self:
                             break
                         continue
-                    # victims scheduled earlier in this step gave their tokens back
-                    budget = budget_left(eng, scheduled)
-                    if not decode:
-                        n = lim.chunk(req, budget)
-                    if n == 0 or budget < 1:
-                        continue
-                    new_blocks = -(-(req.computed + n) // bs) - req.blocks - req.base_blocks
+                    # victims scheduled earlier in this step gave their tokens back, for those
+                    # after it; its own share stays what the blocks were freed for (as vLLM V1
+                    # keeps ``num_new_tokens`` while it preempts: a larger chunk would need more)
+                    budget = budget_left(eng, scheduled, plan.cohort)
                 pool.grow(req, new_blocks)
         scheduled[req.request_id] = Scheduled(req, n, req.computed, decode)
         budget -= n
