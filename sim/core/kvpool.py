@@ -97,6 +97,8 @@ class KVPool:
             n += b
             if b < least:
                 least = b
+        if n == 0 and least == 0:
+            return  # (nothing taken: fine even while ``free`` is below zero, see allocate_ahead)
         while n > self.free and self.cache is not None and self.cache.lru:
             self.free += self.cache.evict_one()
         if n > self.free or least < 0:
