@@ -55,6 +55,33 @@ def test_prefill_first_gives_the_prompt_a_step_alone():
     assert a.generated == c.generated == 3 and n.generated == 2
 
 
+def test_the_cohort_sits_a_prefill_step_out(both_ways):
+    """Under prefill_first the steady decoders stay in the cohort through a step that holds a
+    prompt alone: nothing of theirs changes in it, and the gap before their next token is that
+    step and the next one together (stepped, each decoder measures it from its last token).
+    The newcomer joins only after it has decoded in a step beside them."""
+    b = Bench(batching="prefill_first")
+    a, c = _two_decoding(b)
+    b.step()  # (a second decode step: with the cohort on, both are members by now)
+    coh = b.eng.cohort
+    if both_ways:
+        assert {a.request_id, c.request_id} <= set(coh.members)
+    t0 = b.now
+    n = b.add("lo", prompt=20, output=5)
+    b.step()
+    prefill_ns = b.now - t0
+    if both_ways:  # (still members, the newcomer not yet one)
+        assert {a.request_id, c.request_id} <= set(coh.members) and n.request_id not in coh.members
+    b.step()
+    decode_ns = b.now - t0 - prefill_ns
+    if both_ways:
+        assert n.request_id in coh.members
+        coh.sync_all()
+    assert a.last_token_ns == c.last_token_ns == b.now
+    assert a.max_itl_ns == c.max_itl_ns == prefill_ns + decode_ns
+    assert a.generated == c.generated == 4 and n.generated == 2
+
+
 def test_mixed_puts_the_prompt_beside_the_decoders():
     """The same arrival under mixed batching (the default): one step holds the prompt and both
     decoders' tokens, priced as one step of both."""

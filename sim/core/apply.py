@@ -52,6 +52,9 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
             ordered = ordered and len(leavers) == 1
     else:
         ordered = False  # (sorted below when two or more finished)
+        coh = eng.cohort
+        if coh is not None and coh.members:
+            coh.sit_out(total)  # (a prefill_first prefill step: its members took no part)
     if eng.trace is not None:
         eng.trace_run(plan, start_ns, durations)
     if not ordered and len(finished) > 1:  # (one alone is in order)
@@ -80,7 +83,8 @@ def apply(eng: Engine, plan: StepPlan, start_ns: int, durations: list[int], comp
     if hold:
         eng.tel.hold(eng)
     coh = eng.cohort
-    if coh is not None and plan.items:  # steady decoders join the cohort
+    # steady decoders join the cohort; while its members sit out steps, after its next step
+    if coh is not None and plan.items and not coh.pause_ns:
         bs = eng.bs
         grows = eng.grows_blocks
         for s in plan.items:

@@ -75,6 +75,10 @@ class DecodeCohort:
         # each member's span (:meth:`_log_span`): four values a span, read as log_j0 .. log_tenant
         self.log_spans = array("q")
         self.tenant_ids: dict[str, int] = {}
+        # steps the members sat out (:meth:`sit_out`): the cohort step they come before, and
+        # how long they lasted (ns), added to that step's gap
+        self.log_pause_at = array("q")
+        self.log_pause_ns = array("q")
 
     def _no_members(self) -> None:
         """The per-member state of an empty cohort (the step counters and the log go on)."""
@@ -92,6 +96,7 @@ class DecodeCohort:
         # the least urgent priority of the members' classes; None: not known (it changes only
         # when a class's member count becomes or stops being zero)
         self._top: int | None = NO_PRIORITY
+        self.pause_ns = 0  # time since the last cohort step spent in steps the members sat out
 
     def __len__(self) -> int:
         return len(self.members)
@@ -132,6 +137,7 @@ class DecodeCohort:
             # the last member took the blocks of the step in progress with it (as dissolve
             # does): a later joiner must not count a step ahead that nobody allocated
             self.steps_allocated = self.steps
+            self.pause_ns = 0
 
     def leave_all(self, rs: list[Request]) -> None:
         """Members ``rs`` leave together (each as :meth:`leave`; the finish order is rebuilt
@@ -142,6 +148,7 @@ class DecodeCohort:
         self.finish = [f for f in self.finish if f[2].cohort_base_step != NOT_MEMBER]
         if not self.members:
             self.steps_allocated = self.steps
+            self.pause_ns = 0
 
     def _leave(self, r: Request) -> None:
         """Remove synced member ``r`` from the counts (its finish entry is the caller's)."""
@@ -347,6 +354,14 @@ class DecodeCohort:
         return need
 
     # ---- advancing -------------------------------------------------------------------------
+    def sit_out(self, ns: int) -> None:
+        """The members sat out steps lasting ``ns`` (a prefill step of ``engine.batching =
+        "prefill_first"``, which holds no decode): nothing of theirs changes but the gap before
+        their next token, which the next cohort step's gap carries (:meth:`advance`). A request
+        that emitted its first token at the end of such a step joins only after a cohort step
+        (its gap before the next one is that step's alone)."""
+        self.pause_ns += ns
+
     def advance(self, durations: list[int], start_ns: int) -> list[tuple[int, int, list[Request]]]:
         """Members took part in these steps (from ``start_ns``), each emitting a token at the end
         of every step up to its last. Returns where membership changed, as ``(steps done, end
@@ -355,6 +370,16 @@ class DecodeCohort:
         self.log_run_at.append(g0)  # (== len(log_durs): one logged duration a step)
         self.log_run_ns.append(start_ns)
         self.log_durs.fromlist(durations)  # (fromlist: half the time of extend on a list)
+        # the gaps before the members' tokens: the steps' durations, the first one after steps
+        # they sat out (:meth:`sit_out`) that much longer
+        pause = self.pause_ns
+        gaps = durations
+        if pause:
+            self.pause_ns = 0
+            self.log_pause_at.append(g0)
+            self.log_pause_ns.append(pause)
+            gaps = list(durations)
+            gaps[0] += pause
         fin = self.finish
         changes: list[tuple[int, int, list[Request]]] = []
         t = start_ns
@@ -365,7 +390,8 @@ class DecodeCohort:
             # run's steps below, at once): a leaver's largest gap is the larger of the stack's
             # answer for its steps before the run and the largest of the run's steps so far
             svc0 = self.svc_ns - start_ns  # svc at time x within the run: svc0 + x
-            top = 0  # largest duration of the run's steps 0 .. e-1
+            # largest gap of the run's steps 0 .. e-1 (the first step is in every leaver's)
+            top = gaps[0] if pause else 0
             while fin and fin[0][0] - g0 <= n:
                 g = fin[0][0]
                 e = g - g0
@@ -398,11 +424,11 @@ class DecodeCohort:
         # them, then each step longer than every step after it (a record), found in one walk
         # back from the run's last step. Runs often have several (steps get shorter as members
         # leave): searching the rest for each record's maximum again cost 3 to 4 times as much.
-        last = durations[-1]
+        last = gaps[-1]
         m = last  # (the largest step after the one looked at)
         records: list[int] = []  # (from the last one back)
         p = n - 1
-        for d in reversed(durations):
+        for d in reversed(gaps):
             if d > m:
                 records.append(p)
                 m = d
@@ -412,7 +438,7 @@ class DecodeCohort:
             mg.pop()
         for p in reversed(records):
             mg.append(g0 + p + 1)
-            md.append(durations[p])
+            md.append(gaps[p])
         mg.append(g0 + n)  # the run's last step: the last record
         md.append(last)
         if len(mg) > 4096:

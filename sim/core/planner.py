@@ -218,8 +218,10 @@ def plan_prefill_first(eng: Engine, now_ns: int) -> StepPlan:
         if plan.preempted == 0:
             admit_waiting(eng, plan, scheduled, budget, now_ns, PREFILLS)
         if scheduled or plan.preempted:
-            if coh is not None and coh.members:
-                dissolve_cohort(eng)  # (its members sit this step out, or were preempted)
+            if coh is not None and coh.members and plan.preempted:
+                dissolve_cohort(eng)  # (a victim may have been one of them)
+            # (else its members sit this step out: they stay in the cohort, which counts the
+            # step into the gap before their next token, Cohort.sit_out)
             if scheduled:
                 plan.items = list(scheduled.values())
                 return plan

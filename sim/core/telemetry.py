@@ -328,7 +328,13 @@ class Telemetry:
         at, t0 = _int64(coh.log_run_at), _int64(coh.log_run_ns)
         bins = _step_ends(durs, at, t0) // self.interval_ns
         j0, j1, cls, ten = _int64(coh.log_j0), _int64(coh.log_j1), _int64(coh.log_cls), _int64(coh.log_tenant)
-        self.coh_itl_vals.frombytes(_raw(durs))
+        if len(coh.log_pause_at):
+            # the first step after steps the members sat out: its gap is that much longer
+            gaps = durs.copy()
+            np.add.at(gaps, _int64(coh.log_pause_at), _int64(coh.log_pause_ns))
+            self.coh_itl_vals.frombytes(_raw(gaps))
+        else:
+            self.coh_itl_vals.frombytes(_raw(durs))
         # Step end times ascend, so each interval's steps are a contiguous range: first[k] <=
         # step < first[k + 1] (found where the interval changes: np.unique sorted them again)
         first = np.append(np.flatnonzero(np.diff(bins, prepend=bins[0] - 1)), n)
