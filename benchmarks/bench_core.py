@@ -1,7 +1,7 @@
 """Benchmark: simulate N Poisson requests (lognormal lengths, load 0.75, default profile, the
 default pricing unless ``--pricing none``).
 
-Run by hand from the repository root: ``python -m benchmarks.bench_core [--pricing P] [N ...]``
+Run by hand from the repository root: ``python -m benchmarks.bench_core [--pricing P] [--batching B] [N ...]``
 (default 100000). Reports wall time, events and wall microseconds per request,
 CPU time, engine events, decode iterations represented, simulated requests per wall second and
 peak memory (ru_maxrss). Not a test: timings depend on the machine.
@@ -15,8 +15,9 @@ from benchmarks.core_scenario import scenario
 from sim import scenario_from_dict, simulate
 
 
-def bench(n: int, load: float = 0.75, fast_forward: bool = True, pricing: str = "default") -> dict:
-    sc = scenario_from_dict(scenario(n, load=load, fast_forward=fast_forward, pricing=pricing))
+def bench(n: int, load: float = 0.75, fast_forward: bool = True, pricing: str = "default",
+          batching: str = "mixed") -> dict:
+    sc = scenario_from_dict(scenario(n, load=load, fast_forward=fast_forward, pricing=pricing, batching=batching))
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(sc)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -37,6 +38,8 @@ if __name__ == "__main__":
     ap.add_argument("sizes", nargs="*", type=int, default=[100_000], help="requests per run")
     ap.add_argument("--pricing", choices=("default", "none"), default="default",
                     help="the core scenario's pricing (benchmarks.core_scenario)")
+    ap.add_argument("--batching", choices=("mixed", "prefill_first"), default="mixed",
+                    help="engine.batching (prefill_first: prompts in steps of their own, SGLang's default)")
     args = ap.parse_args()
     for n in args.sizes:
-        print(bench(n, pricing=args.pricing), flush=True)
+        print(bench(n, pricing=args.pricing, batching=args.batching), flush=True)

@@ -18,9 +18,9 @@ PRICINGS = ("default", "none")
 
 
 def scenario(n_requests: int, load: float = 0.8, fast_forward: bool = True, sat_rps: float | None = None,
-             seed: int = 7, pricing: str = "default") -> dict:
+             seed: int = 7, pricing: str = "default", batching: str = "mixed") -> dict:
     """The core scenario with ``n_requests`` expected arrivals at ``load`` times the saturation
-    rate (requests/s) of ``pricing`` (or ``sat_rps``)."""
+    rate (requests/s) of ``pricing`` (or ``sat_rps``); ``batching``: ``engine.batching``."""
     if pricing not in PRICINGS:
         raise ValueError(f"pricing: expected one of {', '.join(PRICINGS)} (got {pricing!r})")
     sat = sat_rps or SATURATION_RPS_MEASURED[pricing]
@@ -32,7 +32,8 @@ def scenario(n_requests: int, load: float = 0.8, fast_forward: bool = True, sat_
         "name": f"bench-{n_requests}", "seed": seed, "horizon_s": horizon, "drain": True,
         "engine": {"profile": "h200-llama-3-8b", **overhead, "max_num_seqs": 256, "max_batched_tokens": 8192,
                    "preemption": "recompute", "preempt_for_waiting": "strict",
-                   "fast_forward": fast_forward, "timeseries_interval_s": 10.0},
+                   "fast_forward": fast_forward, "timeseries_interval_s": 10.0,
+                   **({} if batching == "mixed" else {"batching": batching})},
         "policy": {"name": "priority"},
         "classes": [{"name": "interactive", "priority": 0, "ttft_slo_s": 0.5},
                     {"name": "batch", "priority": 1}],
