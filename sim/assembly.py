@@ -113,11 +113,15 @@ def _kv_pool(sc: Scenario, cfg: EngineConfig, costs: CostModel) -> KVPool:
 
 def build_workload(sc: Scenario, load_scale: float = 1.0, lenient: bool = False):
     """The scenario's request stream (``workloads.Workload``). ``lenient``: skip bad trace rows
-    (counted in ``meta``) instead of failing on the first."""
+    (counted in ``meta``) instead of failing on the first. A request that declares no
+    ``max_tokens`` generates at most what ``engine.max_model_len`` leaves after its prompt, as
+    the servers default it (the scenario's ``[engine]`` value; a cluster group that sets another
+    still refuses by its own)."""
     try:
         wl = workloads.build_workload(sc.streams, horizon_s=sc.horizon_s, seed=seed_for(sc.seed, "workload"),
                                       base_dir=Path(sc.base_dir), load_scale=load_scale, lenient=lenient,
-                                      class_names=[c.name for c in sc.classes])
+                                      class_names=[c.name for c in sc.classes],
+                                      context_tokens=sc.engine.max_model_len)
     except workloads.WorkloadError as exc:
         raise ScenarioError(f"{sc.source}: {exc}") from None
     if sc.engine.admission_estimate == "sglang":

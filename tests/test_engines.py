@@ -266,12 +266,19 @@ def test_a_request_longer_than_the_models_context_is_refused_at_arrival(tmp_path
     from sim import simulate
     assert flags_to_overrides("vllm", "--max-model-len 32K")[0][1] == "engine.max_model_len=32768"
     assert flags_to_overrides("sglang", "--context-length 8192")[0][1] == "engine.max_model_len=8192"
-    # MINIMAL's requests are 100 + 10 tokens
-    ok = simulate(scenario(tmp_path, 'max_model_len = 110')).requests
-    refused = simulate(scenario(tmp_path, 'max_model_len = 109')).requests
-    plain = simulate(scenario(tmp_path, '')).requests
+    # MINIMAL's requests are 100 + 10 tokens, here declaring max_tokens = 10
+    declared = ["streams.0.max_tokens=10"]
+    ok = simulate(scenario(tmp_path, 'max_model_len = 110', declared)).requests
+    refused = simulate(scenario(tmp_path, 'max_model_len = 109', declared)).requests
+    plain = simulate(scenario(tmp_path, '', declared)).requests
     assert ok.equals(plain) and (ok.status == "finished").all()
     assert (refused.status == "rejected").all() and (refused.reject_reason == "too_long").all()
+    # declaring none, a request may generate what the context leaves (the servers' default)
+    # and is served, its output cut there; one whose prompt fills the context is refused
+    cut = simulate(scenario(tmp_path, 'max_model_len = 109')).requests
+    assert (cut.status == "finished").all() and (cut.max_tokens == 9).all() and (cut.generated_tokens == 9).all()
+    full = simulate(scenario(tmp_path, 'max_model_len = 100')).requests
+    assert (full.reject_reason == "too_long").all()
 
 
 

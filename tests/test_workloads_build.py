@@ -155,6 +155,29 @@ def test_max_tokens_rules():
     assert w.meta["streams"][0]["outputs_capped"] > 0
 
 
+def test_an_undeclared_max_tokens_fills_what_the_context_leaves():
+    """A stream that declares no max_tokens: with a server context (``max_model_len``) each
+    request may generate what the context leaves after its prompt, as vLLM's and SGLang's
+    servers default it, and stops there; prompts that fill the context are left as they are
+    (refused as too long); declared ones are unchanged (over the context the server refuses)."""
+    out = {"dist": "uniform", "low": 400, "high": 800}
+    plain = build([poisson_stream(output_tokens=out)]).open
+    w = build([poisson_stream(output_tokens=out)], context_tokens=1000)
+    df = w.open
+    left = 1000 - df["prompt_tokens"]
+    fits = left >= 1
+    assert (df["max_tokens"][fits] == np.minimum(plain["max_tokens"][fits], left[fits])).all()
+    assert (df["output_tokens"] == np.minimum(plain["output_tokens"], df["max_tokens"])).all()
+    assert (df["max_tokens"][~fits] == plain["max_tokens"][~fits]).all()
+    assert w.meta["streams"][0]["max_tokens_context_left"] == int((fits & (plain["max_tokens"] > left)).sum()) > 0
+    declared = build([poisson_stream(output_tokens=out, max_tokens=900)], context_tokens=1000).open
+    assert (declared["max_tokens"] == 900).all()
+    c = build([closed_stream(output_tokens=out, prompt_tokens={"dist": "uniform", "low": 500, "high": 900})],
+              context_tokens=1000).closed[0]
+    for _, _, row in c.start():
+        assert row["max_tokens"] == min(800, 1000 - row["prompt_tokens"]) >= row["output_tokens"]
+
+
 def test_hash_ids_column_only_when_provided(tmp_path):
     assert "hash_ids" not in build([poisson_stream()]).open
     f = tmp_path / "m.jsonl"

@@ -225,10 +225,14 @@ def _rule_text(r: dict) -> str:
 
 
 def _cap(st: StreamSpec, out: np.ndarray, default_max: int, meta: dict,
-         own: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+         own: np.ndarray | None = None, prompt: np.ndarray | None = None,
+         context: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Declared ``max_tokens`` caps outputs (generation stops there); else each row's own
     (``own``: a trace's ``max_tokens`` column, as a benchmark client sends its output length),
-    at least its output; else max(default, output)."""
+    at least its output; else max(default, output), and with a server's ``context`` (tokens)
+    no more than the context leaves after the ``prompt``: a request that declares nothing is
+    never refused as too long by vLLM's or SGLang's server, which fill what the context leaves
+    (``max_model_len - prompt``) and stop generating there."""
     if st.max_tokens is not None:
         meta["outputs_capped"] = int((out > st.max_tokens).sum())
         out = np.minimum(out, st.max_tokens)
@@ -237,7 +241,15 @@ def _cap(st: StreamSpec, out: np.ndarray, default_max: int, meta: dict,
         meta["max_tokens_per_request"] = True  # (the trace's own)
         return out, np.maximum(out, own).astype(np.int64)
     meta["max_tokens_default"] = int(default_max)
-    return out, np.maximum(out, default_max).astype(np.int64)
+    mx = np.maximum(out, default_max).astype(np.int64)
+    if context is not None and prompt is not None:
+        left = context - prompt.astype(np.int64)
+        cut = (left >= 1) & (mx > left)  # (a prompt that fills the context is refused as too long)
+        if cut.any():
+            meta["max_tokens_context_left"] = int(cut.sum())
+            mx = np.where(cut, left, mx)
+            out = np.minimum(out, mx)
+    return out, mx
 
 
 def _synthetic_lengths(st: StreamSpec, rng: np.random.Generator, n: int) -> pd.DataFrame:
@@ -246,7 +258,8 @@ def _synthetic_lengths(st: StreamSpec, rng: np.random.Generator, n: int) -> pd.D
 
 
 def _build_open(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
-                lenient: bool, meta: dict, class_names: set[str] | None = None) -> pd.DataFrame:
+                lenient: bool, meta: dict, class_names: set[str] | None = None,
+                context: int | None = None) -> pd.DataFrame:
     end = stream_end(st, horizon_s)
     dur = stream_duration(st, horizon_s)
     r_arr, r_len, r_att = (child_rng(seed, st.index, k) for k in ("arrivals", "lengths", "attributes"))
@@ -265,7 +278,7 @@ def _build_open(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, 
         meta["rows_sampled_out"] = int((~keep).sum())
         df = df.loc[keep].reset_index(drop=True)
     df = _rows_in_window(st, df, end, meta)
-    return _finish_rows(st, df, seed, default_max, r_att, meta)
+    return _finish_rows(st, df, seed, default_max, r_att, meta, context)
 
 
 def _read_trace_rows(st: StreamSpec, base_dir: Path, lenient: bool, meta: dict, until_s: float | None,
@@ -389,10 +402,12 @@ def _warn_after_horizon(st: StreamSpec, t: np.ndarray, after: int, end: float) -
          f"set time_unit = 'ms' in the trace table")
 
 
-def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict) -> pd.DataFrame:
+def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, r_att, meta: dict,
+                 context: int | None = None) -> pd.DataFrame:
     """Cap outputs, assign tenant / class, add the per-stream columns and sort by arrival."""
     own = df["max_tokens"].to_numpy(dtype=np.int64) if "max_tokens" in df.columns else None
-    out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta, own)
+    out, mx = _cap(st, df["output_tokens"].to_numpy(dtype=np.int64), default_max, meta, own,
+                   df["prompt_tokens"].to_numpy(dtype=np.int64), context)
     df["output_tokens"] = out
     tenant, cls = _apply_rules(st, df, r_att)
     # kept as objects (the workload's dtype, see REQUIRED_COLUMNS): assigned as they are, pandas
@@ -413,7 +428,7 @@ def _finish_rows(st: StreamSpec, df: pd.DataFrame, seed: int, default_max: int, 
 
 
 def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float, base_dir: Path,
-                  lenient: bool, meta: dict) -> ClosedLoopStream:
+                  lenient: bool, meta: dict, context: int | None = None) -> ClosedLoopStream:
     proc = st.arrival.scaled(load_scale)
     end = stream_end(st, horizon_s)
     meta.update(users=proc.users, think_mean_s=proc.think.mean, mean_rate_bound=proc.mean_rate)
@@ -446,8 +461,13 @@ def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float
         """A request's lengths and max_tokens as :func:`_cap` sets them for an open stream."""
         if cap is not None:
             o, mx = min(o, cap), cap
+        elif own is not None:
+            mx = max(o, own)
         else:
-            mx = max(o, own if own is not None else default_max)
+            mx = max(o, default_max)
+            if context is not None and 1 <= context - p < mx:  # (what the context leaves: _cap)
+                mx = context - p
+                o = min(o, mx)
         return {"prompt_tokens": p, "output_tokens": o, "max_tokens": mx, "deadline_s": deadline}
 
     def draw_row(rng: np.random.Generator) -> dict:
@@ -467,9 +487,11 @@ def _build_closed(st: StreamSpec, seed: int, horizon_s: float, load_scale: float
 
 def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir: Path,
                    load_scale: float = 1.0, lenient: bool = False,
-                   class_names: Iterable[str] | None = None) -> Workload:
+                   class_names: Iterable[str] | None = None, context_tokens: int | None = None) -> Workload:
     """Generate every stream's requests up to ``horizon_s`` seconds (see module docstring).
-    ``class_names``: the scenario's classes, which a trace's class column is checked against."""
+    ``class_names``: the scenario's classes, which a trace's class column is checked against.
+    ``context_tokens``: the server's context length (``max_model_len``), which bounds what a
+    request that declares no ``max_tokens`` may generate (:func:`_cap`); None: no such bound."""
     number("horizon_s", horizon_s, gt=0)
     integer("seed", seed, ge=0)
     number("load_scale", load_scale, gt=0)
@@ -483,9 +505,9 @@ def build_workload(streams: list[dict], *, horizon_s: float, seed: int, base_dir
                              "class": st.cls}
         if isinstance(st.arrival, ClosedLoop):
             m["kind"] = "closed_loop" + ("" if st.kind == "synthetic" else f"+{st.kind}")
-            closed.append(_build_closed(st, seed, horizon_s, load_scale, base_dir, lenient, m))
+            closed.append(_build_closed(st, seed, horizon_s, load_scale, base_dir, lenient, m, context_tokens))
         else:
-            frames.append(_build_open(st, seed, horizon_s, load_scale, base_dir, lenient, m, names))
+            frames.append(_build_open(st, seed, horizon_s, load_scale, base_dir, lenient, m, names, context_tokens))
         metas.append(m)
     df = _assemble(frames)
     return Workload(df, closed, {"seed": seed, "horizon_s": horizon_s, "load_scale": load_scale,
