@@ -254,8 +254,9 @@ class PDReplica:
     # read (``kv_used``).
     # A run is priced a stretch at a time: at least STRETCH steps' worth of time, or up to the
     # next instant a message could be delivered here (a finished prefill anywhere, a copy
-    # landing here), and on from there when that instant comes without a cut; where a stretch
-    # ends changes nothing in the results (only how many steps are priced and then cut off).
+    # landing here), and on from there when that instant comes without a cut (a decoder that
+    # lands and joins the run re-prices it from its step only as far as it was priced); where a
+    # stretch ends changes nothing in the results (only how many steps are priced and then cut off).
     STRETCH: ClassVar[int] = 16
 
     def _hold(self, now_ns: int, plan: StepPlan, dur0: int, run: OpenRun | None) -> simpy.Event:
@@ -277,14 +278,20 @@ class PDReplica:
         return ev
 
     def _price(self, now_ns: int) -> None:
-        run = self._run
-        assert run is not None and self._run_ev is not None
+        """Price the run in flight a stretch on from ``now_ns`` (see above)."""
         floor = now_ns + self._span
         bound = self.cluster.handoff_bound(floor)
         if self.incoming and self.incoming[0] < bound:
             bound = self.incoming[0]
         if bound < floor:
             bound = floor
+        self._price_to(bound, now_ns)
+
+    def _price_to(self, bound: int, now_ns: int) -> None:
+        """Price the run in flight's steps that start before ``bound`` (ns); its end is
+        scheduled when that prices it to its end, else a pricing event comes at ``bound``."""
+        run = self._run
+        assert run is not None and self._run_ev is not None
         run.extend(bound)
         if run.done:
             self._run = None
@@ -471,8 +478,14 @@ class PDReplica:
         if self._g_items is not None:
             insort(self._g_items, self._item_end(item), lo=self._g_ii)
         run.land(j, r)
+        at = self._price_at if self._run is not None else NEVER  # (before _reopen forgets it)
         self._reopen()
-        self._price(t_ns)
+        if at < NEVER:
+            # priced again only as far as before, where its pricing event is armed: stretched
+            # from each landing, the next landing (a few steps on) would undo most of it
+            self._price_to(at, t_ns)
+        else:
+            self._price(t_ns)
         return True
 
     def lands_after(self, t_ns: int) -> bool:
