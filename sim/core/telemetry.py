@@ -543,7 +543,7 @@ def _gap_counts(parts: list[Telemetry], nc: int, factorize: Factorize) -> tuple[
         sizes = [len(a) for a in pieces]
         if not sum(sizes):
             continue
-        codes, distinct = _factorized(_joined(pieces), factorize)
+        codes, distinct = _factorized_pieces(pieces, factorize)
         d = len(distinct)
         uniq.append(distinct)
         ends = np.cumsum(sizes).tolist()
@@ -555,11 +555,50 @@ def _gap_counts(parts: list[Telemetry], nc: int, factorize: Factorize) -> tuple[
                              + np.bincount(step, weights=_int64(t.itl_step_wts[c]), minlength=d))
     if not uniq:
         return np.zeros(0, dtype=np.int64), np.zeros((nc, 0))
-    codes, distinct = _factorized(np.concatenate(uniq), factorize) if len(uniq) > 1 else (np.arange(len(uniq[0])), uniq[0])
-    order = np.argsort(distinct)
+    if len(uniq) == 1:  # (one part: its distinct gaps and counts as they are)
+        distinct, order = _sorted_distinct(uniq[0])
+        return distinct, np.array([cs[0][order] for cs in counts]).reshape(nc, len(distinct))
+    codes, merged = _factorized(np.concatenate(uniq), factorize)
+    distinct, order = _sorted_distinct(merged)
     d = len(distinct)
-    return distinct[order], np.array([np.bincount(codes, weights=np.concatenate(cs), minlength=d)[order]
-                                      for cs in counts]).reshape(nc, d)
+    return distinct, np.array([np.bincount(codes, weights=np.concatenate(cs), minlength=d)[order]
+                               for cs in counts]).reshape(nc, d)
+
+
+def _sorted_distinct(distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct int64 values in ascending order, and the order that puts them so (``argsort``'s,
+    as the values are distinct). Values in [0, 2**31) are sorted with their positions packed
+    below them into one int64 each: a sort, not an argsort (1.8 M gaps: 0.15 -> 0.10 s)."""
+    d = len(distinct)
+    if d and 0 <= int(distinct.min()) and int(distinct.max()) < 2 ** 31:
+        key = distinct << 32
+        key |= np.arange(d, dtype=np.int64)
+        key.sort()
+        order = key & 0xFFFFFFFF
+        key >>= 32
+        return key, order
+    order = np.argsort(distinct)
+    return distinct[order], order
+
+
+def _factorized_pieces(pieces: list, factorize: Factorize) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_factorized` of the typed int64 arrays ``pieces`` joined, in order: joined straight
+    into int32 when every gap fits (one copy, half the size, not a joined int64 array then its
+    int32 copy: 8.5 M gaps, 0.2 -> 0.05 s), else as :func:`_factorized` joins them."""
+    views = [_int64(a) for a in pieces if len(a)]
+    if not views:
+        return _factorized(np.zeros(0, dtype=np.int64), factorize)
+    lo = min(int(v.min()) for v in views)
+    hi = max(int(v.max()) for v in views)
+    if not (-(2 ** 31) <= lo and hi < 2 ** 31):
+        return factorize(_joined(pieces))
+    vals = np.empty(sum(len(v) for v in views), dtype=np.int32)
+    at = 0
+    for v in views:
+        vals[at:at + len(v)] = v  # (each value fits: checked above)
+        at += len(v)
+    codes, distinct = factorize(vals)
+    return codes, distinct.astype(np.int64)
 
 
 def _factorized(vals: np.ndarray, factorize: Factorize) -> tuple[np.ndarray, np.ndarray]:
