@@ -326,21 +326,27 @@ class Telemetry:
         if n == 0:
             return
         at, t0 = _int64(coh.log_run_at), _int64(coh.log_run_ns)
-        bins = _step_ends(durs, at, t0) // self.interval_ns
+        bins = _step_ends(durs, at, t0)
+        bins //= self.interval_ns  # (in place: a cohort's log is millions of steps, each array fresh memory)
         j0, j1, cls, ten = _int64(coh.log_j0), _int64(coh.log_j1), _int64(coh.log_cls), _int64(coh.log_tenant)
         self.coh_itl_vals.frombytes(_raw(durs))
         # Step end times ascend, so each interval's steps are a contiguous range: first[k] <=
         # step < first[k + 1] (found where the interval changes: np.unique sorted them again)
-        first = np.append(np.flatnonzero(np.diff(bins, prepend=bins[0] - 1)), n)
+        first = np.flatnonzero(bins[1:] != bins[:-1])
+        first += 1
+        first = np.concatenate(([0], first, [n]))
         uniq_bins = bins[first[:-1]]
         step_bin = np.repeat(np.arange(len(uniq_bins)), np.diff(first))
         # the counters, read once (each read of the public names folds the run log first)
         tokens_bin, tenant_tokens_bin = self.tokens_bin, self.tenant_tokens_bin
         for ci in range(len(self.class_names)):
             # members of the class in each step: +1 at a span's first step, -1 after its last
+            # (summed in place: three fewer arrays of every step a class)
             mine = cls == ci
-            members = np.cumsum(np.bincount(j0[mine], minlength=n + 1)
-                                - np.bincount(j1[mine], minlength=n + 1))[:n]
+            members = np.bincount(j0[mine], minlength=n + 1)
+            members -= np.bincount(j1[mine], minlength=n + 1)
+            np.cumsum(members, out=members)
+            members = members[:n]
             self.coh_itl_wts[ci].frombytes(_raw(members))
             tokens = np.add.reduceat(members, first[:-1])  # (an interval's steps are contiguous)
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
@@ -512,7 +518,8 @@ def _step_ends(durs: np.ndarray, first: np.ndarray, start: np.ndarray) -> np.nda
     A step ends at its run's start plus the run's steps so far: the cumulative sum, shifted per
     run (repeated per run, not searched for per step)."""
     cs = np.cumsum(durs)
-    return cs + np.repeat(start - (cs[first] - durs[first]), np.diff(first, append=len(durs)))
+    cs += np.repeat(start - (cs[first] - durs[first]), np.diff(first, append=len(durs)))
+    return cs
 
 
 def _sums_by_key(key: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
