@@ -602,7 +602,7 @@ def _sorted_codes(pieces: list[np.ndarray], factorize: Factorize) -> tuple[np.nd
     rel = codes[dense]
     mark = np.zeros(width, dtype=bool)
     mark[rel] = True
-    rank = np.cumsum(mark, dtype=np.int64 if width >= 2 ** 31 else np.int32)
+    rank: np.ndarray = np.cumsum(mark, dtype=np.int32)  # (width <= DENSE_GAPS)
     rank -= 1
     codes[dense] = rank[rel]
     distinct = np.flatnonzero(mark)
