@@ -127,6 +127,16 @@ class RankedPolicy(BasePolicy):
                         else req.admitted_s)
         size.append(req.generated)  # the true length, known now that it has finished
 
+    def native_books(self) -> tuple | None:
+        """The records' storage (arrival, admitted, size, first admissions of preempted
+        requests), for the engine to write as these hooks would (``sim.core.binding.FinishBooks``);
+        None when a subclass has hooks of its own, which must be called."""
+        cls = type(self)
+        if cls.on_finish is not RankedPolicy.on_finish or cls.on_preempt is not RankedPolicy.on_preempt:
+            return None
+        self._records()
+        return (*self._lists, self._first_admit)  # type: ignore[misc]
+
     def report(self) -> dict:
         rec = self._records()
         tau, pairs = srpt_order_tau(np.asarray(rec["arrival"], float), np.asarray(rec["admitted"], float),

@@ -304,7 +304,8 @@ def backlog_at(req: pd.DataFrame, horizon_s: float) -> dict:
     arrival = req["arrival_s"].to_numpy()
     first = req["first_token_s"].to_numpy(dtype=float)
     arrived = arrival <= horizon_s
-    queued = arrived & (req["status"].to_numpy() != "rejected") & ~(first <= horizon_s)
+    # (compared as Arrow strings: to_numpy made a million Python strings first)
+    queued = arrived & (req["status"] != "rejected").to_numpy() & ~(first <= horizon_s)
     n, k = int(arrived.sum()), int(queued.sum())
     by_class = req.loc[queued, "class"].value_counts()
     return {"requests": k, "arrived": n, "share": k / n if n else 0.0,

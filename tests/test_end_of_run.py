@@ -248,3 +248,25 @@ def test_a_cluster_run_leaves_the_collector_as_it_found_it():
     res = simulate_cluster(sc)
     assert len(res.requests) and gc.isenabled()
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("top", [2**20, 2**40, 2**62 + 5])  # (the last: beyond the table's differences)
+def test_crowded_and_scattered_gaps_are_tallied_the_same(top):
+    """Gaps near the smallest are counted in a table by value, the rest hashed: a run whose
+    gaps crowd near the smallest with a long tail (up to ``top`` ns) tallies as the reference."""
+    rng = np.random.default_rng(13)
+    tels = [_telemetry(rng, 2, 400) for _ in range(2)]
+    for t in tels:
+        for a in [t.coh_itl_vals, *t.itl_scalars, *t.itl_step_vals]:
+            tail = rng.random(len(a)) < 0.2
+            a[:] = array("q", [int(rng.integers(top // 2, top)) if far else 10**6 + v
+                               for v, far in zip(a, tail)])
+    m = Telemetry.merged(tels, CLASSES, 10**9)
+    for tel in (m, tels[0]):
+        for ci in range(len(CLASSES)):
+            ref = _reference_gaps(tels if tel is m else tels[:1], ci)
+            for factorize in (None, pd.factorize):
+                tel._gap_codes = None
+                vals, counts = tel.itl_arrays(ci, factorize)
+                assert vals.dtype == counts.dtype == np.int64
+                assert vals.tolist() == ref[0].tolist() and counts.tolist() == ref[1].tolist()

@@ -203,3 +203,46 @@ def test_a_reached_starvation_deadline_is_not_declared_again():
     assert clock.next_deadline(2.0) is None
     clock.reset(a, 2.0)  # (a progresses: its deadline moves on)
     assert clock.next_deadline(2.0) == 3.0 and clock.next_deadline() == 1.5
+
+
+def test_a_ranked_policy_with_hooks_of_its_own_keeps_them_called():
+    from sim.core.binding import BoundPolicy
+
+    for name in ("mlfq", "lpm"):
+        pol = make_policy(name)
+        assert pol.native_books() is None
+        assert BoundPolicy(pol).on_finish.__self__ is pol
+
+
+@pytest.mark.parametrize("name", ["fcfs", "priority"])
+def test_engine_writes_a_ranked_policys_records_as_its_hooks_do(name):
+    """A policy whose finish and preemption hooks only record (RankedPolicy's) hands the engine
+    its records' storage (``sim.core.binding.FinishBooks``): the same records, in the same order,
+    as its own hooks write."""
+    from sim.core.binding import BoundPolicy
+    from sim.core.request import Request
+
+    rng = np.random.default_rng(3)
+    reqs = []
+    for i in range(300):
+        r = Request(i, int(rng.integers(0, 10**9)), "t", "c", 0, 0, 100, 50, 60)
+        r.admitted_s = r.arrival_s + float(rng.random())
+        r.generated = int(rng.integers(1, 60))
+        reqs.append(r)
+    own, bound = make_policy(name), make_policy(name)
+    engine = BoundPolicy(bound)
+    assert engine.on_finish.__self__ is not bound
+    for pol, hooks in ((own, own), (bound, engine)):
+        for r in reqs:
+            if r.request_id % 7 == 0:
+                admitted = r.admitted_s
+                hooks.on_preempt(r, admitted)
+                r.admitted_s = admitted + 1.0  # (admitted again later: the first admission is kept)
+                hooks.on_finish(r, 0.0)
+                r.admitted_s = admitted
+            else:
+                hooks.on_finish(r, 0.0)
+    mine, theirs = own._records(), bound._records()
+    for k in ("arrival", "admitted", "size"):
+        np.testing.assert_array_equal(mine[k], theirs[k])
+    assert own.report() == bound.report()

@@ -8,11 +8,13 @@ does not override are None (skipped) rather than called to do nothing.
 """
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from policies.base import BasePolicy, listens_before_ranking
+from sim.core.request import Request
 
-__all__ = ["BoundPolicy"]
+__all__ = ["BoundPolicy", "FinishBooks"]
 
 
 def _overrides(policy: Any, hook: str) -> bool:
@@ -61,6 +63,14 @@ class BoundPolicy:
         self.next_change = getattr(policy, "next_change", _no_change)
         self.on_preempt = getattr(policy, "on_preempt", _nothing)
         self.on_finish = getattr(policy, "on_finish", _nothing)
+        # a policy whose hooks only record each finished request (policies.common.RankedPolicy)
+        # hands over its records' storage: the engine writes them without a Python call
+        # (its class's own: a wrapper that forwards attributes, the guard, keeps its hooks)
+        storage = policy.native_books() if getattr(type(policy), "native_books", None) is not None else None
+        if storage is not None:
+            native = FinishBooks(*storage)
+            self.on_preempt = native.on_preempt
+            self.on_finish = native.on_finish
         self.report = getattr(policy, "report", _no_report)
         self.prefix_info = bool(getattr(policy, "needs_prefix_info", False))
         # a policy may keep the waiting set in its own structure (the fairness accountant's
@@ -84,3 +94,28 @@ class BoundPolicy:
         """The policy's key of ``req`` at ``now_s``, as a tuple."""
         k = self.key(req, now_s)
         return k if type(k) is tuple else tuple(k)
+
+
+class FinishBooks:
+    """What :class:`policies.common.RankedPolicy`'s ``on_preempt`` and ``on_finish`` do, written
+    by the engine into the policy's own records (``arrival``, ``admitted``, ``size``: typed arrays;
+    ``first_admit``: request id -> first admission, s, of a preempted request not finished yet):
+    in the compiled build a native call per finished request, not a Python frame (about 1 % of a
+    million-request run). The same values in the same order as the policy's hooks write."""
+
+    def __init__(self, arrival: array, admitted: array, size: array, first_admit: dict) -> None:
+        self.arrival = arrival
+        self.admitted = admitted
+        self.size = size
+        self.first_admit: dict[int, float] = first_admit
+
+    def on_preempt(self, req: Request, now_s: float) -> None:
+        first = self.first_admit
+        if req.request_id not in first:
+            first[req.request_id] = req.admitted_s
+
+    def on_finish(self, req: Request, now_s: float) -> None:
+        self.arrival.append(req.arrival_s)
+        first = self.first_admit
+        self.admitted.append(first.pop(req.request_id, req.admitted_s) if first else req.admitted_s)
+        self.size.append(req.generated)

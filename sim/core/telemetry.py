@@ -326,7 +326,8 @@ class Telemetry:
         if n == 0:
             return
         at, t0 = _int64(coh.log_run_at), _int64(coh.log_run_ns)
-        bins = _step_ends(durs, at, t0) // self.interval_ns
+        bins = _step_ends(durs, at, t0)
+        bins //= self.interval_ns  # (in place: a cohort's log is millions of steps, each array fresh memory)
         j0, j1, cls, ten = _int64(coh.log_j0), _int64(coh.log_j1), _int64(coh.log_cls), _int64(coh.log_tenant)
         if len(coh.log_pause_at):
             # the first step after steps the members sat out: its gap is that much longer
@@ -337,16 +338,21 @@ class Telemetry:
             self.coh_itl_vals.frombytes(_raw(durs))
         # Step end times ascend, so each interval's steps are a contiguous range: first[k] <=
         # step < first[k + 1] (found where the interval changes: np.unique sorted them again)
-        first = np.append(np.flatnonzero(np.diff(bins, prepend=bins[0] - 1)), n)
+        first = np.flatnonzero(bins[1:] != bins[:-1])
+        first += 1
+        first = np.concatenate(([0], first, [n]))
         uniq_bins = bins[first[:-1]]
         step_bin = np.repeat(np.arange(len(uniq_bins)), np.diff(first))
         # the counters, read once (each read of the public names folds the run log first)
         tokens_bin, tenant_tokens_bin = self.tokens_bin, self.tenant_tokens_bin
         for ci in range(len(self.class_names)):
             # members of the class in each step: +1 at a span's first step, -1 after its last
+            # (summed in place: three fewer arrays of every step a class)
             mine = cls == ci
-            members = np.cumsum(np.bincount(j0[mine], minlength=n + 1)
-                                - np.bincount(j1[mine], minlength=n + 1))[:n]
+            members = np.bincount(j0[mine], minlength=n + 1)
+            members -= np.bincount(j1[mine], minlength=n + 1)
+            np.cumsum(members, out=members)
+            members = members[:n]
             self.coh_itl_wts[ci].frombytes(_raw(members))
             tokens = np.add.reduceat(members, first[:-1])  # (an interval's steps are contiguous)
             for b, m in zip(uniq_bins.tolist(), tokens.tolist()):
@@ -518,7 +524,8 @@ def _step_ends(durs: np.ndarray, first: np.ndarray, start: np.ndarray) -> np.nda
     A step ends at its run's start plus the run's steps so far: the cumulative sum, shifted per
     run (repeated per run, not searched for per step)."""
     cs = np.cumsum(durs)
-    return cs + np.repeat(start - (cs[first] - durs[first]), np.diff(first, append=len(durs)))
+    cs += np.repeat(start - (cs[first] - durs[first]), np.diff(first, append=len(durs)))
+    return cs
 
 
 def _sums_by_key(key: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -549,7 +556,7 @@ def _gap_counts(parts: list[Telemetry], nc: int, factorize: Factorize) -> tuple[
         sizes = [len(a) for a in pieces]
         if not sum(sizes):
             continue
-        codes, distinct = _factorized(_joined(pieces), factorize)
+        codes, distinct = _sorted_codes([_int64(a) for a in pieces], factorize)
         d = len(distinct)
         uniq.append(distinct)
         ends = np.cumsum(sizes).tolist()
@@ -561,11 +568,89 @@ def _gap_counts(parts: list[Telemetry], nc: int, factorize: Factorize) -> tuple[
                              + np.bincount(step, weights=_int64(t.itl_step_wts[c]), minlength=d))
     if not uniq:
         return np.zeros(0, dtype=np.int64), np.zeros((nc, 0))
-    codes, distinct = _factorized(np.concatenate(uniq), factorize) if len(uniq) > 1 else (np.arange(len(uniq[0])), uniq[0])
-    order = np.argsort(distinct)
+    if len(uniq) == 1:  # (one part: its distinct gaps and counts as they are)
+        return uniq[0], np.array([cs[0] for cs in counts]).reshape(nc, len(uniq[0]))
+    codes, distinct = _sorted_codes(uniq, factorize)
     d = len(distinct)
-    return distinct[order], np.array([np.bincount(codes, weights=np.concatenate(cs), minlength=d)[order]
-                                      for cs in counts]).reshape(nc, d)
+    return distinct, np.array([np.bincount(codes, weights=np.concatenate(cs), minlength=d)
+                               for cs in counts]).reshape(nc, d)
+
+
+# the widest range of gaps (ns) counted directly (_sorted_codes): a table of 5 bytes a value
+DENSE_GAPS = 1 << 22
+
+
+def _sorted_codes(pieces: list[np.ndarray], factorize: Factorize) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 arrays ``pieces``, joined in order, as codes into their distinct values
+    (ascending): (codes, distinct values). The values within DENSE_GAPS of the smallest (at
+    most 4 per value; most of a run's gaps: its shortest steps crowd near the smallest) are
+    marked in a table by value, their codes the marks' running count; only the others are
+    hashed (``factorize``) and sorted. Hashing every gap spent a cache miss on most of them
+    (1M-request run, 8.5 M gaps, 1.8 M distinct: 0.78 -> 0.35 s). Those others are all larger
+    than every marked one, so the distinct values come out in order."""
+    n = sum(len(v) for v in pieces)
+    views = [v for v in pieces if len(v)]
+    if not views:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo = min(int(v.min()) for v in views)
+    hi = max(int(v.max()) for v in views)
+    if not (-(2 ** 62) < lo and hi < 2 ** 62):  # (a difference would not fit)
+        codes, distinct = _factorized(_joined_views(views), factorize)
+        distinct, order = _sorted_distinct(distinct)
+        return _inverse(order)[codes], distinct
+    width = min(hi - lo + 1, DENSE_GAPS, max(1024, 4 * n))
+    codes = np.empty(n, dtype=np.int64)  # (each value less the smallest first, its code after)
+    at = 0
+    for v in views:
+        np.subtract(v, lo, out=codes[at:at + len(v)])
+        at += len(v)
+    dense = codes < width
+    rel = codes[dense]
+    mark = np.zeros(width, dtype=bool)
+    mark[rel] = True
+    rank: np.ndarray = np.cumsum(mark, dtype=np.int32)  # (width <= DENSE_GAPS)
+    rank -= 1
+    codes[dense] = rank[rel]
+    distinct = np.flatnonzero(mark)
+    distinct += lo
+    if len(rel) < n:  # the larger gaps: hashed, sorted, coded after the marked ones
+        sparse = ~dense
+        vals = codes[sparse]
+        vals += lo
+        scodes, sdistinct = _factorized(vals, factorize)
+        sdistinct, order = _sorted_distinct(sdistinct)
+        scodes = _inverse(order)[scodes]
+        scodes += len(distinct)
+        codes[sparse] = scodes
+        distinct = np.concatenate([distinct, sdistinct])
+    return codes, distinct
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """The inverse of the permutation ``order`` (where each position went)."""
+    inv = np.empty(len(order), dtype=np.int64)
+    inv[order] = np.arange(len(order))
+    return inv
+
+
+def _joined_views(views: list[np.ndarray]) -> np.ndarray:
+    return views[0] if len(views) == 1 else np.concatenate(views)
+
+
+def _sorted_distinct(distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct int64 values in ascending order, and the order that puts them so (``argsort``'s,
+    as the values are distinct). Values in [0, 2**31) are sorted with their positions packed
+    below them into one int64 each: a sort, not an argsort (1.8 M gaps: 0.15 -> 0.10 s)."""
+    d = len(distinct)
+    if d and 0 <= int(distinct.min()) and int(distinct.max()) < 2 ** 31:
+        key = distinct << 32
+        key |= np.arange(d, dtype=np.int64)
+        key.sort()
+        order = key & 0xFFFFFFFF
+        key >>= 32
+        return key, order
+    order = np.argsort(distinct)
+    return distinct[order], order
 
 
 def _factorized(vals: np.ndarray, factorize: Factorize) -> tuple[np.ndarray, np.ndarray]:
