@@ -179,7 +179,10 @@ def _reference_add_cohort(tel: Telemetry, coh) -> None:
     run = np.searchsorted(at, np.arange(n), side="right") - 1
     bins = (t0[run] + cs - (cs[at] - durs[at])[run]) // tel.interval_ns
     j0, j1, cls, ten = as64(coh.log_j0), as64(coh.log_j1), as64(coh.log_cls), as64(coh.log_tenant)
-    tel.coh_itl_vals.frombytes(durs.tobytes())
+    gaps = durs.copy()
+    for at_, pause in zip(coh.log_pause_at, coh.log_pause_ns):  # (the step after steps sat out)
+        gaps[at_] += pause
+    tel.coh_itl_vals.frombytes(gaps.tobytes())
     uniq_bins, step_bin = np.unique(bins, return_inverse=True)
     for ci in range(len(tel.class_names)):
         mine = cls == ci
@@ -208,13 +211,18 @@ def _reference_add_cohort(tel: Telemetry, coh) -> None:
 
 class _CohortLog:
     """A decode cohort's log (the attributes add_cohort reads): runs of steps one after another
-    in time, some runs empty, and members' spans of steps with a class and a tenant."""
+    in time, some after steps the members sat out, and members' spans of steps with a class and
+    a tenant."""
 
     def __init__(self, rng: np.random.Generator, tenants: int) -> None:
         self.log_durs, self.log_run_at, self.log_run_ns = array("q"), array("q"), array("q")
+        self.log_pause_at, self.log_pause_ns = array("q"), array("q")  # (steps sat out before a run)
         t = int(rng.integers(0, 10**9))
         for _ in range(int(rng.integers(1, 60))):
-            k = int(rng.integers(0, 30)) if self.log_durs else int(rng.integers(1, 30))
+            k = int(rng.integers(1, 30))  # (a cohort's run has a step at least: Cohort.advance)
+            if self.log_durs and rng.random() < 0.3:
+                self.log_pause_at.append(len(self.log_durs))
+                self.log_pause_ns.append(int(rng.integers(1, 10**8)))
             self.log_run_at.append(len(self.log_durs))
             self.log_run_ns.append(t)
             d = rng.integers(10**6, 4 * 10**8, k).tolist()
