@@ -904,7 +904,21 @@ class DisaggCluster:
         every candidate's run in flight up to now (``kv_used``) and are asked otherwise."""
         by_bounds = self.decode_by_bounds
         if by_bounds is not None:
-            i = by_bounds([c.kv_used_bounds(now_ns) for c in cands])
+            bounds = [c.kv_used_bounds(now_ns) for c in cands]
+            i = by_bounds(bounds)
+            if i is None:
+                # the values, one candidate at a time (the widest bounds first), until the rest
+                # settle it: each read allocates the blocks of that candidate's run begun by now,
+                # which are read alike later or, allocated later, counted the same (kv_used_bounds)
+                for j in sorted(range(len(cands)), key=lambda j: bounds[j][0] - bounds[j][1]):
+                    lo, hi = bounds[j]
+                    if lo == hi:
+                        break  # (the rest are exact too: sorted widest first)
+                    u = cands[j].kv_used
+                    bounds[j] = (u, u)
+                    i = by_bounds(bounds)
+                    if i is not None:
+                        break
             if i is not None:
                 return cands[i]
         d: PDReplica = self.decode_router.route(r, cands, now_ns)
@@ -1123,7 +1137,12 @@ class DisaggCluster:
                 if d.incoming and d.incoming[0] < t:
                     t = d.incoming[0]
             else:
-                b = d.next_boundary_lb(now_ns)
+                if d._run_ev is not None:  # (next_boundary_lb, inline: a prefill replica asks often)
+                    ends = d._ends
+                    i = bisect_left(ends, now_ns)
+                    b = ends[i] if i < len(ends) else ends[-1]
+                else:
+                    b = d.step_end_lb
                 if b < t:
                     t = b
         return t
