@@ -377,10 +377,12 @@ class Telemetry:
 
     def itl_arrays(self, cls_idx: int, factorize: Factorize | None = None) -> tuple[np.ndarray, np.ndarray]:
         """All inter-token gaps of a class (every class's, pooled, for ``cls_idx`` -1): distinct
-        gaps (ns, ascending) and how many there were of each. Canonical, so statistics do not depend on how the engine batched its records.
-        ``factorize``: finds the distinct gaps, as ``pandas.factorize`` does (codes, distinct
-        values in any order); the default, ``np.unique``, sorts every gap, which the results
-        layer avoids by passing pandas' hashing one (the core does not import pandas)."""
+        gaps (ns, ascending) and how many there were of each. Canonical, so statistics do not
+        depend on how the engine batched its records. Gaps near the shortest (most of them) are
+        counted in a table by value; ``factorize`` finds the distinct ones among the rest, as
+        ``pandas.factorize`` does (codes, distinct values in any order); the default,
+        ``np.unique``, sorts them, which the results layer avoids by passing pandas' hashing one
+        (the core does not import pandas)."""
         parts = self.parts or [self]
         nc = len(self.class_names)
         sizes = [len(t.coh_itl_vals) for t in parts] + [len(t.itl_scalars[c]) + len(t.itl_step_vals[c])
