@@ -148,11 +148,13 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
         horizon = float(o.mean()) * 0.03 * (n / users + 1) + 60.0
         stream = {"tenant": "clients", "class": "all",
                   "arrival": {"process": "closed_loop", "users": users, "think": {"dist": "constant", "value": 0}},
-                  "trace": {"format": workload.BENCH_TRACE_NAME, "path": str(path), "t0": 0,
-                            "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}}}
+                  "trace": {"format": "csv", "path": str(path), "t0": 0,
+                            "columns": {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o",
+                                        "max_tokens": "o"}}}
         return {**base, "horizon_s": horizon, "streams": [stream]}
     t = workload.arrivals(row, n, seed)
-    cols = {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o"}
+    # each request asks for its own output length (max_tokens), as both benchmark clients send it
+    cols = {"arrival_s": "t", "prompt_tokens": "p", "output_tokens": "o", "max_tokens": "o"}
     fills = engine_defaults(eng)
     if eng.get("prefix_caching", fills.get("prefix_caching")):
         # the engine's prefix cache is on (vLLM V1 and SGLang defaults); prompts are unique, so
@@ -164,10 +166,10 @@ def scenario_for(row: dict, trace_dir: Path, overhead=None, seed: int = 0) -> di
             for i in range(n):
                 ids = [i * 1_000_000 + j for j in range(-(-int(p[i]) // g))]
                 f.write(json.dumps({"t": float(t[i]), "p": int(p[i]), "o": int(o[i]), "h": ids}) + "\n")
-        trace = {"format": workload.BENCH_TRACE_NAME, "path": str(path), "t0": 0, "columns": {**cols, "hash_ids": "h"}}
+        trace = {"format": "jsonl", "path": str(path), "t0": 0, "columns": {**cols, "hash_ids": "h"}}
     else:
         pd.DataFrame({"t": t, "p": p, "o": o}).to_csv(path, index=False)
-        trace = {"format": workload.BENCH_TRACE_NAME, "path": str(path), "t0": 0, "columns": cols}
+        trace = {"format": "csv", "path": str(path), "t0": 0, "columns": cols}
     stream = {"tenant": "clients", "class": "all", "trace": trace}
     return {**base, "horizon_s": float(t[-1]) + 1.0, "streams": [stream]}
 

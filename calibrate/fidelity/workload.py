@@ -21,9 +21,10 @@
 
 Each request's ``max_tokens`` is its own output length, as both benchmark clients send it (``vllm
 bench serve``: ``max_tokens`` / ``max_completion_tokens``; ``sglang.bench_serving``:
-``max_new_tokens``, the dataset's output length): the trace format :data:`BENCH_TRACE` reads the
-suite's CSV or JSON-lines request file and says so. SGLang's admission reserves what a request
-may still generate, so a ``max_tokens`` of the run's longest output would hold back its batch.
+``max_new_tokens``, the dataset's output length): the suite's request files map their output
+column as ``max_tokens`` too (``columns``, csv and jsonl). SGLang's admission reserves what a
+request may still generate, so a ``max_tokens`` of the run's longest output would hold back its
+batch.
 """
 from __future__ import annotations
 
@@ -33,10 +34,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.formats.csv import load_csv
-from workloads.formats.jsonl import load_jsonl
-from workloads.formats.mapped import mapped_times, mapping
-from workloads.traces import Trace, TraceFormat
 
 #: ShareGPT's first two turns as token counts (gzip CSV ``prompt,output``; make_sharegpt_turns.py).
 SHAREGPT = Path(__file__).resolve().parent / "sharegpt_v3_turns_cl100k.csv.gz"
@@ -113,16 +110,3 @@ def _num(v) -> float | None:
         return None
     return f if f == f and f > 0 else None
 
-
-def load_bench_trace(path: Path, spec: dict, lenient: bool, until_s: float | None = None) -> Trace:
-    """A fidelity row's request file (``.jsonl``: JSON lines, else CSV; read through ``columns``
-    as the generic formats read it), each request's ``max_tokens`` its output length."""
-    tr = (load_jsonl if path.suffix == ".jsonl" else load_csv)(path, spec, lenient, until_s)
-    tr.df["max_tokens"] = tr.df["output_tokens"]
-    return tr
-
-
-#: The trace format of the suite's request files (named by its dotted path, :data:`BENCH_TRACE_NAME`).
-BENCH_TRACE = TraceFormat(load_bench_trace, "a fidelity row's requests, max_tokens = each one's output",
-                          times=mapped_times, options={"columns": None}, checker=mapping, streams=True)
-BENCH_TRACE_NAME = "calibrate.fidelity.workload:BENCH_TRACE"
