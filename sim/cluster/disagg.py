@@ -412,7 +412,9 @@ class PDReplica:
         """A lower bound of this replica's next step boundary: a run in flight ends at the end of
         the step in progress at the earliest (a cut ends it there)."""
         if self._run_ev is not None:
-            return self._ends[min(bisect_left(self._ends, now_ns), len(self._ends) - 1)]
+            ends = self._ends
+            i = bisect_left(ends, now_ns)
+            return ends[i] if i < len(ends) else ends[-1]  # (compared: min() is a call)
         return self.step_end_lb
 
     def cut(self, t_ns: int) -> None:
@@ -1137,12 +1139,7 @@ class DisaggCluster:
                 if d.incoming and d.incoming[0] < t:
                     t = d.incoming[0]
             else:
-                if d._run_ev is not None:  # (next_boundary_lb, inline: a prefill replica asks often)
-                    ends = d._ends
-                    i = bisect_left(ends, now_ns)
-                    b = ends[i] if i < len(ends) else ends[-1]
-                else:
-                    b = d.step_end_lb
+                b = d.next_boundary_lb(now_ns)
                 if b < t:
                     t = b
         return t

@@ -514,7 +514,8 @@ def _raw(a: np.ndarray) -> memoryview:
 
 
 def _joined(arrays: list, dtype: type = np.int64) -> np.ndarray:
-    """Typed arrays as one numpy array: a view of a single one, else a copy of them all in order."""
+    """Typed arrays (or numpy arrays of ``dtype``) as one numpy array: a view of a single one, else
+    a copy of them all in order."""
     if len(arrays) == 1:
         return np.frombuffer(arrays[0], dtype=dtype)
     return np.concatenate([np.frombuffer(a, dtype=dtype) for a in arrays])
@@ -597,9 +598,7 @@ def _sorted_codes(pieces: list[np.ndarray], factorize: Factorize) -> tuple[np.nd
     lo = min(int(v.min()) for v in views)
     hi = max(int(v.max()) for v in views)
     if not (-(2 ** 62) < lo and hi < 2 ** 62):  # (a difference would not fit)
-        codes, distinct = _factorized(_joined_views(views), factorize)
-        distinct, order = _sorted_distinct(distinct)
-        return _inverse(order)[codes], distinct
+        return _hashed_sorted(_joined(views), factorize)
     width = min(hi - lo + 1, DENSE_GAPS, max(1024, 4 * n))
     codes = np.empty(n, dtype=np.int64)  # (each value less the smallest first, its code after)
     at = 0
@@ -619,24 +618,21 @@ def _sorted_codes(pieces: list[np.ndarray], factorize: Factorize) -> tuple[np.nd
         sparse = ~dense
         vals = codes[sparse]
         vals += lo
-        scodes, sdistinct = _factorized(vals, factorize)
-        sdistinct, order = _sorted_distinct(sdistinct)
-        scodes = _inverse(order)[scodes]
+        scodes, sdistinct = _hashed_sorted(vals, factorize)
         scodes += len(distinct)
         codes[sparse] = scodes
         distinct = np.concatenate([distinct, sdistinct])
     return codes, distinct
 
 
-def _inverse(order: np.ndarray) -> np.ndarray:
-    """The inverse of the permutation ``order`` (where each position went)."""
-    inv = np.empty(len(order), dtype=np.int64)
+def _hashed_sorted(vals: np.ndarray, factorize: Factorize) -> tuple[np.ndarray, np.ndarray]:
+    """``vals`` as codes into their distinct values, ascending: hashed (``factorize``), then the
+    distinct values sorted and the codes renumbered to match."""
+    codes, distinct = _factorized(vals, factorize)
+    distinct, order = _sorted_distinct(distinct)
+    inv = np.empty(len(order), dtype=np.int64)  # (where each distinct value went)
     inv[order] = np.arange(len(order))
-    return inv
-
-
-def _joined_views(views: list[np.ndarray]) -> np.ndarray:
-    return views[0] if len(views) == 1 else np.concatenate(views)
+    return inv[codes], distinct
 
 
 def _sorted_distinct(distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
