@@ -289,10 +289,15 @@ class PDReplica:
 
     def _price_to(self, bound: int, now_ns: int) -> None:
         """Price the run in flight's steps that start before ``bound`` (ns); its end is
-        scheduled when that prices it to its end, else a pricing event comes at ``bound``."""
+        scheduled when that prices it to its end, else a pricing event comes at ``bound``.
+        Priced no further than the next copy to land here: its delivery prices the run on from
+        there (``land``) or cuts it, and a landing that joins would price again what lies beyond.
+        (Not where ``bound`` reaches the run's limit: priced to its end then, no pricing event is
+        left past the limit, which could outlast the simulation and move its clock.)"""
         run = self._run
         assert run is not None and self._run_ev is not None
-        run.extend(bound)
+        inc = self.incoming
+        run.extend(inc[0] if inc and inc[0] < bound < run.limit else bound)
         if run.done:
             self._run = None
             self._price_at = NEVER
