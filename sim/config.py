@@ -782,8 +782,11 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         if p.suffix in ("", ".toml") and not p.parent.parts and shipped is not None:
             p = shipped
         else:
+            # (a shipped file's path given outside the repository's root, as the README writes it)
+            named = (f"; the shipped scenario {p.stem!r} runs by its name alone" if shipped is not None
+                     and p.suffix in ("", ".toml") else " such as 'chat_vs_batch'")
             raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path, a run's "
-                                f"scenario.json or a shipped scenario name such as 'chat_vs_batch')")
+                                f"scenario.json or a shipped scenario name{named})")
     try:
         text = read_text(p)
     except (DocumentError, OSError) as exc:
