@@ -275,11 +275,18 @@ def sim_seconds_bar(progress: bool | None, horizon_s: float, desc: str):
     bar = progress_bar(progress, total=round(horizon_s), unit="sim-s", desc=desc)
     if bar is None:
         return None, None
+    past = [bar.total]  # the last simulated second said past the horizon
 
     def on_boundary(now: int) -> None:
-        n = min(now // NS, bar.total)
+        s = now // NS
+        n = min(s, bar.total)
         if n > bar.n:
             bar.update(n - bar.n)
+        if s > past[0]:
+            # a drain goes on past the horizon to an end nobody knows before: the bar stays at
+            # 100 % ("00:00 left"), and says how far the drain has come
+            past[0] = s
+            bar.set_postfix(draining=f"t={s}s")
 
     return bar, on_boundary
 

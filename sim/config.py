@@ -668,7 +668,40 @@ def _inert_settings(sc: Scenario, groups: list, group_engines: list[EngineConfig
         eng_key = f"cluster.groups.{i}.engine" if g.engine else "engine"
         found += _prefix_policy(sc, pol_key, group_policy(sc, g), eng_key, eng)
     found += _inert_speculation(sc, group_engines or [sc.engine])
+    found += _prefix_cache_without_prefixes(sc, [("engine", sc.engine)] if not groups else [
+        (f"cluster.groups.{i}.engine" if g.engine and _written(eng, "prefix_caching") else "engine", eng)
+        for i, ((_, g), eng) in enumerate(zip(groups, group_engines))])
     return list(dict.fromkeys(found))
+
+
+#: trace formats whose rows never carry prefix-block hashes (``hash_ids``); csv and jsonl carry
+#: them only through ``columns.hash_ids``, and a format of the user's own may (not warned)
+NO_HASH_FORMATS = ("azure", "servegen", "sharegpt")
+
+
+def _prefix_cache_without_prefixes(sc: Scenario, engines: list[tuple[str, EngineConfig]]) -> list[str]:
+    """Prefix caching the scenario turns on (``engines``: (key, engine) of [engine] or each group)
+    where no stream can share a prefix: none declares ``prefix = {...}`` and every trace's format
+    carries no ``hash_ids``. priosim shares blocks by those hashes alone, so no request ever hits
+    the cache (a named engine's own default, e.g. vLLM V1's, is not warned)."""
+    def hashless(s: dict) -> bool:
+        if not isinstance(s, dict) or "prefix" in s:
+            return False
+        trace = s.get("trace")
+        if trace is None:
+            return True
+        fmt = trace.get("format") if isinstance(trace, dict) else None
+        if fmt in ("csv", "jsonl"):
+            cols = trace.get("columns")
+            return not (isinstance(cols, dict) and "hash_ids" in cols)
+        return fmt in NO_HASH_FORMATS
+
+    if not all(hashless(s) for s in sc.streams):
+        return []
+    return [f"{sc.source}: {key}.prefix_caching = true does nothing: no stream shares a prompt prefix (priosim shares "
+            f"cached blocks by prefix hashes: expected a stream's prefix = {{...}}, a trace's columns.hash_ids or a "
+            f"mooncake trace to use it, or no prefix_caching)"
+            for key, eng in engines if eng.prefix_caching and _written(eng, "prefix_caching")]
 
 
 def _inert_engine_keys(sc: Scenario, key: str, eng: EngineConfig, written) -> list[str]:
@@ -749,8 +782,11 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         if p.suffix in ("", ".toml") and not p.parent.parts and shipped is not None:
             p = shipped
         else:
+            # (a shipped file's path given outside the repository's root, as the README writes it)
+            named = (f"; the shipped scenario {p.stem!r} runs by its name alone" if shipped is not None
+                     and p.suffix in ("", ".toml") else " such as 'chat_vs_batch'")
             raise ScenarioError(f"{path}: no such scenario file (expected a TOML file path, a run's "
-                                f"scenario.json or a shipped scenario name such as 'chat_vs_batch')")
+                                f"scenario.json or a shipped scenario name{named})")
     try:
         text = read_text(p)
     except (DocumentError, OSError) as exc:

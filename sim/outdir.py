@@ -179,10 +179,12 @@ def claim(out: str | Path, kind: str, *, flag: str = "--out", overwrite: bool = 
             names = _own(p, doc) if doc else foreign(p, None)
             first = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             raise OutError(f"{flag} {given}: holds {what} ({first}); {_results(kind)} go to a new or empty "
-                           f"folder (expected another --out)")
+                           f"folder (expected another {flag})")
         if not resume and not overwrite:
-            raise OutError(f"{flag} {given}: already holds a priosim {kind} result (pass --overwrite to "
-                               f"replace it, or another --out)")
+            # (a Python caller's flag is its argument's name: it passes overwrite=True)
+            how = "--overwrite" if flag.startswith("-") else "overwrite=True"
+            raise OutError(f"{flag} {given}: already holds a priosim {kind} result (pass {how} to "
+                               f"replace it, or another {flag})")
     _check_writable(p, f"{flag} {given}")
     return p
 

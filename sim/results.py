@@ -396,7 +396,7 @@ class Results:
         run's result, whose own files alone are replaced (:mod:`sim.outdir`); returns its real path."""
         from sim.outdir import claim, staged
 
-        out = claim(out_dir, "run", overwrite=overwrite)
+        out = claim(out_dir, "run", flag="out_dir", overwrite=overwrite)
         with staged(out, "run") as tmp:
             self.write_into(tmp)
         return out

@@ -520,6 +520,26 @@ def test_every_shipped_roofline_profile_is_regenerated_by_the_command(tmp_path, 
         assert made == shipped, name
 
 
+@pytest.mark.parametrize("args,says", [
+    (["--device", "bogus"], "--device: 'bogus' is not a device (expected cpu, cuda, cuda:N or auto)"),
+    (["--shape", "nope"], "--shape: 'shape' must be one of"),
+    (["--dtype", "fp7"], "--dtype: 'fp7' is not a dtype (expected fp32, bf16 or fp16)"),
+    ([], "already exists (pass --overwrite to replace it"),
+])
+def test_python_m_calibrate_refuses_bad_input_in_one_line(tmp_path, capsys, args, says):
+    """``python -m calibrate`` (the measurement without the priosim CLI) checks its arguments
+    before measuring: one line, exit 2, no traceback; an existing ``--out`` is kept."""
+    from calibrate.__main__ import main
+    out = tmp_path / "mine.json"
+    out.write_text("{}")
+    assert main(["--device", "cpu", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+    assert out.read_text() == "{}"
+    assert main(["roofline", "--out-dir", str(out / "sub")]) == 2  # (a file where the folder goes)
+    assert "cannot write the profiles" in capsys.readouterr().err
+
+
 def test_gpu_script_runs_its_whole_path_on_cpu(tmp_path):
     """scripts/gpu_calibrate.sh in smoke mode with DEVICE=cpu SHAPE=tiny: calibrate, then
     validate on that profile, everything in the one folder, the step report included. (priosim

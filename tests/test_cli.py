@@ -90,6 +90,15 @@ def test_missing_file(tmp_path):
     assert "missing.toml" in res.output and "no such scenario file" in res.output
 
 
+def test_a_shipped_scenarios_path_outside_the_repository_names_the_shipped_one(tmp_path, monkeypatch):
+    """The README's `priosim run workloads/scenarios/azure_two_tenants.toml`, typed in another
+    folder: the line says the shipped scenario runs by its name."""
+    monkeypatch.chdir(tmp_path)
+    res = _run(["run", "workloads/scenarios/azure_two_tenants.toml"])
+    assert res.exit_code == 2
+    assert "the shipped scenario 'azure_two_tenants' runs by its name alone" in res.output, res.output
+
+
 def test_unknown_key(tmp_path):
     line = _bad(tmp_path, GOOD.replace("[engine]\n", "[engine]\nmax_num_seq = 4\n"))
     assert "bad.toml" in line and "engine.max_num_seq" in line and "unknown key" in line

@@ -163,6 +163,11 @@ FOUND = {
     # prefill step ran past a decoder's quantum, which the policy had not declared (the
     # decoders sat that step out), so such policies' plans are stepped in that mode
     "prefill-first-mlfq": fuzz.draw("prefill_first", np.random.default_rng(365)),
+    # MLFQ with vLLM V1's walk in admission order: a step stopped by a swap-out left most
+    # decoders out, so the quantum expiry the policy declared at its end knew only the two that
+    # ran, and the decode run after it went past the others' expiries (their demotions came
+    # 90 steps late, and another request was evicted)
+    "admission-walk-mlfq": fuzz.draw("replica", np.random.default_rng(784)),
 }
 #: the cases whose fast run checks the invariants after every event (as when they were found)
 CHECKED = {"prefix-publish"}

@@ -393,3 +393,17 @@ def test_any_folder_state_is_claimed_or_refused_and_nothing_is_lost(tmp_path_fac
         with staged(out, "run") as tmp:
             (tmp / "summary.json").write_text("{}")
     _survives(mine)
+
+
+def test_results_save_from_python_names_its_own_argument(tmp_path):
+    """``Results.save`` refusing a folder speaks Python: its argument and ``overwrite=True``, not
+    the command line's ``--out`` and ``--overwrite``."""
+    from sim import scenario_from_dict, simulate
+    from tests.conftest import small_scenario
+
+    res = simulate(scenario_from_dict(small_scenario(horizon_s=2.0)))
+    res.save(tmp_path / "r")
+    with pytest.raises(OutError, match=r"^out_dir .*: already holds a priosim run result \(pass overwrite=True to "
+                                       r"replace it, or another out_dir\)$"):
+        res.save(tmp_path / "r")
+    res.save(tmp_path / "r", overwrite=True)

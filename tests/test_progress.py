@@ -54,3 +54,14 @@ def test_sweep_and_run_write_progress_lines_when_stderr_is_not_a_terminal(tmp_pa
 
     res = CliRunner().invoke(main, [*args, "--no-progress", "--out", str(tmp_path / "sw2")], catch_exceptions=False)
     assert res.exit_code == 0 and "sweep: " not in res.stderr
+
+
+def test_a_drain_says_how_far_it_has_come_past_the_horizon(tmp_path, monkeypatch):
+    """chat_vs_batch drains to about 470 s past a 5 s horizon: the bar stays at 100 % ("00:00
+    left") and its closing line says where the drain ended, not only that the horizon was done."""
+    monkeypatch.setattr(progress, "INTERVAL_S", 0.01)
+    res = CliRunner().invoke(main, ["run", "chat_vs_batch", "--set", "horizon_s=5",
+                                    "--out", str(tmp_path / "r")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    last = [ln for ln in res.stderr.splitlines() if ln.startswith("chat_vs_batch: ")][-1]
+    assert last.startswith("chat_vs_batch: 5/5 sim-s (100%)") and ", draining=t=470s" in last, res.stderr

@@ -152,6 +152,22 @@ def test_lenient_skips_one_out_of_order_row_alone(tmp_path):
             load_trace(spec, tmp_path)
 
 
+@pytest.mark.parametrize("name,text", [
+    ("t.csv", "t,p,o,who,kind\n0,5,5,,chat\n1,5,5,bob,\n"),
+    ("t.jsonl", '{"t": 0, "p": 5, "o": 5, "kind": "chat"}\n{"t": 1, "p": 5, "o": 5, "who": "bob"}\n'),
+])
+def test_a_row_without_tenant_or_class_takes_its_streams(tmp_path, name, text):
+    """docs/own-traffic.md: the stream's tenant (and class) is the default when a row names none,
+    an empty cell or a JSON line without the field; an empty class cell was refused as class
+    None."""
+    (tmp_path / name).write_text(text)
+    spec = {"format": name.split(".")[1], "path": name, "columns": dict(COLS, tenant="who", **{"class": "kind"})}
+    w = build_workload([{"tenant": "x", "class": "batch", "trace": spec}], horizon_s=10, seed=0,
+                       base_dir=tmp_path, class_names=["chat", "batch"])
+    assert w.open["tenant"].tolist() == ["x", "bob"]
+    assert w.open["cls"].tolist() == ["chat", "batch"]
+
+
 def test_out_of_order_keeps_the_most_rows_in_simple_cases():
     assert out_of_order(np.array([1.0, 2, 3])).tolist() == [False] * 3
     assert np.flatnonzero(out_of_order(np.array([5.0, 1, 2, 3]))).tolist() == [0]  # the first row ahead

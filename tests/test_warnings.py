@@ -306,13 +306,14 @@ def load_warnings(*overrides: str) -> list[str]:
 
 
 SPEC = "engine.speculative={k=2}"
+PREFIX = "streams.0.prefix={system_tokens=64, block_tokens=32}"  # (a shared system prompt: the cache has work)
 MODEL = ("engine.model=MODEL", "engine.gpu=h200")
 
 
 @pytest.mark.parametrize("inert,used,words", [
     (["engine.preempt_threshold=5"], ["engine.preempt_threshold=5", 'engine.preempt_for_waiting="threshold"'],
      "engine.preempt_threshold = 5 does nothing: engine.preempt_for_waiting = 'strict' does not read it"),
-    (["engine.prefix_block_tokens=64"], ["engine.prefix_block_tokens=64", "engine.prefix_caching=true"],
+    (["engine.prefix_block_tokens=64"], ["engine.prefix_block_tokens=64", "engine.prefix_caching=true", PREFIX],
      "engine.prefix_block_tokens = 64 does nothing: engine.prefix_caching is off"),
     (["engine.swap_overlap=true"], ["engine.swap_overlap=true", 'engine.preemption="swap"', "engine.swap_blocks=100"],
      "engine.swap_overlap = true does nothing: engine.preemption = 'recompute' never swaps"),
@@ -320,8 +321,11 @@ MODEL = ("engine.model=MODEL", "engine.gpu=h200")
      "classes.1.speculate = false (batch) does nothing: there is no [engine.speculative]"),
     ([SPEC, "classes.0.speculate=false", "classes.1.speculate=false"], [SPEC, "classes.0.speculate=false"],
      "engine.speculative does nothing: every class has speculate = false"),
-    (["policy.name=lpm"], ["policy.name=lpm", "engine.prefix_caching=true"],
+    (["policy.name=lpm"], ["policy.name=lpm", "engine.prefix_caching=true", PREFIX],
      "policy.name = 'lpm' ranks by cached prefix, but engine.prefix_caching is off"),
+    # priosim shares cached blocks by declared prefix hashes only: none declared, nothing is hit
+    (["engine.prefix_caching=true"], ["engine.prefix_caching=true", PREFIX],
+     "engine.prefix_caching = true does nothing: no stream shares a prompt prefix"),
     ([*MODEL, "engine.typical_context=8192"], [*MODEL, "engine.typical_context=8192"],
      "engine.typical_context = 8192 does nothing: model 'qwen3-8b' has no sliding-window layers"),
 ])

@@ -60,9 +60,10 @@ def _load_stream_trace(st: StreamSpec, base_dir: Path, lenient: bool, until_s: f
 
 
 def _check_classes(tr, class_names: set[str], col: str) -> None:
-    """Every row's class (from the trace's class column) is a declared class."""
+    """Every row's class (from the trace's class column) is a declared class; a row that names
+    none (an empty cell, a JSON line without the field) takes its stream's (:func:`_apply_rules`)."""
     cls = tr.df["cls"].to_numpy(dtype=object)
-    unknown = ~np.isin(cls, np.array(sorted(class_names), dtype=object))
+    unknown = ~np.isin(cls, np.array(sorted(class_names), dtype=object)) & ~pd.isna(cls)
     if unknown.any():
         r = int(np.argmax(unknown))
         line = f" line {tr.lines[r]}" if tr.lines is not None else ""

@@ -75,10 +75,12 @@ def start_run(eng: Engine, plan: StepPlan, now_ns: int, next_event_ns: int, dur0
         return None  # (see the module docstring)
     if not ok or not _may_run(eng, plan, pf):
         return None
-    if not eng.policy.static_ranking and _taken_in_now(plan, now_ns):
-        # a decoder taken in at this boundary (a disaggregated decode replica's landed copy):
-        # the policy hears of its first step only at that step's end (``on_scheduled``), and
-        # may then declare a change of its key (a quantum), as for an admitted prefill
+    if not eng.policy.static_ranking and _unheard(plan, now_ns, eng.policy.on_scheduled is not None):
+        # a decoder taken in at this boundary (a disaggregated decode replica's landed copy), or
+        # one the step that ended here left out (a walk in admission order stopped by a
+        # preemption): the policy hears of its next step only at that step's end
+        # (``on_scheduled``), and may then declare a change of its key (a quantum), as for an
+        # admitted prefill; the change it declared here knew only the requests that ran
         return None
     c = m = 0  # the chunking item's (pf's) chunk, and the steps after the first it prefills in
     if pf is not None:
@@ -543,13 +545,17 @@ def _may_run(eng: Engine, plan: StepPlan, pf: Scheduled | None) -> bool:
     return True
 
 
-def _taken_in_now(plan: StepPlan, now_ns: int) -> bool:
+def _unheard(plan: StepPlan, now_ns: int, told: bool) -> bool:
     """Does the plan decode a request that joined the running set at ``now_ns`` without a
-    prefill here (a landed copy, :meth:`~sim.core.engine.Engine.take_landed`)?"""
+    prefill here (a landed copy, :meth:`~sim.core.engine.Engine.take_landed`), or, when the
+    policy is told who ran in each step (``told``), one that took no part in the step that
+    ended at ``now_ns``?"""
     now_s = now_ns / NS
     for s in plan.items:
-        if s.decode and s.req.admitted_s == now_s:
-            return True
+        if s.decode:
+            r = s.req
+            if r.admitted_s == now_s or (told and r.last_scheduled_s != now_s):
+                return True
     return False
 
 
