@@ -315,6 +315,8 @@ CASES = [
                     '"output_lens": [3, 2], "ttfts": [0.1, 0.1], "itls": [[0.01, 0.01], [0.01]]}'}),
     Case("replay_json_is_figure", "replay --json and --figure naming one file",
          ["replay", "r.json", "--json", "m.out", "--figure", "m.out"], {"r.json": "{}"}),
+    Case("replay_figure_suffix", "replay --figure naming a file whose suffix is no figure format",
+         ["replay", "r.json", "--figure", "parity.txt"], {"r.json": "{}"}),
     Case("replay_json_is_the_run", "replay --json naming the run file itself, with --overwrite",
          ["replay", "r.json", "--json", "r.json", "--overwrite"], {"r.json": "{}"}),
     Case("replay_other_json", "replay of a JSON of another kind", ["replay", "r.json"], {"r.json": '{"name": "x"}\n'}),
@@ -412,6 +414,8 @@ CASES = [
          ["capacity", "s.toml"], {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,5\n0.7,x,4\n"}),
     Case("capacity_figure_exists", "capacity --figure naming an existing file",
          ["capacity", "s.toml", "--figure", "fig.png", "--out", "out"], {"s.toml": scenario(), "fig.png": "old"}),
+    Case("capacity_figure_suffix", "capacity --figure naming a file whose suffix is no figure format",
+         ["capacity", "s.toml", "--figure", "fig.txt", "--out", "out"], {"s.toml": scenario()}),
     Case("compare_csv_exists", "compare --csv naming an existing file", ["compare", "a", "b", "--csv", "c.csv"],
          {"a/x": "", "b/x": "", "c.csv": "old"}),
     # calibrate --from-runs

@@ -746,6 +746,9 @@ def test_capacity_limit_and_slo_parsing():
     for bad in ["nope:ttft=1", "hi:ttfx=1", "hi:ttft=abc", "hi:ttft=-1"]:
         with pytest.raises(ScenarioError):
             parse_slos(sc, [bad])
+    # (one key twice in one --slo: which was meant is not known, so neither is kept silently)
+    with pytest.raises(ScenarioError, match=r"^--slo 'hi:ttft=0.5,ttft=0.2': ttft given twice \(expected each key once\)$"):
+        parse_slos(sc, ["hi:ttft=0.5,ttft=0.2"])
 
 
 # ---- CLI ------------------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def parity(cmp, path: str | Path) -> None:
-    """Draw ``cmp``'s (a :class:`~calibrate.runs.compare.Comparison`) parity plots into ``path`` (PNG)."""
+def parity(cmp, path: str | Path, fmt: str = "png") -> None:
+    """Draw ``cmp``'s (a :class:`~calibrate.runs.compare.Comparison`) parity plots into ``path``
+    in format ``fmt`` (png, svg or pdf: the suffix of the file the user named; ``path`` may be a
+    temporary file's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -26,5 +28,5 @@ def parity(cmp, path: str | Path) -> None:
         ax.set_title(title)
     fig.suptitle(f"replay ({cmp.mode}): {len(r)} requests")
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
+    fig.savefig(path, format=fmt, dpi=110)
     plt.close(fig)

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from sim.core.errors import ScenarioError, error_message
-from sim.cli.group import check_out_file, check_workers, claim_out, fail, fail_write, load, main
+from sim.cli.group import check_figure_file, check_out_file, check_workers, claim_out, fail, fail_write, load, main
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 
 
@@ -33,7 +33,8 @@ def check_outputs(named: list[tuple[str | None, str]], inputs: list[str], overwr
         if real in seen:
             fail(f"{flag} {path}: is also the file {seen[real]} names (expected a different file for each)")
         seen[real] = flag
-        checked.append(check_out_file(path, flag, overwrite=overwrite))
+        check = check_figure_file if flag == "--figure" else check_out_file  # (a figure's suffix names its format)
+        checked.append(check(path, flag, overwrite=overwrite))
     return checked
 
 
@@ -272,7 +273,7 @@ def validate(profile, scenario, n, repeats, out):
               show_default=True, help="how requests are sent (auto: closed-loop under max_concurrency, else the "
                                       "recorded send times, else the client's arrival process)")
 @click.option("--json", "json_out", help="write measured vs simulated metrics to this JSON file (a new file)")
-@click.option("--figure", "figure_out", help="draw per-request measured vs simulated TTFT and E2E (PNG; a new file)")
+@click.option("--figure", "figure_out", help="draw per-request measured vs simulated TTFT and E2E (a new .png, .svg or .pdf file)")
 @click.option("--overwrite", is_flag=True, help="replace the files --json and --figure name")
 @click.option("--result", "result", type=int, default=None,
               help="of a file of several results (one a line, or a GuideLLM sweep), the N-th (from 1; default: "
@@ -330,7 +331,8 @@ def replay(run_file, profile, sets, seed, arrivals, json_out, figure_out, overwr
     if figure_out:
         from calibrate.runs.figure import parity
 
-        write_output(figure_out, lambda p: parity(cmp, p), "--figure")
+        fmt = figure_out.suffix.lstrip(".").lower()  # (checked: png, svg or pdf)
+        write_output(figure_out, lambda p: parity(cmp, p, fmt), "--figure")
         click.echo(f"wrote {figure_out}")
 
 

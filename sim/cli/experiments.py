@@ -8,8 +8,8 @@ import click
 
 from sim.core.errors import ScenarioError, error_message
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
-from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_load, check_out_file, check_workers,
-                           claim_out, csv_list, fail, fail_write, hint_native, load, main, write_refused)
+from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_figure_file, check_load, check_out_file,
+                           check_workers, claim_out, csv_list, fail, fail_write, hint_native, load, main, write_refused)
 from sim.cli.report import check_report, report_beside, report_option
 
 
@@ -309,7 +309,7 @@ def _print_tune_report(spec, info: dict, rep, k: int, out) -> None:
                    "time, to their end)")
 @click.option("--address", help="with --backend ray: the Ray cluster's address (default: start a local one)")
 @click.option("--out", type=click.Path(file_okay=False), help="folder (default results/capacity-<name>-<timestamp>/)")
-@click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new file)")
+@click.option("--figure", type=click.Path(dir_okay=False), help="also write the comparison figure here (a new .png, .svg or .pdf file)")
 @click.option("--overwrite", is_flag=True, help="replace the file --figure names")
 @click.option("--no-plots", is_flag=True, help="do not draw the figure")
 @click.option("--uncertainty/--no-uncertainty", default=True, show_default=True,
@@ -376,7 +376,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                  f"of the routers' refresh; docs/distributed.md)")
         distributed = {"backend": backend, "workers": partitions, "address": address}
     if figure:
-        check_out_file(figure, "--figure", overwrite=overwrite)
+        check_figure_file(figure, "--figure", overwrite=overwrite)
     _warn_autoscaler_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     check_report(report, out)

@@ -219,6 +219,21 @@ def check_out_file(out, flag: str = "--out", overwrite: bool = False) -> Path:
         fail(str(exc))
 
 
+#: the figure formats a ``--figure`` file may name by its suffix (matplotlib draws each)
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def check_figure_file(out, flag: str = "--figure", overwrite: bool = False) -> Path:
+    """A figure file a command will draw, checked before any work: its suffix names the format
+    (one of :data:`FIGURE_FORMATS`; a file named ``x.txt`` would hold a PNG, or fail after the
+    work), and it is a new file as :func:`check_out_file` checks it."""
+    fmt = Path(out).suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        said = f"ends in '.{fmt}'" if fmt else "has no suffix"
+        fail(f"{flag} {out}: {said} (expected .png, .svg or .pdf: the suffix names the figure's format)")
+    return check_out_file(out, flag, overwrite=overwrite)
+
+
 def check_workers(value, flag: str = "--workers"):
     if value is not None and value < 1:
         fail(f"{flag}: must be at least 1 (got {value})")

@@ -66,6 +66,8 @@ def parse_slo_text(text: str, classes, keys, off_words: tuple[str, ...] = ()) ->
         if not sep or k not in keys:
             raise ValueError(f"--slo {text!r}: '{part.strip()}': expected key=SECONDS with key one of "
                              f"{', '.join(keys)}")
+        if any(k == seen for seen, _ in out):
+            raise ValueError(f"--slo {text!r}: {k} given twice (expected each key once)")
         if v.lower() in off_words:
             out.append((k, None))
             continue
