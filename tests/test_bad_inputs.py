@@ -412,6 +412,8 @@ CASES = [
          ["capacity", "s.toml"], {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,5\n0.7,x,4\n"}),
     Case("capacity_figure_exists", "capacity --figure naming an existing file",
          ["capacity", "s.toml", "--figure", "fig.png", "--out", "out"], {"s.toml": scenario(), "fig.png": "old"}),
+    Case("capacity_figure_format", "capacity --figure fig.txt (a format matplotlib does not write)",
+         ["capacity", "s.toml", "--figure", "fig.txt", "--out", "out"], {"s.toml": scenario()}),
     Case("compare_csv_exists", "compare --csv naming an existing file", ["compare", "a", "b", "--csv", "c.csv"],
          {"a/x": "", "b/x": "", "c.csv": "old"}),
     # calibrate --from-runs

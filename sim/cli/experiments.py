@@ -8,8 +8,9 @@ import click
 
 from sim.core.errors import ScenarioError, error_message
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
-from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_load, check_out_file, check_workers,
-                           claim_out, csv_list, fail, fail_write, hint_native, load, main, write_refused)
+from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_figure_format, check_load,
+                           check_out_file, check_workers, claim_out, csv_list, fail, fail_write, hint_native, load,
+                           main, write_refused)
 from sim.cli.report import check_report, report_beside, report_option
 
 
@@ -376,6 +377,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                  f"of the routers' refresh; docs/distributed.md)")
         distributed = {"backend": backend, "workers": partitions, "address": address}
     if figure:
+        check_figure_format(figure)
         check_out_file(figure, "--figure", overwrite=overwrite)
     _warn_autoscaler_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept

@@ -219,6 +219,19 @@ def check_out_file(out, flag: str = "--out", overwrite: bool = False) -> Path:
         fail(str(exc))
 
 
+def check_figure_format(path, flag: str = "--figure") -> None:
+    """A figure file's suffix names a format matplotlib writes (none: PNG), checked before any
+    work: a typo otherwise fails only at the end of a long search, with a traceback."""
+    ext = Path(str(path)).suffix.lstrip(".").lower()
+    if not ext:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = sorted(FigureCanvasBase.get_supported_filetypes())
+    if ext not in known:
+        fail(f"{flag} {path}: cannot draw a figure as '.{ext}' (expected one of {', '.join('.' + k for k in known)})")
+
+
 def check_workers(value, flag: str = "--workers"):
     if value is not None and value < 1:
         fail(f"{flag}: must be at least 1 (got {value})")
