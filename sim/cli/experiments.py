@@ -205,7 +205,9 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         spec, trials, k = _tune_spec(sc, space, slos, maximize, minimize, trials, seeds)
     except tn.TuneError as exc:
         fail(str(exc))
+    check_workers(workers)
     knobs, objs = spec.knobs, spec.objectives
+    _warn_set_searched(sets, knobs)
     out = claim_out(out, "tune", f"tune-{sc.name}", resume=True)
     check_report(report, out)
     click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
@@ -230,6 +232,18 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         sys.exit(EXIT_INTERRUPTED)
     if any(err != tn.NO_OBJECTIVE for err in rep.failed.values()):  # (a run failed, not a poor trial)
         sys.exit(EXIT_FAILED_RUNS)
+
+
+def _warn_set_searched(sets, knobs) -> None:
+    """A --set on a searched key holds only in the defaults: each trial sets its own value."""
+    from plumbing.notices import warn
+
+    searched = {k.key for k in knobs}
+    for s in sets:
+        key = s.partition("=")[0].strip()
+        if key in searched:
+            warn(f"--set {s}: {key} is searched (--space or [tune] space), so each trial sets its own value; "
+                 f"this one holds only in the defaults the best trial is compared with")
 
 
 def _tune_spec(sc, space, slos, maximize, minimize, trials, seeds):
