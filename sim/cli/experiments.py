@@ -19,8 +19,8 @@ from sim.cli.report import check_report, report_beside, report_option
 @click.option("--policies", help="comma-separated policy names, module:Class or file.py:Class (default: the scenario's policy)")
 @click.option("--loads", help="comma-separated arrival-rate multipliers, e.g. 0.5,0.7,0.9,1.1 (traces: time "
                               "compression; default 1)")
-@click.option("--seeds", default="1", show_default=True,
-              help="N (the scenario seed and the N-1 following) or a comma-separated list of seeds")
+@click.option("--seeds", help="N (the scenario seed and the N-1 following) or a comma-separated list of seeds "
+                              "(default 1)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key in every run")
 @click.option("--grid", "grid_file", type=click.Path(dir_okay=False),
               help="TOML file of more axes: dotted scenario keys = [values]")
@@ -93,7 +93,9 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
             fail(str(exc))
     pol = csv_list(policies, str, "policies")
     lds = csv_list(loads, float, "loads")
-    if seeds.strip().isdigit() and "," not in seeds:
+    if seeds is None:  # (a grid file's seed axis, else the scenario's seed)
+        sds = None
+    elif seeds.strip().isdigit() and "," not in seeds:
         n = int(seeds)
         if n < 1:
             fail(f"--seeds: must be at least 1 (got {n})")
@@ -101,7 +103,7 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
     else:
         sds = csv_list(seeds, int, "seeds")
     axes: dict = {}
-    for name, flag, default in (("policy", pol, [sc.policy.name]), ("load", lds, [1.0]), ("seed", sds, None)):
+    for name, flag, default in (("policy", pol, [sc.policy.name]), ("load", lds, [1.0]), ("seed", sds, [sc.seed])):
         if flag is not None and name in grid:
             fail(f"'{name}' is given both on the command line and in {grid_file}")
         axes[name] = flag if flag is not None else grid.pop(name, default)
