@@ -136,6 +136,12 @@ def test_set_on_a_searched_key_warns_that_only_the_defaults_take_it(tmp_path):
     assert len(warned) == 1 and "only in the defaults" in warned[0], r.output
 
 
+def test_an_slo_that_looks_like_milliseconds_is_warned(tmp_path):
+    with pytest.warns(UserWarning, match=r"--slo 'hi:ttft=500': ttft = 500 looks like milliseconds"):
+        slos = parse_slo("hi:ttft=500", ["hi", "lo"])
+    assert [s.limit for s in slos] == [500.0]
+
+
 def test_cli_writes_a_runnable_best_toml_and_a_tune_table(tmp_path):
     import tomli_w
     sc = small_scenario(horizon_s=3.0)

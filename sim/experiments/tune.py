@@ -222,6 +222,9 @@ def parse_slo(text: str, classes: list[str]) -> list[SLO]:
         cls, pairs = parse_slo_text(text, classes, list(SLO_KEYS))
     except ValueError as exc:
         raise TuneError(str(exc)) from None
+    from sim.experiments.slos import warn_ms
+
+    warn_ms(text, pairs)  # (600 meant as ms: as capacity's --slo and the scenario's keys are warned)
     return [SLO(cls, k, val) for k, val in pairs]
 
 
