@@ -212,15 +212,15 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
     _warn_set_searched(sets, knobs)
     out = claim_out(out, "tune", f"tune-{sc.name}", resume=True)
     check_report(report, out)
-    click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
-               f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    header = (f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
+              f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
     from sim.experiments.uncertainty import UncertaintyError
     from sim.outdir import OutError
 
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
                           resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots,
-                          uncertainty=uncertainty)
+                          uncertainty=uncertainty, header=header)
     except (tn.TuneError, OutError, UncertaintyError) as exc:
         fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - a full disk (files or the study's SQLite), else re-raised
