@@ -396,6 +396,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
         check_figure_format(figure)
         check_out_file(figure, "--figure", overwrite=overwrite)
     _warn_autoscaler_unused(sc)
+    _warn_price_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     check_report(report, out)
     _print_slos(slo, refused, idle_classes(sc, load_scale) if "partitioned" in names else set())
@@ -516,6 +517,25 @@ def _warn_autoscaler_unused(sc) -> None:
         from plumbing.notices import warn
         warn(f"{sc.source}: {keys[0]} is not used by priosim capacity: it searches fixed fleets (each design's "
              f"replicas serve the whole run; docs/autoscaling.md); priosim run simulates the autoscaler")
+
+
+def _warn_price_unused(sc) -> None:
+    """capacity prices every design at one price, the scenario's number or its entry for
+    ``engine.gpu``: a price keyed by a group name, or a group's own, prices no design (the
+    designs' groups are their own), so ``cost_usd`` would vanish silently."""
+    from sim.experiments.capacity import gpu_hour_price
+
+    c = sc.cluster
+    if c is None or gpu_hour_price(sc) is not None:
+        return
+    keys = (["cluster.gpu_hour_usd"] if c.gpu_hour_usd is not None else []) + [
+        f"cluster.groups.{i}.gpu_hour_usd" for i, g in enumerate(c.groups or []) if g.gpu_hour_usd is not None]
+    if keys:
+        from plumbing.notices import warn
+        gpu = (f"a table with an entry for engine.gpu = {sc.engine.gpu!r}" if sc.engine.gpu else
+               "one number (the scenario sets no engine.gpu to key a table by)")
+        warn(f"{sc.source}: {keys[0]} prices no design of priosim capacity, whose designs have groups of their "
+             f"own: no cost_usd is reported (expected {gpu})")
 
 
 def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, load_scale: float, workers) -> None:
