@@ -36,6 +36,9 @@ def make_policy(name: str, **params: Any) -> Policy:
     missing = [m for m in ("key",) if not callable(getattr(policy, m, None))]
     if missing:
         raise KeyError(f"'{name}' is not a policy: it has no {', '.join(missing)}() method")
+    if getattr(type(policy), "key", None) is BasePolicy.key:  # (the base's raises NotImplementedError mid-run)
+        raise KeyError(f"'{name}' is not a policy: it defines no key(req, now) (BasePolicy's is abstract; "
+                       f"expected one returning a tuple ending in (arrival_s, request_id))")
     return policy
 
 

@@ -438,6 +438,12 @@ def _check_router(sc) -> None:
     if c.partitioned and not router.class_aware:
         raise ScenarioError(f"{src}: cluster.router: groups list 'classes', which only the class_aware "
                             f"router honours (got {c.router_name!r})")
+    if router.class_aware and not c.partitioned and not c.disaggregated:
+        from plumbing.notices import warn
+
+        inner = c.router_params.get("inner", "least_outstanding")
+        warn(f"{src}: cluster.router = 'class_aware' but no group lists 'classes': every group serves every "
+             f"class, so it routes as its inner router ({inner!r}) alone would (expected 'classes' on a group)")
     if router.class_aware and not c.disaggregated:
         for cname in sc.class_names:
             if not serving_groups(c, cname):

@@ -586,6 +586,13 @@ def test_cluster_table_kept_as_written():
     assert sc.cluster.router_name == "class_aware" and sc.cluster.router_params == {"inner": "round_robin"}
 
 
+def test_class_aware_with_no_group_listing_classes_is_warned_as_its_inner_router():
+    with pytest.warns(UserWarning, match=r"cluster.router = 'class_aware' but no group lists 'classes'.*"
+                                         r"\('round_robin'\)"):
+        scenario_from_dict(cluster_scenario({"replicas": 2, "router": {"name": "class_aware",
+                                                                       "inner": "round_robin"}}))
+
+
 # ---- the capacity search, pinned by hand ------------------------------------------------------------
 # Every step costs exactly 1 s (linear profile: base 1 s, nothing else), max_num_seqs = 1, and each
 # request is a one-token answer, so a replica serves one request per second, in priority order.

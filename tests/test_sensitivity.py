@@ -88,3 +88,27 @@ def test_a_class_with_no_tpot_sample_misses_its_slo_as_tune_judges_it(tmp_path):
     assert SLO("chat", "tpot", 0.1).violation(SLO("chat", "tpot", 0.1).measure(summary, None)) > 0
     assert Metric().read({"classes": {"chat": {"ttft_p99_s": 0.25, "tpot_p99_s": 0.05}}},
                          {"chat": (0.5, 0.1)}) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--knobs", "load", "--ranges", "load=0..2"], "--ranges load: expected arrival-rate multipliers > 0 (got 0)"),
+    (["--knobs", "load", "--method", "sobol", "--samples", "6"], "--samples: expected a power of 2 (got 6)"),
+])
+def test_bad_input_is_one_line_before_any_run(tmp_path, extra, needle):
+    res = CliRunner().invoke(main, ["sensitivity", "chat_vs_batch", *SHORT, "--out", str(tmp_path / "o"), *extra])
+    assert res.exit_code == 2 and res.output.strip() == f"error: {needle}", res.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, line", [
+    (["--samples", "16"], "warning: --samples 16: read by --method sobol only, so this oat study ignores it"),
+    (["--method", "sobol", "--samples", "2", "--levels", "5"],
+     "warning: --levels 5: read by --method oat only, so this sobol study ignores it"),
+])
+def test_a_flag_the_method_does_not_read_is_warned_of(tmp_path, extra, line):
+    if "sobol" in extra:
+        pytest.importorskip("SALib")
+    res = CliRunner().invoke(main, ["sensitivity", "chat_vs_batch", "--knobs", "load", *SHORT, "--no-plots",
+                                    "--out", str(tmp_path / "o"), *extra])
+    assert res.exit_code == 0, res.output
+    assert [ln for ln in res.output.splitlines() if ln.startswith("warning: --")] == [line], res.output

@@ -250,6 +250,18 @@ def test_grid_axes_become_columns(tmp_path):
     assert (out / "figures" / "latency_vs_load.png").exists()
 
 
+def test_a_grid_files_seed_axis_runs_without_seeds_on_the_command_line(tmp_path):
+    grid = tmp_path / "axes.toml"
+    grid.write_text("seed = [3, 4]\n")
+    out = tmp_path / "sw"
+    res = _cli(["sweep", "chat_vs_batch", *SMALL, "--grid", str(grid), "--workers", "1", "--no-plots",
+                "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert set(pd.read_parquet(out / "sweep.parquet")["seed"]) == {3, 4}
+    res = _cli(["sweep", "chat_vs_batch", *SMALL, "--grid", str(grid), "--seeds", "2", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "'seed' is given both" in res.output
+
+
 # ---- compare ----------------------------------------------------------------------------
 def test_compare_prints_per_class_metrics_with_ratios(tmp_path):
     out = tmp_path / "sw"

@@ -108,6 +108,7 @@ def _cli(*args):
     (["--space", "engine.max_num_seqs=1..8", "--maximize", "output_tokens_per_s:nobody"], "no class"),
     (["--space", "engine.max_num_seqs=1..8", "--slo", "nobody:ttft=1"], "CLASS one of"),
     (["--space", "engine.preemption=recompute,teleport"], "engine.preemption"),
+    (["--space", "engine.max_num_seqs=1..8", "--workers", "0"], "--workers: must be at least 1"),
 ])
 def test_bad_input_is_one_line_before_any_trial(tmp_path, args, needle):
     out = tmp_path / "t"
@@ -122,6 +123,35 @@ def test_bad_input_is_one_line_before_any_trial(tmp_path, args, needle):
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.output
     assert not out.exists()  # nothing ran
+
+
+def test_set_on_a_searched_key_warns_that_only_the_defaults_take_it(tmp_path):
+    import tomli_w
+    p = tmp_path / "s.toml"
+    p.write_text(tomli_w.dumps(small_scenario(horizon_s=1.0)))
+    r = _cli("tune", str(p), "--out", str(tmp_path / "t"), "--trials", "1", "--space", "engine.max_num_seqs=2..8",
+             "--maximize", "output_tokens_per_s", "--set", "engine.max_num_seqs=4", "--no-plots")
+    assert r.exit_code == 0, r.output
+    warned = [ln for ln in r.output.splitlines() if ln.startswith("warning: --set engine.max_num_seqs=4")]
+    assert len(warned) == 1 and "only in the defaults" in warned[0], r.output
+
+
+def test_a_second_tune_into_the_same_out_is_one_line_without_resume(tmp_path):
+    import tomli_w
+    p = tmp_path / "s.toml"
+    p.write_text(tomli_w.dumps(small_scenario(horizon_s=1.0)))
+    args = ["tune", str(p), "--out", str(tmp_path / "t"), "--trials", "1", "--space", "engine.max_num_seqs=2..8",
+            "--maximize", "output_tokens_per_s", "--no-plots"]
+    assert _cli(*args).exit_code == 0
+    r = _cli(*args)
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        f"error: --out {tmp_path / 't'}: already holds a tune (pass --resume to continue it, or another --out)"]
+
+
+def test_an_slo_that_looks_like_milliseconds_is_warned(tmp_path):
+    with pytest.warns(UserWarning, match=r"--slo 'hi:ttft=500': ttft = 500 looks like milliseconds"):
+        slos = parse_slo("hi:ttft=500", ["hi", "lo"])
+    assert [s.limit for s in slos] == [500.0]
 
 
 def test_cli_writes_a_runnable_best_toml_and_a_tune_table(tmp_path):

@@ -116,6 +116,19 @@ def test_capacity_says_the_autoscaler_is_not_used(tmp_path):
     assert "cluster.autoscale is not used by priosim capacity: it searches fixed fleets" in w
 
 
+@pytest.mark.parametrize("price, warned", [("3.5", False), ("{ default = 3.5 }", True)])
+def test_capacity_says_a_price_by_group_name_prices_no_design(tmp_path, price, warned):
+    (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", "").replace("CHAT", "").replace("STREAM2", POISSON))
+    res = CliRunner().invoke(main, ["capacity", str(tmp_path / "s.toml"), "--designs", "shared", "--max-replicas",
+                                    "1", "--no-uncertainty", "--no-plots", "--out", str(tmp_path / "out"), "--set",
+                                    f"cluster={{replicas=1, gpu_hour_usd={price}}}"])
+    assert res.exit_code in (0, 1), res.output
+    got = [w for w in warnings_of(res) if "gpu_hour_usd" in w]
+    assert got == ([] if not warned else [got[0]]), got
+    if warned:
+        assert "cluster.gpu_hour_usd prices no design of priosim capacity" in got[0]
+
+
 @pytest.mark.parametrize("chat,key", [("ttft_slo_s = 500", "ttft_slo_s = 500"),
                                       ("tpot_slo_s = 50", "tpot_slo_s = 50")])
 def test_an_slo_in_milliseconds_warns(tmp_path, chat, key):

@@ -18,8 +18,8 @@ from sim.cli.report import check_report, report_beside, report_option
 @click.option("--policies", help="comma-separated policy names, module:Class or file.py:Class (default: the scenario's policy)")
 @click.option("--loads", help="comma-separated arrival-rate multipliers, e.g. 0.5,0.7,0.9,1.1 (traces: time "
                               "compression; default 1)")
-@click.option("--seeds", default="1", show_default=True,
-              help="N (the scenario seed and the N-1 following) or a comma-separated list of seeds")
+@click.option("--seeds", help="N (the scenario seed and the N-1 following) or a comma-separated list of seeds "
+                              "(default 1)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key in every run")
 @click.option("--grid", "grid_file", type=click.Path(dir_okay=False),
               help="TOML file of more axes: dotted scenario keys = [values]")
@@ -92,7 +92,9 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
             fail(str(exc))
     pol = csv_list(policies, str, "policies")
     lds = csv_list(loads, float, "loads")
-    if seeds.strip().isdigit() and "," not in seeds:
+    if seeds is None:  # (a grid file's seed axis, else the scenario's seed)
+        sds = None
+    elif seeds.strip().isdigit() and "," not in seeds:
         n = int(seeds)
         if n < 1:
             fail(f"--seeds: must be at least 1 (got {n})")
@@ -100,7 +102,7 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
     else:
         sds = csv_list(seeds, int, "seeds")
     axes: dict = {}
-    for name, flag, default in (("policy", pol, [sc.policy.name]), ("load", lds, [1.0]), ("seed", sds, None)):
+    for name, flag, default in (("policy", pol, [sc.policy.name]), ("load", lds, [1.0]), ("seed", sds, [sc.seed])):
         if flag is not None and name in grid:
             fail(f"'{name}' is given both on the command line and in {grid_file}")
         axes[name] = flag if flag is not None else grid.pop(name, default)
@@ -204,18 +206,20 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         spec, trials, k = _tune_spec(sc, space, slos, maximize, minimize, trials, seeds)
     except tn.TuneError as exc:
         fail(str(exc))
+    check_workers(workers)
     knobs, objs = spec.knobs, spec.objectives
+    _warn_set_searched(sets, knobs)
     out = claim_out(out, "tune", f"tune-{sc.name}", resume=True)
     check_report(report, out)
-    click.echo(f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
-               f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
+    header = (f"tune {sc.name}: {len(knobs)} knobs, {trials} trials x {k} seeds, "
+              f"{'NSGA-II' if len(objs) > 1 else 'TPE'} -> {out}  [{backend}]")
     from sim.experiments.uncertainty import UncertaintyError
     from sim.outdir import OutError
 
     try:
         rep = tn.run_tune(spec, out, trials=trials, workers=workers, backend=backend, address=address,
                           resume=resume, seed=sampler_seed, log=click.echo, report=True, plots=not no_plots,
-                          uncertainty=uncertainty)
+                          uncertainty=uncertainty, header=header)
     except (tn.TuneError, OutError, UncertaintyError) as exc:
         fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - a full disk (files or the study's SQLite), else re-raised
@@ -229,6 +233,18 @@ def tune(scenario, space, slos, maximize, minimize, trials, seeds, sets, out, wo
         sys.exit(EXIT_INTERRUPTED)
     if any(err != tn.NO_OBJECTIVE for err in rep.failed.values()):  # (a run failed, not a poor trial)
         sys.exit(EXIT_FAILED_RUNS)
+
+
+def _warn_set_searched(sets, knobs) -> None:
+    """A --set on a searched key holds only in the defaults: each trial sets its own value."""
+    from plumbing.notices import warn
+
+    searched = {k.key for k in knobs}
+    for s in sets:
+        key = s.partition("=")[0].strip()
+        if key in searched:
+            warn(f"--set {s}: {key} is searched (--space or [tune] space), so each trial sets its own value; "
+                 f"this one holds only in the defaults the best trial is compared with")
 
 
 def _tune_spec(sc, space, slos, maximize, minimize, trials, seeds):
@@ -378,6 +394,7 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     if figure:
         check_figure_file(figure, "--figure", overwrite=overwrite)
     _warn_autoscaler_unused(sc)
+    _warn_price_unused(sc)
     out = claim_out(out, "capacity", f"capacity-{sc.name}", resume=True)  # a rerun reuses the probes kept
     check_report(report, out)
     _print_slos(slo, refused, idle_classes(sc, load_scale) if "partitioned" in names else set())
@@ -498,6 +515,25 @@ def _warn_autoscaler_unused(sc) -> None:
         from plumbing.notices import warn
         warn(f"{sc.source}: {keys[0]} is not used by priosim capacity: it searches fixed fleets (each design's "
              f"replicas serve the whole run; docs/autoscaling.md); priosim run simulates the autoscaler")
+
+
+def _warn_price_unused(sc) -> None:
+    """capacity prices every design at one price, the scenario's number or its entry for
+    ``engine.gpu``: a price keyed by a group name, or a group's own, prices no design (the
+    designs' groups are their own), so ``cost_usd`` would vanish silently."""
+    from sim.experiments.capacity import gpu_hour_price
+
+    c = sc.cluster
+    if c is None or gpu_hour_price(sc) is not None:
+        return
+    keys = (["cluster.gpu_hour_usd"] if c.gpu_hour_usd is not None else []) + [
+        f"cluster.groups.{i}.gpu_hour_usd" for i, g in enumerate(c.groups or []) if g.gpu_hour_usd is not None]
+    if keys:
+        from plumbing.notices import warn
+        gpu = (f"a table with an entry for engine.gpu = {sc.engine.gpu!r}" if sc.engine.gpu else
+               "one number (the scenario sets no engine.gpu to key a table by)")
+        warn(f"{sc.source}: {keys[0]} prices no design of priosim capacity, whose designs have groups of their "
+             f"own: no cost_usd is reported (expected {gpu})")
 
 
 def _capacity_uncertainty(rep, sc, names, slo: dict, router, max_replicas: int, load_scale: float, workers) -> None:

@@ -43,6 +43,7 @@ def sensitivity(scenario, knobs, metric, ranges, method, levels, samples, sets, 
             fail("sensitivity --method sobol needs SALib: pip install -e '.[sensitivity]'")
     sc = load(scenario, sets, None, seed)
     check_workers(workers)
+    _warn_unused_flag(method, levels, samples)
     keys = csv_list(knobs, str, "knobs")
     try:
         st = sv.make_study(sc, keys, ranges, metric, method, levels, samples)
@@ -70,3 +71,17 @@ def sensitivity(scenario, knobs, metric, ranges, method, levels, samples, sets, 
             click.echo(f"priosim-only: {r['knob']} has no vLLM or SGLang flag ({r['priosim_only']}; docs/engines.md)")
     click.echo(f"wall {wall:.1f}s, {n} simulations; results: {out}")
     hint_native(wall)
+
+
+def _warn_unused_flag(method: str, levels: int, samples: int) -> None:
+    """--levels is read by oat only and --samples by sobol only: one given to the other method
+    would otherwise do nothing, silently."""
+    from click.core import ParameterSource
+
+    from plumbing.notices import warn
+
+    ctx = click.get_current_context()
+    for flag, name, value, used_by in (("--levels", "levels", levels, "oat"), ("--samples", "samples", samples,
+                                                                             "sobol")):
+        if method != used_by and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            warn(f"{flag} {value}: read by --method {used_by} only, so this {method} study ignores it")

@@ -280,6 +280,8 @@ def make_study(sc, keys: list[str], ranges_text: str | None, metric_text: str | 
         raise SensitivityError(f"--levels: expected >= 2 (got {levels})")
     if samples < 1:
         raise SensitivityError(f"--samples: expected >= 1 (got {samples})")
+    if method == "sobol" and samples & (samples - 1):  # (SALib's Sobol' points are balanced only then)
+        raise SensitivityError(f"--samples: expected a power of 2 (got {samples})")
     knobs = make_knobs(keys, split_ranges(ranges_text))
     if method == "sobol":
         bad = [k.key for k in knobs if k.choices]
@@ -289,7 +291,10 @@ def make_study(sc, keys: list[str], ranges_text: str | None, metric_text: str | 
     st = Study(sc.to_dict(), sc.base_dir, sc.source, knobs, parse_metric(metric_text, sc), method, levels,
                samples, slos)
     for k in knobs:
-        if k.key == "load":
+        if k.key == "load":  # (not a scenario key: the multiplier is checked here)
+            for v in k.levels(2):
+                if not (is_number(v) and math.isfinite(v) and v > 0):
+                    raise SensitivityError(f"--ranges load: expected arrival-rate multipliers > 0 (got {v!r})")
             continue
         for v in (k.levels(2) if not k.choices else list(k.choices)):
             data = st.point({k.key: v})[0]

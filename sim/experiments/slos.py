@@ -95,7 +95,7 @@ def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1, load_scal
         except ValueError as exc:
             raise ScenarioError(str(exc)) from None
         slos[cname].update(pairs)
-        _warn_ms(item, pairs)
+        warn_ms(item, pairs)
     bare = [c for c, s in slos.items() if s["ttft"] is None and s["tpot"] is None and s["done"] is None]
     if not bare:
         return slos
@@ -112,7 +112,7 @@ def parse_slos(sc, items: list[str] | None = None, grace: float = 0.1, load_scal
     return slos
 
 
-def _warn_ms(item: str, pairs: list) -> None:
+def warn_ms(item: str, pairs: list) -> None:
     """Warn (one line) about a ``--slo`` latency that looks like milliseconds, as the scenario's
     ``ttft_slo_s`` / ``tpot_slo_s`` keys are warned about."""
     from plumbing.notices import warn

@@ -222,6 +222,9 @@ def parse_slo(text: str, classes: list[str]) -> list[SLO]:
         cls, pairs = parse_slo_text(text, classes, list(SLO_KEYS))
     except ValueError as exc:
         raise TuneError(str(exc)) from None
+    from sim.experiments.slos import warn_ms
+
+    warn_ms(text, pairs)  # (600 meant as ms: as capacity's --slo and the scenario's keys are warned)
     return [SLO(cls, k, val) for k, val in pairs]
 
 
@@ -471,7 +474,7 @@ def _start_ray(address: str | None) -> bool:
 
 def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int = 1, backend: str = "local",
              address: str | None = None, resume: bool = False, seed: int = 0, log=print, report: bool = False,
-             plots: bool = True, uncertainty: bool = False) -> TuneReport:
+             plots: bool = True, uncertainty: bool = False, header: str | None = None) -> TuneReport:
     """Run trials until ``trials`` of them are evaluated in ``out_dir``'s study (see module
     docstring). ``workers`` trials are asked at a time; their seeds' simulations run together.
     ``report``: also write the report files (:func:`sim.experiments.tune_report.write_report`,
@@ -479,10 +482,11 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
     study as this tune left it, never as a tune that was waiting on the lock is changing it.
     ``uncertainty`` (with ``report``; not after an interruption): the report first re-evaluates
     the best configuration and the defaults at the cost model's time factors
-    (:mod:`sim.experiments.tune_uncertainty`)."""
+    (:mod:`sim.experiments.tune_uncertainty`). ``header`` is logged once the study is open, so a
+    refused ``--out`` or ``--resume`` is the only line."""
     out = claim(out_dir, "tune", resume=True)  # a tune adds to its own folder only
     with locked(out, "tune"):  # (marked as a tune's; a second tune into it waits for the first)
-        rep = _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log)
+        rep = _run_tune_locked(spec, out, trials, workers, backend, address, resume, seed, log, header)
         if report:
             from sim.experiments.tune_report import write_report
 
@@ -498,10 +502,12 @@ def run_tune(spec: TuneSpec, out_dir: str | Path, *, trials: int, workers: int =
 
 
 def _run_tune_locked(spec: TuneSpec, out: Path, trials: int, workers: int, backend: str, address: str | None,
-                     resume: bool, seed: int, log) -> TuneReport:
+                     resume: bool, seed: int, log, header: str | None = None) -> TuneReport:
     from sim.experiments.sweep import RunSpec, run_sweep
 
     study = open_study(spec, out, trials, resume, seed)
+    if header:
+        log(header)
     rep = TuneReport(out)
     rep.resumed_stale = _requeue_stale(study) if resume else 0
     dists = {k.key: k.distribution() for k in spec.knobs}
