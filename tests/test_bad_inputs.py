@@ -417,6 +417,8 @@ CASES = [
          ["capacity", "s.toml"], {"s.toml": trace_scenario("csv", "t.csv"), "t.csv": "t,p,o\n0.5,10,5\n0.7,x,4\n"}),
     Case("capacity_figure_exists", "capacity --figure naming an existing file",
          ["capacity", "s.toml", "--figure", "fig.png", "--out", "out"], {"s.toml": scenario(), "fig.png": "old"}),
+    Case("capacity_design_twice", "capacity --designs naming one design twice",
+         ["capacity", "s.toml", "--designs", "shared,shared", "--out", "out"], {"s.toml": scenario()}),
     Case("capacity_figure_suffix", "capacity --figure naming a file whose suffix is no figure format",
          ["capacity", "s.toml", "--figure", "fig.txt", "--out", "out"], {"s.toml": scenario()}),
     Case("compare_csv_exists", "compare --csv naming an existing file", ["compare", "a", "b", "--csv", "c.csv"],

@@ -347,9 +347,11 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, seed)
     check_workers(workers)
     names = csv_list(designs, str, "designs")
-    for d in names:
+    for i, d in enumerate(names):
         if d not in DESIGNS:
             fail(f"--designs: unknown design {d!r} (expected one of {', '.join(DESIGNS)})")
+        if d in names[:i]:
+            fail(f"--designs: {d!r} given twice (expected each design once)")
     if max_replicas < 1:
         fail(f"--max-replicas: expected >= 1 (got {max_replicas})")
     if not in_range(grace, ge=0):
