@@ -595,6 +595,7 @@ def _warn_suspicious(sc: Scenario) -> None:
     groups = sc.cluster.group_list() if sc.cluster and sc.cluster.groups else []
     group_engines = [group_engine(sc, g) for _, g in groups]
     engines: dict[str, tuple] = {"engine": (sc.engine, [])} if not groups else {}
+    decode = {name for name, g in groups if g.role == "decode"}
     for i, ((name, g), eng) in enumerate(zip(groups, group_engines)):
         same = (eng.preemption, eng.swap_blocks) == (sc.engine.preemption, sc.engine.swap_blocks)
         engines.setdefault("engine" if same else f"cluster.groups.{i}.engine", (eng, []))[1].append(name)
@@ -605,9 +606,12 @@ def _warn_suspicious(sc: Scenario) -> None:
         on = f" on group {', '.join(names)}" if key == "engine" and len(names) < len(groups) else ""
         host = PREEMPTION_MODES.resolve(eng.preemption).host_space
         if host and eng.swap_blocks == 0:
+            # (a decode group's mode still acts: under swap a waiting request evicts nobody)
+            still = (f"; on decode group {', '.join(n for n in names if n in decode)} a request waiting for "
+                     f"room still evicts nobody, as under swap" if decode.intersection(names) else "")
             warn(f"{sc.source}: {key}.preemption = {eng.preemption!r} but there is no host swap space "
-                 f"({key}.swap_blocks = 0): preemptions will recompute{on} (set {key}.swap_blocks to the host "
-                 f"blocks)")
+                 f"({key}.swap_blocks = 0): preemptions will recompute{on}{still} (set {key}.swap_blocks to the "
+                 f"host blocks)")
         elif not host and eng.swap_blocks > 0:
             warn(f"{sc.source}: {key}.swap_blocks = {eng.swap_blocks} does nothing{on}: {key}.preemption = "
                  f"{eng.preemption!r} never copies to host memory (expected preemption = "

@@ -106,6 +106,17 @@ def test_swap_preemption_without_space_in_a_cluster_warns_once(tmp_path):
     assert "engine.preemption = 'swap' but there is no host swap space" in w
 
 
+def test_swap_without_space_on_a_decode_group_says_what_still_acts(tmp_path):
+    """A disaggregated decode group under swap evicts nobody for a waiting request, swap space or
+    not: the warning that its preemptions recompute says that part still acts."""
+    res = run(tmp_path, engine='preemption = "swap"',
+              args=["--set", 'cluster={groups=[{name="p",role="prefill",replicas=1},{name="d",role="decode",replicas=1}], '
+                             'link={bandwidth_bytes_per_s=1e11, latency_s=1e-5, kv_bytes_per_token=131072}}'])
+    assert res.exit_code == 0, res.output
+    (w,) = [w for w in warnings_of(res) if "swap" in w]
+    assert "preemptions will recompute; on decode group d a request waiting for room still evicts nobody" in w, w
+
+
 def test_capacity_says_the_autoscaler_is_not_used(tmp_path):
     (tmp_path / "s.toml").write_text(SCENARIO.replace("ENGINE", "").replace("CHAT", "").replace("STREAM2", POISSON))
     res = CliRunner().invoke(main, ["capacity", str(tmp_path / "s.toml"), "--designs", "shared", "--max-replicas",
