@@ -133,3 +133,12 @@ def test_a_deadline_binds_not_the_step_time_and_a_passing_partition_is_not_blame
     assert res.exit_code == 0, res.output + res.stderr
     assert "SLO lo: done<=21s (implicit: horizon 10 s x 1.1 + 10.0 s" in res.stdout
     assert "lo's implicit deadline" in res.stdout and "--grace or --slo lo:done=S" in res.stdout
+    # more replicas probed: the line says how many; none above the one tried: it says none were
+    assert "even with 2 replicas, so its own length decides" in res.stdout or "even with 4 replicas" in res.stdout
+    res = CliRunner().invoke(main, ["capacity", str(f), "--slo", "lo:done=11", "--designs", "shared",
+                                    "--max-replicas", "1", "--workers", "1", "--no-plots", "--no-uncertainty",
+                                    "--out", str(tmp_path / "cap3")])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "even with" not in res.output + res.stderr
+    assert "and no more replicas were tried (--max-replicas), so whether more would move it is not known" in (
+        res.output + res.stderr), res.output + res.stderr

@@ -251,8 +251,12 @@ def _deadline_binds(info: dict, slos: dict, points: dict[int, dict], design: str
     s = slos[c]
     m = (points.get(info["more_replicas"]) or points.get(info["replicas"]) or {}).get(c) or {}
     info["binding"] = "deadline"
+    # (a count above the answer probed: only then is "more replicas do not move it" measured)
+    more = info["more_replicas"] if info["worst_more"] is not None and info["more_replicas"] > (
+        info["replicas"] or 1) else None
     info["deadline"] = {"class": c, "done_s": s["done"], "implicit": s.get("done_from") is not None,
-                        "last_arrival_s": m.get("last_arrival_s"), "last_finish_s": m.get("last_finish_s")}
+                        "last_arrival_s": m.get("last_arrival_s"), "last_finish_s": m.get("last_finish_s"),
+                        "more_replicas": more}
     if info.get("warning"):
         where = design + (f" {info['dimension']}" if info["dimension"] != design else "")
         n = info["replicas"]
@@ -269,7 +273,11 @@ def deadline_text(dl: dict) -> str:
             "its last request finishes ")
     kind = "implicit deadline" if dl["implicit"] else "deadline"
     moves = f"--grace or --slo {c}:done=S" if dl["implicit"] else f"--slo {c}:done=S"
-    return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}even with more replicas, so its own "
+    if "more_replicas" in dl and dl["more_replicas"] is None:  # (no count above the answer was probed)
+        return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}and no more replicas were tried "
+                f"(--max-replicas), so whether more would move it is not known ({moves} moves the deadline)")
+    more = f"with {dl['more_replicas']} replicas" if dl.get("more_replicas") else "with more replicas"
+    return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}even {more}, so its own "
             f"length decides, not the count or the step time ({moves} moves it)")
 
 
