@@ -183,6 +183,8 @@ CASES = [
          {"s.toml": scenario(arrival='{ process = "batch", n = 1000000000000 }')}),
     Case("users_huge", "10^9 closed-loop users", RUN,
          {"s.toml": scenario(arrival='{ process = "closed_loop", users = 1000000000, think = 1.0 }')}),
+    Case("sweep_load_zero", "sweep --loads with a multiplier of 0", ["sweep", "s.toml", "--loads", "0.5,0",
+                                                                      "--out", "out"], {"s.toml": scenario()}),
     Case("sweep_load_huge", "sweep --loads 1e9 (each rate times 10^9)",
          ["sweep", "s.toml", "--loads", "1e9", "--out", "out", "--no-plots"], {"s.toml": scenario()}),
     # scenario keys

@@ -1,6 +1,7 @@
 """priosim commands that run many simulations: sweep, tune, capacity."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -92,6 +93,9 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
             fail(str(exc))
     pol = csv_list(policies, str, "policies")
     lds = csv_list(loads, float, "loads")
+    for v in lds or []:
+        if not (math.isfinite(v) and v > 0):  # (named here: the sweep's own check names its axis only)
+            fail(f"--loads: expected arrival-rate multipliers > 0 (got {v:g})")
     if seeds is None:  # (a grid file's seed axis, else the scenario's seed)
         sds = None
     elif seeds.strip().isdigit() and "," not in seeds:
