@@ -232,7 +232,7 @@ def test_closed_loop_mean_think_time():
     (poisson_stream(**{"class": "nope"}), "streams[0].class: must be one of the [[classes]] names"),
     (poisson_stream(arrival={"process": "poison", "rate": 1}), "did you mean 'poisson'"),
     (poisson_stream(prompt_tokens={"dist": "lognormal", "median": 5}),
-     "streams[0].prompt_tokens: bad parameters for dist 'lognormal'"),
+     "streams[0].prompt_tokens: bad parameters ['median'] for dist 'lognormal': missing 'sigma'"),
     (poisson_stream(output_tokens={"dist": "uniform", "low": 5, "high": 2}),
      "streams[0].output_tokens.high: must be >= low (5) (got 2)"),
     (poisson_stream(output_tokens={"dist": "constant", "value": 5, "min": -1}),
@@ -248,9 +248,12 @@ def test_closed_loop_mean_think_time():
       "prompt_tokens": 5}, "streams[0].prompt_tokens: must be absent when the stream has a trace"),
     (poisson_stream(assign=[{"fraction": 2, "class": "c"}]),
      "streams[0].assign[0].fraction: must be <= 1 (got 2)"),
-    (poisson_stream(arrival={"process": "gamma", "rate": 1}), "streams[0].arrival: bad parameters"),
+    (poisson_stream(arrival={"process": "gamma", "rate": 1}), "streams[0].arrival: bad parameters ['rate'] for process "
+     "'gamma': missing"),
+    (poisson_stream(arrival={"process": "poisson", "rat": 1}), "streams[0].arrival: bad parameters ['rat'] for process "
+     "'poisson': 'rat' is not one of its parameters (expected rate); did you mean 'rate'?"),
     (poisson_stream(arrival={"process": "closed_loop", "users": 2, "think": {"dist": "exponential"}}),
-     "streams[0].arrival.think: bad parameters for dist 'exponential'"),
+     "streams[0].arrival.think: bad parameters [] for dist 'exponential': missing"),
     (poisson_stream(start_s=5, stop_s=1), "streams[0].stop_s: must be > 5 (got 1)"),
 ])
 def test_validate_streams_names_the_key(stream, message):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from plumbing.registry import Registry
-from workloads.errors import WorkloadError, integer, number, require
+from workloads.errors import WorkloadError, integer, made_with, number, require
 from workloads.lengths import ClippedLength, parse_length
 
 ARRIVALS = Registry("arrival process")  # workloads.contracts.ArrivalProcess (and ClosedLoop)
@@ -434,13 +434,7 @@ def parse_arrival(spec: Any) -> Any:
     params = {k: v for k, v in spec.items() if k != "process"}
     if isinstance(factory, type) and factory in (Piecewise,):
         params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-    try:
-        proc = factory(**params)
-    except TypeError as exc:
-        import inspect
-        expected = ", ".join(inspect.signature(factory).parameters)
-        raise WorkloadError(f": bad parameters {sorted(params)} for process '{name}' "
-                            f"(expected {expected}): {exc}") from None
+    proc = made_with(factory, params, f"process '{name}'")
     for attr in ("sample", "mean_rate", "scaled"):
         if not hasattr(proc, attr) and not isinstance(proc, ClosedLoop):
             raise WorkloadError(f"process: '{name}' has no {attr} (not an arrival process)")

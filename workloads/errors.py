@@ -6,7 +6,8 @@ expected, so a user can fix the scenario or trace without reading code.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+import inspect
+from typing import Any, Callable, Iterable
 
 from plumbing.numbers import broken_bound, is_integer, is_number
 from plumbing.suggest import did_you_mean
@@ -56,3 +57,33 @@ def unknown_keys(path: str, given: Iterable[str], allowed: Iterable[str]) -> Non
             hint = did_you_mean(k, allowed)
             where = f"{path}.{k}" if path else k
             raise WorkloadError(f"{where}: unknown key (expected one of {', '.join(allowed)}){hint}")
+
+
+def made_with(factory: Callable, params: dict, what: str, also: str = "") -> Any:
+    """``factory(**params)``, or a WorkloadError naming the parameters ``what`` (e.g. "process
+    'batch'") does not take or misses, with what it expects (``also``: optional ones handled
+    before the call, e.g. a length's min and max), in place of Python's TypeError."""
+    try:
+        return factory(**params)
+    except TypeError as exc:
+        try:
+            sig = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            sig = {}
+        names = [n for n, q in sig.items() if q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD)]
+        expected = ", ".join(names) + (f", plus optional {also}" if also else "") if names else "?"
+        open_kw = any(q.kind == q.VAR_KEYWORD for q in sig.values())
+        unknown = [k for k in params if k not in names] if not open_kw else []
+        missing = [n for n, q in sig.items() if q.default is q.empty and q.kind in (
+            q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY) and n not in params]
+        hint = ""
+        if unknown:
+            hint = did_you_mean(unknown[0], names)
+            verb = "is not one" if len(unknown) == 1 else "are not"
+            why = f"{', '.join(map(repr, unknown))} {verb} of its parameters"
+        elif missing:
+            why = f"missing {', '.join(map(repr, missing))}"
+        else:
+            why = str(exc)  # (raised inside the factory: its own words)
+        raise WorkloadError(f": bad parameters {sorted(params)} for {what}: {why} (expected {expected})"
+                            f"{hint}") from None

@@ -21,7 +21,7 @@ import numpy as np
 
 from plumbing.registry import Registry
 from workloads.contracts import LengthModel
-from workloads.errors import WorkloadError, integer, number, prefixed, require, unknown_keys
+from workloads.errors import WorkloadError, integer, made_with, number, prefixed, require, unknown_keys
 
 LENGTHS = Registry("length model")  # laws: workloads.contracts.LengthLaw
 
@@ -281,16 +281,7 @@ def parse_length(spec: Any, *, integer_values: bool = True, default_min: float =
         require("probs", probs, abs(total - 1.0) <= 1e-6, f"probabilities that sum to 1 (they sum to {total:.6g})")
     elif name == "zipf" and "n" not in params and hi is not None:
         params["n"] = hi
-    try:
-        law = factory(**params)
-    except TypeError as exc:
-        import inspect
-        try:
-            expected = ", ".join(inspect.signature(factory).parameters)
-        except (TypeError, ValueError):
-            expected = "?"
-        raise WorkloadError(f": bad parameters for dist '{name}' {sorted(params)} "
-                            f"(expected {expected}, plus optional min, max): {exc}") from None
+    law = made_with(factory, params, f"dist '{name}'", also="min, max")
     return ClippedLength(law, min=lo, max=hi, integer=integer_values, spec=spec)
 
 
