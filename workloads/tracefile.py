@@ -82,18 +82,16 @@ _CSV_OPTIONS = dict(dtype=str, keep_default_na=False, skip_blank_lines=False, he
 
 def _extra_field_error(path: Path, exc: Exception) -> tuple[int, str] | None:
     m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
-    if not m:
-        if "Length of header or names does not match" not in str(exc):
-            return None
+    if m:
+        header, line, n = int(m[1]), int(m[2]), int(m[3])
+    elif "Length of header or names does not match" in str(exc) and (found := _first_long_row(path)):
         # (pandas names no line when the first data row is the long one: found here, in the
         # error's path only)
-        found = _first_long_row(path)
-        if found is None:
-            return None
         line, n, header = found
-        m = (None, str(header), str(line), str(n))
-    return int(m[2]), (f"{path.name} line {m[2]}: {m[3]} fields, but the header has {m[1]} "
-                       f"(expected one value per header column)")
+    else:
+        return None
+    return line, (f"{path.name} line {line}: {n} fields, but the header has {header} "
+                  f"(expected one value per header column)")
 
 
 def _first_long_row(path: Path) -> tuple[int, int, int] | None:

@@ -1,12 +1,12 @@
 """priosim commands that run many simulations: sweep, tune, capacity."""
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 import click
 
+from plumbing.numbers import in_range
 from sim.core.errors import ScenarioError, error_message
 from sim.cli.engine_flags import engine_flag_options, with_engine_flags
 from sim.cli.group import (EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_OK, check_figure_file, check_load, check_out_file,
@@ -94,7 +94,7 @@ def _sweep_axes(sc, policies: str | None, loads: str | None, seeds: str, grid_fi
     pol = csv_list(policies, str, "policies")
     lds = csv_list(loads, float, "loads")
     for v in lds or []:
-        if not (math.isfinite(v) and v > 0):  # (named here: the sweep's own check names its axis only)
+        if not in_range(v, gt=0):  # (named here: the sweep's own check names its axis only)
             fail(f"--loads: expected arrival-rate multipliers > 0 (got {v:g})")
     if seeds is None:  # (a grid file's seed axis, else the scenario's seed)
         sds = None
@@ -344,8 +344,6 @@ def capacity(scenario, designs, slos, grace, router, max_replicas, load_scale, s
                                           scenario_workload)
     from sim.outdir import OutError
     from sim.experiments.slos import parse_slos, refused_requests
-    from plumbing.numbers import in_range
-
     if not in_range(load_scale, gt=0):
         fail(f"--load: expected a number > 0 (the arrival-rate multiplier) (got {load_scale:g})")
     sc = load(scenario, with_engine_flags(sets, engine_args, sglang_args), None, seed)

@@ -273,12 +273,11 @@ def deadline_text(dl: dict) -> str:
             "its last request finishes ")
     kind = "implicit deadline" if dl["implicit"] else "deadline"
     moves = f"--grace or --slo {c}:done=S" if dl["implicit"] else f"--slo {c}:done=S"
-    if "more_replicas" in dl and dl["more_replicas"] is None:  # (no count above the answer was probed)
+    if dl["more_replicas"] is None:  # (no count above the answer was probed)
         return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}and no more replicas were tried "
                 f"(--max-replicas), so whether more would move it is not known ({moves} moves the deadline)")
-    more = f"with {dl['more_replicas']} replicas" if dl.get("more_replicas") else "with more replicas"
-    return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}even {more}, so its own "
-            f"length decides, not the count or the step time ({moves} moves it)")
+    return (f"{c}'s {kind} (done <= {dl['done_s']:.1f} s) binds: {last}even with {dl['more_replicas']} replicas, "
+            f"so its own length decides, not the count or the step time ({moves} moves it)")
 
 
 def answer_kinds(rep, slos: dict, class_names: list[str]) -> set[str] | None:

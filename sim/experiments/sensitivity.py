@@ -34,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plumbing.numbers import is_number
+from plumbing.numbers import in_range, is_number
 from sim.config import apply_override, parse_value, scenario_from_dict
 from sim.core.errors import ScenarioError
 from sim.experiments.slos import MISSED, slo_ratio
@@ -293,7 +293,7 @@ def make_study(sc, keys: list[str], ranges_text: str | None, metric_text: str | 
     for k in knobs:
         if k.key == "load":  # (not a scenario key: the multiplier is checked here)
             for v in k.levels(2):
-                if not (is_number(v) and math.isfinite(v) and v > 0):
+                if not in_range(v, gt=0):
                     raise SensitivityError(f"--ranges load: expected arrival-rate multipliers > 0 (got {v!r})")
             continue
         for v in (k.levels(2) if not k.choices else list(k.choices)):
